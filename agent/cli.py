@@ -1,0 +1,55 @@
+"""The ``joulestat`` command: one subcommand per module in ``agent.commands``.
+
+Each command module exposes ``register(subparsers)``, which adds its parser and sets
+``func(args) -> int`` on it. Imports stay inside the modules so ``joulestat estimate``
+does not pay for SQLAlchemy and the agent does not pay for Streamlit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from agent import __version__
+from agent.config import ConfigError
+
+COMMANDS = ("agent", "estimate", "db")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="joulestat",
+        description="Measure the energy, carbon and cost of ML jobs on this node.",
+        epilog="Every setting can also come from env JOULESTAT_<NAME> or a TOML file "
+        "(--config); flags win over env, env over the file.",
+    )
+    parser.add_argument("--version", action="version", version=f"joulestat {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMANDS:
+        importlib.import_module(f"agent.commands.{name}").register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as exc:
+        print(f"joulestat {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level, logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""``joulestat agent``: the sidecar daemon."""
+
+from __future__ import annotations
+
+import argparse
+
+from agent.config import add_options, resolve
+
+AGENT_OPTIONS = (
+    "config",
+    "db",
+    "log_level",
+    "interval",
+    "sysfs_root",
+    "procfs_root",
+    "node",
+    "instance_type",
+    "region",
+    "cloud_metadata",
+    "metrics_port",
+    "metrics_host",
+    "raw_retention",
+    "replay",
+    "nvml",
+)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "agent",
+        help="run the sampling daemon (Prometheus endpoint + SQL store)",
+        description="Sample this node's CPU, DRAM, GPU and network energy every --interval "
+        "seconds, serve it to Prometheus on --metrics-port and write it to the store (--db). "
+        "Measured sources (RAPL, NVML) are used where readable; elsewhere documented "
+        "estimates (see `joulestat estimate` and docs/methodology.md). Stop with Ctrl-C or "
+        "SIGTERM: the last partial tick is counted and the store flushed.",
+    )
+    add_options(parser, AGENT_OPTIONS)
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from agent.cli import setup_logging
+    from agent.daemon import run_agent
+
+    settings = resolve(args, AGENT_OPTIONS)
+    setup_logging(settings["log_level"])
+    return run_agent(settings)

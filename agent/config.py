@@ -1,0 +1,255 @@
+"""Settings for every subcommand: flags > env (JOULESTAT_*) > TOML file > defaults.
+
+One table of options serves every subcommand, so a setting means the same thing and is
+validated the same way whether it comes from ``--db``, ``JOULESTAT_DB`` or ``db = ...``
+in the file named by ``--config`` / ``JOULESTAT_CONFIG``. Validation happens once, when
+the command starts; a bad value stops it with a message naming the setting and where
+the value came from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tomllib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ENV_PREFIX = "JOULESTAT_"
+
+
+class ConfigError(ValueError):
+    """A setting has a value the command cannot use."""
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting: its name (``metrics_port`` -> ``--metrics-port``, ``JOULESTAT_METRICS_PORT``)."""
+
+    name: str
+    parse: Callable[[Any], Any]
+    default: Any
+    help: str
+    metavar: str | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+
+def _number(kind: type, low: float | None = None, high: float | None = None, unit: str = ""):
+    def parse(value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError(f"expected a number, got {value!r}")
+        try:
+            number = kind(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"expected a number, got {value!r}") from None
+        if number != number:  # NaN
+            raise ValueError("expected a number, got NaN")
+        if (low is not None and number < low) or (high is not None and number > high):
+            raise ValueError(f"must be between {low} and {high}{unit}, got {value}")
+        return number
+
+    return parse
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected text, got {value!r}")
+    text = value.strip()
+    if not text:
+        raise ValueError("must not be empty")
+    if any(ord(ch) < 32 for ch in text):
+        raise ValueError("must not contain control characters")
+    return text
+
+
+def _optional_text(value: Any) -> str | None:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    return _text(value)
+
+
+def _directory(value: Any) -> Path:
+    path = Path(_text(value))
+    if not path.is_dir():
+        raise ValueError(f"{path} is not a directory")
+    return path
+
+
+def _existing_file(value: Any) -> Path | None:
+    if value is None:
+        return None
+    path = Path(_text(value))
+    if not path.is_file():
+        raise ValueError(f"{path} does not exist or is not a file")
+    return path
+
+
+def _bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
+_DURATION_UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration_s(value: Any) -> float:
+    """``90``, ``90s``, ``15m``, ``6h``, ``7d`` -> seconds."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        text = _text(value).lower()
+        unit = text[-1] if text[-1] in _DURATION_UNITS_S else "s"
+        number = text[:-1] if text[-1] in _DURATION_UNITS_S else text
+        try:
+            seconds = float(number) * _DURATION_UNITS_S[unit]
+        except ValueError:
+            raise ValueError(f"expected a duration like 90s, 15m, 6h or 7d, got {value!r}") from None
+    if seconds <= 0:
+        raise ValueError(f"must be positive, got {value!r}")
+    return seconds
+
+
+def _retention_s(value: Any) -> float:
+    seconds = parse_duration_s(value)
+    if seconds < 600:
+        raise ValueError(f"must be at least 10m so minutes can be rolled up, got {value!r}")
+    return seconds
+
+
+def _db_url(value: Any) -> str:
+    url = _text(value)
+    if "://" not in url:
+        raise ValueError(
+            f"expected a SQLAlchemy URL such as sqlite:///path.db or "
+            f"postgresql+psycopg://user@host/db, got {value!r}"
+        )
+    return url
+
+
+def _log_level(value: Any) -> str:
+    level = _text(value).upper()
+    if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise ValueError(f"expected DEBUG, INFO, WARNING or ERROR, got {value!r}")
+    return level
+
+
+OPTIONS: dict[str, Option] = {
+    opt.name: opt
+    for opt in (
+        Option("config", _existing_file, None, "TOML file of settings (flags and env win)", "FILE"),
+        Option("db", _db_url, None, "SQLAlchemy URL of the store (default: SQLite in the "
+               "user data dir)", "URL"),
+        Option("log_level", _log_level, "INFO", "DEBUG, INFO, WARNING or ERROR", "LEVEL"),
+        Option("interval", _number(float, 0.05, 60, " s"), 1.0,
+               "seconds between ticks, 0.05..60", "S"),
+        Option("sysfs_root", _directory, Path("/sys"), "where sysfs is mounted", "DIR"),
+        Option("procfs_root", _directory, Path("/proc"), "where procfs is mounted", "DIR"),
+        Option("node", _text, None, "node name (default: hostname)", "NAME"),
+        Option("instance_type", _text, None, "instance type (default: detected, else 'local')",
+               "TYPE"),
+        Option("region", _optional_text, None, "cloud region or location (default: detected)",
+               "REGION"),
+        Option("cloud_metadata", _bool, True, "ask the cloud metadata service for instance type "
+               "and region when DMI says this is a cloud VM", "BOOL"),
+        Option("metrics_port", _number(int, 0, 65535), 9464,
+               "Prometheus port (0 disables the endpoint)", "PORT"),
+        Option("metrics_host", _text, "127.0.0.1", "address the metrics endpoint binds to",
+               "HOST"),
+        Option("raw_retention", _retention_s, 7 * 86400.0,
+               "how long raw ticks are kept before only minute rollups remain (e.g. 7d)", "AGE"),
+        Option("replay", _existing_file, None,
+               "replay a CSV trace (t_s,component,device,watts) instead of hardware", "FILE"),
+        Option("nvml", _bool, True, "read NVIDIA GPUs through NVML when a driver is present",
+               "BOOL"),
+    )
+}
+
+
+def add_options(parser: argparse.ArgumentParser, names: Iterable[str]) -> None:
+    """Add ``--flag`` for each named option; unset flags stay absent so precedence works."""
+    for name in names:
+        opt = OPTIONS[name]
+        default = opt.default if not isinstance(opt.default, Path) else str(opt.default)
+        shown = f" [default: {default}]" if default is not None else ""
+        parser.add_argument(
+            opt.flag,
+            dest=name,
+            default=argparse.SUPPRESS,
+            metavar=opt.metavar,
+            help=f"{opt.help}{shown}; env {opt.env}",
+        )
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            data = tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path}: not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"config file {path}: cannot read: {exc.strerror}") from None
+    # Accept both flat keys and a [joulestat] table; keys may use - or _.
+    table = data.get("joulestat", data)
+    if not isinstance(table, dict):
+        raise ConfigError(f"config file {path}: [joulestat] must be a table")
+    return {str(k).replace("-", "_"): v for k, v in table.items() if not isinstance(v, dict)}
+
+
+def resolve(
+    args: argparse.Namespace | Mapping[str, Any],
+    names: Iterable[str],
+    env: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Settings for ``names``, each from the first of flag, env, TOML file, default."""
+    env = os.environ if env is None else env
+    given = vars(args) if isinstance(args, argparse.Namespace) else dict(args)
+    names = list(names)
+
+    file_values: dict[str, Any] = {}
+    config_raw = given.get("config") or env.get(OPTIONS["config"].env)
+    config_origin = "--config" if given.get("config") else OPTIONS["config"].env
+    if config_raw:
+        try:
+            config_path = OPTIONS["config"].parse(config_raw)
+        except ValueError as exc:
+            raise ConfigError(f"{config_origin}: {exc}") from None
+        file_values = _read_toml(config_path)
+        unknown = sorted(set(file_values) - set(OPTIONS))
+        if unknown:
+            raise ConfigError(
+                f"config file {config_path}: unknown setting(s) {', '.join(unknown)}; "
+                f"known: {', '.join(sorted(OPTIONS))}"
+            )
+
+    settings: dict[str, Any] = {}
+    for name in names:
+        opt = OPTIONS[name]
+        if name in given and given[name] is not None:
+            raw, origin = given[name], opt.flag
+        elif opt.env in env and env[opt.env] != "":
+            raw, origin = env[opt.env], opt.env
+        elif name in file_values:
+            raw, origin = file_values[name], f"{name} in the config file"
+        else:
+            settings[name] = opt.default
+            continue
+        try:
+            settings[name] = opt.parse(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{origin}: {exc}") from None
+    return settings

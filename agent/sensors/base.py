@@ -1,0 +1,62 @@
+"""The one small interface every power source implements.
+
+A sensor answers a single question: how many joules has each (component, device)
+used since this sensor was opened? Answering in cumulative joules (never power)
+lets the sampler take exact deltas over whatever interval really elapsed, and lets
+counter-based sources (RAPL, NVML energy) and power-based sources (NVML power,
+estimators, replayed traces) look the same downstream: a power source integrates
+internally over the ``now_s`` timestamps it is handed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+# Components a sensor may report. ``platform`` (RAPL psys) overlaps cpu+dram and is
+# reported for reference only: nothing downstream sums it with the others.
+COMPONENTS = ("cpu", "dram", "gpu", "net", "platform", "other")
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """Cumulative energy of one (component, device) since the sensor opened."""
+
+    component: str
+    device: str
+    energy_j: float
+    source: str  # provenance: rapl, nvml_energy, nvml_power, model:<name>, replay
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInfo:
+    """What a sensor knows about one device it reports, recorded once per agent start."""
+
+    component: str
+    device: str
+    source: str
+    model: str = ""  # e.g. "NVIDIA H100 80GB HBM3", "Intel(R) Xeon(R) Platinum 8375C"
+    uuid: str = ""  # stable hardware id where the API has one (NVML UUID)
+    index: int | None = None  # the API's own index (NVML index, RAPL package number)
+
+
+class SensorError(RuntimeError):
+    """A sensor could not produce a reading this tick; the agent logs it and goes on."""
+
+
+class Sensor(Protocol):
+    """A pure reader of one power source.
+
+    ``read`` is called once per tick with a monotonic timestamp in seconds and must
+    return every (component, device) it knows, with energy that never decreases.
+    It may raise :class:`SensorError` (or any ``OSError``) for a bad tick; the
+    sampler logs that and keeps the previous cumulative values.
+    """
+
+    name: str
+
+    def describe(self) -> list[DeviceInfo]: ...
+
+    def read(self, now_s: float) -> list[Reading]: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,117 @@
+"""The public metric contract, in one place.
+
+The collector takes names, types, labels and help text from here, and
+``docs/metrics.md`` is rendered from here (``python -m agent.sinks.metric_catalog``),
+so the documentation cannot drift from what a scrape returns; a test checks both.
+Renaming anything here breaks users' dashboards and alerts: add, never rename.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    name: str  # the exposed name, with _total for counters
+    type: str  # counter, gauge, info, summary
+    labels: tuple[str, ...]
+    help: str
+
+    @property
+    def family_name(self) -> str:
+        """The name client_python wants: it appends _total / _info itself."""
+        suffix = {"counter": "_total", "info": "_info"}.get(self.type, "")
+        if suffix and self.name.endswith(suffix):
+            return self.name[: -len(suffix)]
+        return self.name
+
+
+NODE_ENERGY = MetricSpec(
+    "joulestat_node_energy_joules_total",
+    "counter",
+    ("component", "device", "source"),
+    "Energy used by this node since the agent started, per component and device, in joules. "
+    "Power is rate() of this counter. source says where the number came from "
+    "(rapl, nvml_energy, nvml_power, model:<name>, replay). component=platform (RAPL psys) "
+    "overlaps cpu and dram: never sum it with them.",
+)
+NODE_POWER = MetricSpec(
+    "joulestat_node_power_watts",
+    "gauge",
+    ("component", "device", "source"),
+    "Average power over the last tick, in watts (a convenience; prefer rate() of the counter).",
+)
+NODE_INFO = MetricSpec(
+    "joulestat_node_info",
+    "info",
+    ("node", "instance_type", "region", "cpu_model", "agent_version"),
+    "Describes this node; always 1.",
+)
+AGENT_TICKS = MetricSpec(
+    "joulestat_agent_ticks_total",
+    "counter",
+    (),
+    "Ticks the agent has completed.",
+)
+AGENT_TICK_SECONDS = MetricSpec(
+    "joulestat_agent_tick_seconds",
+    "summary",
+    (),
+    "Time the agent spent working on each tick (reading sensors, exporting, buffering "
+    "rows), in seconds: the agent's own overhead.",
+)
+AGENT_SENSOR_ERRORS = MetricSpec(
+    "joulestat_agent_sensor_errors_total",
+    "counter",
+    ("sensor",),
+    "Ticks on which a sensor failed to read (the agent kept ticking on the others).",
+)
+
+METRICS: tuple[MetricSpec, ...] = (
+    NODE_ENERGY,
+    NODE_POWER,
+    NODE_INFO,
+    AGENT_TICKS,
+    AGENT_TICK_SECONDS,
+    AGENT_SENSOR_ERRORS,
+)
+
+
+def render_markdown() -> str:
+    lines = [
+        "# Prometheus metrics",
+        "",
+        "Generated from `agent/sinks/metric_catalog.py` by",
+        "`python -m agent.sinks.metric_catalog > docs/metrics.md`; a test fails when this file",
+        "and the code disagree. These names are a public contract: they are added to, never",
+        "renamed.",
+        "",
+        "The agent serves them on `--metrics-port` (default 9464) at `/metrics`, bound to",
+        "`--metrics-host` (default 127.0.0.1). Standard `process_*` metrics describe the agent",
+        "process itself.",
+        "",
+        "| name | type | labels | meaning |",
+        "|---|---|---|---|",
+    ]
+    for spec in METRICS:
+        labels = ", ".join(f"`{label}`" for label in spec.labels) or "none"
+        lines.append(f"| `{spec.name}` | {spec.type} | {labels} | {spec.help} |")
+    lines += [
+        "",
+        "## Useful queries",
+        "",
+        "```promql",
+        "# node power by component, from the counter",
+        "sum by (component) (rate(joulestat_node_energy_joules_total{component!=\"platform\"}[1m]))",
+        "# the agent's own CPU use, in cores",
+        "rate(process_cpu_seconds_total{job=\"joulestat\"}[5m])",
+        "```",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(render_markdown())

@@ -1,0 +1,127 @@
+"""Prometheus exposition: a custom collector that builds fresh families on each scrape.
+
+The daemon pushes each tick into :class:`NodeMetrics`; a scrape reads a consistent
+snapshot under a lock. Nothing is computed at scrape time beyond formatting, so a
+scrape never slows a tick and a slow tick never blocks a scrape for long.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+from prometheus_client.core import (
+    CollectorRegistry,
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    InfoMetricFamily,
+    Metric,
+    SummaryMetricFamily,
+)
+from prometheus_client.registry import Collector
+
+from agent.identity import NodeInfo
+from agent.sinks import metric_catalog as mc
+from agent.tick import Tick
+
+Key = tuple[str, str, str]  # (component, device, source)
+
+
+class NodeMetrics(Collector):
+    """Node energy counters, last-tick power, node info and the agent's self-monitoring."""
+
+    def __init__(self, node: NodeInfo, sensor_errors: dict[str, int] | None = None) -> None:
+        self.node = node
+        self._lock = threading.Lock()
+        self._energy_j: dict[Key, float] = {}
+        self._power_w: dict[Key, float] = {}
+        self._ticks = 0
+        self._tick_seconds_sum = 0.0
+        self._sensor_errors = sensor_errors if sensor_errors is not None else {}
+
+    def declare(self, keys: list[Key]) -> None:
+        """Export known series at 0 from the start, so rate() has a first sample."""
+        with self._lock:
+            for key in keys:
+                self._energy_j.setdefault(key, 0.0)
+                self._power_w.setdefault(key, 0.0)
+
+    def observe(self, tick: Tick) -> None:
+        with self._lock:
+            for entry in tick.entries:
+                key = (entry.component, entry.device, entry.source)
+                self._energy_j[key] = self._energy_j.get(key, 0.0) + entry.energy_j
+                self._power_w[key] = tick.power_w(entry)
+
+    def observe_tick_work(self, seconds: float) -> None:
+        with self._lock:
+            self._ticks += 1
+            self._tick_seconds_sum += seconds
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            energy = sorted(self._energy_j.items())
+            power = sorted(self._power_w.items())
+            ticks, tick_sum = self._ticks, self._tick_seconds_sum
+            errors = sorted(self._sensor_errors.items())
+
+        family = CounterMetricFamily(
+            mc.NODE_ENERGY.family_name, mc.NODE_ENERGY.help, labels=mc.NODE_ENERGY.labels
+        )
+        for key, value in energy:
+            family.add_metric(list(key), value)
+        yield family
+
+        family = GaugeMetricFamily(
+            mc.NODE_POWER.family_name, mc.NODE_POWER.help, labels=mc.NODE_POWER.labels
+        )
+        for key, value in power:
+            family.add_metric(list(key), value)
+        yield family
+
+        info = InfoMetricFamily(mc.NODE_INFO.family_name, mc.NODE_INFO.help)
+        info.add_metric(
+            [],
+            {
+                "node": self.node.node,
+                "instance_type": self.node.instance_type,
+                "region": self.node.region,
+                "cpu_model": self.node.cpu_model,
+                "agent_version": self.node.agent_version,
+            },
+        )
+        yield info
+
+        yield CounterMetricFamily(mc.AGENT_TICKS.family_name, mc.AGENT_TICKS.help, value=ticks)
+        yield SummaryMetricFamily(
+            mc.AGENT_TICK_SECONDS.family_name,
+            mc.AGENT_TICK_SECONDS.help,
+            count_value=ticks,
+            sum_value=tick_sum,
+        )
+        family = CounterMetricFamily(
+            mc.AGENT_SENSOR_ERRORS.family_name,
+            mc.AGENT_SENSOR_ERRORS.help,
+            labels=mc.AGENT_SENSOR_ERRORS.labels,
+        )
+        for sensor, count in errors:
+            family.add_metric([sensor], count)
+        yield family
+
+
+def make_registry(node_metrics: NodeMetrics) -> CollectorRegistry:
+    """A registry of our own (not the global one) plus the standard process_* metrics."""
+    from prometheus_client import ProcessCollector
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(node_metrics)
+    ProcessCollector(registry=registry)
+    return registry
+
+
+def serve(registry: CollectorRegistry, host: str, port: int):
+    """Start the /metrics endpoint in a daemon thread; returns the server (for shutdown)."""
+    from prometheus_client import start_http_server
+
+    server, _thread = start_http_server(port, addr=host, registry=registry)
+    return server

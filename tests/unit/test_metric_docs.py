@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from prometheus_client import generate_latest
+
+from agent.identity import NodeInfo
+from agent.sinks.metric_catalog import METRICS, render_markdown
+from agent.sinks.prometheus import NodeMetrics, make_registry
+from agent.tick import Tick, TickEntry
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
+
+
+def test_docs_metrics_md_is_generated_from_the_catalog() -> None:
+    assert DOC.read_text() == render_markdown(), (
+        "docs/metrics.md is stale: run `make docs` (python -m agent.sinks.metric_catalog)"
+    )
+
+
+def test_scrape_exposes_exactly_the_catalog() -> None:
+    metrics = NodeMetrics(NodeInfo("n1", "g5.xlarge", "us-east-1", "Xeon", "0.1.0"), {"rapl": 2})
+    metrics.observe(Tick(0.0, 2.0, (TickEntry("cpu", "package-0", "rapl", 50.0),)))
+    metrics.observe_tick_work(0.001)
+    text = generate_latest(make_registry(metrics)).decode()
+    exposed = {
+        line.split()[2]
+        for line in text.splitlines()
+        if line.startswith("# TYPE") and line.split()[2].startswith("joulestat_")
+    }
+    assert exposed == {spec.name for spec in METRICS}
+    assert 'joulestat_node_power_watts{component="cpu",device="package-0",source="rapl"} 25.0' in text
+    assert 'joulestat_node_energy_joules_total{component="cpu",device="package-0",source="rapl"} 50.0' in text
+    assert 'joulestat_agent_sensor_errors_total{sensor="rapl"} 2.0' in text
+    assert 'instance_type="g5.xlarge"' in text

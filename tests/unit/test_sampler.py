@@ -1,0 +1,89 @@
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from agent.sampler import Sampler
+from agent.sensors.base import DeviceInfo, Reading, SensorError
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class ConstantPower:
+    """Integrates a constant power over the timestamps it is handed."""
+
+    def __init__(self, name: str, power_w: float, component: str = "cpu") -> None:
+        self.name = name
+        self.power_w = power_w
+        self.component = component
+        self.opened: float | None = None
+        self.fail = False
+
+    def describe(self) -> list[DeviceInfo]:
+        return [DeviceInfo(self.component, "d0", "model:test")]
+
+    def read(self, now_s: float) -> list[Reading]:
+        if self.fail:
+            raise SensorError("device vanished")
+        if self.opened is None:
+            self.opened = now_s
+        return [Reading(self.component, "d0", self.power_w * (now_s - self.opened), "model:test")]
+
+    def close(self) -> None:
+        pass
+
+
+def test_ticks_integrate_over_real_elapsed_time() -> None:
+    clock = Clock()
+    sampler = Sampler([ConstantPower("a", 10.0)], monotonic=clock, wall=lambda: clock.now + 1e9)
+    sampler.start()
+    clock.now += 1.0
+    tick = sampler.tick()
+    assert tick.entries[0].energy_j == pytest.approx(10.0)
+    clock.now += 3.5  # a late tick covers the whole gap, not the nominal interval
+    tick = sampler.tick()
+    assert tick.duration_s == pytest.approx(3.5)
+    assert tick.entries[0].energy_j == pytest.approx(35.0)
+    assert tick.power_w(tick.entries[0]) == pytest.approx(10.0)
+
+
+def test_a_failing_sensor_does_not_stop_the_others(caplog: pytest.LogCaptureFixture) -> None:
+    clock = Clock()
+    good, bad = ConstantPower("good", 5.0), ConstantPower("bad", 7.0, component="gpu")
+    sampler = Sampler([good, bad], monotonic=clock)
+    sampler.start()
+    bad.fail = True
+    with caplog.at_level(logging.ERROR):
+        for _ in range(3):
+            clock.now += 1.0
+            tick = sampler.tick()
+            assert [e.component for e in tick.entries] == ["cpu"]
+    assert sum("bad failed" in r.message for r in caplog.records) == 1  # logged once
+    assert sampler.sensor_errors_total["bad"] == 3
+    bad.fail = False
+    clock.now += 1.0
+    tick = sampler.tick()
+    by_component = {e.component: e.energy_j for e in tick.entries}
+    # the gap's energy arrives with the first good reading: nothing is lost
+    assert by_component["gpu"] == pytest.approx(7.0 * 4)
+
+
+def test_counter_going_backwards_counts_zero() -> None:
+    values = iter([10.0, 12.0, 3.0, 4.0])
+
+    class Sensor(ConstantPower):
+        def read(self, now_s: float) -> list[Reading]:
+            return [Reading("cpu", "d0", next(values), "rapl")]
+
+    sampler = Sampler([Sensor("s", 0)], monotonic=Clock())
+    sampler.start()
+    assert sampler.tick().entries[0].energy_j == 2.0
+    assert sampler.tick().entries[0].energy_j == 0.0
+    assert sampler.tick().entries[0].energy_j == 1.0
