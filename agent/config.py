@@ -26,7 +26,7 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Option:
-    """One setting: its name (``metrics_port`` -> ``--metrics-port``, ``JOULESTAT_METRICS_PORT``)."""
+    """One setting; ``metrics_port`` is ``--metrics-port`` and ``JOULESTAT_METRICS_PORT``."""
 
     name: str
     parse: Callable[[Any], Any]
@@ -118,7 +118,9 @@ def parse_duration_s(value: Any) -> float:
         try:
             seconds = float(number) * _DURATION_UNITS_S[unit]
         except ValueError:
-            raise ValueError(f"expected a duration like 90s, 15m, 6h or 7d, got {value!r}") from None
+            raise ValueError(
+                f"expected a duration like 90s, 15m, 6h or 7d, got {value!r}"
+            ) from None
     if seconds <= 0:
         raise ValueError(f"must be positive, got {value!r}")
     return seconds

@@ -22,9 +22,10 @@ from agent.identity import (
 
 
 @contextmanager
-def metadata_server(routes: dict[tuple[str, str], tuple[dict, str]], delay_s: float = 0.0
-                    ) -> Iterator[str]:
-    """A loopback stand-in for a cloud metadata service: (method, path) -> (needed headers, body)."""
+def metadata_server(
+    routes: dict[tuple[str, str], tuple[dict, str]], delay_s: float = 0.0
+) -> Iterator[str]:
+    """A loopback stand-in for a metadata service: (method, path) -> (needed headers, body)."""
 
     class Handler(BaseHTTPRequestHandler):
         def _answer(self) -> None:

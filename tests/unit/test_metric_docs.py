@@ -29,7 +29,8 @@ def test_scrape_exposes_exactly_the_catalog() -> None:
         if line.startswith("# TYPE") and line.split()[2].startswith("joulestat_")
     }
     assert exposed == {spec.name for spec in METRICS}
-    assert 'joulestat_node_power_watts{component="cpu",device="package-0",source="rapl"} 25.0' in text
-    assert 'joulestat_node_energy_joules_total{component="cpu",device="package-0",source="rapl"} 50.0' in text
+    series = '{component="cpu",device="package-0",source="rapl"}'
+    assert f"joulestat_node_power_watts{series} 25.0" in text
+    assert f"joulestat_node_energy_joules_total{series} 50.0" in text
     assert 'joulestat_agent_sensor_errors_total{sensor="rapl"} 2.0' in text
     assert 'instance_type="g5.xlarge"' in text

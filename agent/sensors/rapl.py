@@ -1,0 +1,323 @@
+"""CPU package, DRAM and platform energy from the Linux powercap RAPL interface.
+
+Where the numbers come from (kernel ABI ``Documentation/ABI/testing/sysfs-class-powercap``):
+``<sysfs_root>/class/powercap/intel-rapl:N[:M]`` (the MSR interface) and
+``intel-rapl-mmio:N[:M]`` (the MMIO interface some Intel client parts add). Each zone has
+``name``, ``energy_uj`` (cumulative µJ, wraps) and ``max_energy_range_uj`` (where it wraps).
+AMD Zen parts are exposed by the same driver under the same ``intel-rapl`` names since
+Linux 5.8, so nothing here is vendor specific.
+
+What is reported, and why (RAPL domains overlap, so only non-overlapping ones are summed
+downstream):
+
+* ``package-N`` -> component ``cpu``, device ``package-N``.
+* ``dram`` under ``package-N`` -> component ``dram``, device ``package-N``: the device names
+  the socket whose memory controller it is, so a socket's cpu and dram share one label.
+  A ``dram`` zone with no package parent -> device ``dram-N`` (N = its zone number).
+* ``psys`` -> component ``platform``, device ``psys``. It covers package and more, so
+  base.py's contract applies: reported for reference, never summed with the others.
+* ``core`` / ``uncore`` (and unknown names) are skipped: they are parts of their
+  package, and adding them on top would count the same joules twice.
+* An ``intel-rapl-mmio`` zone that maps to a (component, device) already found through the
+  MSR interface is the same physical domain read another way, so it is skipped.
+
+Counters wrap at ``max_energy_range_uj``: delta = cur - prev when cur >= prev, else
+(max_range - prev) + cur. A counter that goes backwards for another reason (a glitch,
+a reset) would look like a wrap and produce a delta near the whole range, so every delta
+is checked against a physical ceiling: ``max_power_w * (elapsed_s + SLACK_S)``. A genuine
+wrap produces a small delta and passes; a bogus one is dropped and logged. The default
+ceiling of 2 kW per zone is about four times the highest CPU package TDP shipping today
+(~500 W) yet far below the ~262 kJ a false wrap adds in a one-second tick. The check can
+only catch a bogus wrap while ``max_power_w * elapsed`` stays below the range (about two
+minutes at the defaults); longer gaps between reads also risk missing a real wrap.
+
+``energy_uj`` is root-only since Linux 5.10 (CVE-2020-8694, PLATYPUS). Without
+permission the sensor logs one line saying how to fix it and the agent uses its estimator.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent.sensors.base import DeviceInfo, Reading
+
+log = logging.getLogger(__name__)
+
+SOURCE = "rapl"
+
+# Per-zone power no current CPU package, DRAM domain or psys reaches (see module docstring).
+MAX_ZONE_POWER_W = 2000.0
+# Allowance added to the elapsed time so a read taken an instant after the previous one
+# can still show a counter step (energy_uj updates about every millisecond).
+SLACK_S = 0.1
+
+_ZONE_RE = re.compile(r"^(intel-rapl|intel-rapl-mmio):(\d+(?::\d+)*)$")
+_PACKAGE_RE = re.compile(r"^package-(\d+)$")
+_SKIPPED_NAMES = frozenset({"core", "uncore"})
+
+PERMISSION_HINT = (
+    "run the agent as root, or make energy_uj readable with a sysfs mode rule "
+    "(e.g. systemd-tmpfiles 'z /sys/devices/virtual/powercap/intel-rapl/intel-rapl:*/energy_uj "
+    "0444 - - -' or a udev rule doing chmod o+r on energy_uj)"
+)
+
+
+class ProblemLog:
+    """Logs a problem once per (key, kind) until that key reads cleanly again.
+
+    A zone that stays unreadable would otherwise log every tick (once a second, forever);
+    one line when it breaks and one when it recovers is what an operator needs.
+    """
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self._log = logger
+        self._active: dict[str, set[str]] = {}
+
+    def report(self, key: str, kind: str, msg: str, *args: object) -> None:
+        kinds = self._active.setdefault(key, set())
+        if kind not in kinds:
+            kinds.add(kind)
+            self._log.warning(msg, *args)
+
+    def recovered(self, key: str) -> None:
+        if self._active.pop(key, None):
+            self._log.info("%s: reading normally again", key)
+
+
+@dataclass
+class _Zone:
+    """One reported RAPL zone and its running state (µJ kept as int: no float drift)."""
+
+    zone_id: str
+    path: Path
+    name: str
+    component: str
+    device: str
+    index: int | None
+    max_range_uj: int | None
+    prev_uj: int | None = None
+    prev_s: float = 0.0
+    total_uj: int = 0
+
+
+def _natural_key(zone_id: str) -> tuple[int, ...]:
+    match = _ZONE_RE.match(zone_id)
+    assert match is not None
+    return tuple(int(part) for part in match.group(2).split(":"))
+
+
+def _read_text(path: Path) -> str:
+    """One sysfs attribute; a module-level function so tests can make it fail."""
+    return path.read_text()
+
+
+def _read_uj(path: Path) -> int:
+    """A non-negative decimal integer from a sysfs file, else ValueError."""
+    text = _read_text(path).strip()
+    if not text.isdigit():
+        raise ValueError(f"not a non-negative integer: {text[:40]!r}")
+    return int(text)
+
+
+def wrap_delta_uj(prev_uj: int, cur_uj: int, max_range_uj: int | None) -> int | None:
+    """Counter increase from prev to cur; None when it went backwards with no known range."""
+    if cur_uj >= prev_uj:
+        return cur_uj - prev_uj
+    if max_range_uj is None or prev_uj > max_range_uj:
+        return None
+    return (max_range_uj - prev_uj) + cur_uj
+
+
+def _discover(powercap: Path) -> dict[str, Path]:
+    """Zone id -> directory, from the flat class listing and nested sub-zone dirs."""
+    found: dict[str, Path] = {}
+    for entry in sorted(powercap.iterdir()):
+        if not _ZONE_RE.match(entry.name) or not entry.is_dir():
+            continue
+        found.setdefault(entry.name, entry)
+        for child in sorted(entry.iterdir()):
+            if _ZONE_RE.match(child.name) and child.is_dir():
+                found.setdefault(child.name, child)
+    return found
+
+
+def _map_zone(zone_id: str, name: str, names: dict[str, str]) -> tuple[str, str, int | None] | None:
+    """(component, device, index) for a zone, or None when it must not be reported."""
+    numbers = _natural_key(zone_id)
+    package = _PACKAGE_RE.match(name)
+    if package:
+        return "cpu", name, int(package.group(1))
+    if name == "dram":
+        parent_name = names.get(zone_id.rsplit(":", 1)[0], "") if len(numbers) > 1 else ""
+        parent_pkg = _PACKAGE_RE.match(parent_name)
+        if parent_pkg:
+            return "dram", parent_name, int(parent_pkg.group(1))
+        return "dram", f"dram-{numbers[-1]}", numbers[-1]
+    if name == "psys":
+        return "platform", "psys", None
+    if name not in _SKIPPED_NAMES:
+        log.debug("RAPL zone %s has unknown name %r; not reported", zone_id, name)
+    return None
+
+
+class RaplSensor:
+    """Cumulative joules per reported RAPL zone since the sensor opened."""
+
+    name = "rapl"
+
+    def __init__(
+        self, zones: list[_Zone], now_s: float, max_power_w: float = MAX_ZONE_POWER_W
+    ) -> None:
+        self._zones = zones
+        self._max_power_w = max_power_w
+        self._problems = ProblemLog(log)
+        for zone in zones:
+            zone.prev_s = now_s
+
+    def describe(self) -> list[DeviceInfo]:
+        return [
+            DeviceInfo(component=z.component, device=z.device, source=SOURCE, index=z.index)
+            for z in self._zones
+        ]
+
+    def read(self, now_s: float) -> list[Reading]:
+        for zone in self._zones:
+            self._update(zone, now_s)
+        return [Reading(z.component, z.device, z.total_uj / 1e6, SOURCE) for z in self._zones]
+
+    def close(self) -> None:
+        """Nothing to release: every read opens and closes its own file."""
+
+    def _update(self, zone: _Zone, now_s: float) -> None:
+        key = f"RAPL zone {zone.zone_id} ({zone.name})"
+        try:
+            cur_uj = _read_uj(zone.path / "energy_uj")
+        except OSError as exc:
+            self._problems.report(key, "unreadable", "%s: cannot read energy_uj: %s", key, exc)
+            return
+        except ValueError as exc:
+            self._problems.report(key, "malformed", "%s: malformed energy_uj: %s", key, exc)
+            return
+        if zone.max_range_uj is not None and cur_uj > zone.max_range_uj:
+            self._problems.report(
+                key, "malformed", "%s: energy_uj %d above max_energy_range_uj %d",
+                key, cur_uj, zone.max_range_uj,
+            )
+            return
+        prev_uj, prev_s = zone.prev_uj, zone.prev_s
+        zone.prev_uj, zone.prev_s = cur_uj, now_s
+        if prev_uj is None:  # first good value: baseline only
+            self._problems.recovered(key)
+            return
+        delta_uj = wrap_delta_uj(prev_uj, cur_uj, zone.max_range_uj)
+        if delta_uj is None:
+            self._problems.report(
+                key, "backwards", "%s: counter went back from %d to %d µJ with no known "
+                "range; restarting from the new value", key, prev_uj, cur_uj,
+            )
+            return
+        elapsed_s = max(now_s - prev_s, 0.0)
+        ceiling_uj = self._max_power_w * (elapsed_s + SLACK_S) * 1e6
+        if delta_uj > ceiling_uj:
+            self._problems.report(
+                key, "implausible", "%s: dropped a jump of %.1f J in %.3f s (over %.0f W%s); "
+                "not counted", key, delta_uj / 1e6, elapsed_s, self._max_power_w,
+                ", counter went backwards" if cur_uj < prev_uj else "",
+            )
+            return
+        zone.total_uj += delta_uj
+        self._problems.recovered(key)
+
+
+def open_rapl(
+    sysfs_root: Path, now_s: float | None = None, max_power_w: float = MAX_ZONE_POWER_W
+) -> RaplSensor | None:
+    """A sensor over every reportable zone, or None when RAPL is absent or unreadable.
+
+    ``now_s`` is the monotonic time of the baseline read (default: now); the first
+    ``read`` measures from it.
+    """
+    powercap = sysfs_root / "class" / "powercap"
+    if not powercap.is_dir():
+        log.debug("no powercap directory at %s; RAPL not available", powercap)
+        return None
+    try:
+        dirs = _discover(powercap)
+    except OSError as exc:
+        log.debug("cannot list %s: %s; RAPL not available", powercap, exc)
+        return None
+    names: dict[str, str] = {}
+    for zone_id, path in dirs.items():
+        try:
+            names[zone_id] = _read_text(path / "name").strip()
+        except OSError as exc:
+            log.debug("RAPL zone %s has no readable name (%s); skipped", zone_id, exc)
+
+    # MSR zones first so an MMIO zone for the same domain is the one skipped.
+    ordered = sorted(names, key=lambda z: (z.startswith("intel-rapl-mmio"), _natural_key(z)))
+    zones: list[_Zone] = []
+    taken: set[tuple[str, str]] = set()
+    for zone_id in ordered:
+        mapped = _map_zone(zone_id, names[zone_id], names)
+        if mapped is None:
+            continue
+        component, device, index = mapped
+        if (component, device) in taken:
+            if zone_id.startswith("intel-rapl-mmio"):
+                log.debug("RAPL %s duplicates %s/%s from the MSR interface; skipped",
+                          zone_id, component, device)
+                continue
+            log.warning("RAPL %s repeats %s/%s; reported as %s@%s",
+                        zone_id, component, device, device, zone_id)
+            device = f"{device}@{zone_id}"
+        taken.add((component, device))
+        try:
+            max_range: int | None = _read_uj(dirs[zone_id] / "max_energy_range_uj")
+        except (OSError, ValueError) as exc:
+            log.warning("RAPL %s: no usable max_energy_range_uj (%s); wraps cannot be "
+                        "undone for it", zone_id, exc)
+            max_range = None
+        zones.append(_Zone(zone_id, dirs[zone_id], names[zone_id], component, device,
+                           index, max_range))
+    if not zones:
+        log.debug("no reportable RAPL zones under %s", powercap)
+        return None
+    return _baseline(zones, powercap, time.monotonic() if now_s is None else now_s, max_power_w)
+
+
+def _baseline(
+    zones: list[_Zone], powercap: Path, now_s: float, max_power_w: float
+) -> RaplSensor | None:
+    """Take each zone's starting value; handle the root-only energy_uj case in one line."""
+    denied: list[str] = []
+    kept: list[_Zone] = []
+    for zone in zones:
+        try:
+            zone.prev_uj = _read_uj(zone.path / "energy_uj")
+        except PermissionError:
+            denied.append(zone.zone_id)
+            continue
+        except (OSError, ValueError) as exc:
+            # Kept: the first good read later becomes its baseline.
+            log.warning("RAPL %s: energy_uj unreadable at start (%s); will retry each tick",
+                        zone.zone_id, exc)
+        kept.append(zone)
+    if denied:
+        has_cpu = any(z.component == "cpu" for z in kept)
+        outcome = (
+            f"skipping {', '.join(denied)}" if has_cpu
+            else "falling back to the estimator for CPU energy"
+        )
+        log.warning(
+            "RAPL energy counters under %s are not readable by this user (root-only since "
+            "Linux 5.10, CVE-2020-8694): %s; to fix, %s", powercap, outcome, PERMISSION_HINT,
+        )
+        if not has_cpu:
+            return None
+    sensor = RaplSensor(kept, now_s, max_power_w)
+    log.debug("RAPL zones: %s", ", ".join(f"{z.zone_id}={z.name}" for z in kept))
+    return sensor

@@ -1,0 +1,178 @@
+"""Recorded power traces replayed as if they were hardware (``--replay FILE``).
+
+A trace lets every later stage (attribution, sinks, reports, dashboard) be run and tested
+on a machine with no sensors, against energy that is known exactly.
+
+File format: CSV, header exactly ``t_s,component,device,watts``, one row per change.
+
+* Each row sets the power of (component, device) from its ``t_s`` until the next row for
+  the same key: power is piecewise constant, so energy is an exact sum of rectangles.
+* Time zero of the replay is the first ``t_s`` in the file; it is mapped to the monotonic
+  time the sensor opened, so ``read(now_s)`` replays trace time
+  ``first_t_s + (now_s - opened_s)``.
+* Before a key's first row its power is 0 W. After its last row it holds its last watts
+  for as long as the replay runs (a trace ending in ``0`` stops it cleanly).
+* Rows must not go back in time (equal times are allowed; for one key the later row
+  wins). Blank lines are ignored. ``component`` must be one of base.COMPONENTS.
+"""
+
+from __future__ import annotations
+
+import bisect
+import csv
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agent.sensors.base import COMPONENTS, DeviceInfo, Reading
+
+SOURCE = "replay"
+HEADER = ("t_s", "component", "device", "watts")
+
+Key = tuple[str, str]
+
+
+class TraceError(ValueError):
+    """A trace file that cannot be replayed; the message is ``<file>:<line>: <problem>``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """One key's steps: ``watts_w[i]`` holds from ``times_s[i]`` to ``times_s[i + 1]``."""
+
+    times_s: tuple[float, ...]
+    watts_w: tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    """A validated trace: where it came from, its time zero, and each key's steps."""
+
+    path: Path
+    start_s: float
+    series: dict[Key, Series] = field(default_factory=dict)
+
+    @property
+    def end_s(self) -> float:
+        """Time of the last row (every key holds its last watts after it)."""
+        return max(s.times_s[-1] for s in self.series.values())
+
+
+def _number(text: str, what: str, where: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise TraceError(f"{where}: {what} is not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise TraceError(f"{where}: {what} must be finite, got {text!r}")
+    return value
+
+
+def load_trace(path: Path | str) -> Trace:
+    """Read and validate a trace file; any problem raises :class:`TraceError`."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceError(f"{path}:0: cannot read: {exc}") from None
+    reader = csv.reader(text.splitlines())
+    header = next(reader, None)
+    if header is None or tuple(h.strip() for h in header) != HEADER:
+        raise TraceError(f"{path}:1: header must be exactly {','.join(HEADER)!r}, "
+                         f"got {','.join(header or [])!r}")
+    rows: dict[Key, tuple[list[float], list[float]]] = {}
+    start_s: float | None = None
+    prev_t_s = -math.inf
+    for fields in reader:
+        where = f"{path}:{reader.line_num}"
+        if not fields or all(not f.strip() for f in fields):
+            continue
+        if len(fields) != len(HEADER):
+            raise TraceError(f"{where}: expected {len(HEADER)} fields, got {len(fields)}")
+        t_text, component, device, watts_text = (f.strip() for f in fields)
+        t_s = _number(t_text, "t_s", where)
+        watts_w = _number(watts_text, "watts", where)
+        if watts_w < 0:
+            raise TraceError(f"{where}: watts must not be negative, got {watts_text!r}")
+        if component not in COMPONENTS:
+            raise TraceError(f"{where}: unknown component {component!r}; "
+                             f"expected one of {', '.join(COMPONENTS)}")
+        if not device:
+            raise TraceError(f"{where}: device must not be empty")
+        if t_s < prev_t_s:
+            raise TraceError(f"{where}: time goes backwards ({t_s} after {prev_t_s})")
+        prev_t_s = t_s
+        if start_s is None:
+            start_s = t_s
+        times, watts = rows.setdefault((component, device), ([], []))
+        if times and times[-1] == t_s:
+            watts[-1] = watts_w  # same instant: the later row wins
+        else:
+            times.append(t_s)
+            watts.append(watts_w)
+    if start_s is None:
+        raise TraceError(f"{path}:{reader.line_num}: no data rows after the header")
+    series = {k: Series(tuple(t), tuple(w)) for k, (t, w) in rows.items()}
+    return Trace(path=path, start_s=start_s, series=series)
+
+
+def trace_energy_j(trace: Trace, t_from_s: float, t_to_s: float) -> dict[Key, float]:
+    """Exact joules per key over [t_from_s, t_to_s] in the trace's own time (its t_s).
+
+    Walks every step directly (no precomputed sums), so tests can use it as ground truth
+    for :class:`ReplaySensor`.
+    """
+    if t_to_s < t_from_s:
+        raise ValueError(f"t_to_s {t_to_s} is before t_from_s {t_from_s}")
+    energy: dict[Key, float] = {}
+    for key, s in trace.series.items():
+        total_j = 0.0
+        for i, watts_w in enumerate(s.watts_w):
+            seg_start = max(s.times_s[i], t_from_s)
+            seg_end = min(s.times_s[i + 1] if i + 1 < len(s.times_s) else math.inf, t_to_s)
+            if seg_end > seg_start:
+                total_j += watts_w * (seg_end - seg_start)
+        energy[key] = total_j
+    return energy
+
+
+class ReplaySensor:
+    """Replays a trace in real (monotonic) time; cumulative joules since it opened."""
+
+    name = "replay"
+
+    def __init__(self, trace: Trace, opened_s: float | None = None) -> None:
+        self.trace = trace
+        self.opened_s = time.monotonic() if opened_s is None else opened_s
+        # Joules from each key's first row up to each later row: O(log n) reads.
+        self._prefix_j: dict[Key, tuple[float, ...]] = {}
+        for key, s in trace.series.items():
+            prefix = [0.0]
+            for i in range(1, len(s.times_s)):
+                prefix.append(prefix[-1] + s.watts_w[i - 1] * (s.times_s[i] - s.times_s[i - 1]))
+            self._prefix_j[key] = tuple(prefix)
+
+    def _energy_to_j(self, key: Key, t_s: float) -> float:
+        s = self.trace.series[key]
+        i = bisect.bisect_right(s.times_s, t_s) - 1
+        if i < 0:
+            return 0.0
+        return self._prefix_j[key][i] + s.watts_w[i] * (t_s - s.times_s[i])
+
+    def describe(self) -> list[DeviceInfo]:
+        return [DeviceInfo(component=c, device=d, source=SOURCE) for c, d in self.trace.series]
+
+    def read(self, now_s: float) -> list[Reading]:
+        t_s = self.trace.start_s + max(now_s - self.opened_s, 0.0)
+        return [
+            Reading(c, d, self._energy_to_j((c, d), t_s), SOURCE) for c, d in self.trace.series
+        ]
+
+    def close(self) -> None:
+        """Nothing to release: the trace is held in memory."""
+
+
+def open_replay(path: Path | str, now_s: float | None = None) -> ReplaySensor:
+    """Load ``path`` (raising :class:`TraceError` if invalid) and start replaying at ``now_s``."""
+    return ReplaySensor(load_trace(path), opened_s=now_s)

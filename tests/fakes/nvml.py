@@ -1,0 +1,166 @@
+"""A fake ``pynvml`` module with configurable GPUs, for tests on machines without NVIDIA.
+
+It exposes the same function names, argument shapes, units and error type as
+nvidia-ml-py (``NVMLError(value)`` with a ``.value`` code; the codes below have the same
+numbers as in pynvml). ``FAKE_FUNCTIONS`` lists what it implements so a test can check
+every name still exists in the real package.
+
+Install with ``FakeNvml(...).install(monkeypatch)``, which puts the module in
+``sys.modules["pynvml"]`` for the duration of the test.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+NVML_ERROR_UNINITIALIZED = 1
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_UNKNOWN = 999
+
+_ERROR_TEXT = {
+    NVML_ERROR_UNINITIALIZED: "Uninitialized",
+    NVML_ERROR_NOT_SUPPORTED: "Not Supported",
+    NVML_ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
+    NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
+    NVML_ERROR_GPU_IS_LOST: "GPU is lost",
+    NVML_ERROR_UNKNOWN: "Unknown Error",
+}
+
+FAKE_FUNCTIONS = (
+    "nvmlInit",
+    "nvmlShutdown",
+    "nvmlDeviceGetCount",
+    "nvmlDeviceGetHandleByIndex",
+    "nvmlDeviceGetUUID",
+    "nvmlDeviceGetName",
+    "nvmlDeviceGetTotalEnergyConsumption",
+    "nvmlDeviceGetPowerUsage",
+)
+
+
+class NVMLError(Exception):
+    """Same shape as pynvml.NVMLError: constructed from an error code kept in ``.value``."""
+
+    def __init__(self, value: int) -> None:
+        super().__init__(value)
+        self.value = value
+
+    def __str__(self) -> str:
+        return _ERROR_TEXT.get(self.value, f"NVML Error with code {self.value}")
+
+
+@dataclass
+class FakeGpu:
+    """One device. ``energy_mj=None`` means no energy counter (pre-Volta): NOT_SUPPORTED.
+
+    ``fail`` maps a function name to the error code it raises for this device; tests
+    change it between reads to break and heal a device.
+    """
+
+    name: str = "NVIDIA H100 80GB HBM3"
+    uuid: str = "GPU-00000000-0000-0000-0000-000000000000"
+    energy_mj: int | None = 0
+    power_mw: int = 100_000
+    fail: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class _Handle:
+    index: int
+
+
+class FakeNvml:
+    """Builds the fake module over a list of GPUs and records init/shutdown calls."""
+
+    def __init__(
+        self,
+        gpus: list[FakeGpu] | None = None,
+        *,
+        init_error: int | None = None,
+        init_oserror: bool = False,
+        bytes_strings: bool = False,
+    ) -> None:
+        self.gpus = list(gpus or [])
+        self.init_error = init_error
+        self.init_oserror = init_oserror
+        self.bytes_strings = bytes_strings
+        self.init_calls = 0
+        self.shutdown_calls = 0
+        self.initialised = False
+        self.module = self._build()
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> FakeNvml:
+        monkeypatch.setitem(sys.modules, "pynvml", self.module)
+        return self
+
+    def _gpu(self, handle: Any, func: str) -> FakeGpu:
+        if not self.initialised:
+            raise NVMLError(NVML_ERROR_UNINITIALIZED)
+        gpu = self.gpus[handle.index]
+        if func in gpu.fail:
+            raise NVMLError(gpu.fail[func])
+        return gpu
+
+    def _string(self, text: str) -> str | bytes:
+        return text.encode() if self.bytes_strings else text
+
+    def _build(self) -> types.ModuleType:
+        mod = types.ModuleType("pynvml")
+        mod.NVMLError = NVMLError  # type: ignore[attr-defined]
+        for code_name, code in list(globals().items()):
+            if code_name.startswith("NVML_ERROR_"):
+                setattr(mod, code_name, code)
+
+        def nvmlInit() -> None:
+            self.init_calls += 1
+            if self.init_oserror:
+                raise OSError("libnvidia-ml.so.1: cannot open shared object file")
+            if self.init_error is not None:
+                raise NVMLError(self.init_error)
+            self.initialised = True
+
+        def nvmlShutdown() -> None:
+            if not self.initialised:
+                raise NVMLError(NVML_ERROR_UNINITIALIZED)
+            self.shutdown_calls += 1
+            self.initialised = False
+
+        def nvmlDeviceGetCount() -> int:
+            if not self.initialised:
+                raise NVMLError(NVML_ERROR_UNINITIALIZED)
+            return len(self.gpus)
+
+        def nvmlDeviceGetHandleByIndex(index: int) -> _Handle:
+            if not self.initialised:
+                raise NVMLError(NVML_ERROR_UNINITIALIZED)
+            self._gpu(_Handle(index), "nvmlDeviceGetHandleByIndex")
+            return _Handle(index)
+
+        def nvmlDeviceGetUUID(handle: _Handle) -> str | bytes:
+            return self._string(self._gpu(handle, "nvmlDeviceGetUUID").uuid)
+
+        def nvmlDeviceGetName(handle: _Handle) -> str | bytes:
+            return self._string(self._gpu(handle, "nvmlDeviceGetName").name)
+
+        def nvmlDeviceGetTotalEnergyConsumption(handle: _Handle) -> int:
+            gpu = self._gpu(handle, "nvmlDeviceGetTotalEnergyConsumption")
+            if gpu.energy_mj is None:
+                raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+            return gpu.energy_mj
+
+        def nvmlDeviceGetPowerUsage(handle: _Handle) -> int:
+            return self._gpu(handle, "nvmlDeviceGetPowerUsage").power_mw
+
+        for func in (nvmlInit, nvmlShutdown, nvmlDeviceGetCount, nvmlDeviceGetHandleByIndex,
+                     nvmlDeviceGetUUID, nvmlDeviceGetName, nvmlDeviceGetTotalEnergyConsumption,
+                     nvmlDeviceGetPowerUsage):
+            setattr(mod, func.__name__, func)
+        return mod

@@ -1,0 +1,182 @@
+"""A fake Linux powercap tree, laid out like the real one, for RAPL tests.
+
+Real layout (kernel powercap class): zone directories live under
+``devices/virtual/powercap/<control>/<zone>[/<sub-zone>]`` and ``class/powercap`` holds a
+symlink per control type and per zone, sub-zones included. The fake builds the same so
+the sensor's discovery code is exercised as on a real machine.
+
+Every write goes to a temporary file that is then ``os.replace``d over the target, so a
+reader in another thread sees the old number or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+
+_ZONE_RE = re.compile(r"^(intel-rapl|intel-rapl-mmio):\d+(?::\d+)*$")
+DEFAULT_MAX_RANGE_UJ = 262143328850
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file and an atomic rename."""
+    tmp = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+class FakePowercap:
+    """Builds zones under ``<root>/devices/virtual/powercap`` with ``class/powercap`` links."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.class_dir = root / "class" / "powercap"
+        self.devices_dir = root / "devices" / "virtual" / "powercap"
+        self.class_dir.mkdir(parents=True, exist_ok=True)
+        self.devices_dir.mkdir(parents=True, exist_ok=True)
+        self._zones: dict[str, Path] = {}
+        self._drivers: dict[str, Driver] = {}
+
+    def add_zone(
+        self,
+        zone_id: str = "intel-rapl:0",
+        name: str = "package-0",
+        energy_uj: int = 0,
+        max_energy_range_uj: int = DEFAULT_MAX_RANGE_UJ,
+        parent: str | None = None,
+    ) -> Path:
+        """Create a zone; a sub-zone (``intel-rapl:0:1``) nests under its parent."""
+        if not _ZONE_RE.match(zone_id):
+            raise ValueError(f"not a powercap zone id: {zone_id!r}")
+        control = zone_id.split(":", 1)[0]
+        if parent is None and zone_id.count(":") > 1:
+            parent = zone_id.rsplit(":", 1)[0]
+        if parent is not None:
+            if parent not in self._zones:
+                raise KeyError(f"add parent zone {parent} first")
+            zone_dir = self._zones[parent] / zone_id
+        else:
+            control_dir = self.devices_dir / control
+            control_dir.mkdir(exist_ok=True)
+            (control_dir / "enabled").write_text("1\n")
+            link = self.class_dir / control
+            if not link.exists():
+                link.symlink_to(os.path.relpath(control_dir, self.class_dir))
+            zone_dir = control_dir / zone_id
+        zone_dir.mkdir()
+        (zone_dir / "name").write_text(name + "\n")
+        (zone_dir / "max_energy_range_uj").write_text(f"{max_energy_range_uj}\n")
+        atomic_write(zone_dir / "energy_uj", f"{energy_uj}\n")
+        (self.class_dir / zone_id).symlink_to(os.path.relpath(zone_dir, self.class_dir))
+        self._zones[zone_id] = zone_dir
+        return zone_dir
+
+    def zone_dir(self, zone_id: str) -> Path:
+        return self._zones[zone_id]
+
+    def set_energy_uj(self, zone_id: str, value: int) -> None:
+        atomic_write(self._zones[zone_id] / "energy_uj", f"{value}\n")
+
+    def write_raw(self, zone_id: str, filename: str, text: str) -> None:
+        """Put arbitrary text in a zone file (malformed values, for error tests)."""
+        atomic_write(self._zones[zone_id] / filename, text)
+
+    def energy_uj(self, zone_id: str) -> int:
+        return int((self._zones[zone_id] / "energy_uj").read_text())
+
+    def max_range_uj(self, zone_id: str) -> int:
+        return int((self._zones[zone_id] / "max_energy_range_uj").read_text())
+
+    def drive(
+        self, zone_id: str, power_w: float, wrap_uj: int | None = None, hz: float = 200
+    ) -> Driver:
+        """Start advancing ``zone_id`` in real time at ``power_w``; see :class:`Driver`.
+
+        ``wrap_uj`` replaces the zone's ``max_energy_range_uj`` (so tests can force
+        frequent wraps); the counter wraps there, as the hardware counter does.
+        """
+        if wrap_uj is not None:
+            atomic_write(self._zones[zone_id] / "max_energy_range_uj", f"{wrap_uj}\n")
+        if zone_id in self._drivers:
+            self._drivers[zone_id].stop()
+        driver = Driver(self, zone_id, power_w, self.max_range_uj(zone_id), hz)
+        self._drivers[zone_id] = driver
+        driver.start()
+        return driver
+
+    def pause(self, zone_id: str) -> None:
+        """Stop the driver of ``zone_id`` (if any) so a test can write the file itself."""
+        driver = self._drivers.get(zone_id)
+        if driver is not None:
+            driver.stop()
+
+
+class Driver:
+    """A background thread that advances one zone's counter at a constant power.
+
+    ``energy_j`` is the exact ground truth: the joules the counter has advanced by as last
+    written (computed from the monotonic clock, then rounded to whole µJ as the file holds).
+    Use as a context manager or call :meth:`stop`; stopping writes one final value.
+    """
+
+    def __init__(
+        self, tree: FakePowercap, zone_id: str, power_w: float, max_range_uj: int, hz: float
+    ) -> None:
+        self._tree = tree
+        self._zone_id = zone_id
+        self._power_w = power_w
+        self._max_range_uj = max_range_uj
+        self._period_s = 1.0 / hz
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._advanced_uj = 0
+        self.wraps = 0
+        self._start_uj = tree.energy_uj(zone_id)
+        self._start_s = 0.0
+        self._thread = threading.Thread(target=self._run, name=f"drive-{zone_id}", daemon=True)
+
+    def start(self) -> None:
+        self._start_s = time.monotonic()
+        self._thread.start()
+
+    def _step(self) -> None:
+        advanced_uj = int(self._power_w * (time.monotonic() - self._start_s) * 1e6)
+        absolute_uj = self._start_uj + advanced_uj
+        with self._lock:
+            self._tree.set_energy_uj(self._zone_id, absolute_uj % self._max_range_uj)
+            self._advanced_uj = advanced_uj
+            self.wraps = absolute_uj // self._max_range_uj
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._period_s):
+            self._step()
+        self._step()
+
+    @property
+    def energy_j(self) -> float:
+        with self._lock:
+            return self._advanced_uj / 1e6
+
+    def stop(self) -> float:
+        """Stop the thread after one last write; returns the final ground truth in J.
+
+        Safe to call more than once (``pause`` and the context manager may both stop it).
+        """
+        self._stop.set()
+        self._thread.join()
+        return self.energy_j
+
+    def __enter__(self) -> Driver:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

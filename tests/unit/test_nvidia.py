@@ -1,0 +1,165 @@
+"""NVIDIA sensor against a fake pynvml: energy path, power path, failures, old bindings."""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+
+import pytest
+
+from agent.sensors.nvidia import open_nvidia
+from tests.fakes import nvml as fake
+from tests.fakes.nvml import FakeGpu, FakeNvml
+
+LOGGER = "agent.sensors.nvidia"
+
+
+def _logged(caplog: pytest.LogCaptureFixture, level: int) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == LOGGER and r.levelno >= level]
+
+
+def test_fake_matches_the_real_pynvml_api() -> None:
+    """Every function and error code the fake offers exists, with that value, in pynvml."""
+    import pynvml as real
+
+    for name in fake.FAKE_FUNCTIONS:
+        assert callable(getattr(real, name)), name
+    for code in ("NOT_SUPPORTED", "GPU_IS_LOST", "LIBRARY_NOT_FOUND", "DRIVER_NOT_LOADED"):
+        assert getattr(real, f"NVML_ERROR_{code}") == getattr(fake, f"NVML_ERROR_{code}")
+    assert issubclass(real.NVMLError, Exception)
+
+
+def test_energy_counter_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    gpus = [FakeGpu(uuid="GPU-a", energy_mj=5_000_000), FakeGpu(uuid="GPU-b", energy_mj=0)]
+    nvml = FakeNvml(gpus).install(monkeypatch)
+    sensor = open_nvidia(now_s=0.0)
+    assert sensor is not None
+    infos = sensor.describe()
+    assert [(d.device, d.uuid, d.index, d.source) for d in infos] == [
+        ("gpu0", "GPU-a", 0, "nvml_energy"), ("gpu1", "GPU-b", 1, "nvml_energy"),
+    ]
+    assert infos[0].model == "NVIDIA H100 80GB HBM3" and infos[0].component == "gpu"
+    gpus[0].energy_mj = 5_000_000 + 350_250  # 350.25 J since open
+    gpus[1].energy_mj = 700_000
+    gpus[0].power_mw = 999_999  # ignored on this path
+    readings = sensor.read(1.0)
+    assert [(r.component, r.device, r.source) for r in readings] == [
+        ("gpu", "gpu0", "nvml_energy"), ("gpu", "gpu1", "nvml_energy"),
+    ]
+    assert readings[0].energy_j == pytest.approx(350.25)
+    assert readings[1].energy_j == pytest.approx(700.0)
+    sensor.close()
+    sensor.close()  # idempotent
+    assert nvml.shutdown_calls == 1
+
+
+def test_energy_counter_reset_restarts_without_losing_the_total(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    gpus = [FakeGpu(energy_mj=1_000_000)]
+    FakeNvml(gpus).install(monkeypatch)
+    sensor = open_nvidia(now_s=0.0)
+    assert sensor is not None
+    gpus[0].energy_mj = 1_100_000
+    assert sensor.read(1.0)[0].energy_j == pytest.approx(100.0)
+    gpus[0].energy_mj = 20_000  # driver reloaded
+    assert sensor.read(2.0)[0].energy_j == pytest.approx(100.0)
+    gpus[0].energy_mj = 50_000
+    assert sensor.read(3.0)[0].energy_j == pytest.approx(130.0)
+
+
+def test_power_path_integrates_accurately(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pre-Volta GPU: a 250 +- 100 W sine sampled every 0.1 s for 60 s, within 0.1 %."""
+    gpus = [FakeGpu(energy_mj=None, power_mw=250_000)]
+    FakeNvml(gpus).install(monkeypatch)
+
+    def power_w(t: float) -> float:
+        return 250.0 + 100.0 * math.sin(t)
+
+    sensor = open_nvidia(now_s=10.0)
+    assert sensor is not None
+    assert sensor.describe()[0].source == "nvml_power"
+    dt, steps = 0.1, 600
+    for i in range(1, steps + 1):
+        t = i * dt
+        gpus[0].power_mw = round(power_w(t) * 1000)
+        reading = sensor.read(10.0 + t)[0]
+    truth_j = 250.0 * 60.0 + 100.0 * (1.0 - math.cos(60.0))
+    assert reading.source == "nvml_power"
+    assert reading.energy_j == pytest.approx(truth_j, rel=1e-3)
+
+
+def test_power_path_uses_real_elapsed_time_and_trapezoid(monkeypatch: pytest.MonkeyPatch) -> None:
+    gpus = [FakeGpu(energy_mj=None, power_mw=100_000)]
+    FakeNvml(gpus).install(monkeypatch)
+    sensor = open_nvidia(now_s=0.0)
+    assert sensor is not None
+    gpus[0].power_mw = 300_000
+    assert sensor.read(2.0)[0].energy_j == pytest.approx(400.0)  # (100 + 300) / 2 * 2 s
+    assert sensor.read(2.5)[0].energy_j == pytest.approx(550.0)  # + 300 W * 0.5 s
+
+
+def test_no_driver_returns_none_silently(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger=LOGGER)
+    for nvml in (FakeNvml(init_error=fake.NVML_ERROR_LIBRARY_NOT_FOUND),
+                 FakeNvml(init_error=fake.NVML_ERROR_DRIVER_NOT_LOADED),
+                 FakeNvml(init_oserror=True)):
+        nvml.install(monkeypatch)
+        assert open_nvidia(now_s=0.0) is None
+        assert nvml.init_calls == 1
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # the package itself is missing
+    assert open_nvidia(now_s=0.0) is None
+    assert _logged(caplog, logging.DEBUG)
+    assert not _logged(caplog, logging.INFO)
+
+
+def test_driver_without_gpus_returns_none_and_shuts_down(monkeypatch: pytest.MonkeyPatch) -> None:
+    nvml = FakeNvml([]).install(monkeypatch)
+    assert open_nvidia(now_s=0.0) is None
+    assert nvml.shutdown_calls == 1
+
+
+def test_per_device_error_does_not_stop_others_and_logs_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    gpus = [FakeGpu(uuid="GPU-a", energy_mj=0), FakeGpu(uuid="GPU-b", energy_mj=0)]
+    FakeNvml(gpus).install(monkeypatch)
+    sensor = open_nvidia(now_s=0.0)
+    assert sensor is not None
+    gpus[0].fail["nvmlDeviceGetTotalEnergyConsumption"] = fake.NVML_ERROR_GPU_IS_LOST
+    for tick in (1, 2, 3):
+        gpus[0].energy_mj = tick * 10_000
+        gpus[1].energy_mj = tick * 20_000
+        readings = sensor.read(float(tick))
+        assert readings[0].energy_j == 0.0  # last good value kept
+        assert readings[1].energy_j == pytest.approx(tick * 20.0)
+    warnings = _logged(caplog, logging.WARNING)
+    assert len(warnings) == 1 and "GPU is lost" in warnings[0].getMessage()
+    del gpus[0].fail["nvmlDeviceGetTotalEnergyConsumption"]
+    gpus[0].energy_mj = 40_000
+    assert sensor.read(4.0)[0].energy_j == pytest.approx(40.0)
+    gpus[0].fail["nvmlDeviceGetTotalEnergyConsumption"] = fake.NVML_ERROR_UNKNOWN
+    sensor.read(5.0)
+    assert len(_logged(caplog, logging.WARNING)) == 2  # a new failure after recovery
+
+
+def test_unmeasurable_device_is_skipped_others_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    broken = FakeGpu(uuid="GPU-x", energy_mj=None,
+                     fail={"nvmlDeviceGetPowerUsage": fake.NVML_ERROR_NOT_SUPPORTED})
+    FakeNvml([broken, FakeGpu(uuid="GPU-ok")]).install(monkeypatch)
+    sensor = open_nvidia(now_s=0.0)
+    assert sensor is not None
+    assert [(d.device, d.uuid) for d in sensor.describe()] == [("gpu1", "GPU-ok")]
+
+
+def test_bytes_names_and_uuids_from_old_bindings(monkeypatch: pytest.MonkeyPatch) -> None:
+    FakeNvml([FakeGpu(name="Tesla V100-SXM2-16GB", uuid="GPU-v100")],
+             bytes_strings=True).install(monkeypatch)
+    sensor = open_nvidia(now_s=0.0)
+    assert sensor is not None
+    info = sensor.describe()[0]
+    assert info.model == "Tesla V100-SXM2-16GB" and info.uuid == "GPU-v100"
+    assert isinstance(info.model, str) and isinstance(info.uuid, str)
