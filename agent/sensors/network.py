@@ -95,6 +95,7 @@ class NetworkSensor:
             raise ValueError(f"j_per_byte must be a non-negative number, got {j_per_byte!r}")
         self._path = procfs_root / "net" / "dev"
         self._sysfs_root = sysfs_root
+        self._physical: dict[str, bool] = {}
         self.j_per_byte = j_per_byte
         self._ifaces: dict[str, _Iface] = {}
         # Baseline now: bytes moved before the sensor opened are not ours to count. An
@@ -109,9 +110,17 @@ class NetworkSensor:
             self._ifaces[iface] = _Iface(total)
 
     def _is_physical(self, iface: str) -> bool:
-        if self._sysfs_root is not None:
-            return (self._sysfs_root / "class" / "net" / iface / "device").exists()
-        return iface != "lo" and "." not in iface and not iface.startswith(VIRTUAL_PREFIXES)
+        """Asked once per interface name; the kernel's answer when sysfs shows the NICs."""
+        known = self._physical.get(iface)
+        if known is None:
+            net = self._sysfs_root / "class" / "net" if self._sysfs_root is not None else None
+            if net is not None and net.is_dir():
+                known = (net / iface / "device").exists()
+            else:
+                known = iface != "lo" and "." not in iface and not iface.startswith(
+                    VIRTUAL_PREFIXES)
+            self._physical[iface] = known
+        return known
 
     def _counters(self) -> dict[str, int]:
         totals = parse_net_dev(self._path.read_text())

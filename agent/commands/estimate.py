@@ -1,0 +1,292 @@
+"""``joulestat estimate cpu|dram``: what the estimators say, and why.
+
+The agent falls back to these models on nodes without energy counters; this command
+lets a user see the exact number and its derivation (method, TDP row or coefficient,
+source, formula with the numbers filled in) for this machine or for any CPU they name.
+Every fact not given as a flag comes from this machine's procfs, so with no flags the
+command answers "what would the agent estimate here?".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from agent.config import ConfigError, add_options, resolve
+from agent.sensors.cpu_tdp import TdpMatch, lookup_tdp
+from agent.sensors.power_model import (
+    BYTES_PER_GB,
+    BYTES_PER_GIB,
+    CPU_METHODS,
+    METHOD_TDP_CURVE,
+    Citation,
+    CpuPowerModel,
+    PowerModels,
+    build_cpu_model,
+    choose_cpu_method,
+    load_power_models,
+)
+
+
+def _bounded(kind: type, low: float, high: float | None = None, unit: str = ""):
+    """An argparse ``type`` for a number in [low, high]; argparse prefixes the flag name."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if isinstance(value, float) and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+        if value < low or (high is not None and value > high):
+            bound = f"between {low:g} and {high:g}{unit}" if high is not None else f">= {low:g}"
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {text}")
+        return value
+
+    return parse
+
+
+def _positive(unit: str):
+    """An argparse ``type`` for a finite number greater than zero."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(value) or value <= 0:
+            raise argparse.ArgumentTypeError(f"must be a number of {unit} above 0, got {text}")
+        return value
+
+    return parse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "estimate",
+        help="show the power estimators' watts and how they were derived",
+        description="Show what joulestat's power models estimate and why: the method, the "
+        "TDP table row or coefficient used, its source, and the formula with numbers filled "
+        "in. Facts not given as flags are read from this machine's procfs.",
+    )
+    components = parser.add_subparsers(dest="component", metavar="COMPONENT", required=True)
+
+    cpu = components.add_parser(
+        "cpu",
+        help="CPU power at a given load",
+        description="Estimated CPU power at --load. Method: tdp-curve (bare metal with the "
+        "CPU in CodeCarbon's TDP table: sockets x TDP x Boavizta curve) or ccf-vcpu "
+        "(VMs and unknown CPUs: threads x Cloud Carbon Footprint per-vCPU watts).",
+    )
+    cpu.add_argument("--model", metavar="NAME",
+                     help="CPU model name as /proc/cpuinfo prints it "
+                     "[default: this machine's]")
+    cpu.add_argument("--threads", type=_bounded(int, 1), metavar="N",
+                     help="logical CPUs (vCPUs) [default: this machine's]")
+    cpu.add_argument("--sockets", type=_bounded(int, 1), metavar="N",
+                     help="CPU packages, for tdp-curve [default: this machine's]")
+    cpu.add_argument("--load", type=_bounded(float, 0, 100, " %"), required=True,
+                     metavar="PCT", help="CPU busy percentage, 0..100")
+    cpu.add_argument("--method", choices=CPU_METHODS,
+                     help="force a method [default: tdp-curve on bare metal when the TDP is "
+                     "known, else ccf-vcpu]")
+    cpu.add_argument("--tdp", type=_positive("W"), metavar="W",
+                     help="TDP per socket in watts, instead of the table lookup")
+    cpu.add_argument("--cloud", choices=sorted(load_power_models().vcpu),
+                     help="per-vCPU coefficients of this cloud for ccf-vcpu "
+                     "[default: the AWS averages]")
+    host = cpu.add_mutually_exclusive_group()
+    host.add_argument("--vm", dest="is_vm", action="store_const", const=True,
+                      help="treat the host as a virtual machine")
+    host.add_argument("--bare-metal", dest="is_vm", action="store_const", const=False,
+                      help="treat the host as bare metal "
+                      "[default: this machine's cpuinfo hypervisor flag]")
+    cpu.add_argument("--json", action="store_true", help="print one JSON object")
+    add_options(cpu, ["config", "procfs_root"])
+    cpu.set_defaults(func=run_cpu)
+
+    dram = components.add_parser(
+        "dram",
+        help="DRAM power for an amount of memory",
+        description="Estimated DRAM power: a constant W/GiB (Cloud Carbon Footprint's "
+        "0.392 W/GB converted to GiB) times the memory size.",
+    )
+    dram.add_argument("--gib", type=_positive("GiB"), metavar="G",
+                      help="memory in GiB [default: this machine's MemTotal]")
+    dram.add_argument("--json", action="store_true", help="print one JSON object")
+    add_options(dram, ["config", "procfs_root"])
+    dram.set_defaults(func=run_dram)
+
+
+def _procfs_root(args: argparse.Namespace) -> Path:
+    return resolve(args, ["config", "procfs_root"])["procfs_root"]
+
+
+def _machine(what: str, read, root: Path) -> Any:
+    try:
+        return read(root)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read this machine's {what} from {root} ({exc}); "
+                          f"give it as a flag") from None
+
+
+def _citation(c: Citation) -> dict[str, str]:
+    return {"source": c.source, "url": c.url, "date": c.date, "retrieved": c.retrieved}
+
+
+def run_cpu(args: argparse.Namespace) -> int:
+    from agent import procfs
+
+    root = _procfs_root(args)
+    models = load_power_models()
+    cpu_name = args.model or _machine("CPU model", procfs.read_cpu_model, root)
+    threads = args.threads or _machine("thread count",
+                                       lambda r: procfs.read_cpu_times(r).threads, root)
+    sockets = args.sockets or _machine("socket count", procfs.read_cpu_sockets, root)
+    is_vm = args.is_vm if args.is_vm is not None else _machine(
+        "hypervisor flag", procfs.is_virtual_machine, root)
+
+    table = None if args.tdp else lookup_tdp(cpu_name)
+    tdp_w = args.tdp or (table.tdp_w if table else None)
+    if args.method:
+        method, reason = args.method, "forced with --method"
+        if method == METHOD_TDP_CURVE and tdp_w is None:
+            raise ConfigError(f"--method {METHOD_TDP_CURVE}: no TDP known for {cpu_name!r} "
+                              f"(not in CodeCarbon's table); pass --tdp W")
+    else:
+        method, reason = choose_cpu_method(is_vm, tdp_w)
+
+    load = args.load / 100.0
+    model = build_cpu_model(method, threads, tdp_w, sockets=sockets, cloud=args.cloud,
+                            models=models)
+    report = _cpu_report(args, model, models, cpu_name, is_vm, table, reason, load)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(_cpu_text(report))
+    return 0
+
+
+def _cpu_report(args: argparse.Namespace, model: CpuPowerModel, models: PowerModels,
+                cpu_name: str, is_vm: bool, table: TdpMatch | None, reason: str,
+                load: float) -> dict[str, Any]:
+    def origin(flag_value: Any, flag: str) -> str:
+        return flag if flag_value is not None else "this machine"
+
+    if model.method == METHOD_TDP_CURVE:
+        c = models.tdp_curve
+        coefficients = {"a": c.a, "k": c.k, "d": c.d, "tdp_ratio": c.ratio(load),
+                        "points": {"loads": list(c.loads), "tdp_ratios": list(c.tdp_ratios)}}
+        citations = [_citation(c.points_citation), _citation(c.fit_citation)]
+    else:
+        v = model.vcpu
+        coefficients = {"cloud": v.cloud, "min_w_per_vcpu": v.min_w, "max_w_per_vcpu": v.max_w}
+        citations = [_citation(v.citation)]
+    tdp: dict[str, Any] | None = None
+    if args.tdp:
+        tdp = {"tdp_w": args.tdp, "from": "--tdp", "used": model.method == METHOD_TDP_CURVE}
+    elif table is not None:
+        tdp = {"tdp_w": table.tdp_w, "from": "codecarbon cpu_power.csv",
+               "matched_name": table.matched_name, "exact": table.exact,
+               "used": model.method == METHOD_TDP_CURVE}
+    return {
+        "component": "cpu",
+        "watts": model.power_w(load),
+        "idle_watts": model.idle_power_w,
+        "method": model.method,
+        "source": model.source,
+        "reason": reason,
+        "formula": model.formula(load),
+        "inputs": {
+            "model": cpu_name, "model_from": origin(args.model, "--model"),
+            "threads": model.threads, "threads_from": origin(args.threads, "--threads"),
+            "sockets": model.sockets, "sockets_from": origin(args.sockets, "--sockets"),
+            "load_pct": args.load,
+            "is_vm": is_vm, "is_vm_from": origin(args.is_vm, "--vm/--bare-metal"),
+            "cloud": args.cloud,
+        },
+        "tdp": tdp,
+        "coefficients": coefficients,
+        "citations": citations,
+    }
+
+
+def _cpu_text(r: dict[str, Any]) -> str:
+    i = r["inputs"]
+    host = "virtual machine" if i["is_vm"] else "bare metal"
+    if r["tdp"] is None:
+        tdp_line = f"none: {i['model']!r} is not in CodeCarbon's cpu_power.csv"
+    elif r["tdp"]["from"] == "--tdp":
+        tdp_line = f"{r['tdp']['tdp_w']:g} W per socket (from --tdp)"
+    else:
+        kind = "exact" if r["tdp"]["exact"] else "normalised"
+        tdp_line = (f"{r['tdp']['tdp_w']:g} W per socket, {kind} match of row "
+                    f"{r['tdp']['matched_name']!r} in CodeCarbon's cpu_power.csv")
+    if r["tdp"] is not None and not r["tdp"]["used"]:
+        tdp_line += " (not used by this method)"
+    c = r["coefficients"]
+    if r["method"] == METHOD_TDP_CURVE:
+        coeff_line = (f"TDP ratio = {c['a']:g} x ln(1 + {c['k']:g} x load) + {c['d']:g}, fitted "
+                      f"to {c['points']['tdp_ratios']} x TDP at loads {c['points']['loads']}")
+    else:
+        cloud = c["cloud"] if i["cloud"] else f"{c['cloud']} (default)"
+        coeff_line = (f"{cloud}: {c['min_w_per_vcpu']:g} W per vCPU idle, "
+                      f"{c['max_w_per_vcpu']:g} W per vCPU at 100 %")
+    lines = [
+        f"CPU estimate: {r['watts']:.2f} W at {i['load_pct']:g} % load",
+        f"  CPU model     {i['model']} (from {i['model_from']})",
+        f"  threads       {i['threads']} (from {i['threads_from']}); "
+        f"sockets {i['sockets']} (from {i['sockets_from']})",
+        f"  host          {host} (from {i['is_vm_from']})",
+        f"  TDP           {tdp_line}",
+        f"  method        {r['method']} ({r['source']}): {r['reason']}",
+        f"  coefficients  {coeff_line}",
+        f"  formula       {r['formula']}",
+        f"  idle (0 %)    {r['idle_watts']:.2f} W",
+    ]
+    for cite in r["citations"]:
+        lines.append(f"  source        {cite['source']} ({cite['date']}) {cite['url']}")
+    return "\n".join(lines)
+
+
+def run_dram(args: argparse.Namespace) -> int:
+    from agent import procfs
+
+    models = load_power_models()
+    if args.gib:
+        gib, gib_from = args.gib, "--gib"
+    else:
+        root = _procfs_root(args)
+        gib = _machine("MemTotal", procfs.read_mem_total_bytes, root) / BYTES_PER_GIB
+        gib_from = "this machine's MemTotal"
+    dram = models.dram
+    watts = dram.w_per_gib * gib
+    formula = (f"{gib:g} GiB x {dram.w_per_gib:.4f} W/GiB "
+               f"(= {dram.w_per_gb:g} W/GB x {BYTES_PER_GIB / BYTES_PER_GB:.9g} GB/GiB) "
+               f"= {watts:.2f} W")
+    report = {
+        "component": "dram",
+        "watts": watts,
+        "idle_watts": watts,
+        "method": "dram-gib",
+        "source": "model:dram-gib",
+        "formula": formula,
+        "inputs": {"gib": gib, "gib_from": gib_from},
+        "coefficients": {"w_per_gb": dram.w_per_gb, "w_per_gib": dram.w_per_gib},
+        "citations": [_citation(dram.citation)],
+    }
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    cite = dram.citation
+    print("\n".join([
+        f"DRAM estimate: {watts:.2f} W for {gib:g} GiB (from {gib_from})",
+        "  method        dram-gib (model:dram-gib): constant power per installed GiB; "
+        "no load term, so all of it counts as idle power",
+        f"  formula       {formula}",
+        f"  source        {cite.source} ({cite.date}) {cite.url}",
+    ]))
+    return 0

@@ -1,0 +1,257 @@
+"""Estimator sensors for nodes without energy counters (most cloud VMs).
+
+They satisfy the same :class:`~agent.sensors.base.Sensor` contract as RAPL or NVML:
+cumulative joules per (component, device) since open. Being power models, they
+integrate internally: each ``read(now_s)`` turns the /proc/stat busy ratio over the
+interval since the previous read into watts and multiplies by the real elapsed
+``now_s`` difference, so a late tick is charged for the time that really passed.
+
+Device name: both sensors report device ``node``. An estimate covers every socket and
+vCPU (or every DIMM) of the node at once; it is not a RAPL ``package-0``, and a name of
+its own keeps anyone from summing it with, or mistaking it for, a measured package.
+
+Provenance is ``model:<method>``: ``model:tdp-curve`` or ``model:ccf-vcpu`` for the CPU,
+``model:dram-gib`` for memory, so reports can say which figures were estimated.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent.procfs import (
+    CpuTimes,
+    is_virtual_machine,
+    read_cpu_model,
+    read_cpu_sockets,
+    read_cpu_times,
+    read_mem_total_bytes,
+)
+from agent.sensors.base import DeviceInfo, Reading, Sensor, SensorError
+from agent.sensors.cpu_tdp import TdpMatch, lookup_tdp
+from agent.sensors.power_model import (
+    BYTES_PER_GIB,
+    CpuPowerModel,
+    PowerModels,
+    build_cpu_model,
+    choose_cpu_method,
+    dram_power_w,
+    load_power_models,
+)
+
+log = logging.getLogger(__name__)
+
+DEVICE_NODE = "node"
+DRAM_SOURCE = "model:dram-gib"
+
+
+class CpuModelSensor:
+    """Node CPU energy from the busy ratio of /proc/stat and a :class:`CpuPowerModel`.
+
+    The first ``read`` only records the baseline and reports 0 J. Each later read
+    computes load = Δbusy / Δtotal jiffies and adds ``power_w(load) × Δnow_s``. If no
+    jiffy elapsed (an interval shorter than one USER_HZ tick) or the counters went
+    backwards, the previous interval's load is reused rather than guessing 0 or 100 %.
+    """
+
+    name = "model-cpu"
+
+    def __init__(
+        self,
+        procfs_root: Path,
+        model: CpuPowerModel,
+        cpu_name: str = "unknown",
+        reason: str = "",
+    ) -> None:
+        self._procfs_root = Path(procfs_root)
+        self.model = model
+        self.cpu_name = cpu_name
+        self.reason = reason  # why this method was chosen, for the agent's start-up log
+        self._energy_j = 0.0
+        self._prev: CpuTimes | None = None
+        self._prev_s = 0.0
+        self._last_load = 0.0
+
+    @property
+    def source(self) -> str:
+        return self.model.source
+
+    @property
+    def idle_power_w(self) -> float:
+        """Estimated CPU power at 0 % load; attribution keeps this share unattributed."""
+        return self.model.idle_power_w
+
+    @property
+    def last_load(self) -> float:
+        """Busy ratio (0..1) of the most recent interval."""
+        return self._last_load
+
+    def describe(self) -> list[DeviceInfo]:
+        return [
+            DeviceInfo(component="cpu", device=DEVICE_NODE, source=self.source, model=self.cpu_name)
+        ]
+
+    def read(self, now_s: float) -> list[Reading]:
+        try:
+            times = read_cpu_times(self._procfs_root)
+        except ValueError as exc:
+            raise SensorError(str(exc)) from exc
+        if self._prev is None:
+            self._prev, self._prev_s = times, now_s
+            return [self._reading()]
+        elapsed_s = now_s - self._prev_s
+        if elapsed_s <= 0:
+            log.debug("cpu estimator: no time elapsed (%.6f s); energy unchanged", elapsed_s)
+            return [self._reading()]
+        d_total = times.total_jiffies - self._prev.total_jiffies
+        d_busy = times.busy_jiffies - self._prev.busy_jiffies
+        if d_total > 0 and d_busy >= 0:
+            self._last_load = min(1.0, d_busy / d_total)
+        elif d_total < 0 or d_busy < 0:
+            log.warning(
+                "cpu estimator: /proc/stat counters went backwards (Δtotal=%d, Δbusy=%d); "
+                "reusing the previous load %.3f", d_total, d_busy, self._last_load,
+            )
+        self._energy_j += self.model.power_w(self._last_load) * elapsed_s
+        self._prev, self._prev_s = times, now_s
+        return [self._reading()]
+
+    def _reading(self) -> Reading:
+        return Reading(component="cpu", device=DEVICE_NODE, energy_j=self._energy_j,
+                       source=self.source)
+
+    def close(self) -> None:
+        """Nothing to release: the sensor reopens /proc/stat on every read."""
+
+
+class DramModelSensor:
+    """Node DRAM energy: a constant W/GiB × MemTotal, integrated over elapsed time.
+
+    There is no load term: DRAM power depends on bandwidth, which procfs does not
+    expose, and most of a server's DRAM power is refresh and background power that
+    scales with capacity. All of it is therefore idle power. MemTotal is read once at
+    open; memory hot-plug or ballooning is not followed.
+    """
+
+    name = "model-dram"
+
+    def __init__(self, procfs_root: Path, models: PowerModels | None = None) -> None:
+        self.mem_total_bytes = read_mem_total_bytes(Path(procfs_root))
+        self.power_w = dram_power_w(self.mem_total_bytes, models)
+        self._energy_j = 0.0
+        self._prev_s: float | None = None
+
+    @property
+    def source(self) -> str:
+        return DRAM_SOURCE
+
+    @property
+    def idle_power_w(self) -> float:
+        """The whole DRAM estimate: constant, so all of it is idle power."""
+        return self.power_w
+
+    def describe(self) -> list[DeviceInfo]:
+        gib = self.mem_total_bytes / BYTES_PER_GIB
+        return [
+            DeviceInfo(component="dram", device=DEVICE_NODE, source=self.source,
+                       model=f"{gib:.2f} GiB MemTotal")
+        ]
+
+    def read(self, now_s: float) -> list[Reading]:
+        if self._prev_s is None:
+            self._prev_s = now_s  # first read: baseline only
+        elif now_s > self._prev_s:
+            self._energy_j += self.power_w * (now_s - self._prev_s)
+            self._prev_s = now_s
+        return [Reading(component="dram", device=DEVICE_NODE, energy_j=self._energy_j,
+                        source=self.source)]
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+@dataclass(frozen=True, slots=True)
+class CpuFacts:
+    """What the CPU estimator was built from: shown by the agent log and the CLI."""
+
+    cpu_name: str
+    is_vm: bool
+    threads: int
+    sockets: int
+    tdp: TdpMatch | None
+
+
+def read_cpu_facts(procfs_root: Path, cpu_model_override: str | None = None,
+                   lookup: bool | None = None) -> CpuFacts:
+    """This node's CPU name, VM flag, threads, sockets and table TDP.
+
+    ``lookup=None`` looks the TDP up only on bare metal: on a VM it is never used, so
+    the table is not even read.
+    """
+    root = Path(procfs_root)
+    cpu_name = cpu_model_override or read_cpu_model(root)
+    is_vm = is_virtual_machine(root)
+    do_lookup = (not is_vm) if lookup is None else lookup
+    return CpuFacts(
+        cpu_name=cpu_name,
+        is_vm=is_vm,
+        threads=read_cpu_times(root).threads,
+        sockets=read_cpu_sockets(root),
+        tdp=lookup_tdp(cpu_name) if do_lookup else None,
+    )
+
+
+def open_cpu_estimator(
+    procfs_root: Path,
+    cpu_model_override: str | None = None,
+    cloud: str | None = None,
+    models: PowerModels | None = None,
+) -> CpuModelSensor:
+    """Build the CPU estimator for this node (method chosen by ``choose_cpu_method``)."""
+    root = Path(procfs_root)
+    try:
+        facts = read_cpu_facts(root, cpu_model_override)
+    except (OSError, ValueError) as exc:
+        raise SensorError(f"cannot build the CPU estimator: {exc}") from exc
+    method, reason = choose_cpu_method(facts.is_vm, facts.tdp.tdp_w if facts.tdp else None)
+    model = build_cpu_model(
+        method, facts.threads, facts.tdp.tdp_w if facts.tdp else None,
+        sockets=facts.sockets, cloud=cloud, models=models or load_power_models(),
+    )
+    log.info(
+        "cpu estimator: %r, %d threads, %d socket(s), method %s (%s); idle %.2f W, busy %.2f W",
+        facts.cpu_name, facts.threads, facts.sockets, method, reason,
+        model.idle_power_w, model.power_w(1.0),
+    )
+    return CpuModelSensor(root, model, cpu_name=facts.cpu_name, reason=reason)
+
+
+def open_dram_estimator(procfs_root: Path, models: PowerModels | None = None) -> DramModelSensor:
+    """Build the DRAM estimator from MemTotal."""
+    try:
+        sensor = DramModelSensor(Path(procfs_root), models)
+    except (OSError, ValueError) as exc:
+        raise SensorError(f"cannot build the DRAM estimator: {exc}") from exc
+    log.info("dram estimator: %d bytes MemTotal, %.2f W", sensor.mem_total_bytes, sensor.power_w)
+    return sensor
+
+
+def open_estimators(
+    procfs_root: Path,
+    cpu_model_override: str | None = None,
+    cloud: str | None = None,
+) -> list[Sensor]:
+    """The CPU and DRAM estimators for a node with no usable counters.
+
+    A CPU estimator that cannot be built raises :class:`SensorError` (without
+    /proc/stat there is nothing to estimate from); a DRAM estimator that cannot be
+    built is logged and left out, so CPU estimates still flow.
+    """
+    models = load_power_models()
+    sensors: list[Sensor] = [open_cpu_estimator(procfs_root, cpu_model_override, cloud, models)]
+    try:
+        sensors.append(open_dram_estimator(procfs_root, models))
+    except SensorError as exc:
+        log.warning("%s; continuing without a DRAM estimate", exc)
+    return sensors
