@@ -8,7 +8,10 @@ energy is lost or invented, and a stalled machine does not cause a burst of tick
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -18,9 +21,9 @@ from typing import Any
 
 from agent import __version__
 from agent.config import ConfigError
-from agent.identity import NodeInfo, detect_node_info
+from agent.identity import NodeInfo, detect_cloud, detect_node_info
 from agent.sampler import Sampler
-from agent.sensors.base import Sensor
+from agent.sensors.base import Sensor, SensorError
 from agent.sinks.prometheus import NodeMetrics, make_registry, serve
 
 log = logging.getLogger(__name__)
@@ -28,7 +31,8 @@ log = logging.getLogger(__name__)
 MAINTAIN_EVERY_S = 60.0
 
 
-def build_sensors(settings: Mapping[str, Any], now_s: float) -> list[Sensor]:
+def build_sensors(settings: Mapping[str, Any], now_s: float, cloud: str | None = None
+                  ) -> list[Sensor]:
     """Measured sources where the hardware has them, honest estimates where it has not."""
     from agent.sensors.network import NetworkSensor
 
@@ -41,28 +45,59 @@ def build_sensors(settings: Mapping[str, Any], now_s: float) -> list[Sensor]:
         except TraceError as exc:
             raise ConfigError(f"--replay: {exc}") from None
 
-    from agent.sensors.model import open_estimators
+    from agent.sensors.model import open_cpu_estimator, open_dram_estimator
     from agent.sensors.rapl import open_rapl
 
     sensors: list[Sensor] = []
-    rapl = open_rapl(settings["sysfs_root"])
+    rapl = open_rapl(settings["sysfs_root"], now_s)
     measured: set[str] = set()
     if rapl is not None:
         sensors.append(rapl)
         measured = {device.component for device in rapl.describe()}
-    for estimator in open_estimators(procfs_root):
-        components = {device.component for device in estimator.describe()}
-        if components & measured:
-            continue  # never estimate what is measured
-        sensors.append(estimator)
+    # Estimate only what is not measured (many CPUs expose no RAPL dram domain).
+    if "cpu" not in measured:
+        try:
+            sensors.append(open_cpu_estimator(procfs_root, cloud=cloud))
+        except (SensorError, OSError, ValueError) as exc:
+            log.error("no CPU power: no RAPL and the CPU estimator cannot run: %s", exc)
+    if "dram" not in measured:
+        try:
+            sensors.append(open_dram_estimator(procfs_root))
+        except (SensorError, OSError, ValueError) as exc:
+            log.warning("no DRAM power estimate: %s", exc)
     if settings.get("nvml", True):
         from agent.sensors.nvidia import open_nvidia
 
-        nvidia = open_nvidia()
+        nvidia = open_nvidia(now_s)
         if nvidia is not None:
             sensors.append(nvidia)
-    sensors.append(NetworkSensor(procfs_root))
+    sensors.append(NetworkSensor(procfs_root, sysfs_root=settings["sysfs_root"]))
     return sensors
+
+
+class StoreWorker(threading.Thread):
+    """Writes buffered ticks and runs rollups off the tick loop.
+
+    A slow or unreachable database then delays rows, never ticks: the writer keeps
+    rows buffered (bounded) and retries, so measurements keep flowing to Prometheus.
+    """
+
+    def __init__(self, writer: Any, stop: threading.Event, every_s: float = 1.0) -> None:
+        super().__init__(name="joulestat-store", daemon=True)
+        self.writer = writer
+        self._stop_event = stop
+        self._every_s = every_s
+
+    def run(self) -> None:
+        next_maintain = time.monotonic() + MAINTAIN_EVERY_S
+        while not self._stop_event.wait(self._every_s):
+            try:
+                self.writer.maybe_flush(time.monotonic())
+                if time.monotonic() >= next_maintain:
+                    self.writer.maintain(time.time())
+                    next_maintain = time.monotonic() + MAINTAIN_EVERY_S
+            except Exception:  # the writer logs its own failures; never kill the thread
+                log.exception("store worker error; retrying")
 
 
 @dataclass
@@ -79,55 +114,63 @@ class Daemon:
     def run(self) -> None:
         interval_s = float(self.settings["interval"])
         self.sampler.start()
-        started = time.monotonic()
-        next_tick = started + interval_s
-        next_maintain = started + MAINTAIN_EVERY_S
+        worker = None
+        if self.writer is not None:
+            worker = StoreWorker(self.writer, self.stop)
+            worker.start()
+        next_tick = time.monotonic() + interval_s
         log.info("ticking every %.3g s", interval_s)
         while not self.stop.wait(max(next_tick - time.monotonic(), 0.0)):
             work_started = time.perf_counter()
-            tick = self.sampler.tick()
-            self.metrics.observe(tick)
-            now = time.monotonic()
-            if self.writer is not None:
-                self.writer.add(tick)
-                self.writer.maybe_flush(now)
-                if now >= next_maintain:
-                    self.writer.maintain(tick.t1_s)
-                    next_maintain = now + MAINTAIN_EVERY_S
+            self._tick()
             self.metrics.observe_tick_work(time.perf_counter() - work_started)
             next_tick += interval_s
+            now = time.monotonic()
             if next_tick <= now:  # late: skip missed slots, the next tick covers the gap
                 missed = int((now - next_tick) // interval_s) + 1
                 log.debug("tick ran late; skipping %d slot(s)", missed)
                 next_tick += missed * interval_s
-        self._final_tick()
+        # A clean stop counts the energy since the last tick, so nothing is lost.
+        self._tick()
+        if worker is not None:
+            worker.join()
+            self.writer.close()
+        self.sampler.close()
 
-    def _final_tick(self) -> None:
-        """Count the energy since the last tick, so a clean stop loses nothing."""
+    def _tick(self) -> None:
         tick = self.sampler.tick()
         self.metrics.observe(tick)
         if self.writer is not None:
             self.writer.add(tick)
-            self.writer.close()
-        self.sampler.close()
 
 
 def open_store(settings: Mapping[str, Any], node: NodeInfo, devices: list) -> Any:
-    """Migrate the store if needed and return a writer; a bad URL stops the agent."""
+    """Migrate the store if needed and return a writer; a bad URL stops the agent.
+
+    Migrations run in a child process (``joulestat db upgrade``): Alembic and the ORM
+    cost ~16 MiB that the long-running daemon would otherwise keep as its peak RSS.
+    """
     from agent.store.engine import default_db_url, make_engine
-    from agent.store.migrate import is_at_head, upgrade
+    from agent.store.migrate import is_at_head
     from agent.store.writer import StoreWriter
 
     url = settings.get("db") or default_db_url()
     try:
         engine = make_engine(url)
-        if not is_at_head(engine):
-            log.info("migrating the store at %s", engine.url.render_as_string(hide_password=True))
-            upgrade(engine)
-    except ConfigError:
-        raise
+        at_head = is_at_head(engine)
     except Exception as exc:
         raise ConfigError(f"--db {url}: cannot open the store: {exc}") from None
+    if not at_head:
+        shown = engine.url.render_as_string(hide_password=True)
+        log.info("migrating the store at %s", shown)
+        # The URL travels in the environment, not argv, so a password never shows in ps.
+        result = subprocess.run(
+            [sys.executable, "-m", "agent", "db", "upgrade"],
+            env={**os.environ, "JOULESTAT_DB": url}, capture_output=True, text=True,
+        )
+        if result.returncode != 0:
+            detail = result.stderr.strip().splitlines()[-1:] or ["no message"]
+            raise ConfigError(f"--db {shown}: migration failed: {detail[0]}")
     return StoreWriter(engine, node, devices, raw_retention_s=settings["raw_retention"])
 
 
@@ -138,7 +181,7 @@ def run_agent(settings: Mapping[str, Any]) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
 
-    sensors = build_sensors(settings, time.monotonic())
+    sensors = build_sensors(settings, time.monotonic(), detect_cloud(settings["sysfs_root"]))
     sampler = Sampler(sensors)
     node = detect_node_info(settings, read_cpu_model(settings["procfs_root"]), __version__)
     devices = sampler.describe()

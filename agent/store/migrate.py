@@ -1,0 +1,127 @@
+"""Schema migrations: Alembic, configured in code, imported only when migrating.
+
+The schema is created and changed only by the Alembic revisions in ``migrations/``
+(never ``create_all``), so every database, SQLite or PostgreSQL, old or new, reaches
+the same schema by the same steps. There is no ``alembic.ini``: :func:`alembic_config`
+builds the configuration, pointing at the ``migrations`` folder next to the ``agent``
+package (the project is installed editable, so that is the source tree).
+
+The agent must not pay for Alembic (about 10 MiB of RSS) just to ask whether the
+schema is current, so :func:`is_at_head` compares the ``alembic_version`` table with
+:data:`HEAD_REVISION`, a constant a unit test keeps equal to Alembic's own head.
+
+Adding a revision (developers)::
+
+    python -c "from alembic import command; from agent.store.migrate import alembic_config;
+    command.revision(alembic_config('sqlite:////tmp/dev.db'), message='jobs',
+    rev_id='0002', autogenerate=True)"
+
+then set :data:`HEAD_REVISION` to the new id.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sqlalchemy import inspect, text
+from sqlalchemy.engine import URL, Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+import agent
+from agent.store.engine import StoreError, describe_error, make_engine, redact_url
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from alembic.config import Config
+
+log = logging.getLogger(__name__)
+
+# The newest revision in migrations/versions. Keep in step with the scripts
+# (tests/unit/test_store_sqlite.py checks it against Alembic's ScriptDirectory).
+HEAD_REVISION = "0001"
+
+VERSION_TABLE = "alembic_version"
+
+
+def migrations_dir() -> Path:
+    """The ``migrations`` folder of the source tree; a clear error when it is missing."""
+    path = Path(agent.__file__).resolve().parents[1] / "migrations"
+    if not (path / "env.py").is_file():
+        raise StoreError(
+            f"Alembic migrations not found at {path}: joulestat must run from its source "
+            "tree (pip install -e .) so that migrations/ sits next to the agent package"
+        )
+    return path
+
+
+def alembic_config(url: str | URL | None = None) -> Config:
+    """An Alembic :class:`~alembic.config.Config` for ``migrations/``, built in code."""
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(migrations_dir()))
+    config.set_main_option("file_template", "%%(rev)s_%%(slug)s")
+    if url is not None:
+        # ConfigParser interpolates '%': escape it so passwords survive.
+        rendered = url.render_as_string(hide_password=False) if isinstance(url, URL) else url
+        config.set_main_option("sqlalchemy.url", rendered.replace("%", "%%"))
+    return config
+
+
+def script_head_revision() -> str | None:
+    """The head revision according to the scripts themselves (imports Alembic)."""
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def upgrade(url_or_engine: str | URL | Engine, revision: str = "head") -> str | None:
+    """Apply migrations up to ``revision`` and return the revision now current.
+
+    Takes a URL (an engine is made and disposed of) or an existing engine, whose
+    connection the migration shares.
+    """
+    from alembic import command
+
+    owned = not isinstance(url_or_engine, Engine)
+    engine = make_engine(url_or_engine) if owned else url_or_engine
+    assert isinstance(engine, Engine)
+    config = alembic_config()
+    try:
+        with engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.upgrade(config, revision)
+        now = current_revision(engine)
+    except SQLAlchemyError as exc:
+        shown = redact_url(engine.url)
+        raise StoreError(f"{shown}: migration failed: {describe_error(exc)}") from exc
+    finally:
+        config.attributes.pop("connection", None)
+        if owned:
+            engine.dispose()
+    log.info("%s: schema at revision %s", redact_url(engine.url), now)
+    return now
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The database's revision, or ``None`` for a database never migrated.
+
+    Plain SQL on purpose: no Alembic import. Branches (several rows) are joined with
+    ``,`` so they can never equal a single head.
+    """
+    try:
+        with engine.connect() as connection:
+            if not inspect(connection).has_table(VERSION_TABLE):
+                return None
+            rows = connection.execute(text(f"SELECT version_num FROM {VERSION_TABLE}"))
+            versions = sorted(str(row[0]) for row in rows)
+    except SQLAlchemyError as exc:
+        raise StoreError(f"{redact_url(engine.url)}: cannot read the schema revision: "
+                         f"{describe_error(exc)}") from exc
+    return ",".join(versions) if versions else None
+
+
+def is_at_head(engine: Engine) -> bool:
+    """Whether the database schema is exactly :data:`HEAD_REVISION` (no Alembic import)."""
+    return current_revision(engine) == HEAD_REVISION

@@ -1,0 +1,119 @@
+"""Run the real ``joulestat agent`` as a subprocess and scrape it, as a user would."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+JOULESTAT = str(Path(sys.executable).with_name("joulestat"))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def agent_env(**extra: str) -> dict[str, str]:
+    """The environment minus any JOULESTAT_* of the developer's, and never a metadata probe."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOULESTAT_")}
+    env["JOULESTAT_CLOUD_METADATA"] = "false"
+    env.update(extra)
+    return env
+
+
+@dataclass
+class RunningAgent:
+    proc: subprocess.Popen
+    port: int
+    db_url: str
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/metrics"
+
+    def text(self) -> str:
+        with urllib.request.urlopen(self.url, timeout=5) as response:
+            return response.read().decode()
+
+    def samples(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        """{(sample name, sorted labels): value} from one scrape."""
+        found = {}
+        for family in text_string_to_metric_families(self.text()):
+            for sample in family.samples:
+                found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+        return found
+
+    def value(self, name: str, **labels: str) -> float:
+        wanted = tuple(sorted(labels.items()))
+        return self.samples()[(name, wanted)]
+
+    def series(self, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+        return {labels: v for (n, labels), v in self.samples().items() if n == name}
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def stop(self, timeout_s: float = 20) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        return self.proc.wait(timeout=timeout_s)
+
+
+@contextmanager
+def running_agent(tmp_path: Path, *args: str, env: dict[str, str] | None = None
+                  ) -> Iterator[RunningAgent]:
+    port = free_port()
+    db_url = f"sqlite:///{tmp_path / 'agent.db'}"
+    log_path = tmp_path / "agent.log"
+    argv = [JOULESTAT, "agent", "--metrics-port", str(port), "--db", db_url, "--nvml", "false",
+            *args]
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(argv, env=env or agent_env(), stdout=log, stderr=log)
+    agent = RunningAgent(proc, port, db_url, log_path)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                raise AssertionError(f"agent exited with {proc.returncode}:\n{agent.log()}")
+            try:
+                agent.text()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"agent never served metrics:\n{agent.log()}") from None
+                time.sleep(0.1)
+        yield agent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout_s: float = 60
+            ) -> subprocess.CompletedProcess:
+    return subprocess.run([JOULESTAT, *args], env=env or agent_env(), capture_output=True,
+                          text=True, timeout=timeout_s)
+
+
+def wait_for(predicate, timeout_s: float = 15, every_s: float = 0.1):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(every_s)

@@ -1,0 +1,179 @@
+"""The SQL store against a real PostgreSQL server (started by tests/pg.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import logging
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import Engine
+
+from agent.identity import NodeInfo
+from agent.sensors.base import DeviceInfo
+from agent.store import make_engine, migrate
+from agent.store.models import Base
+from agent.store.queries import (
+    latest_power_w,
+    list_nodes,
+    minute_energy_rows,
+    node_devices,
+    node_energy_j,
+)
+from agent.store.writer import StoreWriter
+from agent.tick import Tick, TickEntry
+from tests.pg import PostgresServer, running_postgres
+
+pytestmark = pytest.mark.postgres
+
+NODE = NodeInfo("node-pg", "p5.48xlarge", "us-east-1", "EPYC", "0.1.0")
+DEVICES = [DeviceInfo("cpu", "0", "rapl", index=0),
+           DeviceInfo("gpu", "0", "nvml_energy", model="H100", uuid="GPU-9", index=0)]
+T0 = 1_700_000_040.0  # a minute boundary
+RETENTION_S = 600.0
+_names = itertools.count()
+
+
+def tick(t1_s: float, cpu_j: float = 10.0, gpu_j: float = 100.0, length_s: float = 1.0,
+         gpu_source: str = "nvml_energy") -> Tick:
+    return Tick(t1_s - length_s, t1_s, (TickEntry("cpu", "0", "rapl", cpu_j),
+                                        TickEntry("gpu", "0", gpu_source, gpu_j)))
+
+
+def raw_count(engine: Engine) -> int:
+    with engine.connect() as connection:
+        return connection.execute(text("SELECT count(*) FROM tick_energy")).scalar_one()
+
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[PostgresServer]:
+    with running_postgres() as server:
+        yield server
+
+
+@pytest.fixture()
+def pg_url(pg: PostgresServer) -> str:
+    return pg.create_database(f"joulestat_{next(_names)}")
+
+
+@pytest.fixture()
+def engine(pg_url: str) -> Iterator[Engine]:
+    engine = make_engine(pg_url)
+    migrate.upgrade(engine)
+    yield engine
+    engine.dispose()
+
+
+def test_migrations_reach_head_and_match_the_models(pg_url):
+    engine = make_engine(pg_url)
+    assert migrate.current_revision(engine) is None
+    assert migrate.upgrade(pg_url) == migrate.HEAD_REVISION
+    assert migrate.is_at_head(engine)
+    assert migrate.upgrade(engine) == migrate.HEAD_REVISION  # rerun: a no-op
+
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    with engine.connect() as connection:
+        assert compare_metadata(MigrationContext.configure(connection), Base.metadata) == []
+        key = connection.execute(text(
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'pk_tick_energy'"
+        )).scalar_one()
+    assert key == "PRIMARY KEY (node, t_end_ms, component, device)"
+    engine.dispose()
+
+
+def test_writer_is_idempotent(engine):
+    writer = StoreWriter(engine, NODE, DEVICES, raw_retention_s=RETENTION_S)
+    assert node_devices(engine, NODE.node) == DEVICES
+    writer.add(tick(T0 + 1))
+    writer.add(tick(T0 + 1))  # the same tick twice in one batch
+    assert writer.flush()
+    writer.add(tick(T0 + 1))  # and in a later batch
+    writer.add(tick(T0 + 2))
+    assert writer.flush()
+    assert raw_count(engine) == 4
+    assert node_energy_j(engine, NODE.node, T0, T0 + 60) == {("cpu", "0"): 20.0,
+                                                             ("gpu", "0"): 200.0}
+    StoreWriter(engine, NODE, DEVICES, raw_retention_s=RETENTION_S)  # a restart
+    assert [n.node for n in list_nodes(engine)] == [NODE.node]
+
+
+def test_rollup_boundaries_and_source_changes(engine):
+    writer = StoreWriter(engine, NODE, DEVICES, raw_retention_s=RETENTION_S)
+    writer.add(tick(T0 + 60, length_s=2.0))  # ends on the minute: closes minute 0
+    writer.add(tick(T0 + 60.5, cpu_j=1.0, gpu_j=2.0, length_s=0.5))
+    writer.add(tick(T0 + 61, cpu_j=3.0, gpu_j=4.0, length_s=0.5, gpu_source="nvml_power"))
+    writer.add(tick(T0 + 125))  # minute 2 is incomplete at T0 + 150
+    assert writer.maintain(T0 + 150) is not None
+    assert writer.maintain(T0 + 150) is not None  # idempotent
+    rows = [(r.minute_start_s, r.component, r.energy_j, r.covered_s, r.source)
+            for r in minute_energy_rows(engine, NODE.node, T0 - 60, T0 + 600)]
+    assert rows == [
+        (T0, "cpu", 10.0, 2.0, "rapl"),
+        (T0, "gpu", 100.0, 2.0, "nvml_energy"),
+        (T0 + 60, "cpu", 4.0, 1.0, "rapl"),
+        (T0 + 60, "gpu", 6.0, 1.0, "nvml_energy+nvml_power"),
+    ]
+
+
+def test_retention_keeps_totals_and_counts_late_rows(engine):
+    writer = StoreWriter(engine, NODE, DEVICES, raw_retention_s=RETENTION_S)
+    for i in range(1, 1201):  # 20 minutes
+        writer.add(tick(T0 + i, cpu_j=float(i % 5), gpu_j=40.0 + i % 3))
+    writer.maintain(T0 + 600)  # rolls minutes 0..9 up, prunes nothing yet
+    writer.add(Tick(T0 + 10.5, T0 + 10.75, (TickEntry("cpu", "0", "rapl", 1000.0),)))
+    assert writer.flush()
+    windows = [(T0, T0 + 1200), (T0 + 60, T0 + 540), (T0 + 480, T0 + 900)]
+    before = [node_energy_j(engine, NODE.node, *w) for w in windows]
+    result = writer.maintain(T0 + 1200 + 30)
+    assert result.raw_pruned_until_ms == round((T0 + 600) * 1000)
+    assert result.pruned_rows == 2 * 600 + 1
+    after = [node_energy_j(engine, NODE.node, *w) for w in windows]
+    for b, a in zip(before, after, strict=True):
+        assert a == pytest.approx(b, rel=1e-12)
+    assert after[0][("cpu", "0")] == pytest.approx(sum(i % 5 for i in range(1, 1201)) + 1000)
+    assert latest_power_w(engine, NODE.node) == {("cpu", "0"): 0.0, ("gpu", "0"): 40.0}
+
+
+def test_server_outage_keeps_rows_until_it_returns(pg, engine, caplog):
+    writer = StoreWriter(engine, NODE, DEVICES, raw_retention_s=RETENTION_S)
+    writer.add(tick(T0 + 1))
+    assert writer.flush()
+    assert pg.stop().returncode == 0
+    try:
+        writer.add(tick(T0 + 2))
+        writer.add(tick(T0 + 3))
+        with caplog.at_level(logging.WARNING, logger="agent.store.writer"):
+            assert not writer.flush()
+            assert writer.maintain(T0 + 700) is None
+        assert "keeping 4 rows buffered" in caplog.text
+        assert writer.buffered_rows == 4
+    finally:
+        assert pg.start().returncode == 0, pg.log_tail()
+    assert writer.flush() and writer.buffered_rows == 0
+    assert node_energy_j(engine, NODE.node, T0, T0 + 60) == {("cpu", "0"): 30.0,
+                                                             ("gpu", "0"): 300.0}
+
+
+def test_db_upgrade_command_against_postgres(pg):
+    url = pg.create_database("joulestat_cli")
+    others = ("agent.commands.agent", "agent.commands.estimate")
+    if all(importlib.util.find_spec(name) for name in others):
+        command = [sys.executable, "-m", "agent.cli", "db"]
+    else:  # the other commands are not written yet: run db on its own
+        command = [sys.executable, "-m", "agent.commands.db"]
+    done = subprocess.run([*command, "upgrade", "--db", url], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert f"schema at revision {migrate.HEAD_REVISION} (head)" in done.stdout
+    done = subprocess.run([*command, "current", "--db", url], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and f"{migrate.HEAD_REVISION} (head)" in done.stdout
+    engine = make_engine(url)
+    assert migrate.is_at_head(engine)
+    engine.dispose()
