@@ -150,6 +150,31 @@ def _log_level(value: Any) -> str:
     return level
 
 
+def _choice(*choices: str):
+    def parse(value: Any) -> str:
+        text = _text(value).lower()
+        if text not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}, got {value!r}")
+        return text
+
+    return parse
+
+
+def _http_url(value: Any) -> str:
+    url = _text(value).rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
+    return url
+
+
+def _discover(value: Any) -> frozenset[str]:
+    from agent.jobs.discovery import parse_discover_option
+
+    if isinstance(value, list | tuple):
+        value = ",".join(str(v) for v in value)
+    return parse_discover_option(str(value))
+
+
 OPTIONS: dict[str, Option] = {
     opt.name: opt
     for opt in (
@@ -178,6 +203,24 @@ OPTIONS: dict[str, Option] = {
                "replay a CSV trace (t_s,component,device,watts) instead of hardware", "FILE"),
         Option("nvml", _bool, True, "read NVIDIA GPUs through NVML when a driver is present",
                "BOOL"),
+        Option("api_port", _number(int, 0, 65535), 9465,
+               "port of the local job API (0 disables it)", "PORT"),
+        Option("api_host", _text, "127.0.0.1",
+               "address the job API binds to; anything but loopback needs --api-token", "HOST"),
+        Option("api_token", _optional_text, None,
+               "bearer token the job API requires on every request", "TOKEN"),
+        Option("agent", _http_url, "http://127.0.0.1:9465",
+               "URL of the local agent's job API, for run/jobs and the client", "URL"),
+        Option("idle_policy", _choice("share", "exclude"), "share",
+               "share: idle CPU/DRAM power goes to running jobs by their dynamic share; "
+               "exclude: it stays unattributed", "POLICY"),
+        Option("discover", _discover, frozenset(),
+               "turn processes of these schedulers into jobs: docker,k8s,slurm,sagemaker",
+               "KINDS"),
+        Option("job_retention", parse_duration_s, 300.0,
+               "how long ended jobs stay exported to Prometheus (e.g. 5m)", "AGE"),
+        Option("max_job_series", _number(int, 1, 100_000), 500,
+               "cap on jobs exported to Prometheus at once (a warning when reached)", "N"),
     )
 }
 

@@ -82,11 +82,13 @@ class StoreWorker(threading.Thread):
     rows buffered (bounded) and retries, so measurements keep flowing to Prometheus.
     """
 
-    def __init__(self, writer: Any, stop: threading.Event, every_s: float = 1.0) -> None:
+    def __init__(self, writer: Any, stop: threading.Event) -> None:
         super().__init__(name="joulestat-store", daemon=True)
         self.writer = writer
         self._stop_event = stop
-        self._every_s = every_s
+        # Wake when a flush is due, not more often: idle wake-ups are most of an
+        # idle agent's CPU time.
+        self._every_s = writer.flush_interval_s
 
     def run(self) -> None:
         next_maintain = time.monotonic() + MAINTAIN_EVERY_S
@@ -211,6 +213,6 @@ def run_agent(settings: Mapping[str, Any]) -> int:
 
     Daemon(settings, sampler, node, metrics, writer, stop).run()
     if server is not None:
-        server.shutdown()
+        server.server_close()
     log.info("stopped cleanly")
     return 0

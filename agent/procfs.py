@@ -74,7 +74,11 @@ class CpuTimes:
 def read_cpu_times(procfs_root: Path) -> CpuTimes:
     """Parse ``<procfs_root>/stat`` into aggregate CPU times and the online thread count."""
     path = Path(procfs_root) / "stat"
-    text = path.read_text(encoding="ascii", errors="replace")
+    return parse_cpu_times(path.read_text(encoding="ascii", errors="replace"), path)
+
+
+def parse_cpu_times(text: str, path: Path) -> CpuTimes:
+    """The parsing half of :func:`read_cpu_times`, for callers that keep the file open."""
     aggregate: list[int] | None = None
     threads = 0
     for line in text.splitlines():

@@ -23,6 +23,7 @@ from pathlib import Path
 from agent.procfs import (
     CpuTimes,
     is_virtual_machine,
+    parse_cpu_times,
     read_cpu_model,
     read_cpu_sockets,
     read_cpu_times,
@@ -30,6 +31,7 @@ from agent.procfs import (
 )
 from agent.sensors.base import DeviceInfo, Reading, Sensor, SensorError
 from agent.sensors.cpu_tdp import TdpMatch, lookup_tdp
+from agent.sensors.kernel_file import KernelFile
 from agent.sensors.power_model import (
     BYTES_PER_GIB,
     CpuPowerModel,
@@ -65,6 +67,7 @@ class CpuModelSensor:
         reason: str = "",
     ) -> None:
         self._procfs_root = Path(procfs_root)
+        self._stat = KernelFile(self._procfs_root / "stat")
         self.model = model
         self.cpu_name = cpu_name
         self.reason = reason  # why this method was chosen, for the agent's start-up log
@@ -94,7 +97,7 @@ class CpuModelSensor:
 
     def read(self, now_s: float) -> list[Reading]:
         try:
-            times = read_cpu_times(self._procfs_root)
+            times = parse_cpu_times(self._stat.read_text(), self._stat.path)
         except ValueError as exc:
             raise SensorError(str(exc)) from exc
         if self._prev is None:
@@ -122,7 +125,7 @@ class CpuModelSensor:
                        source=self.source)
 
     def close(self) -> None:
-        """Nothing to release: the sensor reopens /proc/stat on every read."""
+        self._stat.close()
 
 
 class DramModelSensor:

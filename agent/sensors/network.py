@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.sensors.base import DeviceInfo, Reading
+from agent.sensors.kernel_file import KernelFile
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,7 @@ class NetworkSensor:
         if not j_per_byte >= 0:
             raise ValueError(f"j_per_byte must be a non-negative number, got {j_per_byte!r}")
         self._path = procfs_root / "net" / "dev"
+        self._file = KernelFile(self._path)
         self._sysfs_root = sysfs_root
         self._physical: dict[str, bool] = {}
         self.j_per_byte = j_per_byte
@@ -123,7 +125,7 @@ class NetworkSensor:
         return known
 
     def _counters(self) -> dict[str, int]:
-        totals = parse_net_dev(self._path.read_text())
+        totals = parse_net_dev(self._file.read_text())
         return {k: v for k, v in totals.items() if self._is_physical(k)}
 
     def describe(self) -> list[DeviceInfo]:
@@ -161,4 +163,4 @@ class NetworkSensor:
         ]
 
     def close(self) -> None:
-        """Nothing to release: every read opens and closes the file."""
+        self._file.close()

@@ -7,9 +7,12 @@ scrape never slows a tick and a slow tick never blocks a scrape for long.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import (
     CollectorRegistry,
     CounterMetricFamily,
@@ -23,6 +26,8 @@ from prometheus_client.registry import Collector
 from agent.identity import NodeInfo
 from agent.sinks import metric_catalog as mc
 from agent.tick import Tick
+
+log = logging.getLogger(__name__)
 
 Key = tuple[str, str, str]  # (component, device, source)
 
@@ -119,9 +124,42 @@ def make_registry(node_metrics: NodeMetrics) -> CollectorRegistry:
     return registry
 
 
-def serve(registry: CollectorRegistry, host: str, port: int):
-    """Start the /metrics endpoint in a daemon thread; returns the server (for shutdown)."""
-    from prometheus_client import start_http_server
+class _MetricsHandler(BaseHTTPRequestHandler):
+    registry: CollectorRegistry
 
-    server, _thread = start_http_server(port, addr=host, registry=registry)
+    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        if self.path.split("?", 1)[0] not in ("/metrics", "/"):
+            self.send_error(404, "only /metrics is served here")
+            return
+        body = generate_latest(self.registry)
+        self.send_response(200)
+        self.send_header("Content-Type", CONTENT_TYPE_LATEST)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        log.debug("metrics %s: " + format, self.client_address[0], *args)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+
+def serve(registry: CollectorRegistry, host: str, port: int) -> ThreadingHTTPServer:
+    """Start the /metrics endpoint in a daemon thread; returns the server.
+
+    Our own small server rather than client_python's ``start_http_server``: that one
+    polls for shutdown twice a second, which would be a large part of an idle
+    agent's CPU time. Incoming scrapes wake ``select`` immediately either way; the
+    long poll only delays ``shutdown()``, which the agent does not need (the thread
+    is a daemon thread and ``server_close`` releases the port).
+    """
+    handler = type("Handler", (_MetricsHandler,), {"registry": registry})
+    server = _Server((host, port), handler)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 3600.0},
+        name="joulestat-metrics", daemon=True,
+    )
+    thread.start()
     return server

@@ -117,3 +117,27 @@ def test_unreadable_at_open_counts_from_first_good_read(tmp_path: Path) -> None:
     assert _energy(sensor) == {"eth0": 0.0}
     _write(tmp_path, {"eth0": (150, 100)})
     assert _energy(sensor) == {"eth0": 50.0}
+
+
+def test_kernel_file_rereads_and_survives_replacement(tmp_path) -> None:
+    from agent.sensors.kernel_file import KernelFile
+
+    path = tmp_path / "dev"
+    path.write_text("one")
+    kernel_file = KernelFile(path)
+    assert kernel_file.read_text() == "one"
+    path.write_text("two, longer")  # same inode, rewritten in place
+    assert kernel_file.read_text() == "two, longer"
+    replacement = tmp_path / "new"
+    replacement.write_text("three")
+    replacement.replace(path)  # a new inode: the kept descriptor still shows the old file
+    kernel_file.close()
+    assert kernel_file.read_text() == "three"
+    path.unlink()
+    kernel_file.close()
+    try:
+        kernel_file.read_text()
+    except FileNotFoundError:
+        pass
+    else:
+        raise AssertionError("a missing file must raise")
