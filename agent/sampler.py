@@ -4,13 +4,23 @@ The sampler is the only place that knows about time. Sensors answer in cumulativ
 joules; the sampler remembers the last answer per (component, device, source) and
 emits the difference, so a tick that runs late simply covers more time and no
 energy is ever assumed from the nominal interval.
+
+Crash recovery: :meth:`Sampler.checkpoint` (every tick, no I/O) captures the last tick's
+monotonic time, the cumulative value of every series and each sensor's own state. A
+process restarted on the same boot calls :meth:`Sampler.restore` instead of ``start``;
+CLOCK_MONOTONIC runs on across processes, so its first tick spans (checkpoint, now] and
+the sensors' counters say what was used in between: nothing lost, nothing counted twice.
+Whether the checkpoint comes from this boot is the caller's to check (boot_id): after a
+reboot monotonic time restarts and the old values mean nothing.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from agent.sensors.base import DeviceInfo, Reading, Sensor
 from agent.tick import Tick, TickEntry
@@ -35,6 +45,7 @@ class Sampler:
         self._last_j: dict[Key, float] = {}
         self._last_mono: float | None = None
         self._failing: set[str] = set()
+        self._checkpoint_failing: set[str] = set()
         self.sensor_errors_total: dict[str, int] = {s.name: 0 for s in self.sensors}
 
     def describe(self) -> list[DeviceInfo]:
@@ -51,6 +62,101 @@ class Sampler:
         self._last_mono = self._monotonic()
         for reading in self._read_all(self._last_mono):
             self._last_j[(reading.component, reading.device, reading.source)] = reading.energy_j
+
+    def checkpoint(self) -> dict:
+        """State to resume from after a crash: JSON types only, cheap enough for every tick.
+
+        ``{"mono_s": last tick's monotonic time, "last_j": [[component, device, source,
+        joules], ...], "sensors": {sensor name: sensor.checkpoint()}}``. A sensor whose
+        checkpoint fails is left out (logged once); it then restarts from a baseline.
+        """
+        if self._last_mono is None:
+            raise RuntimeError("Sampler.checkpoint() before start() or tick()")
+        sensors: dict[str, dict] = {}
+        for sensor in self.sensors:
+            try:
+                sensors[sensor.name] = sensor.checkpoint()
+            except Exception as exc:
+                if sensor.name not in self._checkpoint_failing:
+                    log.warning("sensor %s: checkpoint failed, it will restart from a "
+                                "baseline after a crash: %s", sensor.name, exc)
+                    self._checkpoint_failing.add(sensor.name)
+                continue
+            self._checkpoint_failing.discard(sensor.name)
+        return {
+            "mono_s": self._last_mono,
+            "last_j": [[c, d, src, j] for (c, d, src), j in self._last_j.items()],
+            "sensors": sensors,
+        }
+
+    def restore(self, state: dict) -> bool:
+        """Resume from :meth:`checkpoint` instead of :meth:`start`; False if unusable.
+
+        On True the next :meth:`tick` covers (checkpoint time, now]. Unusable means: not
+        the checkpoint's shape, ``mono_s`` in the future (another boot), or no sensor of
+        this process named in it; the caller then calls ``start()``. A sensor with no
+        state in the checkpoint, or whose restore fails, is read now as a baseline: its
+        share of the gap is unknown, so its series start from here rather than count
+        the difference between two unrelated totals.
+        """
+        now_mono = self._monotonic()
+        parsed = self._parse_checkpoint(state, now_mono)
+        if parsed is None:
+            return False
+        mono_s, last_j, saved = parsed
+        if not any(sensor.name in saved for sensor in self.sensors):
+            log.warning("checkpoint ignored: none of its sensors (%s) is open now",
+                        ", ".join(sorted(map(str, saved))) or "none")
+            return False
+        restored: set[str] = set()
+        for sensor in self.sensors:
+            if sensor.name not in saved:
+                log.info("sensor %s has no checkpoint; it starts from a baseline", sensor.name)
+                continue
+            try:
+                sensor.restore(saved[sensor.name])
+            except Exception as exc:
+                log.warning("sensor %s: restore failed, it starts from a baseline: %s",
+                            sensor.name, exc)
+                continue
+            restored.add(sensor.name)
+        fresh = [s for s in self.sensors if s.name not in restored]
+        for reading in self._read_all(now_mono, fresh):
+            last_j[(reading.component, reading.device, reading.source)] = reading.energy_j
+        self._last_j = last_j
+        self._last_mono = mono_s
+        return True
+
+    @staticmethod
+    def _parse_checkpoint(
+        state: Any, now_mono: float
+    ) -> tuple[float, dict[Key, float], dict[str, Any]] | None:
+        """(mono_s, last_j, sensor states) from a checkpoint, or None when unusable."""
+        if not isinstance(state, dict):
+            log.warning("checkpoint ignored: not an object")
+            return None
+        mono_s = state.get("mono_s")
+        rows = state.get("last_j")
+        saved = state.get("sensors")
+        if (isinstance(mono_s, bool) or not isinstance(mono_s, int | float)
+                or not math.isfinite(mono_s) or not isinstance(rows, list)
+                or not isinstance(saved, dict)):
+            log.warning("checkpoint ignored: it lacks mono_s, last_j or sensors")
+            return None
+        if mono_s > now_mono:
+            log.warning("checkpoint ignored: taken at monotonic %.3f s, after now (%.3f s); "
+                        "from another boot?", mono_s, now_mono)
+            return None
+        last_j: dict[Key, float] = {}
+        for row in rows:
+            if (isinstance(row, list) and len(row) == 4
+                    and all(isinstance(x, str) for x in row[:3])
+                    and isinstance(row[3], int | float) and not isinstance(row[3], bool)
+                    and math.isfinite(row[3])):
+                last_j[(row[0], row[1], row[2])] = float(row[3])
+            else:
+                log.warning("checkpoint: malformed series row %.80r skipped", row)
+        return float(mono_s), last_j, saved
 
     def tick(self) -> Tick:
         if self._last_mono is None:
@@ -79,9 +185,11 @@ class Sampler:
         self._last_mono = now_mono
         return Tick(t0_s=now_wall - elapsed_s, t1_s=now_wall, entries=tuple(entries))
 
-    def _read_all(self, now_mono: float) -> list[Reading]:
+    def _read_all(
+        self, now_mono: float, sensors: Sequence[Sensor] | None = None
+    ) -> list[Reading]:
         readings: list[Reading] = []
-        for sensor in self.sensors:
+        for sensor in self.sensors if sensors is None else sensors:
             try:
                 readings.extend(sensor.read(now_mono))
             except Exception as exc:  # keep ticking on whatever else can be read

@@ -51,6 +51,14 @@ class Sensor(Protocol):
     return every (component, device) it knows, with energy that never decreases.
     It may raise :class:`SensorError` (or any ``OSError``) for a bad tick; the
     sampler logs that and keeps the previous cumulative values.
+
+    ``checkpoint``/``restore`` let a restarted agent (same boot, so the same
+    CLOCK_MONOTONIC) pick up where a killed one stopped: ``checkpoint`` is called every
+    tick, so it does no I/O and returns only JSON types (str, int, float, list, dict);
+    ``restore`` is called on a freshly opened sensor before its first tick and makes the
+    next ``read`` report the checkpoint's cumulative energy plus what the hardware says
+    was used since. Items that no longer match (a device gone, a malformed value) are
+    skipped with a warning: ``restore`` never raises for bad state.
     """
 
     name: str
@@ -60,3 +68,7 @@ class Sensor(Protocol):
     def read(self, now_s: float) -> list[Reading]: ...
 
     def close(self) -> None: ...
+
+    def checkpoint(self) -> dict: ...
+
+    def restore(self, state: dict) -> None: ...

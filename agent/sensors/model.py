@@ -12,6 +12,12 @@ its own keeps anyone from summing it with, or mistaking it for, a measured packa
 
 Provenance is ``model:<method>``: ``model:tdp-curve`` or ``model:ccf-vcpu`` for the CPU,
 ``model:dram-gib`` for memory, so reports can say which figures were estimated.
+
+Restart on the same boot: the CPU sensor's checkpoint holds the /proc/stat counters of its
+last read, so the first read after ``restore`` takes the load over the whole gap from the
+kernel's jiffies (its average load) and integrates the model's power at that load over the
+gap's real length. The DRAM sensor needs only its total and last time: constant power times
+the gap.
 """
 
 from __future__ import annotations
@@ -41,8 +47,13 @@ from agent.sensors.power_model import (
     dram_power_w,
     load_power_models,
 )
+from agent.sensors.resume import BadState, get_float, get_int, get_map
 
 log = logging.getLogger(__name__)
+
+# The CpuTimes fields a checkpoint carries (all ints: jiffies, and the thread count).
+_TIMES_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal",
+                 "threads")
 
 DEVICE_NODE = "node"
 DRAM_SOURCE = "model:dram-gib"
@@ -124,6 +135,44 @@ class CpuModelSensor:
         return Reading(component="cpu", device=DEVICE_NODE, energy_j=self._energy_j,
                        source=self.source)
 
+    def checkpoint(self) -> dict:
+        """The last /proc/stat counters (when read), their time, the total and last load."""
+        state: dict[str, object] = {"prev_s": self._prev_s, "energy_j": self._energy_j,
+                                    "last_load": self._last_load}
+        prev = self._prev
+        if prev is not None:
+            state["times"] = {
+                "user": prev.user, "nice": prev.nice, "system": prev.system,
+                "idle": prev.idle, "iowait": prev.iowait, "irq": prev.irq,
+                "softirq": prev.softirq, "steal": prev.steal, "threads": prev.threads,
+            }
+        return state
+
+    def restore(self, state: dict) -> None:
+        """Continue from a checkpoint; a malformed one is ignored with a warning.
+
+        Without saved counters (the old sensor never read) only the total is restored
+        and the next read is a baseline, as for a fresh sensor.
+        """
+        try:
+            if not isinstance(state, dict):
+                raise BadState(f"not an object: {type(state).__name__}")
+            energy_j = get_float(state, "energy_j")
+            prev_s = get_float(state, "prev_s")
+            last_load = get_float(state, "last_load")
+            if last_load > 1.0:
+                raise BadState(f"'last_load' above 1: {last_load!r}")
+            prev: CpuTimes | None = None
+            if "times" in state:
+                times = get_map(state, "times")
+                prev = CpuTimes(**{f: get_int(times, f) for f in _TIMES_FIELDS})
+        except BadState as exc:
+            log.warning("cpu estimator checkpoint ignored: %s", exc)
+            return
+        self._energy_j, self._last_load = energy_j, last_load
+        if prev is not None:
+            self._prev, self._prev_s = prev, prev_s
+
     def close(self) -> None:
         self._stat.close()
 
@@ -169,6 +218,26 @@ class DramModelSensor:
             self._prev_s = now_s
         return [Reading(component="dram", device=DEVICE_NODE, energy_j=self._energy_j,
                         source=self.source)]
+
+    def checkpoint(self) -> dict:
+        """The total and the time it was reached (absent before the first read)."""
+        if self._prev_s is None:
+            return {"energy_j": self._energy_j}
+        return {"energy_j": self._energy_j, "prev_s": self._prev_s}
+
+    def restore(self, state: dict) -> None:
+        """Continue from a checkpoint: the next read adds constant power times the gap."""
+        try:
+            if not isinstance(state, dict):
+                raise BadState(f"not an object: {type(state).__name__}")
+            energy_j = get_float(state, "energy_j")
+            prev_s = get_float(state, "prev_s") if "prev_s" in state else None
+        except BadState as exc:
+            log.warning("dram estimator checkpoint ignored: %s", exc)
+            return
+        self._energy_j = energy_j
+        if prev_s is not None:
+            self._prev_s = prev_s
 
     def close(self) -> None:
         """Nothing to release."""

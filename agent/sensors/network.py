@@ -17,6 +17,11 @@ first seen after the sensor opened, or back after vanishing, starts from its cou
 that moment (what it moved before is unknowable). An interface that vanishes keeps
 reporting its last cumulative value, so the totals downstream never decrease.
 
+Restart on the same boot: ``checkpoint`` keeps each interface's last byte counter and its
+energy; after ``restore`` the next read counts the bytes moved during the gap on top of
+that energy. An interface that is gone by then (or was gone at the checkpoint, so its
+counter then is unknown) is skipped or starts from its counter at open.
+
 The coefficient (see docs/methodology-network.md): ``DEFAULT_J_PER_BYTE`` = 1.6e-9 J/byte.
 Derivation: a 25 GbE adapter (Mellanox ConnectX-4/5, Broadcom) adds about 9-10 W at the
 wall (measured 32 W bare vs 41-42 W with card and cable, jungle-it.blogspot.com 2023-09);
@@ -36,6 +41,7 @@ from pathlib import Path
 
 from agent.sensors.base import DeviceInfo, Reading
 from agent.sensors.kernel_file import KernelFile
+from agent.sensors.resume import BadState, get_float, get_int, get_map
 
 log = logging.getLogger(__name__)
 
@@ -74,11 +80,19 @@ def parse_net_dev(text: str) -> dict[str, int]:
 
 @dataclass
 class _Iface:
-    """Running state of one interface: last counter and bytes counted so far."""
+    """Running state of one interface: last counter and bytes counted so far.
+
+    ``base_j`` is energy carried over from a restored checkpoint: kept in joules, not
+    bytes, so a changed ``j_per_byte`` cannot rewrite what was already reported.
+    """
 
     last_bytes: int
     counted_bytes: int = 0
     present: bool = True  # listed at the previous read
+    base_j: float = 0.0
+
+    def energy_j(self, j_per_byte: float) -> float:
+        return self.base_j + self.counted_bytes * j_per_byte
 
 
 class NetworkSensor:
@@ -158,9 +172,44 @@ class NetworkSensor:
                 log.info("network interface %s vanished; keeping its total", iface)
                 state.present = False
         return [
-            Reading("net", iface, state.counted_bytes * self.j_per_byte, SOURCE)
+            Reading("net", iface, state.energy_j(self.j_per_byte), SOURCE)
             for iface, state in self._ifaces.items()
         ]
+
+    def checkpoint(self) -> dict:
+        """Per interface: energy, and the last byte counter while it is present."""
+        ifaces: dict[str, dict[str, int | float]] = {}
+        for iface, state in self._ifaces.items():
+            item: dict[str, int | float] = {"energy_j": state.energy_j(self.j_per_byte)}
+            if state.present:
+                item["last_bytes"] = state.last_bytes
+            ifaces[iface] = item
+        return {"ifaces": ifaces}
+
+    def restore(self, state: dict) -> None:
+        """Continue each interface seen at open from its checkpoint; others are skipped."""
+        try:
+            saved = get_map(state, "ifaces")
+        except BadState as exc:
+            log.warning("network checkpoint ignored: %s", exc)
+            return
+        for iface, item in saved.items():
+            current = self._ifaces.get(iface)
+            if current is None:
+                log.warning("network checkpoint: interface %s is not present now; its state "
+                            "ignored", iface)
+                continue
+            try:
+                if not isinstance(item, dict):
+                    raise BadState(f"not an object: {type(item).__name__}")
+                energy_j = get_float(item, "energy_j")
+                last_bytes = get_int(item, "last_bytes") if "last_bytes" in item else None
+            except BadState as exc:
+                log.warning("network checkpoint: interface %s ignored: %s", iface, exc)
+                continue
+            current.base_j, current.counted_bytes = energy_j, 0
+            if last_bytes is not None:
+                current.last_bytes = last_bytes
 
     def close(self) -> None:
         self._file.close()

@@ -19,6 +19,20 @@ A device whose call fails in one tick keeps its last cumulative value (logged on
 device and error until it recovers); the other devices go on. After a failed tick the
 power path integrates straight across the gap from the last good sample, which assumes
 power moved linearly between them. ``close()`` calls ``nvmlShutdown()``.
+
+Restart on the same boot: ``checkpoint`` keeps each GPU's last counter or power sample by
+UUID (an index names a slot, the UUID names the board), and ``restore`` puts them back, so
+the first read after a restart takes the energy counter's delta over the whole gap, or
+integrates power across it with the trapezoid rule exactly as after a failed tick.
+
+Processes, for attribution (``device_processes``): per device, the pids holding a compute
+or graphics context (``nvmlDeviceGetComputeRunningProcesses``,
+``nvmlDeviceGetGraphicsRunningProcesses``) and each pid's SM utilisation averaged over the
+samples NVML took since the previous call (``nvmlDeviceGetProcessUtilization`` with the
+newest sample timestamp seen so far, in µs). NVML answers NOT_FOUND when no sample is newer
+than that timestamp, which is the normal state of an idle GPU, so that means "no
+utilisation", not a failure; so does NOT_SUPPORTED (e.g. MIG-enabled devices), where the
+context holders are still worth knowing.
 """
 
 from __future__ import annotations
@@ -30,11 +44,22 @@ from types import ModuleType
 from typing import Any
 
 from agent.sensors.base import DeviceInfo, Reading
+from agent.sensors.resume import BadState, get_float, get_int, get_map
 
 log = logging.getLogger(__name__)
 
 SOURCE_ENERGY = "nvml_energy"
 SOURCE_POWER = "nvml_power"
+
+# NVML return codes, by value (pynvml names them the same): NOT_FOUND is what
+# nvmlDeviceGetProcessUtilization answers when there is no sample newer than asked for,
+# and pynvml raises SUCCESS itself when the driver reports zero samples without an error.
+_NVML_SUCCESS = 0
+_NVML_ERROR_NOT_SUPPORTED = 3
+_NVML_ERROR_NOT_FOUND = 6
+
+# (component, device) -> ({pid: mean SM utilisation %}, {pids holding a context})
+DeviceProcesses = dict[tuple[str, str], tuple[dict[int, float], set[int]]]
 
 
 def _text(value: str | bytes) -> str:
@@ -58,6 +83,9 @@ class _Gpu:
     last_s: float = 0.0
     energy_j: float = 0.0
     failing: str = ""  # the error currently logged for this device, "" when healthy
+    util_seen_us: int = 0  # newest process-utilisation sample timestamp already consumed
+    procs_failing: str = ""  # like ``failing``, for device_processes
+    util_unsupported: bool = False  # process utilisation NOT_SUPPORTED: logged once
 
     @property
     def device(self) -> str:
@@ -106,6 +134,105 @@ class NvidiaSensor:
         except self._nvml.NVMLError as exc:
             log.debug("nvmlShutdown failed: %s", exc)
 
+    def checkpoint(self) -> dict:
+        """Per GPU UUID: the last good sample and the cumulative energy (no NVML call)."""
+        return {
+            "gpus": {
+                g.uuid: {"index": g.index, "source": g.source, "last_mj": g.last_mj,
+                         "last_mw": g.last_mw, "last_s": g.last_s, "energy_j": g.energy_j}
+                for g in self._gpus
+            }
+        }
+
+    def restore(self, state: dict) -> None:
+        """Continue each GPU from its checkpoint, matched by UUID; mismatches are skipped.
+
+        A GPU whose index or measurement path changed is skipped: its readings are keyed
+        by ``gpu<index>`` and source, so continuing under another key would hand one
+        board's total to another series.
+        """
+        try:
+            saved = get_map(state, "gpus")
+        except BadState as exc:
+            log.warning("NVML checkpoint ignored: %s", exc)
+            return
+        by_uuid = {g.uuid: g for g in self._gpus}
+        for uuid, item in saved.items():
+            gpu = by_uuid.get(uuid)
+            if gpu is None:
+                log.warning("NVML checkpoint: GPU %s is not present now; its state ignored", uuid)
+                continue
+            try:
+                if not isinstance(item, dict):
+                    raise BadState(f"not an object: {type(item).__name__}")
+                if item.get("source") != gpu.source:
+                    raise BadState(f"measured via {item.get('source')!r} then, {gpu.source!r} now")
+                if get_int(item, "index") != gpu.index:
+                    raise BadState(f"was gpu{item['index']}, is gpu{gpu.index} now")
+                last_mj = get_int(item, "last_mj")
+                last_mw = get_float(item, "last_mw")
+                last_s = get_float(item, "last_s")
+                energy_j = get_float(item, "energy_j")
+            except BadState as exc:
+                log.warning("NVML checkpoint: GPU %s ignored: %s", uuid, exc)
+                continue
+            gpu.last_mj, gpu.last_mw, gpu.last_s, gpu.energy_j = last_mj, last_mw, last_s, energy_j
+
+    def device_processes(self) -> DeviceProcesses:
+        """Per device: {pid: mean SM utilisation % since the last call}, {context pids}.
+
+        A device whose NVML calls fail is left out of the answer (logged once per
+        device and error until it recovers); the others are still reported.
+        """
+        result: DeviceProcesses = {}
+        for gpu in self._gpus:
+            try:
+                pids = {p.pid for p in self._nvml.nvmlDeviceGetComputeRunningProcesses(gpu.handle)}
+                pids.update(
+                    p.pid for p in self._nvml.nvmlDeviceGetGraphicsRunningProcesses(gpu.handle))
+                util = self._process_utilization(gpu)
+            except self._nvml.NVMLError as exc:
+                problem = f"{type(exc).__name__}: {exc}"
+                if gpu.procs_failing != problem:
+                    log.warning("GPU %d (%s): NVML process query failed: %s; no process "
+                                "data for it", gpu.index, gpu.uuid, problem)
+                    gpu.procs_failing = problem
+                continue
+            if gpu.procs_failing:
+                log.info("GPU %d (%s): NVML process queries work again", gpu.index, gpu.uuid)
+                gpu.procs_failing = ""
+            result[("gpu", gpu.device)] = (util, pids)
+        return result
+
+    def _process_utilization(self, gpu: _Gpu) -> dict[int, float]:
+        """Mean SM % per pid over samples newer than the last consumed one."""
+        try:
+            samples = self._nvml.nvmlDeviceGetProcessUtilization(gpu.handle, gpu.util_seen_us)
+        except self._nvml.NVMLError as exc:
+            code = getattr(exc, "value", None)
+            if code in (_NVML_ERROR_NOT_FOUND, _NVML_SUCCESS):
+                return {}
+            if code == _NVML_ERROR_NOT_SUPPORTED:
+                if not gpu.util_unsupported:
+                    log.info("GPU %d (%s): per-process utilisation not supported; only "
+                             "context holders are reported", gpu.index, gpu.uuid)
+                    gpu.util_unsupported = True
+                return {}
+            raise
+        sums: dict[int, float] = {}
+        counts: dict[int, int] = {}
+        newest_us = gpu.util_seen_us
+        for sample in samples:
+            stamp = int(sample.timeStamp)
+            # Some drivers hand back buffered samples older than asked for: not new.
+            if stamp <= gpu.util_seen_us:
+                continue
+            newest_us = max(newest_us, stamp)
+            sums[sample.pid] = sums.get(sample.pid, 0.0) + float(sample.smUtil)
+            counts[sample.pid] = counts.get(sample.pid, 0) + 1
+        gpu.util_seen_us = newest_us
+        return {pid: sums[pid] / counts[pid] for pid in sums}
+
     def _update(self, gpu: _Gpu, now_s: float) -> None:
         if gpu.source == SOURCE_ENERGY:
             cur_mj = int(self._nvml.nvmlDeviceGetTotalEnergyConsumption(gpu.handle))
@@ -116,7 +243,7 @@ class NvidiaSensor:
                             gpu.index, gpu.last_mj, cur_mj)
             else:
                 gpu.energy_j += (cur_mj - gpu.last_mj) / 1000.0
-            gpu.last_mj = cur_mj
+            gpu.last_mj, gpu.last_s = cur_mj, now_s
             return
         cur_mw = float(self._nvml.nvmlDeviceGetPowerUsage(gpu.handle))
         elapsed_s = max(now_s - gpu.last_s, 0.0)

@@ -31,6 +31,13 @@ ceiling of 2 kW per zone is about four times the highest CPU package TDP shippin
 only catch a bogus wrap while ``max_power_w * elapsed`` stays below the range (about two
 minutes at the defaults); longer gaps between reads also risk missing a real wrap.
 
+Restart on the same boot: ``checkpoint`` keeps, per zone id, the last raw ``energy_uj``, its
+monotonic time and the running total; ``restore`` puts them back so the next read takes its
+delta from the dead process's last value over the real elapsed gap, with the same wrap and
+ceiling rules. A gap longer than ``max_range / max_power_w`` (about two minutes at the
+defaults) can hide whole wraps: each adds exactly ``max_energy_range_uj`` and leaves no
+trace in the counter, so the gap is then a lower bound and a warning says so.
+
 ``energy_uj`` is root-only since Linux 5.10 (CVE-2020-8694, PLATYPUS). Without
 permission the sensor logs one line saying how to fix it and the agent uses its estimator.
 """
@@ -44,6 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.sensors.base import DeviceInfo, Reading
+from agent.sensors.resume import BadState, get_float, get_int, get_map
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +62,9 @@ MAX_ZONE_POWER_W = 2000.0
 # Allowance added to the elapsed time so a read taken an instant after the previous one
 # can still show a counter step (energy_uj updates about every millisecond).
 SLACK_S = 0.1
+# A read this long after the previous one is a restart or an outage, not a late tick: it
+# is the only case worth a warning that wraps may have passed unseen.
+LONG_GAP_S = 10.0
 
 _ZONE_RE = re.compile(r"^(intel-rapl|intel-rapl-mmio):(\d+(?::\d+)*)$")
 _PACKAGE_RE = re.compile(r"^package-(\d+)$")
@@ -175,6 +186,7 @@ class RaplSensor:
         self._zones = zones
         self._max_power_w = max_power_w
         self._problems = ProblemLog(log)
+        self._long_gap: set[str] = set()  # zone ids whose last read came after a long gap
         for zone in zones:
             zone.prev_s = now_s
 
@@ -191,6 +203,54 @@ class RaplSensor:
 
     def close(self) -> None:
         """Nothing to release: every read opens and closes its own file."""
+
+    def checkpoint(self) -> dict:
+        """Per zone id: last raw counter (when one was read), its time, and the total.
+
+        Raw µJ stay ints so a resumed delta is exact; no I/O, called every tick.
+        """
+        zones: dict[str, dict[str, int | float]] = {}
+        for zone in self._zones:
+            item: dict[str, int | float] = {"prev_s": zone.prev_s, "total_uj": zone.total_uj}
+            if zone.prev_uj is not None:
+                item["energy_uj"] = zone.prev_uj
+            zones[zone.zone_id] = item
+        return {"zones": zones}
+
+    def restore(self, state: dict) -> None:
+        """Continue each zone from its checkpoint; unknown or malformed zones are skipped.
+
+        A zone saved before its first good read has no raw value: its total is restored
+        and it keeps the baseline this sensor took at open (the gap before that is unknown).
+        """
+        try:
+            saved = get_map(state, "zones")
+        except BadState as exc:
+            log.warning("RAPL checkpoint ignored: %s", exc)
+            return
+        by_id = {z.zone_id: z for z in self._zones}
+        for zone_id, item in saved.items():
+            zone = by_id.get(zone_id)
+            if zone is None:
+                log.warning("RAPL checkpoint: zone %s is not present now; its state ignored",
+                            zone_id)
+                continue
+            try:
+                if not isinstance(item, dict):
+                    raise BadState(f"not an object: {type(item).__name__}")
+                total_uj = get_int(item, "total_uj")
+                prev_s = get_float(item, "prev_s")
+                prev_uj = get_int(item, "energy_uj") if "energy_uj" in item else None
+                if (prev_uj is not None and zone.max_range_uj is not None
+                        and prev_uj > zone.max_range_uj):
+                    raise BadState(f"energy_uj {prev_uj} above max_energy_range_uj "
+                                   f"{zone.max_range_uj}")
+            except BadState as exc:
+                log.warning("RAPL checkpoint: zone %s ignored: %s", zone_id, exc)
+                continue
+            zone.total_uj = total_uj
+            if prev_uj is not None:
+                zone.prev_uj, zone.prev_s = prev_uj, prev_s
 
     def _update(self, zone: _Zone, now_s: float) -> None:
         key = f"RAPL zone {zone.zone_id} ({zone.name})"
@@ -222,6 +282,16 @@ class RaplSensor:
             return
         elapsed_s = max(now_s - prev_s, 0.0)
         ceiling_uj = self._max_power_w * (elapsed_s + SLACK_S) * 1e6
+        if (elapsed_s > LONG_GAP_S and zone.max_range_uj is not None
+                and ceiling_uj >= zone.max_range_uj):
+            # Once per stretch of such reads: a tiny range would otherwise warn every tick.
+            if zone.zone_id not in self._long_gap:
+                self._long_gap.add(zone.zone_id)
+                log.warning("%s: %.1f s since the last read, long enough for whole counter "
+                            "wraps (%.0f J each) to pass unseen; energy over it is a lower "
+                            "bound", key, elapsed_s, zone.max_range_uj / 1e6)
+        else:
+            self._long_gap.discard(zone.zone_id)
         if delta_uj > ceiling_uj:
             self._problems.report(
                 key, "implausible", "%s: dropped a jump of %.1f J in %.3f s (over %.0f W%s); "

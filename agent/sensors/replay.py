@@ -14,18 +14,28 @@ File format: CSV, header exactly ``t_s,component,device,watts``, one row per cha
   for as long as the replay runs (a trace ending in ``0`` stops it cleanly).
 * Rows must not go back in time (equal times are allowed; for one key the later row
   wins). Blank lines are ignored. ``component`` must be one of base.COMPONENTS.
+
+Restart: ``checkpoint`` keeps the time origin (and the energies last reported, with their
+monotonic time); ``restore`` takes the origin back so trace time runs on through the gap,
+as hardware would have. Energy is a function of trace time alone, so the origin is all
+that matters; the saved energies only confirm it is the same trace: if the trace read
+back gives other energies at the saved time, the checkpoint is ignored.
 """
 
 from __future__ import annotations
 
 import bisect
 import csv
+import logging
 import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.sensors.base import COMPONENTS, DeviceInfo, Reading
+from agent.sensors.resume import BadState, get_float
+
+log = logging.getLogger(__name__)
 
 SOURCE = "replay"
 HEADER = ("t_s", "component", "device", "watts")
@@ -152,6 +162,7 @@ class ReplaySensor:
             for i in range(1, len(s.times_s)):
                 prefix.append(prefix[-1] + s.watts_w[i - 1] * (s.times_s[i] - s.times_s[i - 1]))
             self._prefix_j[key] = tuple(prefix)
+        self._last_s = self.opened_s  # monotonic time of the last read
 
     def _energy_to_j(self, key: Key, t_s: float) -> float:
         s = self.trace.series[key]
@@ -163,11 +174,53 @@ class ReplaySensor:
     def describe(self) -> list[DeviceInfo]:
         return [DeviceInfo(component=c, device=d, source=SOURCE) for c, d in self.trace.series]
 
+    def _trace_time(self, now_s: float) -> float:
+        return self.trace.start_s + max(now_s - self.opened_s, 0.0)
+
     def read(self, now_s: float) -> list[Reading]:
-        t_s = self.trace.start_s + max(now_s - self.opened_s, 0.0)
+        self._last_s = now_s
+        t_s = self._trace_time(now_s)
         return [
             Reading(c, d, self._energy_to_j((c, d), t_s), SOURCE) for c, d in self.trace.series
         ]
+
+    def checkpoint(self) -> dict:
+        """The time origin, the last read's time and the energies it reported."""
+        t_s = self._trace_time(self._last_s)
+        return {
+            "opened_s": self.opened_s,
+            "last_s": self._last_s,
+            "energy_j": [[c, d, self._energy_to_j((c, d), t_s)] for c, d in self.trace.series],
+        }
+
+    def restore(self, state: dict) -> None:
+        """Take the checkpoint's time origin, unless its energies show another trace."""
+        try:
+            if not isinstance(state, dict):
+                raise BadState(f"not an object: {type(state).__name__}")
+            opened_s = get_float(state, "opened_s")
+            last_s = get_float(state, "last_s")
+            saved = state.get("energy_j")
+            if not isinstance(saved, list):
+                raise BadState(f"'energy_j' is not a list: {saved!r:.60}")
+            t_s = self.trace.start_s + max(last_s - opened_s, 0.0)
+            for row in saved:
+                if (not isinstance(row, list) or len(row) != 3
+                        or not all(isinstance(x, str) for x in row[:2])):
+                    raise BadState(f"malformed energy row {row!r:.60}")
+                key = (row[0], row[1])
+                energy_j = get_float({"energy_j": row[2]}, "energy_j")
+                if key not in self.trace.series:
+                    raise BadState(f"{key[0]}/{key[1]} is not in {self.trace.path}")
+                if not math.isclose(self._energy_to_j(key, t_s), energy_j,
+                                    rel_tol=1e-9, abs_tol=1e-6):
+                    raise BadState(f"{key[0]}/{key[1]} had {energy_j} J at trace time {t_s}, "
+                                   f"{self.trace.path} gives {self._energy_to_j(key, t_s)} J")
+        except BadState as exc:
+            log.warning("replay checkpoint ignored (replay restarts from the trace's "
+                        "start): %s", exc)
+            return
+        self.opened_s, self._last_s = opened_s, last_s
 
     def close(self) -> None:
         """Nothing to release: the trace is held in memory."""

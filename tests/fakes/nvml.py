@@ -3,7 +3,10 @@
 It exposes the same function names, argument shapes, units and error type as
 nvidia-ml-py (``NVMLError(value)`` with a ``.value`` code; the codes below have the same
 numbers as in pynvml). ``FAKE_FUNCTIONS`` lists what it implements so a test can check
-every name still exists in the real package.
+every name still exists in the real package, and ``FAKE_STRUCT_FIELDS`` the attributes its
+process and utilisation objects carry, for the same check against pynvml's ctypes structs.
+As in pynvml, ``NVMLError(code)`` builds the matching subclass where the fake has one
+(``NVMLError(NVML_ERROR_NOT_FOUND)`` is an ``NVMLError_NotFound``).
 
 Install with ``FakeNvml(...).install(monkeypatch)``, which puts the module in
 ``sys.modules["pynvml"]`` for the duration of the test.
@@ -18,8 +21,10 @@ from typing import Any
 
 import pytest
 
+NVML_SUCCESS = 0
 NVML_ERROR_UNINITIALIZED = 1
 NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_DRIVER_NOT_LOADED = 9
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
 NVML_ERROR_GPU_IS_LOST = 15
@@ -28,6 +33,7 @@ NVML_ERROR_UNKNOWN = 999
 _ERROR_TEXT = {
     NVML_ERROR_UNINITIALIZED: "Uninitialized",
     NVML_ERROR_NOT_SUPPORTED: "Not Supported",
+    NVML_ERROR_NOT_FOUND: "Not Found",
     NVML_ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
     NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
     NVML_ERROR_GPU_IS_LOST: "GPU is lost",
@@ -43,11 +49,25 @@ FAKE_FUNCTIONS = (
     "nvmlDeviceGetName",
     "nvmlDeviceGetTotalEnergyConsumption",
     "nvmlDeviceGetPowerUsage",
+    "nvmlDeviceGetComputeRunningProcesses",
+    "nvmlDeviceGetGraphicsRunningProcesses",
+    "nvmlDeviceGetProcessUtilization",
 )
+
+# pynvml ctypes struct -> the fields the fake's objects of that kind carry.
+FAKE_STRUCT_FIELDS = {
+    "c_nvmlProcessInfo_t": ("pid", "usedGpuMemory"),
+    "c_nvmlProcessUtilizationSample_t": ("pid", "timeStamp", "smUtil", "memUtil"),
+}
 
 
 class NVMLError(Exception):
     """Same shape as pynvml.NVMLError: constructed from an error code kept in ``.value``."""
+
+    def __new__(cls, value: int) -> NVMLError:
+        # pynvml maps a code to its NVMLError_<Name> subclass at construction.
+        subclass = _SUBCLASSES.get(value) if cls is NVMLError else None
+        return Exception.__new__(subclass or cls)
 
     def __init__(self, value: int) -> None:
         super().__init__(value)
@@ -55,6 +75,31 @@ class NVMLError(Exception):
 
     def __str__(self) -> str:
         return _ERROR_TEXT.get(self.value, f"NVML Error with code {self.value}")
+
+
+class NVMLError_NotFound(NVMLError):
+    """What nvmlDeviceGetProcessUtilization raises when no sample is newer than asked."""
+
+
+_SUBCLASSES: dict[int, type[NVMLError]] = {NVML_ERROR_NOT_FOUND: NVMLError_NotFound}
+
+
+@dataclass(frozen=True)
+class FakeProcessInfo:
+    """An entry of nvmlDeviceGet{Compute,Graphics}RunningProcesses."""
+
+    pid: int
+    usedGpuMemory: int = 0  # pynvml's field name
+
+
+@dataclass(frozen=True)
+class FakeUtilSample:
+    """An entry of nvmlDeviceGetProcessUtilization; ``timeStamp`` in µs."""
+
+    pid: int
+    timeStamp: int  # pynvml's field name
+    smUtil: int
+    memUtil: int = 0
 
 
 @dataclass
@@ -70,6 +115,13 @@ class FakeGpu:
     energy_mj: int | None = 0
     power_mw: int = 100_000
     fail: dict[str, int] = field(default_factory=dict)
+    compute_pids: list[int] = field(default_factory=list)
+    graphics_pids: list[int] = field(default_factory=list)
+    # Every sample the driver holds; a call returns those newer than its timestamp
+    # (all of them when ``util_ignores_timestamp``, as some drivers do), or NOT_FOUND.
+    util_samples: list[FakeUtilSample] = field(default_factory=list)
+    util_ignores_timestamp: bool = False
+    util_asked_us: list[int] = field(default_factory=list)  # timestamps passed, in order
 
 
 @dataclass
@@ -116,7 +168,7 @@ class FakeNvml:
         mod = types.ModuleType("pynvml")
         mod.NVMLError = NVMLError  # type: ignore[attr-defined]
         for code_name, code in list(globals().items()):
-            if code_name.startswith("NVML_ERROR_"):
+            if code_name.startswith(("NVML_ERROR_", "NVML_SUCCESS")):
                 setattr(mod, code_name, code)
 
         def nvmlInit() -> None:
@@ -159,8 +211,28 @@ class FakeNvml:
         def nvmlDeviceGetPowerUsage(handle: _Handle) -> int:
             return self._gpu(handle, "nvmlDeviceGetPowerUsage").power_mw
 
+        def nvmlDeviceGetComputeRunningProcesses(handle: _Handle) -> list[FakeProcessInfo]:
+            gpu = self._gpu(handle, "nvmlDeviceGetComputeRunningProcesses")
+            return [FakeProcessInfo(pid) for pid in gpu.compute_pids]
+
+        def nvmlDeviceGetGraphicsRunningProcesses(handle: _Handle) -> list[FakeProcessInfo]:
+            gpu = self._gpu(handle, "nvmlDeviceGetGraphicsRunningProcesses")
+            return [FakeProcessInfo(pid) for pid in gpu.graphics_pids]
+
+        def nvmlDeviceGetProcessUtilization(handle: _Handle, timeStamp: int
+                                            ) -> list[FakeUtilSample]:
+            gpu = self._gpu(handle, "nvmlDeviceGetProcessUtilization")
+            gpu.util_asked_us.append(timeStamp)
+            samples = [s for s in gpu.util_samples
+                       if gpu.util_ignores_timestamp or s.timeStamp > timeStamp]
+            if not samples:
+                raise NVMLError(NVML_ERROR_NOT_FOUND)
+            return samples
+
+        mod.NVMLError_NotFound = NVMLError_NotFound  # type: ignore[attr-defined]
         for func in (nvmlInit, nvmlShutdown, nvmlDeviceGetCount, nvmlDeviceGetHandleByIndex,
                      nvmlDeviceGetUUID, nvmlDeviceGetName, nvmlDeviceGetTotalEnergyConsumption,
-                     nvmlDeviceGetPowerUsage):
+                     nvmlDeviceGetPowerUsage, nvmlDeviceGetComputeRunningProcesses,
+                     nvmlDeviceGetGraphicsRunningProcesses, nvmlDeviceGetProcessUtilization):
             setattr(mod, func.__name__, func)
         return mod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import sys
@@ -10,7 +11,7 @@ import pytest
 
 from agent.sensors.nvidia import open_nvidia
 from tests.fakes import nvml as fake
-from tests.fakes.nvml import FakeGpu, FakeNvml
+from tests.fakes.nvml import FakeGpu, FakeNvml, FakeUtilSample
 
 LOGGER = "agent.sensors.nvidia"
 
@@ -25,9 +26,23 @@ def test_fake_matches_the_real_pynvml_api() -> None:
 
     for name in fake.FAKE_FUNCTIONS:
         assert callable(getattr(real, name)), name
-    for code in ("NOT_SUPPORTED", "GPU_IS_LOST", "LIBRARY_NOT_FOUND", "DRIVER_NOT_LOADED"):
+    for code in ("NOT_SUPPORTED", "GPU_IS_LOST", "LIBRARY_NOT_FOUND", "DRIVER_NOT_LOADED",
+                 "NOT_FOUND"):
         assert getattr(real, f"NVML_ERROR_{code}") == getattr(fake, f"NVML_ERROR_{code}")
+    assert real.NVML_SUCCESS == fake.NVML_SUCCESS
     assert issubclass(real.NVMLError, Exception)
+    # NVMLError(code) builds the code's subclass in both; the sensor relies on .value
+    for module in (real, fake):
+        err = module.NVMLError(module.NVML_ERROR_NOT_FOUND)
+        assert type(err) is module.NVMLError_NotFound and isinstance(err, module.NVMLError)
+        assert err.value == module.NVML_ERROR_NOT_FOUND
+    for struct, fields in fake.FAKE_STRUCT_FIELDS.items():
+        real_fields = {name for name, _ in getattr(real, struct)._fields_}
+        assert set(fields) <= real_fields, (struct, set(fields) - real_fields)
+    assert {f.name for f in dataclasses.fields(fake.FakeProcessInfo)} == set(
+        fake.FAKE_STRUCT_FIELDS["c_nvmlProcessInfo_t"])
+    assert {f.name for f in dataclasses.fields(fake.FakeUtilSample)} == set(
+        fake.FAKE_STRUCT_FIELDS["c_nvmlProcessUtilizationSample_t"])
 
 
 def test_energy_counter_path(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -163,3 +178,76 @@ def test_bytes_names_and_uuids_from_old_bindings(monkeypatch: pytest.MonkeyPatch
     info = sensor.describe()[0]
     assert info.model == "Tesla V100-SXM2-16GB" and info.uuid == "GPU-v100"
     assert isinstance(info.model, str) and isinstance(info.uuid, str)
+
+
+def test_device_processes_reports_contexts_and_mean_sm_utilisation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    busy = FakeGpu(uuid="GPU-a", compute_pids=[10, 11], graphics_pids=[12, 10], util_samples=[
+        FakeUtilSample(pid=10, timeStamp=1_000, smUtil=40),
+        FakeUtilSample(pid=11, timeStamp=1_500, smUtil=10),
+        FakeUtilSample(pid=10, timeStamp=2_000, smUtil=60),
+    ])
+    idle = FakeGpu(uuid="GPU-b", energy_mj=None)  # power-path GPUs are asked too
+    FakeNvml([busy, idle]).install(monkeypatch)
+    sensor = open_nvidia(now_s=0.0)
+    assert sensor is not None
+    assert sensor.device_processes() == {
+        ("gpu", "gpu0"): ({10: 50.0, 11: 10.0}, {10, 11, 12}),
+        ("gpu", "gpu1"): ({}, set()),  # NOT_FOUND: no samples, no failure
+    }
+    # nothing newer than 2000 µs: no utilisation, the context holders still reported
+    busy.compute_pids.remove(11)
+    assert sensor.device_processes()[("gpu", "gpu0")] == ({}, {10, 12})
+    busy.util_samples.append(FakeUtilSample(pid=12, timeStamp=3_000, smUtil=90))
+    assert sensor.device_processes()[("gpu", "gpu0")] == ({12: 90.0}, {10, 12})
+    assert busy.util_asked_us == [0, 2_000, 2_000]
+    assert idle.util_asked_us == [0, 0, 0]
+
+
+def test_device_processes_drops_samples_older_than_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A driver that returns its whole buffer must not have old samples counted again."""
+    gpu = FakeGpu(util_ignores_timestamp=True, compute_pids=[7],
+                  util_samples=[FakeUtilSample(pid=7, timeStamp=100, smUtil=80)])
+    FakeNvml([gpu]).install(monkeypatch)
+    sensor = open_nvidia(now_s=0.0)
+    assert sensor is not None
+    assert sensor.device_processes()[("gpu", "gpu0")] == ({7: 80.0}, {7})
+    assert sensor.device_processes()[("gpu", "gpu0")] == ({}, {7})
+    gpu.util_samples.append(FakeUtilSample(pid=7, timeStamp=200, smUtil=20))
+    assert sensor.device_processes()[("gpu", "gpu0")] == ({7: 20.0}, {7})
+
+
+def test_device_processes_skips_a_failing_device_and_logs_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    gpus = [FakeGpu(uuid="GPU-a", compute_pids=[1]), FakeGpu(uuid="GPU-b", compute_pids=[2])]
+    FakeNvml(gpus).install(monkeypatch)
+    sensor = open_nvidia(now_s=0.0)
+    assert sensor is not None
+    gpus[0].fail["nvmlDeviceGetGraphicsRunningProcesses"] = fake.NVML_ERROR_GPU_IS_LOST
+    for _ in range(3):
+        assert sensor.device_processes() == {("gpu", "gpu1"): ({}, {2})}
+    warnings = _logged(caplog, logging.WARNING)
+    assert len(warnings) == 1 and "GPU is lost" in warnings[0].getMessage()
+    del gpus[0].fail["nvmlDeviceGetGraphicsRunningProcesses"]
+    gpus[1].fail["nvmlDeviceGetProcessUtilization"] = fake.NVML_ERROR_UNKNOWN
+    assert sensor.device_processes() == {("gpu", "gpu0"): ({}, {1})}
+    assert len(_logged(caplog, logging.WARNING)) == 2
+    assert any("work again" in r.getMessage() for r in _logged(caplog, logging.INFO))
+
+
+def test_device_processes_without_utilisation_support_still_lists_pids(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    gpu = FakeGpu(compute_pids=[5], fail={
+        "nvmlDeviceGetProcessUtilization": fake.NVML_ERROR_NOT_SUPPORTED})
+    FakeNvml([gpu]).install(monkeypatch)
+    sensor = open_nvidia(now_s=0.0)
+    assert sensor is not None
+    for _ in range(2):
+        assert sensor.device_processes() == {("gpu", "gpu0"): ({}, {5})}
+    assert not _logged(caplog, logging.WARNING)
+    assert sum("not supported" in r.getMessage() for r in _logged(caplog, logging.INFO)) == 1

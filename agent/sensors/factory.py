@@ -1,0 +1,73 @@
+"""Which sensors this node gets: measured where the hardware allows, estimated elsewhere."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from agent.config import ConfigError
+from agent.sensors.base import Sensor, SensorError
+
+log = logging.getLogger(__name__)
+
+
+def build_sensors(settings: Mapping[str, Any], now_s: float, cloud: str | None = None
+                  ) -> list[Sensor]:
+    """Measured sources where the hardware has them, honest estimates where it has not."""
+    from agent.sensors.network import NetworkSensor
+
+    procfs_root: Path = settings["procfs_root"]
+    if settings.get("replay"):
+        from agent.sensors.replay import TraceError, open_replay
+
+        try:
+            return [open_replay(settings["replay"], now_s)]
+        except TraceError as exc:
+            raise ConfigError(f"--replay: {exc}") from None
+
+    from agent.sensors.model import open_cpu_estimator, open_dram_estimator
+    from agent.sensors.rapl import open_rapl
+
+    sensors: list[Sensor] = []
+    rapl = open_rapl(settings["sysfs_root"], now_s)
+    measured: set[str] = set()
+    if rapl is not None:
+        sensors.append(rapl)
+        measured = {device.component for device in rapl.describe()}
+    # Estimate only what is not measured (many CPUs expose no RAPL dram domain).
+    if "cpu" not in measured:
+        try:
+            sensors.append(open_cpu_estimator(procfs_root, cloud=cloud))
+        except (SensorError, OSError, ValueError) as exc:
+            log.error("no CPU power: no RAPL and the CPU estimator cannot run: %s", exc)
+    if "dram" not in measured:
+        try:
+            sensors.append(open_dram_estimator(procfs_root))
+        except (SensorError, OSError, ValueError) as exc:
+            log.warning("no DRAM power estimate: %s", exc)
+    if settings.get("nvml", True):
+        from agent.sensors.nvidia import open_nvidia
+
+        nvidia = open_nvidia(now_s)
+        if nvidia is not None:
+            sensors.append(nvidia)
+    sensors.append(NetworkSensor(procfs_root, sysfs_root=settings["sysfs_root"]))
+    return sensors
+
+
+def estimator_idle_w(sensors: list[Sensor]) -> dict[tuple[str, str], float]:
+    """Idle power that estimators know by construction (the model at 0 % load)."""
+    idle: dict[tuple[str, str], float] = {}
+    for sensor in sensors:
+        idle_w = getattr(sensor, "idle_power_w", None)
+        if idle_w is None:
+            continue
+        for device in sensor.describe():
+            idle[(device.component, device.device)] = float(idle_w)
+    return idle
+
+
+def find_sensor(sensors: list[Sensor], name: str) -> Sensor | None:
+    return next((s for s in sensors if s.name == name), None)
