@@ -47,6 +47,9 @@ class TickUsage:
     devices: Mapping[tuple[str, str], DeviceUse] = field(default_factory=dict)
     # Jobs running during the tick; a job with no CPU time still shares idle power.
     running_jobs: tuple[str, ...] = ()
+    # Fraction of the tick each job existed (registered or ended inside it); default 1.
+    # Idle power is shared in proportion, so a job pays for the time it held the node.
+    presence: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +121,8 @@ def attribute(
         elif entry.component in CPU_SHARED_COMPONENTS:
             dynamic_by_job = {job: dynamic_j * s for job, s in shares_by_job.items() if s > 0}
             if idle_policy == "share":
-                idle_by_job = _split(idle_j, idle_weights)
+                idle_by_job = {job: part * usage.presence.get(job, 1.0)
+                               for job, part in _split(idle_j, idle_weights).items()}
         for job in sorted(set(dynamic_by_job) | set(idle_by_job)):
             result.append(Share(job, entry.component, entry.device, entry.source,
                                 dynamic_by_job.get(job, 0.0), idle_by_job.get(job, 0.0)))

@@ -15,7 +15,7 @@ import sys
 from agent import __version__
 from agent.config import ConfigError
 
-COMMANDS = ("agent", "estimate", "db")
+COMMANDS = ("agent", "run", "jobs", "estimate", "db")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -22,6 +22,13 @@ AGENT_OPTIONS = (
     "raw_retention",
     "replay",
     "nvml",
+    "api_port",
+    "api_host",
+    "api_token",
+    "idle_policy",
+    "discover",
+    "job_retention",
+    "max_job_series",
 )
 
 

@@ -46,6 +46,7 @@ from pathlib import Path
 
 from agent.identity import SAGEMAKER_RESOURCE_CONFIG
 from agent.jobs.cgroups import CgroupIdentity, classify_cgroup
+from agent.jobs.registry import JobRegistry
 
 __all__ = [
     "SCHEDULERS",
@@ -290,3 +291,20 @@ def _read_sagemaker_labels(path: Path) -> dict[str, str]:
         log.warning("SageMaker resource config %s is not a JSON object", path)
         return {}
     return {k: str(data[k]) for k in _SAGEMAKER_LABELS if data.get(k) not in (None, "")}
+
+
+def sync_registry(registry: JobRegistry, procfs_root: Path, kinds: frozenset[str],
+                  sagemaker_config: Path = SAGEMAKER_RESOURCE_CONFIG) -> None:
+    """Make the registry's discovered jobs match one scan: new ones registered, their
+    process sets replaced, and the ones that vanished ended."""
+    found = {job.job_id: job for job in discover(procfs_root, kinds, sagemaker_config)}
+    for job in found.values():
+        # Slurm/k8s names may hold characters job names refuse (e.g. '/'): keep them safe.
+        name = job.name.replace("/", "_").replace("\\", "_")
+        labels = {key: value[:256] for key, value in job.labels.items()}
+        registry.register(name, job.kind, labels=labels, job_id=job.job_id,
+                          origin=f"discovered:{job.scheduler}")
+        registry.set_pids(job.job_id, job.pids)
+    for job in registry.jobs(running_only=True):
+        if job.origin.startswith("discovered:") and job.id not in found:
+            registry.end(job.id)

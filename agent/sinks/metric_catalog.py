@@ -69,6 +69,22 @@ AGENT_SENSOR_ERRORS = MetricSpec(
     "Ticks on which a sensor failed to read (the agent kept ticking on the others).",
 )
 
+JOB_ENERGY = MetricSpec(
+    "joulestat_job_energy_joules_total",
+    "counter",
+    ("job_id", "job_name", "kind", "component"),
+    "Energy attributed to a job on this node, in joules (dynamic plus its idle share under "
+    "--idle-policy share). Ended jobs stay exported for --job-retention, then drop; at most "
+    "--max-job-series jobs are exported at once.",
+)
+JOB_WORK_UNITS = MetricSpec(
+    "joulestat_job_work_units_total",
+    "counter",
+    ("job_id", "job_name", "unit"),
+    "Work units a job reported (inference, sample, step, token, ...); energy per unit is "
+    "rate(joulestat_job_energy_joules_total) / rate(joulestat_job_work_units_total).",
+)
+
 METRICS: tuple[MetricSpec, ...] = (
     NODE_ENERGY,
     NODE_POWER,
@@ -76,6 +92,8 @@ METRICS: tuple[MetricSpec, ...] = (
     AGENT_TICKS,
     AGENT_TICK_SECONDS,
     AGENT_SENSOR_ERRORS,
+    JOB_ENERGY,
+    JOB_WORK_UNITS,
 )
 
 
@@ -106,6 +124,9 @@ def render_markdown() -> str:
         "# node power by component, from the counter",
         "sum by (component) (",
         "  rate(joulestat_node_energy_joules_total{component!=\"platform\"}[1m]))",
+        "# joules per inference of each job over the last 5 minutes",
+        "sum by (job_name) (rate(joulestat_job_energy_joules_total[5m]))",
+        "  / sum by (job_name) (rate(joulestat_job_work_units_total{unit=\"inference\"}[5m]))",
         "# the agent's own CPU use, in cores",
         "rate(process_cpu_seconds_total{job=\"joulestat\"}[5m])",
         "```",

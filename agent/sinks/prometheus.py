@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -24,6 +25,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from agent.identity import NodeInfo
+from agent.jobs.registry import Job, JobRegistry
 from agent.sinks import metric_catalog as mc
 from agent.tick import Tick
 
@@ -114,12 +116,15 @@ class NodeMetrics(Collector):
         yield family
 
 
-def make_registry(node_metrics: NodeMetrics) -> CollectorRegistry:
+def make_registry(node_metrics: NodeMetrics, job_metrics: Collector | None = None
+                  ) -> CollectorRegistry:
     """A registry of our own (not the global one) plus the standard process_* metrics."""
     from prometheus_client import ProcessCollector
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(node_metrics)
+    if job_metrics is not None:
+        registry.register(job_metrics)
     ProcessCollector(registry=registry)
     return registry
 
@@ -163,3 +168,50 @@ def serve(registry: CollectorRegistry, host: str, port: int) -> ThreadingHTTPSer
     )
     thread.start()
     return server
+
+
+class JobMetrics(Collector):
+    """Per-job energy and work units, with bounded cardinality.
+
+    Ended jobs stay for ``retention_s`` so the last increments reach Prometheus, then
+    drop; running jobs come first when more than ``max_jobs`` would be exported, and a
+    warning says so once per crossing.
+    """
+
+    def __init__(self, registry: JobRegistry, retention_s: float, max_jobs: int,
+                 clock=time.time) -> None:
+        self.registry = registry
+        self.retention_s = retention_s
+        self.max_jobs = max_jobs
+        self._clock = clock
+        self._capped = False
+
+    def exported_jobs(self) -> list[Job]:
+        now = self._clock()
+        jobs = [j for j in self.registry.jobs()
+                if j.ended_s is None or now - j.ended_s <= self.retention_s]
+        jobs.sort(key=lambda j: (j.ended_s is not None, -(j.ended_s or j.started_s)))
+        if len(jobs) > self.max_jobs:
+            if not self._capped:
+                log.warning("%d jobs to export, more than --max-job-series %d: exporting the "
+                            "running and most recent ones", len(jobs), self.max_jobs)
+            self._capped = True
+            jobs = jobs[: self.max_jobs]
+        else:
+            self._capped = False
+        return jobs
+
+    def collect(self) -> Iterator[Metric]:
+        energy = CounterMetricFamily(mc.JOB_ENERGY.family_name, mc.JOB_ENERGY.help,
+                                     labels=mc.JOB_ENERGY.labels)
+        units = CounterMetricFamily(mc.JOB_WORK_UNITS.family_name, mc.JOB_WORK_UNITS.help,
+                                    labels=mc.JOB_WORK_UNITS.labels)
+        with self.registry.lock:
+            for job in self.exported_jobs():
+                for component in sorted(set(job.dynamic_j) | set(job.idle_j)):
+                    value = job.dynamic_j.get(component, 0.0) + job.idle_j.get(component, 0.0)
+                    energy.add_metric([job.id, job.name, job.kind, component], value)
+                for unit, count in sorted(job.units.items()):
+                    units.add_metric([job.id, job.name, unit], count)
+        yield energy
+        yield units

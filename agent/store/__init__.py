@@ -5,8 +5,13 @@
 * :mod:`agent.store.models` — the tables (SQLAlchemy declarative models).
 * :mod:`agent.store.migrate` — applies the Alembic migrations in ``migrations/``;
   :func:`~agent.store.migrate.is_at_head` checks the schema without importing Alembic.
-* :mod:`agent.store.writer` — the agent's batched, idempotent writer and rollups.
-* :mod:`agent.store.queries` — the reads that dashboard and reports share.
+* :mod:`agent.store.tables` — the same tables as light Core clauses, for the agent.
+* :mod:`agent.store.writer` — the agent's batched, idempotent writer (ticks, job
+  shares, units, job metadata, checkpoints in one transaction per flush), with its
+  buffer (:mod:`~agent.store.buffer`), job upserts (:mod:`~agent.store.job_writer`)
+  and rollups and retention (:mod:`~agent.store.rollup`).
+* :mod:`agent.store.queries` — the node reads that dashboard and reports share;
+  :mod:`agent.store.job_queries` — the per-job reads, and the agent's restart reads.
 
 Only the engine helpers are imported here, so ``import agent.store`` stays cheap for
 the agent: the ORM and Alembic load only where they are used.

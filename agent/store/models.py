@@ -3,8 +3,8 @@
 These classes are the schema's source of truth for Alembic (a test checks that the
 migrated database matches them) and for the read side (dashboard, reports). The
 agent's writer deliberately does not import them: the ORM costs about 6 MiB of RSS,
-so :mod:`agent.store.writer` uses lightweight Core table clauses that a test keeps in
-step with these models.
+so the agent's code uses the lightweight Core table clauses of :mod:`agent.store.tables`
+that a test keeps in step with these models.
 
 Times:
   * raw ticks keep their interval ``(t_start_ms, t_end_ms]`` as BIGINT epoch
@@ -15,14 +15,21 @@ Times:
     belongs to the minute it closes). Each tick lands in exactly one minute, which
     is what lets queries combine rollups and raw rows without double counting.
 
-New tables (per-job energy, issue 3) arrive in later migrations and may reference
-``nodes.node``; nothing here needs to change for that.
+Per-job tables (migration 0002) follow the same rules: ``job_energy`` holds a tick's
+shares keyed like ``tick_energy`` plus ``job_id``, where ``job_id = ''`` is the
+unattributed remainder, so for every raw tick entry the job rows (that one included)
+sum to ``tick_energy.energy_j``; ``job_minute_energy`` rolls them up by the same
+minutes and is pruned at the same ``nodes.raw_pruned_until_ms``. The raw job tables
+carry no foreign key to ``jobs``: a share may reach the store before its job's
+metadata does, and the unattributed ``''`` rows belong to no job at all.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Double, ForeignKey, Integer, MetaData, String
+from sqlalchemy import BigInteger, Double, ForeignKey, Index, Integer, MetaData, String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from agent.store.tables import JOB_ID_LENGTH
 
 # Named constraints make later migrations (and SQLite batch mode, which rebuilds
 # tables) able to refer to them reliably on every backend.
@@ -113,3 +120,122 @@ class MinuteEnergy(Base):
     energy_j: Mapped[float] = mapped_column(Double)
     covered_s: Mapped[float] = mapped_column(Double)
     source: Mapped[str] = mapped_column(String)
+
+
+class JobRecord(Base):
+    """One job, however many nodes report it: a multi-node job is one row.
+
+    ``created_s`` is the earliest start any node reported. ``status``/``ended_s`` are
+    derived from :class:`JobNode` by the writer: ``running`` while any node runs it,
+    else ``ended`` at the last node's end. ``labels`` is a JSON object (text), merged
+    key by key as nodes report more labels.
+    """
+
+    __tablename__ = "jobs"
+
+    id: Mapped[str] = mapped_column(String(JOB_ID_LENGTH), primary_key=True)
+    name: Mapped[str] = mapped_column(String)
+    kind: Mapped[str] = mapped_column(String)
+    labels: Mapped[str] = mapped_column(String)
+    origin: Mapped[str] = mapped_column(String)
+    created_s: Mapped[float] = mapped_column(Double)
+    ended_s: Mapped[float | None] = mapped_column(Double, nullable=True)
+    status: Mapped[str] = mapped_column(String)
+
+
+class JobNode(Base):
+    """One node's part in a job: where (instance type) and when it ran there.
+
+    A job whose data loaders run on CPU instances and whose model runs on a GPU
+    instance is one :class:`JobRecord` with one row here per node. ``pids`` is a JSON
+    list (text) of the process ids registered on that node.
+    """
+
+    __tablename__ = "job_nodes"
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), primary_key=True)
+    node: Mapped[str] = mapped_column(ForeignKey("nodes.node"), primary_key=True)
+    instance_type: Mapped[str] = mapped_column(String)
+    region: Mapped[str] = mapped_column(String)
+    started_s: Mapped[float] = mapped_column(Double)
+    ended_s: Mapped[float | None] = mapped_column(Double, nullable=True)
+    pids: Mapped[str] = mapped_column(String)
+
+
+class JobEnergy(Base):
+    """Raw per-tick shares: what one job got of one device over ``(t_start_ms, t_end_ms]``.
+
+    Same key and retention as :class:`TickEnergy`, plus ``job_id`` (``''`` for the
+    unattributed remainder). The ``(node, t_end_ms)`` index serves rollups and pruning,
+    which work per node and time range.
+    """
+
+    __tablename__ = "job_energy"
+    __table_args__ = (
+        Index("ix_job_energy_node_t_end_ms", "node", "t_end_ms"),
+        {"sqlite_with_rowid": False},
+    )
+
+    job_id: Mapped[str] = mapped_column(String(JOB_ID_LENGTH), primary_key=True)
+    node: Mapped[str] = mapped_column(ForeignKey("nodes.node"), primary_key=True)
+    t_end_ms: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    component: Mapped[str] = mapped_column(String, primary_key=True)
+    device: Mapped[str] = mapped_column(String, primary_key=True)
+    t_start_ms: Mapped[int] = mapped_column(BigInteger)
+    dynamic_j: Mapped[float] = mapped_column(Double)
+    idle_j: Mapped[float] = mapped_column(Double)
+    source: Mapped[str] = mapped_column(String)
+
+
+class JobMinuteEnergy(Base):
+    """Per-minute rollup of :class:`JobEnergy`, minutes as in :class:`MinuteEnergy`."""
+
+    __tablename__ = "job_minute_energy"
+    __table_args__ = (
+        Index("ix_job_minute_energy_node_minute_start_s", "node", "minute_start_s"),
+        {"sqlite_with_rowid": False},
+    )
+
+    job_id: Mapped[str] = mapped_column(String(JOB_ID_LENGTH), primary_key=True)
+    node: Mapped[str] = mapped_column(ForeignKey("nodes.node"), primary_key=True)
+    minute_start_s: Mapped[int] = mapped_column(
+        BigInteger, primary_key=True, autoincrement=False
+    )
+    component: Mapped[str] = mapped_column(String, primary_key=True)
+    device: Mapped[str] = mapped_column(String, primary_key=True)
+    dynamic_j: Mapped[float] = mapped_column(Double)
+    idle_j: Mapped[float] = mapped_column(Double)
+
+
+class JobUnit(Base):
+    """Units of work (tokens, samples, ...) a job counted on a node, per tick.
+
+    ``count`` is the increase over the tick ending at ``t_end_ms``. Once raw ticks are
+    pruned, the rows of each pruned minute are merged into one row at the minute's end
+    (``t_end_ms = (minute_start_s + 60) * 1000``), so sums never change.
+    """
+
+    __tablename__ = "job_units"
+    __table_args__ = (
+        Index("ix_job_units_node_t_end_ms", "node", "t_end_ms"),
+        {"sqlite_with_rowid": False},
+    )
+
+    job_id: Mapped[str] = mapped_column(String(JOB_ID_LENGTH), primary_key=True)
+    node: Mapped[str] = mapped_column(ForeignKey("nodes.node"), primary_key=True)
+    t_end_ms: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    unit: Mapped[str] = mapped_column(String, primary_key=True)
+    count: Mapped[float] = mapped_column(Double)
+
+
+class NodeCheckpoint(Base):
+    """The agent's counters at ``saved_s``, so a restart after ``kill -9`` can attribute
+    the gap. ``state`` is JSON text; ``boot_id`` tells whether the machine rebooted
+    since (then counters restarted and the state must not be diffed against)."""
+
+    __tablename__ = "node_checkpoints"
+
+    node: Mapped[str] = mapped_column(ForeignKey("nodes.node"), primary_key=True)
+    saved_s: Mapped[float] = mapped_column(Double)
+    boot_id: Mapped[str] = mapped_column(String)
+    state: Mapped[str] = mapped_column(String)

@@ -1,20 +1,24 @@
 """The agent's SQL writer: batched, idempotent, patient when the database is away.
 
-Costs on the agent's hot path: :meth:`StoreWriter.add` appends a tick's numbers to
-four ``array`` columns (about 32 bytes a row, no SQL, no dicts); a batch goes to the
-database every ``flush_interval_s`` as one executemany ``INSERT … ON CONFLICT DO
-NOTHING`` keyed on ``(node, t_end_ms, component, device)``, so a tick written twice
-(a retried batch whose commit did reach the server) is stored once.
+Costs on the agent's hot path: :meth:`StoreWriter.add` and :meth:`~StoreWriter.add_shares`
+append a tick's numbers and its job shares to parallel ``array`` columns (about 36
+bytes a row, no SQL, no dicts; see :mod:`agent.store.buffer`); every
+``flush_interval_s`` everything buffered goes to the database in ONE transaction:
+tick rows and job shares as executemany ``INSERT … ON CONFLICT DO NOTHING`` (keyed on
+``(node, t_end_ms, component, device)``, plus ``job_id`` for shares), job metadata,
+unit counts and the checkpoint as upserts (:mod:`agent.store.job_writer`). A tick
+written twice (a retried batch whose commit did reach the server) is stored once, and
+a crash never leaves job rows without their tick.
 
 When the database is unreachable or locked the batch goes back to the front of the
 buffer and is retried with backoff (up to a minute); the buffer is bounded
-(``max_buffered_rows``) and, when full, drops its oldest rows with an error saying how
-many. Nothing recorded is lost silently.
+(``max_buffered_rows``) and, when full, drops its oldest ticks together with their
+shares, with an error saying how many. Nothing recorded is lost silently.
 
-:meth:`StoreWriter.maintain` (about once a minute) rolls raw ticks up into
-``minute_energy`` and deletes raw ticks older than the retention, after rolling up
-exactly the minutes it deletes; ``nodes.raw_pruned_until_ms`` records where raw rows
-end so queries never count a minute twice (see :mod:`agent.store.models`).
+:meth:`StoreWriter.maintain` (about once a minute) rolls raw ticks and shares up into
+minute rows and deletes raw rows older than the retention (:mod:`agent.store.rollup`);
+``nodes.raw_pruned_until_ms`` records where raw rows end so queries never count a
+minute twice (see :mod:`agent.store.models`).
 
 This module uses Core table clauses rather than the ORM models (the ORM costs the agent
 about 6 MiB of RSS); ``test_core_tables_match_models`` keeps them in step. One writer
@@ -27,113 +31,56 @@ import logging
 import math
 import threading
 import time
-from array import array
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import (
-    BigInteger,
-    Double,
-    Integer,
-    String,
-    case,
-    column,
-    delete,
-    func,
-    literal_column,
-    select,
-    table,
-    update,
-)
+from sqlalchemy import select
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from agent.identity import NodeInfo
 from agent.sensors.base import DeviceInfo
+from agent.store.buffer import RowBuffer, share_key, tick_key, unit_key
 from agent.store.engine import describe_error, dialect_insert, redact_url
+from agent.store.job_writer import PendingJobs, write_pending
+from agent.store.rollup import MINUTE_MS, MaintainResult, maintain_node
+from agent.store.tables import (
+    CORE_TABLES,
+    JOB_ENERGY,
+    JOB_UNITS,
+    NODE_DEVICES,
+    NODES,
+    TICK_ENERGY,
+)
 from agent.tick import Tick
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from agent.attribution import Share
+    from agent.jobs.registry import Job
+
+__all__ = ["CORE_TABLES", "MaintainResult", "StoreWriter"]
 
 log = logging.getLogger(__name__)
 
-MINUTE_MS = 60_000
 # The agent's whole RSS budget is 50 MiB, so the outage buffer is sized in memory, not
-# time: ~32 bytes a row, 200k rows ~6 MiB, i.e. 14 h of 1 s ticks with four entries
-# (a day at two or three). Pass more where memory allows longer outages.
+# time: ~36 bytes a row, 200k rows ~7 MiB, i.e. 14 h of 1 s ticks with four entries
+# and no jobs; each running job adds a share row per entry (and a row per unit it
+# counts), so two jobs cut that to about 5 h. Pass more where memory allows.
 DEFAULT_MAX_BUFFERED_ROWS = 200_000
 MAX_RETRY_DELAY_S = 60.0
-# Raw rows pruned per maintain() call at most, so a long backlog (a retention cut from
-# 7d to 1d) is worked off over several minutes instead of one long write lock.
-MAX_PRUNE_SPAN_MS = 6 * 3600 * 1000
 WARN_EVERY_S = 60.0
-
-NODES = table(
-    "nodes",
-    column("node", String), column("instance_type", String), column("region", String),
-    column("cpu_model", String), column("agent_version", String),
-    column("first_seen_s", Double), column("last_seen_s", Double),
-    column("raw_pruned_until_ms", BigInteger),
-)
-NODE_DEVICES = table(
-    "node_devices",
-    column("node", String), column("component", String), column("device", String),
-    column("source", String), column("model", String), column("uuid", String),
-    column("device_index", Integer), column("last_seen_s", Double),
-)
-TICK_ENERGY = table(
-    "tick_energy",
-    column("node", String), column("t_end_ms", BigInteger), column("component", String),
-    column("device", String), column("t_start_ms", BigInteger), column("energy_j", Double),
-    column("source", String),
-)
-MINUTE_ENERGY = table(
-    "minute_energy",
-    column("node", String), column("minute_start_s", BigInteger), column("component", String),
-    column("device", String), column("energy_j", Double), column("covered_s", Double),
-    column("source", String),
-)
-CORE_TABLES = (NODES, NODE_DEVICES, TICK_ENERGY, MINUTE_ENERGY)
-
-
-class _Rows:
-    """Buffered tick rows as parallel arrays; ``key`` indexes (component, device, source)."""
-
-    __slots__ = ("t_end_ms", "t_start_ms", "energy_j", "key")
-
-    def __init__(self) -> None:
-        self.t_end_ms = array("q")
-        self.t_start_ms = array("q")
-        self.energy_j = array("d")
-        self.key = array("I")
-
-    def __len__(self) -> int:
-        return len(self.t_end_ms)
-
-    def tail(self, start: int) -> _Rows:
-        rest = _Rows()
-        for name in self.__slots__:
-            setattr(rest, name, getattr(self, name)[start:])
-        return rest
-
-    def extend(self, other: _Rows) -> None:
-        for name in self.__slots__:
-            getattr(self, name).extend(getattr(other, name))
-
-    def drop_oldest(self, count: int) -> None:
-        for name in self.__slots__:
-            del getattr(self, name)[:count]
-
-
-@dataclass(frozen=True)
-class MaintainResult:
-    """What one :meth:`StoreWriter.maintain` did: rollup rows upserted, raw rows deleted."""
-
-    rolled_rows: int
-    pruned_rows: int
-    raw_pruned_until_ms: int | None
 
 
 class StoreWriter:
-    """Buffers ticks of one node and writes them to the store; see the module doc."""
+    """Buffers ticks, job shares and job metadata of one node and writes them to the store.
+
+    The daemon's contract: :meth:`add` each tick, then :meth:`add_shares` with its
+    attribution and :meth:`add_units` with each job's unit counts for that tick (same
+    thread, in that order, so a tick's rows stay side by side in the buffer);
+    :meth:`save_job` and :meth:`save_checkpoint` whenever there is something to
+    record; :meth:`maybe_flush` often, :meth:`maintain` about once a minute,
+    :meth:`close` at exit. Only flush and maintain do SQL.
+    """
 
     def __init__(
         self,
@@ -157,16 +104,17 @@ class StoreWriter:
         self.flush_interval_s = float(flush_interval_s)
         self.max_batch_rows = int(max_batch_rows)
         self.max_buffered_rows = int(max_buffered_rows)
-        self.written_rows = 0  # counters for logs and metrics
+        self.written_rows = 0  # counters for logs and metrics (tick, share and unit rows)
         self.dropped_rows = 0
         self._url = redact_url(engine.url)
         self._insert = dialect_insert(engine)
         self._tick_insert = self._insert(TICK_ENERGY).on_conflict_do_nothing()
-        self._lock = threading.Lock()  # guards the buffer (add vs flush)
+        self._share_insert = self._insert(JOB_ENERGY).on_conflict_do_nothing()
+        self._unit_insert = self._insert(JOB_UNITS).on_conflict_do_nothing()
+        self._lock = threading.Lock()  # guards the buffers (add vs flush)
         self._io_lock = threading.Lock()  # one flush or maintain at a time
-        self._rows = _Rows()
-        self._keys: list[tuple[str, str, str]] = []
-        self._key_index: dict[tuple[str, str, str], int] = {}
+        self._rows = RowBuffer()
+        self._pending = PendingJobs()
         self._next_flush_s: float | None = None
         self._failures = 0
         self._last_warning = -math.inf
@@ -181,6 +129,7 @@ class StoreWriter:
 
     @property
     def buffered_rows(self) -> int:
+        """Tick, share and unit rows waiting for the database."""
         return len(self._rows)
 
     # -- hot path ---------------------------------------------------------------------
@@ -195,21 +144,74 @@ class StoreWriter:
                 if not math.isfinite(entry.energy_j):
                     self._bad_entries += 1
                     continue
-                key = (entry.component, entry.device, entry.source)
-                index = self._key_index.get(key)
-                if index is None:
-                    index = self._key_index[key] = len(self._keys)
-                    self._keys.append(key)
-                rows.t_end_ms.append(t_end_ms)
-                rows.t_start_ms.append(t_start_ms)
-                rows.energy_j.append(entry.energy_j)
-                rows.key.append(index)
-            if len(rows) > self.max_buffered_rows:
-                self._drop_oldest_locked()
-        if self._bad_entries and self._may_warn():
-            self._warn(f"skipped {self._bad_entries} tick entries with non-finite energy "
-                       "(a sampler bug?)")
-            self._bad_entries = 0
+                rows.append(t_end_ms, t_start_ms, entry.energy_j, 0.0,
+                            tick_key(entry.component, entry.device, entry.source))
+            self._bound_locked()
+        self._report_bad_entries()
+
+    def add_shares(self, tick: Tick, shares: list[Share]) -> None:
+        """Buffer the attribution of ``tick`` (from :func:`agent.attribution.attribute`).
+
+        Shares with ``job=None`` are stored under job id ``''``: the unattributed
+        remainder, which keeps job rows summing to the tick's energy. Shares of one
+        (job, component, device) are summed, as they are one row in the store.
+        """
+        t_end_ms = round(tick.t1_s * 1000)
+        t_start_ms = round(tick.t0_s * 1000)
+        merged: dict[tuple[str, str, str, str], list[float]] = {}
+        bad = 0
+        for share in shares:
+            if not (math.isfinite(share.dynamic_j) and math.isfinite(share.idle_j)):
+                bad += 1
+                continue
+            key = share_key(share.job, share.component, share.device, share.source)
+            total = merged.setdefault(key, [0.0, 0.0])
+            total[0] += share.dynamic_j
+            total[1] += share.idle_j
+        with self._lock:
+            self._bad_entries += bad
+            for key, (dynamic_j, idle_j) in merged.items():
+                self._rows.append(t_end_ms, t_start_ms, dynamic_j, idle_j, key)
+            self._bound_locked()
+        self._report_bad_entries()
+
+    def add_units(self, job_id: str, t_end_s: float, deltas: Mapping[str, float]) -> None:
+        """Buffer units of work ``job_id`` counted during the tick ending at ``t_end_s``.
+
+        One call per job and tick, after :meth:`add_shares`, with that tick's increase
+        per unit; a repeat for the same tick is taken for a retry and ignored in the
+        store (``ON CONFLICT DO NOTHING``: the first value stays).
+        """
+        t_end_ms = round(t_end_s * 1000)
+        bad = 0
+        with self._lock:
+            for unit, count in deltas.items():
+                if isinstance(count, bool) or not isinstance(count, int | float) or (
+                        not math.isfinite(count)):
+                    bad += 1
+                elif count:
+                    self._rows.append(t_end_ms, t_end_ms, float(count), 0.0,
+                                      unit_key(job_id, unit))
+            self._bad_entries += bad
+            self._bound_locked()
+        self._report_bad_entries()
+
+    def save_job(self, job: Job, node: NodeInfo | None = None) -> None:
+        """Upsert ``job`` (and this node's part in it) with the next flush.
+
+        Call when a job starts, ends, or changes labels or pids; the latest save of a
+        job before a flush is the one written. ``node`` defaults to the writer's node.
+        """
+        with self._lock:
+            self._pending.save_job(job, node or self.node)
+
+    def save_checkpoint(self, state: Mapping[str, Any], boot_id: str, saved_s: float) -> None:
+        """Store ``state`` (JSON-able) as this node's checkpoint with the next flush.
+
+        Raises ``TypeError``/``ValueError`` here, not later, if it cannot be JSON.
+        """
+        with self._lock:
+            self._pending.save_checkpoint(state, boot_id, saved_s)
 
     def maybe_flush(self, now_s: float) -> bool:
         """Flush when due (interval passed, or a full batch waits); True if rows went out.
@@ -221,7 +223,7 @@ class StoreWriter:
         )
         if not due:
             return False
-        had_rows = len(self._rows) > 0
+        had_rows = len(self._rows) > 0 or bool(self._pending)
         ok = self.flush()
         delay = self.flush_interval_s if ok else min(
             MAX_RETRY_DELAY_S, self.flush_interval_s * 2 ** min(self._failures, 10)
@@ -232,33 +234,31 @@ class StoreWriter:
     # -- writes -----------------------------------------------------------------------
 
     def flush(self) -> bool:
-        """Write every buffered row now; False (rows kept for retry) if the DB failed."""
+        """Write everything buffered in one transaction; False (kept for retry) on failure."""
         with self._io_lock:
             with self._lock:
-                if not len(self._rows):
+                if not len(self._rows) and not self._pending:
                     return True
-                batch, self._rows = self._rows, _Rows()
-            written = 0
+                batch, self._rows = self._rows, RowBuffer()
+                pending, self._pending = self._pending, PendingJobs()
             try:
                 if not self._registered:
                     self._register()
-                for start in range(0, len(batch), self.max_batch_rows):
-                    end = min(start + self.max_batch_rows, len(batch))
-                    params = self._params(batch, start, end)
-                    if params:
-                        with self.engine.begin() as connection:
-                            connection.execute(self._tick_insert, params)
-                    written = end
+                with self.engine.begin() as connection:
+                    written, stale = self._write(connection, batch, pending)
             except SQLAlchemyError as exc:
                 with self._lock:
-                    rest = batch.tail(written)
-                    rest.extend(self._rows)
-                    self._rows = rest
-                    if len(rest) > self.max_buffered_rows:
-                        self._drop_oldest_locked()
+                    self._rows.prepend(batch)
+                    self._pending.merge_back(pending)
+                    self._bound_locked()
                 self._failed(exc, "write ticks to")
                 return False
             self.written_rows += written
+            if stale:
+                self.dropped_rows += stale
+                log.error("dropped %d rows ending at or before the raw retention boundary "
+                          "(%s ms): was the wall clock stepped back?", stale,
+                          self._pruned_until_ms)
             if self._failures:
                 log.info("store %s reachable again after %d failed attempt(s)",
                          self._url, self._failures)
@@ -266,7 +266,7 @@ class StoreWriter:
             return True
 
     def maintain(self, now_s: float) -> MaintainResult | None:
-        """Roll up complete minutes and prune old raw ticks; None if it could not run.
+        """Roll up complete minutes and prune old raw rows; None if it could not run.
 
         ``now_s`` is wall-clock epoch seconds (the ticks' clock). Runs only after the
         buffer has been flushed entirely, so no minute is rolled up while some of its
@@ -274,46 +274,49 @@ class StoreWriter:
         """
         if not self.flush():
             return None
-        now_ms = round(now_s * 1000)
-        complete_until_ms = now_ms // MINUTE_MS * MINUTE_MS
-        keep_after_ms = (now_ms - round(self.raw_retention_s * 1000)) // MINUTE_MS * MINUTE_MS
         with self._io_lock:
             try:
                 if not self._registered:
                     self._register()
                 with self.engine.begin() as connection:
-                    connection.execute(update(NODES).where(NODES.c.node == self.node.node)
-                                       .values(last_seen_s=now_s))
-                    pruned_until = connection.execute(
-                        select(NODES.c.raw_pruned_until_ms).where(NODES.c.node == self.node.node)
-                    ).scalar()
-                    latest = connection.execute(
-                        select(func.max(MINUTE_ENERGY.c.minute_start_s))
-                        .where(MINUTE_ENERGY.c.node == self.node.node)
-                    ).scalar()
-                    # Recompute from the latest rolled minute itself (it may have been
-                    # rolled while its last tick was in flight), never before the prune
-                    # boundary (raw rows there are gone or strays).
-                    after_ms = max((v for v in (None if latest is None else latest * 1000,
-                                                pruned_until) if v is not None), default=None)
-                    rolled = self._rollup(connection, after_ms, complete_until_ms)
-                    bound = min(complete_until_ms, keep_after_ms)
-                    pruned, pruned_until = self._prune(connection, pruned_until, bound)
+                    result = maintain_node(connection, self._insert, self.node.node, now_s,
+                                           self.raw_retention_s)
             except SQLAlchemyError as exc:
                 self._failed(exc, "maintain rollups in")
                 return None
-        self._pruned_until_ms = pruned_until
-        if rolled or pruned:
-            log.debug("store: %d minute rows rolled up, %d raw rows pruned", rolled, pruned)
-        return MaintainResult(rolled, pruned, pruned_until)
+        self._pruned_until_ms = result.raw_pruned_until_ms
+        if result.rolled_rows or result.pruned_rows or result.job_pruned_rows:
+            log.debug("store: %s", result)
+        return result
 
     def close(self) -> None:
         """Flush what is buffered; says how many rows are lost if the DB is still away."""
         if not self.flush():
-            log.error("store %s unreachable at shutdown: %d buffered tick rows are lost",
-                      self._url, len(self._rows))
+            log.error("store %s unreachable at shutdown: %d buffered rows and %d job "
+                      "updates are lost", self._url, len(self._rows), len(self._pending.jobs))
 
     # -- internals --------------------------------------------------------------------
+
+    def _write(
+        self, connection: Connection, batch: RowBuffer, pending: PendingJobs
+    ) -> tuple[int, int]:
+        """Everything of one flush, in the caller's transaction: (rows written, stale)."""
+        node, floor_ms = self.node.node, self._pruned_until_ms
+        written = stale = 0
+        # Job metadata first: on PostgreSQL the jobs upsert takes the row locks that
+        # order concurrent agents (see agent.store.job_writer).
+        write_pending(connection, self._insert, pending, node)
+        for start in range(0, len(batch), self.max_batch_rows):
+            end = min(start + self.max_batch_rows, len(batch))
+            ticks, shares, units, skipped = batch.params(node, start, end, floor_ms)
+            for statement, params in ((self._tick_insert, ticks),
+                                      (self._share_insert, shares),
+                                      (self._unit_insert, units)):
+                if params:
+                    connection.execute(statement, params)
+            written += len(ticks) + len(shares) + len(units)
+            stale += skipped
+        return written, stale
 
     def _register(self) -> None:
         """Upsert the node row (keeping first_seen_s) and its devices."""
@@ -351,97 +354,26 @@ class StoreWriter:
             ).scalar()
         self._registered = True
 
-    def _params(self, rows: _Rows, start: int, end: int) -> list[dict[str, Any]]:
-        node, keys, floor_ms = self.node.node, self._keys, self._pruned_until_ms
-        params = []
-        stale = 0
-        for i in range(start, end):
-            t_end_ms = rows.t_end_ms[i]
-            if floor_ms is not None and t_end_ms <= floor_ms:
-                stale += 1  # its minute is rolled up and pruned: it could never be counted
-                continue
-            component, device, source = keys[rows.key[i]]
-            params.append({
-                "node": node, "t_end_ms": t_end_ms, "component": component, "device": device,
-                "t_start_ms": rows.t_start_ms[i], "energy_j": rows.energy_j[i],
-                "source": source,
-            })
-        if stale:
-            self.dropped_rows += stale
-            log.error("dropped %d tick rows ending at or before the raw retention boundary "
-                      "(%d ms): was the wall clock stepped back?", stale, floor_ms)
-        return params
-
-    def _rollup(self, connection: Connection, after_ms: int | None, until_ms: int) -> int:
-        """Upsert minute_energy from the raw ticks ending in (after_ms, until_ms]."""
-        if after_ms is not None and until_ms <= after_ms:
-            return 0
-        ticks = TICK_ENERGY.c
-        # Integer division on both backends (BIGINT / INTEGER); literals, not bind
-        # parameters, so PostgreSQL sees the same expression in SELECT and GROUP BY.
-        divide = {"precedence": 8}  # as '/': parenthesise (a - 1) / b, not a - 1 / b
-        minute = (ticks.t_end_ms - literal_column("1")).op("/", return_type=BigInteger, **divide)(
-            literal_column("60000")) * literal_column("60")
-        first, last = func.min(ticks.source), func.max(ticks.source)
-        source = case((first == last, first), else_=first + literal_column("'+'") + last)
-        covered = func.sum(ticks.t_end_ms - ticks.t_start_ms).op(
-            "/", return_type=Double, **divide)(literal_column("1000.0"))
-        conditions = [ticks.node == self.node.node, ticks.t_end_ms <= until_ms]
-        if after_ms is not None:
-            conditions.append(ticks.t_end_ms > after_ms)
-        query = (
-            select(ticks.node, minute, ticks.component, ticks.device,
-                   func.sum(ticks.energy_j), covered, source)
-            .where(*conditions)
-            .group_by(ticks.node, minute, ticks.component, ticks.device)
-        )
-        names = ["node", "minute_start_s", "component", "device", "energy_j", "covered_s",
-                 "source"]
-        statement = self._insert(MINUTE_ENERGY).from_select(names, query)
-        statement = statement.on_conflict_do_update(
-            index_elements=names[:4],
-            set_={name: statement.excluded[name] for name in names[4:]},
-        )
-        return max(connection.execute(statement).rowcount, 0)
-
-    def _prune(
-        self, connection: Connection, pruned_until: int | None, bound_ms: int
-    ) -> tuple[int, int | None]:
-        """Delete raw ticks ending at or before ``bound_ms``, rolling them up first."""
-        ticks = TICK_ENERGY.c
-        oldest_query = select(func.min(ticks.t_end_ms)).where(ticks.node == self.node.node)
-        if pruned_until is not None:
-            oldest_query = oldest_query.where(ticks.t_end_ms > pruned_until)
-        oldest = connection.execute(oldest_query).scalar()
-        if oldest is None:
-            return 0, pruned_until
-        oldest_minute_end = ((oldest - 1) // MINUTE_MS + 1) * MINUTE_MS
-        bound_ms = min(bound_ms, oldest_minute_end - MINUTE_MS + MAX_PRUNE_SPAN_MS)
-        if bound_ms < oldest_minute_end:
-            return 0, pruned_until
-        # The minutes about to lose their raw rows are rolled up from those very rows,
-        # in this transaction: rows that arrived late for an already rolled minute are
-        # counted, and nothing is deleted that the rollups do not hold.
-        self._rollup(connection, pruned_until, bound_ms)
-        deleted = connection.execute(
-            delete(TICK_ENERGY).where(ticks.node == self.node.node, ticks.t_end_ms <= bound_ms)
-        ).rowcount
-        connection.execute(update(NODES).where(NODES.c.node == self.node.node)
-                           .values(raw_pruned_until_ms=bound_ms))
-        return max(deleted, 0), bound_ms
-
-    def _drop_oldest_locked(self) -> None:
+    def _bound_locked(self) -> None:
         """Over the bound: drop the oldest rows (10 % extra, so this is not per tick)."""
         rows = self._rows
+        if len(rows) <= self.max_buffered_rows:
+            return
         count = len(rows) - self.max_buffered_rows + self.max_buffered_rows // 10
-        first_s, last_s = rows.t_end_ms[0] / 1000, rows.t_end_ms[count - 1] / 1000
-        rows.drop_oldest(count)
+        count, first_s, last_s = rows.drop_oldest(count)
         self.dropped_rows += count
         log.error(
             "store %s unreachable for too long: buffer full (%d rows), dropped the %d oldest "
-            "tick rows (ending %.3f..%.3f); %d dropped in total",
+            "rows (ticks with their job shares and units, ending %.3f..%.3f); %d dropped in "
+            "total",
             self._url, self.max_buffered_rows, count, first_s, last_s, self.dropped_rows,
         )
+
+    def _report_bad_entries(self) -> None:
+        if self._bad_entries and self._may_warn():
+            self._warn(f"skipped {self._bad_entries} non-finite tick entries, shares or unit "
+                       "counts (a sampler bug?)")
+            self._bad_entries = 0
 
     def _failed(self, exc: SQLAlchemyError, action: str) -> None:
         self._failures += 1

@@ -7,6 +7,7 @@ import itertools
 import logging
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -16,6 +17,9 @@ from sqlalchemy.engine import Engine
 from agent.identity import NodeInfo
 from agent.sensors.base import DeviceInfo
 from agent.store import make_engine, migrate
+from agent.store.engine import dialect_insert
+from agent.store.job_queries import job_detail, list_jobs
+from agent.store.job_writer import PendingJobs, write_pending
 from agent.store.models import Base
 from agent.store.queries import (
     latest_power_w,
@@ -27,6 +31,7 @@ from agent.store.queries import (
 from agent.store.writer import StoreWriter
 from agent.tick import Tick, TickEntry
 from tests.pg import PostgresServer, running_postgres
+from tests.unit import test_store_jobs as jobs
 
 pytestmark = pytest.mark.postgres
 
@@ -177,3 +182,62 @@ def test_db_upgrade_command_against_postgres(pg):
     engine = make_engine(url)
     assert migrate.is_at_head(engine)
     engine.dispose()
+
+
+# -- per-job energy (the scenarios of tests/unit/test_store_jobs.py) ----------------------
+
+
+def test_job_writes_are_idempotent(engine):
+    jobs.check_every_write_is_idempotent(engine)
+
+
+def test_multi_node_job_is_one_job_with_two_kinds_of_node(engine):
+    jobs.check_multi_node_job_is_one_job(engine)
+
+
+def test_job_conservation_holds_through_rollup_and_retention(engine):
+    jobs.check_conservation_and_retention(engine)
+
+
+def test_running_jobs_survive_a_restart(engine):
+    jobs.check_running_jobs_survive_a_restart(engine)
+
+
+def test_checkpoint_round_trip(engine):
+    jobs.check_checkpoint_round_trip(engine)
+
+
+def test_upgrade_from_0001_keeps_ticks(pg_url):
+    engine = make_engine(pg_url)
+    jobs.check_upgrade_from_0001_keeps_ticks(engine)
+    engine.dispose()
+
+
+def test_two_nodes_ending_a_job_at_once_leave_it_ended(pg_url, engine):
+    """The second agent waits on the jobs row, then sees the first one's end."""
+    loader = jobs.writer_for(engine, jobs.LOADER)
+    other_engine = make_engine(pg_url)
+    trainer = jobs.writer_for(other_engine, jobs.TRAINER)
+    loader.save_job(jobs.make_job("dist", T0, {"a": "1"}))
+    trainer.save_job(jobs.make_job("dist", T0, {"b": "2"}))
+    assert loader.flush() and trainer.flush()
+
+    ending = PendingJobs()
+    ending.save_job(jobs.make_job("dist", T0, {"c": "3"}, ended_s=T0 + 40), jobs.LOADER)
+    with engine.connect() as connection:
+        transaction = connection.begin()
+        write_pending(connection, dialect_insert(engine), ending, jobs.LOADER.node)
+        trainer.save_job(jobs.make_job("dist", T0, ended_s=T0 + 45))
+        flushed: list[bool] = []
+        thread = threading.Thread(target=lambda: flushed.append(trainer.flush()))
+        thread.start()
+        thread.join(1.0)
+        assert thread.is_alive(), "the second agent did not wait for the jobs row lock"
+        transaction.commit()
+    thread.join(30)
+    assert flushed == [True]
+    found = job_detail(engine, "dist")
+    assert (found.status, found.ended_s) == ("ended", T0 + 45)
+    assert found.labels == {"a": "1", "b": "2", "c": "3"}
+    assert [j.id for j in list_jobs(engine, running=False)] == ["dist"]
+    other_engine.dispose()

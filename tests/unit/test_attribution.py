@@ -77,6 +77,7 @@ def test_conservation_on_random_ticks(policy: str) -> None:
             job_cpu_s={j: rng.uniform(0, 2) for j in jobs},
             devices={("gpu", "gpu0"): DeviceUse({j: rng.uniform(0, 100) for j in jobs[:2]},
                                                 tuple(jobs[:3]))},
+            presence={j: rng.random() for j in jobs},
         )
         idle = {(c, d): rng.uniform(0, 300) for c, d, _ in entries}
         t = tick(*entries, duration_s=rng.uniform(0.05, 3))
@@ -85,3 +86,12 @@ def test_conservation_on_random_ticks(policy: str) -> None:
             parts = [s for s in shares if (s.component, s.device) == (component, device)]
             assert sum(s.energy_j for s in parts) == pytest.approx(energy_j, rel=1e-12, abs=1e-9)
             assert all(s.dynamic_j >= -1e-9 and s.idle_j >= -1e-9 for s in parts)
+
+
+def test_idle_share_scaled_by_presence() -> None:
+    t = tick(("cpu", "node", 100.0))
+    usage = TickUsage(node_busy_cpu_s=0.0, job_cpu_s={"a": 0.0}, running_jobs=("a",),
+                      presence={"a": 0.25})
+    shares = by_job(attribute(t, usage, {("cpu", "node"): 100.0}), "cpu")
+    assert shares["a"].idle_j == pytest.approx(25.0)
+    assert shares[None].idle_j == pytest.approx(75.0)

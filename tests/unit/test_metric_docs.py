@@ -5,8 +5,9 @@ from pathlib import Path
 from prometheus_client import generate_latest
 
 from agent.identity import NodeInfo
+from agent.jobs.registry import JobRegistry
 from agent.sinks.metric_catalog import METRICS, render_markdown
-from agent.sinks.prometheus import NodeMetrics, make_registry
+from agent.sinks.prometheus import JobMetrics, NodeMetrics, make_registry
 from agent.tick import Tick, TickEntry
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
@@ -22,7 +23,11 @@ def test_scrape_exposes_exactly_the_catalog() -> None:
     metrics = NodeMetrics(NodeInfo("n1", "g5.xlarge", "us-east-1", "Xeon", "0.1.0"), {"rapl": 2})
     metrics.observe(Tick(0.0, 2.0, (TickEntry("cpu", "package-0", "rapl", 50.0),)))
     metrics.observe_tick_work(0.001)
-    text = generate_latest(make_registry(metrics)).decode()
+    jobs = JobRegistry()
+    job = jobs.register("bert", "training")
+    jobs.count(job.id, "sample", 32)
+    job.dynamic_j["cpu"] = 12.0
+    text = generate_latest(make_registry(metrics, JobMetrics(jobs, 300, 500))).decode()
     exposed = {
         line.split()[2]
         for line in text.splitlines()
@@ -34,3 +39,19 @@ def test_scrape_exposes_exactly_the_catalog() -> None:
     assert f"joulestat_node_energy_joules_total{series} 50.0" in text
     assert 'joulestat_agent_sensor_errors_total{sensor="rapl"} 2.0' in text
     assert 'instance_type="g5.xlarge"' in text
+    series = f'{{job_id="{job.id}",job_name="bert",unit="sample"}}'
+    assert f"joulestat_job_work_units_total{series} 32.0" in text
+
+
+def test_job_series_are_bounded() -> None:
+    clock = [1000.0]
+    jobs = JobRegistry(clock=lambda: clock[0])
+    ended = jobs.register("old", "inference")
+    jobs.end(ended.id)
+    running = [jobs.register(f"r{i}", "inference") for i in range(3)]
+    exported = JobMetrics(jobs, retention_s=300, max_jobs=10, clock=lambda: clock[0])
+    assert {j.id for j in exported.exported_jobs()} == {ended.id} | {j.id for j in running}
+    clock[0] += 301  # past --job-retention: the ended job drops
+    assert ended.id not in {j.id for j in exported.exported_jobs()}
+    capped = JobMetrics(jobs, retention_s=300, max_jobs=2, clock=lambda: clock[0])
+    assert len(capped.exported_jobs()) == 2

@@ -133,6 +133,7 @@ def test_upgrade_reaches_head_and_schema_matches_models(db_url):
 
 
 def test_core_tables_used_by_the_writer_match_the_models():
+    assert sorted(core.name for core in CORE_TABLES) == sorted(Base.metadata.tables)
     for core in CORE_TABLES:
         model = Base.metadata.tables[core.name]
         assert [c.name for c in core.columns] == [c.name for c in model.columns], core.name
@@ -147,7 +148,7 @@ def test_missing_migrations_dir_is_a_clear_error(tmp_path, monkeypatch):
 
 
 def test_agent_path_imports_neither_alembic_nor_the_orm(tmp_path):
-    """The steady-state path (engine, is_at_head, writer) must stay light in memory."""
+    """The agent's path (engine, is_at_head, writer with jobs, restart reads) stays light."""
     db = tmp_path / "light.db"
     migrate.upgrade(f"sqlite:///{db}")
     script = f"""
@@ -157,13 +158,24 @@ from agent.store import make_engine
 from agent.store.migrate import is_at_head
 from agent.store.writer import StoreWriter
 from agent.tick import Tick, TickEntry
+from agent.attribution import Share
+from agent.jobs.registry import Job
+from agent.store.job_queries import load_checkpoint, load_running_jobs
 engine = make_engine("sqlite:///{db}")
 assert is_at_head(engine)
 writer = StoreWriter(engine, NodeInfo("n", "t", "r", "c", "v"), [], raw_retention_s=600)
+writer.save_job(Job(id="j", name="j", kind="training", labels={{}}, pids={{1}}, started_s=1e9))
 for i in range(5000):
-    writer.add(Tick(1e9 + i, 1e9 + i + 1, (TickEntry("cpu", "0", "rapl", 1.0),)))
+    tick = Tick(1e9 + i, 1e9 + i + 1, (TickEntry("cpu", "0", "rapl", 1.0),))
+    writer.add(tick)
+    writer.add_shares(tick, [Share("j", "cpu", "0", "rapl", 0.5, 0.25),
+                             Share(None, "cpu", "0", "rapl", 0.25, 0.0)])
+    writer.add_units("j", tick.t1_s, {{"tokens": 1.0}})
+writer.save_checkpoint({{"c": 1}}, "boot", 1e9)
 writer.maybe_flush(0.0)
 writer.maintain(1e9 + 5001)
+assert load_checkpoint(engine, "n") is not None
+assert load_running_jobs(engine, "n")[0].units == {{"tokens": 5000.0}}
 heavy = sorted(m for m in sys.modules if m.startswith(("alembic", "sqlalchemy.orm")))
 # VmHWM, not ru_maxrss: that one carries the parent's peak across fork + exec.
 with open("/proc/self/status") as status:
@@ -321,7 +333,7 @@ def test_full_buffer_drops_oldest_rows_and_says_how_many(engine, caplog):
             writer.add(tick(T0 + i))
     # Over the bound (102 rows) it drops down to 90 (10 % headroom), five times here.
     assert writer.dropped_rows == 60 and writer.buffered_rows == 90
-    assert "dropped the 12 oldest tick rows" in caplog.text
+    assert "dropped the 12 oldest rows (ticks with their job shares" in caplog.text
     assert "60 dropped in total" in caplog.text
     assert writer.flush()
     assert raw_count(engine) == 90

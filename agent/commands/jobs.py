@@ -1,0 +1,52 @@
+"""``joulestat jobs``: the jobs in the store, with the energy attributed so far."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+from datetime import datetime
+
+from agent.config import add_options, resolve
+
+JOBS_OPTIONS = ("config", "db", "log_level")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "jobs",
+        help="list jobs with their energy so far",
+        description="List the jobs in the store (every node that reported them), newest "
+        "first, with energy attributed so far. A running job's figures trail the agent by "
+        "at most one store flush (5 s).",
+    )
+    parser.add_argument("--running", action="store_true", help="only jobs still running")
+    parser.add_argument("--json", action="store_true", help="one JSON array of jobs")
+    add_options(parser, JOBS_OPTIONS)
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from agent.store.bootstrap import open_engine
+    from agent.store.job_queries import list_jobs
+
+    settings = resolve(args, JOBS_OPTIONS)
+    engine = open_engine(settings["db"])
+    jobs = list_jobs(engine, running=True if args.running else None)
+    jobs.sort(key=lambda j: j.started_s, reverse=True)
+    if args.json:
+        json.dump([asdict(job) for job in jobs], sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return 0
+    if not jobs:
+        print("no jobs yet: start one with `joulestat run --name NAME -- CMD`")
+        return 0
+    print(f"{'id':<34} {'name':<24} {'kind':<9} {'status':<8} {'started':<19} "
+          f"{'energy J':>12}  nodes")
+    for job in jobs:
+        started = datetime.fromtimestamp(job.started_s).strftime("%Y-%m-%d %H:%M:%S")
+        nodes = ", ".join(f"{node} ({itype})" for node, itype in job.nodes)
+        print(f"{job.id:<34} {job.name[:24]:<24} {job.kind:<9} {job.status:<8} {started:<19} "
+              f"{job.total_j:>12.1f}  {nodes}")
+    return 0

@@ -1,0 +1,202 @@
+"""``joulestat run -- CMD``: run a command as a measured job.
+
+The wrapper starts CMD, registers it (through the local agent's API, or in-process
+when no agent answers), forwards SIGINT/SIGTERM, waits, reports the job's total CPU
+time from ``wait4`` so the last moments are counted, prints a summary on stderr and
+exits with CMD's exit code (128 + N when CMD died of signal N, as shells do).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+from typing import Any
+
+from agent.config import ConfigError, add_options, resolve
+from agent.jobs.embedded import EMBEDDED_OPTIONS
+from agent.jobs.registry import KINDS, JobError
+
+RUN_OPTIONS = tuple(dict.fromkeys(("agent", "api_token", "log_level", *EMBEDDED_OPTIONS)))
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        help="run a command as a measured job",
+        description="Run CMD as a job: its whole process tree is measured, energy is "
+        "attributed to it, and a summary is printed on stderr when it ends. With an agent "
+        "running (--agent / JOULESTAT_AGENT_URL) the job registers through its API; "
+        "without one, joulestat samples in-process and writes the same store (--db).",
+        usage="joulestat run --name NAME [--kind KIND] [--label K=V]... [options] -- CMD [ARG...]",
+    )
+    parser.add_argument("--name", required=True, help="job name (no / or control characters)")
+    parser.add_argument("--kind", default="other", choices=KINDS, help="default: other")
+    parser.add_argument("--label", action="append", default=[], metavar="K=V",
+                        help="a label; repeat for more")
+    parser.add_argument("--job-id", help="join an existing job id (multi-node or multi-step "
+                        "jobs report under one id)")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument("--embedded", action="store_true",
+                        help="measure in-process even if an agent answers")
+    add_options(parser, RUN_OPTIONS)
+    parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD")
+    parser.set_defaults(func=_run)
+
+
+def parse_labels(items: list[str]) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--label {item!r}: expected KEY=VALUE")
+        labels[key] = value
+    return labels
+
+
+class _Forwarder:
+    """Passes SIGINT/SIGTERM on to the child.
+
+    A Ctrl-C typed at the terminal already reaches the child (same foreground process
+    group), so SIGINT is forwarded only when the wrapper is not in the foreground
+    (e.g. sent by ``kill`` or a scheduler); SIGTERM is always forwarded.
+    """
+
+    def __init__(self, child: subprocess.Popen) -> None:
+        self.child = child
+        self.previous = {s: signal.signal(s, self._handle) for s in (signal.SIGINT,
+                                                                       signal.SIGTERM)}
+
+    def _handle(self, signum: int, _frame: Any) -> None:
+        if signum == signal.SIGINT and _in_terminal_foreground():
+            return
+        try:
+            self.child.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    def restore(self) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+
+
+def _in_terminal_foreground() -> bool:
+    try:
+        return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
+    except (OSError, ValueError):
+        return False
+
+
+def _wait(child: subprocess.Popen) -> tuple[int, float]:
+    """Exit code and the child tree's CPU seconds, from wait4's rusage."""
+    while True:
+        try:
+            _pid, status, usage = os.wait4(child.pid, 0)
+            break
+        except InterruptedError:
+            continue
+    child.returncode = os.waitstatus_to_exitcode(status)
+    return child.returncode, usage.ru_utime + usage.ru_stime
+
+
+def _run(args: argparse.Namespace) -> int:
+    from agent.cli import setup_logging
+
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd:
+        raise ConfigError("no command given: joulestat run --name NAME -- CMD [ARG...]")
+    settings = resolve(args, RUN_OPTIONS)
+    setup_logging(settings["log_level"])
+    labels = parse_labels(args.label)
+    tracker = _Tracker(args, settings, labels)
+    try:
+        child = subprocess.Popen(cmd)
+    except OSError as exc:
+        print(f"joulestat run: cannot start {cmd[0]!r}: {exc.strerror or exc}", file=sys.stderr)
+        return 127 if isinstance(exc, FileNotFoundError) else 126
+    forwarder = _Forwarder(child)
+    try:
+        tracker.start(child.pid)
+    except JobError as exc:
+        child.terminate()
+        _wait(child)
+        raise ConfigError(str(exc)) from None
+    try:
+        code, cpu_s = _wait(child)
+    finally:
+        forwarder.restore()
+    summary = tracker.end(cpu_s)
+    _print_summary(summary, cmd, code, args.json)
+    return code if code >= 0 else 128 - code
+
+
+class _Tracker:
+    """Registers with the agent when one answers, else measures in-process."""
+
+    def __init__(self, args: argparse.Namespace, settings: dict, labels: dict[str, str]) -> None:
+        self.args, self.settings, self.labels = args, settings, labels
+        self.client: Any = None
+        self.embedded: Any = None
+        self.job_id: str | None = None
+
+    def start(self, pid: int) -> None:
+        from agent.jobs.http_client import AgentClient, AgentError, AgentUnavailable
+
+        if not self.args.embedded:
+            client = AgentClient(self.settings["agent"], token=self.settings.get("api_token"))
+            try:
+                job = client.register(self.args.name, self.args.kind, pids=[pid],
+                                      labels=self.labels, job_id=self.args.job_id,
+                                      origin="run")
+            except AgentUnavailable:
+                pass
+            except AgentError as exc:
+                raise JobError(f"the agent refused the job: {exc}") from None
+            else:
+                self.client, self.job_id = client, job["id"]
+                return
+        from agent.jobs.embedded import EmbeddedJob
+
+        self.embedded = EmbeddedJob(self.args.name, self.args.kind, self.labels, {pid},
+                                    job_id=self.args.job_id, settings=self.settings).start()
+        self.job_id = self.embedded.id
+
+    def end(self, cpu_s: float) -> dict[str, Any]:
+        if self.embedded is not None:
+            summary = self.embedded.end(cpu_s=cpu_s)
+            summary["mode"] = "embedded"
+            return summary
+        from agent.jobs.http_client import AgentError, AgentUnavailable
+
+        try:
+            summary = self.client.end(self.job_id, cpu_s=cpu_s)
+        except (AgentError, AgentUnavailable) as exc:
+            print(f"joulestat run: could not end job {self.job_id} at the agent: {exc}",
+                  file=sys.stderr)
+            return {"id": self.job_id, "mode": "agent"}
+        summary["mode"] = "agent"
+        return summary
+
+
+def _print_summary(summary: dict[str, Any], cmd: list[str], code: int, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps({**summary, "exit_code": code}), file=sys.stderr)
+        return
+    started, ended = summary.get("started_at"), summary.get("ended_at")
+    duration = f"{ended - started:.1f} s" if started and ended else "unknown"
+    lines = [f"joulestat: job {summary.get('name', '?')} ({summary.get('id')}) "
+             f"{'exited ' + str(code)}, {duration}, measured {summary.get('mode')}"]
+    energy = summary.get("energy_j") or {}
+    if energy:
+        parts = ", ".join(f"{c} {j:.1f} J" for c, j in sorted(energy.items()))
+        lines.append(f"  energy {summary.get('total_energy_j', 0):.1f} J ({parts}); "
+                     f"dynamic {summary.get('dynamic_energy_j', 0):.1f} J, "
+                     f"idle share {summary.get('idle_energy_j', 0):.1f} J")
+    for unit, count in sorted((summary.get("units") or {}).items()):
+        if count > 0:
+            per = summary.get("total_energy_j", 0) / count
+            lines.append(f"  {count:g} {unit}: {per:.3f} J per {unit}")
+    print("\n".join(lines), file=sys.stderr)

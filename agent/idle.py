@@ -1,0 +1,67 @@
+"""Idle power per (component, device): what the node would draw with no work on it.
+
+Estimators know their idle power (the model at 0 % load). Measured sources learn it:
+the 5th percentile of the power seen over the last ``window_s`` seconds, so a node
+that has been busy for an hour still has a sensible baseline from its quieter ticks,
+and a single noisy low sample does not drag it down (Kepler uses the minimum ever
+seen; a low percentile is the same idea, robust to one odd reading).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+
+from agent.tick import Tick
+
+IDLE_PERCENTILE = 5
+NO_IDLE_COMPONENTS = ("net",)  # the network model is per byte: all of it is dynamic
+
+
+class IdleBaselines:
+    def __init__(
+        self,
+        fixed_w: Mapping[tuple[str, str], float] | None = None,
+        window_s: float = 600.0,
+        min_samples: int = 10,
+        recompute_every: int = 10,
+    ) -> None:
+        self._fixed_w = dict(fixed_w or {})
+        self._window_s = window_s
+        self._min_samples = min_samples
+        self._recompute_every = recompute_every
+        self._samples: dict[tuple[str, str], deque[tuple[float, float]]] = {}
+        self._learned_w: dict[tuple[str, str], float] = {}
+        self._ticks = 0
+
+    def update(self, tick: Tick) -> dict[tuple[str, str], float]:
+        """Record this tick's power and return the idle power to use for it."""
+        self._ticks += 1
+        recompute = self._ticks % self._recompute_every == 1
+        result: dict[tuple[str, str], float] = {}
+        for entry in tick.entries:
+            key = (entry.component, entry.device)
+            if key in self._fixed_w:
+                result[key] = self._fixed_w[key]
+                continue
+            if entry.component in NO_IDLE_COMPONENTS or tick.duration_s <= 0:
+                result[key] = 0.0
+                continue
+            samples = self._samples.setdefault(key, deque())
+            samples.append((tick.t1_s, tick.power_w(entry)))
+            while samples and samples[0][0] < tick.t1_s - self._window_s:
+                samples.popleft()
+            if recompute or key not in self._learned_w:
+                self._learned_w[key] = self._percentile(samples)
+            result[key] = self._learned_w[key]
+        return result
+
+    def _percentile(self, samples: deque[tuple[float, float]]) -> float:
+        """Until enough samples exist, no idle is assumed: everything counts as dynamic."""
+        if len(samples) < self._min_samples:
+            return 0.0
+        ordered = sorted(power for _, power in samples)
+        return ordered[int(len(ordered) * IDLE_PERCENTILE / 100)]
+
+    def current(self) -> dict[tuple[str, str], float]:
+        return {**self._learned_w, **self._fixed_w}

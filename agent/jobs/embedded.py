@@ -1,0 +1,96 @@
+"""Embedded mode: measure one job in-process when no agent runs on the node.
+
+``joulestat run`` and the in-process client fall back to this. It drives the same
+:class:`agent.pipeline.Pipeline` as the daemon (same sensors, attribution and store
+writer) on a background thread, so a job measured here and one measured by an agent
+on the same trace get the same energy. It saves no crash checkpoint: that belongs to
+the node's agent.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from agent.jobs.registry import Job, JobRegistry
+
+log = logging.getLogger(__name__)
+
+EMBEDDED_OPTIONS = (
+    "config", "db", "interval", "sysfs_root", "procfs_root", "node", "instance_type",
+    "region", "cloud_metadata", "raw_retention", "replay", "nvml", "idle_policy",
+)
+
+
+def embedded_settings(overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Settings from env and the TOML file (flags come in through ``overrides``)."""
+    from agent.config import resolve
+
+    settings = resolve(dict(overrides or {}), EMBEDDED_OPTIONS)
+    settings.setdefault("discover", frozenset())
+    return settings
+
+
+class EmbeddedJob:
+    def __init__(
+        self,
+        name: str,
+        kind: str,
+        labels: dict[str, str] | None,
+        pids: set[int],
+        job_id: str | None = None,
+        settings: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._registry = JobRegistry()
+        # Validate before any sensor is opened: bad input fails fast and clearly.
+        self.job: Job = self._registry.register(name, kind, sorted(pids), labels, job_id,
+                                                origin="embedded")
+        self.id = self.job.id
+        self._settings = dict(settings) if settings is not None else embedded_settings()
+        self._pipeline: Any = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> EmbeddedJob:
+        from agent.daemon import build_pipeline
+
+        self._pipeline, _checkpoint = build_pipeline(self._settings, self._registry,
+                                                     with_metrics=False)
+        self._pipeline.save_checkpoints = False
+        self._pipeline.start(None)
+        self._thread = threading.Thread(target=self._loop, name="joulestat-embedded",
+                                        daemon=True)
+        self._thread.start()
+        log.info("no agent answered: measuring job %s in-process (embedded mode)", self.id)
+        return self
+
+    def _loop(self) -> None:
+        interval_s = float(self._settings["interval"])
+        next_tick = time.monotonic() + interval_s
+        next_flush = time.monotonic() + 5.0
+        while not self._stop.wait(max(next_tick - time.monotonic(), 0.0)):
+            self._pipeline.tick()
+            now = time.monotonic()
+            if now >= next_flush:
+                self._pipeline.writer.maybe_flush(now)
+                next_flush = now + 5.0
+            next_tick += interval_s
+            if next_tick <= now:
+                next_tick += (int((now - next_tick) // interval_s) + 1) * interval_s
+
+    def count(self, unit: str, count: float) -> None:
+        self._registry.count(self.id, unit, count)
+
+    def end(self, cpu_s: float | None = None) -> dict[str, Any]:
+        """Stop sampling after one last tick that covers the job's final moments."""
+        self._registry.end(self.id, cpu_s=cpu_s)
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self._pipeline is not None:
+            self._pipeline.tick()
+            self._pipeline.close()
+        return self.job.to_json()

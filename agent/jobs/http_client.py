@@ -1,0 +1,145 @@
+"""A small client for the agent's job API, for ``joulestat run``/``jobs`` and ``track()``.
+
+Its one job beyond HTTP is to keep two failures apart: :class:`AgentUnavailable` means
+nothing answered (refused, timed out, not HTTP), so a caller may fall back to measuring
+in-process; :class:`AgentError` means an agent answered and said no, which a fallback
+would only hide. Stdlib ``urllib`` with proxies and redirects off: the agent is local,
+and a proxy or a redirect would send the bearer token somewhere else.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Mapping
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+log = logging.getLogger(__name__)
+
+MAX_ERROR_BODY = 64 * 1024
+
+
+class AgentUnavailable(RuntimeError):
+    """No agent answered at the URL: connection refused, timed out, or reset."""
+
+
+class AgentError(RuntimeError):
+    """The agent answered with an error status; ``message`` is what it said."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"agent answered {status}: {message}")
+        self.status, self.message = status, message
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None  # the 3xx becomes an HTTPError, hence an AgentError
+
+
+class AgentClient:
+    """Calls to one agent; each call is one short-lived connection."""
+
+    def __init__(self, base_url: str, token: str | None = None, timeout_s: float = 2.0) -> None:
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"agent URL: expected http://host:port, got {base_url!r}")
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+        self._auth = f"Bearer {token}".encode() if token else None
+        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
+
+    def register(
+        self,
+        name: str,
+        kind: str,
+        pids: Iterable[int] | None = None,
+        labels: Mapping[str, str] | None = None,
+        job_id: str | None = None,
+        origin: str | None = None,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"name": name, "kind": kind}
+        if pids is not None:
+            body["pids"] = sorted(pids)
+        if labels is not None:
+            body["labels"] = dict(labels)
+        if job_id is not None:
+            body["job_id"] = job_id
+        if origin is not None:
+            body["origin"] = origin
+        return self._object("POST", "/v1/jobs", body)
+
+    def count(self, job_id: str, unit: str, count: float) -> dict[str, Any]:
+        return self._object("POST", f"{_job_path(job_id)}/units", {"unit": unit, "count": count})
+
+    def end(self, job_id: str, cpu_s: float | None = None) -> dict[str, Any]:
+        body = {} if cpu_s is None else {"cpu_s": cpu_s}
+        return self._object("POST", f"{_job_path(job_id)}/end", body)
+
+    def get(self, job_id: str) -> dict[str, Any]:
+        return self._object("GET", _job_path(job_id))
+
+    def jobs(self, running: bool = False) -> list[dict[str, Any]]:
+        answer = self._object("GET", "/v1/jobs?running=1" if running else "/v1/jobs")
+        jobs = answer.get("jobs")
+        if not isinstance(jobs, list):
+            raise AgentError(200, "answer has no list of jobs")
+        return jobs
+
+    def health(self) -> dict[str, Any]:
+        return self._object("GET", "/v1/health")
+
+    def _object(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+        answer = self._request(method, path, body)
+        if not isinstance(answer, dict):
+            raise AgentError(200, f"expected a JSON object, got {type(answer).__name__}")
+        return answer
+
+    def _request(self, method: str, path: str, body: Any = None) -> Any:
+        data = None if body is None else json.dumps(body, allow_nan=False).encode()
+        request = urllib.request.Request(self.base_url + path, data=data, method=method)
+        request.add_header("Accept", "application/json")
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        if self._auth is not None:
+            request.add_header("Authorization", self._auth)  # type: ignore[arg-type]
+        url = f"{method} {self.base_url}{path}"
+        try:
+            with self._opener.open(request, timeout=self.timeout_s) as response:
+                status, raw = response.status, response.read()
+        except urllib.error.HTTPError as exc:
+            try:
+                message = _error_message(exc)
+            finally:
+                exc.close()
+            raise AgentError(exc.code, message) from None
+        except urllib.error.URLError as exc:
+            raise AgentUnavailable(f"{url}: {exc.reason}") from exc
+        except (OSError, http.client.HTTPException) as exc:
+            raise AgentUnavailable(f"{url}: {exc!r}") from exc
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise AgentError(status, f"{url}: the answer is not JSON") from None
+
+
+def _job_path(job_id: str) -> str:
+    return "/v1/jobs/" + quote(job_id, safe="")
+
+
+def _error_message(exc: urllib.error.HTTPError) -> str:
+    try:
+        raw = exc.read(MAX_ERROR_BODY)
+    except (OSError, http.client.HTTPException):
+        return exc.reason or "no message"
+    try:
+        answer = json.loads(raw)
+    except ValueError:
+        answer = None
+    if isinstance(answer, dict) and isinstance(answer.get("error"), str):
+        return answer["error"]
+    text = raw.decode("utf-8", "replace").strip()[:200]
+    return text or str(exc.reason)

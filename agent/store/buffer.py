@@ -1,0 +1,139 @@
+"""The writer's in-memory buffer: ticks, their job shares and unit counts as arrays.
+
+One buffer holds every kind of per-tick row, in the order they were added, so that
+when the database stays away too long and the oldest rows must go, a tick goes
+together with its shares and unit counts (a job row must never be stored without its
+tick, or conservation breaks). A row costs about 36 bytes (four 8-byte numbers and a
+4-byte key index, no dicts); its strings live once in :attr:`RowBuffer.keys`.
+
+Each buffer owns its key table and the writer starts a fresh buffer at every flush,
+so the table never outgrows what is buffered: an agent that saw thousands of
+short jobs does not keep their names forever.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Any
+
+from agent.store.tables import UNATTRIBUTED
+
+# The kind of a row, first in its key:
+TICK = "tick"  # (TICK, "", component, device, source); energy in dynamic_j
+SHARE = "share"  # (SHARE, job or UNATTRIBUTED, component, device, source)
+UNIT = "unit"  # (UNIT, job, unit, "", ""); the count in dynamic_j
+
+_ARRAYS = ("t_end_ms", "t_start_ms", "dynamic_j", "idle_j", "key")
+
+Key = tuple[str, str, str, str, str]
+Params = list[dict[str, Any]]
+
+
+class RowBuffer:
+    """Rows ``(t_end_ms, t_start_ms, dynamic_j, idle_j, key)``; see the module doc.
+
+    Not thread-safe on its own: the writer calls it under its buffer lock.
+    """
+
+    __slots__ = (*_ARRAYS, "keys", "_index")
+
+    def __init__(self) -> None:
+        self.t_end_ms = array("q")
+        self.t_start_ms = array("q")
+        self.dynamic_j = array("d")
+        self.idle_j = array("d")
+        self.key = array("I")
+        self.keys: list[Key] = []
+        self._index: dict[Key, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.t_end_ms)
+
+    def key_of(self, key: Key) -> int:
+        index = self._index.get(key)
+        if index is None:
+            index = self._index[key] = len(self.keys)
+            self.keys.append(key)
+        return index
+
+    def append(self, t_end_ms: int, t_start_ms: int, dynamic_j: float, idle_j: float,
+               key: Key) -> None:
+        self.t_end_ms.append(t_end_ms)
+        self.t_start_ms.append(t_start_ms)
+        self.dynamic_j.append(dynamic_j)
+        self.idle_j.append(idle_j)
+        self.key.append(self.key_of(key))
+
+    def prepend(self, older: RowBuffer) -> None:
+        """Put ``older`` (a batch that failed to write) back in front of these rows."""
+        remap = [self.key_of(key) for key in older.keys]
+        for name in _ARRAYS[:-1]:
+            mine = getattr(self, name)
+            setattr(self, name, getattr(older, name) + mine)
+        self.key = array("I", (remap[k] for k in older.key)) + self.key
+
+    def drop_oldest(self, count: int) -> tuple[int, float, float]:
+        """Drop at least ``count`` oldest rows, and the rest of the last dropped tick.
+
+        Returns how many rows went and the first and last tick ends (seconds) among them.
+        """
+        count = min(count, len(self))
+        if count <= 0:
+            return 0, 0.0, 0.0
+        last = self.t_end_ms[count - 1]
+        while count < len(self) and self.t_end_ms[count] == last:
+            count += 1  # a tick's shares and units follow its rows: keep them together
+        first = self.t_end_ms[0]
+        for name in _ARRAYS:
+            del getattr(self, name)[:count]
+        return count, first / 1000, last / 1000
+
+    def params(
+        self, node: str, start: int, end: int, floor_ms: int | None
+    ) -> tuple[Params, Params, Params, int]:
+        """Insert parameters for rows ``[start, end)``: (ticks, shares, units, stale count).
+
+        Rows ending at or before ``floor_ms`` are stale: their minute is rolled up and
+        its raw rows pruned, so writing them could never be counted.
+        """
+        ticks: Params = []
+        shares: Params = []
+        units: Params = []
+        stale = 0
+        keys = self.keys
+        for i in range(start, end):
+            t_end_ms = self.t_end_ms[i]
+            if floor_ms is not None and t_end_ms <= floor_ms:
+                stale += 1
+                continue
+            kind, job, component, device, source = keys[self.key[i]]
+            if kind == TICK:
+                ticks.append({
+                    "node": node, "t_end_ms": t_end_ms, "component": component,
+                    "device": device, "t_start_ms": self.t_start_ms[i],
+                    "energy_j": self.dynamic_j[i], "source": source,
+                })
+            elif kind == SHARE:
+                shares.append({
+                    "job_id": job, "node": node, "t_end_ms": t_end_ms,
+                    "component": component, "device": device,
+                    "t_start_ms": self.t_start_ms[i], "dynamic_j": self.dynamic_j[i],
+                    "idle_j": self.idle_j[i], "source": source,
+                })
+            else:
+                units.append({"job_id": job, "node": node, "t_end_ms": t_end_ms,
+                              "unit": component, "count": self.dynamic_j[i]})
+        return ticks, shares, units, stale
+
+
+def tick_key(component: str, device: str, source: str) -> Key:
+    return (TICK, "", component, device, source)
+
+
+def share_key(job: str | None, component: str, device: str, source: str) -> Key:
+    """The key of an attribution share; ``job=None`` is the unattributed part."""
+    return (SHARE, UNATTRIBUTED if job is None else job, component, device, source)
+
+
+def unit_key(job: str, unit: str) -> Key:
+    return (UNIT, job, unit, "", "")

@@ -1,0 +1,279 @@
+"""track() and AgentClient against a real ApiServer, and the embedded fallback."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import time
+import types
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from agent.client import ENV_AGENT_URL, ENV_TOKEN, agent_url_from_env, track
+from agent.jobs.api import ApiServer
+from agent.jobs.http_client import AgentClient, AgentError, AgentUnavailable
+from agent.jobs.registry import JobError, JobRegistry
+
+
+class CountingRegistry(JobRegistry):
+    """A real registry that also remembers how many count requests reached it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count_calls = 0
+
+    def count(self, job_id: str, unit: Any, count: Any):  # type: ignore[override]
+        self.count_calls += 1
+        return super().count(job_id, unit, count)
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in (ENV_AGENT_URL, ENV_TOKEN, "JOULESTAT_AGENT"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def registry() -> CountingRegistry:
+    return CountingRegistry()
+
+
+@pytest.fixture
+def agent(registry: CountingRegistry) -> Iterator[str]:
+    with ApiServer(registry, "127.0.0.1", 0, node="node-a") as api:
+        yield f"http://127.0.0.1:{api.port}"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_for(condition: Any, timeout_s: float = 3.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_registers_own_pid_and_ends_on_exit(agent: str, registry: CountingRegistry) -> None:
+    with track("bert-large", labels={"team": "nlp"}, agent_url=agent) as job:
+        seen = registry.get(job.id)
+        assert seen.pids == {os.getpid()}
+        assert (seen.name, seen.kind, seen.labels, seen.origin, seen.status) == (
+            "bert-large", "training", {"team": "nlp"}, "client", "running")
+        assert not job.embedded
+    assert registry.get(job.id).status == "ended"
+    assert job.summary is not None and job.summary["status"] == "ended"
+
+
+def test_counts_are_batched_and_all_delivered(agent: str, registry: CountingRegistry) -> None:
+    with track("bert", agent_url=agent, flush_interval_s=0.05) as job:
+        job.count("sample", 32)
+        # The background thread delivers while the job runs, not only at exit.
+        assert _wait_for(lambda: registry.get(job.id).units.get("sample") == 32)
+        calls_before = registry.count_calls
+        began = time.perf_counter()
+        for _ in range(10_000):
+            job.count("sample", 32)
+            job.count("token", 512)
+        loop_s = time.perf_counter() - began
+    units = registry.get(job.id).units
+    assert units == {"sample": 32 * 10_001, "token": 512 * 10_000}
+    # 20,000 counts, a handful of requests: one per unit per flush, plus the one at exit.
+    flushes = loop_s / 0.05 + 2
+    assert registry.count_calls - calls_before <= 2 * flushes
+    assert loop_s < 2.0
+
+
+def test_exception_in_the_block_still_sends_counts_and_ends(agent: str,
+                                                            registry: CountingRegistry) -> None:
+    with pytest.raises(RuntimeError, match="boom"):
+        with track("bert", agent_url=agent, flush_interval_s=60) as job:
+            job.count("sample", 5)
+            raise RuntimeError("boom")
+    seen = registry.get(job.id)
+    assert seen.status == "ended" and seen.units == {"sample": 5}
+
+
+def test_counts_survive_an_agent_restart(registry: CountingRegistry) -> None:
+    first = ApiServer(registry, "127.0.0.1", 0)
+    first.start()
+    port = first.port
+    url = f"http://127.0.0.1:{port}"
+    second_registry = JobRegistry()
+    second = ApiServer(second_registry, "127.0.0.1", port)
+    try:
+        with track("bert", agent_url=url, job_id="run-1", flush_interval_s=0.05) as job:
+            job.count("sample", 10)
+            assert _wait_for(lambda: registry.get("run-1").units.get("sample") == 10)
+            first.close()
+            job.count("sample", 5)  # sends fail: nothing listens; kept for the next try
+            time.sleep(0.2)
+            second.start()  # a new agent that has never heard of run-1
+            job.count("sample", 1)
+            assert _wait_for(lambda: job.id in {j.id for j in second_registry.jobs()})
+        seen = second_registry.get("run-1")
+        assert seen.units == {"sample": 6} and seen.pids == {os.getpid()}
+        assert seen.status == "ended"
+    finally:
+        first.close()
+        second.close()
+
+
+def test_agent_url_and_token_come_from_the_environment(
+    registry: CountingRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with ApiServer(registry, "127.0.0.1", 0, token="tok") as api:
+        monkeypatch.setenv(ENV_AGENT_URL, f"http://127.0.0.1:{api.port}")
+        monkeypatch.setenv(ENV_TOKEN, "tok")
+        with track("bert", kind="inference") as job:
+            job.count("request", 3)
+        assert registry.get(job.id).units == {"request": 3}
+        assert registry.get(job.id).kind == "inference"
+    assert agent_url_from_env({}) == "http://127.0.0.1:9465"
+    assert agent_url_from_env({"JOULESTAT_AGENT": "http://a:1"}) == "http://a:1"
+    assert agent_url_from_env({ENV_AGENT_URL: "http://b:2", "JOULESTAT_AGENT": "http://a:1"}) \
+        == "http://b:2"
+
+
+class FakeEmbeddedJob:
+    instances: list[FakeEmbeddedJob] = []
+
+    def __init__(self, name: str, kind: str, labels: dict[str, str], pids: set[int],
+                 job_id: str | None = None) -> None:
+        self.args = (name, kind, labels, pids, job_id)
+        self.id = job_id or "embedded-1"
+        self.calls: list[tuple[Any, ...]] = []
+        FakeEmbeddedJob.instances.append(self)
+
+    def start(self) -> None:
+        self.calls.append(("start",))
+
+    def count(self, unit: str, count: float) -> None:
+        self.calls.append(("count", unit, count))
+
+    def end(self) -> dict[str, Any]:
+        self.calls.append(("end",))
+        return {"id": self.id, "energy_j": 1.5}
+
+
+@pytest.fixture
+def fake_embedded(monkeypatch: pytest.MonkeyPatch) -> type[FakeEmbeddedJob]:
+    module = types.ModuleType("agent.jobs.embedded")
+    module.EmbeddedJob = FakeEmbeddedJob  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "agent.jobs.embedded", module)
+    FakeEmbeddedJob.instances = []
+    return FakeEmbeddedJob
+
+
+def test_falls_back_to_embedded_when_no_agent_answers(
+    fake_embedded: type[FakeEmbeddedJob],
+) -> None:
+    url = f"http://127.0.0.1:{_free_port()}"
+    with pytest.raises(ZeroDivisionError):
+        with track("bert", labels={"team": "nlp"}, agent_url=url) as job:
+            assert job.embedded and job.id == "embedded-1"
+            job.count("sample", 3)
+            job.count("sample", 4)
+            1 / 0  # noqa: B018 - the job must still be ended
+    (embedded,) = fake_embedded.instances
+    assert embedded.args == ("bert", "training", {"team": "nlp"}, {os.getpid()}, None)
+    assert embedded.calls == [("start",), ("count", "sample", 3.0), ("count", "sample", 4.0),
+                              ("end",)]
+    assert job.summary == {"id": "embedded-1", "energy_j": 1.5}
+
+
+def test_an_agent_that_refuses_is_not_bypassed(
+    registry: CountingRegistry, fake_embedded: type[FakeEmbeddedJob]
+) -> None:
+    with ApiServer(registry, "127.0.0.1", 0, token="tok") as api:
+        with pytest.raises(AgentError) as caught:
+            with track("bert", agent_url=f"http://127.0.0.1:{api.port}"):
+                pass
+    assert caught.value.status == 401
+    assert fake_embedded.instances == [] and registry.jobs() == []
+
+
+def test_bad_input_fails_before_anything_is_contacted(
+    fake_embedded: type[FakeEmbeddedJob],
+) -> None:
+    url = f"http://127.0.0.1:{_free_port()}"
+    with pytest.raises(JobError, match="name: must not contain path separators"):
+        track("a/b", agent_url=url)
+    with pytest.raises(JobError, match="kind:"):
+        track("bert", kind="fun", agent_url=url)
+    with track("bert", agent_url=url) as job:
+        with pytest.raises(JobError, match="unit:"):
+            job.count("Bad Unit", 1)
+        with pytest.raises(JobError, match="count:"):
+            job.count("sample", float("nan"))
+    with pytest.raises(RuntimeError, match="not running"):
+        job.count("sample", 1)
+
+
+def test_agent_client_tells_no_agent_from_a_refusal(agent: str,
+                                                    registry: CountingRegistry) -> None:
+    client = AgentClient(agent)
+    assert client.health() == {"status": "ok", "node": "node-a"}
+    job = client.register("bert", "training", pids={7, 3}, labels={"a": "b"}, job_id="x:1@h")
+    assert job["pids"] == [3, 7]
+    assert client.count("x:1@h", "sample", 2)["units"] == {"sample": 2}
+    assert client.get("x:1@h")["id"] == "x:1@h"
+    assert [j["id"] for j in client.jobs(running=True)] == ["x:1@h"]
+    assert client.end("x:1@h", cpu_s=3.5)["status"] == "ended"
+    assert registry.get("x:1@h").final_cpu_s == 3.5
+    assert client.jobs(running=True) == [] and len(client.jobs()) == 1
+    with pytest.raises(AgentError) as caught:
+        client.get("nope")
+    assert caught.value.status == 404 and "no job with id" in caught.value.message
+    with pytest.raises(AgentError) as caught:
+        client.register("a/b", "training")
+    assert caught.value.status == 400 and caught.value.message.startswith("name:")
+
+    with pytest.raises(AgentUnavailable):
+        AgentClient(f"http://127.0.0.1:{_free_port()}").health()
+    with pytest.raises(ValueError, match="agent URL"):
+        AgentClient("127.0.0.1:9465")
+
+
+def test_agent_client_times_out_on_a_silent_listener() -> None:
+    with socket.socket() as listener:  # accepts connections (kernel backlog), never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        client = AgentClient(f"http://127.0.0.1:{listener.getsockname()[1]}", timeout_s=0.2)
+        began = time.monotonic()
+        with pytest.raises(AgentUnavailable):
+            client.health()
+        assert time.monotonic() - began < 2.0
+
+
+def test_agent_client_sends_the_token(registry: CountingRegistry) -> None:
+    with ApiServer(registry, "127.0.0.1", 0, token="tök-ën") as api:
+        url = f"http://127.0.0.1:{api.port}"
+        assert AgentClient(url, token="tök-ën").health()["status"] == "ok"
+        with pytest.raises(AgentError) as caught:
+            AgentClient(url, token="wrong").health()
+        assert caught.value.status == 401
+
+
+def test_counting_from_many_threads_loses_nothing(agent: str,
+                                                  registry: CountingRegistry) -> None:
+    with track("bert", agent_url=agent, flush_interval_s=0.01) as job:
+        def work() -> None:
+            for _ in range(2000):
+                job.count("sample", 1)
+
+        threads = [threading.Thread(target=work) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert registry.get(job.id).units == {"sample": 16_000}

@@ -1,0 +1,473 @@
+"""Per-job energy in the store: writing shares, multi-node jobs, conservation, restarts.
+
+The ``check_*`` scenarios take an engine and run on SQLite here and on a real
+PostgreSQL in tests/integration/test_store_postgres.py; expected values are computed
+from :func:`agent.attribution.attribute`'s own shares, never from the store.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import Engine
+
+from agent.attribution import DeviceUse, Share, TickUsage, attribute
+from agent.identity import NodeInfo
+from agent.jobs.registry import Job, JobRegistry
+from agent.sensors.base import DeviceInfo
+from agent.store import make_engine, migrate
+from agent.store.job_queries import (
+    Checkpoint,
+    JobSummary,
+    UnknownJobError,
+    job_detail,
+    job_energy_series,
+    list_jobs,
+    load_checkpoint,
+    load_running_jobs,
+    unattributed_check,
+)
+from agent.store.queries import node_energy_j
+from agent.store.writer import StoreWriter
+from agent.tick import Tick, TickEntry
+
+LOADER = NodeInfo("loader-1", "c5.4xlarge", "eu-west-1", "Xeon", "0.1.0")
+TRAINER = NodeInfo("trainer-1", "p4d.24xlarge", "eu-west-1", "EPYC", "0.1.0")
+DEVICES = [DeviceInfo("cpu", "0", "rapl", index=0),
+           DeviceInfo("gpu", "0", "nvml_energy", model="A100", uuid="GPU-1", index=0)]
+IDLE_W = {("cpu", "0"): 4.0, ("gpu", "0"): 60.0}
+T0 = 1_700_000_040.0  # a minute boundary
+RETENTION_S = 600.0
+
+Totals = dict[tuple[str, str], list[float]]  # (job, component) -> [dynamic, idle]
+
+
+def make_tick(t1_s: float, cpu_j: float, gpu_j: float | None) -> Tick:
+    entries = [TickEntry("cpu", "0", "rapl", cpu_j)]
+    if gpu_j is not None:
+        entries.append(TickEntry("gpu", "0", "nvml_energy", gpu_j))
+    return Tick(t1_s - 1.0, t1_s, tuple(entries))
+
+
+def shares_for(tick: Tick, jobs: tuple[str, ...], i: int, policy: str = "share") -> list[Share]:
+    """A realistic, uneven split: CPU time varies per tick, the GPU is shared 7:1."""
+    job_cpu = {job: 0.2 + 0.1 * ((i + n) % 4) for n, job in enumerate(jobs)}
+    utilization = {job: 70.0 if n == 0 else 10.0 for n, job in enumerate(jobs)}
+    usage = TickUsage(
+        node_busy_cpu_s=2.0, job_cpu_s=job_cpu,
+        devices={("gpu", "0"): DeviceUse(utilization, jobs)}, running_jobs=jobs,
+    )
+    return attribute(tick, usage, IDLE_W, policy)
+
+
+def feed(writer: StoreWriter, start_s: float, count: int, jobs: tuple[str, ...],
+         gpu: bool = True, policy: str = "share", units: dict[str, float] | None = None,
+         totals: Totals | None = None) -> Totals:
+    """``count`` 1 s ticks with their shares (and units per job); returns job totals."""
+    totals = defaultdict(lambda: [0.0, 0.0]) if totals is None else totals
+    for i in range(count):
+        t = make_tick(start_s + i + 1, 20.0 + i % 7, 150.0 + i % 11 if gpu else None)
+        shares = shares_for(t, jobs, i, policy)
+        writer.add(t)
+        writer.add_shares(t, shares)
+        for share in shares:
+            if share.job is not None:
+                total = totals[(share.job, share.component)]
+                total[0] += share.dynamic_j
+                total[1] += share.idle_j
+        for job in jobs:
+            if units:
+                writer.add_units(job, t.t1_s, units)
+    return totals
+
+
+def job_total(totals: Totals, job: str) -> float:
+    return sum(d + i for (j, _c), (d, i) in totals.items() if j == job)
+
+
+def make_job(job_id: str, started_s: float, labels: dict[str, str] | None = None,
+             pids: set[int] | None = None, ended_s: float | None = None) -> Job:
+    return Job(id=job_id, name=f"name-{job_id}", kind="training", labels=dict(labels or {}),
+               pids=set(pids or {100}), started_s=started_s, origin="api", ended_s=ended_s)
+
+
+def count(engine: Engine, table: str) -> int:
+    with engine.connect() as connection:
+        return connection.execute(text(f"SELECT count(*) FROM {table}")).scalar_one()
+
+
+def summary(engine: Engine, job_id: str) -> JobSummary:
+    [found] = [s for s in list_jobs(engine) if s.id == job_id]
+    return found
+
+
+def writer_for(engine: Engine, node: NodeInfo = TRAINER, **kwargs) -> StoreWriter:
+    kwargs.setdefault("raw_retention_s", RETENTION_S)
+    return StoreWriter(engine, node, DEVICES, **kwargs)
+
+
+def assert_conserved(engine: Engine, node: str, expected_rows: int | None = None) -> None:
+    rows = unattributed_check(engine, node)
+    assert rows, "nothing to check"
+    if expected_rows is not None:
+        assert len(rows) == expected_rows
+    for t_end_ms, component, device, node_j, sum_j in rows:
+        assert sum_j == pytest.approx(node_j, rel=1e-9, abs=1e-9), (t_end_ms, component, device)
+
+
+# -- scenarios shared with the PostgreSQL tests -------------------------------------------
+
+
+def check_every_write_is_idempotent(engine: Engine) -> None:
+    writer = writer_for(engine)
+    job = make_job("train-7", T0, {"team": "nlp"})
+    t = make_tick(T0 + 1, 20.0, 150.0)
+    shares = shares_for(t, ("train-7",), 0)
+    for _batch in range(2):  # the same things in one batch, then again in a later one
+        for _again in range(2):
+            writer.save_job(job)
+            writer.add(t)
+            writer.add_shares(t, shares)
+            writer.add_units("train-7", t.t1_s, {"tokens": 100.0})
+            writer.save_checkpoint({"rapl": {"0": 123}}, "boot-1", T0 + 1)
+        assert writer.flush()
+    writer_for(engine).flush()  # a restart registers again and writes nothing new
+    assert (count(engine, "tick_energy"), count(engine, "job_energy")) == (2, len(shares))
+    assert count(engine, "jobs") == count(engine, "job_nodes") == 1
+    assert count(engine, "job_units") == count(engine, "node_checkpoints") == 1
+    found = summary(engine, "train-7")
+    assert found.total_j == pytest.approx(sum(s.energy_j for s in shares if s.job))
+    assert found.units == {"tokens": 100.0}
+    assert writer.maintain(T0 + 120) is not None
+    assert writer.maintain(T0 + 120) is not None
+    assert summary(engine, "train-7").total_j == pytest.approx(found.total_j)
+    assert_conserved(engine, TRAINER.node, expected_rows=2)
+
+
+def check_multi_node_job_is_one_job(engine: Engine) -> None:
+    loader, trainer = writer_for(engine, LOADER), writer_for(engine, TRAINER)
+    loader.save_job(make_job("dist-1", T0 + 5, {"team": "nlp"}, {11, 12}))
+    trainer.save_job(make_job("dist-1", T0 + 2, {"run": "42"}, {7}))
+    trainer.save_job(make_job("other", T0 + 3))
+    on_loader = feed(loader, T0 + 0.5, 30, ("dist-1",), gpu=False, units={"samples": 8.0})
+    on_trainer = feed(trainer, T0, 30, ("dist-1", "other"), units={"tokens": 512.0})
+    assert loader.flush() and trainer.flush()
+
+    assert count(engine, "jobs") == 2 and count(engine, "job_nodes") == 3
+    found = summary(engine, "dist-1")
+    assert found.nodes == (("loader-1", "c5.4xlarge"), ("trainer-1", "p4d.24xlarge"))
+    assert found.labels == {"team": "nlp", "run": "42"}
+    assert (found.status, found.started_s, found.ended_s) == ("running", T0 + 2, None)
+    expected = job_total(on_loader, "dist-1") + job_total(on_trainer, "dist-1")
+    assert found.total_j == pytest.approx(expected, rel=1e-12)
+    assert found.energy_j("gpu") == pytest.approx(sum(
+        d + i for (j, c), (d, i) in on_trainer.items() if (j, c) == ("dist-1", "gpu")))
+    assert found.units == {"samples": 240.0, "tokens": 30 * 512.0}
+
+    detail = job_detail(engine, "dist-1")
+    parts = {p.node: p for p in detail.per_node}
+    assert parts["loader-1"].total_j == pytest.approx(job_total(on_loader, "dist-1"))
+    assert parts["trainer-1"].total_j == pytest.approx(job_total(on_trainer, "dist-1"))
+    assert parts["loader-1"].pids == (11, 12) and parts["trainer-1"].instance_type == (
+        "p4d.24xlarge")
+    assert parts["loader-1"].units == {"samples": 240.0}
+    assert set(parts["loader-1"].dynamic_j) == {"cpu"}  # the loader has no GPU
+
+    # The job ends only when its last node ends it.
+    loader.save_job(make_job("dist-1", T0 + 5, ended_s=T0 + 40))
+    assert loader.flush()
+    assert summary(engine, "dist-1").status == "running"
+    assert [j.id for j in list_jobs(engine, running=True)] == ["dist-1", "other"]
+    trainer.save_job(make_job("dist-1", T0 + 2, ended_s=T0 + 45))
+    assert trainer.flush()
+    ended = summary(engine, "dist-1")
+    assert (ended.status, ended.ended_s) == ("ended", T0 + 45)
+    assert ended.labels == {"team": "nlp", "run": "42"}
+    assert [j.id for j in list_jobs(engine, running=False)] == ["dist-1"]
+    assert [j.id for j in list_jobs(engine, running=True)] == ["other"]
+    assert [j.id for j in list_jobs(engine, node="loader-1")] == ["dist-1"]
+    assert list_jobs(engine, running=True, node="loader-1") == []
+    # Re-registering reopens it.
+    trainer.save_job(make_job("dist-1", T0 + 2))
+    assert trainer.flush()
+    assert summary(engine, "dist-1").status == "running"
+
+
+def check_conservation_and_retention(engine: Engine) -> None:
+    writer = writer_for(engine)
+    for job in ("a", "b"):
+        writer.save_job(make_job(job, T0))
+    totals = feed(writer, T0, 600, ("a", "b"), policy="exclude", units={"tokens": 3.0})
+    assert writer.flush()
+    assert_conserved(engine, TRAINER.node, expected_rows=2 * 600)
+    before = {s.id: s for s in list_jobs(engine)}
+    assert before["a"].total_j == pytest.approx(job_total(totals, "a"), rel=1e-12)
+    series_before = job_energy_series(engine, "a")
+    assert len(series_before) == 2 * 600
+    assert sum(d + i for _t, _c, d, i in series_before) == pytest.approx(before["a"].total_j)
+    units_rows = count(engine, "job_units")
+
+    now = T0 + 600 + RETENTION_S - 270  # prunes minutes 0..4, keeps 5..9 raw
+    result = writer.maintain(now)
+    assert result.raw_pruned_until_ms == round((T0 + 300) * 1000)
+    assert result.pruned_rows == 2 * 300 and result.job_pruned_rows == 2 * 300 * 3
+    assert count(engine, "job_energy") == 2 * 300 * 3
+    assert count(engine, "job_units") == units_rows // 2 + 5 * 2  # 5 minutes x 2 jobs
+    assert_conserved(engine, TRAINER.node, expected_rows=2 * 300 + 2 * 5)
+    after = {s.id: s for s in list_jobs(engine)}
+    for job in ("a", "b"):
+        assert after[job].dynamic_j == pytest.approx(before[job].dynamic_j, rel=1e-12)
+        assert after[job].idle_j == pytest.approx(before[job].idle_j, rel=1e-12)
+        assert after[job].units == before[job].units == {"tokens": 1800.0}
+    series = job_energy_series(engine, "a")
+    assert len(series) == 2 * 5 + 2 * 300  # minutes where pruned, ticks where raw
+    assert series[0][0] == T0 + 60 and series[-1][0] == T0 + 600
+    assert sum(d + i for _t, _c, d, i in series) == pytest.approx(before["a"].total_j)
+
+    # A retried tick of a pruned minute is refused, not counted twice.
+    late = make_tick(T0 + 10, 20.0, 150.0)
+    writer.add(late)
+    writer.add_shares(late, shares_for(late, ("a", "b"), 9, "exclude"))
+    writer.add_units("a", late.t1_s, {"tokens": 3.0})
+    assert writer.flush()
+    assert writer.maintain(now).job_pruned_rows == 0
+    again = {s.id: s for s in list_jobs(engine)}
+    assert again["a"].total_j == pytest.approx(before["a"].total_j, rel=1e-12)
+    assert again["a"].units == {"tokens": 1800.0}
+    assert writer.dropped_rows == 2 + 3 * 2 + 1
+
+
+def check_running_jobs_survive_a_restart(engine: Engine) -> None:
+    writer = writer_for(engine)
+    writer.save_job(make_job("keep", T0 + 1, {"team": "cv"}, {41, 42}))
+    writer.save_job(make_job("done", T0, ended_s=T0 + 20))
+    writer_for(engine, LOADER).save_job(make_job("elsewhere", T0))
+    totals = feed(writer, T0, 20, ("keep", "done"), units={"images": 32.0})
+    assert writer.flush()
+
+    [job] = load_running_jobs(engine, TRAINER.node)
+    assert (job.id, job.name, job.kind, job.origin) == ("keep", "name-keep", "training", "api")
+    assert (job.labels, job.pids, job.started_s, job.ended_s) == (
+        {"team": "cv"}, {41, 42}, T0 + 1, None)
+    assert job.units == {"images": 640.0}
+    for component in ("cpu", "gpu"):
+        dynamic, idle = totals[("keep", component)]
+        assert job.dynamic_j[component] == pytest.approx(dynamic, rel=1e-12)
+        assert job.idle_j[component] == pytest.approx(idle, rel=1e-12)
+    registry = JobRegistry()
+    registry.restore(job)
+    assert registry.get("keep").energy_j == pytest.approx(job_total(totals, "keep"))
+    assert load_running_jobs(engine, "no-such-node") == []
+
+    # After pruning the cumulative figures are the same.
+    writer.maintain(T0 + 20 + RETENTION_S + 60)
+    [reloaded] = load_running_jobs(engine, TRAINER.node)
+    assert reloaded.energy_j == pytest.approx(job.energy_j, rel=1e-12)
+    assert reloaded.units == job.units
+
+
+def check_checkpoint_round_trip(engine: Engine) -> None:
+    writer = writer_for(engine)
+    assert load_checkpoint(engine, TRAINER.node) is None
+    state = {"counters": {"rapl:0": 123456789, "nvml:0": 42.5}, "jobs": ["a"]}
+    writer.save_checkpoint(state, "boot-1", T0)
+    assert load_checkpoint(engine, TRAINER.node) is None  # written with the next flush
+    assert writer.flush()
+    assert load_checkpoint(engine, TRAINER.node) == Checkpoint(T0, "boot-1", state)
+    writer.save_checkpoint({"counters": {}}, "boot-2", T0 + 5)
+    writer.save_checkpoint({"counters": {"rapl:0": 1}}, "boot-2", T0 + 6)  # latest wins
+    assert writer.flush()
+    assert load_checkpoint(engine, TRAINER.node) == (T0 + 6, "boot-2", {"counters": {"rapl:0": 1}})
+    assert load_checkpoint(engine, LOADER.node) is None
+
+
+def check_upgrade_from_0001_keeps_ticks(engine: Engine) -> None:
+    """``engine`` points at an empty database."""
+    assert migrate.upgrade(engine, "0001") == "0001"
+    old = writer_for(engine)
+    for i in range(1, 121):
+        old.add(make_tick(T0 + i, 10.0, 100.0))
+    assert old.flush()
+    before = node_energy_j(engine, TRAINER.node, T0, T0 + 120)
+    assert migrate.upgrade(engine) == migrate.HEAD_REVISION
+    assert migrate.is_at_head(engine)
+    assert node_energy_j(engine, TRAINER.node, T0, T0 + 120) == before == {
+        ("cpu", "0"): 1200.0, ("gpu", "0"): 12000.0}
+    assert count(engine, "tick_energy") == 240 and count(engine, "jobs") == 0
+    writer = writer_for(engine)
+    writer.save_job(make_job("new", T0 + 120))
+    feed(writer, T0 + 120, 60, ("new",))
+    assert writer.maintain(T0 + 200) is not None
+    assert summary(engine, "new").total_j > 0
+    rows = unattributed_check(engine, TRAINER.node)
+    assert len(rows) == 2 * 180
+    # Ticks from before the upgrade have no shares; those after balance.
+    assert all(sum_j == 0.0 for t, _c, _d, _n, sum_j in rows if t <= (T0 + 120) * 1000)
+    assert all(sum_j == pytest.approx(node_j) for t, _c, _d, node_j, sum_j in rows
+               if t > (T0 + 120) * 1000)
+    from alembic import command
+
+    config = migrate.alembic_config()
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.downgrade(config, "0001")
+    assert migrate.current_revision(engine) == "0001"
+    assert count(engine, "tick_energy") == 360
+    assert migrate.upgrade(engine) == migrate.HEAD_REVISION
+    assert count(engine, "jobs") == 0
+
+
+# -- SQLite -------------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def db_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'jobs.db'}"
+
+
+@pytest.fixture()
+def engine(db_url: str) -> Iterator[Engine]:
+    engine = make_engine(db_url)
+    migrate.upgrade(engine)
+    yield engine
+    engine.dispose()
+
+
+def test_every_write_is_idempotent(engine):
+    check_every_write_is_idempotent(engine)
+
+
+def test_multi_node_job_is_one_job_with_two_kinds_of_node(engine):
+    check_multi_node_job_is_one_job(engine)
+
+
+def test_conservation_holds_through_rollup_and_retention(engine):
+    check_conservation_and_retention(engine)
+
+
+def test_running_jobs_survive_a_restart(engine):
+    check_running_jobs_survive_a_restart(engine)
+
+
+def test_checkpoint_round_trip(engine):
+    check_checkpoint_round_trip(engine)
+
+
+def test_upgrade_from_0001_keeps_ticks(db_url):
+    engine = make_engine(db_url)
+    check_upgrade_from_0001_keeps_ticks(engine)
+    engine.dispose()
+
+
+def test_unknown_job_is_a_key_error_with_a_readable_message(engine):
+    with pytest.raises(KeyError) as caught:
+        job_detail(engine, "nope")
+    assert isinstance(caught.value, UnknownJobError)
+    assert str(caught.value) == "no job with id 'nope' in the store"
+
+
+def test_checkpoint_that_is_not_json_fails_at_save_time(engine):
+    writer = writer_for(engine)
+    with pytest.raises(TypeError):
+        writer.save_checkpoint({"x": object()}, "b", T0)
+    with pytest.raises(ValueError):
+        writer.save_checkpoint({"x": float("nan")}, "b", T0)
+    assert writer.flush() and load_checkpoint(engine, TRAINER.node) is None
+
+
+def test_shares_for_one_job_and_device_are_summed_and_none_is_unattributed(engine):
+    writer = writer_for(engine)
+    t = make_tick(T0 + 1, 30.0, None)
+    writer.add(t)
+    writer.add_shares(t, [Share("a", "cpu", "0", "rapl", 5.0, 1.0),
+                          Share("a", "cpu", "0", "rapl", 2.0, 0.5),
+                          Share(None, "cpu", "0", "rapl", 20.0, 1.5)])
+    assert writer.flush()
+    with engine.connect() as connection:
+        rows = connection.execute(text(
+            "SELECT job_id, dynamic_j, idle_j FROM job_energy ORDER BY job_id")).all()
+    assert [tuple(r) for r in rows] == [("", 20.0, 1.5), ("a", 7.0, 1.5)]
+    assert_conserved(engine, TRAINER.node, expected_rows=1)
+
+
+def test_one_flush_is_one_transaction(db_url, engine):
+    """A failure while writing shares leaves no tick behind, and a retry writes all once."""
+    writer = writer_for(engine)
+    writer.save_job(make_job("a", T0))
+    feed(writer, T0, 5, ("a",), units={"tokens": 1.0})
+    with engine.begin() as connection:
+        connection.exec_driver_sql(
+            "CREATE TRIGGER refuse BEFORE INSERT ON job_energy "
+            "BEGIN SELECT RAISE(ABORT, 'refused by test'); END")
+    assert not writer.flush()
+    assert count(engine, "tick_energy") == count(engine, "jobs") == count(engine, "job_units") == 0
+    assert writer.buffered_rows == 5 * (2 + 4 + 1)  # 2 entries, 2 shares each, 1 unit
+    with engine.begin() as connection:
+        connection.exec_driver_sql("DROP TRIGGER refuse")
+    assert writer.flush() and writer.buffered_rows == 0
+    assert count(engine, "tick_energy") == 10 and count(engine, "job_units") == 5
+    assert_conserved(engine, TRAINER.node, expected_rows=10)
+
+
+def test_locked_database_keeps_shares_and_jobs_for_later(db_url, engine, caplog):
+    writer = writer_for(make_engine(db_url, busy_timeout_s=0.05))
+    other = sqlite3.connect(db_url.removeprefix("sqlite:///"))
+    other.execute("BEGIN EXCLUSIVE")
+    writer.save_job(make_job("a", T0))
+    writer.save_checkpoint({"n": 1}, "boot", T0)
+    totals = feed(writer, T0, 10, ("a",), units={"tokens": 2.0})
+    with caplog.at_level(logging.WARNING, logger="agent.store.writer"):
+        assert not writer.flush()
+    assert "keeping 70 rows buffered" in caplog.text  # 2 entries, 4 shares, 1 unit a tick
+    writer.save_job(make_job("a", T0, {"late": "label"}))  # saved while the DB is away
+    other.rollback()
+    other.close()
+    assert writer.flush()
+    found = summary(engine, "a")
+    assert found.total_j == pytest.approx(job_total(totals, "a"))
+    assert (found.labels, found.units) == ({"late": "label"}, {"tokens": 20.0})
+    assert load_checkpoint(engine, TRAINER.node) == (T0, "boot", {"n": 1})
+
+
+def test_full_buffer_drops_ticks_together_with_their_shares(engine, caplog):
+    # 6 rows a tick (2 entries, 4 shares); over 50 rows it drops 9, rounded up to the
+    # end of that tick: 12.
+    writer = writer_for(engine, max_batch_rows=10, max_buffered_rows=50)
+    with caplog.at_level(logging.ERROR, logger="agent.store.writer"):
+        feed(writer, T0, 40, ("a",))  # 240 rows, never flushed
+    assert "dropped the 12 oldest rows (ticks with their job shares" in caplog.text
+    buffered = writer.buffered_rows
+    assert buffered <= 50 and buffered % 6 == 0
+    assert writer.dropped_rows == 240 - buffered
+    assert writer.flush()
+    assert count(engine, "tick_energy") == 2 * buffered // 6
+    assert count(engine, "job_energy") == 4 * buffered // 6
+    assert_conserved(engine, TRAINER.node, expected_rows=2 * buffered // 6)
+    with engine.connect() as connection:
+        newest = connection.execute(text("SELECT max(t_end_ms) FROM tick_energy")).scalar()
+    assert newest == round((T0 + 40) * 1000)  # the newest survived
+
+
+def test_batch_put_back_after_a_failure_keeps_its_keys(engine, db_url):
+    """The failed batch is re-keyed into the newer buffer, whose key table differs."""
+    writer = writer_for(make_engine(db_url, busy_timeout_s=0.05))
+    other = sqlite3.connect(db_url.removeprefix("sqlite:///"))
+    other.execute("BEGIN EXCLUSIVE")
+    first = feed(writer, T0, 3, ("a",))
+    assert not writer.flush()
+    second = feed(writer, T0 + 3, 3, ("b", "a"))  # new keys first, then the old ones
+    other.rollback()
+    other.close()
+    assert writer.flush()
+    with engine.connect() as connection:
+        stored = dict(connection.execute(text(
+            "SELECT job_id, sum(dynamic_j + idle_j) FROM job_energy GROUP BY job_id")).all())
+    assert stored["a"] == pytest.approx(job_total(first, "a") + job_total(second, "a"))
+    assert stored["b"] == pytest.approx(job_total(second, "b"))
+    assert_conserved(engine, TRAINER.node, expected_rows=12)
