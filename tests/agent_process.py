@@ -39,6 +39,16 @@ class RunningAgent:
     port: int
     db_url: str
     log_path: Path
+    api_port: int = 0
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.api_port}"
+
+    def client_env(self, **extra: str) -> dict[str, str]:
+        """Environment for `joulestat run/jobs` talking to this agent and its store."""
+        return agent_env(JOULESTAT_AGENT=self.api_url, JOULESTAT_AGENT_URL=self.api_url,
+                         JOULESTAT_DB=self.db_url, **extra)
 
     @property
     def url(self) -> str:
@@ -73,16 +83,16 @@ class RunningAgent:
 
 
 @contextmanager
-def running_agent(tmp_path: Path, *args: str, env: dict[str, str] | None = None
-                  ) -> Iterator[RunningAgent]:
-    port = free_port()
+def running_agent(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
+                  api_port: int | None = None) -> Iterator[RunningAgent]:
+    port, api_port = free_port(), api_port or free_port()
     db_url = f"sqlite:///{tmp_path / 'agent.db'}"
     log_path = tmp_path / "agent.log"
-    argv = [JOULESTAT, "agent", "--metrics-port", str(port), "--db", db_url, "--nvml", "false",
-            *args]
-    with log_path.open("w") as log:
+    argv = [JOULESTAT, "agent", "--metrics-port", str(port), "--api-port", str(api_port),
+            "--db", db_url, "--nvml", "false", *args]
+    with log_path.open("a") as log:
         proc = subprocess.Popen(argv, env=env or agent_env(), stdout=log, stderr=log)
-    agent = RunningAgent(proc, port, db_url, log_path)
+    agent = RunningAgent(proc, port, db_url, log_path, api_port)
     try:
         deadline = time.monotonic() + 30
         while True:

@@ -18,7 +18,13 @@ from typing import Any
 
 from agent.config import ConfigError, add_options, resolve
 from agent.jobs.embedded import EMBEDDED_OPTIONS
-from agent.jobs.registry import KINDS, JobError
+from agent.jobs.registry import (
+    KINDS,
+    JobError,
+    validate_job_id,
+    validate_labels,
+    validate_name,
+)
 
 RUN_OPTIONS = tuple(dict.fromkeys(("agent", "api_token", "log_level", *EMBEDDED_OPTIONS)))
 
@@ -111,7 +117,15 @@ def _run(args: argparse.Namespace) -> int:
     settings = resolve(args, RUN_OPTIONS)
     setup_logging(settings["log_level"])
     labels = parse_labels(args.label)
+    try:  # refuse bad input before anything starts
+        validate_name(args.name)
+        labels = validate_labels(labels)
+        if args.job_id is not None:
+            validate_job_id(args.job_id)
+    except JobError as exc:
+        raise ConfigError(str(exc)) from None
     tracker = _Tracker(args, settings, labels)
+    tracker.prepare()
     try:
         child = subprocess.Popen(cmd)
     except OSError as exc:
@@ -122,7 +136,7 @@ def _run(args: argparse.Namespace) -> int:
         tracker.start(child.pid)
     except JobError as exc:
         child.terminate()
-        _wait(child)
+        child.wait()
         raise ConfigError(str(exc)) from None
     try:
         code, cpu_s = _wait(child)
@@ -142,27 +156,41 @@ class _Tracker:
         self.embedded: Any = None
         self.job_id: str | None = None
 
-    def start(self, pid: int) -> None:
+    def prepare(self) -> None:
+        """Before CMD starts: find the agent, or get in-process sampling ticking."""
         from agent.jobs.http_client import AgentClient, AgentError, AgentUnavailable
 
         if not self.args.embedded:
             client = AgentClient(self.settings["agent"], token=self.settings.get("api_token"))
             try:
-                job = client.register(self.args.name, self.args.kind, pids=[pid],
-                                      labels=self.labels, job_id=self.args.job_id,
-                                      origin="run")
+                client.health()
             except AgentUnavailable:
                 pass
             except AgentError as exc:
-                raise JobError(f"the agent refused the job: {exc}") from None
+                raise ConfigError(f"--agent {self.settings['agent']}: {exc}") from None
             else:
-                self.client, self.job_id = client, job["id"]
+                self.client = client
                 return
         from agent.jobs.embedded import EmbeddedJob
 
-        self.embedded = EmbeddedJob(self.args.name, self.args.kind, self.labels, {pid},
+        self.embedded = EmbeddedJob(self.args.name, self.args.kind, self.labels, set(),
                                     job_id=self.args.job_id, settings=self.settings).start()
         self.job_id = self.embedded.id
+
+    def start(self, pid: int) -> None:
+        """CMD is running: make it the job's process."""
+        from agent.jobs.http_client import AgentError, AgentUnavailable
+
+        if self.embedded is not None:
+            self.embedded.add_pid(pid)
+            return
+        try:
+            job = self.client.register(self.args.name, self.args.kind, pids=[pid],
+                                       labels=self.labels, job_id=self.args.job_id,
+                                       origin="run")
+        except (AgentError, AgentUnavailable) as exc:
+            raise JobError(f"the agent refused the job: {exc}") from None
+        self.job_id = job["id"]
 
     def end(self, cpu_s: float) -> dict[str, Any]:
         if self.embedded is not None:

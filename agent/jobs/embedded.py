@@ -12,10 +12,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from agent.jobs.registry import Job, JobRegistry
+from agent.jobs.registry import (
+    Job,
+    JobRegistry,
+    validate_job_id,
+    validate_kind,
+    validate_labels,
+    validate_name,
+    validate_pids,
+)
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +54,14 @@ class EmbeddedJob:
         settings: Mapping[str, Any] | None = None,
     ) -> None:
         self._registry = JobRegistry()
-        # Validate before any sensor is opened: bad input fails fast and clearly.
-        self.job: Job = self._registry.register(name, kind, sorted(pids), labels, job_id,
-                                                origin="embedded")
-        self.id = self.job.id
+        # Validate before any sensor is opened: bad input fails fast and clearly. The job
+        # itself is registered once the pipeline ticks, so its lifetime starts with
+        # measurement, as it does under an agent that is already running.
+        self._fields = (validate_name(name), validate_kind(kind), sorted(validate_pids(pids)),
+                        validate_labels(labels),
+                        validate_job_id(job_id) if job_id is not None else uuid.uuid4().hex)
+        self.id = self._fields[4]
+        self.job: Job | None = None
         self._settings = dict(settings) if settings is not None else embedded_settings()
         self._pipeline: Any = None
         self._stop = threading.Event()
@@ -61,6 +74,8 @@ class EmbeddedJob:
                                                      with_metrics=False)
         self._pipeline.save_checkpoints = False
         self._pipeline.start(None)
+        name, kind, pids, labels, job_id = self._fields
+        self.job = self._registry.register(name, kind, pids, labels, job_id, origin="embedded")
         self._thread = threading.Thread(target=self._loop, name="joulestat-embedded",
                                         daemon=True)
         self._thread.start()
@@ -81,6 +96,11 @@ class EmbeddedJob:
             if next_tick <= now:
                 next_tick += (int((now - next_tick) // interval_s) + 1) * interval_s
 
+    def add_pid(self, pid: int) -> None:
+        """Attach a process started after :meth:`start` (``joulestat run`` spawns then adds)."""
+        name, kind, _pids, labels, job_id = self._fields
+        self._registry.register(name, kind, [pid], labels, job_id, origin="embedded")
+
     def count(self, unit: str, count: float) -> None:
         self._registry.count(self.id, unit, count)
 
@@ -93,4 +113,5 @@ class EmbeddedJob:
         if self._pipeline is not None:
             self._pipeline.tick()
             self._pipeline.close()
+        assert self.job is not None, "end() before start()"
         return self.job.to_json()

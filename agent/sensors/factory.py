@@ -58,9 +58,14 @@ def build_sensors(settings: Mapping[str, Any], now_s: float, cloud: str | None =
 
 
 def estimator_idle_w(sensors: list[Sensor]) -> dict[tuple[str, str], float]:
-    """Idle power that estimators know by construction (the model at 0 % load)."""
+    """Idle power known by construction: an estimator's model at 0 % load, a replayed
+    trace's lowest level. Measured sources learn theirs (agent/idle.py)."""
     idle: dict[tuple[str, str], float] = {}
     for sensor in sensors:
+        by_key = getattr(sensor, "idle_power_by_key", None)
+        if by_key is not None:
+            idle.update(by_key())
+            continue
         idle_w = getattr(sensor, "idle_power_w", None)
         if idle_w is None:
             continue

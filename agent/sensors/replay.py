@@ -174,6 +174,10 @@ class ReplaySensor:
     def describe(self) -> list[DeviceInfo]:
         return [DeviceInfo(component=c, device=d, source=SOURCE) for c, d in self.trace.series]
 
+    def idle_power_by_key(self) -> dict[Key, float]:
+        """A trace's idle power is its lowest level: the trace knows its whole future."""
+        return {key: min(s.watts_w) for key, s in self.trace.series.items()}
+
     def _trace_time(self, now_s: float) -> float:
         return self.trace.start_s + max(now_s - self.opened_s, 0.0)
 

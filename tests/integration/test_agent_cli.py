@@ -34,7 +34,7 @@ def test_fake_rapl_counter_with_wraps_is_exported_at_its_rate(tmp_path: Path) ->
         tmp_path, "--sysfs-root", str(tmp_path / "sys"), "--interval", str(interval_s)
     ) as agent:
         key = labels(component="cpu", device="package-0", source="rapl")
-        wait_for(lambda: agent.samples().get((TICKS, ())) or 0 >= 3)
+        wait_for(lambda: (agent.samples().get((TICKS, ())) or 0) >= 3)
         first = agent.samples()
         time.sleep(7.0)
         last = agent.samples()
@@ -58,7 +58,7 @@ def test_metrics_pass_promtool(tmp_path: Path) -> None:
             pytest.fail("promtool missing in CI: .ci/run installs Debian's prometheus")
         pytest.skip("promtool not installed (apt-get install prometheus)")
     with running_agent(tmp_path, "--sysfs-root", str(tmp_path), "--interval", "0.1") as agent:
-        wait_for(lambda: agent.samples().get((TICKS, ())) or 0 >= 2)
+        wait_for(lambda: (agent.samples().get((TICKS, ())) or 0) >= 2)
         text = agent.text()
     check = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True,
                            text=True)
@@ -81,7 +81,7 @@ def _cpu_power_w(agent, seconds: float) -> float:
 def test_vm_without_sensors_reports_estimates_that_follow_load(tmp_path: Path) -> None:
     """Acceptance 4: no RAPL, no GPU: non-zero model:* cpu and dram; cpu rises under a burner."""
     with running_agent(tmp_path, "--sysfs-root", str(tmp_path), "--interval", "0.25") as agent:
-        wait_for(lambda: agent.samples().get((TICKS, ())) or 0 >= 2)
+        wait_for(lambda: (agent.samples().get((TICKS, ())) or 0) >= 2)
         power = agent.series(POWER)
         sources = {dict(k)["component"]: dict(k)["source"] for k in power}
         assert sources["cpu"].startswith("model:") and sources["dram"].startswith("model:")
@@ -138,7 +138,7 @@ def test_malformed_sysfs_zone_does_not_stop_the_others(tmp_path: Path) -> None:
     with fake.drive("intel-rapl:0", power_w=10.0), fake.drive("intel-rapl:1", power_w=20.0), \
             running_agent(tmp_path, "--sysfs-root", str(tmp_path / "sys"), "--interval", "0.1"
                           ) as agent:
-        wait_for(lambda: agent.samples().get((TICKS, ())) or 0 >= 3)
+        wait_for(lambda: (agent.samples().get((TICKS, ())) or 0) >= 3)
         zone = tmp_path / "sys" / "class" / "powercap" / "intel-rapl:1" / "energy_uj"
         fake.pause("intel-rapl:1")
         zone.write_text("garbage\n")
@@ -160,7 +160,7 @@ def test_sigterm_flushes_the_store(tmp_path: Path) -> None:
 
     with running_agent(tmp_path, "--sysfs-root", str(tmp_path), "--interval", "0.2",
                        "--node", "test-node") as agent:
-        wait_for(lambda: agent.samples().get((TICKS, ())) or 0 >= 5)
+        wait_for(lambda: (agent.samples().get((TICKS, ())) or 0) >= 5)
         exported = agent.series(ENERGY)
         agent.proc.terminate()
         assert agent.proc.wait(timeout=20) == 0

@@ -1,0 +1,254 @@
+"""Jobs as a user meets them: `joulestat run` beside a real agent, and without one."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.agent_process import JOULESTAT, agent_env, running_agent, wait_for
+
+TICKS = "joulestat_agent_ticks_total"
+NO_AGENT = "http://127.0.0.1:9"  # the discard port: nothing answers, so embedded mode
+BURN_FULL = "import time\ne = time.time() + {s}\nwhile time.time() < e: pass"
+BURN_HALF = (
+    "import time\ne = time.time() + {s}\nwhile time.time() < e:\n"
+    "    t = time.time() + 0.01\n    while time.time() < t: pass\n    time.sleep(0.01)"
+)
+
+
+def start_run(name: str, code: str, env: dict[str, str], *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [JOULESTAT, "run", "--name", name, "--json", *extra, "--", sys.executable, "-c", code],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def summary_of(proc: subprocess.Popen, timeout_s: float = 60) -> dict:
+    _out, err = proc.communicate(timeout=timeout_s)
+    lines = [line for line in err.splitlines() if line.startswith("{")]
+    assert lines, err
+    return json.loads(lines[-1])
+
+
+def stored_jobs(env: dict[str, str]) -> dict[str, dict]:
+    result = subprocess.run([JOULESTAT, "jobs", "--json"], env=env, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return {job["name"]: job for job in json.loads(result.stdout)}
+
+
+def wait_until_stored(env: dict[str, str], names: set[str], timeout_s: float = 20) -> dict:
+    """Jobs appear ended in the store once the agent's next flush has run."""
+    def ready():
+        jobs = stored_jobs(env)
+        ok = names <= set(jobs) and all(jobs[n]["status"] == "ended" for n in names)
+        return jobs if ok else None
+
+    return wait_for(ready, timeout_s=timeout_s, every_s=0.5)
+
+
+def test_two_burners_get_dynamic_cpu_in_ratio_2_to_1(tmp_path: Path) -> None:
+    """Acceptance 1: a full-core and a half-core burner, side by side."""
+    with running_agent(tmp_path, "--sysfs-root", str(tmp_path), "--interval", "0.5") as agent:
+        env = agent.client_env()
+        full = start_run("full", BURN_FULL.format(s=8), env, "--kind", "training")
+        half = start_run("half", BURN_HALF.format(s=8), env, "--kind", "inference")
+        assert summary_of(full)["mode"] == "agent"
+        assert summary_of(half)["mode"] == "agent"
+        jobs = wait_until_stored(env, {"full", "half"})
+        assert agent.stop() == 0
+    ratio = jobs["full"]["dynamic_j"]["cpu"] / jobs["half"]["dynamic_j"]["cpu"]
+    print(f"dynamic cpu energy full/half = {ratio:.3f}")
+    assert ratio == pytest.approx(2.0, rel=0.15)
+
+
+@pytest.mark.parametrize("policy", ["share", "exclude"])
+def test_conservation_on_every_stored_tick(tmp_path: Path, policy: str) -> None:
+    """Acceptance 2: jobs + unattributed == node energy, per tick and component."""
+    from agent.store.engine import make_engine
+    from agent.store.job_queries import unattributed_check
+
+    with running_agent(tmp_path, "--sysfs-root", str(tmp_path), "--interval", "0.2",
+                       "--idle-policy", policy, "--node", "n1") as agent:
+        env = agent.client_env()
+        runs = [start_run("a", BURN_FULL.format(s=3), env),
+                start_run("b", BURN_HALF.format(s=3), env),
+                start_run("c", "import time; time.sleep(3)", env)]
+        for run in runs:
+            summary_of(run)
+        jobs = wait_until_stored(env, {"a", "b", "c"})
+        assert agent.stop() == 0
+    rows = unattributed_check(make_engine(agent.db_url), "n1")
+    assert len(rows) > 30
+    for t_end_ms, component, device, node_j, sum_j in rows:
+        assert sum_j == pytest.approx(node_j, rel=1e-9, abs=1e-9), (t_end_ms, component, device)
+    idle = sum(sum(job["idle_j"].values()) for job in jobs.values())
+    assert (idle > 0) if policy == "share" else (idle == 0)
+
+
+def test_wrapper_passes_exit_codes_and_signals(tmp_path: Path) -> None:
+    """Acceptance 3 (first half), in embedded mode: no agent listens."""
+    env = agent_env(JOULESTAT_DB=f"sqlite:///{tmp_path / 'e.db'}",
+                    JOULESTAT_SYSFS_ROOT=str(tmp_path), JOULESTAT_INTERVAL="0.2",
+                    JOULESTAT_AGENT=NO_AGENT, JOULESTAT_AGENT_URL=NO_AGENT)
+    code = subprocess.run([JOULESTAT, "run", "--name", "exit3", "--", "sh", "-c", "exit 3"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert code.returncode == 3, code.stderr
+    assert "exited 3" in code.stderr and "embedded" in code.stderr
+
+    marker = tmp_path / "got-sigterm"
+    handler = (f"import signal, sys, time\n"
+               f"def h(*_):\n    open({str(marker)!r}, 'w').write('yes'); sys.exit(7)\n"
+               f"signal.signal(signal.SIGTERM, h)\nprint('ready', flush=True)\ntime.sleep(60)")
+    proc = subprocess.Popen([JOULESTAT, "run", "--name", "term", "--", sys.executable, "-c",
+                             handler], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGTERM)  # to the wrapper only, as a scheduler would
+    assert proc.wait(timeout=30) == 7
+    assert marker.read_text() == "yes"
+
+    killed = subprocess.run([JOULESTAT, "run", "--name", "killed", "--", "sh", "-c",
+                             "kill -9 $$"], env=env, capture_output=True, text=True, timeout=60)
+    assert killed.returncode == 128 + 9
+
+    missing = subprocess.run([JOULESTAT, "run", "--name", "x", "--", "/nonexistent/cmd"],
+                             env=env, capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 127 and "cannot start" in missing.stderr
+    bad = subprocess.run([JOULESTAT, "run", "--name", "a/b", "--", "true"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "path separators" in bad.stderr
+
+
+def test_children_the_job_spawns_are_counted(tmp_path: Path) -> None:
+    """Acceptance 3 (second half): a burner two levels down counts like a direct one."""
+    with running_agent(tmp_path, "--sysfs-root", str(tmp_path), "--interval", "0.5") as agent:
+        env = agent.client_env()
+        code = BURN_FULL.format(s=6)
+        direct = start_run("direct", code, env)
+        nested = subprocess.Popen(
+            [JOULESTAT, "run", "--name", "nested", "--json", "--", "sh", "-c",
+             f'"{sys.executable}" -c "$BURN" & wait'],
+            env={**env, "BURN": code}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        summary_of(direct)
+        summary_of(nested)
+        jobs = wait_until_stored(env, {"direct", "nested"})
+        assert agent.stop() == 0
+    ratio = jobs["nested"]["dynamic_j"]["cpu"] / jobs["direct"]["dynamic_j"]["cpu"]
+    print(f"nested/direct dynamic cpu = {ratio:.3f}")
+    assert ratio == pytest.approx(1.0, rel=0.2)
+
+
+def test_api_under_bad_input_keeps_the_agent_ticking(tmp_path: Path) -> None:
+    """Acceptance 4 against the real agent (tests/unit/test_job_api.py goes deeper)."""
+    import http.client
+    from concurrent.futures import ThreadPoolExecutor
+
+    with running_agent(tmp_path, "--sysfs-root", str(tmp_path), "--interval", "0.1") as agent:
+        wait_for(lambda: (agent.samples().get((TICKS, ())) or 0) >= 2)
+
+        def post(path: str, body: bytes, headers: dict | None = None) -> tuple[int, str]:
+            conn = http.client.HTTPConnection("127.0.0.1", agent.api_port, timeout=10)
+            conn.request("POST", path, body=body, headers={"Content-Type": "application/json",
+                                                           **(headers or {})})
+            response = conn.getresponse()
+            text = response.read().decode()
+            conn.close()
+            return response.status, text
+
+        cases = [
+            ("/v1/jobs", b"{not json"),
+            ("/v1/jobs", b'{"name": 5, "kind": "training"}'),
+            ("/v1/jobs", b'{"name": "a\\u0007b", "kind": "training"}'),
+            ("/v1/jobs", b'{"name": "../etc", "kind": "training"}'),
+            ("/v1/jobs", b'{"name": "ok", "kind": "weird"}'),
+            ("/v1/jobs/nope/units", b'{"unit": "inference", "count": 1}'),
+            ("/v1/jobs", b"x" * (1024 * 1024 + 1)),
+        ]
+        for path, body in cases:
+            status, text = post(path, body)
+            assert 400 <= status < 500 and "error" in json.loads(text), (path, status, text)
+
+        before = agent.samples()[(TICKS, ())]
+        with ThreadPoolExecutor(32) as pool:
+            statuses = list(pool.map(
+                lambda i: post("/v1/jobs", json.dumps({"name": f"j{i}", "kind": "other",
+                                                       "bogus": i % 2}).encode())[0],
+                range(1000)))
+        assert all(200 <= s < 500 for s in statuses), sorted(set(statuses))
+        time.sleep(0.5)
+        assert agent.samples()[(TICKS, ())] > before
+        assert agent.stop() == 0
+
+
+def test_kill_9_agent_during_a_job_loses_and_doubles_nothing(tmp_path: Path) -> None:
+    """Acceptance 5: the job keeps accruing across a kill -9; the gap comes from counters."""
+    from agent.store.engine import make_engine
+
+    args = ("--sysfs-root", str(tmp_path), "--interval", "0.25", "--node", "n1")
+    with running_agent(tmp_path, *args) as first:
+        env = first.client_env()
+        job = start_run("survivor", BURN_HALF.format(s=14), env)
+        wait_for(lambda: "survivor" in stored_jobs(env), timeout_s=20, every_s=0.5)
+        time.sleep(2)
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait()
+    time.sleep(2.0)  # the gap: nobody measures
+    with running_agent(tmp_path, *args, api_port=first.api_port) as second:
+        summary_of(job)
+        jobs = wait_until_stored(env, {"survivor"})
+        assert second.stop() == 0
+    assert "resumed from the checkpoint" in second.log()
+
+    engine = make_engine(second.db_url)
+    with engine.connect() as conn:
+        rows = conn.exec_driver_sql(
+            "SELECT t_start_ms, t_end_ms FROM tick_energy WHERE node = 'n1' "
+            "AND component = 'cpu' ORDER BY t_end_ms").fetchall()
+    # Ticks tile time: each starts where the previous ended (to the ms), the gap included.
+    gaps = [(b[0] - a[1]) for a, b in zip(rows, rows[1:], strict=False)]
+    assert max(abs(g) for g in gaps) <= 2, gaps
+    longest_ms = max(end - start for start, end in rows)
+    assert longest_ms >= 2000  # one tick spans the kill -9 gap
+    assert jobs["survivor"]["dynamic_j"]["cpu"] > 0
+
+
+def test_embedded_and_agent_modes_agree_on_a_replayed_trace(tmp_path: Path) -> None:
+    """Acceptance 6: the same trace, the same job, measured both ways."""
+    trace = tmp_path / "trace.csv"
+    trace.write_text("t_s,component,device,watts\n0,cpu,package-0,80\n0,dram,package-0,6\n")
+    common = ("--replay", str(trace), "--interval", "0.1", "--node", "n1")
+    job_code = "import time; time.sleep(4)"
+
+    with running_agent(tmp_path, *common) as agent:
+        env = agent.client_env()
+        in_agent = summary_of(start_run("sleeper", job_code, env))
+        agent_jobs = wait_until_stored(env, {"sleeper"})
+        assert agent.stop() == 0
+    assert in_agent["mode"] == "agent"
+
+    env = agent_env(JOULESTAT_DB=f"sqlite:///{tmp_path / 'embedded.db'}",
+                    JOULESTAT_AGENT=NO_AGENT, JOULESTAT_AGENT_URL=NO_AGENT,
+                    JOULESTAT_REPLAY=str(trace), JOULESTAT_INTERVAL="0.1", JOULESTAT_NODE="n1",
+                    JOULESTAT_NVML="false")
+    embedded = summary_of(start_run("sleeper", job_code, env))
+    assert embedded["mode"] == "embedded"
+    embedded_jobs = stored_jobs(env)
+
+    a, e = agent_jobs["sleeper"], embedded_jobs["sleeper"]
+    duration_a = a["ended_s"] - a["started_s"]
+    duration_e = e["ended_s"] - e["started_s"]
+    print(f"agent {a['total_j']:.2f} J over {duration_a:.3f} s, "
+          f"embedded {e['total_j']:.2f} J over {duration_e:.3f} s")
+    # A lone job on a constant trace carries the node for exactly its lifetime.
+    assert a["total_j"] == pytest.approx(86.0 * duration_a, rel=0.01)
+    assert e["total_j"] == pytest.approx(86.0 * duration_e, rel=0.01)
+    assert a["total_j"] / duration_a == pytest.approx(e["total_j"] / duration_e, rel=0.01)
+    assert os.path.exists(tmp_path / "embedded.db")
