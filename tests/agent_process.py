@@ -47,8 +47,8 @@ class RunningAgent:
 
     def client_env(self, **extra: str) -> dict[str, str]:
         """Environment for `joulestat run/jobs` talking to this agent and its store."""
-        return agent_env(JOULESTAT_AGENT=self.api_url, JOULESTAT_AGENT_URL=self.api_url,
-                         JOULESTAT_DB=self.db_url, **extra)
+        return agent_env(**{"JOULESTAT_AGENT": self.api_url, "JOULESTAT_AGENT_URL": self.api_url,
+                            "JOULESTAT_DB": self.db_url, **extra})
 
     @property
     def url(self) -> str:
@@ -88,8 +88,12 @@ def running_agent(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
     port, api_port = free_port(), api_port or free_port()
     db_url = f"sqlite:///{tmp_path / 'agent.db'}"
     log_path = tmp_path / "agent.log"
+    if "--db" in args:
+        db_url = args[list(args).index("--db") + 1]
+    else:
+        args = ("--db", db_url, *args)
     argv = [JOULESTAT, "agent", "--metrics-port", str(port), "--api-port", str(api_port),
-            "--db", db_url, "--nvml", "false", *args]
+            "--nvml", "false", *args]
     with log_path.open("a") as log:
         proc = subprocess.Popen(argv, env=env or agent_env(), stdout=log, stderr=log)
     agent = RunningAgent(proc, port, db_url, log_path, api_port)

@@ -252,3 +252,28 @@ def test_embedded_and_agent_modes_agree_on_a_replayed_trace(tmp_path: Path) -> N
     assert e["total_j"] == pytest.approx(86.0 * duration_e, rel=0.01)
     assert a["total_j"] / duration_a == pytest.approx(e["total_j"] / duration_e, rel=0.01)
     assert os.path.exists(tmp_path / "embedded.db")
+
+
+def test_one_job_id_across_two_nodes_is_one_job(tmp_path: Path) -> None:
+    """Multi-node: data loaders on a CPU node, the model on a GPU node, one job."""
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "gpu").mkdir()
+    shared_db = f"sqlite:///{tmp_path / 'fleet.db'}"
+    env = agent_env(JOULESTAT_DB=shared_db)
+    with running_agent(tmp_path / "cpu", "--sysfs-root", str(tmp_path), "--node", "loader-1",
+                       "--instance-type", "c6i.4xlarge", "--interval", "0.25", "--db", shared_db,
+                       env=env) as cpu_node, \
+            running_agent(tmp_path / "gpu", "--sysfs-root", str(tmp_path), "--node", "trainer-1",
+                          "--instance-type", "p4d.24xlarge", "--interval", "0.25",
+                          "--db", shared_db, env=env) as gpu_node:
+        runs = [start_run("bert", BURN_HALF.format(s=3), node.client_env(JOULESTAT_DB=shared_db),
+                          "--kind", "training", "--job-id", "bert-run-7")
+                for node in (cpu_node, gpu_node)]
+        for run in runs:
+            assert summary_of(run)["mode"] == "agent"
+        assert cpu_node.stop() == 0 and gpu_node.stop() == 0  # a clean stop flushes
+    job = stored_jobs(agent_env(JOULESTAT_DB=shared_db))["bert"]
+    assert job["id"] == "bert-run-7"
+    assert sorted(map(tuple, job["nodes"])) == [("loader-1", "c6i.4xlarge"),
+                                                ("trainer-1", "p4d.24xlarge")]
+    assert job["dynamic_j"]["cpu"] > 0

@@ -287,3 +287,25 @@ def test_parse_discover_option_names_the_unknown_word_and_the_valid_ones() -> No
     message = str(err.value)
     assert "'kubernetes'" in message
     assert "docker, k8s, slurm, sagemaker" in message
+
+
+def test_sync_registry_registers_updates_and_ends_discovered_jobs(node: Path) -> None:
+    import shutil
+
+    from agent.jobs.discovery import sync_registry
+    from agent.jobs.registry import JobRegistry
+
+    registry = JobRegistry()
+    manual = registry.register("by-hand", "training", pids=[400])
+    sync_registry(registry, node, ALL)
+    jobs = {j.id: j for j in registry.jobs(running_only=True)}
+    assert jobs["slurm:77"].pids == {300, 301}
+    assert jobs["slurm:77"].origin == "discovered:slurm"
+    assert {j.origin for j in jobs.values()} >= {"discovered:k8s", "discovered:docker"}
+    shutil.rmtree(node / "301")  # a step finished
+    sync_registry(registry, node, ALL)
+    assert registry.get("slurm:77").pids == {300}
+    shutil.rmtree(node / "300")  # the whole Slurm job is gone
+    sync_registry(registry, node, ALL)
+    assert registry.get("slurm:77").status == "ended"
+    assert registry.get(manual.id).status == "running"  # never ends what it did not find
