@@ -306,20 +306,6 @@ def cpu_power_w(
     return model.power_w(load)
 
 
-def cpu_idle_power_w(
-    method: str,
-    threads: int,
-    tdp_w: float | None = None,
-    *,
-    sockets: int = 1,
-    cloud: str | None = None,
-    models: PowerModels | None = None,
-) -> float:
-    """The estimate at 0 % load (see :attr:`CpuPowerModel.idle_power_w`)."""
-    return cpu_power_w(
-        method, 0.0, threads, tdp_w, sockets=sockets, cloud=cloud, models=models
-    )
-
 
 def dram_power_w(mem_total_bytes: int, models: PowerModels | None = None) -> float:
     """Constant DRAM power for ``mem_total_bytes`` of installed memory."""

@@ -13,7 +13,6 @@ from agent.sensors.power_model import (
     METHOD_CCF_VCPU,
     METHOD_TDP_CURVE,
     choose_cpu_method,
-    cpu_idle_power_w,
     cpu_power_w,
     default_models_path,
     dram_power_w,
@@ -83,9 +82,9 @@ def test_unknown_or_missing_cloud_gets_the_aws_averages(raw: dict[str, Any]) -> 
 
 def test_idle_power_is_the_zero_load_estimate(raw: dict[str, Any]) -> None:
     d = raw["cpu"]["tdp_curve"]["fit"]["d"]
-    assert cpu_idle_power_w(METHOD_TDP_CURVE, 16, tdp_w=150.0) == pytest.approx(150.0 * d)
+    assert cpu_power_w(METHOD_TDP_CURVE, 0.0, 16, tdp_w=150.0) == pytest.approx(150.0 * d)
     aws_min = raw["cpu"]["ccf_vcpu"]["aws"]["min_w"]
-    assert cpu_idle_power_w(METHOD_CCF_VCPU, 16) == pytest.approx(16 * aws_min)
+    assert cpu_power_w(METHOD_CCF_VCPU, 0.0, 16) == pytest.approx(16 * aws_min)
 
 
 @pytest.mark.parametrize("load", [-0.01, 1.01, math.nan, math.inf])
