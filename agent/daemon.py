@@ -129,6 +129,7 @@ def build_pipeline(settings: Mapping[str, Any], registry: JobRegistry, *,
         ", ".join(f"{d.component}/{d.device}={d.source}" for d in devices),
     )
     nvidia = find_sensor(sensors, "nvidia")
+    cpu_model = find_sensor(sensors, "model-cpu")
     kinds = settings.get("discover") or frozenset()
     accounting = JobAccounting(
         registry,
@@ -137,6 +138,7 @@ def build_pipeline(settings: Mapping[str, Any], registry: JobRegistry, *,
         settings.get("idle_policy", "share"),
         device_processes=getattr(nvidia, "device_processes", None),
         discover=(lambda: sync_registry(registry, procfs_root, kinds)) if kinds else None,
+        node_cpu_times=(lambda: cpu_model.last_times) if cpu_model is not None else None,
     )
     engine = open_engine(settings.get("db"))
     writer = StoreWriter(engine, node, devices, raw_retention_s=settings["raw_retention"])

@@ -20,7 +20,7 @@ from agent.attribution import DeviceUse, Share, TickUsage, attribute
 from agent.idle import IdleBaselines
 from agent.jobs import proctree
 from agent.jobs.registry import Job, JobRegistry
-from agent.procfs import parse_cpu_times
+from agent.procfs import CpuTimes, parse_cpu_times
 from agent.sensors.kernel_file import KernelFile
 from agent.tick import Tick
 
@@ -48,6 +48,7 @@ class JobAccounting:
         device_processes: Callable[[], DeviceProcesses] | None = None,
         discover: Callable[[], None] | None = None,
         discover_every_s: float = 5.0,
+        node_cpu_times: Callable[[], CpuTimes | None] | None = None,
     ) -> None:
         self.registry = registry
         self.procfs_root = Path(procfs_root)
@@ -58,6 +59,8 @@ class JobAccounting:
         self._discover_every_s = discover_every_s
         self._next_discovery = 0.0
         self._stat = KernelFile(self.procfs_root / "stat")
+        # The CPU estimator already parsed /proc/stat this tick: reuse it when it exists.
+        self._node_cpu_times = node_cpu_times
         self._last_busy_ticks: int | None = None
         self._last_cpu_ticks: dict[str, int] = {}
         self._last_units: dict[str, dict[str, float]] = {}
@@ -67,7 +70,10 @@ class JobAccounting:
         self._last_busy_ticks = self._busy_ticks()
 
     def _busy_ticks(self) -> int:
-        return parse_cpu_times(self._stat.read_text(), self._stat.path).busy_jiffies
+        times = self._node_cpu_times() if self._node_cpu_times is not None else None
+        if times is None:
+            times = parse_cpu_times(self._stat.read_text(), self._stat.path)
+        return times.busy_jiffies
 
     def on_tick(self, tick: Tick) -> TickResult:
         if self._discover is not None and time.monotonic() >= self._next_discovery:

@@ -92,6 +92,12 @@ class CpuModelSensor:
         return self.model.source
 
     @property
+    def last_times(self) -> CpuTimes | None:
+        """The /proc/stat counters of the last read, shared with job accounting so the
+        file is parsed once per tick."""
+        return self._prev
+
+    @property
     def idle_power_w(self) -> float:
         """Estimated CPU power at 0 % load; attribution keeps this share unattributed."""
         return self.model.idle_power_w

@@ -14,8 +14,11 @@ commit did reach the server changes nothing:
   the job's ``job_nodes`` rows: a multi-node job runs while any node runs it. The
   ``jobs`` upsert comes first and locks the row on PostgreSQL, so two nodes ending
   the job at the same moment see each other's ``job_nodes`` rows.
-* ``node_checkpoints`` keeps the latest state saved; it is JSON-encoded when saved, so
-  a state that cannot be stored fails in the caller, not in a later flush.
+* ``node_checkpoints`` keeps the latest state saved. It is JSON-encoded at flush, not
+  at save: the agent saves one every tick and keeps only the last, so encoding each
+  would cost more than the rest of the tick. The caller hands over a fresh object it
+  no longer mutates; a state that cannot be encoded is logged and skipped, and the
+  rows of that flush are written all the same.
 
 Core table clauses only (no ORM): this runs in the agent.
 """
@@ -23,6 +26,7 @@ Core table clauses only (no ORM): this runs in the agent.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +34,8 @@ from sqlalchemy import case, exists, func, literal_column, select, update
 from sqlalchemy.engine import Connection
 
 from agent.store.tables import JOB_NODES, JOBS, NODE_CHECKPOINTS
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from agent.identity import NodeInfo
@@ -64,8 +70,7 @@ class PendingJobs:
         )
 
     def save_checkpoint(self, state: Mapping[str, Any], boot_id: str, saved_s: float) -> None:
-        self.checkpoint = {"saved_s": float(saved_s), "boot_id": str(boot_id),
-                           "state": json.dumps(state, sort_keys=True, allow_nan=False)}
+        self.checkpoint = {"saved_s": float(saved_s), "boot_id": str(boot_id), "state": state}
 
     def merge_back(self, older: PendingJobs) -> None:
         """Put a batch that failed to write back; what was saved since it wins."""
@@ -84,13 +89,25 @@ def write_pending(connection: Connection, insert: Any, pending: PendingJobs, nod
                            [pending.jobs[i][0] for i in ids])
         connection.execute(_job_nodes_upsert(insert), [pending.jobs[i][1] for i in ids])
         connection.execute(_status_update(ids))
-    if pending.checkpoint is not None:
-        statement = insert(NODE_CHECKPOINTS).values(node=node, **pending.checkpoint)
+    checkpoint = _encoded(pending.checkpoint)
+    if checkpoint is not None:
+        statement = insert(NODE_CHECKPOINTS).values(node=node, **checkpoint)
         statement = statement.on_conflict_do_update(
             index_elements=["node"],
             set_={name: statement.excluded[name] for name in ("saved_s", "boot_id", "state")},
         )
         connection.execute(statement)
+
+
+def _encoded(checkpoint: dict[str, Any] | None) -> dict[str, Any] | None:
+    if checkpoint is None or isinstance(checkpoint["state"], str):
+        return checkpoint
+    try:
+        state = json.dumps(checkpoint["state"], sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        log.error("checkpoint cannot be stored as JSON (%s); skipping it", exc)
+        return None
+    return {**checkpoint, "state": state}
 
 
 def _jobs_upsert(insert: Any, dialect: str) -> Any:

@@ -206,10 +206,8 @@ class StoreWriter:
             self._pending.save_job(job, node or self.node)
 
     def save_checkpoint(self, state: Mapping[str, Any], boot_id: str, saved_s: float) -> None:
-        """Store ``state`` (JSON-able) as this node's checkpoint with the next flush.
-
-        Raises ``TypeError``/``ValueError`` here, not later, if it cannot be JSON.
-        """
+        """Store ``state`` (JSON-able, not mutated afterwards) as this node's checkpoint
+        with the next flush; encoded then, and skipped with an error log if it cannot be."""
         with self._lock:
             self._pending.save_checkpoint(state, boot_id, saved_s)
 

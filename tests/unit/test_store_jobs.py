@@ -372,13 +372,18 @@ def test_unknown_job_is_a_key_error_with_a_readable_message(engine):
     assert str(caught.value) == "no job with id 'nope' in the store"
 
 
-def test_checkpoint_that_is_not_json_fails_at_save_time(engine):
+def test_checkpoint_that_is_not_json_is_skipped_but_rows_are_written(engine, caplog):
     writer = writer_for(engine)
-    with pytest.raises(TypeError):
-        writer.save_checkpoint({"x": object()}, "b", T0)
-    with pytest.raises(ValueError):
-        writer.save_checkpoint({"x": float("nan")}, "b", T0)
-    assert writer.flush() and load_checkpoint(engine, TRAINER.node) is None
+    for bad in ({"x": object()}, {"x": float("nan")}):
+        t = make_tick(T0 + 1, 30.0, None)
+        writer.add(t)
+        writer.save_checkpoint(bad, "b", T0)
+        with caplog.at_level("ERROR"):
+            assert writer.flush()
+        assert load_checkpoint(engine, TRAINER.node) is None
+        assert "cannot be stored as JSON" in caplog.text
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT count(*) FROM tick_energy")).scalar() >= 1
 
 
 def test_shares_for_one_job_and_device_are_summed_and_none_is_unattributed(engine):
