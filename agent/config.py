@@ -150,6 +150,17 @@ def _log_level(value: Any) -> str:
     return level
 
 
+def _optional_number(low: float, high: float):
+    parse_number = _number(float, low, high)
+
+    def parse(value: Any) -> float | None:
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        return parse_number(value)
+
+    return parse
+
+
 def _choice(*choices: str):
     def parse(value: Any) -> str:
         text = _text(value).lower()
@@ -221,6 +232,16 @@ OPTIONS: dict[str, Option] = {
                "how long ended jobs stay exported to Prometheus (e.g. 5m)", "AGE"),
         Option("max_job_series", _number(int, 1, 100_000), 500,
                "cap on jobs exported to Prometheus at once (a warning when reached)", "N"),
+        Option("carbon_intensity", _optional_number(0, 5000), None,
+               "grid carbon intensity in gCO2e/kWh, instead of the region's", "G"),
+        Option("pue", _optional_number(1.0, 5.0), None,
+               "power usage effectiveness, instead of the provider default", "PUE"),
+        Option("price_per_hour", _optional_number(0, 10_000), None,
+               "instance price in USD/hour, instead of the catalog's", "USD"),
+        Option("electricity_maps_token", _optional_text, None,
+               "Electricity Maps API token for live grid intensity (optional)", "TOKEN"),
+        Option("electricity_maps_url", _http_url, "https://api.electricitymap.org",
+               "Electricity Maps API base URL", "URL"),
     )
 }
 

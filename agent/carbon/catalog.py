@@ -1,0 +1,196 @@
+"""The instance catalog: size, price, accelerator power and embodied emissions per type.
+
+Loaded once from ``agent/data/instances.csv``, whose header documents every column and
+whose rows each carry a ``source`` and ``date``. Prices there are list prices as known
+when the file was written, not live: they are a default a user can override, and an
+unknown type is an unknown price (None), never zero, so a report can say "cost unknown"
+instead of silently under-counting.
+
+SageMaker: ``ml.<type>`` runs on the EC2 type ``<type>`` (same vCPUs, memory,
+accelerators, server), so the spec is the EC2 row's; the price is the row's separate
+``sagemaker_usd_per_hour`` column, because SageMaker charges a premium that differs by
+family (roughly +15 % to +40 %). Where that column is empty the price is unknown: we do
+not guess a markup.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent.carbon.datafiles import data_path, read_commented_csv
+from agent.carbon.regions import PROVIDERS
+
+SAGEMAKER_PREFIX = "ml."
+_COLUMNS = ("provider", "instance_type", "vcpus", "memory_gib", "accelerator_model",
+            "accelerator_count", "usd_per_hour", "sagemaker_usd_per_hour",
+            "accelerator_max_power_w", "embodied_kgco2e", "embodied_source", "lifetime_years",
+            "family_max_vcpus", "source", "date", "price_note", "note")
+_NO_TYPE = frozenset({"", "local", "unknown", "none"})
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceSpec:
+    """One catalog row. ``instance_type`` is the name asked for (``ml.g5.xlarge`` stays
+    ``ml.g5.xlarge``; ``sagemaker`` says the EC2 row behind it was used)."""
+
+    provider: str
+    instance_type: str
+    vcpus: int
+    memory_gib: float
+    accelerator_model: str | None
+    accelerator_count: int
+    usd_per_hour: float | None
+    sagemaker_usd_per_hour: float | None
+    accelerator_max_power_w: float | None
+    embodied_kgco2e: float | None
+    embodied_source: str
+    lifetime_years: float
+    family_max_vcpus: int
+    source: str
+    date: str
+    price_note: str
+    note: str
+    sagemaker: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    """An hourly price and where it came from; ``usd_per_hour`` None means unknown."""
+
+    usd_per_hour: float | None
+    source: str
+    note: str
+
+
+def _optional_float(value: str, column: str, where: str) -> float | None:
+    if value == "":
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"{where}: {column} is not a number: {value!r}") from None
+    if math.isnan(number) or number < 0:
+        raise ValueError(f"{where}: {column} must be >= 0, got {value!r}")
+    return number
+
+
+def _required_int(value: str, column: str, where: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{where}: {column} must be an integer, got {value!r}") from None
+
+
+def parse_catalog(rows: list[dict[str, str]], origin: str) -> dict[str, InstanceSpec]:
+    """Validate table rows into specs keyed by lower-case instance type."""
+    catalog: dict[str, InstanceSpec] = {}
+    for number, row in enumerate(rows, start=1):
+        where = f"{origin} row {number} ({row.get('instance_type')!r})"
+        if row["provider"] not in PROVIDERS:
+            raise ValueError(f"{where}: provider must be one of {PROVIDERS}")
+        if not row["source"] or not row["date"]:
+            raise ValueError(f"{where}: every row needs a source and a date")
+        vcpus = _required_int(row["vcpus"], "vcpus", where)
+        family_max = _required_int(row["family_max_vcpus"], "family_max_vcpus", where)
+        if not 0 < vcpus <= family_max:
+            raise ValueError(f"{where}: need 0 < vcpus <= family_max_vcpus")
+        embodied = _optional_float(row["embodied_kgco2e"], "embodied_kgco2e", where)
+        if embodied is not None and not row["embodied_source"]:
+            raise ValueError(f"{where}: embodied_kgco2e needs an embodied_source")
+        lifetime = _optional_float(row["lifetime_years"], "lifetime_years", where)
+        if not lifetime:
+            raise ValueError(f"{where}: lifetime_years must be positive")
+        spec = InstanceSpec(
+            provider=row["provider"],
+            instance_type=row["instance_type"],
+            vcpus=vcpus,
+            memory_gib=_optional_float(row["memory_gib"], "memory_gib", where) or 0.0,
+            accelerator_model=row["accelerator_model"] or None,
+            accelerator_count=_required_int(row["accelerator_count"] or "0",
+                                            "accelerator_count", where),
+            usd_per_hour=_optional_float(row["usd_per_hour"], "usd_per_hour", where),
+            sagemaker_usd_per_hour=_optional_float(row["sagemaker_usd_per_hour"],
+                                                   "sagemaker_usd_per_hour", where),
+            accelerator_max_power_w=_optional_float(row["accelerator_max_power_w"],
+                                                    "accelerator_max_power_w", where),
+            embodied_kgco2e=embodied,
+            embodied_source=row["embodied_source"],
+            lifetime_years=lifetime,
+            family_max_vcpus=family_max,
+            source=row["source"],
+            date=row["date"],
+            price_note=row["price_note"],
+            note=row["note"],
+        )
+        key = spec.instance_type.lower()
+        if key in catalog:
+            raise ValueError(f"{where}: instance type listed twice")
+        catalog[key] = spec
+    return catalog
+
+
+def load_catalog(path: Path | None = None) -> dict[str, InstanceSpec]:
+    """Parse the catalog at ``path`` (default: the bundled one)."""
+    path = path if path is not None else data_path("instances.csv")
+    return parse_catalog(read_commented_csv(path, _COLUMNS), str(path))
+
+
+@functools.lru_cache(maxsize=1)
+def default_catalog() -> dict[str, InstanceSpec]:
+    """The bundled catalog, read once per process."""
+    return load_catalog()
+
+
+def lookup(instance_type: str | None) -> InstanceSpec | None:
+    """The spec of ``instance_type`` (case-insensitive; ``ml.*`` via its EC2 type), or None."""
+    if instance_type is None or instance_type.strip().lower() in _NO_TYPE:
+        return None
+    key = instance_type.strip().lower()
+    catalog = default_catalog()
+    if key in catalog:
+        return catalog[key]
+    if key.startswith(SAGEMAKER_PREFIX):
+        base = catalog.get(key[len(SAGEMAKER_PREFIX):])
+        if base is not None and base.provider == "aws":
+            return dataclasses.replace(base, instance_type=instance_type.strip(),
+                                       sagemaker=True)
+    return None
+
+
+def _check_override(value: float) -> float:
+    number = float(value)
+    if math.isnan(number) or math.isinf(number) or number < 0:
+        raise ValueError(f"price override must be a finite number >= 0 USD/h, got {value!r}")
+    return number
+
+
+def price_per_hour(instance_type: str | None, override_usd: float | None = None) -> Price:
+    """On-demand USD per hour: the override, else the catalog's, else unknown (None)."""
+    if override_usd is not None:
+        return Price(_check_override(override_usd), "override", "set by price_per_hour_usd")
+    spec = lookup(instance_type)
+    if spec is None:
+        what = f"instance type {instance_type!r} is not in the catalog" if (
+            instance_type and instance_type.strip().lower() not in _NO_TYPE
+        ) else "no instance type known"
+        return Price(None, "unknown", f"{what}: cost unknown (set price_per_hour_usd)")
+    if spec.sagemaker:
+        if spec.sagemaker_usd_per_hour is None:
+            ec2 = f"; EC2 on-demand is {spec.usd_per_hour} USD/h" if spec.usd_per_hour else ""
+            return Price(None, "unknown",
+                         f"no SageMaker price for {spec.instance_type} in the catalog{ec2}, "
+                         "and SageMaker charges more: cost unknown (set price_per_hour_usd)")
+        return Price(spec.sagemaker_usd_per_hour,
+                     "catalog:https://aws.amazon.com/sagemaker/pricing/",
+                     f"SageMaker training, us-east-1, list price as of {spec.date}")
+    if spec.usd_per_hour is None:
+        return Price(None, "unknown", f"the catalog has no price for {spec.instance_type}: "
+                     "cost unknown (set price_per_hour_usd)")
+    region = {"aws": "us-east-1", "gcp": "us-central1", "azure": "eastus"}[spec.provider]
+    note = f"on-demand Linux, {region}, list price as of {spec.date}"
+    return Price(spec.usd_per_hour, f"catalog:{spec.source}",
+                 f"{note}; {spec.price_note}" if spec.price_note else note)
