@@ -208,6 +208,9 @@ OPTIONS: dict[str, Option] = {
                "Prometheus port (0 disables the endpoint)", "PORT"),
         Option("metrics_host", _text, "127.0.0.1", "address the metrics endpoint binds to",
                "HOST"),
+        Option("flush_interval", _number(float, 0.2, 300, " s"), 10.0,
+               "seconds between store writes; a crash loses nothing (the next start covers "
+               "the gap from its checkpoint), so this only sets how fresh the store is", "S"),
         Option("raw_retention", _retention_s, 7 * 86400.0,
                "how long raw ticks are kept before only minute rollups remain (e.g. 7d)", "AGE"),
         Option("replay", _existing_file, None,

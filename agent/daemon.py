@@ -141,7 +141,8 @@ def build_pipeline(settings: Mapping[str, Any], registry: JobRegistry, *,
         node_cpu_times=(lambda: cpu_model.last_times) if cpu_model is not None else None,
     )
     engine = open_engine(settings.get("db"))
-    writer = StoreWriter(engine, node, devices, raw_retention_s=settings["raw_retention"])
+    writer = StoreWriter(engine, node, devices, raw_retention_s=settings["raw_retention"],
+                         flush_interval_s=settings.get("flush_interval", 10.0))
     for job in load_running_jobs(engine, node.node):
         registry.restore(job)
         log.info("job %s (%s) was running before the restart; still tracking it",

@@ -29,6 +29,7 @@ def agent_env(**extra: str) -> dict[str, str]:
     """The environment minus any JOULESTAT_* of the developer's, and never a metadata probe."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOULESTAT_")}
     env["JOULESTAT_CLOUD_METADATA"] = "false"
+    env["JOULESTAT_FLUSH_INTERVAL"] = "1"  # tests read the store soon after the agent writes
     env.update(extra)
     return env
 

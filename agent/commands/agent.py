@@ -19,6 +19,7 @@ AGENT_OPTIONS = (
     "cloud_metadata",
     "metrics_port",
     "metrics_host",
+    "flush_interval",
     "raw_retention",
     "replay",
     "nvml",

@@ -19,7 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="list jobs with their energy so far",
         description="List the jobs in the store (every node that reported them), newest "
         "first, with energy attributed so far. A running job's figures trail the agent by "
-        "at most one store flush (5 s).",
+        "at most one store flush (--flush-interval of the agent, default 10 s).",
     )
     parser.add_argument("--running", action="store_true", help="only jobs still running")
     parser.add_argument("--json", action="store_true", help="one JSON array of jobs")

@@ -30,7 +30,8 @@ log = logging.getLogger(__name__)
 
 EMBEDDED_OPTIONS = (
     "config", "db", "interval", "sysfs_root", "procfs_root", "node", "instance_type",
-    "region", "cloud_metadata", "raw_retention", "replay", "nvml", "idle_policy",
+    "region", "cloud_metadata", "flush_interval", "raw_retention", "replay", "nvml",
+    "idle_policy",
 )
 
 
@@ -85,13 +86,14 @@ class EmbeddedJob:
     def _loop(self) -> None:
         interval_s = float(self._settings["interval"])
         next_tick = time.monotonic() + interval_s
-        next_flush = time.monotonic() + 5.0
+        flush_every_s = self._pipeline.writer.flush_interval_s
+        next_flush = time.monotonic() + flush_every_s
         while not self._stop.wait(max(next_tick - time.monotonic(), 0.0)):
             self._pipeline.tick()
             now = time.monotonic()
             if now >= next_flush:
                 self._pipeline.writer.maybe_flush(now)
-                next_flush = now + 5.0
+                next_flush = now + flush_every_s
             next_tick += interval_s
             if next_tick <= now:
                 next_tick += (int((now - next_tick) // interval_s) + 1) * interval_s
