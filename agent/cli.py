@@ -16,7 +16,7 @@ import sys
 from agent import __version__
 from agent.config import ConfigError
 
-COMMANDS = ("agent", "run", "jobs", "estimate", "db")
+COMMANDS = ("agent", "run", "jobs", "estimate", "db", "compare")
 
 
 def build_parser() -> argparse.ArgumentParser:

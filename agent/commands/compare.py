@@ -1,0 +1,228 @@
+"""``joulestat compare``: measured jobs side by side, per unit of work, with SLA sizing.
+
+Prints the table a published comparison quotes ("×6.3 throughput, −92 % energy per
+inference, USD 2.00 vs 25.00 per million inferences, 3 instances for 100k/h") from the
+jobs in the store. The arithmetic is :func:`agent.reports.compare.compare`; this module
+reads the options, loads the figures and lays the table out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections import Counter
+from dataclasses import asdict
+from typing import Any
+
+from agent.config import ConfigError, add_options, resolve
+from agent.jobs.registry import KINDS
+
+COMPARE_OPTIONS = ("config", "db", "log_level", "carbon_intensity", "pue", "price_per_hour",
+                   "electricity_maps_token", "electricity_maps_url")
+FLAGS = {"by": "--by", "unit": "--unit", "baseline": "--baseline",
+         "sla_units_per_hour": "--sla", "jobs": "--jobs"}
+NOT_APPLICABLE = "-"
+UNKNOWN = "unknown"
+
+
+def _number(text: str) -> float:
+    """An argparse ``type`` for a finite number; the sign is for compare() to judge."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "compare",
+        help="compare jobs or instance types per unit of work, with SLA sizing",
+        description="Compare measured jobs per unit of work (throughput per instance-hour, "
+        "energy, operational CO2e and cost per unit, cost per million units) against a "
+        "baseline, and size a fleet for a throughput target. Jobs that did not count the "
+        "unit are compared per run. See docs/compare.md.",
+    )
+    parser.add_argument("--kind", choices=KINDS, help="only jobs of this kind")
+    parser.add_argument("--jobs", nargs="+", metavar="NAME",
+                        help="jobs to compare, by name (every run of that name) or id, in "
+                        "this order [default: every job, by start time]")
+    parser.add_argument("--by", choices=("job", "instance_type"), default="job",
+                        help="a row per job, or per instance type with its jobs pooled "
+                        "[default: job]")
+    parser.add_argument("--unit", help="unit of work to compare per [default: the unit "
+                        "most jobs counted]")
+    parser.add_argument("--baseline", metavar="X", help="job name or id (--by job) or "
+                        "instance type (--by instance_type) the deltas are against "
+                        "[default: the first row]")
+    parser.add_argument("--sla", type=_number, metavar="UNITS_PER_HOUR",
+                        help="size a fleet of each row's instances for this many units "
+                        "per hour")
+    parser.add_argument("--json", action="store_true",
+                        help='one JSON object: {"unit", "baseline", "rows", ...}')
+    add_options(parser, COMPARE_OPTIONS)
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from agent.carbon.footprint import CarbonSettings
+    from agent.reports.compare import CompareError, compare
+    from agent.reports.compare_data import load_job_figures
+    from agent.store.bootstrap import open_engine
+
+    settings = resolve(args, COMPARE_OPTIONS)
+    carbon = CarbonSettings(
+        carbon_intensity_g_per_kwh=settings["carbon_intensity"], pue=settings["pue"],
+        price_per_hour_usd=settings["price_per_hour"],
+        electricity_maps_token=settings["electricity_maps_token"],
+        electricity_maps_url=settings["electricity_maps_url"])
+    if args.sla is not None and args.sla <= 0:  # before reading the store
+        raise ConfigError(f"--sla: must be a number of units per hour above 0, got {args.sla:g}")
+    engine = open_engine(settings["db"])
+    try:
+        figures = load_job_figures(engine, carbon, kind=args.kind, jobs=args.jobs)
+        table = compare(figures, by=args.by, unit=args.unit, baseline=args.baseline,
+                        sla_units_per_hour=args.sla)
+    except CompareError as exc:
+        raise ConfigError(f"{FLAGS.get(exc.argument, exc.argument)}: {exc}") from None
+    notes = list(dict.fromkeys(f"{f.name}: {note}" for f in figures for note in f.notes))
+    if args.json:
+        json.dump(as_json(table, notes), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return 0
+    print(render_text(table, notes))
+    return 0
+
+
+def as_json(table: Any, notes: list[str]) -> dict[str, Any]:
+    """``{"unit", "by", "baseline", "sla_units_per_hour", "rows", "headlines", "notes"}``;
+    unknown figures are null, never 0."""
+    from agent.reports.compare import headline
+
+    base = table.baseline_row
+    return {
+        "unit": table.unit, "by": table.by, "baseline": table.baseline,
+        "sla_units_per_hour": table.sla_units_per_hour,
+        "rows": [asdict(row) for row in table.rows],
+        "headlines": [{"row": row.label, "job_id": row.job_id, "text": headline(row, base)}
+                      for row in table.rows if not row.is_baseline],
+        "notes": notes,
+    }
+
+
+# -- text ---------------------------------------------------------------------------------
+
+
+def _sig(value: float | None, digits: int = 3, missing: str = UNKNOWN) -> str:
+    """``digits`` significant digits with thousands separators, no exponent."""
+    if value is None:
+        return missing
+    if value == 0:
+        return "0"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    return f"{value:,.{decimals}f}"
+
+
+def _grid(headers: list[str], rows: list[list[str]], left: int) -> list[str]:
+    """Columns padded to width; the first ``left`` columns flush left, numbers right."""
+    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows, strict=True)]
+    lines = []
+    for cells in [headers, *rows]:
+        parts = [c.ljust(w) if i < left else c.rjust(w)
+                 for i, (c, w) in enumerate(zip(cells, widths, strict=True))]
+        lines.append("  ".join(parts).rstrip())
+    return lines
+
+
+def _labels(rows: Any) -> dict[int, str]:
+    """Row labels, with a short id where several jobs share a name; ``*`` marks the baseline."""
+    names = Counter(row.label for row in rows)
+    labels = {}
+    for i, row in enumerate(rows):
+        label = row.label
+        if names[label] > 1 and row.job_id is not None:
+            label = f"{label} [{row.job_id[:8]}]"
+        labels[i] = label + (" *" if row.is_baseline else "")
+    return labels
+
+
+def _lead(label: str, row: Any, by_job: bool) -> list[str]:
+    """The label, and by job the job's instance types (a setup's label already is them)."""
+    return [label, "+".join(row.instance_types)] if by_job else [label]
+
+
+def _delta(value: float | None, comparable: bool, kind: str = "pct") -> str:
+    from agent.reports.compare import format_pct, format_ratio
+
+    if not comparable:
+        return NOT_APPLICABLE
+    if value is None:
+        return UNKNOWN
+    return format_ratio(value) if kind == "x" else format_pct(value)
+
+
+def render_text(table: Any, notes: list[str]) -> str:
+    """The tables (per unit, then per run), headlines, SLA sizing and notes."""
+    from agent.reports.compare import PER_UNIT, format_usd, headline, plural
+
+    if not table.rows:
+        return "no jobs to compare: run some with `joulestat run --name NAME -- CMD`"
+    base = table.baseline_row
+    labels = _labels(table.rows)
+    base_label = next(labels[i] for i, r in enumerate(table.rows) if r.is_baseline)
+    base_label = base_label.removesuffix(" *")
+    by_job = table.by == "job"
+    first = "job" if by_job else "instance type"
+    lead = [first, "instance types"] if by_job else [first]
+    per_unit = [(i, r) for i, r in enumerate(table.rows) if r.basis == PER_UNIT]
+    per_run = [(i, r) for i, r in enumerate(table.rows) if r.basis != PER_UNIT]
+    out = [f"{len(table.rows)} row(s) by {table.by.replace('_', ' ')}, baseline (*) "
+           f"{base_label}: throughput per instance-hour, CO2e operational (location-based), "
+           "cost = list price x hours held", ""]
+    if per_unit:
+        unit = table.unit
+        out.append(f"per {unit}:")
+        headers = [*lead, "runs", f"{plural(unit)}/instance-h",
+                   f"J/{unit}", f"gCO2e/{unit}", f"USD/1M {plural(unit)}", "kJ/run",
+                   "throughput", f"energy/{unit}", f"CO2e/{unit}", f"cost/{unit}"]
+        same = base.basis == PER_UNIT
+        out += _grid(headers, [[
+            *_lead(labels[i], r, by_job), str(r.runs), _sig(r.units_per_hour),
+            _sig(r.energy_per_unit_j), _sig(r.co2e_per_unit_g),
+            UNKNOWN if r.cost_per_million_usd is None else format_usd(r.cost_per_million_usd),
+            _sig(r.energy_per_run_j / 1000), _delta(r.throughput_x, same, "x"),
+            _delta(r.energy_pct, same), _delta(r.co2e_pct, same), _delta(r.cost_pct, same),
+        ] for i, r in per_unit], left=len(lead))
+        out.append("")
+    if per_run:
+        counted = f" (no {plural(table.unit)} counted)" if table.unit else ""
+        out.append(f"per run{counted}:")
+        headers = [*lead, "runs", "kJ/run", "gCO2e/run", "USD/run",
+                   "energy/run", "CO2e/run", "cost/run"]
+        same = base.basis != PER_UNIT
+        out += _grid(headers, [[
+            *_lead(labels[i], r, by_job), str(r.runs), _sig(r.energy_per_run_j / 1000),
+            _sig(r.co2e_per_run_g),
+            UNKNOWN if r.cost_per_run_usd is None else format_usd(r.cost_per_run_usd),
+            _delta(r.energy_pct, same), _delta(r.co2e_pct, same), _delta(r.cost_pct, same),
+        ] for i, r in per_run], left=len(lead))
+        out.append("")
+    lines = [f"{labels[i]} vs {base_label}: {headline(r, base)}"
+             for i, r in enumerate(table.rows) if not r.is_baseline and r.basis == base.basis]
+    if lines:
+        out += [*lines, ""]
+    if table.sla_units_per_hour is not None and per_unit:
+        out.append(f"to serve {_sig(table.sla_units_per_hour, 6)} {plural(table.unit)}/h:")
+        out += _grid([first, "instances", "fleet W", "fleet USD/h"], [[
+            labels[i], str(r.instances_needed), _sig(r.fleet_power_w),
+            UNKNOWN if r.fleet_cost_per_hour_usd is None
+            else format_usd(r.fleet_cost_per_hour_usd),
+        ] for i, r in per_unit if r.instances_needed is not None], left=1)
+        out.append("")
+    if notes:
+        out += ["notes:", *(f"  {note}" for note in notes)]
+    return "\n".join(out).rstrip()

@@ -1,0 +1,398 @@
+"""Compare measured jobs the way published comparisons are written, from plain numbers.
+
+"6.3x the throughput, 92 % less energy, USD 2 instead of 25 per million inferences, N
+instances to serve an SLA": :func:`compare` turns one :class:`JobFigures` per job (what
+:func:`agent.reports.compare_data.load_job_figures` reads from the store, or anything a
+caller builds) into a :class:`ComparisonTable`, and :func:`headline` writes one row's
+deltas against the baseline as a sentence. No SQL, no I/O, no catalog lookups: the CLI,
+reports and the dashboard all get the same arithmetic.
+
+The rules, each chosen so a comparison is fair to the hardware rather than to the run:
+
+* Throughput is **units per instance-hour**: the units counted over the hours every
+  node of the job was held. A two-node job is charged both nodes' hours, so it is
+  compared per instance, as a price list is.
+* Per unit = the job's attributed energy (dynamic + its share of idle), operational
+  CO2e (location-based) and cost, divided by the units it counted. Embodied CO2e is
+  kept apart (``embodied_per_unit_g``), as in docs/carbon.md.
+* Jobs that did not count the table's unit (a training run next to inference jobs,
+  or runs that count nothing) get **per-run** rows: the run's energy, CO2e and cost.
+  Deltas compare like with like: per unit against a per-unit baseline, per run against
+  a per-run baseline, nothing otherwise.
+* ``by="instance_type"`` pools the jobs of one setup: sum of units over sum of
+  instance-hours. A multi-node job's setup is its distinct instance types joined with
+  ``+`` (``c6i.4xlarge+p4d.24xlarge``), so a loader-fed trainer is never mixed into
+  the single-type groups; two nodes of one type pool with that type.
+* An unknown cost stays None (printed "unknown"), never 0: one unpriced job makes its
+  group's cost unknown.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+
+from agent.carbon.units import S_PER_HOUR
+
+BY_CHOICES = ("job", "instance_type")
+PER_UNIT = "unit"
+PER_RUN = "run"
+PER_MILLION = 1_000_000.0
+UNKNOWN_TYPE = "unknown"
+MINUS = "\u2212"
+TIMES = "\u00d7"
+
+
+class CompareError(ValueError):
+    """Input :func:`compare` (or the loader) cannot use. ``argument`` names the parameter
+    (``by``, ``unit``, ``baseline``, ``sla_units_per_hour``, ``jobs``) so a command can
+    name its own flag."""
+
+    def __init__(self, argument: str, message: str) -> None:
+        super().__init__(message)
+        self.argument = argument
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFigures:
+    """One node of a job: its type, how long it was held, its energy and its cost."""
+
+    node: str
+    instance_type: str
+    held_s: float
+    energy_j: float
+    cost_usd: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobFigures:
+    """Everything :func:`compare` needs about one job, as plain numbers.
+
+    ``units`` counts per unit name; ``duration_s`` is the job's wall-clock time;
+    ``energy_j`` the attributed energy over all nodes; ``cost_usd`` and
+    ``embodied_co2e_g`` None when unknown (see ``notes``).
+    """
+
+    job_id: str
+    name: str
+    kind: str
+    nodes: tuple[NodeFigures, ...]
+    units: dict[str, float]
+    duration_s: float
+    energy_j: float
+    operational_co2e_g: float
+    embodied_co2e_g: float | None
+    cost_usd: float | None
+    notes: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        numbers = [("duration_s", self.duration_s), ("energy_j", self.energy_j),
+                   ("operational_co2e_g", self.operational_co2e_g),
+                   ("embodied_co2e_g", self.embodied_co2e_g), ("cost_usd", self.cost_usd)]
+        numbers += [(f"units[{u!r}]", c) for u, c in self.units.items()]
+        numbers += [(f"node {n.node!r} {name}", value) for n in self.nodes for name, value in
+                    (("held_s", n.held_s), ("energy_j", n.energy_j), ("cost_usd", n.cost_usd))]
+        for name, value in numbers:
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"job {self.job_id!r}: {name} must be a finite number >= 0, "
+                                 f"got {value!r}")
+
+    @property
+    def instance_types(self) -> tuple[str, ...]:
+        """Per node, in node order; an empty type reads ``unknown``."""
+        return tuple(n.instance_type or UNKNOWN_TYPE for n in self.nodes)
+
+    @property
+    def node_count(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def instance_hours(self) -> float:
+        return sum(n.held_s for n in self.nodes) / S_PER_HOUR
+
+    @property
+    def setup(self) -> str:
+        """The job's group under ``by="instance_type"``: distinct types joined by ``+``."""
+        return "+".join(sorted(set(self.instance_types))) or UNKNOWN_TYPE
+
+    def counted(self, unit: str | None) -> float:
+        return self.units.get(unit, 0.0) if unit is not None else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ComparisonRow:
+    """One job (``by="job"``) or one setup (``by="instance_type"``).
+
+    ``basis`` is ``unit`` (per-unit figures filled) or ``run`` (the group counted no
+    ``unit``: per-unit figures None). Per-run figures are means over ``runs``. Deltas
+    are against the table's baseline; ``energy_pct`` −92 means 92 % less.
+    """
+
+    job: str | None
+    job_id: str | None
+    group: str
+    basis: str
+    unit: str | None
+    job_ids: tuple[str, ...]
+    instance_types: tuple[str, ...]
+    runs: int
+    instance_hours: float
+    units: float | None
+    energy_j: float
+    operational_co2e_g: float
+    embodied_co2e_g: float | None
+    cost_usd: float | None
+    units_per_hour: float | None  # per instance-hour
+    energy_per_unit_j: float | None
+    co2e_per_unit_g: float | None  # operational
+    embodied_per_unit_g: float | None
+    cost_per_unit_usd: float | None
+    cost_per_million_usd: float | None
+    energy_per_run_j: float
+    co2e_per_run_g: float
+    cost_per_run_usd: float | None
+    power_per_instance_w: float | None
+    cost_per_instance_hour_usd: float | None
+    is_baseline: bool = False
+    throughput_x: float | None = None
+    energy_pct: float | None = None
+    co2e_pct: float | None = None
+    cost_pct: float | None = None
+    instances_needed: int | None = None
+    fleet_power_w: float | None = None
+    fleet_cost_per_hour_usd: float | None = None
+
+    @property
+    def label(self) -> str:
+        return self.job if self.job is not None else self.group
+
+
+@dataclass(frozen=True, slots=True)
+class ComparisonTable:
+    """Rows per unit first (input order), then per-run rows; ``baseline`` is its label."""
+
+    by: str
+    unit: str | None
+    baseline: str | None
+    sla_units_per_hour: float | None
+    rows: tuple[ComparisonRow, ...]
+
+    @property
+    def baseline_row(self) -> ComparisonRow | None:
+        return next((r for r in self.rows if r.is_baseline), None)
+
+
+def _ratio(value: float | None, base: float | None) -> float | None:
+    return None if value is None or not base else value / base
+
+
+def _pct(value: float | None, base: float | None) -> float | None:
+    ratio = _ratio(value, base)
+    return None if ratio is None else (ratio - 1.0) * 100.0
+
+
+def _sum_known(values: Iterable[float | None]) -> float | None:
+    """A sum only when every part is known: an unknown price is not a zero price."""
+    values = list(values)
+    return None if any(v is None for v in values) else float(sum(v or 0.0 for v in values))
+
+
+def _per(value: float | None, count: float) -> float | None:
+    return None if value is None or count <= 0 else value / count
+
+
+def choose_unit(jobs: Sequence[JobFigures], unit: str | None = None) -> str | None:
+    """``unit`` if some job counted it; by default the unit the most jobs counted (ties:
+    alphabetical), None when no job counted anything."""
+    counts = Counter(u for job in jobs for u, c in job.units.items() if c > 0)
+    if unit is not None:
+        if unit not in counts:
+            known = ", ".join(sorted(counts)) or "none"
+            raise CompareError("unit", f"no job counted unit {unit!r} (counted: {known})")
+        return unit
+    return min(counts, key=lambda u: (-counts[u], u)) if counts else None
+
+
+def _row(members: list[JobFigures], unit: str | None, by: str) -> ComparisonRow:
+    basis = PER_UNIT if unit is not None else PER_RUN
+    runs = len(members)
+    instance_s = sum(n.held_s for job in members for n in job.nodes)
+    instance_h = instance_s / S_PER_HOUR
+    energy_j = sum(job.energy_j for job in members)
+    operational_g = sum(job.operational_co2e_g for job in members)
+    embodied_g = _sum_known(job.embodied_co2e_g for job in members)
+    cost = _sum_known(job.cost_usd for job in members)
+    units = sum(job.counted(unit) for job in members) if unit is not None else None
+    count = units or 0.0
+    cost_per_unit = _per(cost, count)
+    first = members[0]
+    return ComparisonRow(
+        job=first.name if by == "job" else None,
+        job_id=first.job_id if by == "job" else None,
+        group=first.setup, basis=basis, unit=unit,
+        job_ids=tuple(job.job_id for job in members),
+        instance_types=tuple(sorted({t for job in members for t in job.instance_types})),
+        runs=runs, instance_hours=instance_h, units=units, energy_j=energy_j,
+        operational_co2e_g=operational_g, embodied_co2e_g=embodied_g, cost_usd=cost,
+        units_per_hour=_per(units, instance_h) if units else None,
+        energy_per_unit_j=_per(energy_j, count),
+        co2e_per_unit_g=_per(operational_g, count),
+        embodied_per_unit_g=_per(embodied_g, count),
+        cost_per_unit_usd=cost_per_unit,
+        cost_per_million_usd=None if cost_per_unit is None else cost_per_unit * PER_MILLION,
+        energy_per_run_j=energy_j / runs, co2e_per_run_g=operational_g / runs,
+        cost_per_run_usd=_per(cost, runs),
+        power_per_instance_w=_per(energy_j, instance_s),
+        cost_per_instance_hour_usd=_per(cost, instance_h),
+    )
+
+
+def _groups(jobs: Sequence[JobFigures], unit: str | None, by: str
+            ) -> list[tuple[list[JobFigures], str | None]]:
+    """Member lists with the unit they are compared per (None: per run), per-unit first."""
+    per_unit: dict[str, list[JobFigures]] = {}
+    per_run: dict[str, list[JobFigures]] = {}
+    for job in jobs:
+        key = job.job_id if by == "job" else job.setup
+        (per_unit if job.counted(unit) > 0 else per_run).setdefault(key, []).append(job)
+    return [(m, unit) for m in per_unit.values()] + [(m, None) for m in per_run.values()]
+
+
+def _find_baseline(rows: list[ComparisonRow], baseline: str, by: str) -> int:
+    if by == "job":
+        found = [i for i, r in enumerate(rows) if r.job_id == baseline]
+        found = found or [i for i, r in enumerate(rows) if r.job == baseline]
+        if len(found) > 1:
+            ids = ", ".join(rows[i].job_id or "" for i in found)
+            raise CompareError("baseline", f"{len(found)} jobs are named {baseline!r} "
+                               f"(ids {ids}): give the job id")
+        known = ", ".join(sorted({r.job or "" for r in rows}))
+    else:
+        found = [i for i, r in enumerate(rows) if r.group.lower() == baseline.lower()]
+        known = ", ".join(dict.fromkeys(r.group for r in rows))
+    if not found:
+        raise CompareError("baseline", f"{baseline!r} is none of the compared "
+                           f"{'jobs' if by == 'job' else 'instance types'} ({known or 'none'})")
+    return found[0]  # per-unit rows come first, so a setup present both ways is per unit
+
+
+def _sized(row: ComparisonRow, sla_units_per_hour: float) -> ComparisonRow:
+    """Instances needed for the SLA, rounded up; fleet power and cost at this row's
+    average power and cost per instance-hour."""
+    if not row.units_per_hour:
+        return row
+    instances = max(1, math.ceil(round(sla_units_per_hour / row.units_per_hour, 9)))
+    return replace(
+        row, instances_needed=instances,
+        fleet_power_w=None if row.power_per_instance_w is None
+        else instances * row.power_per_instance_w,
+        fleet_cost_per_hour_usd=None if row.cost_per_instance_hour_usd is None
+        else instances * row.cost_per_instance_hour_usd,
+    )
+
+
+def _against(row: ComparisonRow, base: ComparisonRow) -> ComparisonRow:
+    if row.basis != base.basis:
+        return row
+    if row.basis == PER_UNIT:
+        return replace(
+            row, throughput_x=_ratio(row.units_per_hour, base.units_per_hour),
+            energy_pct=_pct(row.energy_per_unit_j, base.energy_per_unit_j),
+            co2e_pct=_pct(row.co2e_per_unit_g, base.co2e_per_unit_g),
+            cost_pct=_pct(row.cost_per_unit_usd, base.cost_per_unit_usd))
+    return replace(row, energy_pct=_pct(row.energy_per_run_j, base.energy_per_run_j),
+                   co2e_pct=_pct(row.co2e_per_run_g, base.co2e_per_run_g),
+                   cost_pct=_pct(row.cost_per_run_usd, base.cost_per_run_usd))
+
+
+def compare(
+    jobs: Sequence[JobFigures],
+    by: str = "job",
+    unit: str | None = None,
+    baseline: str | None = None,
+    sla_units_per_hour: float | None = None,
+) -> ComparisonTable:
+    """Compare ``jobs`` per ``unit`` (default: the unit most jobs counted).
+
+    ``by``: ``job`` (a row per job) or ``instance_type`` (a row per setup, jobs pooled).
+    ``baseline``: a job id or name, or a setup name; default the first row.
+    ``sla_units_per_hour``: size a fleet per row for this many units per hour.
+    Raises :class:`CompareError` naming the argument that is wrong.
+    """
+    if by not in BY_CHOICES:
+        raise CompareError("by", f"expected one of {', '.join(BY_CHOICES)}, got {by!r}")
+    if sla_units_per_hour is not None and not (
+            math.isfinite(sla_units_per_hour) and sla_units_per_hour > 0):
+        raise CompareError("sla_units_per_hour", "must be a number of units per hour above 0, "
+                           f"got {sla_units_per_hour!r}")
+    chosen = choose_unit(jobs, unit)
+    rows = [_row(members, row_unit, by) for members, row_unit in _groups(jobs, chosen, by)]
+    if not rows:
+        if baseline is not None:
+            raise CompareError("baseline", f"{baseline!r}: there are no jobs to compare")
+        return ComparisonTable(by, chosen, None, sla_units_per_hour, ())
+    index = 0 if baseline is None else _find_baseline(rows, baseline, by)
+    base = rows[index]
+    rows = [_against(r, base) for r in rows]
+    rows[index] = replace(rows[index], is_baseline=True)
+    if sla_units_per_hour is not None:
+        rows = [_sized(r, sla_units_per_hour) for r in rows]
+    return ComparisonTable(by, chosen, base.label, sla_units_per_hour, tuple(rows))
+
+
+# -- words --------------------------------------------------------------------------------
+
+
+def plural(unit: str) -> str:
+    """``inference`` -> ``inferences``; a unit counted as ``tokens`` stays as it is."""
+    return unit if unit.endswith("s") else unit + "s"
+
+
+def format_ratio(value: float) -> str:
+    """``×6.3``; below 1, two significant digits (``×0.16``)."""
+    return f"{TIMES}{value:.1f}" if value >= 0.995 else f"{TIMES}{value:.2g}"
+
+
+def format_pct(value: float) -> str:
+    """``−92 %``, ``+4.5 %``, ``±0 %`` (U+2212 minus, as typesetting wants)."""
+    if abs(value) < 0.05:
+        return "\u00b10 %"
+    text = f"{abs(value):.0f}" if abs(value) >= 10 else f"{abs(value):.1f}"
+    return f"{MINUS if value < 0 else '+'}{text} %"
+
+
+def format_usd(value: float) -> str:
+    """``2.00``, ``1,234.50``; sub-cent amounts with two significant digits."""
+    return f"{value:,.2f}" if abs(value) >= 0.01 or value == 0 else f"{value:.2g}"
+
+
+def headline(row: ComparisonRow, baseline: ComparisonRow) -> str:
+    """``row``'s deltas against ``baseline`` in words, e.g. ``×6.3 throughput, −92 %
+    energy per inference, −92 % CO2e per inference, USD 2.00 vs 25.00 per million
+    inferences``. Rows on different bases (per unit vs per run) are not comparable."""
+    if row.basis != baseline.basis:
+        unit = row.unit or baseline.unit
+        return f"not comparable: only one of them counted {plural(unit or 'units')}"
+    if row.basis == PER_UNIT and row.unit is not None:
+        per, cost_per = f"per {row.unit}", f"per million {plural(row.unit)}"
+        costs = (row.cost_per_million_usd, baseline.cost_per_million_usd)
+        pairs = [(_pct(row.energy_per_unit_j, baseline.energy_per_unit_j), "energy"),
+                 (_pct(row.co2e_per_unit_g, baseline.co2e_per_unit_g), "CO2e")]
+        ratio = _ratio(row.units_per_hour, baseline.units_per_hour)
+        parts = [f"{format_ratio(ratio)} throughput" if ratio is not None
+                 else "throughput not comparable"]
+    else:
+        per, cost_per = "per run", "per run"
+        costs = (row.cost_per_run_usd, baseline.cost_per_run_usd)
+        pairs = [(_pct(row.energy_per_run_j, baseline.energy_per_run_j), "energy"),
+                 (_pct(row.co2e_per_run_g, baseline.co2e_per_run_g), "CO2e")]
+        parts = []
+    parts += [f"{format_pct(pct)} {what} {per}" for pct, what in pairs if pct is not None]
+    if costs[0] is None or costs[1] is None:
+        unknown = [r.label for r, c in zip((row, baseline), costs, strict=True) if c is None]
+        parts.append(f"cost {cost_per} unknown for {' and '.join(unknown)}")
+    else:
+        parts.append(f"USD {format_usd(costs[0])} vs {format_usd(costs[1])} {cost_per}")
+    return ", ".join(parts)

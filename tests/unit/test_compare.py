@@ -1,0 +1,257 @@
+"""compare(): per-unit ratios, pooling, multi-node jobs, per-run rows and SLA sizing.
+
+Every expected value is worked out by hand in the test from the inputs (prices from the
+bundled catalog via ``catalog.lookup``), never from compare() itself.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from agent.carbon.catalog import lookup
+from agent.reports.compare import (
+    CompareError,
+    JobFigures,
+    NodeFigures,
+    compare,
+    format_pct,
+    format_ratio,
+    headline,
+)
+
+H = 3600.0
+G_PER_J = 400 / 3_600_000  # 400 gCO2e/kWh, PUE 1.0: grams per joule
+
+
+def price(instance_type: str) -> float:
+    spec = lookup(instance_type)
+    assert spec is not None and spec.usd_per_hour is not None, instance_type
+    return spec.usd_per_hour
+
+
+G5, INF2, P4D, C6I = (price(t) for t in ("g5.xlarge", "inf2.xlarge", "p4d.24xlarge",
+                                         "c6i.4xlarge"))
+
+
+def figures(job_id: str, nodes: list[tuple[str, float, float]], units: dict[str, float],
+            name: str | None = None, kind: str = "inference",
+            embodied_g: float | None = 1.0) -> JobFigures:
+    """A job from ``(instance_type, held_s, energy_j)`` per node, priced from the catalog
+    (None where the catalog has no price), CO2e at 400 g/kWh."""
+    parts = []
+    for n, (itype, held_s, energy_j) in enumerate(nodes):
+        spec = lookup(itype)
+        usd_h = spec.usd_per_hour if spec is not None else None
+        parts.append(NodeFigures(f"{job_id}-n{n}", itype, held_s, energy_j,
+                                 None if usd_h is None else usd_h * held_s / H))
+    costs = [p.cost_usd for p in parts]
+    energy = sum(p.energy_j for p in parts)
+    return JobFigures(
+        job_id=job_id, name=name or job_id, kind=kind, nodes=tuple(parts), units=units,
+        duration_s=max(p.held_s for p in parts), energy_j=energy,
+        operational_co2e_g=energy * G_PER_J, embodied_co2e_g=embodied_g,
+        cost_usd=None if None in costs else sum(c for c in costs if c is not None))
+
+
+# g5.xlarge: 1 h held, 360 kJ (100 W), 10 000 inferences.
+# inf2.xlarge: 0.5 h held, 90 kJ (50 W), 31 500 inferences = 63 000 per instance-hour.
+ON_G5 = figures("g5-run", [("g5.xlarge", H, 360_000.0)], {"inference": 10_000})
+ON_INF2 = figures("inf2-run", [("inf2.xlarge", 0.5 * H, 90_000.0)], {"inference": 31_500})
+
+
+def test_two_instance_types_per_inference_against_the_first() -> None:
+    table = compare([ON_G5, ON_INF2])
+    assert (table.unit, table.baseline, table.by) == ("inference", "g5-run", "job")
+    g5, inf2 = table.rows
+    assert g5.is_baseline and not inf2.is_baseline
+    assert (g5.job, g5.job_id, g5.group, g5.basis) == ("g5-run", "g5-run", "g5.xlarge", "unit")
+
+    assert g5.units_per_hour == pytest.approx(10_000 / 1.0)
+    assert inf2.units_per_hour == pytest.approx(31_500 / 0.5)  # 63 000 /instance-h
+    assert g5.energy_per_unit_j == pytest.approx(360_000 / 10_000)  # 36 J
+    assert inf2.energy_per_unit_j == pytest.approx(90_000 / 31_500)  # 2.857 J
+    # 360 kJ = 0.1 kWh x 400 g/kWh = 40 g over 10 000 inferences
+    assert g5.co2e_per_unit_g == pytest.approx(40 / 10_000)
+    assert inf2.co2e_per_unit_g == pytest.approx(10 / 31_500)  # 0.025 kWh x 400 = 10 g
+    assert g5.cost_per_unit_usd == pytest.approx(G5 * 1.0 / 10_000)
+    assert g5.cost_per_million_usd == pytest.approx(G5 / 10_000 * 1e6)  # 100.60 USD
+    assert inf2.cost_per_million_usd == pytest.approx(INF2 * 0.5 / 31_500 * 1e6)  # 12.03
+    assert (g5.energy_per_run_j, inf2.energy_per_run_j) == (360_000.0, 90_000.0)
+    assert g5.power_per_instance_w == pytest.approx(360_000 / 3600)  # 100 W
+
+    assert (g5.throughput_x, g5.energy_pct, g5.cost_pct) == (1.0, 0.0, 0.0)
+    assert inf2.throughput_x == pytest.approx(63_000 / 10_000)  # x6.3
+    assert inf2.energy_pct == pytest.approx((90_000 / 31_500 / 36 - 1) * 100)  # -92.06 %
+    assert inf2.energy_pct == pytest.approx(-92.063, abs=1e-3)
+    assert inf2.co2e_pct == pytest.approx(((10 / 31_500) / (40 / 10_000) - 1) * 100)
+    assert inf2.cost_pct == pytest.approx(((INF2 * 0.5 / 31_500) / (G5 / 10_000) - 1) * 100)
+    assert inf2.instances_needed is None and inf2.fleet_power_w is None  # no --sla
+
+    assert headline(inf2, g5) == (
+        "\u00d76.3 throughput, \u221292 % energy per inference, \u221292 % CO2e per "
+        "inference, USD 12.03 vs 100.60 per million inferences")
+
+
+def test_sla_sizing_rounds_instances_up() -> None:
+    table = compare([ON_G5, ON_INF2], sla_units_per_hour=100_000)
+    g5, inf2 = table.rows
+    # 100 000 / 10 000 = 10 instances exactly; 100 000 / 63 000 = 1.59 -> 2
+    assert (g5.instances_needed, inf2.instances_needed) == (10, 2)
+    assert g5.fleet_power_w == pytest.approx(10 * 100.0)  # 10 x 100 W
+    assert inf2.fleet_power_w == pytest.approx(2 * 90_000 / 1800)  # 2 x 50 W
+    assert g5.fleet_cost_per_hour_usd == pytest.approx(10 * G5)  # 10.06 USD/h
+    assert inf2.fleet_cost_per_hour_usd == pytest.approx(2 * INF2)  # 1.5164 USD/h
+    # 63 000/h needs exactly one inf2 instance, not two from float noise
+    assert compare([ON_INF2], sla_units_per_hour=63_000).rows[0].instances_needed == 1
+
+
+def test_baseline_by_name_and_by_id() -> None:
+    table = compare([ON_G5, ON_INF2], baseline="inf2-run")
+    g5, inf2 = table.rows
+    assert table.baseline == "inf2-run" and inf2.is_baseline
+    assert g5.throughput_x == pytest.approx(10_000 / 63_000)  # x0.16
+    assert g5.energy_pct == pytest.approx((36 / (90_000 / 31_500) - 1) * 100)  # +1160 %
+    runs = [figures(f"id-{n}", [("g5.xlarge", H, 1.0)], {"inference": 1}, name="bert")
+            for n in (1, 2)]
+    with pytest.raises(CompareError) as error:
+        compare([ON_G5, *runs], baseline="bert")
+    assert error.value.argument == "baseline" and "give the job id" in str(error.value)
+    assert compare([ON_G5, *runs], baseline="id-2").rows[2].is_baseline
+
+
+def test_by_instance_type_pools_units_over_instance_hours() -> None:
+    second_g5 = figures("g5-b", [("g5.xlarge", 0.5 * H, 200_000.0)], {"inference": 6_000})
+    table = compare([ON_INF2, ON_G5, second_g5], by="instance_type", baseline="g5.xlarge")
+    inf2, g5 = table.rows
+    assert (inf2.group, g5.group, g5.job, g5.runs) == ("inf2.xlarge", "g5.xlarge", None, 2)
+    assert g5.job_ids == ("g5-run", "g5-b") and g5.is_baseline
+    # (10 000 + 6 000) inferences over (1 + 0.5) instance-hours
+    assert g5.units_per_hour == pytest.approx(16_000 / 1.5)
+    assert g5.energy_per_unit_j == pytest.approx((360_000 + 200_000) / 16_000)  # 35 J
+    assert g5.cost_per_million_usd == pytest.approx(G5 * 1.5 / 16_000 * 1e6)
+    assert g5.energy_per_run_j == pytest.approx(560_000 / 2)
+    assert g5.power_per_instance_w == pytest.approx(560_000 / (1.5 * H))
+    assert inf2.throughput_x == pytest.approx(63_000 / (16_000 / 1.5))
+    assert inf2.energy_pct == pytest.approx(((90_000 / 31_500) / 35 - 1) * 100)
+    assert table.baseline == "g5.xlarge"
+
+
+def test_multi_node_job_charged_per_instance_hour() -> None:
+    # loader c6i.4xlarge + trainer p4d.24xlarge, both held 2 h; the trainer counts samples
+    dist = figures("dist", [("c6i.4xlarge", 2 * H, 720_000.0), ("p4d.24xlarge", 2 * H,
+                                                                 28_800_000.0)],
+                   {"sample": 1_000_000}, kind="training")
+    [row] = compare([dist], sla_units_per_hour=1_000_000).rows
+    assert row.group == "c6i.4xlarge+p4d.24xlarge"
+    assert row.instance_types == ("c6i.4xlarge", "p4d.24xlarge")
+    assert row.instance_hours == pytest.approx(4.0)
+    assert row.units_per_hour == pytest.approx(1_000_000 / 4)  # per instance-hour
+    assert row.cost_usd == pytest.approx((C6I + P4D) * 2)  # each node's price x 2 h
+    assert row.cost_per_million_usd == pytest.approx((C6I + P4D) * 2)  # 1 M samples
+    assert row.power_per_instance_w == pytest.approx(29_520_000 / (4 * H))  # 2050 W
+    assert row.instances_needed == 4  # 1 000 000 / 250 000
+    assert row.fleet_power_w == pytest.approx(4 * 2050.0)
+    assert row.fleet_cost_per_hour_usd == pytest.approx(4 * (C6I + P4D) * 2 / 4)
+
+    # by instance type it is its own group; two nodes of one type pool with that type
+    single = figures("p4d-1", [("p4d.24xlarge", H, 14_400_000.0)], {"sample": 600_000})
+    pair = figures("p4d-2", [("p4d.24xlarge", H, 14_000_000.0),
+                             ("p4d.24xlarge", H, 14_000_000.0)], {"sample": 1_000_000})
+    table = compare([dist, single, pair], by="instance_type")
+    assert [r.group for r in table.rows] == ["c6i.4xlarge+p4d.24xlarge", "p4d.24xlarge"]
+    p4d = table.rows[1]
+    assert p4d.job_ids == ("p4d-1", "p4d-2")
+    assert p4d.units_per_hour == pytest.approx(1_600_000 / 3)  # 3 instance-hours
+    assert p4d.cost_per_instance_hour_usd == pytest.approx(P4D)
+
+
+def test_jobs_without_the_unit_get_per_run_rows() -> None:
+    train = figures("train", [("p4d.24xlarge", H, 10_800_000.0)], {}, kind="training")
+    table = compare([train, ON_G5, ON_INF2], sla_units_per_hour=1_000)
+    assert [r.label for r in table.rows] == ["g5-run", "inf2-run", "train"]  # per unit first
+    assert table.baseline == "g5-run"
+    run = table.rows[2]
+    assert (run.basis, run.unit, run.units, run.units_per_hour) == ("run", None, None, None)
+    assert run.energy_per_unit_j is None and run.cost_per_million_usd is None
+    assert run.energy_per_run_j == 10_800_000.0  # the run's own energy
+    assert run.co2e_per_run_g == pytest.approx(10_800_000 * G_PER_J)  # 3 kWh x 400 g
+    assert run.cost_per_run_usd == pytest.approx(P4D * 1.0)
+    assert (run.throughput_x, run.energy_pct, run.cost_pct) == (None, None, None)
+    assert run.instances_needed is None
+    assert headline(run, table.rows[0]).startswith("not comparable")
+
+
+def test_runs_without_any_unit_compare_per_run() -> None:
+    first = figures("a", [("p4d.24xlarge", 2 * H, 20_000_000.0)], {}, kind="training")
+    second = figures("b", [("p4d.24xlarge", H, 15_000_000.0)], {}, kind="training")
+    table = compare([first, second])
+    assert table.unit is None and table.baseline == "a"
+    b = table.rows[1]
+    assert b.basis == "run"
+    assert b.energy_pct == pytest.approx((15 / 20 - 1) * 100)  # -25 %
+    assert b.cost_pct == pytest.approx((P4D * 1 / (P4D * 2) - 1) * 100)  # -50 %
+    assert headline(b, table.rows[0]) == (
+        f"\u221225 % energy per run, \u221225 % CO2e per run, USD {P4D:.2f} vs "
+        f"{2 * P4D:.2f} per run")
+
+
+def test_unknown_price_stays_unknown() -> None:
+    local = figures("laptop", [("local", H, 36_000.0)], {"inference": 1_000},
+                    embodied_g=None)
+    assert local.cost_usd is None
+    table = compare([ON_G5, local], sla_units_per_hour=5_000)
+    row = table.rows[1]
+    assert row.cost_usd is None and row.cost_per_unit_usd is None
+    assert row.cost_per_million_usd is None and row.cost_pct is None
+    assert row.embodied_per_unit_g is None
+    assert row.instances_needed == 5 and row.fleet_cost_per_hour_usd is None
+    assert row.fleet_power_w == pytest.approx(5 * 10.0)  # 36 kJ over 1 h = 10 W
+    assert row.energy_per_unit_j == pytest.approx(36.0)  # energy is still known
+    assert headline(row, table.rows[0]).endswith(
+        "cost per million inferences unknown for laptop")
+    pooled = compare([ON_G5, figures("g5-local-price", [("g5.xlarge", H, 1.0)],
+                                     {"inference": 1}), local], by="instance_type")
+    assert pooled.rows[0].cost_usd is not None  # both g5 jobs priced
+    assert pooled.rows[1].cost_usd is None
+
+
+def test_default_unit_is_the_one_most_jobs_counted() -> None:
+    tokens = figures("llm", [("g5.xlarge", H, 1.0)], {"token": 5.0, "inference": 0.0})
+    assert compare([tokens, ON_G5, ON_INF2]).unit == "inference"  # 2 jobs vs 1
+    assert compare([tokens, ON_G5]).unit == "inference"  # 1 vs 1: alphabetical
+    assert compare([tokens, ON_G5], unit="token").rows[0].job == "llm"
+
+
+@pytest.mark.parametrize(("kwargs", "argument"), [
+    ({"unit": "furlong"}, "unit"),
+    ({"baseline": "nope"}, "baseline"),
+    ({"by": "instance_type", "baseline": "p5.48xlarge"}, "baseline"),
+    ({"sla_units_per_hour": 0}, "sla_units_per_hour"),
+    ({"sla_units_per_hour": -5.0}, "sla_units_per_hour"),
+    ({"sla_units_per_hour": math.nan}, "sla_units_per_hour"),
+    ({"by": "region"}, "by"),
+])
+def test_bad_input_names_the_argument(kwargs: dict, argument: str) -> None:
+    with pytest.raises(CompareError) as error:
+        compare([ON_G5, ON_INF2], **kwargs)
+    assert error.value.argument == argument
+
+
+def test_no_jobs_is_an_empty_table() -> None:
+    table = compare([])
+    assert (table.rows, table.unit, table.baseline, table.baseline_row) == ((), None, None, None)
+
+
+def test_figures_reject_impossible_numbers() -> None:
+    with pytest.raises(ValueError, match="energy_j"):
+        JobFigures("x", "x", "other", (), {}, 1.0, -1.0, 0.0, None, None)
+    with pytest.raises(ValueError, match="units"):
+        JobFigures("x", "x", "other", (), {"inference": math.inf}, 1.0, 1.0, 0.0, None, None)
+
+
+def test_word_formats() -> None:
+    assert (format_ratio(6.3), format_ratio(10_000 / 63_000)) == ("\u00d76.3", "\u00d70.16")
+    assert format_pct(-92.06) == "\u221292 %"
+    assert (format_pct(4.54), format_pct(0.01)) == ("+4.5 %", "\u00b10 %")
