@@ -16,7 +16,7 @@ import sys
 from agent import __version__
 from agent.config import ConfigError
 
-COMMANDS = ("agent", "run", "jobs", "estimate", "db", "compare")
+COMMANDS = ("agent", "run", "jobs", "estimate", "db", "compare", "report", "import_")
 
 
 def build_parser() -> argparse.ArgumentParser:

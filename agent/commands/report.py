@@ -1,0 +1,151 @@
+"""``joulestat report``: one job's energy, carbon and cost as JSON, CSV, HTML or PDF;
+``--all`` for every job of a period as CSV rows or a JSON array."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from agent.config import ConfigError, add_options, parse_duration_s, resolve
+
+REPORT_OPTIONS = ("config", "db", "log_level", "carbon_intensity", "pue", "price_per_hour",
+                  "electricity_maps_token", "electricity_maps_url")
+FORMATS = ("json", "csv", "html", "pdf")
+ALL_FORMATS = ("json", "csv")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "report",
+        help="a job's energy, CO2e and cost as JSON, CSV, HTML or PDF",
+        description="Report one job (every node it ran on): energy by component, "
+        "operational and embodied CO2e, cost, per-unit figures, power over time, and the "
+        "provenance of every factor (region resolution, grid intensity source, PUE). "
+        "JSON follows docs/report-schema.json and can be imported into another store "
+        "(joulestat import). Labels that look like credentials are redacted.",
+    )
+    parser.add_argument("job", nargs="?", metavar="JOB", help="the job id")
+    parser.add_argument("--all", action="store_true",
+                        help="every job (that ran after --since), one CSV row or JSON "
+                        "array entry each")
+    parser.add_argument("--since", metavar="T",
+                        help="with --all: jobs running at or after T, an ISO date/time "
+                        "(2024-05-01, 2024-05-01T12:00:00+02:00; no zone = local time) or "
+                        "a duration back from now (36h, 7d)")
+    parser.add_argument("--format", choices=FORMATS,
+                        help="output format [default: from -o's extension, else json]")
+    parser.add_argument("-o", "--output", metavar="FILE",
+                        help="write to FILE instead of standard output")
+    parser.add_argument("--include-env", action="store_true",
+                        help="keep credential-like label values (token, secret, password, "
+                        "...) instead of redacting them")
+    add_options(parser, REPORT_OPTIONS)
+    parser.set_defaults(func=_run)
+
+
+def parse_since(text: str, now_s: float | None = None) -> float:
+    """Epoch seconds of ``--since``: an ISO date/time, else a duration back from now."""
+    now = time.time() if now_s is None else now_s
+    try:
+        stamp = datetime.fromisoformat(text.strip())
+    except ValueError:
+        pass
+    else:
+        return (stamp.astimezone() if stamp.tzinfo is None else stamp).timestamp()
+    try:
+        return now - parse_duration_s(text)
+    except ValueError:
+        raise ConfigError(f"--since: expected an ISO date/time (2024-05-01, "
+                          f"2024-05-01T12:00) or a duration (36h, 7d), got {text!r}") from None
+
+
+def _format(args: argparse.Namespace) -> str:
+    if args.format:
+        return args.format
+    suffix = Path(args.output).suffix.lower().lstrip(".") if args.output else ""
+    return {"htm": "html"}.get(suffix, suffix) if suffix in (*FORMATS, "htm") else "json"
+
+
+def _check_usage(args: argparse.Namespace, fmt: str) -> None:
+    if args.all == (args.job is not None):
+        raise ConfigError("give either a JOB id or --all")
+    if args.since is not None and not args.all:
+        raise ConfigError("--since goes with --all")
+    if args.all and fmt not in ALL_FORMATS:
+        raise ConfigError(f"--all writes csv or json, not {fmt} (report one JOB for {fmt})")
+    if fmt == "pdf" and args.output is None and sys.stdout.isatty():
+        raise ConfigError("a PDF is binary: write it to a file with -o FILE (or pipe it)")
+
+
+def _render(reports: list[dict[str, Any]], fmt: str, many: bool) -> str | bytes:
+    if fmt == "csv":
+        from agent.reports.csv_report import render_csv
+
+        return render_csv(reports)
+    if fmt == "json":
+        from agent.reports.json_report import render_json, render_json_many
+
+        return render_json_many(reports) if many else render_json(reports[0])
+    if fmt == "html":
+        from agent.reports.html_report import render_html
+
+        return render_html(reports[0])
+    from agent.reports.pdf_report import render_pdf
+
+    return render_pdf(reports[0])
+
+
+def _write(content: str | bytes, output: str | None) -> None:
+    if output is None:
+        if isinstance(content, bytes):
+            sys.stdout.flush()
+            sys.stdout.buffer.write(content)
+            sys.stdout.buffer.flush()
+        else:
+            sys.stdout.write(content)
+        return
+    path = Path(output)
+    try:
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content, encoding="utf-8", newline="")
+    except OSError as exc:
+        raise ConfigError(f"-o {output}: cannot write: {exc.strerror}") from None
+
+
+def _run(args: argparse.Namespace) -> int:
+    from agent.reports.model import build_report
+    from agent.store.bootstrap import open_engine
+    from agent.store.job_queries import UnknownJobError
+    from agent.store.report_queries import job_ids_active_since
+
+    fmt = _format(args)
+    _check_usage(args, fmt)
+    settings = resolve(args, REPORT_OPTIONS)
+    since_s = parse_since(args.since) if args.since is not None else None
+    engine = open_engine(settings["db"])
+    now_s = time.time()
+    if args.all:
+        reports = []
+        for job_id in job_ids_active_since(engine, since_s):
+            try:
+                reports.append(build_report(engine, job_id, settings, args.include_env,
+                                            now_s=now_s))
+            except UnknownJobError:  # deleted between the two reads
+                continue
+    else:
+        try:
+            reports = [build_report(engine, args.job, settings, args.include_env, now_s=now_s)]
+        except UnknownJobError:
+            print(f"joulestat report: no job with id {args.job!r} in the store "
+                  "(joulestat jobs lists them)", file=sys.stderr)
+            return 2
+    _write(_render(reports, fmt, many=args.all), args.output)
+    if args.output is not None:
+        print(f"wrote {fmt} report of {len(reports)} job(s) to {args.output}", file=sys.stderr)
+    return 0

@@ -1,0 +1,130 @@
+"""The CSV format: one row per job, for spreadsheets and ``report --all``.
+
+The columns and their order are a contract (scripts index them): they are the
+:data:`COLUMNS` below, in that order, documented in docs/reports.md. New columns are
+only ever appended. Empty cell = unknown (null in JSON), never 0. Numbers are written
+with full precision. Cells that hold one value per unit or per node read
+``key=value`` pairs joined by ``; `` (units) or `` | `` (nodes, whose texts may hold
+semicolons).
+
+    job_id, name, kind, status            the job
+    labels                                k=v; ... (credential-like values redacted)
+    started_at, ended_at, duration_s      ISO 8601 UTC; seconds from first start to last end
+    nodes, instance_types, regions        node count; node=type | ...; node=region | ...
+    energy_{cpu,dram,gpu,net,other,total}_j   joules by component
+    energy_kwh, dynamic_energy_j, idle_energy_j
+    co2e_g, embodied_co2e_g, total_co2e_g operational, embodied (apart), their sum
+    carbon_intensity_g_per_kwh, pue       job-wide effective values
+    cost_usd, cost_note
+    work_units                            unit=count; ...
+    throughput_per_hour                   unit=units per hour; ...
+    energy_j_per_unit, co2e_g_per_unit, cost_usd_per_unit, sci_co2e_g_per_unit
+    co2e_g_per_million_units, cost_usd_per_million_units
+    region_resolution, intensity_sources, intensity_years, pue_sources   per node
+    energy_sources                        component=source,source; ...
+    notes, agent_version, generated_at
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+Report = Mapping[str, Any]
+
+ENERGY_COMPONENTS = ("cpu", "dram", "gpu", "net", "other", "total")
+
+
+def _number(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def _cell(value: Any) -> str:
+    return value if isinstance(value, str) else _number(value)
+
+
+def _pairs(mapping: Mapping[str, Any]) -> str:
+    return "; ".join(f"{key}={_cell(value)}" for key, value in mapping.items())
+
+
+def _per_node(report: Report, key: str, table: str = "provenance") -> str:
+    return " | ".join(f"{entry['node']}={_cell(entry[key])}" for entry in report[table])
+
+
+def _per_unit(report: Report, table: str, key: str) -> str:
+    return _pairs({unit: figures[key] for unit, figures in report[table].items()})
+
+
+def _sources(report: Report) -> str:
+    return "; ".join(f"{component}={','.join(sources)}"
+                     for component, sources in report["sources"].items())
+
+
+def _energy(component: str) -> Callable[[Report], str]:
+    return lambda r: _number(r["energy_j"][component])
+
+
+_Column = tuple[str, Callable[[Report], Any]]
+
+COLUMNS: tuple[_Column, ...] = (
+    ("job_id", lambda r: r["job"]["id"]),
+    ("name", lambda r: r["job"]["name"]),
+    ("kind", lambda r: r["job"]["kind"]),
+    ("status", lambda r: r["job"]["status"]),
+    ("labels", lambda r: _pairs(r["job"]["labels"])),
+    ("started_at", lambda r: r["job"]["started_at"]),
+    ("ended_at", lambda r: r["job"]["ended_at"] or ""),
+    ("duration_s", lambda r: _number(r["job"]["duration_s"])),
+    ("nodes", lambda r: str(len(r["nodes"]))),
+    ("instance_types", lambda r: _per_node(r, "instance_type", "nodes")),
+    ("regions", lambda r: _per_node(r, "region", "nodes")),
+    *((f"energy_{c}_j", _energy(c)) for c in ENERGY_COMPONENTS),
+    ("energy_kwh", lambda r: _number(r["energy_kwh"])),
+    ("dynamic_energy_j", lambda r: _number(r["dynamic_energy_j"]["total"])),
+    ("idle_energy_j", lambda r: _number(r["idle_energy_j"]["total"])),
+    ("co2e_g", lambda r: _number(r["co2e_g"])),
+    ("embodied_co2e_g", lambda r: _number(r["embodied_co2e_g"])),
+    ("total_co2e_g", lambda r: _number(r["total_co2e_g"])),
+    ("carbon_intensity_g_per_kwh", lambda r: _number(r["carbon_intensity_g_per_kwh"])),
+    ("pue", lambda r: _number(r["pue"])),
+    ("cost_usd", lambda r: _number(r["cost_usd"])),
+    ("cost_note", lambda r: r["cost_note"] or ""),
+    ("work_units", lambda r: _pairs(r["work_units"])),
+    ("throughput_per_hour", lambda r: _pairs(r["throughput_per_hour"])),
+    ("energy_j_per_unit", lambda r: _per_unit(r, "per_unit", "energy_j")),
+    ("co2e_g_per_unit", lambda r: _per_unit(r, "per_unit", "co2e_g")),
+    ("cost_usd_per_unit", lambda r: _per_unit(r, "per_unit", "cost_usd")),
+    ("sci_co2e_g_per_unit", lambda r: _per_unit(r, "per_unit", "sci_co2e_g")),
+    ("co2e_g_per_million_units", lambda r: _per_unit(r, "per_million_units", "co2e_g")),
+    ("cost_usd_per_million_units", lambda r: _per_unit(r, "per_million_units", "cost_usd")),
+    ("region_resolution", lambda r: _per_node(r, "region_resolution")),
+    ("intensity_sources", lambda r: _per_node(r, "intensity_source")),
+    ("intensity_years", lambda r: _per_node(r, "intensity_year")),
+    ("pue_sources", lambda r: _per_node(r, "pue_source")),
+    ("energy_sources", _sources),
+    ("notes", lambda r: " | ".join(r["notes"])),
+    ("agent_version", lambda r: r["agent_version"]),
+    ("generated_at", lambda r: r["generated_at"]),
+)
+COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _ in COLUMNS)
+
+
+def csv_row(report: Report) -> list[str]:
+    """One job's cells, in :data:`COLUMN_NAMES` order."""
+    return [str(cell(report)) for _name, cell in COLUMNS]
+
+
+def render_csv(reports: Sequence[Report]) -> str:
+    """A header and one row per report (RFC 4180 quoting, ``\\r\\n`` line ends)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(COLUMN_NAMES)
+    for report in reports:
+        writer.writerow(csv_row(report))
+    return buffer.getvalue()

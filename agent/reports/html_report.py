@@ -1,0 +1,65 @@
+"""The HTML format: ONE self-contained file to mail, attach or archive.
+
+Inline CSS, the chart as inline SVG (:mod:`agent.reports.chart`), the tables of
+:mod:`agent.reports.tables`, provenance, notes and the methodology; no script, no
+external stylesheet, font or image, so it renders the same offline in any browser in
+ten years. Every text from the store (names, labels, regions) is HTML-escaped: a job
+name is user input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from html import escape
+from typing import Any
+
+from agent.reports import tables
+from agent.reports.chart import svg_chart
+
+CSS = """
+body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto;
+       max-width: 1100px; color: #222; line-height: 1.4; padding: 0 1em; }
+h1 { font-size: 1.5em; margin-bottom: 0.2em; } h2 { font-size: 1.15em; margin-top: 1.6em; }
+table { border-collapse: collapse; margin: 0.5em 0; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 4px 8px; text-align: left; vertical-align: top;
+         overflow-wrap: anywhere; }
+th { background: #f3f3f3; } td.num { text-align: right; white-space: nowrap; }
+.meta { color: #666; font-size: 0.9em; } pre { white-space: pre-wrap; background: #f8f8f8;
+       padding: 0.8em; border: 1px solid #eee; font-size: 0.85em; }
+.notes li { color: #8a4b00; }
+"""
+
+
+def _table(table: tables.Table, header: bool = True) -> str:
+    rows = []
+    if header:
+        rows.append("<tr>" + "".join(f"<th>{escape(h)}</th>" for h in table.headers) + "</tr>")
+    for row in table.rows:
+        cells = []
+        for index, cell in enumerate(row):
+            tag = "th" if not header and index == 0 else "td"
+            cells.append(f"<{tag}>{escape(cell)}</{tag}>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<h2>{escape(table.title)}</h2>\n<table>\n" + "\n".join(rows) + "\n</table>"
+
+
+def render_html(report: Mapping[str, Any]) -> str:
+    """The whole page as text."""
+    notes = "".join(f"<li>{escape(n)}</li>" for n in report["notes"])
+    body = [
+        f"<h1>{escape(tables.title(report))}</h1>",
+        f'<p class="meta">Generated {escape(report["generated_at"])} by joulestat '
+        f'{escape(report["agent_version"])}. Schema: docs/report-schema.json '
+        f'(version {report["schema_version"]}).</p>',
+        _table(tables.summary(report), header=False),
+        "<h2>Power over time</h2>",
+        svg_chart(report),
+        *(_table(t) for t in tables.all_tables(report)),
+        "<h2>Notes</h2>",
+        f'<ul class="notes">{notes}</ul>' if notes else "<p>None: every figure is known.</p>",
+        "<h2>Methodology</h2>",
+        f"<pre>{escape(report['methodology'])}</pre>",
+    ]
+    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+            f"<title>{escape(tables.title(report))}</title>\n<style>{CSS}</style>\n"
+            "</head>\n<body>\n" + "\n".join(body) + "\n</body>\n</html>\n")

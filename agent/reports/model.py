@@ -1,0 +1,230 @@
+"""THE report of one job: a JSON-able dict, the source every format renders.
+
+Why one dict: a PDF, an HTML page and a CSV row of the same job must never disagree,
+and the JSON export must carry enough to rebuild the job in another store
+(:mod:`agent.reports.importer`). So the figures are computed once, here, from the
+store's reads and :func:`agent.carbon.footprint.footprint`, and the formats only lay
+them out. The shape is documented by ``docs/report-schema.json`` (a test validates real
+reports against it); every name carries its unit (``_j``, ``_g``, ``_usd``, ``_s``).
+
+What a report never holds unless asked (``include_env=True``): secrets. The store has
+no environment variables or command lines; job labels whose key looks like a
+credential (token, secret, password, ...) are replaced by ``[redacted]``.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.engine import Engine
+
+from agent import __version__
+from agent.carbon.footprint import (
+    METHODOLOGY,
+    CarbonSettings,
+    Footprint,
+    NodeFootprint,
+    energy_points,
+    footprint,
+    placements_from_detail,
+)
+from agent.carbon.live import DEFAULT_URL
+from agent.carbon.units import j_to_kwh
+from agent.reports.provenance import node_provenance
+from agent.reports.series import COMPONENT_ORDER, power_series
+from agent.store.job_queries import JobDetail, JobNodePart, job_detail, job_energy_series
+from agent.store.report_queries import job_energy_rows, job_sources
+
+REPORT_FORMAT = "joulestat-report"
+SCHEMA_VERSION = 1
+REDACTED = "[redacted]"
+PER_MILLION = 1_000_000.0
+_SECRET_KEY = re.compile(
+    r"token|secret|passw|pwd|api_?key|apikey|credential|auth|private_?key|cookie|session",
+    re.IGNORECASE)
+
+
+def carbon_settings(settings: Mapping[str, Any]) -> CarbonSettings:
+    """:class:`CarbonSettings` from resolved command settings (``carbon_intensity``,
+    ``pue``, ``price_per_hour``, ``electricity_maps_token``, ``electricity_maps_url``);
+    missing keys mean "use the data"."""
+    return CarbonSettings(
+        carbon_intensity_g_per_kwh=settings.get("carbon_intensity"),
+        pue=settings.get("pue"),
+        price_per_hour_usd=settings.get("price_per_hour"),
+        electricity_maps_token=settings.get("electricity_maps_token"),
+        electricity_maps_url=settings.get("electricity_maps_url") or DEFAULT_URL,
+    )
+
+
+def redact_labels(labels: Mapping[str, str], include_env: bool = False) -> dict[str, str]:
+    """Labels with credential-like keys' values replaced, unless ``include_env``."""
+    if include_env:
+        return dict(labels)
+    return {k: (REDACTED if _SECRET_KEY.search(k) else v) for k, v in sorted(labels.items())}
+
+
+def iso_time(t_s: float | None) -> str | None:
+    """Epoch seconds as ISO 8601 UTC (``2024-05-01T12:00:00.250Z``), None stays None."""
+    if t_s is None:
+        return None
+    text = datetime.fromtimestamp(t_s, tz=UTC).isoformat(timespec="milliseconds")
+    return text.replace("+00:00", "Z")
+
+
+def component_totals(dynamic_j: Mapping[str, float], idle_j: Mapping[str, float] | None = None
+                     ) -> dict[str, float]:
+    """``{cpu, dram, gpu, net, other, total}`` in joules; ``other`` sums every other
+    component (accelerators without a name of their own, ...)."""
+    merged: dict[str, float] = {}
+    for part in (dynamic_j, idle_j or {}):
+        for component, joules in part.items():
+            merged[component] = merged.get(component, 0.0) + float(joules)
+    totals = {c: merged.get(c, 0.0) for c in COMPONENT_ORDER}
+    totals["other"] = sum((j for c, j in merged.items() if c not in COMPONENT_ORDER), 0.0)
+    totals["total"] = sum(merged.values(), 0.0)
+    return totals
+
+
+def _effective(footprint_: Footprint) -> tuple[float | None, float | None]:
+    """Job-wide PUE and intensity (gCO2e per facility kWh), weighted by energy, so that
+    kWh x PUE x intensity gives the job's operational CO2e; with no energy, the nodes'
+    common value, else None."""
+    nodes = footprint_.nodes
+    kwh = sum(n.energy_kwh for n in nodes)
+    facility_kwh = sum(n.energy_kwh * n.pue.value for n in nodes)
+    if kwh > 0 and facility_kwh > 0:
+        return facility_kwh / kwh, footprint_.operational_co2e_g / facility_kwh
+    pues = {n.pue.value for n in nodes}
+    intensities = {n.intensity.g_per_kwh for n in nodes}
+    return (pues.pop() if len(pues) == 1 else None,
+            intensities.pop() if len(intensities) == 1 else None)
+
+
+def _per_unit(units: Mapping[str, float], energy_j: float, co2e_g: float,
+              embodied_g: float | None, cost_usd: float | None, duration_s: float
+              ) -> tuple[dict[str, Any], dict[str, Any], dict[str, float | None]]:
+    """per_unit, per_million_units and throughput_per_hour (units per hour of the job)."""
+    per_unit: dict[str, Any] = {}
+    per_million: dict[str, Any] = {}
+    throughput: dict[str, float | None] = {}
+    for unit, count in sorted(units.items()):
+        if count <= 0:
+            continue
+        cost = cost_usd / count if cost_usd is not None else None
+        per_unit[unit] = {
+            "energy_j": energy_j / count,
+            "co2e_g": co2e_g / count,
+            "cost_usd": cost,
+            "sci_co2e_g": (co2e_g + embodied_g) / count if embodied_g is not None else None,
+        }
+        per_million[unit] = {
+            "energy_j": energy_j / count * PER_MILLION,
+            "co2e_g": co2e_g / count * PER_MILLION,
+            "cost_usd": cost * PER_MILLION if cost is not None else None,
+        }
+        throughput[unit] = count / (duration_s / 3600) if duration_s > 0 else None
+    return per_unit, per_million, throughput
+
+
+def _node_entry(part: JobNodePart, node_fp: NodeFootprint | None, now_s: float,
+                sources: dict[str, list[str]]) -> dict[str, Any]:
+    end_s = part.ended_s if part.ended_s is not None else now_s
+    components = {
+        c: {"dynamic_j": part.dynamic_j.get(c, 0.0), "idle_j": part.idle_j.get(c, 0.0)}
+        for c in sorted(set(part.dynamic_j) | set(part.idle_j))
+    }
+    return {
+        "node": part.node,
+        "instance_type": part.instance_type,
+        "region": part.region,
+        "started_at": iso_time(part.started_s),
+        "ended_at": iso_time(part.ended_s),
+        "started_s": part.started_s,
+        "ended_s": part.ended_s,
+        "duration_s": max(0.0, end_s - part.started_s),
+        "energy_j": component_totals(part.dynamic_j, part.idle_j),
+        "components": components,
+        "work_units": dict(part.units),
+        "co2e_g": node_fp.operational_co2e_g if node_fp is not None else 0.0,
+        "embodied_co2e_g": node_fp.embodied.g if node_fp is not None else None,
+        "cost_usd": node_fp.cost_usd if node_fp is not None else None,
+        "sources": sources,
+    }
+
+
+def report_from_detail(engine: Engine, detail: JobDetail, settings: Mapping[str, Any],
+                       include_env: bool = False, now_s: float | None = None
+                       ) -> dict[str, Any]:
+    """The report of an already loaded job (see :func:`build_report`)."""
+    now = time.time() if now_s is None else float(now_s)
+    placements = placements_from_detail(detail, now)
+    points = [p for part in detail.per_node
+              for p in energy_points(part.node, job_energy_series(engine, detail.id, part.node))]
+    result = footprint(points, placements, carbon_settings(settings), now_s=now)
+    by_node = {n.node: n for n in result.nodes}
+    end_s = detail.ended_s if detail.ended_s is not None else now
+    duration_s = max(0.0, end_s - detail.started_s)
+    energy = component_totals(detail.dynamic_j, detail.idle_j)
+    pue, intensity = _effective(result)
+    per_unit, per_million, throughput = _per_unit(
+        detail.units, energy["total"], result.operational_co2e_g, result.embodied_co2e_g,
+        result.cost_usd, duration_s)
+    cost_notes = [n for n in result.notes if n.startswith("cost unknown")]
+    return {
+        "format": REPORT_FORMAT,
+        "schema_version": SCHEMA_VERSION,
+        "job": {
+            "id": detail.id,
+            "name": detail.name,
+            "kind": detail.kind,
+            "labels": redact_labels(detail.labels, include_env),
+            "status": detail.status,
+            "started_at": iso_time(detail.started_s),
+            "ended_at": iso_time(detail.ended_s),
+            "started_s": detail.started_s,
+            "ended_s": detail.ended_s,
+            "duration_s": duration_s,
+        },
+        "nodes": [_node_entry(part, by_node.get(part.node), now,
+                              job_sources(engine, detail.id, part.node))
+                  for part in detail.per_node],
+        "energy_j": energy,
+        "energy_kwh": j_to_kwh(energy["total"]),
+        "dynamic_energy_j": component_totals(detail.dynamic_j),
+        "idle_energy_j": component_totals(detail.idle_j),
+        "co2e_g": result.operational_co2e_g,
+        "embodied_co2e_g": result.embodied_co2e_g,
+        "total_co2e_g": result.total_co2e_g,
+        "carbon_intensity_g_per_kwh": intensity,
+        "pue": pue,
+        "cost_usd": result.cost_usd,
+        "cost_note": "; ".join(cost_notes) if cost_notes else None,
+        "work_units": dict(detail.units),
+        "per_unit": per_unit,
+        "per_million_units": per_million,
+        "throughput_per_hour": throughput,
+        "sources": job_sources(engine, detail.id),
+        "provenance": [node_provenance(n) for n in result.nodes],
+        "notes": list(result.notes),
+        "power_series": power_series(job_energy_rows(engine, detail.id), detail.started_s,
+                                     end_s),
+        "methodology": METHODOLOGY,
+        "agent_version": __version__,
+        "generated_at": iso_time(now),
+        "generated_s": now,
+    }
+
+
+def build_report(engine: Engine, job_id: str, settings: Mapping[str, Any],
+                 include_env: bool = False, *, now_s: float | None = None) -> dict[str, Any]:
+    """The report of ``job_id``; :class:`~agent.store.job_queries.UnknownJobError` if the
+    store has no such job. ``settings``: the carbon overrides as the commands resolve
+    them (see :func:`carbon_settings`); ``now_s`` fixes "now" for running jobs (a running
+    node is counted as held until then) and for ``generated_at``."""
+    return report_from_detail(engine, job_detail(engine, job_id), settings, include_env,
+                              now_s)

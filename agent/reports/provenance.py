@@ -1,0 +1,72 @@
+"""Where each node's carbon factors came from, said plainly for a report.
+
+A reader of a report must be able to tell a measured location from a fallback: a node
+whose region was unknown is charged the world average, and the report has to say that
+in words, not only as a source code. :func:`node_provenance` turns one
+:class:`~agent.carbon.footprint.NodeFootprint` into the ``provenance`` entry of the
+report schema.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.carbon.footprint import NodeFootprint
+from agent.carbon.intensity import Intensity
+
+# intensity source prefix -> how specific the figure is, most specific first
+_LEVELS = (
+    ("override", "override"),
+    ("electricitymaps:", "live grid zone"),
+    ("codecarbon:gcp-impact", "cloud region"),
+    ("codecarbon:usa-egrid", "US state"),
+    ("codecarbon:canada-mix", "Canadian province"),
+    ("codecarbon:energy-mix:", "country"),
+    ("codecarbon:world-average", "world average"),
+)
+
+
+def intensity_level(intensity: Intensity) -> str:
+    """``override``, ``cloud region``, ``US state``, ``Canadian province``, ``country``,
+    ``world average`` (or ``live grid zone``): which step of the chain answered."""
+    for prefix, level in _LEVELS:
+        if intensity.source.startswith(prefix):
+            return level
+    return "other"
+
+
+def region_resolution(region: str | None, intensity: Intensity) -> str:
+    """One sentence: the region asked for, the level it resolved to, and why."""
+    level = intensity_level(intensity)
+    asked = f"region {region!r}" if region else "no region recorded"
+    if level == "override":
+        return f"{asked}: intensity set by the user (carbon_intensity), region not used"
+    fallback = " (fallback)" if level == "world average" and region else ""
+    return (f"{asked} -> {level} figure{fallback} for {intensity.location}: "
+            f"{intensity.note}")
+
+
+def node_provenance(node: NodeFootprint) -> dict[str, Any]:
+    """The report's provenance entry for one node."""
+    live = node.live_intensity
+    return {
+        "node": node.node,
+        "instance_type": node.instance_type,
+        "region": node.region,
+        "region_resolution": region_resolution(node.region, node.intensity),
+        "intensity_level": intensity_level(node.intensity),
+        "intensity_source": node.intensity.source,
+        "intensity_year": node.intensity.year,
+        "intensity_location": node.intensity.location,
+        "carbon_intensity_g_per_kwh": node.intensity.g_per_kwh,
+        "live_intensity_g_per_kwh": live.g_per_kwh if live is not None else None,
+        "live_intensity_source": live.source if live is not None else None,
+        "live_energy_kwh": node.live_energy_kwh,
+        "pue": node.pue.value,
+        "pue_source": node.pue.source,
+        "price_usd_per_hour": node.price.usd_per_hour,
+        "price_source": node.price.source,
+        "price_note": node.price.note,
+        "embodied_method": node.embodied.method,
+        "embodied_note": node.embodied.note,
+    }

@@ -1,0 +1,89 @@
+"""Reports and imports on a real PostgreSQL store: the same figures, idempotent imports,
+rollback of a bad file, and sources of rolled-up minutes (started by tests/pg.py)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy.engine import Engine
+
+from agent.reports.importer import ImportFileError, import_file
+from agent.reports.json_report import render_json_many
+from agent.reports.model import build_report
+from agent.store import make_engine, migrate
+from agent.store.job_queries import job_detail
+from agent.store.report_queries import job_ids_active_since, job_sources
+from agent.store.writer import StoreWriter
+from tests.pg import PostgresServer, running_postgres
+from tests.unit.test_reports_import import assert_same_figures, dump
+from tests.unit.test_reports_store import (
+    LOADER,
+    SECRET_LABELS,
+    T0,
+    fill_store,
+    new_store,
+    node_devices,
+)
+
+pytestmark = pytest.mark.postgres
+NOW = T0 + 200
+JOBS = ("dist-1", "solo", "secretive")
+_names = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[PostgresServer]:
+    with running_postgres() as server:
+        yield server
+
+
+@pytest.fixture()
+def engine(pg: PostgresServer) -> Iterator[Engine]:
+    engine = make_engine(pg.create_database(f"joulestat_report_{next(_names)}"))
+    migrate.upgrade(engine)
+    yield engine
+    engine.dispose()
+
+
+def test_sqlite_export_imports_into_postgres_with_the_same_figures(
+        engine: Engine, tmp_path: Path) -> None:
+    sqlite = new_store(tmp_path / "measured.db")
+    fill_store(sqlite)
+    exported = tmp_path / "all.json"
+    exported.write_text(render_json_many([build_report(sqlite, j, {}, now_s=NOW)
+                                          for j in JOBS]))
+    import_file(engine, exported)
+    first = dump(engine)
+    import_file(engine, exported)
+    assert dump(engine) == first
+    for job in JOBS:
+        assert_same_figures(build_report(sqlite, job, {}, now_s=NOW),
+                            build_report(engine, job, {}, now_s=NOW + 10))
+    assert job_ids_active_since(engine, T0 + 110) == ["solo", "secretive"]
+
+
+def test_postgres_store_reports_and_refuses_a_bad_file(engine: Engine, tmp_path: Path) -> None:
+    fill_store(engine)
+    report = build_report(engine, "dist-1", {}, now_s=NOW)
+    assert report["sources"]["cpu"] == ["model:tdp-curve", "rapl"]
+    writer = StoreWriter(engine, LOADER, node_devices(LOADER), raw_retention_s=120)
+    assert writer.maintain(T0 + 3600) is not None  # the loader's rows are minutes now
+    assert job_sources(engine, "dist-1", "loader-1") == {"cpu": ["model:tdp-curve"],
+                                                         "dram": ["rapl"]}
+    assert build_report(engine, "dist-1", {}, now_s=NOW)["energy_j"]["total"] == (
+        pytest.approx(report["energy_j"]["total"], rel=1e-12))
+    before = dump(engine)
+    exported = tmp_path / "self.json"
+    exported.write_text(render_json_many([report]))
+    assert import_file(engine, exported).nodes == 0  # measured here: never counted twice
+    assert dump(engine) == before
+    secretive = build_report(engine, "secretive", {}, now_s=NOW)
+    broken = dict(secretive, job=dict(secretive["job"], id="dist-1"))  # clashes on kind
+    exported.write_text(render_json_many([secretive, broken]))
+    with pytest.raises(ImportFileError, match="already in the store"):
+        import_file(engine, exported)
+    assert dump(engine) == before
+    assert job_detail(engine, "secretive").labels == SECRET_LABELS

@@ -1,0 +1,203 @@
+"""``joulestat report`` and ``joulestat import`` as a user runs them: the real CLI in a
+subprocess, on stores filled through the store API, and a CodeCarbon file made by
+CodeCarbon itself."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import pty
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from pypdf import PdfReader
+
+from tests.agent_process import JOULESTAT, agent_env, run_cli
+from tests.unit.test_reports_formats import html_text
+from tests.unit.test_reports_import import assert_same_figures
+from tests.unit.test_reports_model import SCHEMA
+from tests.unit.test_reports_store import fill_store, job_energy, new_store
+
+ENDED = ("dist-1", "secretive")
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> tuple[dict[str, str], Any]:
+    """A filled store and the environment that points the CLI at it."""
+    path = tmp_path / "measured.db"
+    totals = fill_store(new_store(path))
+    return agent_env(JOULESTAT_DB=f"sqlite:///{path}"), totals
+
+
+def report(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    result = run_cli("report", *args, env=env)
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def test_every_format_from_the_cli(store: tuple[dict[str, str], Any], tmp_path: Path) -> None:
+    env, totals = store
+    data = json.loads(report(env, "dist-1").stdout)  # JSON on stdout by default
+    jsonschema.Draft202012Validator(SCHEMA).validate(data)
+    assert data["energy_j"]["total"] == pytest.approx(job_energy(totals, "dist-1"), rel=1e-12)
+
+    for fmt in ("json", "csv", "html", "pdf"):
+        out = tmp_path / f"dist.{fmt}"
+        result = report(env, "dist-1", "-o", str(out))  # format from the extension
+        assert f"wrote {fmt} report" in result.stderr
+    assert json.loads((tmp_path / "dist.json").read_text())["job"]["id"] == "dist-1"
+    [row] = csv.DictReader(io.StringIO((tmp_path / "dist.csv").read_text()))
+    assert float(row["energy_total_j"]) == data["energy_j"]["total"]
+    assert row["intensity_sources"].count("codecarbon:") == 2
+    text = html_text((tmp_path / "dist.html").read_text()).text
+    assert "codecarbon:usa-egrid2023:VA" in text and "ccf:aws" in text
+    pdf = PdfReader(str(tmp_path / "dist.pdf"))
+    assert "bert-large (dist-1)" in pdf.pages[0].extract_text()
+    explicit = report(env, "dist-1", "--format", "csv")
+    assert explicit.stdout.startswith("job_id,name,kind,status,")
+
+
+def test_unknown_job_and_usage_errors_exit_2(store: tuple[dict[str, str], Any]) -> None:
+    env, _ = store
+    result = run_cli("report", "no-such-job", env=env)
+    assert result.returncode == 2 and "no-such-job" in result.stderr and not result.stdout
+    for args, message in ((("--all", "--format", "html"), "--all writes csv or json"),
+                          ((), "either a JOB id or --all"),
+                          (("dist-1", "--all"), "either a JOB id or --all"),
+                          (("dist-1", "--since", "7d"), "--since goes with --all"),
+                          (("--all", "--since", "last tuesday"), "--since: expected")):
+        result = run_cli("report", *args, env=env)
+        assert result.returncode == 2 and message in result.stderr, (args, result.stderr)
+
+
+def test_pdf_is_not_written_to_a_terminal(store: tuple[dict[str, str], Any]) -> None:
+    env, _ = store
+    main, secondary = pty.openpty()
+    try:
+        proc = subprocess.run([JOULESTAT, "report", "dist-1", "--format", "pdf"], env=env,
+                              stdout=secondary, stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(secondary)
+        os.close(main)
+    assert proc.returncode == 2 and "-o FILE" in proc.stderr
+    piped = subprocess.run([JOULESTAT, "report", "dist-1", "--format", "pdf"], env=env,
+                           capture_output=True, timeout=60)
+    assert piped.returncode == 0 and piped.stdout.startswith(b"%PDF-")
+
+
+def test_all_since(store: tuple[dict[str, str], Any]) -> None:
+    env, _ = store
+    rows = list(csv.DictReader(io.StringIO(report(env, "--all", "--format", "csv").stdout)))
+    assert [r["job_id"] for r in rows] == ["dist-1", "solo", "secretive"]
+    # dist-1 ended at T0 + 100 s = 22:15:40Z, secretive at 22:16:00Z, solo still runs
+    since = report(env, "--all", "--since", "2023-11-14T22:15:50Z", "--format", "json")
+    assert [r["job"]["id"] for r in json.loads(since.stdout)] == ["solo", "secretive"]
+    recent = report(env, "--all", "--since", "7d", "--format", "csv")
+    assert [r["job_id"] for r in csv.DictReader(io.StringIO(recent.stdout))] == ["solo"]
+
+
+def test_export_import_report_again(store: tuple[dict[str, str], Any], tmp_path: Path) -> None:
+    env, _ = store
+    exported = tmp_path / "all.json"
+    report(env, "--all", "--format", "json", "-o", str(exported))
+    target = agent_env(JOULESTAT_DB=f"sqlite:///{tmp_path / 'target.db'}")
+    for _ in range(2):  # the second import changes nothing
+        result = run_cli("import", str(exported), env=target)
+        assert result.returncode == 0, result.stderr
+        assert "3 job(s), 4 node part(s) written: dist-1, solo, secretive" in result.stdout
+    originals = {r["job"]["id"]: r for r in json.loads(exported.read_text())}
+    for job in ENDED:
+        again = json.loads(report(target, job).stdout)
+        assert_same_figures(originals[job], again)
+    jobs = json.loads(run_cli("jobs", "--json", env=target).stdout)
+    assert sorted(j["id"] for j in jobs) == ["dist-1", "secretive", "solo"]
+
+
+def bad_files(tmp_path: Path, env: dict[str, str]) -> list[tuple[Path, str]]:
+    """(file, what the error must say) for one file of each kind of fault."""
+    good = json.loads(report(env, "dist-1").stdout)
+    malformed = tmp_path / "malformed.json"
+    malformed.write_text(json.dumps(good, indent=1)[:400])
+    wrong = dict(good, nodes=[dict(good["nodes"][0], started_s="yesterday")])
+    wrong_types = tmp_path / "wrong-types.json"
+    wrong_types.write_text(json.dumps([good, wrong]))
+    emissions = tmp_path / "emissions.csv"
+    emissions.write_text("timestamp,project_name,run_id,duration,cpu_energy,gpu_energy,"
+                         "ram_energy\n2024-05-01T12:00:00,p,r1,10,0.001,0,0.0001\n"
+                         "2024-05-01T12:01:00,p,r2,10,0.001,lots,0.0001\n")
+    return [(malformed, f"{malformed}: line "), (wrong_types,
+             f"{wrong_types}: entry 1: nodes[0].started_s: expected a number"),
+            (emissions, f"{emissions}: line 3: gpu_energy: expected a number, got 'lots'")]
+
+
+def test_bad_files_exit_2_and_import_nothing(store: tuple[dict[str, str], Any],
+                                             tmp_path: Path) -> None:
+    env, _ = store
+    target = agent_env(JOULESTAT_DB=f"sqlite:///{tmp_path / 'target.db'}")
+    for path, message in bad_files(tmp_path, env):
+        result = run_cli("import", str(path), env=target)
+        assert result.returncode == 2, result.stderr
+        assert message in result.stderr and "nothing of this file" in result.stderr
+        assert json.loads(run_cli("jobs", "--json", env=target).stdout) == []
+    # a good file beside a bad one: the good one goes in, the exit status says one failed
+    good = tmp_path / "solo.json"
+    good.write_text(report(env, "solo").stdout)
+    result = run_cli("import", str(good), str(tmp_path / "emissions.csv"), env=target)
+    assert result.returncode == 2 and "1 job(s)" in result.stdout
+    assert [j["id"] for j in json.loads(run_cli("jobs", "--json", env=target).stdout)] == [
+        "solo"]
+
+
+CODECARBON_RUN = """
+import time
+from codecarbon import OfflineEmissionsTracker
+
+tracker = OfflineEmissionsTracker(country_iso_code="FRA", measure_power_secs=1,
+                                  output_dir=".", project_name="busy-loop",
+                                  log_level="error", save_to_api=False)
+tracker.start()
+end = time.time() + 3
+n = 0
+while time.time() < end:
+    n += 1
+tracker.stop()
+"""
+
+
+@pytest.mark.slow
+def test_codecarbon_file_made_by_codecarbon(tmp_path: Path) -> None:
+    run = subprocess.run([sys.executable, "-c", CODECARBON_RUN], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120,
+                         env={**agent_env(), "HOME": str(tmp_path)})
+    assert run.returncode == 0, run.stderr
+    emissions = tmp_path / "emissions.csv"
+    [row] = list(csv.DictReader(io.StringIO(emissions.read_text())))
+    env = agent_env(JOULESTAT_DB=f"sqlite:///{tmp_path / 'target.db'}")
+    result = run_cli("import", str(emissions), env=env)
+    assert result.returncode == 0, result.stderr
+    job_id = f"codecarbon:{row['run_id']}"
+    data = json.loads(report(env, job_id).stdout)
+    jsonschema.Draft202012Validator(SCHEMA).validate(data)
+    pue = float(row["pue"])
+    for column, component in (("cpu_energy", "cpu"), ("gpu_energy", "gpu"),
+                              ("ram_energy", "dram")):
+        expected_j = float(row[column]) * 3_600_000 / pue
+        assert data["energy_j"][component] == pytest.approx(expected_j, rel=1e-12), column
+    assert data["energy_j"]["total"] == pytest.approx(
+        float(row["energy_consumed"]) * 3_600_000 / pue, rel=1e-9)
+    assert data["energy_j"]["cpu"] > 0
+    assert data["job"]["name"] == "busy-loop"
+    assert data["job"]["duration_s"] == pytest.approx(float(row["duration"]))
+    [provenance] = data["provenance"]
+    assert (provenance["region"], provenance["intensity_level"]) == ("FRA", "country")
+    assert provenance["intensity_source"] == "codecarbon:energy-mix:FRA"
+    assert data["sources"]["cpu"] == ["import:codecarbon"]
+    # CodeCarbon's naive local timestamp is the run's end, read in local time
+    assert abs(data["job"]["ended_s"] - time.time()) < 300

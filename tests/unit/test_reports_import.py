@@ -1,0 +1,304 @@
+"""Import: export on one store, import into another, report again; merging, idempotence,
+bad files, CodeCarbon rows, and imports next to live, pruned nodes."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import Engine
+
+from agent.reports.importer import ImportFileError, import_file, parse_file
+from agent.reports.json_report import render_json, render_json_many
+from agent.reports.model import build_report
+from agent.store.job_queries import job_detail, list_jobs, unattributed_check
+from agent.store.writer import StoreWriter
+from tests.unit.test_reports_store import (
+    LOADER,
+    SECRET_LABELS,
+    T0,
+    Totals,
+    filled_store,
+    new_store,
+    node_devices,
+)
+
+JOBS = ("dist-1", "solo", "secretive")
+NOW = T0 + 200
+TABLES = ("jobs", "job_nodes", "nodes", "tick_energy", "minute_energy", "job_energy",
+          "job_minute_energy", "job_units")
+CODECARBON_HEADER = ("timestamp,project_name,run_id,experiment_id,duration,emissions,"
+                     "cpu_power,gpu_power,ram_power,cpu_energy,gpu_energy,ram_energy,"
+                     "energy_consumed,country_name,country_iso_code,region,cloud_provider,"
+                     "cloud_region,codecarbon_version,cpu_model,on_cloud,pue\n")
+
+
+@pytest.fixture
+def filled(tmp_path: Path) -> tuple[Engine, Totals]:
+    return filled_store(tmp_path)
+
+
+def assert_same(a: Any, b: Any, where: str = "") -> None:
+    """Equal structures; numbers to 1e-9 relative (sums may add in another order)."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and set(a) == set(b), where
+        for key in a:
+            assert_same(a[key], b[key], f"{where}.{key}")
+    elif isinstance(a, list):
+        assert isinstance(b, list) and len(a) == len(b), where
+        for index, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same(x, y, f"{where}[{index}]")
+    elif isinstance(a, float | int) and not isinstance(a, bool):
+        assert b == pytest.approx(a, rel=1e-9, abs=1e-12), where
+    else:
+        assert a == b, where
+
+
+FIGURES = ("energy_j", "energy_kwh", "dynamic_energy_j", "idle_energy_j", "co2e_g",
+           "embodied_co2e_g", "total_co2e_g", "carbon_intensity_g_per_kwh", "pue", "cost_usd",
+           "cost_note", "work_units", "per_unit", "per_million_units", "throughput_per_hour",
+           "provenance", "notes")
+NODE_FIGURES = ("node", "instance_type", "region", "started_s", "duration_s", "energy_j",
+                "components", "work_units", "co2e_g", "embodied_co2e_g", "cost_usd")
+
+
+def assert_same_figures(original: dict[str, Any], again: dict[str, Any]) -> None:
+    for key in FIGURES:
+        assert_same(original[key], again[key], key)
+    for key in ("id", "name", "kind", "labels", "started_s", "duration_s"):
+        assert_same(original["job"][key], again["job"][key], f"job.{key}")
+    assert len(original["nodes"]) == len(again["nodes"])
+    for node, node_again in zip(original["nodes"], again["nodes"], strict=True):
+        for key in NODE_FIGURES:
+            assert_same(node[key], node_again[key], f"nodes.{node['node']}.{key}")
+
+
+def dump(engine: Engine) -> dict[str, list[tuple[Any, ...]]]:
+    with engine.connect() as connection:
+        return {t: sorted(map(tuple, connection.execute(text(f"SELECT * FROM {t}"))), key=repr)
+                for t in TABLES}
+
+
+def export(engine: Engine, path: Path, jobs: tuple[str, ...] = JOBS) -> Path:
+    reports = [build_report(engine, job, {}, now_s=NOW) for job in jobs]
+    path.write_text(render_json_many(reports))
+    return path
+
+
+def test_export_import_report_again_gives_the_same_figures(
+        filled: tuple[Engine, Totals], tmp_path: Path) -> None:
+    source, _ = filled
+    exported = export(source, tmp_path / "all.json")
+    target = new_store(tmp_path / "target.db")
+    result = import_file(target, exported)
+    assert (result.kind, result.jobs, result.nodes) == ("joulestat", list(JOBS), 4)
+    for job in JOBS:
+        original = build_report(source, job, {}, now_s=NOW)
+        again = build_report(target, job, {}, now_s=NOW + 5000)
+        assert_same_figures(original, again)
+        originals = {n["node"]: n["sources"] for n in original["nodes"]}
+        for node in again["nodes"]:
+            for component, sources in node["sources"].items():
+                kept = ",".join(originals[node["node"]][component])
+                assert sources == [f"import:joulestat/{kept}"]
+    assert job_detail(target, "dist-1").status == "ended"
+    # the running job was imported as held until its report was made
+    assert job_detail(target, "solo").per_node[0].ended_s == NOW
+    # imported rows keep the conservation identity: node rows = job rows
+    for node in ("loader-1", "trainer-1", "odd-1"):
+        for *_key, node_j, sum_j in unattributed_check(target, node):
+            assert sum_j == pytest.approx(node_j)
+
+
+def test_importing_twice_changes_nothing(filled: tuple[Engine, Totals],
+                                         tmp_path: Path) -> None:
+    source, _ = filled
+    exported = export(source, tmp_path / "all.json")
+    target = new_store(tmp_path / "target.db")
+    import_file(target, exported)
+    first = dump(target)
+    import_file(target, exported)
+    assert dump(target) == first
+    # and exporting the imported jobs and importing that again is stable too
+    again = export(target, tmp_path / "again.json")
+    import_file(target, again)
+    assert dump(target) == first
+
+
+def test_entries_of_one_job_merge_into_one_multi_node_job(
+        filled: tuple[Engine, Totals], tmp_path: Path) -> None:
+    source, _ = filled
+    report = build_report(source, "dist-1", {}, now_s=NOW)
+    loader_only = {**report, "nodes": [report["nodes"][0]],
+                   "job": {**report["job"], "labels": {"team": "nlp"}}}
+    trainer_only = {**report, "nodes": [report["nodes"][1]],
+                    "job": {**report["job"], "labels": {"run": "42"}}}
+    (tmp_path / "a.json").write_text(render_json(loader_only))
+    (tmp_path / "b.json").write_text(render_json(trainer_only))
+    target = new_store(tmp_path / "target.db")
+    import_file(target, tmp_path / "a.json")
+    [only] = list_jobs(target)
+    assert only.nodes == (("loader-1", "c5.4xlarge"),)
+    import_file(target, tmp_path / "b.json")
+    assert_same_figures(report, build_report(target, "dist-1", {}, now_s=NOW))
+    # both halves in one file merge the same way
+    (tmp_path / "both.json").write_text(render_json_many([loader_only, trainer_only]))
+    other = new_store(tmp_path / "other.db")
+    import_file(other, tmp_path / "both.json")
+    assert_same_figures(report, build_report(other, "dist-1", {}, now_s=NOW))
+
+
+def test_importing_into_the_measuring_store_never_counts_twice(
+        filled: tuple[Engine, Totals], tmp_path: Path) -> None:
+    source, _ = filled
+    before = dump(source)
+    result = import_file(source, export(source, tmp_path / "all.json"))
+    assert result.nodes == 0 and len(result.skipped) == 4
+    assert "measured" in result.skipped[0]
+    assert dump(source) == before
+    # the report's "[redacted]" placeholders did not overwrite the stored secrets
+    assert job_detail(source, "secretive").labels == SECRET_LABELS
+
+
+def test_an_import_older_than_a_live_nodes_prune_boundary_still_counts(
+        filled: tuple[Engine, Totals], tmp_path: Path) -> None:
+    """A node name that is live (and pruned) in the target store: the aggregate goes to
+    the minute tables, where queries look for rows that old."""
+    source, _ = filled
+    report = build_report(source, "dist-1", {}, now_s=NOW)
+    report = {**report, "job": {**report["job"], "id": "dist-copy"}}
+    (tmp_path / "copy.json").write_text(render_json(report))
+    target = new_store(tmp_path / "target.db")
+    writer = StoreWriter(target, LOADER, node_devices(LOADER), raw_retention_s=120)
+    from tests.unit.test_reports_store import write_ticks
+
+    write_ticks(writer, LOADER, T0 - 600, 30, (), {})  # nothing attributed, just ticks
+    assert writer.flush() and writer.maintain(T0 + 3600).raw_pruned_until_ms > T0 * 1000
+    import_file(target, tmp_path / "copy.json")
+    again = build_report(target, "dist-copy", {}, now_s=NOW)
+    for key in ("energy_j", "co2e_g", "cost_usd", "work_units"):
+        assert_same(report[key], again[key], key)
+    with target.connect() as connection:
+        rolled = connection.execute(text(
+            "SELECT count(*) FROM job_minute_energy WHERE job_id = 'dist-copy'")).scalar_one()
+    assert rolled == 2  # cpu and dram of the loader's part
+
+
+@pytest.mark.parametrize(("content", "expected"), [
+    ('{"format": "joulestat-report",\n "job": {', r"line 2 column \d+: not valid JSON"),
+    ('[{"format": "something-else"}]', r"entry 0: format: expected 'joulestat-report'"),
+    ('{"format": "joulestat-report", "schema_version": 99}', r"schema_version: .*got 99"),
+])
+def test_bad_json_files_are_named(tmp_path: Path, content: str, expected: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    with pytest.raises(ImportFileError, match=f"^{path}: .*{expected}"):
+        parse_file(path)
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    (lambda r: r["nodes"][1]["components"]["gpu"].update(idle_j="lots"),
+     r"entry 1: nodes\[1\]\.components\.gpu\.idle_j: expected a number, got \"lots\""),
+    (lambda r: r["nodes"][0]["components"]["cpu"].update(dynamic_j=-1.0),
+     r"entry 1: nodes\[0\]\.components\.cpu\.dynamic_j: expected a finite number >= 0"),
+    (lambda r: r["nodes"][0].pop("started_s"), r"entry 1: nodes\[0\]\.started_s: missing"),
+    (lambda r: r["job"].update(kind="batch"), r"entry 1: job: kind: expected one of"),
+    (lambda r: r["nodes"][0]["work_units"].update(Bad=1), r"entry 1: nodes\[0\]\.work_units"),
+    (lambda r: r["nodes"][0].update(ended_s=1.0), r"entry 1: nodes\[0\]\.ended_s: ends"),
+])
+def test_a_bad_entry_imports_nothing_of_its_file(
+        filled: tuple[Engine, Totals], tmp_path: Path, change: Any, expected: str) -> None:
+    source, _ = filled
+    good = build_report(source, "solo", {}, now_s=NOW)
+    bad = build_report(source, "dist-1", {}, now_s=NOW)
+    change(bad)
+    path = tmp_path / "mixed.json"
+    path.write_text(json.dumps([good, bad]))
+    target = new_store(tmp_path / "target.db")
+    empty = dump(target)
+    with pytest.raises(ImportFileError, match=f"^{path}: {expected}"):
+        import_file(target, path)
+    assert dump(target) == empty  # not even the good first entry
+
+
+def test_a_conflicting_job_imports_nothing(filled: tuple[Engine, Totals],
+                                           tmp_path: Path) -> None:
+    source, _ = filled
+    target = new_store(tmp_path / "target.db")
+    import_file(target, export(source, tmp_path / "dist.json", ("dist-1",)))
+    before = dump(target)
+    report = build_report(source, "solo", {}, now_s=NOW)
+    renamed = {**report, "job": {**report["job"], "id": "dist-1"}}  # another job's id
+    path = tmp_path / "clash.json"
+    path.write_text(render_json_many([build_report(source, "secretive", {}, now_s=NOW),
+                                      renamed]))
+    with pytest.raises(ImportFileError, match="already in the store as training job"):
+        import_file(target, path)
+    assert dump(target) == before  # secretive, valid on its own, was rolled back too
+
+
+def codecarbon_row(run_id: str, cpu_kwh: str = "0.001", gpu_kwh: str = "0.002",
+                   ram_kwh: str = "0.0005", pue: str = "1.0", country: str = "FRA",
+                   region: str = "", cloud: str = "N", cloud_region: str = "") -> str:
+    return (f"2024-05-01T12:00:00+00:00,proj/a,{run_id},exp-1,3600,0.1,10,20,5,{cpu_kwh},"
+            f"{gpu_kwh},{ram_kwh},0.0035,France,{country},{region},,{cloud_region},3.3.2,"
+            f"Xeon,{cloud},{pue}\n")
+
+
+def test_codecarbon_rows_become_jobs(tmp_path: Path) -> None:
+    path = tmp_path / "emissions.csv"
+    path.write_text(CODECARBON_HEADER + codecarbon_row("r1", cpu_kwh="0.0001")
+                    + codecarbon_row("r2", region="virginia", country="USA", pue="1.25")
+                    + codecarbon_row("r1")  # a later snapshot of r1: it wins
+                    + codecarbon_row("r3", cloud="Y", cloud_region="europe-west1"))
+    target = new_store(tmp_path / "target.db")
+    result = import_file(target, path)
+    assert result.kind == "codecarbon" and sorted(result.jobs) == [
+        "codecarbon:r1", "codecarbon:r2", "codecarbon:r3"]
+    one = job_detail(target, "codecarbon:r1")
+    assert (one.name, one.kind, one.status) == ("proj-a", "other", "ended")
+    assert one.dynamic_j == pytest.approx({"cpu": 3600.0, "gpu": 7200.0, "dram": 1800.0})
+    assert set(one.idle_j.values()) == {0.0}
+    assert one.labels["experiment_id"] == "exp-1"
+    [part] = one.per_node
+    assert (part.ended_s - part.started_s, part.region, part.instance_type) == (
+        3600, "FRA", "local")
+    assert math.isclose(part.ended_s, 1714564800.0)
+    two = job_detail(target, "codecarbon:r2")
+    assert two.per_node[0].region == "US-VA"  # the state's eGRID figure, not the country's
+    assert two.total_j == pytest.approx(0.0035 * 3.6e6 / 1.25)  # CodeCarbon's PUE divided out
+    three = build_report(target, "codecarbon:r3", {}, now_s=NOW)
+    assert three["provenance"][0]["intensity_level"] == "cloud region"
+    assert three["cost_usd"] is None and three["sources"] == {
+        "cpu": ["import:codecarbon"], "dram": ["import:codecarbon"],
+        "gpu": ["import:codecarbon"]}
+    before = dump(target)
+    import_file(target, path)
+    assert dump(target) == before
+
+
+@pytest.mark.parametrize(("row", "expected"), [
+    (codecarbon_row("r9", gpu_kwh="abc"), r"line 3: gpu_energy: expected a number, got 'abc'"),
+    (codecarbon_row("r9", ram_kwh="-1"), r"line 3: ram_energy: expected a finite number"),
+    (codecarbon_row("r9").replace("2024-05-01T12:00:00+00:00", "yesterday"),
+     r"line 3: timestamp: expected an ISO 8601 time"),
+    (codecarbon_row("r9").rstrip("\n") + ",extra\n", r"line 3: 23 fields, the header has 22"),
+])
+def test_a_bad_codecarbon_row_imports_nothing(tmp_path: Path, row: str, expected: str) -> None:
+    path = tmp_path / "emissions.csv"
+    path.write_text(CODECARBON_HEADER + codecarbon_row("r1") + row)
+    target = new_store(tmp_path / "target.db")
+    with pytest.raises(ImportFileError, match=f"^{path}: {expected}"):
+        import_file(target, path)
+    assert list_jobs(target) == []
+
+
+def test_neither_format(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("hello,world\n1,2\n")
+    with pytest.raises(ImportFileError, match=f"^{path}: line 1: neither"):
+        parse_file(path)
