@@ -21,6 +21,15 @@ BURN_HALF = (
     "import time\ne = time.time() + {s}\nwhile time.time() < e:\n"
     "    t = time.time() + 0.01\n    while time.time() < t: pass\n    time.sleep(0.01)"
 )
+# Burners that stop after a given amount of CPU time, so their CPU-time ratio does not
+# depend on how busy the machine is: with the linear per-vCPU CPU model a job's dynamic
+# energy is proportional to its CPU time, which is what these tests check.
+BURN_CPU_FULL = "import time\nwhile time.process_time() < {cpu}: pass"
+BURN_CPU_HALF = (
+    "import time\nwhile time.process_time() < {cpu}:\n"
+    "    t = time.process_time() + 0.01\n    while time.process_time() < t: pass\n"
+    "    time.sleep(0.01)"
+)
 
 
 def start_run(name: str, code: str, env: dict[str, str], *extra: str) -> subprocess.Popen:
@@ -58,8 +67,9 @@ def test_two_burners_get_dynamic_cpu_in_ratio_2_to_1(tmp_path: Path) -> None:
     """Acceptance 1: a full-core and a half-core burner, side by side."""
     with running_agent(tmp_path, "--sysfs-root", str(tmp_path), "--interval", "0.5") as agent:
         env = agent.client_env()
-        full = start_run("full", BURN_FULL.format(s=8), env, "--kind", "training")
-        half = start_run("half", BURN_HALF.format(s=8), env, "--kind", "inference")
+        # One saturates a core for ~5 s, the other runs at about half a core for ~5 s.
+        full = start_run("full", BURN_CPU_FULL.format(cpu=5), env, "--kind", "training")
+        half = start_run("half", BURN_CPU_HALF.format(cpu=2.5), env, "--kind", "inference")
         assert summary_of(full)["mode"] == "agent"
         assert summary_of(half)["mode"] == "agent"
         jobs = wait_until_stored(env, {"full", "half"})
@@ -131,7 +141,7 @@ def test_children_the_job_spawns_are_counted(tmp_path: Path) -> None:
     """Acceptance 3 (second half): a burner two levels down counts like a direct one."""
     with running_agent(tmp_path, "--sysfs-root", str(tmp_path), "--interval", "0.5") as agent:
         env = agent.client_env()
-        code = BURN_FULL.format(s=6)
+        code = BURN_CPU_FULL.format(cpu=4)
         direct = start_run("direct", code, env)
         nested = subprocess.Popen(
             [JOULESTAT, "run", "--name", "nested", "--json", "--", "sh", "-c",
