@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 RUN_ARGS ?=
+DASHBOARD_ARGS ?=
 
 .PHONY: run test install dev lint docs clean
 
@@ -22,9 +23,14 @@ install: $(VENV)/.installed
 
 dev: $(VENV)/.installed-dev
 
-## Start the agent (metrics on 127.0.0.1:9464, store in the user data dir). Ctrl-C stops it.
+## Start the agent and the dashboard on the SQLite store in the user data dir.
+## Metrics: http://127.0.0.1:9464/metrics, job API: :9465, dashboard: http://127.0.0.1:8501.
+## Ctrl-C stops both (the agent counts its last partial tick and flushes the store).
 run: install
-	@echo "joulestat agent: metrics at http://127.0.0.1:9464/metrics (Ctrl-C to stop)"
+	@$(BIN)/joulestat db upgrade > /dev/null
+	@trap 'kill $$dash 2>/dev/null; wait $$dash 2>/dev/null' EXIT; \
+	$(BIN)/joulestat dashboard $(DASHBOARD_ARGS) & dash=$$!; \
+	echo "joulestat agent: metrics at http://127.0.0.1:9464/metrics (Ctrl-C to stop)"; \
 	$(BIN)/joulestat agent $(RUN_ARGS)
 
 ## Run the whole test suite.

@@ -16,7 +16,8 @@ import sys
 from agent import __version__
 from agent.config import ConfigError
 
-COMMANDS = ("agent", "run", "jobs", "estimate", "db", "compare", "report", "import_")
+COMMANDS = ("agent", "run", "jobs", "estimate", "db", "dashboard", "compare", "report",
+            "import_")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,81 @@
+"""``joulestat dashboard``: the Streamlit dashboard on a store, read-only.
+
+The command replaces itself with ``python -m streamlit run dashboard/app.py`` (exec, not
+a child), so Ctrl-C and SIGTERM reach Streamlit directly and no wrapper is left
+behind. The store URL travels in ``JOULESTAT_DB``, not argv, so a password never shows
+in ``ps``. Nothing here migrates or creates the store: the dashboard only reads, and
+tells the user how to start the agent when there is nothing to read yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from agent.config import ConfigError, add_options, resolve
+
+DASHBOARD_OPTIONS = ("config", "db", "log_level")
+DEFAULT_PORT = 8501
+
+
+def _port(value: str) -> int:
+    try:
+        port = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {value!r}") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be 1..65535, got {port}")
+    return port
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "dashboard",
+        help="browse jobs, compare instance types (Streamlit, read-only)",
+        description="Serve the dashboard on a store: overview, jobs, job detail, "
+        "comparison across instance types and load curves. It opens the store read-only "
+        "(SQLite mode=ro, PostgreSQL read-only transactions), so a SELECT-only role is "
+        "enough.",
+    )
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on [default: 127.0.0.1]; anything else "
+                        "exposes your measurements to the network")
+    parser.add_argument("--port", type=_port, default=DEFAULT_PORT,
+                        help=f"port to listen on [default: {DEFAULT_PORT}]")
+    add_options(parser, DASHBOARD_OPTIONS)
+    parser.set_defaults(func=_run)
+
+
+def app_path() -> Path:
+    import dashboard
+
+    path = Path(dashboard.__file__).resolve().parent / "app.py"
+    if not path.is_file():
+        raise ConfigError(f"dashboard app not found at {path}: install joulestat from its "
+                          "source tree (pip install -e .)")
+    return path
+
+
+def streamlit_argv(app: Path, host: str, port: int) -> list[str]:
+    return [sys.executable, "-m", "streamlit", "run", str(app),
+            "--server.address", host, "--server.port", str(port),
+            "--server.headless", "true", "--browser.gatherUsageStats", "false",
+            "--server.fileWatcherType", "none", "--server.runOnSave", "false",
+            "--client.toolbarMode", "viewer"]
+
+
+def _run(args: argparse.Namespace) -> int:
+    from agent.store.engine import default_db_url, redact_url
+
+    settings = resolve(args, DASHBOARD_OPTIONS)
+    url = settings["db"] or default_db_url()
+    argv = streamlit_argv(app_path(), args.host, args.port)
+    shown_host = f"[{args.host}]" if ":" in args.host else args.host
+    print(f"joulestat dashboard: http://{shown_host}:{args.port} (store {redact_url(url)}, "
+          "read-only; Ctrl-C to stop)", flush=True)
+    env = {**os.environ, "JOULESTAT_DB": url,
+           "STREAMLIT_LOGGER_LEVEL": settings["log_level"].lower()}
+    os.execve(sys.executable, argv, env)
+    return 0  # pragma: no cover - execve does not return

@@ -1,0 +1,337 @@
+"""What the pages compute from store rows: comparisons, SLA sizing, load curves, flags.
+
+Pure functions of query results (no Streamlit, no SQL), so each rule is tested on its
+own and reads the same on every page:
+
+* a job's "setup" is the set of instance types it ran on (``c5.4xlarge + p4d.24xlarge``
+  for a trainer fed by a loader); Compare groups by setup;
+* throughput is units per hour of running time (``ended_s - started_s``), energy per
+  unit is the job's attributed energy (dynamic + its share of idle) over its units:
+  the same rule MLPerf Power applies per query, on what the job was charged;
+* the CPU-bottleneck flag is read from power, because the store keeps energy and no
+  utilisation: a component's load is where its power sits between the lowest and
+  highest minute average the node ever showed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from agent.store.dashboard_queries import JobTotals, SeriesPoint, SourceEnergy
+from agent.store.job_queries import JobSummary
+from dashboard import fmt
+
+# A job as a list shows it (JobTotals) or as the detail page reads it (JobDetail).
+AnyJob = JobTotals | JobSummary
+ACCELERATORS = ("gpu", "accelerator")
+JOB_COLUMNS = ("job", "kind", "status", "instance types", "energy (kJ)", "CO2e (g)",
+               "cost (USD)", "energy per unit (J)", "units", "unit", "started",
+               "duration (min)", "name", "nodes", "labels")
+# Overlaps cpu and dram (RAPL psys): reported, never added to a total.
+OVERLAPPING = ("platform",)
+
+
+def provenance_class(source: str) -> str:
+    """``measured``, ``estimated`` (``model:*``), ``replay``, or ``mixed`` for a minute
+    rollup whose source changed inside the minute (``a+b``)."""
+    classes = {"estimated" if part.startswith("model:") else
+               "replay" if part == "replay" else "measured"
+               for part in source.split("+") if part}
+    return classes.pop() if len(classes) == 1 else "mixed"
+
+
+def provenance_totals(rows: Iterable[SourceEnergy]) -> dict[str, float]:
+    """Joules per provenance class, overlapping components left out."""
+    totals: defaultdict[str, float] = defaultdict(float)
+    for row in rows:
+        if row.component not in OVERLAPPING:
+            totals[provenance_class(row.source)] += row.energy_j
+    return dict(totals)
+
+
+def run_s(job: AnyJob, now_s: float) -> float:
+    """How long the job ran (so far, if still running)."""
+    end = job.ended_s if job.ended_s is not None else now_s
+    return max(0.0, end - job.started_s)
+
+
+def setup_of(job: AnyJob) -> str:
+    """The instance types a job ran on, one name per type: its comparison group."""
+    types = sorted({itype for _node, itype in job.nodes})
+    return " + ".join(types) if types else "unknown"
+
+
+def clip_to_run(points: Iterable[SeriesPoint], bucket_s: float,
+                windows: Mapping[str, tuple[float, float]]) -> list[SeriesPoint]:
+    """Points whose covered time is cut to the part of the bucket the job ran on that
+    node (``windows``: node -> (start, end)). A minute rollup counts a whole minute even
+    when the job started inside it; its power would read low at the job's edges."""
+    clipped = []
+    for point in points:
+        start_s, end_s = windows.get(point.node, (-math.inf, math.inf))
+        inside = min(point.bucket_end_s, end_s) - max(point.bucket_end_s - bucket_s, start_s)
+        covered = min(point.covered_s, max(inside, 0.0)) if inside > 0 else point.covered_s
+        clipped.append(SeriesPoint(point.bucket_end_s, point.node, point.component,
+                                   point.dynamic_j, point.idle_j, covered))
+    return clipped
+
+
+def main_unit(job: AnyJob) -> tuple[str, float]:
+    """The unit a job counted most of (its functional unit), and how many; ("", 0) if none."""
+    return max(job.units.items(), key=lambda kv: kv[1], default=("", 0.0))
+
+
+def job_rows(jobs: Iterable[JobTotals], costs: Mapping[str, JobCost],
+             now_s: float) -> dict[str, list[object]]:
+    """The Jobs table as columns (numbers stay numbers, so they sort and the table formats
+    them); ``started`` stays epoch seconds, the page puts it in the viewer's clock."""
+    columns: dict[str, list[object]] = {name: [] for name in JOB_COLUMNS}
+    no_cost = JobCost()
+    for job in jobs:
+        cost = costs.get(job.id, no_cost)
+        unit, units = main_unit(job)
+        values = (job.id, job.kind, job.status, setup_of(job), job.total_j / 1000,
+                  cost.co2e_g, cost.cost_usd, job.total_j / units if units else math.nan,
+                  units if unit else math.nan, unit, job.started_s,
+                  run_s(job, now_s) / 60, job.name, ", ".join(n for n, _t in job.nodes),
+                  ", ".join(f"{k}={v}" for k, v in sorted(job.labels.items())))
+        for name, value in zip(JOB_COLUMNS, values, strict=True):
+            columns[name].append(value)
+    return columns
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """Jobs compared as one: summed energy, units and running time."""
+
+    key: str
+    job_ids: tuple[str, ...]
+    units: float
+    energy_j: float
+    run_s: float
+    nodes: int  # instances one setup uses
+    co2e_g: float | None
+    cost_usd: float | None
+
+    @property
+    def energy_per_unit_j(self) -> float:
+        return self.energy_j / self.units if self.units else math.nan
+
+    @property
+    def co2e_per_unit_g(self) -> float | None:
+        return None if self.co2e_g is None or not self.units else self.co2e_g / self.units
+
+    @property
+    def usd_per_million(self) -> float | None:
+        return None if self.cost_usd is None or not self.units else (
+            self.cost_usd / self.units * 1e6)
+
+    @property
+    def throughput_per_h(self) -> float:
+        """Units per hour one setup delivers while running."""
+        return self.units / self.run_s * 3600 if self.run_s > 0 else math.nan
+
+    @property
+    def power_w(self) -> float:
+        """Average power of one setup while running (the jobs' attributed energy)."""
+        return self.energy_j / self.run_s if self.run_s > 0 else math.nan
+
+    @property
+    def usd_per_hour(self) -> float | None:
+        return None if self.cost_usd is None or self.run_s <= 0 else (
+            self.cost_usd / self.run_s * 3600)
+
+    @property
+    def co2e_g_per_hour(self) -> float | None:
+        return None if self.co2e_g is None or self.run_s <= 0 else (
+            self.co2e_g / self.run_s * 3600)
+
+
+@dataclass(frozen=True, slots=True)
+class JobCost:
+    """CO2e and cost of one job; None where they cannot be known."""
+
+    co2e_g: float | None = None  # operational + embodied
+    embodied_g: float | None = None
+    cost_usd: float | None = None
+    operational_g: float | None = None  # energy x PUE x grid intensity
+
+
+def _sum_known(values: list[float | None]) -> float | None:
+    """A sum only when every part is known: an unknown price is not a zero price."""
+    return None if not values or any(v is None for v in values) else float(
+        sum(v for v in values if v is not None))
+
+
+def compare_groups(jobs: Iterable[JobTotals], unit: str, costs: Mapping[str, JobCost],
+                   now_s: float, by_job: bool = False) -> list[Group]:
+    """Groups of jobs that counted ``unit``: one per setup, or one per job (``by_job``)."""
+    members: defaultdict[str, list[JobTotals]] = defaultdict(list)
+    for job in jobs:
+        if job.units.get(unit, 0) > 0:
+            members[f"{job.name} ({job.id})" if by_job else setup_of(job)].append(job)
+    groups = []
+    for key, group in sorted(members.items()):
+        no_cost = JobCost()
+        groups.append(Group(
+            key=key, job_ids=tuple(j.id for j in group),
+            units=sum(j.units[unit] for j in group),
+            energy_j=sum(j.total_j for j in group),
+            run_s=sum(run_s(j, now_s) for j in group),
+            nodes=max(len(j.nodes) for j in group),
+            co2e_g=_sum_known([costs.get(j.id, no_cost).co2e_g for j in group]),
+            cost_usd=_sum_known([costs.get(j.id, no_cost).cost_usd for j in group]),
+        ))
+    return groups
+
+
+def delta_text(group: Group, baseline: Group, unit: str) -> str:
+    """``×6.3 throughput, −92 % energy per inference, …`` against ``baseline``."""
+    parts = [f"{fmt.ratio(group.throughput_per_h / baseline.throughput_per_h)} throughput",
+             f"{fmt.percent_change(group.energy_per_unit_j, baseline.energy_per_unit_j)} "
+             f"energy per {unit}"]
+    if group.co2e_per_unit_g is not None and baseline.co2e_per_unit_g:
+        parts.append(f"{fmt.percent_change(group.co2e_per_unit_g, baseline.co2e_per_unit_g)}"
+                     f" CO2e per {unit}")
+    if group.usd_per_million is not None and baseline.usd_per_million:
+        parts.append(f"{fmt.percent_change(group.usd_per_million, baseline.usd_per_million)}"
+                     f" cost per million {fmt.plural(unit)}")
+    return ", ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class SlaRow:
+    """What it takes to serve ``units_per_hour`` with one group's setup."""
+
+    key: str
+    setups: int
+    instances: int
+    fleet_power_w: float
+    usd_per_hour: float | None
+    co2e_g_per_hour: float | None
+
+
+def sla_plan(groups: Iterable[Group], units_per_hour: float) -> list[SlaRow]:
+    """Setups needed (rounded up) to meet ``units_per_hour``, and their power and cost."""
+    rows = []
+    for group in groups:
+        if not group.throughput_per_h or not math.isfinite(group.throughput_per_h):
+            continue
+        setups = max(1, math.ceil(units_per_hour / group.throughput_per_h - 1e-9))
+        rows.append(SlaRow(
+            group.key, setups, setups * group.nodes, setups * group.power_w,
+            None if group.usd_per_hour is None else setups * group.usd_per_hour,
+            None if group.co2e_g_per_hour is None else setups * group.co2e_g_per_hour,
+        ))
+    return rows
+
+
+@dataclass(frozen=True, slots=True)
+class LoadPoint:
+    """Inference jobs of one setup at one concurrency, summed."""
+
+    setup: str
+    concurrency: float
+    jobs: int
+    units: float
+    energy_j: float
+    run_s: float
+
+    @property
+    def energy_per_unit_j(self) -> float:
+        return self.energy_j / self.units if self.units else math.nan
+
+    @property
+    def rate_per_s(self) -> float:
+        return self.units / self.run_s if self.run_s > 0 else math.nan
+
+
+def load_curve(jobs: Iterable[JobTotals], unit: str, now_s: float) -> tuple[
+        list[LoadPoint], int]:
+    """Points per (setup, concurrency) for jobs with a numeric ``concurrency`` label and
+    some ``unit``; also how many labelled jobs were left out (label not a number)."""
+    sums: defaultdict[tuple[str, float], list[float]] = defaultdict(lambda: [0, 0.0, 0.0, 0.0])
+    skipped = 0
+    for job in jobs:
+        label = job.labels.get("concurrency")
+        if label is None or job.units.get(unit, 0) <= 0:
+            continue
+        try:
+            level = float(label)
+        except ValueError:
+            skipped += 1
+            continue
+        if not math.isfinite(level) or level <= 0:
+            skipped += 1
+            continue
+        point = sums[(setup_of(job), level)]
+        point[0] += 1
+        point[1] += job.units[unit]
+        point[2] += job.total_j
+        point[3] += run_s(job, now_s)
+    points = [LoadPoint(setup, level, int(n), units, energy, seconds)
+              for (setup, level), (n, units, energy, seconds) in sorted(sums.items())]
+    return points, skipped
+
+
+@dataclass(frozen=True, slots=True)
+class Bottleneck:
+    """The CPU-bottleneck verdict for one node of a job."""
+
+    node: str
+    state: str  # cpu-bound | ok | unknown | no-accelerator
+    flagged_share: float = 0.0  # of the job's time on the node
+    cpu_load: float = math.nan  # mean, 0..1 of the node's observed range
+    accelerator_load: float = math.nan
+    reason: str = ""
+
+
+ACCEL_UNDERUSED = 0.35
+CPU_SATURATED = 0.8
+FLAG_SHARE = 0.25
+MIN_RANGE_W = {"cpu": 5.0, "accel": 10.0}
+
+
+def cpu_bottleneck(node: str, series: Iterable[SeriesPoint],
+                   ranges: Mapping[str, tuple[float, float]]) -> Bottleneck:
+    """Flag a node where accelerators idle while the CPU runs near its top, for at least
+    a quarter of the time: the pattern of a data-loading or preprocessing bottleneck."""
+    accel = [c for c in ACCELERATORS if c in ranges]
+    if not accel:
+        return Bottleneck(node, "no-accelerator", reason="no accelerator on this node")
+    cpu_low, cpu_high = ranges.get("cpu", (0.0, 0.0))
+    acc_low = sum(ranges[c][0] for c in accel)
+    acc_high = sum(ranges[c][1] for c in accel)
+    if cpu_high - cpu_low < MIN_RANGE_W["cpu"] or acc_high - acc_low < MIN_RANGE_W["accel"]:
+        return Bottleneck(node, "unknown", reason="not enough power history on this node "
+                          "to know its idle and busy levels")
+    buckets: defaultdict[float, dict[str, float]] = defaultdict(dict)
+    for point in series:
+        if point.covered_s > 0:
+            slot = buckets[point.bucket_end_s]
+            slot[point.component] = point.power_w
+            slot["_s"] = max(slot.get("_s", 0.0), point.covered_s)
+    total_s = flagged_s = cpu_sum = acc_sum = 0.0
+    for slot in buckets.values():
+        if "cpu" not in slot or not any(c in slot for c in accel):
+            continue
+        cpu = _clip((slot["cpu"] - cpu_low) / (cpu_high - cpu_low))
+        acc = _clip((sum(slot.get(c, 0.0) for c in accel) - acc_low) / (acc_high - acc_low))
+        seconds = slot["_s"]
+        total_s += seconds
+        cpu_sum += cpu * seconds
+        acc_sum += acc * seconds
+        if acc < ACCEL_UNDERUSED and cpu >= CPU_SATURATED:
+            flagged_s += seconds
+    if total_s <= 0:
+        return Bottleneck(node, "unknown", reason="no power readings in the job's time")
+    share = flagged_s / total_s
+    state = "cpu-bound" if share >= FLAG_SHARE else "ok"
+    return Bottleneck(node, state, share, cpu_sum / total_s, acc_sum / total_s)
+
+
+def _clip(value: float) -> float:
+    return min(1.0, max(0.0, value))

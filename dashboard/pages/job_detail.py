@@ -1,0 +1,194 @@
+"""Job detail: one job's power, work, provenance, footprint and bottlenecks.
+
+The job comes from the ``job`` query parameter (the Jobs page links here with it, and
+the URL can be shared) or the picker. Power is the job's attributed power: its
+dynamic share plus its share of idle, per component, from the same rows the totals
+sum, so the area under the curve is the energy in the header.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import asdict
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import analysis, charts, costing, downloads, fmt, state, ui
+
+BADGE_COLORS = {"measured": "green", "estimated": "orange", "replay": "gray", "mixed": "violet"}
+
+ui.enter()
+url = state.db_url()
+st.title("Job detail")
+ui.require_data(url)
+tz = ui.viewer_tz()
+now = state.now_s()
+
+choices = state.choices(url)
+names = {c.id: c.name for c in choices}
+wanted = st.query_params.get("job")
+options = [c.id for c in choices]
+if wanted and wanted not in names:
+    options.insert(0, wanted)
+if not options:
+    st.info("No jobs yet. Measure one with `joulestat run --name NAME --kind training -- CMD` "
+            "(see docs/jobs.md).")
+    st.stop()
+if wanted and st.session_state.get("detail_pick") != wanted:
+    st.session_state["detail_pick"] = wanted
+picked = st.selectbox("Job", options, key="detail_pick",
+                      format_func=lambda i: f"{names.get(i, '?')} · {i}")
+if st.query_params.get("job") != picked:
+    st.query_params["job"] = picked
+job = state.detail(url, picked)
+if job is None:
+    st.warning(f"No job with id `{picked}` in this store.")
+    st.stop()
+
+cost = costing.job_cost(job, now)
+unit, units = max(job.units.items(), key=lambda kv: kv[1], default=("", 0.0))
+span_s = analysis.run_s(job, now)
+st.subheader(f"{job.name} · {job.kind} · {job.status}")
+st.caption(f"`{job.id}` · started {fmt.local_time(job.started_s, tz)}"
+           + (f", ended {fmt.local_time(job.ended_s, tz)}" if job.ended_s else ", running")
+           + f" ({fmt.duration(span_s)}) · {ui.tz_label(tz)} · "
+           + ", ".join(f"{node} ({itype})" for node, itype in job.nodes)
+           + ("" if not job.labels else " · "
+              + ", ".join(f"{k}={v}" for k, v in sorted(job.labels.items()))))
+cols = st.columns(5)
+cols[0].metric("Energy", fmt.energy(job.total_j), help=fmt.kwh(job.total_j))
+cols[1].metric("CO2e", fmt.mass(cost.co2e_g),
+               help=f"operational {fmt.mass(cost.operational_g)} + embodied "
+                    f"{fmt.mass(cost.embodied_g)}")
+cols[2].metric("Cost", fmt.usd(cost.cost_usd), help="list price × hours each node was held")
+cols[3].metric(f"Work ({fmt.plural(unit) if unit else 'units'})",
+               fmt.count(units) if unit else "—")
+cols[4].metric(f"Energy per {unit or 'unit'}",
+               f"{fmt.energy(job.total_j / units)}" if units else "—")
+
+# Provenance: which source each component's energy came from.
+provenance: defaultdict[str, dict[str, float]] = defaultdict(dict)
+for row in state.job_sources(url, job.id):
+    per = provenance[row.component]
+    per[row.source] = per.get(row.source, 0.0) + row.energy_j
+badges = st.container(horizontal=True)
+for component, by_source in sorted(provenance.items()):
+    classes = {analysis.provenance_class(s) for s in by_source}
+    verdict = classes.pop() if len(classes) == 1 else "mixed"
+    badges.badge(f"{component}: {verdict} ({', '.join(sorted(by_source))})",
+                 color=BADGE_COLORS.get(verdict, "gray"))
+
+# CPU bottleneck, per node that has accelerators.
+bucket_s, series, unit_series = state.job_series(url, job.id, span_s)
+series = analysis.clip_to_run(series, bucket_s, {
+    p.node: (p.started_s, p.ended_s if p.ended_s is not None else now) for p in job.per_node})
+for part in job.per_node:
+    ranges = state.power_range(url, part.node)
+    end_s = part.ended_s if part.ended_s is not None else now
+    verdict = analysis.cpu_bottleneck(
+        part.node, state.node_series(url, part.node, part.started_s, end_s, bucket_s), ranges)
+    where = f"**{part.node}** ({part.instance_type})"
+    if verdict.state == "cpu-bound":
+        st.warning(f"CPU bottleneck on {where}: for {verdict.flagged_share:.0%} of the run the "
+                   f"accelerators sat at {verdict.accelerator_load:.0%} of their power range "
+                   f"while the CPU ran at {verdict.cpu_load:.0%} of its own. Data loading or "
+                   "preprocessing is likely holding the accelerators back.",
+                   icon=":material/speed:")
+    elif verdict.state == "ok":
+        st.caption(f"No CPU bottleneck on {where}: accelerators at "
+                   f"{verdict.accelerator_load:.0%}, CPU at {verdict.cpu_load:.0%} of their "
+                   "observed power ranges.")
+    elif verdict.state == "unknown":
+        st.caption(f"CPU-bottleneck check on {where}: {verdict.reason}.")
+
+# Power over time, stacked by component.
+nodes = [p.node for p in job.per_node]
+view = st.radio("Nodes", ["all nodes", *nodes], horizontal=True, key="detail_view") if (
+    len(nodes) > 1) else "all nodes"
+st.subheader(f"Power over time (W, {bucket_s} s buckets)")
+power_rows = [{"time": ui.to_local(p.bucket_end_s, tz), "component": p.component,
+               "node": p.node, "power_w": p.power_w} for p in series
+              if view == "all nodes" or p.node == view]
+if power_rows:
+    frame = pd.DataFrame(power_rows).groupby(["time", "component"], as_index=False)[
+        "power_w"].sum()
+    frame["when"] = frame["time"].dt.strftime("%Y-%m-%d %H:%M:%S")
+    st.altair_chart(charts.stacked_area(
+        frame, time="time", value="power_w", stack="component", value_title="Power (W)",
+        time_title=f"time ({ui.tz_label(tz)})"), width="stretch")
+else:
+    st.caption("No energy rows for this job yet.")
+
+if len(job.per_node) > 1:
+    st.subheader("Per node")
+    components = sorted({c for p in job.per_node for c in (*p.dynamic_j, *p.idle_j)},
+                        key=lambda c: (list(charts.COMPONENT_COLORS).index(c)
+                                       if c in charts.COMPONENT_COLORS else 99, c))
+    st.dataframe(pd.DataFrame([{
+        "node": p.node, "instance type": p.instance_type, "region": p.region,
+        **{f"{c} (kJ)": round((p.dynamic_j.get(c, 0.0) + p.idle_j.get(c, 0.0)) / 1000, 2)
+           for c in components},
+        "total (kJ)": round(p.total_j / 1000, 2),
+        "share of job": f"{p.total_j / job.total_j:.0%}" if job.total_j else "—",
+        "units": ", ".join(f"{fmt.count(v)} {fmt.plural(u)}" for u, v in p.units.items()),
+    } for p in job.per_node]), hide_index=True, width="stretch")
+
+# Work: unit rate and energy per unit over time.
+if unit_series:
+    energy_at: defaultdict[float, float] = defaultdict(float)
+    covered_at: dict[float, float] = {}
+    for p in series:
+        energy_at[p.bucket_end_s] += p.dynamic_j + p.idle_j
+        covered_at[p.bucket_end_s] = max(covered_at.get(p.bucket_end_s, 0.0), p.covered_s)
+    work = defaultdict(float)
+    for t, _node, u, n in unit_series:
+        work[(t, u)] += n
+    rows = [{"time": ui.to_local(t, tz), "when": fmt.local_time(t, tz), "unit": u,
+             "rate": n / covered_at[t],
+             "energy_per_unit_j": energy_at[t] / n}
+            for (t, u), n in sorted(work.items()) if n > 0 and covered_at.get(t)]
+    if rows:
+        frame = pd.DataFrame(rows)
+        counted = sorted(frame["unit"].unique())
+        rate_unit = f"{fmt.plural(counted[0])}/s" if len(counted) == 1 else "units/s"
+        per_unit = counted[0] if len(counted) == 1 else "unit"
+        left, right = st.columns(2)
+        with left:
+            st.subheader(f"Work rate ({rate_unit})")
+            st.altair_chart(charts.lines(frame, x="time", y="rate", color="unit",
+                                         x_title=f"time ({ui.tz_label(tz)})",
+                                         y_title=f"rate ({rate_unit})", temporal=True),
+                            width="stretch")
+        with right:
+            st.subheader(f"Energy per {per_unit} (J)")
+            st.altair_chart(charts.lines(frame, x="time", y="energy_per_unit_j", color="unit",
+                                         x_title=f"time ({ui.tz_label(tz)})",
+                                         y_title=f"energy per {per_unit} (J)", temporal=True),
+                            width="stretch")
+
+# Downloads: joulestat's report in every format, else the JSON of this page.
+st.subheader("Download")
+buttons = st.container(horizontal=True)
+if downloads.available():
+    for kind, (label, extension, mime) in downloads.FORMATS.items():
+        buttons.download_button(label, downloads.deferred(state.engine(url), job.id, kind),
+                                file_name=f"{job.id}.{extension}", mime=mime,
+                                key=f"report_{kind}", on_click="ignore")
+    st.caption("The same report `joulestat report` writes; rendered when you click.")
+else:
+    record = {**asdict(job), "co2e_g": cost.co2e_g, "operational_co2e_g": cost.operational_g,
+              "embodied_co2e_g": cost.embodied_g, "cost_usd": cost.cost_usd,
+              "provenance": {c: dict(s) for c, s in provenance.items()},
+              "methodology": costing.METHODOLOGY}
+    buttons.download_button("Job (JSON)", json.dumps(record, indent=1, default=str),
+                            file_name=f"{job.id}.json", mime="application/json")
+    st.caption("CSV, HTML and PDF reports need `agent.reports`, which this installation "
+               "lacks; the JSON holds every figure shown here.")
+series_csv = pd.DataFrame([{"bucket_end_s": p.bucket_end_s, "node": p.node,
+                            "component": p.component, "dynamic_j": p.dynamic_j,
+                            "idle_j": p.idle_j, "covered_s": p.covered_s, "power_w": p.power_w}
+                           for p in series]).to_csv(index=False)
+buttons.download_button("Power series (CSV)", series_csv, file_name=f"{job.id}-power.csv",
+                        mime="text/csv", key="series_csv", on_click="ignore")

@@ -1,0 +1,242 @@
+"""The dashboard's one door to the store: which URL, a read-only engine, cached reads.
+
+Pages never build SQL and never hold an engine: they call the functions here, which
+call :mod:`agent.store.dashboard_queries` (and the shared job/node queries) through one
+engine per URL (``st.cache_resource``) and keep results for ten seconds
+(``st.cache_data(ttl=10)``), about two store flushes of the agent: fresh enough to
+watch a job, and a page rerun on every widget change costs no query. Time windows
+ending "now" are rounded to the same ten seconds so they hit the cache too.
+
+The URL comes from ``--db`` after the script's ``--`` (``streamlit run app.py -- --db
+URL``), else ``JOULESTAT_DB`` (what ``joulestat dashboard`` sets, so a password never
+shows in ``ps``), else the agent's default SQLite file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pandas as pd
+import streamlit as st
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from agent.store import dashboard_queries as dq
+from agent.store.engine import StoreError, describe_error, redact_url
+from agent.store.job_queries import JobDetail, UnknownJobError, job_detail
+from agent.store.migrate import HEAD_REVISION, current_revision
+from agent.store.queries import NodeSummary, latest_power_w, list_nodes
+from dashboard import analysis, costing
+from dashboard.analysis import JobCost
+
+ENV_DB = "JOULESTAT_DB"
+TTL_S = 10
+
+
+def db_url() -> str:
+    """The store URL: ``--db`` script argument, else ``JOULESTAT_DB``, else the default."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--db")
+    known, _rest = parser.parse_known_args(sys.argv[1:])
+    if known.db:
+        return str(known.db)
+    if os.environ.get(ENV_DB, "").strip():
+        return os.environ[ENV_DB].strip()
+    from agent.store.engine import default_db_url
+
+    return default_db_url()
+
+
+_run = threading.local()  # script runs are per thread: one flag per run
+
+
+@contextlib.contextmanager
+def inside_app() -> Iterator[None]:
+    """Marks a page run as started by app.py's ``navigation.run()``."""
+    _run.active = True
+    try:
+        yield
+    finally:
+        _run.active = False
+
+
+def in_app() -> bool:
+    """Whether this script run went through app.py (see :func:`dashboard.ui.enter`)."""
+    return bool(getattr(_run, "active", False))
+
+
+def now_s() -> float:
+    """Now, rounded down to the cache period so "last hour" windows share cache entries."""
+    return math.floor(time.time() / TTL_S) * TTL_S
+
+
+@st.cache_resource(show_spinner=False)
+def engine(url: str) -> Engine:
+    return dq.open_readonly_engine(url)
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStatus:
+    """``ok``, ``missing`` (no file), ``no-schema``, ``outdated``, ``empty`` or ``error``."""
+
+    state: str
+    detail: str = ""
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def status(url: str) -> StoreStatus:
+    """Whether there is anything to show, and if not, why."""
+    try:
+        eng = engine(url)
+        revision = current_revision(eng)
+        if revision is None:
+            return StoreStatus("no-schema")
+        if revision != HEAD_REVISION:
+            return StoreStatus("outdated", revision)
+        if not list_nodes(eng):
+            return StoreStatus("empty")
+    except dq.StoreMissingError as exc:
+        engine.clear()  # so the file is found once an agent creates it
+        return StoreStatus("missing", str(exc))
+    except (StoreError, SQLAlchemyError) as exc:
+        engine.clear()
+        return StoreStatus("error", describe_error(exc))
+    return StoreStatus("ok")
+
+
+def shown_url(url: str) -> str:
+    return redact_url(url)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def nodes(url: str) -> list[NodeSummary]:
+    return list_nodes(engine(url))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def current_power(url: str) -> dict[str, dict[str, float]]:
+    """Node -> component -> watts over its latest tick (devices summed)."""
+    eng = engine(url)
+    result: dict[str, dict[str, float]] = {}
+    for node in list_nodes(eng):
+        per_component: dict[str, float] = {}
+        for (component, _device), watts in latest_power_w(eng, node.node).items():
+            per_component[component] = per_component.get(component, 0.0) + watts
+        result[node.node] = per_component
+    return result
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def sources(url: str, since_s: float, until_s: float) -> list[dq.SourceEnergy]:
+    return dq.energy_by_source(engine(url), since_s, until_s)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def covered(url: str, since_s: float, until_s: float) -> dict[str, float]:
+    return dq.node_covered_s(engine(url), since_s, until_s)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def jobs(url: str, kind: str | None = None, status: str | None = None,
+         since_s: float | None = None, until_s: float | None = None, node: str | None = None,
+         instance_type: str | None = None) -> list[dq.JobTotals]:
+    where = dq.JobFilter(kind, status, since_s, until_s, node, instance_type)
+    return dq.job_totals(engine(url), where)
+
+
+def _costs(found: list[dq.JobTotals], at_s: float) -> dict[str, JobCost]:
+    return {job.id: costing.job_cost(job, at_s) for job in found}
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def job_table(url: str, kind: str | None, status: str | None, since_s: float | None,
+              until_s: float | None, node: str | None, instance_type: str | None,
+              at_s: float) -> pd.DataFrame:
+    """The Jobs table (one row per job, ``started`` in epoch seconds), cached as a frame:
+    a frame is cheap to copy out of the cache, ten thousand job objects are not."""
+    where = dq.JobFilter(kind, status, since_s, until_s, node, instance_type)
+    found = dq.job_totals(engine(url), where)
+    return pd.DataFrame(analysis.job_rows(found, _costs(found, at_s), at_s))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def compare(url: str, kind: str, unit: str, since_s: float | None, until_s: float | None,
+            at_s: float, picked: tuple[str, ...] | None = None) -> list[analysis.Group]:
+    """Compare groups: per setup, or per job when ``picked`` names the jobs."""
+    where = dq.JobFilter(kind, None, since_s, until_s, job_ids=picked)
+    found = dq.job_totals(engine(url), where)
+    return analysis.compare_groups(found, unit, _costs(found, at_s), at_s,
+                                   by_job=picked is not None)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def compare_candidates(url: str, kind: str, unit: str, since_s: float | None,
+                       until_s: float | None, limit: int = 500) -> list[tuple[str, str]]:
+    """(job id, label) of the newest jobs that counted ``unit``, for the job picker."""
+    found = dq.job_totals(engine(url), dq.JobFilter(kind, None, since_s, until_s))
+    newest = sorted((j for j in found if j.units.get(unit, 0) > 0),
+                    key=lambda j: j.started_s, reverse=True)[:limit]
+    return [(j.id, f"{j.name} · {analysis.setup_of(j)} · {j.id}") for j in newest]
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def load_points(url: str, unit: str, at_s: float) -> tuple[list[analysis.LoadPoint], int]:
+    found = dq.job_totals(engine(url), dq.JobFilter(kind="inference", label_key="concurrency"))
+    return analysis.load_curve(found, unit, at_s)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def running_count(url: str) -> int:
+    return dq.count_jobs(engine(url), running=True)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def choices(url: str) -> list[dq.JobChoice]:
+    return dq.job_choices(engine(url))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def units_by_kind(url: str) -> dict[str, list[str]]:
+    return dq.job_units_by_kind(engine(url))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def detail(url: str, job_id: str) -> JobDetail | None:
+    try:
+        return job_detail(engine(url), job_id)
+    except UnknownJobError:
+        return None
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def job_series(url: str, job_id: str, span_s: float) -> tuple[
+        int, list[dq.SeriesPoint], list[tuple[float, str, str, float]]]:
+    """(bucket_s, power points, unit points) for a job lasting ``span_s``."""
+    eng = engine(url)
+    bucket_s = dq.choose_bucket_s(span_s, 300, dq.job_min_bucket_s(eng, job_id))
+    return (bucket_s, dq.job_power_series(eng, job_id, bucket_s),
+            dq.job_unit_series(eng, job_id, bucket_s))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def node_series(url: str, node: str, since_s: float, until_s: float,
+                bucket_s: int) -> list[dq.SeriesPoint]:
+    return dq.node_power_series(engine(url), node, since_s, until_s, bucket_s)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def power_range(url: str, node: str) -> dict[str, tuple[float, float]]:
+    return dq.node_power_range(engine(url), node)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def job_sources(url: str, job_id: str) -> list[dq.SourceEnergy]:
+    return dq.job_energy_by_source(engine(url), job_id)

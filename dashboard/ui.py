@@ -1,0 +1,124 @@
+"""Pieces every page shares: the store check, the viewer's timezone, period choices.
+
+A page starts with :func:`require_data`, which stops the page with instructions (how to
+start the agent and run a job) when the store has nothing to show, instead of letting
+an empty query fall over further down.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, tzinfo
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import streamlit as st
+
+from agent.store.migrate import HEAD_REVISION
+from dashboard import state
+
+PERIODS_S = {"Last hour": 3600.0, "Last 24 hours": 86400.0, "Last 7 days": 7 * 86400.0,
+             "Last 30 days": 30 * 86400.0, "All time": None}
+SHORT = {"Last hour": "1 h", "Last 24 hours": "24 h", "Last 7 days": "7 d",
+         "Last 30 days": "30 d", "All time": "all time"}
+SAMPLE_HINT = ("To look around first, fill a sample store and open it:\n\n"
+               "```sh\npython -m dashboard.sample sqlite:////tmp/joulestat-sample.db\n"
+               "joulestat dashboard --db sqlite:////tmp/joulestat-sample.db\n```")
+
+
+def viewer_tz() -> tzinfo:
+    """The browser's timezone when Streamlit knows it, else the server's own."""
+    name = getattr(st.context, "timezone", None)
+    if name:
+        try:
+            return ZoneInfo(name)
+        except (ZoneInfoNotFoundError, ValueError):
+            pass
+    local = datetime.now().astimezone().tzinfo
+    return local if local is not None else ZoneInfo("UTC")
+
+
+def tz_label(tz: tzinfo) -> str:
+    return getattr(tz, "key", None) or datetime.now(tz).strftime("%Z") or "local time"
+
+
+def to_local(epoch_s: float, tz: tzinfo) -> datetime:
+    """Wall-clock time in ``tz``, without tzinfo: tables and charts then show the
+    viewer's clock whatever the browser or Arrow would do with an offset."""
+    return datetime.fromtimestamp(epoch_s, tz).replace(tzinfo=None)
+
+
+def app_pages() -> list[Any]:
+    """The app's pages. Each ``url_path`` is its file's name, the path Streamlit's
+    file-based mode gives it too, so a link means the same page in both modes."""
+    folder = Path(__file__).resolve().parent / "pages"
+    return [
+        st.Page(folder / "overview.py", title="Overview", icon=":material/dashboard:",
+                default=True),
+        st.Page(folder / "jobs.py", title="Jobs", icon=":material/list:", url_path="jobs"),
+        st.Page(folder / "job_detail.py", title="Job detail", icon=":material/timeline:",
+                url_path="job_detail"),
+        st.Page(folder / "compare.py", title="Compare", icon=":material/compare_arrows:",
+                url_path="compare"),
+        st.Page(folder / "load_curve.py", title="Load curve", icon=":material/show_chart:",
+                url_path="load_curve"),
+    ]
+
+
+def configure_page() -> None:
+    st.set_page_config(page_title="joulestat", page_icon=":material/bolt:", layout="wide")
+
+
+def sidebar(url: str) -> None:
+    with st.sidebar:
+        st.caption(f"Store: `{state.shown_url(url)}` (read-only)")
+
+
+def enter() -> None:
+    """Every page's first call: make sure the app's navigation is in place.
+
+    Streamlit still knows its older multipage mode, where a ``pages/`` folder next to
+    the main script is a list of pages shown by file name. Until app.py's
+    ``st.navigation`` has run once in the server, a first request that deep-links a
+    page (``/jobs``) runs the page file alone, in that mode. Such a run declares the
+    app's navigation itself (same pages, same paths) and carries on, so the reader sees
+    the app's sidebar and nothing is rerun. AppTest runs every page this way.
+    """
+    if not state.in_app():
+        configure_page()
+        st.navigation(app_pages())
+        sidebar(state.db_url())
+
+
+def require_data(url: str) -> None:
+    """Stop the page with what to do when the store has nothing to show."""
+    found = state.status(url)
+    if found.state == "ok":
+        return
+    shown = state.shown_url(url)
+    start = (f"Start the agent on each node, writing to this store:\n\n"
+             f"```sh\njoulestat agent --db '{shown}'\n```\n\n"
+             f"then measure a job:\n\n"
+             f"```sh\njoulestat run --name bert-serve --kind inference "
+             f"--label concurrency=8 -- python serve.py\n```\n\n"
+             f"(or `from agent.client import track` inside your code; see docs/jobs.md).")
+    if found.state in ("missing", "empty"):
+        st.info(f"**No measurements yet** in `{shown}`.\n\n{start}\n\n{SAMPLE_HINT}")
+    elif found.state == "no-schema":
+        st.info(f"**`{shown}` has no joulestat tables yet.** The agent creates them when it "
+                f"starts (or run `joulestat db upgrade --db '{shown}'`).\n\n{start}")
+    elif found.state == "outdated":
+        st.warning(f"The store is at schema revision `{found.detail}`; this dashboard reads "
+                   f"`{HEAD_REVISION}`. Run `joulestat db upgrade --db '{shown}'` (the "
+                   "dashboard itself never writes), or update joulestat if the store is "
+                   "newer.")
+    else:
+        st.error(f"Cannot read the store `{shown}`: {found.detail}")
+    st.stop()
+
+
+def period_picker(key: str, default: str = "Last 24 hours") -> tuple[str, float | None]:
+    """A period choice; returns its label and length in seconds (None: all time)."""
+    options = list(PERIODS_S)
+    label = st.selectbox("Period", options, index=options.index(default), key=key)
+    return label, PERIODS_S[label]

@@ -1,0 +1,259 @@
+"""The real ``joulestat dashboard`` in headless Chromium: every page renders the data.
+
+Streamlit draws its pages in the browser over a websocket after the HTML has loaded,
+so a one-shot ``--dump-dom`` or ``--screenshot`` may capture an empty shell. The test
+therefore drives Chromium through its DevTools protocol (the ``websockets`` client
+Streamlit already depends on): load a page, poll the rendered text until the expected
+figures appear, then take a full-page screenshot. Screenshots go to the pytest tmp
+dir, and to docs/screenshots/ when ``JOULESTAT_SAVE_SCREENSHOTS`` is set.
+
+Needs Debian's ``chromium`` package. Without it the test is skipped with that reason,
+except in CI (``CI=true``), where a missing browser is a failure.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import itertools
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from websockets.sync.client import ClientConnection, connect
+
+from agent.store import make_engine, migrate
+from agent.store.job_queries import JobSummary, list_jobs
+from dashboard import fmt, sample
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+SCREENSHOTS = REPO / "docs" / "screenshots"
+VIEWER_TZ = "Asia/Tokyo"  # not the server's zone: proves times follow the browser
+WIDTH = 1400
+
+
+def chromium_binary() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found:
+        return found
+    reason = "headless Chromium not installed (Debian: apt-get install chromium)"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{reason}; CI must provide it")
+    pytest.skip(reason)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def launch(binary: str, profile: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """Start headless Chromium in the viewer's timezone; (process, page websocket URL)."""
+    process = subprocess.Popen(
+        [binary, "--headless", "--no-sandbox", "--disable-gpu",
+         "--disable-background-networking", "--disable-component-update",
+         "--disable-sync", "--no-first-run", "--hide-scrollbars", "--disable-breakpad",
+         "--disable-crash-reporter",
+         f"--user-data-dir={profile}", "--remote-debugging-port=0",
+         f"--window-size={WIDTH},1000", "about:blank"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "TZ": VIEWER_TZ})
+    port_file = profile / "DevToolsActivePort"
+    deadline = time.monotonic() + 30
+    while not (port_file.exists() and port_file.read_text().strip()):
+        if time.monotonic() > deadline or process.poll() is not None:
+            process.kill()
+            raise RuntimeError("Chromium did not open its DevTools port")
+        time.sleep(0.1)
+    port = int(port_file.read_text().split()[0])
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as reply:
+        targets = json.load(reply)
+    return process, next(t for t in targets if t["type"] == "page")["webSocketDebuggerUrl"]
+
+
+class Browser:
+    """One headless Chromium page, driven over the DevTools protocol."""
+
+    def __init__(self, socket: ClientConnection) -> None:
+        self.socket = socket
+        self.ids = itertools.count(1)
+
+    def call(self, method: str, **params: Any) -> dict[str, Any]:
+        request_id = next(self.ids)
+        self.socket.send(json.dumps({"id": request_id, "method": method, "params": params}))
+        while True:
+            message = json.loads(self.socket.recv(timeout=60))
+            if message.get("id") == request_id:
+                if "error" in message:
+                    raise RuntimeError(f"{method}: {message['error']}")
+                return message["result"]
+
+    def evaluate(self, expression: str) -> Any:
+        return self.call("Runtime.evaluate", expression=expression,
+                         returnByValue=True)["result"].get("value")
+
+    def open(self, url: str, expected: list[str], timeout_s: float = 60) -> str:
+        """Load ``url`` and wait until every expected text is on the page; its text."""
+        self.call("Emulation.setDeviceMetricsOverride", width=WIDTH, height=1000,
+                  deviceScaleFactor=1, mobile=False)
+        self.call("Page.navigate", url=url)
+        deadline = time.monotonic() + timeout_s
+        page = ""
+        while time.monotonic() < deadline:
+            page = self.evaluate("document.body ? document.body.innerText : ''") or ""
+            busy = self.evaluate("!!document.querySelector('[data-testid=stStatusWidget]')")
+            if all(t in page for t in expected) and not busy:
+                return page
+            time.sleep(0.25)
+        missing = [t for t in expected if t not in page]
+        raise AssertionError(f"{url}: never showed {missing}; page text:\n{page[:3000]}")
+
+    def screenshot(self, path: Path) -> None:
+        time.sleep(1.0)  # charts animate in after their data arrives
+        height = self.evaluate(
+            "Math.max(...[...document.querySelectorAll('*')].map(e => e.scrollHeight))")
+        self.call("Emulation.setDeviceMetricsOverride", width=WIDTH,
+                  height=min(int(height or 1000), 8000), deviceScaleFactor=1, mobile=False)
+        time.sleep(0.5)
+        data = self.call("Page.captureScreenshot", format="png")["data"]
+        path.write_bytes(base64.b64decode(data))
+
+
+@pytest.fixture(scope="module")
+def filled(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, JobSummary]]:
+    url = f"sqlite:///{tmp_path_factory.mktemp('browser') / 'sample.db'}"
+    engine = make_engine(url)
+    migrate.upgrade(engine)
+    sample.fill(engine, end_s=time.time() - 60)
+    jobs = {j.id: j for j in list_jobs(engine)}
+    engine.dispose()
+    return url, jobs
+
+
+@contextlib.contextmanager
+def serve(url: str) -> Iterator[str]:
+    """``joulestat dashboard`` on ``url`` and a free port; yields its base URL."""
+    port = free_port()
+    script = Path(sys.executable).with_name("joulestat")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "agent"]
+    process = subprocess.Popen([*command, "dashboard", "--db", url, "--port", str(port)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        assert process.stdout is not None
+        first = process.stdout.readline()
+        assert f"joulestat dashboard: {base}" in first and "read-only" in first, first
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/_stcore/health", timeout=2) as reply:
+                    if reply.read().strip() == b"ok":
+                        break
+            except OSError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"dashboard did not start:\n{process.stdout.read()}")
+            time.sleep(0.2)
+        yield base
+    finally:
+        process.terminate()
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+@pytest.fixture(scope="module")
+def server(filled: tuple[str, dict[str, JobSummary]]) -> Iterator[str]:
+    with serve(filled[0]) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    binary = chromium_binary()
+    with tempfile.TemporaryDirectory(prefix="joulestat-chromium-",
+                                     ignore_cleanup_errors=True) as profile:
+        process, page_url = launch(binary, Path(profile))
+        try:
+            with connect(page_url, max_size=256 * 2**20) as page_socket:
+                yield Browser(page_socket)
+        finally:
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def pages(jobs: dict[str, JobSummary]) -> list[tuple[str, str, list[str]]]:
+    [multi] = [j for j in jobs.values() if j.name == "llama-7b-finetune"]
+    [starved] = [j for j in jobs.values() if j.name == "resnet50-jpeg-decode"]
+    per_sample = fmt.energy(multi.total_j / multi.units["sample"])
+    # A fresh server's first request deep-links a page with a query parameter: it must
+    # still run inside the app's navigation (see dashboard.ui.enter).
+    return [
+        ("job-detail", f"/job_detail?job={multi.id}", [
+            "llama-7b-finetune · training · ended", "trainer-p4d-1 (p4d.24xlarge)",
+            "loader-c5-1 (c5.4xlarge)", "Energy per sample", per_sample,
+            "gpu: measured (nvml_energy)", "Power over time (W", "Report (PDF)"]),
+        ("overview", "/", ["Jobs running", "trainer-p4d-1 (p4d.24xlarge)",
+                           "inf2-1 (inf2.xlarge)", "kWh", "Power now (W)",
+                           f"Times in {VIEWER_TZ}"]),
+        ("jobs", "/jobs", [f"{len(jobs)} jobs", "Select a row to open the job",
+                           "Open detail"]),
+        ("job-detail-cpu-bound", f"/job_detail?job={starved.id}", [
+            "CPU bottleneck on gpu-a10g-1 (g5.xlarge)"]),
+        ("compare", "/compare", ["g5.xlarge vs c6i.2xlarge:", "throughput",
+                                 "energy per request", "Sizing for a service level"]),
+        ("load-curve", "/load_curve", ["Energy per request (J)", "Rate (requests/s)",
+                                       "inf2.xlarge", "c6i.2xlarge"]),
+    ]
+
+
+def test_every_page_renders_its_data_in_a_real_browser(filled, server, browser, tmp_path):
+    _url, jobs = filled
+    saved = []
+    for name, path, expected in pages(jobs):
+        # The app's own navigation (titles), never Streamlit's file-name sidebar.
+        text = browser.open(server + path, [*expected, "Job detail", "Load curve"])
+        assert "load curve" not in text and browser.evaluate("location.pathname") == (
+            path.split("?")[0]), text[:500]
+        errors = browser.evaluate("document.querySelectorAll("
+                                  "'[data-testid=stException], [data-testid=stAlertContentError]'"
+                                  ").length")
+        assert errors == 0 and "Traceback" not in text, text[:2000]
+        shot = tmp_path / f"{name}.png"
+        browser.screenshot(shot)
+        assert shot.stat().st_size > 20_000  # a rendered page, not a blank one
+        saved.append(shot)
+    if os.environ.get("JOULESTAT_SAVE_SCREENSHOTS"):
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        for shot in saved:
+            shutil.copyfile(shot, SCREENSHOTS / shot.name)
+
+
+def test_an_empty_store_shows_how_to_start(tmp_path, browser):
+    missing = tmp_path / "not-yet.db"
+    with serve(f"sqlite:///{missing}") as base:
+        text = browser.open(base + "/", ["No measurements yet", "joulestat agent --db",
+                                         "joulestat run --name"])
+        assert "Traceback" not in text
+        shot = tmp_path / "empty-store.png"
+        browser.screenshot(shot)
+    assert not missing.exists()  # looking never creates the store
+    if os.environ.get("JOULESTAT_SAVE_SCREENSHOTS"):
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shot, SCREENSHOTS / shot.name)

@@ -1,0 +1,276 @@
+"""Every dashboard page, run server-side with Streamlit's AppTest on real stores.
+
+AppTest runs each page file as Streamlit's file-based pages (it resets the page mode
+before every run); app.py's navigation around them, and deep links into a fresh
+server, are covered in a real browser by tests/integration/test_dashboard_browser.py.
+
+Stores are filled through the agent's own path (:mod:`dashboard.sample` drives
+``attribute()`` and ``StoreWriter``); expected figures come from the shared store
+queries (``list_jobs``, ``job_detail``, ``node_energy_j``), never from the dashboard's
+own code, so a page that shows a wrong number fails here.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from agent.store import make_engine, migrate
+from agent.store.job_queries import JobSummary, job_detail, list_jobs
+from agent.store.queries import list_nodes, node_energy_j
+from dashboard import downloads, fmt, sample
+
+APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
+PAGES = ("pages/overview.py", "pages/jobs.py", "pages/job_detail.py", "pages/compare.py",
+         "pages/load_curve.py")
+TITLES = {"pages/overview.py": "Overview", "pages/jobs.py": "Jobs",
+          "pages/job_detail.py": "Job detail", "pages/compare.py": "Compare",
+          "pages/load_curve.py": "Load curve"}
+
+
+@pytest.fixture(scope="module")
+def sample_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    url = f"sqlite:///{tmp_path_factory.mktemp('dash') / 'sample.db'}"
+    engine = make_engine(url)
+    migrate.upgrade(engine)
+    # Ended a minute ago, so every "up to now" window holds all of it.
+    sample.fill(engine, end_s=time.time() - 60)
+    engine.dispose()
+    yield url
+
+
+@pytest.fixture(scope="module")
+def jobs(sample_url: str) -> dict[str, JobSummary]:
+    engine = make_engine(sample_url)
+    found = {j.id: j for j in list_jobs(engine)}
+    engine.dispose()
+    return found
+
+
+def run_page(url: str, page: str, monkeypatch: pytest.MonkeyPatch,
+             job: str | None = None) -> AppTest:
+    monkeypatch.setenv("JOULESTAT_DB", url)
+    at = AppTest.from_file(APP, default_timeout=60)
+    if job is not None:
+        at.query_params["job"] = job
+    at.switch_page(page).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert [t.value for t in at.title] == [TITLES[page]]
+    return at
+
+
+def metric(at: AppTest, label: str) -> str:
+    [found] = [m.value for m in at.metric if m.label == label]
+    return found
+
+
+def one_job(jobs: dict[str, JobSummary], name: str) -> JobSummary:
+    [found] = [j for j in jobs.values() if j.name == name]
+    return found
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_renders_the_sample_without_errors(sample_url, page, monkeypatch):
+    at = run_page(sample_url, page, monkeypatch)
+    assert not at.error
+
+
+def test_overview_shows_nodes_running_jobs_and_period_energy(sample_url, jobs, monkeypatch):
+    at = run_page(sample_url, "pages/overview.py", monkeypatch)
+    assert metric(at, "Nodes") == "5"
+    assert metric(at, "Instance types") == "5"
+    assert metric(at, "Jobs running") == str(sum(j.status == "running" for j in jobs.values()))
+    at.selectbox(key="overview_period").set_value("All time").run()
+    engine = make_engine(sample_url)
+    expected = sum(j for n in list_nodes(engine)
+                   for (component, _d), j in node_energy_j(engine, n.node, 0, 1e11).items()
+                   if component != "platform")
+    engine.dispose()
+    assert metric(at, "Energy, all time") == fmt.kwh(expected)
+    assert metric(at, "CO2e") not in ("—", "0 g")
+    assert metric(at, "Cost").startswith("$") and metric(at, "Cost") != "$0"
+    nodes = at.dataframe[0].value
+    assert set(nodes["instance type"]) == {"g5.xlarge", "inf2.xlarge", "c6i.2xlarge",
+                                           "p4d.24xlarge", "c5.4xlarge"}
+    running = at.dataframe[1].value
+    assert list(running["job"]) == [j.id for j in jobs.values() if j.status == "running"]
+
+
+def test_jobs_table_lists_every_job_with_its_energy_and_opens_the_detail(
+        sample_url, jobs, monkeypatch):
+    at = run_page(sample_url, "pages/jobs.py", monkeypatch)
+    table = at.dataframe[0].value.set_index("job")
+    assert set(table.index) == set(jobs)
+    for job_id, job in jobs.items():
+        assert table.at[job_id, "energy (kJ)"] == pytest.approx(job.total_j / 1000)
+    multi = one_job(jobs, "llama-7b-finetune")
+    assert table.at[multi.id, "instance types"] == "c5.4xlarge + p4d.24xlarge"
+    assert table.at[multi.id, "CO2e (g)"] > 0 and table.at[multi.id, "cost (USD)"] > 0
+    # Sorted by energy, largest first, by default.
+    energies = list(at.dataframe[0].value["energy (kJ)"])
+    assert energies == sorted(energies, reverse=True)
+
+    at.selectbox(key="jobs_kind").set_value("training").run()
+    assert set(at.dataframe[0].value["kind"]) == {"training"}
+    at.selectbox(key="jobs_kind").set_value("any")
+    at.text_input(key="jobs_label").input("concurrency=8").run()
+    assert set(at.dataframe[0].value["labels"].str.contains("concurrency=8")) == {True}
+    assert len(at.dataframe[0].value) == 3  # one per inference instance type
+    at.selectbox(key="jobs_sort").set_value("Cost")
+    at.toggle(key="jobs_desc").set_value(False).run()
+    costs = list(at.dataframe[0].value["cost (USD)"])
+    assert costs == sorted(costs)
+
+    cheapest = at.dataframe[0].value["job"][0]
+    at.selectbox(key="jobs_pick").set_value(cheapest)
+    at.button(key="jobs_open").click().run()
+    assert not at.exception
+    assert [t.value for t in at.title] == ["Job detail"]
+    assert at.query_params["job"] == cheapest
+    assert at.selectbox(key="detail_pick").value == cheapest
+
+
+def test_job_detail_of_a_multi_node_job_breaks_it_down_per_node(sample_url, jobs, monkeypatch):
+    multi = one_job(jobs, "llama-7b-finetune")
+    at = run_page(sample_url, "pages/job_detail.py", monkeypatch, job=multi.id)
+    assert metric(at, "Energy") == fmt.energy(multi.total_j)
+    assert metric(at, "Energy per sample") == fmt.energy(multi.total_j / multi.units["sample"])
+    assert metric(at, "CO2e").endswith("kg") and metric(at, "Cost").startswith("$")
+    per_node = at.dataframe[0].value.set_index("node")
+    assert dict(per_node["instance type"]) == {"trainer-p4d-1": "p4d.24xlarge",
+                                               "loader-c5-1": "c5.4xlarge"}
+    engine = make_engine(sample_url)
+    detail = job_detail(engine, multi.id)
+    engine.dispose()
+    for part in detail.per_node:
+        assert per_node.at[part.node, "total (kJ)"] == pytest.approx(part.total_j / 1000,
+                                                                     abs=0.01)
+    badges = " ".join(m.value for m in at.markdown)
+    assert "gpu: measured (nvml_energy)" in badges and "cpu: measured (rapl)" in badges
+    assert not at.warning  # a GPU-bound trainer is not CPU-bound
+    assert [b.label for b in at.get("download_button")] == [
+        "Report (JSON)", "Report (CSV)", "Report (HTML)", "Report (PDF)", "Power series (CSV)"]
+    assert len(at.get("vega_lite_chart")) == 3  # power, unit rate, energy per unit
+    at.radio(key="detail_view").set_value("loader-c5-1").run()
+    assert not at.exception
+
+
+def test_job_detail_offers_its_own_json_without_agent_reports(sample_url, jobs, monkeypatch):
+    monkeypatch.setattr(downloads, "available", lambda: False)
+    at = run_page(sample_url, "pages/job_detail.py", monkeypatch,
+                  job=one_job(jobs, "resnet50-finetune").id)
+    assert [b.label for b in at.get("download_button")] == ["Job (JSON)", "Power series (CSV)"]
+    assert any("need `agent.reports`" in c.value for c in at.caption)
+
+
+def test_job_detail_flags_a_cpu_bound_gpu_job_and_not_a_gpu_bound_one(
+        sample_url, jobs, monkeypatch):
+    starved = one_job(jobs, "resnet50-jpeg-decode")
+    at = run_page(sample_url, "pages/job_detail.py", monkeypatch, job=starved.id)
+    [warning] = [w.value for w in at.warning]
+    assert "CPU bottleneck on **gpu-a10g-1** (g5.xlarge)" in warning
+    busy = one_job(jobs, "resnet50-finetune")
+    at = run_page(sample_url, "pages/job_detail.py", monkeypatch, job=busy.id)
+    assert not at.warning
+    assert any("No CPU bottleneck" in c.value for c in at.caption)
+
+
+def test_job_detail_marks_estimated_components(sample_url, jobs, monkeypatch):
+    cpu_only = next(j for j in jobs.values() if j.nodes == (("cpu-c6i-1", "c6i.2xlarge"),))
+    at = run_page(sample_url, "pages/job_detail.py", monkeypatch, job=cpu_only.id)
+    badges = [m.value for m in at.markdown]
+    assert ":orange-badge[cpu: estimated (model:tdp-curve)]" in badges
+
+
+def test_job_detail_of_an_unknown_job_says_so(sample_url, monkeypatch):
+    at = run_page(sample_url, "pages/job_detail.py", monkeypatch, job="no-such-job")
+    assert "No job with id `no-such-job`" in at.warning[0].value
+
+
+def _group_energy_per_unit(jobs: dict[str, JobSummary], itype: str) -> float:
+    members = [j for j in jobs.values() if j.kind == "inference" and j.nodes
+               and {t for _n, t in j.nodes} == {itype} and j.units.get("request")]
+    return sum(j.total_j for j in members) / sum(j.units["request"] for j in members)
+
+
+def test_compare_shows_energy_per_request_by_instance_type_and_deltas(
+        sample_url, jobs, monkeypatch):
+    at = run_page(sample_url, "pages/compare.py", monkeypatch)
+    table = at.dataframe[0].value.set_index("group")
+    assert set(table.index) == {"g5.xlarge", "inf2.xlarge", "c6i.2xlarge"}
+    for itype in table.index:
+        assert table.at[itype, "energy per request (J)"] == pytest.approx(
+            _group_energy_per_unit(jobs, itype))
+    assert at.selectbox(key="cmp_base").value == "c6i.2xlarge"  # slowest is the baseline
+    lines = [m.value for m in at.markdown]
+    g5 = next(line for line in lines if line.startswith("**g5.xlarge** vs c6i.2xlarge"))
+    change = (_group_energy_per_unit(jobs, "g5.xlarge")
+              / _group_energy_per_unit(jobs, "c6i.2xlarge") - 1) * 100
+    assert f"{fmt.MINUS}{abs(change):.0f} % energy per request" in g5
+    assert "throughput" in g5 and "cost per million requests" in g5
+
+    at.number_input(key="cmp_sla").set_value(1_000_000).run()
+    plan = at.dataframe[1].value.set_index("group")
+    throughput = table["throughput (requests/h)"]
+    for itype in table.index:
+        assert plan.at[itype, "instances"] == math.ceil(1_000_000 / throughput[itype])
+
+
+def test_compare_picked_jobs_and_training_samples(sample_url, jobs, monkeypatch):
+    at = run_page(sample_url, "pages/compare.py", monkeypatch)
+    at.selectbox(key="cmp_kind").set_value("training").run()
+    table = at.dataframe[0].value.set_index("group")
+    assert "c5.4xlarge + p4d.24xlarge" in table.index
+    at.radio(key="cmp_mode").set_value("picked jobs").run()
+    assert not at.exception
+    assert len(at.dataframe[0].value) == 2
+
+
+def test_load_curve_plots_each_concurrency_level_per_instance_type(
+        sample_url, jobs, monkeypatch):
+    at = run_page(sample_url, "pages/load_curve.py", monkeypatch)
+    table = at.dataframe[0].value
+    assert set(table["setup"]) == {"g5.xlarge", "inf2.xlarge", "c6i.2xlarge"}
+    assert sorted(set(table["concurrency"])) == list(map(float, sample.CONCURRENCY))
+    [inf2_c8] = [j for j in jobs.values() if j.labels.get("concurrency") == "8"
+                 and j.nodes[0][1] == "inf2.xlarge"]
+    row = table[(table["setup"] == "inf2.xlarge") & (table["concurrency"] == 8)]
+    assert row["energy per request (J)"].iloc[0] == pytest.approx(
+        inf2_c8.total_j / inf2_c8.units["request"])
+    assert len(at.get("vega_lite_chart")) == 2
+
+
+@pytest.fixture()
+def empty_url(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    engine = make_engine(url)
+    migrate.upgrade(engine)
+    engine.dispose()
+    return url
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_an_empty_store_explains_how_to_start(empty_url, page, monkeypatch):
+    at = run_page(empty_url, page, monkeypatch)
+    [info] = [i.value for i in at.info]
+    assert "No measurements yet" in info
+    assert "joulestat agent --db" in info and "joulestat run --name" in info
+
+
+@pytest.mark.parametrize("page", ("pages/overview.py", "pages/jobs.py"))
+def test_a_missing_or_unmigrated_store_explains_and_is_not_created(tmp_path, page,
+                                                                   monkeypatch):
+    missing = tmp_path / "nothing-here.db"
+    at = run_page(f"sqlite:///{missing}", page, monkeypatch)
+    assert "No measurements yet" in at.info[0].value
+    assert not missing.exists()  # read-only: the dashboard never creates the store
+    blank = tmp_path / "blank.db"
+    blank.touch()
+    at = run_page(f"sqlite:///{blank}", page, monkeypatch)
+    assert "has no joulestat tables yet" in at.info[0].value
+    assert blank.stat().st_size == 0

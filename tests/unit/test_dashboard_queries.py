@@ -1,0 +1,336 @@
+"""The dashboard's reads and rules: read-only engine, queries, costing, comparisons.
+
+Stores are written with the agent's own StoreWriter; expected values come from the
+shared queries (``list_jobs``, ``node_energy_j``, ``job_energy_series``) or from
+numbers fed in, so each check can fail on its own.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
+
+from agent.attribution import DeviceUse, TickUsage, attribute
+from agent.carbon.footprint import energy_points, footprint, placements_from_detail
+from agent.identity import NodeInfo
+from agent.jobs.registry import Job
+from agent.sensors.base import DeviceInfo
+from agent.store import dashboard_queries as dq
+from agent.store import make_engine, migrate
+from agent.store.job_queries import job_detail, job_energy_series, list_jobs
+from agent.store.queries import list_nodes, node_energy_j
+from agent.store.writer import StoreWriter
+from agent.tick import Tick, TickEntry
+from dashboard import analysis, costing, downloads, fmt, sample
+
+T0 = 1_700_000_040.0  # a minute boundary
+NODE = NodeInfo("box", "g5.12xlarge", "us-east-1", "EPYC", "test")
+DEVICES = [DeviceInfo("cpu", "0", "rapl"), DeviceInfo("gpu", "0", "nvml_energy"),
+           DeviceInfo("gpu", "1", "nvml_energy")]
+
+
+@pytest.fixture(scope="module")
+def sample_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    url = f"sqlite:///{tmp_path_factory.mktemp('dq') / 'sample.db'}"
+    engine = make_engine(url)
+    migrate.upgrade(engine)
+    sample.fill(engine, end_s=time.time() - 60)
+    engine.dispose()
+    return url
+
+
+@pytest.fixture()
+def ro(sample_url: str) -> Iterator:
+    engine = dq.open_readonly_engine(sample_url)
+    yield engine
+    engine.dispose()
+
+
+def steady_store(path: Path, seconds: int = 300) -> str:
+    """One job alone on a node: cpu 40 W, two GPUs at 100 W and 50 W, 10 requests/s."""
+    url = f"sqlite:///{path}"
+    engine = make_engine(url)
+    migrate.upgrade(engine)
+    writer = StoreWriter(engine, NODE, DEVICES, raw_retention_s=3600)
+    job = Job(id="steady", name="steady", kind="inference", labels={}, pids={1},
+              started_s=T0, origin="api")
+    writer.save_job(job)
+    for i in range(seconds):
+        tick = Tick(T0 + i, T0 + i + 1, (TickEntry("cpu", "0", "rapl", 40.0),
+                                         TickEntry("gpu", "0", "nvml_energy", 100.0),
+                                         TickEntry("gpu", "1", "nvml_energy", 50.0)))
+        usage = TickUsage(node_busy_cpu_s=1.0, job_cpu_s={"steady": 1.0},
+                          devices={("gpu", d): DeviceUse({"steady": 90}, ("steady",))
+                                   for d in ("0", "1")}, running_jobs=("steady",))
+        writer.add(tick)
+        writer.add_shares(tick, attribute(tick, usage, {}))
+        writer.add_units("steady", tick.t1_s, {"request": 10})
+    job.ended_s = T0 + seconds
+    writer.save_job(job)
+    writer.maintain(T0 + seconds + 60)
+    writer.close()
+    engine.dispose()
+    return url
+
+
+def test_readonly_sqlite_engine_refuses_every_write(sample_url, ro):
+    with ro.connect() as connection:
+        assert connection.execute(text("SELECT count(*) FROM jobs")).scalar_one() > 0
+        with pytest.raises(OperationalError, match="readonly|read-only"):
+            connection.execute(text("DELETE FROM jobs"))
+    # The agent's own writer cannot get a row in through this engine either.
+    writer = StoreWriter(ro, NODE, DEVICES, raw_retention_s=3600)
+    writer.add(Tick(T0, T0 + 1, (TickEntry("cpu", "0", "rapl", 1.0),)))
+    assert writer.flush() is False
+    with ro.connect() as connection:
+        assert connection.execute(text("SELECT count(*) FROM nodes WHERE node = 'box'")
+                                  ).scalar_one() == 0
+
+
+def test_readonly_engine_needs_an_existing_file_and_keeps_odd_paths(tmp_path):
+    with pytest.raises(dq.StoreMissingError):
+        dq.open_readonly_engine(f"sqlite:///{tmp_path / 'absent.db'}")
+    assert not (tmp_path / "absent.db").exists()
+    odd = tmp_path / "a dir #1" / "store.db"
+    odd.parent.mkdir()
+    sqlite3.connect(odd).execute("CREATE TABLE t (x)").connection.commit()
+    engine = dq.open_readonly_engine(f"sqlite:///{odd}")
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT count(*) FROM t")).scalar_one() == 0
+    engine.dispose()
+    with pytest.raises(dq.StoreError, match="unsupported"):
+        dq.open_readonly_engine("mysql://x@y/z")
+
+
+def test_job_totals_match_list_jobs_for_every_filter(sample_url, ro):
+    expected = {j.id: j for j in list_jobs(ro)}
+    found = {j.id: j for j in dq.job_totals(ro)}
+    assert set(found) == set(expected)
+    for job_id, job in expected.items():
+        got = found[job_id]
+        assert (got.nodes, got.units, got.status, got.labels, got.started_s, got.ended_s) == (
+            job.nodes, job.units, job.status, job.labels, job.started_s, job.ended_s)
+        assert got.total_j == pytest.approx(job.total_j, rel=1e-12)
+        detail = job_detail(ro, job_id)
+        assert [(p.node, p.instance_type, p.region, p.started_s, p.ended_s, p.units)
+                for p in got.per_node] == [
+            (p.node, p.instance_type, p.region, p.started_s, p.ended_s, p.units)
+            for p in detail.per_node]
+        for mine, theirs in zip(got.per_node, detail.per_node, strict=True):
+            assert mine.total_j == pytest.approx(theirs.total_j, rel=1e-12)
+    training = dq.job_totals(ro, dq.JobFilter(kind="training"))
+    assert {j.id for j in training} == {i for i, j in expected.items() if j.kind == "training"}
+    loader = dq.job_totals(ro, dq.JobFilter(instance_type="c5.4xlarge"))
+    assert [j.name for j in loader] == ["llama-7b-finetune"]
+    assert len(loader[0].per_node) == 2  # the filter picks jobs, not parts of them
+    labelled = dq.job_totals(ro, dq.JobFilter(label_key="concurrency"))
+    assert {j.id for j in labelled} == {i for i, j in expected.items()
+                                        if "concurrency" in j.labels}
+    assert dq.job_totals(ro, dq.JobFilter(label_key="concurrenc")) == []
+    assert dq.job_totals(ro, dq.JobFilter(label_key="mod_l")) == []  # '_' is no wildcard
+    running = dq.job_totals(ro, dq.JobFilter(status="running"))
+    assert [j.id for j in running] == [i for i, j in expected.items() if j.status == "running"]
+    first = min(expected.values(), key=lambda j: j.started_s)
+    early = dq.job_totals(ro, dq.JobFilter(since_s=first.started_s - 10,
+                                            until_s=first.started_s + 1))
+    assert first.id in {j.id for j in early}
+    assert all(j.started_s <= first.started_s + 1 for j in early)
+
+
+def test_series_add_up_to_the_job_total_across_rollups_and_raw_rows(sample_url, ro):
+    multi = next(j for j in dq.job_totals(ro) if len(j.nodes) == 2)
+    minimum = dq.job_min_bucket_s(ro, multi.id)
+    assert minimum == 60  # part of the job is only in minute rollups (retention 1 h)
+    bucket = dq.choose_bucket_s(multi.ended_s - multi.started_s, 300, minimum)
+    assert bucket % 60 == 0
+    points = dq.job_power_series(ro, multi.id, bucket)
+    assert sum(p.dynamic_j + p.idle_j for p in points) == pytest.approx(multi.total_j)
+    reference = sum(d + i for _t, _c, d, i in job_energy_series(ro, multi.id))
+    assert reference == pytest.approx(multi.total_j)
+    units = dq.job_unit_series(ro, multi.id, bucket)
+    assert sum(n for *_rest, n in units) == pytest.approx(multi.units["sample"])
+    by_source = dq.job_energy_by_source(ro, multi.id)
+    assert sum(r.energy_j for r in by_source) == pytest.approx(multi.total_j)
+    assert {(r.node, r.component, r.source) for r in by_source} >= {
+        ("trainer-p4d-1", "gpu", "nvml_energy"), ("loader-c5-1", "cpu", "rapl")}
+
+
+def test_node_reads_match_the_shared_node_queries(sample_url, ro):
+    rows = dq.energy_by_source(ro, 0, 1e11)
+    covered = dq.node_covered_s(ro, 0, 1e11)
+    for node in list_nodes(ro):
+        expected = sum(node_energy_j(ro, node.node, 0, 1e11).values())
+        assert sum(r.energy_j for r in rows if r.node == node.node) == pytest.approx(expected)
+        assert covered[node.node] == pytest.approx(3 * 3600, abs=10)
+    sources = {(r.node, r.component): r.source for r in rows}
+    assert sources[("cpu-c6i-1", "cpu")] == "model:tdp-curve"
+    assert sources[("inf2-1", "accelerator")] == "neuron"
+    ranges = dq.node_power_range(ro, "gpu-a10g-1")
+    assert ranges["gpu"][0] < 80 < 250 < ranges["gpu"][1] <= 300 * 1.05
+
+
+def test_power_is_energy_over_covered_time_summed_over_devices(tmp_path):
+    url = steady_store(tmp_path / "steady.db", seconds=300)
+    engine = dq.open_readonly_engine(url)
+    for bucket in (1, 10, 60):
+        points = dq.job_power_series(engine, "steady", bucket)
+        gpu = [p for p in points if p.component == "gpu"]
+        assert {round(p.power_w, 9) for p in gpu} == {150.0}
+        assert {round(p.power_w, 9) for p in points if p.component == "cpu"} == {40.0}
+    units = dq.job_unit_series(engine, "steady", 60)
+    assert [n for *_rest, n in units] == [600.0] * 5
+    node = dq.node_power_series(engine, "box", T0, T0 + 300, 30)
+    assert {round(p.power_w, 9) for p in node if p.component == "gpu"} == {150.0}
+    assert dq.job_min_bucket_s(engine, "steady") == pytest.approx(1.0)
+    assert dq.job_units_by_kind(engine) == {"inference": ["request"]}
+    assert [c.id for c in dq.job_choices(engine)] == ["steady"]
+    engine.dispose()
+
+
+def test_costs_scaled_from_rates_equal_footprint_on_the_whole_job(sample_url, ro):
+    now = time.time()
+    for job in dq.job_totals(ro):
+        detail = job_detail(ro, job.id)
+        points = [p for part in detail.per_node
+                  for p in energy_points(part.node, job_energy_series(ro, job.id, part.node))]
+        reference = footprint(points, placements_from_detail(detail, now), now_s=now)
+        cost = costing.job_cost(job, now)
+        assert cost.co2e_g == pytest.approx(reference.total_co2e_g, rel=1e-9)
+        assert cost.cost_usd == pytest.approx(reference.cost_usd, rel=1e-9)
+        assert cost.embodied_g == pytest.approx(reference.embodied_co2e_g, rel=1e-9)
+
+
+def test_downloads_are_joulestats_reports_in_every_format(sample_url, ro):
+    multi = next(j for j in dq.job_totals(ro) if len(j.nodes) == 2)
+    report = json.loads(downloads.render(ro, multi.id, "json"))
+    assert report["job"]["id"] == multi.id
+    assert report["energy_j"]["total"] == pytest.approx(multi.total_j)
+    assert {n["instance_type"] for n in report["nodes"]} == {"p4d.24xlarge", "c5.4xlarge"}
+    csv_text = downloads.render(ro, multi.id, "csv")
+    assert csv_text.splitlines()[0].startswith("job_id,") and multi.id in csv_text
+    assert multi.id in downloads.render(ro, multi.id, "html")
+    assert downloads.deferred(ro, multi.id, "pdf")()[:5] == b"%PDF-"
+    with pytest.raises(ValueError, match="unknown report format"):
+        downloads.render(ro, multi.id, "docx")
+
+
+def test_unknown_instance_type_gives_unknown_cost_not_zero():
+    cost = costing.node_cost("local", "", 3_600_000.0, 3600.0)
+    assert cost.cost_usd is None and cost.co2e_g is None
+    assert cost.operational_g and cost.operational_g > 0  # world-average intensity
+
+
+def test_provenance_classes():
+    assert analysis.provenance_class("rapl") == "measured"
+    assert analysis.provenance_class("model:tdp-curve") == "estimated"
+    assert analysis.provenance_class("replay") == "replay"
+    assert analysis.provenance_class("model:tdp-curve+rapl") == "mixed"
+    assert analysis.provenance_class("nvml_energy+nvml_power") == "measured"
+    rows = [dq.SourceEnergy("n", "cpu", "rapl", 3.0), dq.SourceEnergy("n", "platform", "rapl",
+                                                                        9.0),
+            dq.SourceEnergy("n", "dram", "model:dram-gib", 1.0)]
+    assert analysis.provenance_totals(rows) == {"measured": 3.0, "estimated": 1.0}
+
+
+def group(key: str, units: float, energy_j: float, run_s: float, cost: float | None,
+          nodes: int = 1) -> analysis.Group:
+    return analysis.Group(key, (key,), units, energy_j, run_s, nodes, co2e_g=energy_j / 1e4,
+                          cost_usd=cost)
+
+
+def test_delta_text_reads_like_a_sentence():
+    cpu = group("c6i", units=1000, energy_j=5000, run_s=100, cost=1.0)
+    gpu = group("g5", units=6300, energy_j=2520, run_s=100, cost=0.5)
+    assert analysis.delta_text(gpu, cpu, "inference") == (
+        "×6.3 throughput, −92 % energy per inference, −92 % CO2e per inference, "
+        "−92 % cost per million inferences")
+    unknown = group("x", units=1000, energy_j=5000, run_s=100, cost=None)
+    assert analysis.delta_text(unknown, cpu, "request") == (
+        "×1 throughput, ±0 % energy per request, ±0 % CO2e per request")
+
+
+def test_sla_plan_rounds_setups_up_and_scales_power_and_cost():
+    one = group("g5", units=3600, energy_j=360_000, run_s=3600, cost=2.0)  # 3600/h, 100 W
+    pair = group("p4d+c5", units=7200, energy_j=7_200_000, run_s=3600, cost=20.0, nodes=2)
+    plan = {r.key: r for r in analysis.sla_plan([one, pair], 10_000)}
+    assert (plan["g5"].setups, plan["g5"].instances) == (3, 3)
+    assert plan["g5"].fleet_power_w == pytest.approx(300.0)
+    assert plan["g5"].usd_per_hour == pytest.approx(6.0)
+    assert (plan["p4d+c5"].setups, plan["p4d+c5"].instances) == (2, 4)
+    assert analysis.sla_plan([one], 3600)[0].setups == 1
+
+
+def test_compare_groups_sum_jobs_and_keep_unknown_costs_unknown(sample_url, ro):
+    jobs = dq.job_totals(ro, dq.JobFilter(kind="inference"))
+    now = time.time()
+    costs = {j.id: costing.job_cost(j, now) for j in jobs}
+    costs[jobs[0].id] = analysis.JobCost()  # one unpriced job poisons its group's cost
+    groups = {g.key: g for g in analysis.compare_groups(jobs, "request", costs, now)}
+    spoiled = analysis.setup_of(jobs[0])
+    assert groups[spoiled].cost_usd is None and groups[spoiled].usd_per_million is None
+    members = [j for j in jobs if analysis.setup_of(j) == spoiled]
+    assert groups[spoiled].units == sum(j.units["request"] for j in members)
+    assert groups[spoiled].energy_per_unit_j == pytest.approx(
+        sum(j.total_j for j in members) / sum(j.units["request"] for j in members))
+
+
+def test_load_curve_skips_non_numeric_concurrency(sample_url, ro):
+    jobs = dq.job_totals(ro, dq.JobFilter(kind="inference"))
+    bad = jobs[0]
+    relabelled = [type(bad)(**{**{f: getattr(bad, f) for f in bad.__dataclass_fields__},
+                               "labels": {"concurrency": "lots"}}), *jobs[1:]]
+    points, skipped = analysis.load_curve(relabelled, "request", time.time())
+    assert skipped == 1
+    assert sum(p.jobs for p in points) == len(jobs) - 1
+
+
+def series(cpu_w: float, gpu_w: float, buckets: int = 10) -> list[dq.SeriesPoint]:
+    return [dq.SeriesPoint(float(b), "n", c, w * 60, 0.0, 60.0)
+            for b in range(buckets) for c, w in (("cpu", cpu_w), ("gpu", gpu_w))]
+
+
+def test_cpu_bottleneck_flag():
+    ranges = {"cpu": (20.0, 100.0), "gpu": (60.0, 300.0)}
+    starved = analysis.cpu_bottleneck("n", series(cpu_w=97, gpu_w=80), ranges)
+    assert starved.state == "cpu-bound" and starved.flagged_share == 1.0
+    assert starved.cpu_load == pytest.approx(77 / 80)
+    assert analysis.cpu_bottleneck("n", series(cpu_w=50, gpu_w=280), ranges).state == "ok"
+    assert analysis.cpu_bottleneck("n", series(cpu_w=97, gpu_w=280), ranges).state == "ok"
+    assert analysis.cpu_bottleneck("n", series(50, 80), {"cpu": (20, 100)}).state == (
+        "no-accelerator")
+    assert analysis.cpu_bottleneck("n", series(50, 80), {"cpu": (20, 21),
+                                                         "gpu": (60, 300)}).state == "unknown"
+    half = series(97, 80, 2) + series(50, 280, 8)
+    assert analysis.cpu_bottleneck("n", half, ranges).state == "ok"  # under a quarter
+
+
+def test_formatting():
+    assert fmt.energy(312) == "312 J"
+    assert fmt.energy(4513) == "4.51 kJ"
+    assert fmt.energy(30_602_617) == "30.6 MJ"
+    assert fmt.kwh(3_600_000 * 9.93) == "9.93 kWh"
+    assert fmt.kwh(1800) == "0.500 Wh"
+    assert fmt.mass(13.4) == "13.4 g" and fmt.mass(2410) == "2.41 kg" and fmt.mass(None) == "—"
+    assert fmt.usd(74.23) == "$74.23" and fmt.usd(0.377) == "$0.377" and fmt.usd(None) == "—"
+    assert fmt.count(30_809) == "30.8 k" and fmt.count(950) == "950"
+    assert fmt.percent_change(0.4, 5.0) == "−92 %" and fmt.percent_change(6, 5) == "+20 %"
+    assert fmt.ratio(6.3) == "×6.3" and fmt.ratio(12.4) == "×12"
+    assert fmt.plural("request") == "requests" and fmt.plural("units") == "units"
+    assert math.isnan(analysis.Group("g", (), 0, 1, 1, 1, None, None).energy_per_unit_j)
+
+
+def test_clip_to_run_counts_only_the_time_the_job_ran_in_a_bucket():
+    points = [dq.SeriesPoint(60.0, "n", "gpu", 3000.0, 0.0, 60.0),  # job from t=30
+              dq.SeriesPoint(120.0, "n", "gpu", 6000.0, 0.0, 60.0),
+              dq.SeriesPoint(120.0, "other", "cpu", 600.0, 0.0, 60.0)]
+    clipped = analysis.clip_to_run(points, 60, {"n": (30.0, 200.0)})
+    assert [p.power_w for p in clipped] == [100.0, 100.0, 10.0]
+    assert clipped[0].dynamic_j == 3000.0  # energy is never changed
