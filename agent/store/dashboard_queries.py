@@ -20,31 +20,36 @@ jobs.
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections import defaultdict
-from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from sqlalchemy import (
-    BigInteger,
     Select,
-    create_engine,
     func,
     literal_column,
     or_,
     select,
     union_all,
 )
-from sqlalchemy.engine import Connection, Engine, make_url
-from sqlalchemy.exc import ArgumentError
-from sqlalchemy.pool import QueuePool
+from sqlalchemy.engine import Connection, Engine
 
-from agent.store.engine import SUPPORTED_DIALECTS, StoreError, redact_url
+# The dashboard reads through this one module (``dq.``): the read-only engine and the
+# series queries live in their own modules and are re-exported here.
+from agent.store.engine import StoreError  # noqa: F401
 from agent.store.job_queries import _unit_rows
+from agent.store.job_queries import pruned_last_minute_s as _pruned_last_minute_s
+from agent.store.readonly import StoreMissingError, open_readonly_engine  # noqa: F401
+from agent.store.series_queries import (  # noqa: F401
+    SeriesPoint,
+    choose_bucket_s,
+    job_min_bucket_s,
+    job_power_series,
+    job_unit_series,
+    node_power_range,
+    node_power_series,
+)
 from agent.store.tables import (
     JOB_ENERGY,
     JOB_MINUTE_ENERGY,
@@ -54,65 +59,11 @@ from agent.store.tables import (
     MINUTE_ENERGY,
     NODES,
     TICK_ENERGY,
-    UNATTRIBUTED,
 )
 
 MINUTE_MS = 60_000
 NICE_BUCKETS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800,
                   21600, 43200, 86400)
-
-
-class StoreMissingError(StoreError):
-    """The SQLite file does not exist yet: no agent has written to this store."""
-
-
-# -- read-only engine ---------------------------------------------------------------------
-
-
-def open_readonly_engine(url: str, *, busy_timeout_s: float = 5.0) -> Engine:
-    """An engine that cannot write: SQLite ``mode=ro``, PostgreSQL read-only transactions.
-
-    Raises :class:`StoreMissingError` for a SQLite file that does not exist (read-only
-    mode would not create it) and :class:`StoreError` for an unusable URL.
-    """
-    shown = redact_url(url)
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        raise StoreError(f"{shown!r} is not a database URL") from None
-    backend = parsed.get_backend_name()
-    if backend not in SUPPORTED_DIALECTS:
-        raise StoreError(f"{shown}: unsupported database {backend!r}")
-    if backend == "postgresql":
-        query = dict(parsed.query)
-        options = " ".join(filter(None, [str(query.pop("options", "")),
-                                          "-c default_transaction_read_only=on"]))
-        connect_args: dict[str, Any] = {"options": options}
-        if "connect_timeout" not in query:
-            connect_args["connect_timeout"] = 5
-        return create_engine(parsed.set(query=query), pool_pre_ping=True,
-                             connect_args=connect_args)
-    database = parsed.database or ""
-    if database in ("", ":memory:") or database.startswith("file:"):
-        raise StoreError(f"{shown}: the dashboard needs a SQLite file path")
-    path = Path(database).expanduser().resolve()
-    if not path.is_file():
-        raise StoreMissingError(f"{path} does not exist yet")
-    # A URI keeps SQLite from creating or writing the file; the creator bypasses URL
-    # parsing so paths with spaces, '?' or '#' survive.
-    uri = f"file:{quote(str(path), safe='/')}?mode=ro"
-    busy_ms = max(0, int(busy_timeout_s * 1000))
-
-    def connect() -> sqlite3.Connection:
-        connection = sqlite3.connect(uri, uri=True, check_same_thread=False)
-        connection.execute(f"PRAGMA busy_timeout = {busy_ms}")
-        connection.execute("PRAGMA query_only = ON")
-        return connection
-
-    return create_engine("sqlite://", creator=connect, poolclass=QueuePool)
-
-
-# -- jobs -----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -409,182 +360,3 @@ def job_energy_by_source(engine: Engine, job_id: str) -> list[SourceEnergy]:
         for node, component, source, energy_j in connection.execute(union_all(raw, rolled)):
             totals[(node, component, source)] += float(energy_j)
     return [SourceEnergy(n, c, s, j) for (n, c, s), j in sorted(totals.items())]
-
-
-def _pruned_last_minute_s() -> Any:
-    """``minute_start_s`` of the joined node's last pruned minute (NULL: none pruned)."""
-    return (NODES.c.raw_pruned_until_ms - literal_column("60000")).op(
-        "/", precedence=8, return_type=BigInteger)(literal_column("1000"))
-
-
-# -- series ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class SeriesPoint:
-    """One bucket of one node's component: energy, and the seconds actually covered.
-
-    ``covered_s`` is per device (summed device-seconds would count an 8-GPU node's
-    time eight times): average power of the component is ``energy_j / covered_s``.
-    """
-
-    bucket_end_s: float
-    node: str
-    component: str
-    dynamic_j: float
-    idle_j: float
-    covered_s: float
-
-    @property
-    def power_w(self) -> float:
-        return (self.dynamic_j + self.idle_j) / self.covered_s if self.covered_s > 0 else 0.0
-
-
-def choose_bucket_s(span_s: float, max_points: int = 400, min_bucket_s: float = 1.0) -> int:
-    """The smallest round bucket that keeps a series of ``span_s`` under ``max_points``."""
-    wanted = max(span_s / max(max_points, 1), min_bucket_s)
-    return next((b for b in NICE_BUCKETS_S if b >= wanted), NICE_BUCKETS_S[-1])
-
-
-def _bucket(t_end_ms: Any, bucket_ms: int) -> Any:
-    """Index of the bucket ``(i*b, (i+1)*b]`` a row ending at ``t_end_ms`` falls in."""
-    return (t_end_ms - literal_column("1")).op("/", precedence=8, return_type=BigInteger)(
-        literal_column(str(int(bucket_ms))))
-
-
-def _collect(rows: Iterable[Any], bucket_ms: int) -> list[SeriesPoint]:
-    """Rows ``(bucket, node, component, device, dynamic, idle, covered_ms)`` to points,
-    devices summed as power (each device's energy over its own covered time)."""
-    per_device: defaultdict[tuple[int, str, str, str], list[float]] = defaultdict(
-        lambda: [0.0, 0.0, 0.0])
-    for bucket, node, component, device, dynamic_j, idle_j, covered_ms in rows:
-        point = per_device[(int(bucket), node, component, device)]
-        point[0] += float(dynamic_j)
-        point[1] += float(idle_j)
-        point[2] += float(covered_ms) / 1000
-    summed: dict[tuple[int, str, str], list[float]] = {}
-    for (bucket, node, component, _device), (dynamic_j, idle_j, covered_s) in sorted(
-            per_device.items()):
-        point = summed.setdefault((bucket, node, component), [0.0, 0.0, covered_s])
-        if covered_s > 0:  # energy at the first device's coverage: W x s stays exact
-            scale = point[2] / covered_s
-            point[0] += dynamic_j * scale
-            point[1] += idle_j * scale
-    return [SeriesPoint((b + 1) * bucket_ms / 1000, n, c, d, i, cov)
-            for (b, n, c), (d, i, cov) in sorted(summed.items())]
-
-
-def job_power_series(engine: Engine, job_id: str, bucket_s: int) -> list[SeriesPoint]:
-    """A job's energy per bucket, node and component (dynamic and idle parts)."""
-    bucket_ms = int(bucket_s * 1000)
-    shares, rolled, nodes = JOB_ENERGY.c, JOB_MINUTE_ENERGY.c, NODES.c
-    raw_bucket = _bucket(shares.t_end_ms, bucket_ms)
-    raw = (select(raw_bucket, shares.node, shares.component, shares.device,
-                  func.sum(shares.dynamic_j), func.sum(shares.idle_j),
-                  func.sum(shares.t_end_ms - shares.t_start_ms))
-           .select_from(JOB_ENERGY.join(NODES, nodes.node == shares.node))
-           .where(shares.job_id == job_id,
-                  or_(nodes.raw_pruned_until_ms.is_(None),
-                      shares.t_end_ms > nodes.raw_pruned_until_ms))
-           .group_by(raw_bucket, shares.node, shares.component, shares.device))
-    minute_end_ms = (rolled.minute_start_s + literal_column("60")) * literal_column("1000")
-    rolled_bucket = _bucket(minute_end_ms, bucket_ms)
-    minutes = (select(rolled_bucket, rolled.node, rolled.component, rolled.device,
-                      func.sum(rolled.dynamic_j), func.sum(rolled.idle_j),
-                      func.count() * literal_column("60000"))
-               .select_from(JOB_MINUTE_ENERGY.join(NODES, nodes.node == rolled.node))
-               .where(rolled.job_id == job_id,
-                      rolled.minute_start_s <= _pruned_last_minute_s())
-               .group_by(rolled_bucket, rolled.node, rolled.component, rolled.device))
-    with engine.connect() as connection:
-        return _collect(connection.execute(union_all(raw, minutes)), bucket_ms)
-
-
-def node_power_series(engine: Engine, node: str, since_s: float, until_s: float,
-                      bucket_s: int) -> list[SeriesPoint]:
-    """A node's energy per bucket and component over ``(since_s, until_s]`` (all of it
-    counted as dynamic: node rows do not split idle)."""
-    bucket_ms = int(bucket_s * 1000)
-    since_ms, until_ms = round(since_s * 1000), round(until_s * 1000)
-    ticks, minutes, nodes = TICK_ENERGY.c, MINUTE_ENERGY.c, NODES.c
-    raw_bucket = _bucket(ticks.t_end_ms, bucket_ms)
-    raw = (select(raw_bucket, ticks.node, ticks.component, ticks.device,
-                  func.sum(ticks.energy_j), literal_column("0.0"),
-                  func.sum(ticks.t_end_ms - ticks.t_start_ms))
-           .select_from(TICK_ENERGY.join(NODES, nodes.node == ticks.node))
-           .where(ticks.node == node, ticks.t_end_ms > since_ms, ticks.t_end_ms <= until_ms,
-                  or_(nodes.raw_pruned_until_ms.is_(None),
-                      ticks.t_end_ms > nodes.raw_pruned_until_ms))
-           .group_by(raw_bucket, ticks.node, ticks.component, ticks.device))
-    minute_end_ms = (minutes.minute_start_s + literal_column("60")) * literal_column("1000")
-    rolled_bucket = _bucket(minute_end_ms, bucket_ms)
-    rolled = (select(rolled_bucket, minutes.node, minutes.component, minutes.device,
-                     func.sum(minutes.energy_j), literal_column("0.0"),
-                     func.sum(minutes.covered_s) * literal_column("1000"))
-              .select_from(MINUTE_ENERGY.join(NODES, nodes.node == minutes.node))
-              .where(minutes.node == node,
-                     minutes.minute_start_s > (since_ms - MINUTE_MS) // 1000,
-                     minutes.minute_start_s <= (until_ms - MINUTE_MS) // 1000,
-                     minutes.minute_start_s <= _pruned_last_minute_s())
-              .group_by(rolled_bucket, minutes.node, minutes.component, minutes.device))
-    with engine.connect() as connection:
-        return _collect(connection.execute(union_all(raw, rolled)), bucket_ms)
-
-
-def job_unit_series(engine: Engine, job_id: str,
-                    bucket_s: int) -> list[tuple[float, str, str, float]]:
-    """``(bucket_end_s, node, unit, count)``: units a job counted per bucket."""
-    bucket_ms = int(bucket_s * 1000)
-    units = JOB_UNITS.c
-    bucket = _bucket(units.t_end_ms, bucket_ms)
-    query = (select(bucket, units.node, units.unit, func.sum(units.count))
-             .where(units.job_id == job_id).group_by(bucket, units.node, units.unit)
-             .order_by(bucket, units.node, units.unit))
-    with engine.connect() as connection:
-        return [((int(b) + 1) * bucket_ms / 1000, n, u, float(c))
-                for b, n, u, c in connection.execute(query)]
-
-
-def job_min_bucket_s(engine: Engine, job_id: str) -> float:
-    """The finest bucket a job's series can use: its mean tick length, and a whole
-    minute where any of its rows are minute rollups."""
-    shares, rolled, nodes = JOB_ENERGY.c, JOB_MINUTE_ENERGY.c, NODES.c
-    tick_ms = select(func.avg(shares.t_end_ms - shares.t_start_ms)).where(
-        shares.job_id == job_id, shares.job_id != UNATTRIBUTED)
-    any_rolled = (select(func.count()).select_from(
-        JOB_MINUTE_ENERGY.join(NODES, nodes.node == rolled.node))
-        .where(rolled.job_id == job_id, rolled.minute_start_s <= _pruned_last_minute_s()))
-    with engine.connect() as connection:
-        mean_ms = connection.execute(tick_ms).scalar()
-        rolled_rows = connection.execute(any_rolled).scalar_one()
-    floor_s = float(mean_ms) / 1000 if mean_ms else 1.0
-    return max(floor_s, 60.0) if rolled_rows else floor_s
-
-
-def node_power_range(engine: Engine, node: str) -> dict[str, tuple[float, float]]:
-    """Component -> (lowest, highest) minute-average power the node ever showed.
-
-    From the minute rollups (all devices of a component summed, minutes at least half
-    covered); from raw ticks when no minute has been rolled up yet.
-    """
-    minutes = MINUTE_ENERGY.c
-    per_minute = (select(minutes.component.label("component"),
-                         (func.sum(minutes.energy_j) / func.max(minutes.covered_s))
-                         .label("power_w"))
-                  .where(minutes.node == node, minutes.covered_s >= 30)
-                  .group_by(minutes.minute_start_s, minutes.component).subquery())
-    ticks = TICK_ENERGY.c
-    per_tick = (select(ticks.component.label("component"),
-                       (func.sum(ticks.energy_j) * literal_column("1000.0")
-                        / func.max(ticks.t_end_ms - ticks.t_start_ms)).label("power_w"))
-                .where(ticks.node == node, ticks.t_end_ms > ticks.t_start_ms)
-                .group_by(ticks.t_end_ms, ticks.component).subquery())
-    result: dict[str, tuple[float, float]] = {}
-    with engine.connect() as connection:
-        for source in (per_minute, per_tick):
-            query = select(source.c.component, func.min(source.c.power_w),
-                           func.max(source.c.power_w)).group_by(source.c.component)
-            result = {c: (float(low), float(high)) for c, low, high in connection.execute(query)}
-            if result:
-                break
-    return result

@@ -116,7 +116,7 @@ _Energy = dict[tuple[str, str, str], list[float]]
 _Units = dict[tuple[str, str, str], float]
 
 
-def _pruned_last_minute_s() -> Any:
+def pruned_last_minute_s() -> Any:
     """``minute_start_s`` of the last pruned minute of the joined node (exact division:
     the boundary is minute-aligned)."""
     return (NODES.c.raw_pruned_until_ms - literal_column("60000")).op(
@@ -142,7 +142,7 @@ def _energy_rows(
                func.sum(rolled.idle_j))
         .select_from(JOB_MINUTE_ENERGY.join(NODES, nodes.node == rolled.node))
         .where(rolled.job_id != UNATTRIBUTED,
-               rolled.minute_start_s <= _pruned_last_minute_s())
+               rolled.minute_start_s <= pruned_last_minute_s())
         .group_by(rolled.job_id, rolled.node, rolled.component)
     )
     if job_ids is not None:
@@ -314,7 +314,7 @@ def job_energy_series(
         select(minute_end_ms, rolled.component, func.sum(rolled.dynamic_j),
                func.sum(rolled.idle_j))
         .select_from(JOB_MINUTE_ENERGY.join(NODES, nodes.node == rolled.node))
-        .where(rolled.job_id == job_id, rolled.minute_start_s <= _pruned_last_minute_s())
+        .where(rolled.job_id == job_id, rolled.minute_start_s <= pruned_last_minute_s())
         .group_by(minute_end_ms, rolled.component)
     )
     if node is not None:

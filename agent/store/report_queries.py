@@ -19,7 +19,7 @@ from collections import defaultdict
 from sqlalchemy import and_, func, literal_column, or_, select, union_all
 from sqlalchemy.engine import Engine
 
-from agent.store.job_queries import _pruned_last_minute_s
+from agent.store.job_queries import pruned_last_minute_s as _pruned_last_minute_s
 from agent.store.tables import (
     JOB_ENERGY,
     JOB_MINUTE_ENERGY,
