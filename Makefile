@@ -30,7 +30,7 @@ run: install
 	@$(BIN)/joulestat db upgrade > /dev/null
 	@trap 'kill $$dash 2>/dev/null; wait $$dash 2>/dev/null' EXIT; \
 	$(BIN)/joulestat dashboard $(DASHBOARD_ARGS) & dash=$$!; \
-	echo "joulestat agent: metrics at http://127.0.0.1:9464/metrics (Ctrl-C to stop)"; \
+	echo "joulestat: agent and dashboard starting; their URLs follow (Ctrl-C stops both)"; \
 	$(BIN)/joulestat agent $(RUN_ARGS)
 
 ## Run the whole test suite.
