@@ -63,8 +63,6 @@ class JobAccounting:
         self._node_cpu_times = node_cpu_times
         self._last_busy_ticks: int | None = None
         self._last_cpu_ticks: dict[str, int] = {}
-        self._last_units: dict[str, dict[str, float]] = {}
-        self._seen: dict[str, tuple[str | None, int]] = {}  # id -> (status, labels hash)
 
     def start(self) -> None:
         self._last_busy_ticks = self._busy_ticks()
@@ -127,7 +125,8 @@ class JobAccounting:
                 component = share.component
                 job.dynamic_j[component] = job.dynamic_j.get(component, 0.0) + share.dynamic_j
                 job.idle_j[component] = job.idle_j.get(component, 0.0) + share.idle_j
-        return TickResult(tick, shares, self._unit_deltas(), self._changed_jobs())
+        changed, units = self.registry.take_changes()
+        return TickResult(tick, shares, units, changed)
 
     @staticmethod
     def _cpu_before_registration(job: Job, tree: set[int],
@@ -161,32 +160,11 @@ class JobAccounting:
             devices[key] = DeviceUse(util_by_job, holding)
         return devices
 
-    def _unit_deltas(self) -> dict[str, dict[str, float]]:
-        deltas: dict[str, dict[str, float]] = {}
-        for job in self.registry.jobs():
-            last = self._last_units.setdefault(job.id, {})
-            for unit, total in list(job.units.items()):
-                added = total - last.get(unit, 0.0)
-                if added > 0:
-                    deltas.setdefault(job.id, {})[unit] = added
-                    last[unit] = total
-        return deltas
-
-    def _changed_jobs(self) -> list[Job]:
-        changed = []
-        for job in self.registry.jobs():
-            state = (job.status, hash((tuple(sorted(job.labels.items())), tuple(sorted(job.pids)))))
-            if self._seen.get(job.id) != state:
-                self._seen[job.id] = state
-                changed.append(job)
-        return changed
-
     def checkpoint(self) -> dict:
         """Counters needed to attribute the gap after a crash (see Pipeline.restore)."""
         return {
             "busy_ticks": self._last_busy_ticks,
             "cpu_ticks": dict(self._last_cpu_ticks),
-            "units": {job: dict(units) for job, units in self._last_units.items()},
         }
 
     def restore(self, state: dict) -> None:
@@ -195,8 +173,6 @@ class JobAccounting:
         try:
             self._last_busy_ticks = int(state["busy_ticks"])
             self._last_cpu_ticks = {str(k): int(v) for k, v in state["cpu_ticks"].items()}
-            self._last_units = {str(k): {str(u): float(c) for u, c in v.items()}
-                                for k, v in state.get("units", {}).items()}
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             log.warning("job accounting checkpoint unusable (%s); starting afresh", exc)
             self.start()
@@ -204,8 +180,6 @@ class JobAccounting:
     def forget(self, job_ids: list[str]) -> None:
         for job_id in job_ids:
             self._last_cpu_ticks.pop(job_id, None)
-            self._last_units.pop(job_id, None)
-            self._seen.pop(job_id, None)
 
     def close(self) -> None:
         self._stat.close()

@@ -182,6 +182,10 @@ class JobRegistry:
         self.lock = threading.RLock()
         self._lock = self.lock
         self._jobs: dict[str, Job] = {}
+        # What changed since the tick loop last asked (take_changes): the registry is
+        # where jobs change, so it keeps the list rather than the loop diffing every job.
+        self._changed: dict[str, Job] = {}
+        self._unit_deltas: dict[str, dict[str, float]] = {}
 
     def register(
         self,
@@ -207,18 +211,24 @@ class JobRegistry:
                     raise JobConflict(
                         f"job_id {job_id!r} is already {existing.kind} job {existing.name!r}"
                     )
-                existing.pids |= pid_set
-                existing.labels.update(label_map)
-                existing.ended_s = None
+                if (not pid_set <= existing.pids or existing.ended_s is not None
+                        or any(existing.labels.get(k) != v for k, v in label_map.items())):
+                    existing.pids |= pid_set
+                    existing.labels.update(label_map)
+                    existing.ended_s = None
+                    self._changed[job_id] = existing
                 return existing
             job = Job(job_id, name, kind, label_map, pid_set, self._clock(), origin)
             self._jobs[job_id] = job
+            self._changed[job_id] = job
             return job
 
     def restore(self, job: Job) -> None:
         """Put back a job loaded from the store after a restart."""
         with self._lock:
-            self._jobs.setdefault(job.id, job)
+            if job.id not in self._jobs:
+                self._jobs[job.id] = job
+                self._changed[job.id] = job
 
     def get(self, job_id: str) -> Job:
         with self._lock:
@@ -232,6 +242,8 @@ class JobRegistry:
         with self._lock:
             job = self.get(job_id)
             job.units[unit] = job.units.get(unit, 0.0) + amount
+            deltas = self._unit_deltas.setdefault(job_id, {})
+            deltas[unit] = deltas.get(unit, 0.0) + amount
             return job
 
     def end(self, job_id: str, at_s: float | None = None, cpu_s: Any = None) -> Job:
@@ -244,6 +256,7 @@ class JobRegistry:
                 job.ended_s = self._clock() if at_s is None else at_s
                 if cpu_s is not None:
                     job.final_cpu_s = float(cpu_s)
+                self._changed[job_id] = job
             return job
 
     def jobs(self, running_only: bool = False) -> list[Job]:
@@ -255,7 +268,17 @@ class JobRegistry:
         """Replace a discovered job's processes (discovery sees the whole set each scan)."""
         pid_set = validate_pids(sorted(pids))
         with self._lock:
-            self.get(job_id).pids = pid_set
+            job = self.get(job_id)
+            if job.pids != pid_set:
+                job.pids = pid_set
+                self._changed[job_id] = job
+
+    def take_changes(self) -> tuple[list[Job], dict[str, dict[str, float]]]:
+        """Jobs registered, ended or re-labelled, and units counted, since the last call."""
+        with self._lock:
+            changed, self._changed = list(self._changed.values()), {}
+            units, self._unit_deltas = self._unit_deltas, {}
+        return changed, units
 
     def forget(self, job_ids: Iterable[str]) -> None:
         with self._lock:

@@ -57,13 +57,10 @@ from agent.store.tables import (
     JOB_UNITS,
     JOBS,
     MINUTE_ENERGY,
+    MINUTE_MS,
     NODES,
     TICK_ENERGY,
 )
-
-MINUTE_MS = 60_000
-NICE_BUCKETS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800,
-                  21600, 43200, 86400)
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,57 +272,59 @@ class SourceEnergy:
     energy_j: float
 
 
+def _sum_union(engine: Engine, raw: Select[Any], rolled: Select[Any]
+               ) -> defaultdict[tuple[str, str, str], float]:
+    """Run raw-rows UNION ALL rollups (each ``(node, component, key, value)``) and add up
+    the two halves per key."""
+    totals: defaultdict[tuple[str, str, str], float] = defaultdict(float)
+    with engine.connect() as connection:
+        for node, component, key, value in connection.execute(union_all(raw, rolled)):
+            totals[(node, component, key)] += float(value)
+    return totals
+
+
+def _node_window_sums(engine: Engine, since_s: float, until_s: float, key: str,
+                      raw_value: Any, rolled_value: Any
+                      ) -> defaultdict[tuple[str, str, str], float]:
+    """Per (node, component, ``key`` column): ``raw_value`` summed over raw ticks after
+    each node's prune boundary and ``rolled_value`` over minute rollups up to it, both
+    within ``(since_s, until_s]``."""
+    since_ms, until_ms = round(since_s * 1000), round(until_s * 1000)
+    ticks, minutes, nodes = TICK_ENERGY.c, MINUTE_ENERGY.c, NODES.c
+    raw = (select(ticks.node, ticks.component, ticks[key], func.sum(raw_value))
+           .select_from(TICK_ENERGY.join(NODES, nodes.node == ticks.node))
+           .where(ticks.t_end_ms > since_ms, ticks.t_end_ms <= until_ms,
+                  or_(nodes.raw_pruned_until_ms.is_(None),
+                      ticks.t_end_ms > nodes.raw_pruned_until_ms))
+           .group_by(ticks.node, ticks.component, ticks[key]))
+    rolled = (select(minutes.node, minutes.component, minutes[key], func.sum(rolled_value))
+              .select_from(MINUTE_ENERGY.join(NODES, nodes.node == minutes.node))
+              .where(minutes.minute_start_s > (since_ms - MINUTE_MS) // 1000,
+                     minutes.minute_start_s <= (until_ms - MINUTE_MS) // 1000,
+                     minutes.minute_start_s <= _pruned_last_minute_s())
+              .group_by(minutes.node, minutes.component, minutes[key]))
+    return _sum_union(engine, raw, rolled)
+
+
 def energy_by_source(engine: Engine, since_s: float, until_s: float) -> list[SourceEnergy]:
     """Node energy over ``(since_s, until_s]`` per node, component and source.
 
     Minute rollups name a minute whose source changed ``a+b``; callers decide how to
     classify those.
     """
-    since_ms, until_ms = round(since_s * 1000), round(until_s * 1000)
-    ticks, minutes, nodes = TICK_ENERGY.c, MINUTE_ENERGY.c, NODES.c
-    raw = (select(ticks.node, ticks.component, ticks.source, func.sum(ticks.energy_j))
-           .select_from(TICK_ENERGY.join(NODES, nodes.node == ticks.node))
-           .where(ticks.t_end_ms > since_ms, ticks.t_end_ms <= until_ms,
-                  or_(nodes.raw_pruned_until_ms.is_(None),
-                      ticks.t_end_ms > nodes.raw_pruned_until_ms))
-           .group_by(ticks.node, ticks.component, ticks.source))
-    rolled = (select(minutes.node, minutes.component, minutes.source,
-                     func.sum(minutes.energy_j))
-              .select_from(MINUTE_ENERGY.join(NODES, nodes.node == minutes.node))
-              .where(minutes.minute_start_s > (since_ms - MINUTE_MS) // 1000,
-                     minutes.minute_start_s <= (until_ms - MINUTE_MS) // 1000,
-                     minutes.minute_start_s <= _pruned_last_minute_s())
-              .group_by(minutes.node, minutes.component, minutes.source))
-    totals: defaultdict[tuple[str, str, str], float] = defaultdict(float)
-    with engine.connect() as connection:
-        for node, component, source, energy_j in connection.execute(union_all(raw, rolled)):
-            totals[(node, component, source)] += float(energy_j)
+    totals = _node_window_sums(engine, since_s, until_s, "source",
+                               TICK_ENERGY.c.energy_j, MINUTE_ENERGY.c.energy_j)
     return [SourceEnergy(n, c, s, j) for (n, c, s), j in sorted(totals.items())]
 
 
 def node_covered_s(engine: Engine, since_s: float, until_s: float) -> dict[str, float]:
     """Seconds each node reported in ``(since_s, until_s]``: the time its best-covered
     device has ticks for (a node is held, and billed, while its agent runs)."""
-    since_ms, until_ms = round(since_s * 1000), round(until_s * 1000)
-    ticks, minutes, nodes = TICK_ENERGY.c, MINUTE_ENERGY.c, NODES.c
-    raw = (select(ticks.node, ticks.component, ticks.device,
-                  func.sum(ticks.t_end_ms - ticks.t_start_ms) / literal_column("1000.0"))
-           .select_from(TICK_ENERGY.join(NODES, nodes.node == ticks.node))
-           .where(ticks.t_end_ms > since_ms, ticks.t_end_ms <= until_ms,
-                  or_(nodes.raw_pruned_until_ms.is_(None),
-                      ticks.t_end_ms > nodes.raw_pruned_until_ms))
-           .group_by(ticks.node, ticks.component, ticks.device))
-    rolled = (select(minutes.node, minutes.component, minutes.device,
-                     func.sum(minutes.covered_s))
-              .select_from(MINUTE_ENERGY.join(NODES, nodes.node == minutes.node))
-              .where(minutes.minute_start_s > (since_ms - MINUTE_MS) // 1000,
-                     minutes.minute_start_s <= (until_ms - MINUTE_MS) // 1000,
-                     minutes.minute_start_s <= _pruned_last_minute_s())
-              .group_by(minutes.node, minutes.component, minutes.device))
-    per_device: defaultdict[tuple[str, str, str], float] = defaultdict(float)
-    with engine.connect() as connection:
-        for node, component, device, seconds in connection.execute(union_all(raw, rolled)):
-            per_device[(node, component, device)] += float(seconds)
+    ticks = TICK_ENERGY.c
+    per_device = _node_window_sums(
+        engine, since_s, until_s, "device",
+        (ticks.t_end_ms - ticks.t_start_ms) / literal_column("1000.0"),
+        MINUTE_ENERGY.c.covered_s)
     covered: dict[str, float] = {}
     for (node, _component, _device), seconds in per_device.items():
         covered[node] = max(covered.get(node, 0.0), seconds)
@@ -355,8 +354,5 @@ def job_energy_by_source(engine: Engine, job_id: str) -> list[SourceEnergy]:
               .where(job_minutes.job_id == job_id,
                      job_minutes.minute_start_s <= _pruned_last_minute_s())
               .group_by(job_minutes.node, job_minutes.component, minutes.source))
-    totals: defaultdict[tuple[str, str, str], float] = defaultdict(float)
-    with engine.connect() as connection:
-        for node, component, source, energy_j in connection.execute(union_all(raw, rolled)):
-            totals[(node, component, source)] += float(energy_j)
+    totals = _sum_union(engine, raw, rolled)
     return [SourceEnergy(n, c, s, j) for (n, c, s), j in sorted(totals.items())]

@@ -47,12 +47,12 @@ from agent.store.tables import (
     JOB_UNITS,
     JOBS,
     MINUTE_ENERGY,
+    MINUTE_MS,
     NODES,
     TICK_ENERGY,
 )
 
 IMPORT_DEVICE_PREFIX = "import:"
-MINUTE_MS = 60_000
 
 
 class ImportConflict(ValueError):

@@ -37,11 +37,11 @@ from agent.store.tables import (
     JOB_MINUTE_ENERGY,
     JOB_UNITS,
     MINUTE_ENERGY,
+    MINUTE_MS,
     NODES,
     TICK_ENERGY,
 )
 
-MINUTE_MS = 60_000
 # Raw rows pruned per maintain() call at most, so a long backlog (a retention cut from
 # 7d to 1d) is worked off over several minutes instead of one long write lock.
 MAX_PRUNE_SPAN_MS = 6 * 3600 * 1000

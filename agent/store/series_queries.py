@@ -30,12 +30,12 @@ from agent.store.tables import (
     JOB_MINUTE_ENERGY,
     JOB_UNITS,
     MINUTE_ENERGY,
+    MINUTE_MS,
     NODES,
     TICK_ENERGY,
     UNATTRIBUTED,
 )
 
-MINUTE_MS = 60_000
 NICE_BUCKETS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800,
                   21600, 43200, 86400)
 

@@ -17,6 +17,8 @@ from sqlalchemy import BigInteger, Double, Integer, String, column, table
 JOB_ID_LENGTH = 128
 # job_energy.job_id of the share no job received (system, idle under `exclude`).
 UNATTRIBUTED = ""
+# Rollup tables hold minutes: a minute (m, m + 60 s] is keyed by minute_start_s = m.
+MINUTE_MS = 60_000
 
 NODES = table(
     "nodes",

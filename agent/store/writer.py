@@ -43,11 +43,12 @@ from agent.sensors.base import DeviceInfo
 from agent.store.buffer import RowBuffer, share_key, tick_key, unit_key
 from agent.store.engine import describe_error, dialect_insert, redact_url
 from agent.store.job_writer import PendingJobs, write_pending
-from agent.store.rollup import MINUTE_MS, MaintainResult, maintain_node
+from agent.store.rollup import MaintainResult, maintain_node
 from agent.store.tables import (
     CORE_TABLES,
     JOB_ENERGY,
     JOB_UNITS,
+    MINUTE_MS,
     NODE_DEVICES,
     NODES,
     TICK_ENERGY,
