@@ -93,8 +93,9 @@ class RowBuffer:
     ) -> tuple[Params, Params, Params, int]:
         """Insert parameters for rows ``[start, end)``: (ticks, shares, units, stale count).
 
-        Rows ending at or before ``floor_ms`` are stale: their minute is rolled up and
-        its raw rows pruned, so writing them could never be counted.
+        Rows ending at or before ``floor_ms`` (the node's totals boundary) are stale:
+        the job totals already cover that time and its raw rows may be pruned, so
+        writing them would count them in some figures and not in others.
         """
         ticks: Params = []
         shares: Params = []

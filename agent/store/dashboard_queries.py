@@ -12,16 +12,15 @@ needs a few hundred points) and carry each device's covered seconds, so power is
 energy over the time actually measured, not over a bucket the job only half filled.
 
 :func:`job_totals` answers what :func:`~agent.store.job_queries.list_jobs` answers for
-the job lists, with filters applied in SQL and the energy grouped by (job, node), the
-primary keys' prefix, so the Jobs and Compare pages stay fast with tens of thousands of
-jobs.
+the job lists, with filters applied in SQL and the energy read from the job totals
+tables (one row per job, node and component for the settled past, plus a few minutes
+of raw rows), so the Jobs and Compare pages stay fast with tens of thousands of jobs.
 """
 
 from __future__ import annotations
 
 import json
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,13 +32,13 @@ from sqlalchemy import (
     select,
     union_all,
 )
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Engine
 
 # The dashboard reads through this one module (``dq.``): the read-only engine and the
 # series queries live in their own modules and are re-exported here.
 from agent.store.engine import StoreError  # noqa: F401
-from agent.store.job_queries import _unit_rows
 from agent.store.job_queries import pruned_last_minute_s as _pruned_last_minute_s
+from agent.store.job_totals import part_energy_j, part_units
 from agent.store.readonly import StoreMissingError, open_readonly_engine  # noqa: F401
 from agent.store.series_queries import (  # noqa: F401
     SeriesPoint,
@@ -143,39 +142,12 @@ class JobTotals:
     per_node: tuple[PartTotals, ...]
 
 
-def _job_node_energy(connection: Connection, job_ids: Select[Any]) -> dict[
-        tuple[str, str], float]:
-    """Joules per (job, node), raw rows after each node's prune boundary plus rollups up
-    to it. Grouped on the primary keys' prefix, so both halves aggregate as they scan."""
-    raw, rolled, nodes = JOB_ENERGY.c, JOB_MINUTE_ENERGY.c, NODES.c
-    raw_query = (select(raw.job_id, raw.node, func.sum(raw.dynamic_j + raw.idle_j))
-                 .select_from(JOB_ENERGY.join(NODES, nodes.node == raw.node))
-                 .where(raw.job_id.in_(job_ids),
-                        or_(nodes.raw_pruned_until_ms.is_(None),
-                            raw.t_end_ms > nodes.raw_pruned_until_ms))
-                 .group_by(raw.job_id, raw.node))
-    rolled_query = (select(rolled.job_id, rolled.node,
-                           func.sum(rolled.dynamic_j + rolled.idle_j))
-                    .select_from(JOB_MINUTE_ENERGY.join(NODES, nodes.node == rolled.node))
-                    .where(rolled.job_id.in_(job_ids),
-                           rolled.minute_start_s <= _pruned_last_minute_s())
-                    .group_by(rolled.job_id, rolled.node))
-    totals: defaultdict[tuple[str, str], float] = defaultdict(float)
-    for job_id, node, energy_j in connection.execute(union_all(raw_query, rolled_query)):
-        totals[(job_id, node)] += float(energy_j)
-    return totals
-
-
-def _in_connection(engine: Engine, read: Any, *args: Any) -> Any:
-    with engine.connect() as connection:
-        return read(connection, *args)
-
-
 def job_totals(engine: Engine, where: JobFilter = JobFilter()) -> list[JobTotals]:
     """Matching jobs with per-node parts, energy and units, by start time.
 
-    The same totals as :func:`~agent.store.job_queries.list_jobs`; job ids are chosen
-    in SQL and the rows grouped in one pass, for tens of thousands of jobs.
+    The same totals as :func:`~agent.store.job_queries.list_jobs` (the same
+    :func:`~agent.store.job_totals.part_energy_j` and ``part_units`` reads: settled
+    totals plus the raw rows after them), with the job ids chosen in SQL.
     """
     job_ids = _job_id_select(where)
     jobs, parts = JOBS.c, JOB_NODES.c
@@ -185,34 +157,48 @@ def job_totals(engine: Engine, where: JobFilter = JobFilter()) -> list[JobTotals
     parts_query = (select(parts.job_id, parts.node, parts.instance_type, parts.region,
                           parts.started_s, parts.ended_s)
                    .where(parts.job_id.in_(job_ids)).order_by(parts.job_id, parts.node))
-    # The energy scan is most of the time and sqlite3/psycopg release the GIL while the
-    # database works, so it runs on a second connection meanwhile.
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        pending = pool.submit(_in_connection, engine, _job_node_energy, job_ids)
-        with engine.connect() as connection:
-            metas = connection.execute(meta_query).all()
-            part_rows = connection.execute(parts_query).all()
-            units = _unit_rows(connection, job_ids, None)
-        energy = pending.result()
-    part_units: defaultdict[tuple[str, str], dict[str, float]] = defaultdict(dict)
-    for (job_id, node, unit), count in sorted(units.items()):
-        part_units[(job_id, node)][unit] = count
+    with engine.connect() as connection:
+        metas = connection.execute(meta_query).all()
+        part_rows = connection.execute(parts_query).all()
+        energy = part_energy_j(connection, job_ids)
+        unit_rows = part_units(connection, job_ids, None)
+    return _assemble(metas, part_rows, energy, unit_rows)
+
+
+def _sorted_units(counts: dict[str, float]) -> dict[str, float]:
+    return counts if len(counts) < 2 else dict(sorted(counts.items()))
+
+
+def _assemble(metas: Any, part_rows: Any, energy: dict[tuple[str, str], float],
+              unit_rows: dict[str, dict[tuple[str, str], float]]) -> list[JobTotals]:
+    """JobTotals from the rows; one pass each, single-node jobs (most) without merging,
+    as this runs for every job on the Jobs and Compare pages."""
+    units: dict[tuple[str, str], dict[str, float]] = {}
+    for job_id, per_job in unit_rows.items():
+        for (node, unit), count in per_job.items():
+            units.setdefault((job_id, node), {})[unit] = count
     by_job: defaultdict[str, list[PartTotals]] = defaultdict(list)
     for job_id, node, instance_type, region, started_s, ended_s in part_rows:
+        key = (job_id, node)
         by_job[job_id].append(PartTotals(node, instance_type, region, started_s, ended_s,
-                                         energy.get((job_id, node), 0.0),
-                                         part_units.get((job_id, node), {})))
+                                         energy.get(key, 0.0),
+                                         _sorted_units(units.get(key, {}))))
     result = []
+    no_parts: list[PartTotals] = []
     for job_id, name, kind, labels, status, created_s, ended_s in metas:
-        node_parts = tuple(by_job.get(job_id, ()))
-        job_units: defaultdict[str, float] = defaultdict(float)
-        for part in node_parts:
-            for unit, count in part.units.items():
-                job_units[unit] += count
+        node_parts = by_job.get(job_id, no_parts)
+        if len(node_parts) == 1:
+            job_units = dict(node_parts[0].units)
+        else:
+            merged: defaultdict[str, float] = defaultdict(float)
+            for part in node_parts:
+                for unit, count in part.units.items():
+                    merged[unit] += count
+            job_units = _sorted_units(dict(merged))
         result.append(JobTotals(
-            job_id, name, kind, json.loads(labels), status, created_s, ended_s,
-            tuple((p.node, p.instance_type) for p in node_parts),
-            sum(p.total_j for p in node_parts), dict(sorted(job_units.items())), node_parts,
+            job_id, name, kind, json.loads(labels) if labels != "{}" else {}, status,
+            created_s, ended_s, tuple((p.node, p.instance_type) for p in node_parts),
+            sum(p.total_j for p in node_parts), job_units, tuple(node_parts),
         ))
     return result
 

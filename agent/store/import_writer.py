@@ -21,7 +21,9 @@ key by key, the earliest start) only when that changes it; a placeholder label v
 
 Where a node name already exists with a prune boundary (a live node whose old raw
 rows have been rolled up), an aggregate ending before the boundary goes to the minute
-tables instead, where queries look for rows that old.
+tables instead, where queries look for rows that old; one ending at or before the
+node's totals boundary is added to the job totals too, which job lists read for that
+time (see :mod:`agent.store.rollup`).
 
 Everything of one call runs in the caller's single transaction
 (:func:`write_imported_jobs`), so a bad file imports nothing.
@@ -42,8 +44,10 @@ from agent.store.engine import dialect_insert
 from agent.store.job_writer import _status_update
 from agent.store.tables import (
     JOB_ENERGY,
+    JOB_ENERGY_TOTALS,
     JOB_MINUTE_ENERGY,
     JOB_NODES,
+    JOB_UNIT_TOTALS,
     JOB_UNITS,
     JOBS,
     MINUTE_ENERGY,
@@ -172,9 +176,9 @@ def _write_job(connection: Connection, insert: Any, job: ImportedJob,
             result.skipped.append(f"job {job.id!r} on node {part.node!r} is already in the "
                                   "store as measured data: kept, not imported again")
             continue
-        boundary_ms = _ensure_node(connection, insert, part)
+        boundaries = _ensure_node(connection, insert, part)
         _clear_part(connection, job.id, part.node, device)
-        _write_part(connection, job.id, device, part, boundary_ms)
+        _write_part(connection, job.id, device, part, *boundaries)
         result.written.append((job.id, part.node))
     connection.execute(_status_update([job.id]))
 
@@ -187,22 +191,27 @@ def _measured_here(connection: Connection, job_id: str, node: str, device: str) 
     return bool(connection.execute(select(in_raw | in_rolled)).scalar())
 
 
-def _ensure_node(connection: Connection, insert: Any, part: ImportedNode) -> int | None:
+def _ensure_node(connection: Connection, insert: Any,
+                 part: ImportedNode) -> tuple[int | None, int | None]:
     """Create the node row if it is new (an existing node keeps its own data); return
-    its prune boundary."""
+    its prune and totals boundaries, the row locked against a maintain pass moving
+    them (PostgreSQL) until this import commits."""
     statement = insert(NODES).values(
         node=part.node, instance_type=part.instance_type, region=part.region,
         cpu_model=part.cpu_model, agent_version=part.agent_version,
         first_seen_s=part.started_s, last_seen_s=part.ended_s,
     ).on_conflict_do_nothing(index_elements=["node"])
     connection.execute(statement)
-    return connection.execute(
-        select(NODES.c.raw_pruned_until_ms).where(NODES.c.node == part.node)).scalar()
+    pruned_ms, totals_ms = connection.execute(
+        select(NODES.c.raw_pruned_until_ms, NODES.c.totals_until_ms)
+        .where(NODES.c.node == part.node).with_for_update()).one()
+    return pruned_ms, totals_ms
 
 
 def _clear_part(connection: Connection, job_id: str, node: str, device: str) -> None:
     """Remove what an earlier import of this part wrote (the part holds nothing else)."""
-    for table in (JOB_ENERGY, JOB_MINUTE_ENERGY, JOB_UNITS):
+    for table in (JOB_ENERGY, JOB_MINUTE_ENERGY, JOB_UNITS, JOB_ENERGY_TOTALS,
+                  JOB_UNIT_TOTALS):
         connection.execute(delete(table).where(table.c.job_id == job_id,
                                                table.c.node == node))
     for table in (TICK_ENERGY, MINUTE_ENERGY):
@@ -211,7 +220,7 @@ def _clear_part(connection: Connection, job_id: str, node: str, device: str) -> 
 
 
 def _write_part(connection: Connection, job_id: str, device: str, part: ImportedNode,
-                boundary_ms: int | None) -> None:
+                boundary_ms: int | None, totals_ms: int | None) -> None:
     start_ms, end_ms = _ms(part.started_s), _ms(part.ended_s)
     connection.execute(JOB_NODES.delete().where(JOB_NODES.c.job_id == job_id,
                                                 JOB_NODES.c.node == part.node))
@@ -223,7 +232,7 @@ def _write_part(connection: Connection, job_id: str, device: str, part: Imported
     components = sorted(set(part.dynamic_j) | set(part.idle_j))
     rolled = boundary_ms is not None and end_ms <= boundary_ms
     minute_start_s = (end_ms - 1) // MINUTE_MS * 60
-    node_rows, job_rows = [], []
+    node_rows, job_rows, total_rows = [], [], []
     for component in components:
         dynamic_j = float(part.dynamic_j.get(component, 0.0))
         idle_j = float(part.idle_j.get(component, 0.0))
@@ -241,6 +250,11 @@ def _write_part(connection: Connection, job_id: str, device: str, part: Imported
             job_rows.append({**key, "job_id": job_id, "t_end_ms": end_ms,
                              "t_start_ms": start_ms, "dynamic_j": dynamic_j,
                              "idle_j": idle_j, "source": source})
+        total_rows.append({"job_id": job_id, "node": part.node, "component": component,
+                           "dynamic_j": dynamic_j, "idle_j": idle_j})
+    settled = totals_ms is not None and end_ms <= totals_ms
+    if total_rows and settled:
+        connection.execute(JOB_ENERGY_TOTALS.insert(), total_rows)
     if job_rows:
         node_table, job_table = ((MINUTE_ENERGY, JOB_MINUTE_ENERGY) if rolled
                                  else (TICK_ENERGY, JOB_ENERGY))
@@ -250,3 +264,7 @@ def _write_part(connection: Connection, job_id: str, device: str, part: Imported
               "count": float(count)} for unit, count in sorted(part.units.items()) if count]
     if units:
         connection.execute(JOB_UNITS.insert(), units)
+        if settled:
+            connection.execute(JOB_UNIT_TOTALS.insert(), [
+                {key: row[key] for key in ("job_id", "node", "unit", "count")}
+                for row in units])

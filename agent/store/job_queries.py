@@ -1,11 +1,10 @@
 """Reads of per-job energy: job lists and details, series, restart state, conservation.
 
-Energy comes from raw ``job_energy`` rows after each node's prune boundary
-(``nodes.raw_pruned_until_ms``) and ``job_minute_energy`` rollups up to it, in one
-``UNION ALL`` statement, so each share is counted once whether or not its minute has
-been pruned yet (the rule of :mod:`agent.store.queries`, applied per node because
-every node prunes on its own schedule). The unattributed ``''`` rows never count
-toward a job.
+A job's totals (energy per component, units) come from :mod:`agent.store.job_totals`.
+Series over time come from raw ``job_energy`` rows after each node's prune boundary
+(``nodes.raw_pruned_until_ms``) and ``job_minute_energy`` rollups up to it (the rule of
+:mod:`agent.store.queries`, applied per node because every node prunes on its own
+schedule). The unattributed ``''`` rows never count toward a job.
 
 Core table clauses only (no ORM import): :func:`load_running_jobs` and
 :func:`load_checkpoint` run in the agent at start-up, within its memory budget.
@@ -34,17 +33,16 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from agent.jobs.registry import Job
 from agent.store.engine import StoreError, describe_error, redact_url
+from agent.store.job_totals import Energy, Units, part_energy, part_units
 from agent.store.tables import (
     JOB_ENERGY,
     JOB_MINUTE_ENERGY,
     JOB_NODES,
-    JOB_UNITS,
     JOBS,
     MINUTE_ENERGY,
     NODE_CHECKPOINTS,
     NODES,
     TICK_ENERGY,
-    UNATTRIBUTED,
 )
 
 log = logging.getLogger(__name__)
@@ -111,11 +109,6 @@ class JobDetail(JobSummary):
     per_node: tuple[JobNodePart, ...] = ()
 
 
-# (job_id, node, component) -> [dynamic_j, idle_j]; (job_id, node, unit) -> count
-_Energy = dict[tuple[str, str, str], list[float]]
-_Units = dict[tuple[str, str, str], float]
-
-
 def pruned_last_minute_s() -> Any:
     """``minute_start_s`` of the last pruned minute of the joined node (exact division:
     the boundary is minute-aligned)."""
@@ -123,70 +116,21 @@ def pruned_last_minute_s() -> Any:
         "/", precedence=8, return_type=BigInteger)(literal_column("1000"))
 
 
-def _energy_rows(
-    connection: Connection, job_ids: Select[Any] | None, node: str | None
-) -> _Energy:
-    raw, rolled = JOB_ENERGY.c, JOB_MINUTE_ENERGY.c
-    nodes = NODES.c
-    raw_query = (
-        select(raw.job_id, raw.node, raw.component, func.sum(raw.dynamic_j).label("d"),
-               func.sum(raw.idle_j).label("i"))
-        .select_from(JOB_ENERGY.join(NODES, nodes.node == raw.node))
-        .where(raw.job_id != UNATTRIBUTED,
-               or_(nodes.raw_pruned_until_ms.is_(None),
-                   raw.t_end_ms > nodes.raw_pruned_until_ms))
-        .group_by(raw.job_id, raw.node, raw.component)
-    )
-    rolled_query = (
-        select(rolled.job_id, rolled.node, rolled.component, func.sum(rolled.dynamic_j),
-               func.sum(rolled.idle_j))
-        .select_from(JOB_MINUTE_ENERGY.join(NODES, nodes.node == rolled.node))
-        .where(rolled.job_id != UNATTRIBUTED,
-               rolled.minute_start_s <= pruned_last_minute_s())
-        .group_by(rolled.job_id, rolled.node, rolled.component)
-    )
-    if job_ids is not None:
-        raw_query = raw_query.where(raw.job_id.in_(job_ids))
-        rolled_query = rolled_query.where(rolled.job_id.in_(job_ids))
-    if node is not None:
-        raw_query = raw_query.where(raw.node == node)
-        rolled_query = rolled_query.where(rolled.node == node)
-    energy: _Energy = defaultdict(lambda: [0.0, 0.0])
-    for job_id, row_node, component, dynamic_j, idle_j in connection.execute(
-        union_all(raw_query, rolled_query)
-    ):
-        total = energy[(job_id, row_node, component)]
-        total[0] += float(dynamic_j)
-        total[1] += float(idle_j)
-    return energy
-
-
-def _unit_rows(connection: Connection, job_ids: Select[Any] | None, node: str | None) -> _Units:
-    units = JOB_UNITS.c
-    query = select(units.job_id, units.node, units.unit, func.sum(units.count)).group_by(
-        units.job_id, units.node, units.unit)
-    if job_ids is not None:
-        query = query.where(units.job_id.in_(job_ids))
-    if node is not None:
-        query = query.where(units.node == node)
-    return {(j, n, u): float(c) for j, n, u, c in connection.execute(query)}
-
-
-def _by_component(energy: _Energy, job_id: str, node: str | None = None) -> tuple[
+def _by_component(energy: Energy, job_id: str, node: str | None = None) -> tuple[
         dict[str, float], dict[str, float]]:
     dynamic: defaultdict[str, float] = defaultdict(float)
     idle: defaultdict[str, float] = defaultdict(float)
-    for (j, n, component), (d, i) in energy.items():
-        if j == job_id and (node is None or n == node):
+    for (n, component), (d, i) in energy.get(job_id, {}).items():
+        if node is None or n == node:
             dynamic[component] += d
             idle[component] += i
     return dict(sorted(dynamic.items())), dict(sorted(idle.items()))
 
 
-def _by_unit(units: _Units, job_id: str, node: str | None = None) -> dict[str, float]:
+def _by_unit(units: Units, job_id: str, node: str | None = None) -> dict[str, float]:
     totals: defaultdict[str, float] = defaultdict(float)
-    for (j, n, unit), count in units.items():
-        if j == job_id and (node is None or n == node):
+    for (n, unit), count in units.get(job_id, {}).items():
+        if node is None or n == node:
             totals[unit] += count
     return dict(sorted(totals.items()))
 
@@ -204,8 +148,8 @@ def _summaries(connection: Connection, job_ids: Select[Any] | None) -> list[JobD
     by_job: defaultdict[str, list[Any]] = defaultdict(list)
     for row in connection.execute(parts_query):
         by_job[row.job_id].append(row)
-    energy = _energy_rows(connection, job_ids, None)
-    units = _unit_rows(connection, job_ids, None)
+    energy = part_energy(connection, job_ids, None)
+    units = part_units(connection, job_ids, None)
     result = []
     for job_id, name, kind, labels, status, created_s, ended_s in metas:
         per_node = []
@@ -278,8 +222,8 @@ def load_running_jobs(engine: Engine, node: str) -> list[Job]:
     try:
         with engine.connect() as connection:
             rows = connection.execute(query).all()
-            energy = _energy_rows(connection, job_ids, node)
-            units = _unit_rows(connection, job_ids, node)
+            energy = part_energy(connection, job_ids, node)
+            units = part_units(connection, job_ids, node)
     except SQLAlchemyError as exc:
         raise StoreError(f"{redact_url(engine.url)}: cannot load the running jobs of node "
                          f"{node!r}: {describe_error(exc)}") from exc

@@ -62,6 +62,11 @@ class Node(Base):
     # live on only in minute_energy; NULL while nothing has been pruned. Queries use
     # it to choose rollups before it and raw ticks after it.
     raw_pruned_until_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # Job shares and unit counts of this node ending at or before this instant are
+    # summed in job_energy_totals and job_unit_totals (migration 0003); NULL while
+    # nothing is. Never before raw_pruned_until_ms, so the rows it sums still exist when
+    # it advances; the node's writer refuses rows that end at or before it.
+    totals_until_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class NodeDevice(Base):
@@ -224,6 +229,36 @@ class JobUnit(Base):
     job_id: Mapped[str] = mapped_column(String(JOB_ID_LENGTH), primary_key=True)
     node: Mapped[str] = mapped_column(ForeignKey("nodes.node"), primary_key=True)
     t_end_ms: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    unit: Mapped[str] = mapped_column(String, primary_key=True)
+    count: Mapped[float] = mapped_column(Double)
+
+
+class JobEnergyTotal(Base):
+    """A job's energy on a node per component, summed over its shares ending at or before
+    the node's ``totals_until_ms``.
+
+    Job lists sum ten thousand jobs at once; summing their minute rollups is a scan of
+    millions of rows, so each node's settled past is kept here as one row per (job,
+    node, component) and queries add the raw shares after the boundary. Advanced by the
+    node's writer in its maintain transaction (:mod:`agent.store.rollup`) and by imports.
+    """
+
+    __tablename__ = "job_energy_totals"
+
+    job_id: Mapped[str] = mapped_column(String(JOB_ID_LENGTH), primary_key=True)
+    node: Mapped[str] = mapped_column(ForeignKey("nodes.node"), primary_key=True)
+    component: Mapped[str] = mapped_column(String, primary_key=True)
+    dynamic_j: Mapped[float] = mapped_column(Double)
+    idle_j: Mapped[float] = mapped_column(Double)
+
+
+class JobUnitTotal(Base):
+    """A job's unit counts on a node, summed like :class:`JobEnergyTotal`."""
+
+    __tablename__ = "job_unit_totals"
+
+    job_id: Mapped[str] = mapped_column(String(JOB_ID_LENGTH), primary_key=True)
+    node: Mapped[str] = mapped_column(ForeignKey("nodes.node"), primary_key=True)
     unit: Mapped[str] = mapped_column(String, primary_key=True)
     count: Mapped[float] = mapped_column(Double)
 

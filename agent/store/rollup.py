@@ -11,6 +11,15 @@ Job unit counts have no rollup table: when their raw rows are pruned, each prune
 minute's rows are merged into one row at the minute's end, so sums stay exact and
 the table grows by minutes, not ticks.
 
+Job totals (``job_energy_totals``, ``job_unit_totals``) hold each (job, node)'s sums of
+the rows ending at or before ``nodes.totals_until_ms``; job lists read them plus the
+raw rows after that boundary. The boundary advances here, to the last complete minute
+less :data:`SETTLE_MS`, by adding the raw rows in between - never behind the prune
+boundary, so those rows always exist. The writer flushes its whole buffer before
+maintaining and refuses rows ending at or before the boundary afterwards (only a wall
+clock stepped back produces them), so a row is either in the totals or after the
+boundary, never both or neither.
+
 Called by :meth:`agent.store.writer.StoreWriter.maintain` inside one transaction.
 """
 
@@ -34,7 +43,9 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from agent.store.tables import (
     JOB_ENERGY,
+    JOB_ENERGY_TOTALS,
     JOB_MINUTE_ENERGY,
+    JOB_UNIT_TOTALS,
     JOB_UNITS,
     MINUTE_ENERGY,
     MINUTE_MS,
@@ -45,6 +56,9 @@ from agent.store.tables import (
 # Raw rows pruned per maintain() call at most, so a long backlog (a retention cut from
 # 7d to 1d) is worked off over several minutes instead of one long write lock.
 MAX_PRUNE_SPAN_MS = 6 * 3600 * 1000
+# How far the totals boundary stays behind the last complete minute: a tick that ended
+# just before maintain() ran may still be on its way into the writer's buffer.
+SETTLE_MS = 2 * MINUTE_MS
 # Integer division on both backends (BIGINT / INTEGER), rendered with '/' precedence
 # so that (a - 1) / b is parenthesised.
 _DIVIDE = {"precedence": 8}
@@ -59,6 +73,7 @@ class MaintainResult:
     raw_pruned_until_ms: int | None
     job_rolled_rows: int = 0
     job_pruned_rows: int = 0
+    totals_until_ms: int | None = None
 
 
 def _minute_of(t_end_ms: Any) -> ColumnElement[int]:
@@ -86,9 +101,12 @@ def maintain_node(
     complete_until_ms = now_ms // MINUTE_MS * MINUTE_MS
     keep_after_ms = (now_ms - round(raw_retention_s * 1000)) // MINUTE_MS * MINUTE_MS
     connection.execute(update(NODES).where(NODES.c.node == node).values(last_seen_s=now_s))
-    pruned_until = connection.execute(
-        select(NODES.c.raw_pruned_until_ms).where(NODES.c.node == node)
-    ).scalar()
+    # FOR UPDATE (PostgreSQL; SQLite serialises writers anyway): an import writing into
+    # this node's totals waits for this pass, and this pass for it.
+    pruned_until, totals_until = connection.execute(
+        select(NODES.c.raw_pruned_until_ms, NODES.c.totals_until_ms)
+        .where(NODES.c.node == node).with_for_update()
+    ).one()
 
     def resume_after(latest_minute_s: int | None) -> int | None:
         # Recompute from the latest rolled minute itself (it may have been rolled while
@@ -103,9 +121,47 @@ def maintain_node(
     latest = connection.execute(select(func.max(JOB_MINUTE_ENERGY.c.minute_start_s))
                                 .where(JOB_MINUTE_ENERGY.c.node == node)).scalar()
     job_rolled = roll_up_jobs(connection, insert, node, resume_after(latest), complete_until_ms)
+    totals_until = advance_totals(connection, insert, node, totals_until,
+                                  complete_until_ms - SETTLE_MS)
     bound = min(complete_until_ms, keep_after_ms)
+    if totals_until is not None:
+        bound = min(bound, totals_until)
     pruned, job_pruned, pruned_until = prune(connection, insert, node, pruned_until, bound)
-    return MaintainResult(rolled, pruned, pruned_until, job_rolled, job_pruned)
+    return MaintainResult(rolled, pruned, pruned_until, job_rolled, job_pruned, totals_until)
+
+
+def _add_into(insert: Any, target: Any, names: list[str], keys: int, query: Any) -> Any:
+    """INSERT the grouped ``query`` into ``target``, adding its sums to existing rows."""
+    statement = insert(target).from_select(names, query)
+    return statement.on_conflict_do_update(
+        index_elements=names[:keys],
+        set_={name: target.c[name] + statement.excluded[name] for name in names[keys:]},
+    )
+
+
+def advance_totals(
+    connection: Connection, insert: Any, node: str, totals_until: int | None, until_ms: int
+) -> int | None:
+    """Add ``node``'s job shares and unit counts ending in (totals_until, until_ms] to the
+    job totals and move the boundary to ``until_ms``; returns the boundary."""
+    if totals_until is not None and until_ms <= totals_until:
+        return totals_until
+    shares, units = JOB_ENERGY.c, JOB_UNITS.c
+    energy = (select(shares.job_id, shares.node, shares.component, func.sum(shares.dynamic_j),
+                     func.sum(shares.idle_j))
+              .where(shares.node == node, *_window(shares.t_end_ms, totals_until, until_ms))
+              .group_by(shares.job_id, shares.node, shares.component))
+    connection.execute(_add_into(insert, JOB_ENERGY_TOTALS,
+                                 ["job_id", "node", "component", "dynamic_j", "idle_j"], 3,
+                                 energy))
+    counts = (select(units.job_id, units.node, units.unit, func.sum(units.count))
+              .where(units.node == node, *_window(units.t_end_ms, totals_until, until_ms))
+              .group_by(units.job_id, units.node, units.unit))
+    connection.execute(_add_into(insert, JOB_UNIT_TOTALS, ["job_id", "node", "unit", "count"],
+                                 3, counts))
+    connection.execute(update(NODES).where(NODES.c.node == node)
+                       .values(totals_until_ms=until_ms))
+    return until_ms
 
 
 def roll_up_ticks(

@@ -25,7 +25,7 @@ NODES = table(
     column("node", String), column("instance_type", String), column("region", String),
     column("cpu_model", String), column("agent_version", String),
     column("first_seen_s", Double), column("last_seen_s", Double),
-    column("raw_pruned_until_ms", BigInteger),
+    column("raw_pruned_until_ms", BigInteger), column("totals_until_ms", BigInteger),
 )
 NODE_DEVICES = table(
     "node_devices",
@@ -74,10 +74,21 @@ JOB_UNITS = table(
     column("job_id", String), column("node", String), column("t_end_ms", BigInteger),
     column("unit", String), column("count", Double),
 )
+JOB_ENERGY_TOTALS = table(
+    "job_energy_totals",
+    column("job_id", String), column("node", String), column("component", String),
+    column("dynamic_j", Double), column("idle_j", Double),
+)
+JOB_UNIT_TOTALS = table(
+    "job_unit_totals",
+    column("job_id", String), column("node", String), column("unit", String),
+    column("count", Double),
+)
 NODE_CHECKPOINTS = table(
     "node_checkpoints",
     column("node", String), column("saved_s", Double), column("boot_id", String),
     column("state", String),
 )
 CORE_TABLES = (NODES, NODE_DEVICES, TICK_ENERGY, MINUTE_ENERGY, JOBS, JOB_NODES, JOB_ENERGY,
-               JOB_MINUTE_ENERGY, JOB_UNITS, NODE_CHECKPOINTS)
+               JOB_MINUTE_ENERGY, JOB_UNITS, JOB_ENERGY_TOTALS, JOB_UNIT_TOTALS,
+               NODE_CHECKPOINTS)

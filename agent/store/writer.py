@@ -16,9 +16,11 @@ buffer and is retried with backoff (up to a minute); the buffer is bounded
 shares, with an error saying how many. Nothing recorded is lost silently.
 
 :meth:`StoreWriter.maintain` (about once a minute) rolls raw ticks and shares up into
-minute rows and deletes raw rows older than the retention (:mod:`agent.store.rollup`);
-``nodes.raw_pruned_until_ms`` records where raw rows end so queries never count a
-minute twice (see :mod:`agent.store.models`).
+minute rows, adds settled rows to the job totals and deletes raw rows older than the
+retention (:mod:`agent.store.rollup`); ``nodes.raw_pruned_until_ms`` records where raw
+rows end and ``nodes.totals_until_ms`` where the totals end, so queries never count a
+row twice (see :mod:`agent.store.models`). Rows ending at or before the totals
+boundary (a wall clock stepped back) are dropped with an error, never half counted.
 
 This module uses Core table clauses rather than the ORM models (the ORM costs the agent
 about 6 MiB of RSS); ``test_core_tables_match_models`` keeps them in step. One writer
@@ -121,7 +123,7 @@ class StoreWriter:
         self._last_warning = -math.inf
         self._bad_entries = 0
         self._registered = False
-        self._pruned_until_ms: int | None = None
+        self._settled_until_ms: int | None = None
         try:
             self._register()
         except SQLAlchemyError as exc:
@@ -255,9 +257,10 @@ class StoreWriter:
             self.written_rows += written
             if stale:
                 self.dropped_rows += stale
-                log.error("dropped %d rows ending at or before the raw retention boundary "
-                          "(%s ms): was the wall clock stepped back?", stale,
-                          self._pruned_until_ms)
+                log.error("dropped %d rows ending at or before the node's settled boundary "
+                          "(%s ms, already summed into job totals and rollups): was the "
+                          "wall clock stepped back?", stale,
+                          self._settled_until_ms)
             if self._failures:
                 log.info("store %s reachable again after %d failed attempt(s)",
                          self._url, self._failures)
@@ -283,7 +286,7 @@ class StoreWriter:
             except SQLAlchemyError as exc:
                 self._failed(exc, "maintain rollups in")
                 return None
-        self._pruned_until_ms = result.raw_pruned_until_ms
+        self._settled_until_ms = result.totals_until_ms
         if result.rolled_rows or result.pruned_rows or result.job_pruned_rows:
             log.debug("store: %s", result)
         return result
@@ -300,7 +303,7 @@ class StoreWriter:
         self, connection: Connection, batch: RowBuffer, pending: PendingJobs
     ) -> tuple[int, int]:
         """Everything of one flush, in the caller's transaction: (rows written, stale)."""
-        node, floor_ms = self.node.node, self._pruned_until_ms
+        node, floor_ms = self.node.node, self._settled_until_ms
         written = stale = 0
         # Job metadata first: on PostgreSQL the jobs upsert takes the row locks that
         # order concurrent agents (see agent.store.job_writer).
@@ -348,8 +351,8 @@ class StoreWriter:
             connection.execute(node_insert)
             if device_rows:
                 connection.execute(device_insert, device_rows)
-            self._pruned_until_ms = connection.execute(
-                select(NODES.c.raw_pruned_until_ms).where(NODES.c.node == info.node)
+            self._settled_until_ms = connection.execute(
+                select(NODES.c.totals_until_ms).where(NODES.c.node == info.node)
             ).scalar()
         self._registered = True
 

@@ -131,7 +131,8 @@ def test_retention_keeps_totals_and_counts_late_rows(engine):
     for i in range(1, 1201):  # 20 minutes
         writer.add(tick(T0 + i, cpu_j=float(i % 5), gpu_j=40.0 + i % 3))
     writer.maintain(T0 + 600)  # rolls minutes 0..9 up, prunes nothing yet
-    writer.add(Tick(T0 + 10.5, T0 + 10.75, (TickEntry("cpu", "0", "rapl", 1000.0),)))
+    # Late for rolled minute 8, still after the settled boundary (T0 + 480): counted.
+    writer.add(Tick(T0 + 500.5, T0 + 500.75, (TickEntry("cpu", "0", "rapl", 1000.0),)))
     assert writer.flush()
     windows = [(T0, T0 + 1200), (T0 + 60, T0 + 540), (T0 + 480, T0 + 900)]
     before = [node_energy_j(engine, NODE.node, *w) for w in windows]
@@ -207,9 +208,9 @@ def test_checkpoint_round_trip(engine):
     jobs.check_checkpoint_round_trip(engine)
 
 
-def test_upgrade_from_0001_keeps_ticks(pg_url):
+def test_upgrades_keep_figures(pg_url):
     engine = make_engine(pg_url)
-    jobs.check_upgrade_from_0001_keeps_ticks(engine)
+    jobs.check_upgrades_keep_figures(engine)
     engine.dispose()
 
 

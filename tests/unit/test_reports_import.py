@@ -185,7 +185,15 @@ def test_an_import_older_than_a_live_nodes_prune_boundary_still_counts(
     with target.connect() as connection:
         rolled = connection.execute(text(
             "SELECT count(*) FROM job_minute_energy WHERE job_id = 'dist-copy'")).scalar_one()
+        settled = connection.execute(text(
+            "SELECT count(*) FROM job_energy_totals WHERE job_id = 'dist-copy'")).scalar_one()
     assert rolled == 2  # cpu and dram of the loader's part
+    assert settled == 2  # and, older than the totals boundary, in the job totals too
+    # Importing again replaces the part, and the agent's next pass does not re-add it.
+    import_file(target, tmp_path / "copy.json")
+    assert writer.maintain(T0 + 7200) is not None
+    for key in ("energy_j", "co2e_g", "cost_usd", "work_units"):
+        assert_same(report[key], build_report(target, "dist-copy", {}, now_s=NOW)[key], key)
 
 
 @pytest.mark.parametrize(("content", "expected"), [

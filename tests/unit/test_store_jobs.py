@@ -34,6 +34,7 @@ from agent.store.job_queries import (
     unattributed_check,
 )
 from agent.store.queries import node_energy_j
+from agent.store.rollup import SETTLE_MS
 from agent.store.writer import StoreWriter
 from agent.tick import Tick, TickEntry
 
@@ -287,40 +288,67 @@ def check_checkpoint_round_trip(engine: Engine) -> None:
     assert load_checkpoint(engine, LOADER.node) is None
 
 
-def check_upgrade_from_0001_keeps_ticks(engine: Engine) -> None:
-    """``engine`` points at an empty database."""
-    assert migrate.upgrade(engine, "0001") == "0001"
-    old = writer_for(engine)
-    for i in range(1, 121):
-        old.add(make_tick(T0 + i, 10.0, 100.0))
-    assert old.flush()
-    before = node_energy_j(engine, TRAINER.node, T0, T0 + 120)
-    assert migrate.upgrade(engine) == migrate.HEAD_REVISION
-    assert migrate.is_at_head(engine)
-    assert node_energy_j(engine, TRAINER.node, T0, T0 + 120) == before == {
-        ("cpu", "0"): 1200.0, ("gpu", "0"): 12000.0}
-    assert count(engine, "tick_energy") == 240 and count(engine, "jobs") == 0
-    writer = writer_for(engine)
-    writer.save_job(make_job("new", T0 + 120))
-    feed(writer, T0 + 120, 60, ("new",))
-    assert writer.maintain(T0 + 200) is not None
-    assert summary(engine, "new").total_j > 0
-    rows = unattributed_check(engine, TRAINER.node)
-    assert len(rows) == 2 * 180
-    # Ticks from before the upgrade have no shares; those after balance.
-    assert all(sum_j == 0.0 for t, _c, _d, _n, sum_j in rows if t <= (T0 + 120) * 1000)
-    assert all(sum_j == pytest.approx(node_j) for t, _c, _d, node_j, sum_j in rows
-               if t > (T0 + 120) * 1000)
+def _downgrade(engine: Engine, revision: str) -> None:
     from alembic import command
 
     config = migrate.alembic_config()
     with engine.begin() as connection:
         config.attributes["connection"] = connection
-        command.downgrade(config, "0001")
-    assert migrate.current_revision(engine) == "0001"
-    assert count(engine, "tick_energy") == 360
+        command.downgrade(config, revision)
+    assert migrate.current_revision(engine) == revision
+
+
+def _figures(engine: Engine) -> dict[str, tuple[dict[str, float], dict[str, float],
+                                                dict[str, float]]]:
+    return {s.id: (s.dynamic_j, s.idle_j, s.units) for s in list_jobs(engine)}
+
+
+def _assert_same_figures(found: dict, expected: dict) -> None:
+    assert found.keys() == expected.keys()
+    for job, (dynamic, idle, units) in expected.items():
+        assert found[job][0] == pytest.approx(dynamic, rel=1e-12), job
+        assert found[job][1] == pytest.approx(idle, rel=1e-12), job
+        assert found[job][2] == pytest.approx(units, rel=1e-12), job
+
+
+def check_upgrades_keep_figures(engine: Engine) -> None:
+    """``engine`` points at an empty database. Down to 0002 and up again (the totals
+    backfilled from the rollups), then down to 0001 (ticks only) and up again."""
     assert migrate.upgrade(engine) == migrate.HEAD_REVISION
-    assert count(engine, "jobs") == 0
+    writer = writer_for(engine)
+    for job in ("a", "b"):
+        writer.save_job(make_job(job, T0))
+    totals = feed(writer, T0, 600, ("a", "b"), units={"tokens": 3.0})
+    # Prunes minutes 0..4; the totals cover all ten (up to 2 minutes before "now").
+    result = writer.maintain(T0 + 600 + RETENTION_S - 270)
+    assert result.raw_pruned_until_ms == round((T0 + 300) * 1000)
+    assert result.totals_until_ms == round((T0 + 900) * 1000) - SETTLE_MS
+    figures = _figures(engine)
+    assert sum(figures["a"][0].values()) + sum(figures["a"][1].values()) == pytest.approx(
+        job_total(totals, "a"), rel=1e-12)
+    assert figures["a"][2] == {"tokens": 1800.0}
+    ticks_before = node_energy_j(engine, TRAINER.node, T0, T0 + 600)
+
+    _downgrade(engine, "0002")
+    assert migrate.upgrade(engine) == migrate.HEAD_REVISION
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT totals_until_ms FROM nodes")).scalar() == round(
+            (T0 + 300) * 1000)  # backfilled to the prune boundary
+    _assert_same_figures(_figures(engine), figures)
+    writer = writer_for(engine)  # an agent restarted on the upgraded store
+    feed(writer, T0 + 960, 120, ("a", "b"), units={"tokens": 3.0}, totals=totals)
+    assert writer.maintain(T0 + 1080 + RETENTION_S - 270) is not None
+    after = _figures(engine)
+    assert sum(after["b"][0].values()) + sum(after["b"][1].values()) == pytest.approx(
+        job_total(totals, "b"), rel=1e-12)
+    assert after["b"][2] == {"tokens": 2160.0}
+
+    _downgrade(engine, "0001")
+    assert count(engine, "tick_energy") > 0
+    assert migrate.upgrade(engine) == migrate.HEAD_REVISION
+    assert migrate.is_at_head(engine)
+    assert node_energy_j(engine, TRAINER.node, T0, T0 + 600) == pytest.approx(ticks_before)
+    assert count(engine, "jobs") == 0 and count(engine, "job_energy_totals") == 0
 
 
 # -- SQLite -------------------------------------------------------------------------------
@@ -359,9 +387,9 @@ def test_checkpoint_round_trip(engine):
     check_checkpoint_round_trip(engine)
 
 
-def test_upgrade_from_0001_keeps_ticks(db_url):
+def test_upgrades_keep_figures(db_url):
     engine = make_engine(db_url)
-    check_upgrade_from_0001_keeps_ticks(engine)
+    check_upgrades_keep_figures(engine)
     engine.dispose()
 
 
@@ -476,3 +504,24 @@ def test_batch_put_back_after_a_failure_keeps_its_keys(engine, db_url):
     assert stored["a"] == pytest.approx(job_total(first, "a") + job_total(second, "a"))
     assert stored["b"] == pytest.approx(job_total(second, "b"))
     assert_conserved(engine, TRAINER.node, expected_rows=12)
+
+
+def test_a_running_job_adds_its_recent_rows_to_its_settled_totals(engine):
+    writer = writer_for(engine)
+    writer.save_job(make_job("live", T0))
+    totals = feed(writer, T0, 300, ("live",), units={"tokens": 2.0})
+    result = writer.maintain(T0 + 300)
+    assert result.totals_until_ms == round((T0 + 300) * 1000) - SETTLE_MS
+    feed(writer, T0 + 300, 90, ("live",), units={"tokens": 2.0}, totals=totals)
+    assert writer.flush()
+    with engine.connect() as connection:
+        settled_units = connection.execute(text(
+            "SELECT count FROM job_unit_totals WHERE job_id = 'live'")).scalar_one()
+    assert settled_units == 2.0 * 180  # the ticks ending by T0 + 180 s
+    found = summary(engine, "live")
+    assert found.total_j == pytest.approx(job_total(totals, "live"), rel=1e-12)
+    assert found.units == {"tokens": 2.0 * 390}
+    [restored] = load_running_jobs(engine, TRAINER.node)
+    assert sum(restored.dynamic_j.values()) + sum(restored.idle_j.values()) == pytest.approx(
+        job_total(totals, "live"), rel=1e-12)
+    assert restored.units == {"tokens": 2.0 * 390}

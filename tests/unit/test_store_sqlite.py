@@ -26,6 +26,7 @@ from agent.store.queries import (
     node_devices,
     node_energy_j,
 )
+from agent.store.rollup import SETTLE_MS
 from agent.store.writer import CORE_TABLES, StoreWriter
 from agent.tick import Tick, TickEntry
 
@@ -280,12 +281,30 @@ def test_late_rows_for_a_rolled_minute_are_counted_before_pruning(engine):
     writer = writer_for(engine)
     for i in range(1, 301):
         writer.add(tick(T0 + i))
-    writer.maintain(T0 + 300)  # minutes 0..4 rolled up, nothing old enough to prune
-    writer.add(Tick(T0 + 10.5, T0 + 10.75, (TickEntry("cpu", "0", "rapl", 1000.0),)))
+    result = writer.maintain(T0 + 300)  # minutes 0..4 rolled up, nothing old enough to prune
+    assert result.totals_until_ms == round((T0 + 300) * 1000) - SETTLE_MS
+    # A tick of minute 4 that was still on its way: after the settled boundary, so taken.
+    writer.add(Tick(T0 + 250.5, T0 + 250.75, (TickEntry("cpu", "0", "rapl", 1000.0),)))
     assert writer.flush()
     writer.maintain(T0 + 300 + RETENTION_S)  # now minutes 0..4 lose their raw rows
     assert raw_count(engine) == 0
     assert node_energy_j(engine, "node-a", T0, T0 + 300)[("cpu", "0")] == 3000.0 + 1000.0
+
+
+def test_rows_ending_before_the_settled_boundary_are_refused_whole(engine, caplog):
+    writer = writer_for(engine)
+    for i in range(1, 301):
+        writer.add(tick(T0 + i))
+    writer.maintain(T0 + 300)
+    before = node_energy_j(engine, "node-a", T0, T0 + 300)
+    # A clock stepped back: this tick ends before the boundary the totals cover.
+    writer.add(Tick(T0 + 10.5, T0 + 10.75, (TickEntry("cpu", "0", "rapl", 1000.0),)))
+    with caplog.at_level(logging.ERROR, logger="agent.store.writer"):
+        assert writer.flush()
+    assert "dropped 1 rows ending at or before the node's settled boundary" in caplog.text
+    assert writer.dropped_rows == 1
+    writer.maintain(T0 + 300 + RETENTION_S)
+    assert node_energy_j(engine, "node-a", T0, T0 + 300) == before
 
 
 def test_locked_database_keeps_rows_and_writes_them_later(db_url, engine, caplog):
