@@ -1,13 +1,14 @@
-"""What the pages compute from store rows: comparisons, SLA sizing, load curves, flags.
+"""What the pages compute from store rows: job tables, load curves, provenance, flags.
 
 Pure functions of query results (no Streamlit, no SQL), so each rule is tested on its
-own and reads the same on every page:
+own and reads the same on every page. Comparisons and SLA sizing are not here: the
+Compare page runs :func:`agent.reports.compare.compare`, as ``joulestat compare`` does.
 
-* a job's "setup" is the set of instance types it ran on (``c5.4xlarge + p4d.24xlarge``
-  for a trainer fed by a loader); Compare groups by setup;
-* throughput is units per hour of running time (``ended_s - started_s``), energy per
-  unit is the job's attributed energy (dynamic + its share of idle) over its units:
-  the same rule MLPerf Power applies per query, on what the job was charged;
+* a job's "setup" is the set of instance types it ran on, named as the comparison
+  groups it (``c5.4xlarge+p4d.24xlarge`` for a trainer fed by a loader);
+* a load-curve point's rate is units per second of running time (``ended_s -
+  started_s``), its energy per unit the jobs' attributed energy (dynamic + their share
+  of idle) over their units: the rule MLPerf Power applies per query;
 * the CPU-bottleneck flag is read from power, because the store keeps energy and no
   utilisation: a component's load is where its power sits between the lowest and
   highest minute average the node ever showed.
@@ -20,9 +21,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from agent.reports.compare import setup_name
 from agent.store.dashboard_queries import JobTotals, SeriesPoint, SourceEnergy
 from agent.store.job_queries import JobSummary
-from dashboard import fmt
 
 # A job as a list shows it (JobTotals) or as the detail page reads it (JobDetail).
 AnyJob = JobTotals | JobSummary
@@ -59,9 +60,9 @@ def run_s(job: AnyJob, now_s: float) -> float:
 
 
 def setup_of(job: AnyJob) -> str:
-    """The instance types a job ran on, one name per type: its comparison group."""
-    types = sorted({itype for _node, itype in job.nodes})
-    return " + ".join(types) if types else "unknown"
+    """The instance types a job ran on, one name per type: its comparison group, named by
+    :func:`agent.reports.compare.setup_name` so every page and the CLI agree."""
+    return setup_name(itype for _node, itype in job.nodes)
 
 
 def clip_to_run(points: Iterable[SeriesPoint], bucket_s: float,
@@ -104,53 +105,6 @@ def job_rows(jobs: Iterable[JobTotals], costs: Mapping[str, JobCost],
 
 
 @dataclass(frozen=True, slots=True)
-class Group:
-    """Jobs compared as one: summed energy, units and running time."""
-
-    key: str
-    job_ids: tuple[str, ...]
-    units: float
-    energy_j: float
-    run_s: float
-    nodes: int  # instances one setup uses
-    co2e_g: float | None
-    cost_usd: float | None
-
-    @property
-    def energy_per_unit_j(self) -> float:
-        return self.energy_j / self.units if self.units else math.nan
-
-    @property
-    def co2e_per_unit_g(self) -> float | None:
-        return None if self.co2e_g is None or not self.units else self.co2e_g / self.units
-
-    @property
-    def usd_per_million(self) -> float | None:
-        return None if self.cost_usd is None or not self.units else (
-            self.cost_usd / self.units * 1e6)
-
-    @property
-    def throughput_per_h(self) -> float:
-        """Units per hour one setup delivers while running."""
-        return self.units / self.run_s * 3600 if self.run_s > 0 else math.nan
-
-    @property
-    def power_w(self) -> float:
-        """Average power of one setup while running (the jobs' attributed energy)."""
-        return self.energy_j / self.run_s if self.run_s > 0 else math.nan
-
-    @property
-    def usd_per_hour(self) -> float | None:
-        return None if self.cost_usd is None or self.run_s <= 0 else (
-            self.cost_usd / self.run_s * 3600)
-
-    @property
-    def co2e_g_per_hour(self) -> float | None:
-        return None if self.co2e_g is None or self.run_s <= 0 else (
-            self.co2e_g / self.run_s * 3600)
-
-
-@dataclass(frozen=True, slots=True)
 class JobCost:
     """CO2e and cost of one job; None where they cannot be known."""
 
@@ -158,75 +112,6 @@ class JobCost:
     embodied_g: float | None = None
     cost_usd: float | None = None
     operational_g: float | None = None  # energy x PUE x grid intensity
-
-
-def _sum_known(values: list[float | None]) -> float | None:
-    """A sum only when every part is known: an unknown price is not a zero price."""
-    return None if not values or any(v is None for v in values) else float(
-        sum(v for v in values if v is not None))
-
-
-def compare_groups(jobs: Iterable[JobTotals], unit: str, costs: Mapping[str, JobCost],
-                   now_s: float, by_job: bool = False) -> list[Group]:
-    """Groups of jobs that counted ``unit``: one per setup, or one per job (``by_job``)."""
-    members: defaultdict[str, list[JobTotals]] = defaultdict(list)
-    for job in jobs:
-        if job.units.get(unit, 0) > 0:
-            members[f"{job.name} ({job.id})" if by_job else setup_of(job)].append(job)
-    groups = []
-    for key, group in sorted(members.items()):
-        no_cost = JobCost()
-        groups.append(Group(
-            key=key, job_ids=tuple(j.id for j in group),
-            units=sum(j.units[unit] for j in group),
-            energy_j=sum(j.total_j for j in group),
-            run_s=sum(run_s(j, now_s) for j in group),
-            nodes=max(len(j.nodes) for j in group),
-            co2e_g=_sum_known([costs.get(j.id, no_cost).co2e_g for j in group]),
-            cost_usd=_sum_known([costs.get(j.id, no_cost).cost_usd for j in group]),
-        ))
-    return groups
-
-
-def delta_text(group: Group, baseline: Group, unit: str) -> str:
-    """``×6.3 throughput, −92 % energy per inference, …`` against ``baseline``."""
-    parts = [f"{fmt.ratio(group.throughput_per_h / baseline.throughput_per_h)} throughput",
-             f"{fmt.percent_change(group.energy_per_unit_j, baseline.energy_per_unit_j)} "
-             f"energy per {unit}"]
-    if group.co2e_per_unit_g is not None and baseline.co2e_per_unit_g:
-        parts.append(f"{fmt.percent_change(group.co2e_per_unit_g, baseline.co2e_per_unit_g)}"
-                     f" CO2e per {unit}")
-    if group.usd_per_million is not None and baseline.usd_per_million:
-        parts.append(f"{fmt.percent_change(group.usd_per_million, baseline.usd_per_million)}"
-                     f" cost per million {fmt.plural(unit)}")
-    return ", ".join(parts)
-
-
-@dataclass(frozen=True, slots=True)
-class SlaRow:
-    """What it takes to serve ``units_per_hour`` with one group's setup."""
-
-    key: str
-    setups: int
-    instances: int
-    fleet_power_w: float
-    usd_per_hour: float | None
-    co2e_g_per_hour: float | None
-
-
-def sla_plan(groups: Iterable[Group], units_per_hour: float) -> list[SlaRow]:
-    """Setups needed (rounded up) to meet ``units_per_hour``, and their power and cost."""
-    rows = []
-    for group in groups:
-        if not group.throughput_per_h or not math.isfinite(group.throughput_per_h):
-            continue
-        setups = max(1, math.ceil(units_per_hour / group.throughput_per_h - 1e-9))
-        rows.append(SlaRow(
-            group.key, setups, setups * group.nodes, setups * group.power_w,
-            None if group.usd_per_hour is None else setups * group.usd_per_hour,
-            None if group.co2e_g_per_hour is None else setups * group.co2e_g_per_hour,
-        ))
-    return rows
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,21 +9,28 @@ hours. So :func:`rates` asks ``footprint()`` once per (instance type, region) fo
 kWh over one hour, and each node of a job is scaled from that; a unit test checks the
 result equals ``footprint()`` called on the whole job. The figures, their sources and
 their fallbacks are footprint's; nothing is re-derived here.
+
+:func:`job_figures` gives the Compare page a job as
+:func:`agent.reports.compare.compare` takes it, with every field meaning what
+:func:`agent.reports.compare_data.figures_of` gives ``joulestat compare``: the page and
+the command then run the same arithmetic on the same numbers.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from agent.carbon.footprint import METHODOLOGY, NodePlacement, footprint
-from agent.store.dashboard_queries import JobTotals
-from agent.store.job_queries import JobDetail
+from agent.reports.compare import JobFigures, NodeFigures
+from agent.store.dashboard_queries import JobTotals, PartTotals
+from agent.store.job_queries import JobDetail, JobNodePart
 from dashboard.analysis import JobCost
 
 J_PER_KWH = 3_600_000.0
 S_PER_HOUR = 3600.0
-__all__ = ["METHODOLOGY", "Rates", "job_cost", "node_cost", "rates"]
+__all__ = ["METHODOLOGY", "Rates", "job_cost", "job_figures", "node_cost", "rates"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +78,15 @@ def node_cost(instance_type: str, region: str, energy_j: float, held_s: float) -
     )
 
 
+def _held(job: JobTotals | JobDetail, now_s: float) -> Iterator[
+        tuple[PartTotals | JobNodePart, Rates, float]]:
+    """Each node of the job with its rates and the seconds it was held: from its start
+    to its end, or ``now_s`` while running (``placements_from_detail``'s rule)."""
+    for part in job.per_node:
+        end_s = part.ended_s if part.ended_s is not None else now_s
+        yield part, rates(part.instance_type, part.region), max(0.0, end_s - part.started_s)
+
+
 def job_cost(job: JobTotals | JobDetail, now_s: float) -> JobCost:
     """A job's CO2e and cost summed over its nodes, each held from its start to its end
     (or ``now_s`` while running); an unknown figure on any node makes the total None.
@@ -82,10 +98,7 @@ def job_cost(job: JobTotals | JobDetail, now_s: float) -> JobCost:
     operational = 0.0
     embodied: float | None = 0.0
     cost: float | None = 0.0
-    for part in job.per_node:
-        rate = rates(part.instance_type, part.region)
-        held_s = max(0.0, (part.ended_s if part.ended_s is not None else now_s)
-                     - part.started_s)
+    for part, rate, held_s in _held(job, now_s):
         operational += part.total_j * rate.operational_g_per_j
         if embodied is not None:
             embodied = (None if rate.embodied_g_per_s is None
@@ -94,3 +107,46 @@ def job_cost(job: JobTotals | JobDetail, now_s: float) -> JobCost:
             cost = None if rate.usd_per_s is None else cost + held_s * rate.usd_per_s
     return JobCost(co2e_g=None if embodied is None else operational + embodied,
                    embodied_g=embodied, cost_usd=cost, operational_g=operational)
+
+
+@functools.lru_cache(maxsize=4096)
+def _notes(placed: tuple[tuple[str, str, str], ...]) -> tuple[str, ...]:
+    """``footprint()``'s notes for nodes (node, instance type, region). Without a live
+    feed they depend on nothing else (which node lacks a price or an embodied figure, and
+    why), so one call per distinct set of nodes, with no energy, gives every job's."""
+    return footprint([], {node: NodePlacement(itype or None, region or None, 0.0)
+                          for node, itype, region in placed}, now_s=0.0).notes
+
+
+def job_figures(job: JobTotals, now_s: float) -> JobFigures:
+    """The job as :func:`agent.reports.compare.compare` takes it, field for field what
+    ``figures_of`` builds for ``joulestat compare``: energy is the job's attributed energy,
+    CO2e operational with embodied apart, cost and held time per node, ``duration_s`` its
+    wall-clock time, ``notes`` footprint's. A running job counts up to ``now_s``.
+
+    A loop of float arithmetic (footprint only for notes, cached per set of nodes, and
+    only when a node has an unknown figure): the Compare page builds ten thousand.
+    """
+    nodes = []
+    operational = 0.0
+    embodied: float | None = 0.0
+    cost: float | None = 0.0
+    for part, rate, held_s in _held(job, now_s):
+        node_usd = None if rate.usd_per_s is None else held_s * rate.usd_per_s
+        nodes.append(NodeFigures(part.node, part.instance_type, held_s, part.total_j,
+                                 node_usd))
+        operational += part.total_j * rate.operational_g_per_j
+        if embodied is not None:
+            embodied = (None if rate.embodied_g_per_s is None
+                        else embodied + held_s * rate.embodied_g_per_s)
+        if cost is not None:
+            cost = None if node_usd is None else cost + node_usd
+    notes = () if embodied is not None and cost is not None else _notes(tuple(
+        (p.node, p.instance_type, p.region) for p in job.per_node))
+    end_s = job.ended_s if job.ended_s is not None else now_s
+    return JobFigures(
+        job_id=job.id, name=job.name, kind=job.kind, nodes=tuple(nodes),
+        units=dict(job.units), duration_s=max(0.0, end_s - job.started_s),
+        energy_j=job.total_j, operational_co2e_g=operational, embodied_co2e_g=embodied,
+        cost_usd=cost, notes=notes,
+    )

@@ -1,8 +1,9 @@
 """Numbers as people read them: one place that picks units and writes deltas.
 
 Every figure on a page goes through here, so a value shown as "4.51 kJ" in a table is
-"4.51 kJ" in a chart tooltip too, and a reader never has to guess a unit. The minus
-sign in deltas is U+2212, as typesetting wants, and ratios read like "×6.3".
+"4.51 kJ" in a chart tooltip too, and a reader never has to guess a unit. Deltas and
+ratios ("−92 %", "×6.3") are written by :mod:`agent.reports.compare_words`, as
+``joulestat compare`` writes them.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 import math
 from datetime import datetime, tzinfo
 
-MINUS = "\u2212"
+from agent.reports import compare_words
+
 J_PER_KWH = 3_600_000.0
 
 
@@ -82,27 +84,8 @@ def duration(seconds: float) -> str:
     return f"{seconds / 86400:.1f} d"
 
 
-def plural(unit: str) -> str:
-    """The unit words jobs count are lowercase nouns: request -> requests."""
-    return unit if unit.endswith("s") else f"{unit}s"
-
-
-def ratio(value: float) -> str:
-    """``×6.3``: how many times the baseline."""
-    if not math.isfinite(value):
-        return "×—"
-    return f"×{value:.2g}" if value < 10 else f"×{value:.0f}"
-
-
-def percent_change(value: float, baseline: float) -> str:
-    """``−92 %`` / ``+15 %`` from ``baseline`` to ``value``; ``±0 %`` when unchanged."""
-    if not baseline or not math.isfinite(value) or not math.isfinite(baseline):
-        return "n/a"
-    change = (value / baseline - 1) * 100
-    if round(change) == 0:
-        return "±0 %"
-    sign = "+" if change > 0 else MINUS
-    return f"{sign}{abs(change):.0f} %"
+# One spelling of units and deltas everywhere: the comparison's (joulestat compare).
+plural = compare_words.plural
 
 
 def local_time(epoch_s: float | None, tz: tzinfo) -> str:

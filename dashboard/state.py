@@ -34,8 +34,9 @@ from agent.store.engine import StoreError, describe_error, redact_url
 from agent.store.job_queries import JobDetail, UnknownJobError, job_detail
 from agent.store.migrate import HEAD_REVISION, current_revision
 from agent.store.queries import NodeSummary, latest_power_w, list_nodes
-from dashboard import analysis, costing
+from dashboard import analysis, comparison, costing
 from dashboard.analysis import JobCost
+from dashboard.bulk import gc_paused
 
 ENV_DB = "JOULESTAT_DB"
 TTL_S = 10
@@ -145,6 +146,7 @@ def covered(url: str, since_s: float, until_s: float) -> dict[str, float]:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
+@gc_paused
 def jobs(url: str, kind: str | None = None, status: str | None = None,
          since_s: float | None = None, until_s: float | None = None, node: str | None = None,
          instance_type: str | None = None) -> list[dq.JobTotals]:
@@ -157,6 +159,7 @@ def _costs(found: list[dq.JobTotals], at_s: float) -> dict[str, JobCost]:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
+@gc_paused
 def job_table(url: str, kind: str | None, status: str | None, since_s: float | None,
               until_s: float | None, node: str | None, instance_type: str | None,
               at_s: float) -> pd.DataFrame:
@@ -168,16 +171,19 @@ def job_table(url: str, kind: str | None, status: str | None, since_s: float | N
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
+@gc_paused
 def compare(url: str, kind: str, unit: str, since_s: float | None, until_s: float | None,
-            at_s: float, picked: tuple[str, ...] | None = None) -> list[analysis.Group]:
-    """Compare groups: per setup, or per job when ``picked`` names the jobs."""
+            at_s: float, picked: tuple[str, ...] | None = None) -> comparison.Comparison | None:
+    """``compare()`` per ``unit`` of the jobs of ``kind`` in the window: a row per setup,
+    or per job when ``picked`` names the jobs; None when none counted ``unit``. Against
+    the first row and unsized: the page moves the baseline and SLA on the rows alone."""
     where = dq.JobFilter(kind, None, since_s, until_s, job_ids=picked)
-    found = dq.job_totals(engine(url), where)
-    return analysis.compare_groups(found, unit, _costs(found, at_s), at_s,
-                                   by_job=picked is not None)
+    jobs = comparison.figures(dq.job_totals(engine(url), where), at_s, picked)
+    return comparison.comparison(jobs, unit, comparison.by_of(picked))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
+@gc_paused
 def compare_candidates(url: str, kind: str, unit: str, since_s: float | None,
                        until_s: float | None, limit: int = 500) -> list[tuple[str, str]]:
     """(job id, label) of the newest jobs that counted ``unit``, for the job picker."""
@@ -188,6 +194,7 @@ def compare_candidates(url: str, kind: str, unit: str, since_s: float | None,
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
+@gc_paused
 def load_points(url: str, unit: str, at_s: float) -> tuple[list[analysis.LoadPoint], int]:
     found = dq.job_totals(engine(url), dq.JobFilter(kind="inference", label_key="concurrency"))
     return analysis.load_curve(found, unit, at_s)

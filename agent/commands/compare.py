@@ -101,7 +101,7 @@ def _run(args: argparse.Namespace) -> int:
 def as_json(table: Any, notes: list[str]) -> dict[str, Any]:
     """``{"unit", "by", "baseline", "sla_units_per_hour", "rows", "headlines", "notes"}``;
     unknown figures are null, never 0."""
-    from agent.reports.compare import headline
+    from agent.reports.compare_words import headline
 
     base = table.baseline_row
     return {
@@ -156,7 +156,7 @@ def _lead(label: str, row: Any, by_job: bool) -> list[str]:
 
 
 def _delta(value: float | None, comparable: bool, kind: str = "pct") -> str:
-    from agent.reports.compare import format_pct, format_ratio
+    from agent.reports.compare_words import format_pct, format_ratio
 
     if not comparable:
         return NOT_APPLICABLE
@@ -167,7 +167,8 @@ def _delta(value: float | None, comparable: bool, kind: str = "pct") -> str:
 
 def render_text(table: Any, notes: list[str]) -> str:
     """The tables (per unit, then per run), headlines, SLA sizing and notes."""
-    from agent.reports.compare import PER_UNIT, format_usd, headline, plural
+    from agent.reports.compare import PER_UNIT
+    from agent.reports.compare_words import format_usd, headline, plural
 
     if not table.rows:
         return "no jobs to compare: run some with `joulestat run --name NAME -- CMD`"

@@ -3,9 +3,10 @@
 "6.3x the throughput, 92 % less energy, USD 2 instead of 25 per million inferences, N
 instances to serve an SLA": :func:`compare` turns one :class:`JobFigures` per job (what
 :func:`agent.reports.compare_data.load_job_figures` reads from the store, or anything a
-caller builds) into a :class:`ComparisonTable`, and :func:`headline` writes one row's
-deltas against the baseline as a sentence. No SQL, no I/O, no catalog lookups: the CLI,
-reports and the dashboard all get the same arithmetic.
+caller builds) into a :class:`ComparisonTable` (written out in words by
+:mod:`agent.reports.compare_words`); :func:`rebase` moves a table's baseline and
+SLA without the jobs. No SQL, no I/O, no catalog lookups: the CLI, reports and the
+dashboard's Compare page all get the same arithmetic.
 
 The rules, each chosen so a comparison is fair to the hardware rather than to the run:
 
@@ -41,8 +42,6 @@ PER_UNIT = "unit"
 PER_RUN = "run"
 PER_MILLION = 1_000_000.0
 UNKNOWN_TYPE = "unknown"
-MINUS = "\u2212"
-TIMES = "\u00d7"
 
 
 class CompareError(ValueError):
@@ -53,6 +52,13 @@ class CompareError(ValueError):
     def __init__(self, argument: str, message: str) -> None:
         super().__init__(message)
         self.argument = argument
+
+
+def setup_name(instance_types: Iterable[str]) -> str:
+    """A setup's name: its distinct instance types, sorted, joined by ``+`` (an empty type
+    reads ``unknown``). Public so every page and report that names a job's setup names it
+    as the comparison groups it."""
+    return "+".join(sorted({t or UNKNOWN_TYPE for t in instance_types})) or UNKNOWN_TYPE
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +94,13 @@ class JobFigures:
     notes: tuple[str, ...] = field(default=())
 
     def __post_init__(self) -> None:
+        # Checked without names first: the dashboard builds ten thousand of these a page.
+        values = [self.duration_s, self.energy_j, self.operational_co2e_g,
+                  self.embodied_co2e_g, self.cost_usd, *self.units.values()]
+        for n in self.nodes:
+            values += (n.held_s, n.energy_j, n.cost_usd)
+        if all(v is None or (v >= 0 and math.isfinite(v)) for v in values):
+            return
         numbers = [("duration_s", self.duration_s), ("energy_j", self.energy_j),
                    ("operational_co2e_g", self.operational_co2e_g),
                    ("embodied_co2e_g", self.embodied_co2e_g), ("cost_usd", self.cost_usd)]
@@ -114,8 +127,8 @@ class JobFigures:
 
     @property
     def setup(self) -> str:
-        """The job's group under ``by="instance_type"``: distinct types joined by ``+``."""
-        return "+".join(sorted(set(self.instance_types))) or UNKNOWN_TYPE
+        """The job's group under ``by="instance_type"``: see :func:`setup_name`."""
+        return setup_name(self.instance_types)
 
     def counted(self, unit: str | None) -> float:
         return self.units.get(unit, 0.0) if unit is not None else 0.0
@@ -184,12 +197,12 @@ class ComparisonTable:
         return next((r for r in self.rows if r.is_baseline), None)
 
 
-def _ratio(value: float | None, base: float | None) -> float | None:
+def ratio_of(value: float | None, base: float | None) -> float | None:
     return None if value is None or not base else value / base
 
 
-def _pct(value: float | None, base: float | None) -> float | None:
-    ratio = _ratio(value, base)
+def pct_change(value: float | None, base: float | None) -> float | None:
+    ratio = ratio_of(value, base)
     return None if ratio is None else (ratio - 1.0) * 100.0
 
 
@@ -298,13 +311,20 @@ def _against(row: ComparisonRow, base: ComparisonRow) -> ComparisonRow:
         return row
     if row.basis == PER_UNIT:
         return replace(
-            row, throughput_x=_ratio(row.units_per_hour, base.units_per_hour),
-            energy_pct=_pct(row.energy_per_unit_j, base.energy_per_unit_j),
-            co2e_pct=_pct(row.co2e_per_unit_g, base.co2e_per_unit_g),
-            cost_pct=_pct(row.cost_per_unit_usd, base.cost_per_unit_usd))
-    return replace(row, energy_pct=_pct(row.energy_per_run_j, base.energy_per_run_j),
-                   co2e_pct=_pct(row.co2e_per_run_g, base.co2e_per_run_g),
-                   cost_pct=_pct(row.cost_per_run_usd, base.cost_per_run_usd))
+            row, throughput_x=ratio_of(row.units_per_hour, base.units_per_hour),
+            energy_pct=pct_change(row.energy_per_unit_j, base.energy_per_unit_j),
+            co2e_pct=pct_change(row.co2e_per_unit_g, base.co2e_per_unit_g),
+            cost_pct=pct_change(row.cost_per_unit_usd, base.cost_per_unit_usd))
+    return replace(row, energy_pct=pct_change(row.energy_per_run_j, base.energy_per_run_j),
+                   co2e_pct=pct_change(row.co2e_per_run_g, base.co2e_per_run_g),
+                   cost_pct=pct_change(row.cost_per_run_usd, base.cost_per_run_usd))
+
+
+def _check_sla(sla_units_per_hour: float | None) -> None:
+    if sla_units_per_hour is not None and not (
+            math.isfinite(sla_units_per_hour) and sla_units_per_hour > 0):
+        raise CompareError("sla_units_per_hour", "must be a number of units per hour above 0, "
+                           f"got {sla_units_per_hour!r}")
 
 
 def compare(
@@ -323,76 +343,33 @@ def compare(
     """
     if by not in BY_CHOICES:
         raise CompareError("by", f"expected one of {', '.join(BY_CHOICES)}, got {by!r}")
-    if sla_units_per_hour is not None and not (
-            math.isfinite(sla_units_per_hour) and sla_units_per_hour > 0):
-        raise CompareError("sla_units_per_hour", "must be a number of units per hour above 0, "
-                           f"got {sla_units_per_hour!r}")
+    _check_sla(sla_units_per_hour)
     chosen = choose_unit(jobs, unit)
-    rows = [_row(members, row_unit, by) for members, row_unit in _groups(jobs, chosen, by)]
+    rows = tuple(_row(members, row_unit, by) for members, row_unit in _groups(jobs, chosen, by))
+    return rebase(ComparisonTable(by, chosen, None, None, rows), baseline, sla_units_per_hour)
+
+
+_RELATIVE = dict.fromkeys(("throughput_x", "energy_pct", "co2e_pct", "cost_pct",
+                           "instances_needed", "fleet_power_w", "fleet_cost_per_hour_usd"))
+
+
+def rebase(table: ComparisonTable, baseline: str | None = None,
+           sla_units_per_hour: float | None = None) -> ComparisonTable:
+    """``table`` against ``baseline`` (as in :func:`compare`; default the first row) and
+    sized for ``sla_units_per_hour``: what ``compare()`` gives for the same jobs with these
+    arguments, from the rows alone, so a page where the viewer picks the baseline and the
+    SLA need not keep ten thousand jobs. Raises :class:`CompareError` as compare() does."""
+    _check_sla(sla_units_per_hour)
+    rows = [replace(r, is_baseline=False, **_RELATIVE) for r in table.rows]
     if not rows:
         if baseline is not None:
             raise CompareError("baseline", f"{baseline!r}: there are no jobs to compare")
-        return ComparisonTable(by, chosen, None, sla_units_per_hour, ())
-    index = 0 if baseline is None else _find_baseline(rows, baseline, by)
+        return replace(table, baseline=None, sla_units_per_hour=sla_units_per_hour)
+    index = 0 if baseline is None else _find_baseline(rows, baseline, table.by)
     base = rows[index]
     rows = [_against(r, base) for r in rows]
     rows[index] = replace(rows[index], is_baseline=True)
     if sla_units_per_hour is not None:
         rows = [_sized(r, sla_units_per_hour) for r in rows]
-    return ComparisonTable(by, chosen, base.label, sla_units_per_hour, tuple(rows))
-
-
-# -- words --------------------------------------------------------------------------------
-
-
-def plural(unit: str) -> str:
-    """``inference`` -> ``inferences``; a unit counted as ``tokens`` stays as it is."""
-    return unit if unit.endswith("s") else unit + "s"
-
-
-def format_ratio(value: float) -> str:
-    """``×6.3``; below 1, two significant digits (``×0.16``)."""
-    return f"{TIMES}{value:.1f}" if value >= 0.995 else f"{TIMES}{value:.2g}"
-
-
-def format_pct(value: float) -> str:
-    """``−92 %``, ``+4.5 %``, ``±0 %`` (U+2212 minus, as typesetting wants)."""
-    if abs(value) < 0.05:
-        return "\u00b10 %"
-    text = f"{abs(value):.0f}" if abs(value) >= 10 else f"{abs(value):.1f}"
-    return f"{MINUS if value < 0 else '+'}{text} %"
-
-
-def format_usd(value: float) -> str:
-    """``2.00``, ``1,234.50``; sub-cent amounts with two significant digits."""
-    return f"{value:,.2f}" if abs(value) >= 0.01 or value == 0 else f"{value:.2g}"
-
-
-def headline(row: ComparisonRow, baseline: ComparisonRow) -> str:
-    """``row``'s deltas against ``baseline`` in words, e.g. ``×6.3 throughput, −92 %
-    energy per inference, −92 % CO2e per inference, USD 2.00 vs 25.00 per million
-    inferences``. Rows on different bases (per unit vs per run) are not comparable."""
-    if row.basis != baseline.basis:
-        unit = row.unit or baseline.unit
-        return f"not comparable: only one of them counted {plural(unit or 'units')}"
-    if row.basis == PER_UNIT and row.unit is not None:
-        per, cost_per = f"per {row.unit}", f"per million {plural(row.unit)}"
-        costs = (row.cost_per_million_usd, baseline.cost_per_million_usd)
-        pairs = [(_pct(row.energy_per_unit_j, baseline.energy_per_unit_j), "energy"),
-                 (_pct(row.co2e_per_unit_g, baseline.co2e_per_unit_g), "CO2e")]
-        ratio = _ratio(row.units_per_hour, baseline.units_per_hour)
-        parts = [f"{format_ratio(ratio)} throughput" if ratio is not None
-                 else "throughput not comparable"]
-    else:
-        per, cost_per = "per run", "per run"
-        costs = (row.cost_per_run_usd, baseline.cost_per_run_usd)
-        pairs = [(_pct(row.energy_per_run_j, baseline.energy_per_run_j), "energy"),
-                 (_pct(row.co2e_per_run_g, baseline.co2e_per_run_g), "CO2e")]
-        parts = []
-    parts += [f"{format_pct(pct)} {what} {per}" for pct, what in pairs if pct is not None]
-    if costs[0] is None or costs[1] is None:
-        unknown = [r.label for r, c in zip((row, baseline), costs, strict=True) if c is None]
-        parts.append(f"cost {cost_per} unknown for {' and '.join(unknown)}")
-    else:
-        parts.append(f"USD {format_usd(costs[0])} vs {format_usd(costs[1])} {cost_per}")
-    return ", ".join(parts)
+    return replace(table, baseline=base.label, sla_units_per_hour=sla_units_per_hour,
+                   rows=tuple(rows))

@@ -16,10 +16,10 @@ from agent.reports.compare import (
     JobFigures,
     NodeFigures,
     compare,
-    format_pct,
-    format_ratio,
-    headline,
+    rebase,
+    setup_name,
 )
+from agent.reports.compare_words import format_pct, format_ratio, headline
 
 H = 3600.0
 G_PER_J = 400 / 3_600_000  # 400 gCO2e/kWh, PUE 1.0: grams per joule
@@ -167,6 +167,14 @@ def test_multi_node_job_charged_per_instance_hour() -> None:
     assert p4d.cost_per_instance_hour_usd == pytest.approx(P4D)
 
 
+def test_setup_names_one_type_once_sorted_and_unknown_when_empty() -> None:
+    # the name every page and report gives a job's setup (the dashboard's setup_of too)
+    assert setup_name(["p4d.24xlarge", "c6i.4xlarge", "p4d.24xlarge"]) == (
+        "c6i.4xlarge+p4d.24xlarge")
+    assert setup_name(["g5.xlarge", ""]) == "g5.xlarge+unknown"
+    assert setup_name([]) == "unknown"
+
+
 def test_jobs_without_the_unit_get_per_run_rows() -> None:
     train = figures("train", [("p4d.24xlarge", H, 10_800_000.0)], {}, kind="training")
     table = compare([train, ON_G5, ON_INF2], sla_units_per_hour=1_000)
@@ -215,6 +223,28 @@ def test_unknown_price_stays_unknown() -> None:
                                      {"inference": 1}), local], by="instance_type")
     assert pooled.rows[0].cost_usd is not None  # both g5 jobs priced
     assert pooled.rows[1].cost_usd is None
+
+
+def test_rebase_gives_what_compare_gives_with_that_baseline_and_sla() -> None:
+    # The dashboard computes the rows once and lets the viewer move the baseline and SLA.
+    train = figures("train", [("p4d.24xlarge", H, 10_800_000.0)], {}, kind="training")
+    local = figures("laptop", [("local", H, 36_000.0)], {"inference": 1_000},
+                    embodied_g=None)
+    jobs = [ON_G5, ON_INF2, local, train]
+    for by, baselines in (("job", [None, "inf2-run", "laptop", "train"]),
+                          ("instance_type", [None, "inf2.xlarge", "local"])):
+        start = compare(jobs, by=by, baseline=baselines[-1], sla_units_per_hour=7)
+        for baseline in baselines:
+            for sla in (None, 1.0, 123_456.0):
+                assert rebase(start, baseline, sla) == compare(
+                    jobs, by=by, baseline=baseline, sla_units_per_hour=sla)
+    with pytest.raises(CompareError) as error:
+        rebase(compare(jobs), "nope")
+    assert error.value.argument == "baseline"
+    with pytest.raises(CompareError) as error:
+        rebase(compare([]), "g5-run")
+    assert error.value.argument == "baseline"
+    assert rebase(compare([]), sla_units_per_hour=5.0) == compare([], sla_units_per_hour=5.0)
 
 
 def test_default_unit_is_the_one_most_jobs_counted() -> None:

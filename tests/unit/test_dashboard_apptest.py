@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from agent.reports import compare_words
 from agent.store import make_engine, migrate
 from agent.store.job_queries import JobSummary, job_detail, list_jobs
 from agent.store.queries import list_nodes, node_energy_j
@@ -109,7 +110,7 @@ def test_jobs_table_lists_every_job_with_its_energy_and_opens_the_detail(
     for job_id, job in jobs.items():
         assert table.at[job_id, "energy (kJ)"] == pytest.approx(job.total_j / 1000)
     multi = one_job(jobs, "llama-7b-finetune")
-    assert table.at[multi.id, "instance types"] == "c5.4xlarge + p4d.24xlarge"
+    assert table.at[multi.id, "instance types"] == "c5.4xlarge+p4d.24xlarge"
     assert table.at[multi.id, "CO2e (g)"] > 0 and table.at[multi.id, "cost (USD)"] > 0
     # Sorted by energy, largest first, by default.
     energies = list(at.dataframe[0].value["energy (kJ)"])
@@ -192,9 +193,13 @@ def test_job_detail_of_an_unknown_job_says_so(sample_url, monkeypatch):
     assert "No job with id `no-such-job`" in at.warning[0].value
 
 
+def _group(jobs: dict[str, JobSummary], itype: str) -> list[JobSummary]:
+    return [j for j in jobs.values() if j.kind == "inference" and j.nodes
+            and {t for _n, t in j.nodes} == {itype} and j.units.get("request")]
+
+
 def _group_energy_per_unit(jobs: dict[str, JobSummary], itype: str) -> float:
-    members = [j for j in jobs.values() if j.kind == "inference" and j.nodes
-               and {t for _n, t in j.nodes} == {itype} and j.units.get("request")]
+    members = _group(jobs, itype)
     return sum(j.total_j for j in members) / sum(j.units["request"] for j in members)
 
 
@@ -206,29 +211,42 @@ def test_compare_shows_energy_per_request_by_instance_type_and_deltas(
     for itype in table.index:
         assert table.at[itype, "energy per request (J)"] == pytest.approx(
             _group_energy_per_unit(jobs, itype))
+        assert table.at[itype, "requests"] == sum(j.units["request"]
+                                                  for j in _group(jobs, itype))
     assert at.selectbox(key="cmp_base").value == "c6i.2xlarge"  # slowest is the baseline
     lines = [m.value for m in at.markdown]
-    g5 = next(line for line in lines if line.startswith("**g5.xlarge** vs c6i.2xlarge"))
+    g5 = next(line for line in lines if line.startswith("**g5.xlarge** vs c6i.2xlarge: "))
     change = (_group_energy_per_unit(jobs, "g5.xlarge")
               / _group_energy_per_unit(jobs, "c6i.2xlarge") - 1) * 100
-    assert f"{fmt.MINUS}{abs(change):.0f} % energy per request" in g5
-    assert "throughput" in g5 and "cost per million requests" in g5
+    # joulestat compare's sentence: "×5.6 throughput, −48 % energy per request, −56 %
+    # CO2e per request, USD 3.42 vs 6.41 per million requests"
+    text = g5.split(": ", 1)[1]
+    throughput, energy, co2e, cost = text.split(", ")
+    assert throughput.startswith("×") and throughput.endswith(" throughput")
+    assert energy == f"{compare_words.MINUS}{abs(change):.0f} % energy per request"
+    assert co2e.endswith(" % CO2e per request")
+    assert cost.startswith("USD ") and cost.endswith(" per million requests")
+    assert table.at["g5.xlarge", "energy per request vs baseline"] == energy.split(" energy")[0]
+    assert table.at["c6i.2xlarge", "throughput vs baseline"] == "×1.0"
 
     at.number_input(key="cmp_sla").set_value(1_000_000).run()
     plan = at.dataframe[1].value.set_index("group")
-    throughput = table["throughput (requests/h)"]
+    throughput_per_h = table["throughput (requests/instance-h)"]
     for itype in table.index:
-        assert plan.at[itype, "instances"] == math.ceil(1_000_000 / throughput[itype])
+        assert plan.at[itype, "instances"] == math.ceil(1_000_000 / throughput_per_h[itype])
 
 
 def test_compare_picked_jobs_and_training_samples(sample_url, jobs, monkeypatch):
     at = run_page(sample_url, "pages/compare.py", monkeypatch)
     at.selectbox(key="cmp_kind").set_value("training").run()
     table = at.dataframe[0].value.set_index("group")
-    assert "c5.4xlarge + p4d.24xlarge" in table.index
+    assert "c5.4xlarge+p4d.24xlarge" in table.index  # the setup rule of joulestat compare
     at.radio(key="cmp_mode").set_value("picked jobs").run()
     assert not at.exception
-    assert len(at.dataframe[0].value) == 2
+    picked = at.dataframe[0].value
+    assert len(picked) == 2
+    assert all(f"({job_id})" in label for job_id, label in zip(
+        at.multiselect(key="cmp_jobs").value, picked["group"], strict=True))
 
 
 def test_load_curve_plots_each_concurrency_level_per_instance_type(

@@ -8,7 +8,6 @@ numbers fed in, so each check can fail on its own.
 from __future__ import annotations
 
 import json
-import math
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -240,48 +239,6 @@ def test_provenance_classes():
     assert analysis.provenance_totals(rows) == {"measured": 3.0, "estimated": 1.0}
 
 
-def group(key: str, units: float, energy_j: float, run_s: float, cost: float | None,
-          nodes: int = 1) -> analysis.Group:
-    return analysis.Group(key, (key,), units, energy_j, run_s, nodes, co2e_g=energy_j / 1e4,
-                          cost_usd=cost)
-
-
-def test_delta_text_reads_like_a_sentence():
-    cpu = group("c6i", units=1000, energy_j=5000, run_s=100, cost=1.0)
-    gpu = group("g5", units=6300, energy_j=2520, run_s=100, cost=0.5)
-    assert analysis.delta_text(gpu, cpu, "inference") == (
-        "×6.3 throughput, −92 % energy per inference, −92 % CO2e per inference, "
-        "−92 % cost per million inferences")
-    unknown = group("x", units=1000, energy_j=5000, run_s=100, cost=None)
-    assert analysis.delta_text(unknown, cpu, "request") == (
-        "×1 throughput, ±0 % energy per request, ±0 % CO2e per request")
-
-
-def test_sla_plan_rounds_setups_up_and_scales_power_and_cost():
-    one = group("g5", units=3600, energy_j=360_000, run_s=3600, cost=2.0)  # 3600/h, 100 W
-    pair = group("p4d+c5", units=7200, energy_j=7_200_000, run_s=3600, cost=20.0, nodes=2)
-    plan = {r.key: r for r in analysis.sla_plan([one, pair], 10_000)}
-    assert (plan["g5"].setups, plan["g5"].instances) == (3, 3)
-    assert plan["g5"].fleet_power_w == pytest.approx(300.0)
-    assert plan["g5"].usd_per_hour == pytest.approx(6.0)
-    assert (plan["p4d+c5"].setups, plan["p4d+c5"].instances) == (2, 4)
-    assert analysis.sla_plan([one], 3600)[0].setups == 1
-
-
-def test_compare_groups_sum_jobs_and_keep_unknown_costs_unknown(sample_url, ro):
-    jobs = dq.job_totals(ro, dq.JobFilter(kind="inference"))
-    now = time.time()
-    costs = {j.id: costing.job_cost(j, now) for j in jobs}
-    costs[jobs[0].id] = analysis.JobCost()  # one unpriced job poisons its group's cost
-    groups = {g.key: g for g in analysis.compare_groups(jobs, "request", costs, now)}
-    spoiled = analysis.setup_of(jobs[0])
-    assert groups[spoiled].cost_usd is None and groups[spoiled].usd_per_million is None
-    members = [j for j in jobs if analysis.setup_of(j) == spoiled]
-    assert groups[spoiled].units == sum(j.units["request"] for j in members)
-    assert groups[spoiled].energy_per_unit_j == pytest.approx(
-        sum(j.total_j for j in members) / sum(j.units["request"] for j in members))
-
-
 def test_load_curve_skips_non_numeric_concurrency(sample_url, ro):
     jobs = dq.job_totals(ro, dq.JobFilter(kind="inference"))
     bad = jobs[0]
@@ -321,10 +278,7 @@ def test_formatting():
     assert fmt.mass(13.4) == "13.4 g" and fmt.mass(2410) == "2.41 kg" and fmt.mass(None) == "—"
     assert fmt.usd(74.23) == "$74.23" and fmt.usd(0.377) == "$0.377" and fmt.usd(None) == "—"
     assert fmt.count(30_809) == "30.8 k" and fmt.count(950) == "950"
-    assert fmt.percent_change(0.4, 5.0) == "−92 %" and fmt.percent_change(6, 5) == "+20 %"
-    assert fmt.ratio(6.3) == "×6.3" and fmt.ratio(12.4) == "×12"
     assert fmt.plural("request") == "requests" and fmt.plural("units") == "units"
-    assert math.isnan(analysis.Group("g", (), 0, 1, 1, 1, None, None).energy_per_unit_j)
 
 
 def test_clip_to_run_counts_only_the_time_the_job_ran_in_a_bucket():

@@ -1,0 +1,91 @@
+"""The Compare page's figures: ``joulestat compare``'s arithmetic on the dashboard's reads.
+
+The page must say what the command says about the same jobs, so nothing here computes a
+figure: jobs read as :class:`~agent.store.dashboard_queries.JobTotals` become
+:class:`~agent.reports.compare.JobFigures` (:func:`dashboard.costing.job_figures`, the
+fast path that prices ten thousand jobs), and :func:`agent.reports.compare.compare`
+groups them, takes the deltas and sizes the fleet. This module only picks the options
+the page offers (the grouping, the default baseline) and collects the notes the command
+prints under its table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from agent.reports.compare import (
+    PER_UNIT,
+    ComparisonRow,
+    ComparisonTable,
+    JobFigures,
+    compare,
+    rebase,
+)
+from agent.store.dashboard_queries import JobTotals
+from dashboard import costing
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """A comparison table and its notes (``"<job name>: <note>"``, as the CLI prints
+    them): plain frozen dataclasses, so ``st.cache_data`` can keep it."""
+
+    table: ComparisonTable
+    notes: tuple[str, ...]
+
+    def against(self, baseline: str | None = None,
+                sla_units_per_hour: float | None = None) -> Comparison:
+        """The same rows against ``baseline``, sized for ``sla_units_per_hour``
+        (:func:`~agent.reports.compare.rebase`: what ``compare()`` gives with them)."""
+        return Comparison(rebase(self.table, baseline, sla_units_per_hour), self.notes)
+
+    @property
+    def per_unit(self) -> tuple[ComparisonRow, ...]:
+        return tuple(r for r in self.table.rows if r.basis == PER_UNIT)
+
+    @property
+    def per_run(self) -> tuple[ComparisonRow, ...]:
+        return tuple(r for r in self.table.rows if r.basis != PER_UNIT)
+
+
+def figures(found: Sequence[JobTotals], now_s: float,
+            picked: Sequence[str] | None = None) -> list[JobFigures]:
+    """``found`` as ``compare()`` takes them, in store order (by start, as the CLI reads
+    them), or in the order ``picked`` names them (as ``--jobs`` takes them)."""
+    jobs = list(found)
+    if picked is not None:
+        order = {job_id: i for i, job_id in enumerate(picked)}
+        jobs.sort(key=lambda j: order.get(j.id, len(order)))
+    return [costing.job_figures(job, now_s) for job in jobs]
+
+
+def by_of(picked: Sequence[str] | None) -> str:
+    """Hand-picked jobs get a row each (``--by job``); otherwise a row per setup."""
+    return "job" if picked is not None else "instance_type"
+
+
+def comparison(jobs: Sequence[JobFigures], unit: str, by: str) -> Comparison | None:
+    """``compare(jobs, by, unit)`` (against the first row; see :meth:`Comparison.against`)
+    and the jobs' notes; None when no job counted ``unit`` (nothing per unit to show)."""
+    if not any(job.counted(unit) > 0 for job in jobs):
+        return None
+    table = compare(jobs, by=by, unit=unit)
+    notes = tuple(dict.fromkeys(f"{job.name}: {note}" for job in jobs for note in job.notes))
+    return Comparison(table, notes)
+
+
+def row_key(row: ComparisonRow) -> str:
+    """What ``compare(baseline=...)`` takes for this row: the job id, or the setup."""
+    return row.job_id if row.job_id is not None else row.group
+
+
+def row_label(row: ComparisonRow) -> str:
+    """A job row names its job and id (names repeat across runs); a setup row its types."""
+    return f"{row.job} ({row.job_id})" if row.job_id is not None else row.group
+
+
+def slowest(rows: Sequence[ComparisonRow]) -> ComparisonRow:
+    """The default baseline: the per-unit row with the lowest throughput, so deltas read
+    as what the faster setups gain over it."""
+    return min(rows, key=lambda r: r.units_per_hour or 0.0)

@@ -1,0 +1,242 @@
+"""The Compare page says what ``joulestat compare`` says about the same jobs.
+
+Expected figures and sentences come from the command itself (``joulestat compare
+--json`` run as a process) or from its loader (``load_job_figures`` /
+``figures_of`` + ``compare()``), never from the dashboard's code: the page builds its
+figures from the dashboard's own reads (``JobTotals`` priced by ``dashboard.costing``),
+so a field that meant something else there would show here.
+
+The store is ``test_compare_cli``'s (filled through StoreWriter): inference on g5, inf2
+and an unpriced laptop, a loader-fed trainer on c6i + p4d and a training run that counts
+nothing; plus the dashboard's sample store, which has a job still running.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from agent.reports.compare import JobFigures, compare
+from agent.reports.compare_data import figures_of, load_job_figures
+from agent.reports.compare_words import headline
+from agent.store import dashboard_queries as dq
+from agent.store import make_engine, migrate
+from agent.store.job_queries import job_detail
+from dashboard import costing, sample, state
+from tests.agent_process import run_cli
+from tests.integration.test_compare_cli import job, node, run_job
+
+APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
+T0 = 1_700_000_040.0
+
+
+@pytest.fixture(scope="module")
+def cli_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``test_compare_cli``'s store, every job ended (so the command's "now" is moot)."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('cmp') / 'compare.db'}"
+    engine = make_engine(url)
+    migrate.upgrade(engine)
+    run_job(engine, node("g5-1", "g5.xlarge"), job("j-g5", "bert-g5", "inference", T0, 3600),
+            ticks=4, gpu_j=90_000.0, units={"inference": 2_500})
+    run_job(engine, node("inf2-1", "inf2.xlarge"),
+            job("j-inf2", "bert-inf2", "inference", T0 + 3600, 1800),
+            ticks=2, gpu_j=45_000.0, units={"inference": 15_750})
+    dist = job("j-dist", "resnet-dist", "training", T0 + 7200, 3600)
+    run_job(engine, node("c6i-1", "c6i.4xlarge"), dist, ticks=4, gpu_j=18_000.0)
+    run_job(engine, node("p4d-1", "p4d.24xlarge"), dist, ticks=4, gpu_j=3_600_000.0,
+            units={"sample": 250_000})
+    run_job(engine, node("p4d-2", "p4d.24xlarge"),
+            job("j-plain", "resnet-plain", "training", T0 + 10_800, 1800), ticks=2,
+            gpu_j=3_000_000.0)
+    run_job(engine, node("laptop", "local"),
+            job("j-laptop", "bert-laptop", "inference", T0 + 14_400, 3600), ticks=4,
+            gpu_j=9_000.0, units={"inference": 250})
+    engine.dispose()
+    yield url
+
+
+@pytest.fixture(scope="module")
+def sample_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    url = f"sqlite:///{tmp_path_factory.mktemp('cmp-sample') / 'sample.db'}"
+    engine = make_engine(url)
+    migrate.upgrade(engine)
+    sample.fill(engine, end_s=time.time() - 60, hours=1.0, jobs=10)  # one job left running
+    engine.dispose()
+    return url
+
+
+def same(a: float | None, b: float | None) -> bool:
+    return (a is None and b is None) or (
+        a is not None and b is not None and a == pytest.approx(b, rel=1e-9, abs=1e-12))
+
+
+def assert_same_figures(mine: JobFigures, cli: JobFigures) -> None:
+    assert (mine.job_id, mine.name, mine.kind, mine.notes) == (
+        cli.job_id, cli.name, cli.kind, cli.notes)
+    assert mine.units == pytest.approx(cli.units)
+    for field in ("duration_s", "energy_j", "operational_co2e_g", "embodied_co2e_g",
+                  "cost_usd"):
+        assert same(getattr(mine, field), getattr(cli, field)), (mine.job_id, field)
+    assert [(n.node, n.instance_type) for n in mine.nodes] == [
+        (n.node, n.instance_type) for n in cli.nodes]
+    for a, b in zip(mine.nodes, cli.nodes, strict=True):
+        for field in ("held_s", "energy_j", "cost_usd"):
+            assert same(getattr(a, field), getattr(b, field)), (mine.job_id, a.node, field)
+
+
+@pytest.mark.parametrize("which", ["cli_store", "sample_url"])
+def test_the_dashboards_job_figures_are_the_clis(which, request):
+    """Field by field, for every job: the fast path (rates scaled per node, no series
+    read) gives what ``figures_of`` gets from ``footprint()`` on the job's series."""
+    url = request.getfixturevalue(which)
+    engine = make_engine(url)
+    now = time.time()
+    totals = dq.job_totals(engine)
+    assert {j.id for j in totals} == {f.job_id for f in load_job_figures(engine, now_s=now)}
+    running = [j for j in totals if j.ended_s is None]
+    assert which == "cli_store" or running  # the sample checks a job counted up to now
+    for found in totals:
+        cli = figures_of(engine, job_detail(engine, found.id), None, now)
+        assert_same_figures(costing.job_figures(found, now), cli)
+    laptop = [costing.job_figures(j, now) for j in totals if j.id == "j-laptop"]
+    assert not laptop or (laptop[0].cost_usd is None and laptop[0].notes)
+    engine.dispose()
+
+
+def cli_json(url: str, *args: str) -> dict[str, Any]:
+    result = run_cli("compare", "--db", url, "--json", *args)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def page(url: str, monkeypatch: pytest.MonkeyPatch) -> AppTest:
+    monkeypatch.setenv("JOULESTAT_DB", url)
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.switch_page("pages/compare.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def sentences(at: AppTest) -> dict[str, str]:
+    """``**label** vs baseline: text`` lines -> {label: text}."""
+    found = {}
+    for line in (m.value for m in at.markdown):
+        if line.startswith("**") and "** vs " in line:
+            label, rest = line[2:].split("** vs ", 1)
+            found[label] = rest.split(": ", 1)[1]
+    return found
+
+
+def frame(at: AppTest, first_column: str, holding: str) -> pd.DataFrame:
+    [table] = [d.value for d in at.dataframe if holding in d.value.columns]
+    return table.set_index(first_column)
+
+
+def column(table: pd.DataFrame, prefix: str) -> tuple[str, float]:
+    """The column whose header starts with ``prefix``, and the scale its unit implies."""
+    [name] = [c for c in table.columns if c.startswith(prefix)]
+    return name, 1000.0 if name.endswith("(mg)") else 1.0
+
+
+def assert_value(shown: Any, expected: float | None, scale: float = 1.0) -> None:
+    if expected is None:
+        assert shown is None or pd.isna(shown)
+    else:
+        assert shown == pytest.approx(expected * scale, rel=1e-9)
+
+
+def test_by_instance_type_the_page_and_the_command_agree(cli_store, monkeypatch):
+    at = page(cli_store, monkeypatch)
+    assert at.selectbox(key="cmp_base").value == "local"  # the slowest is the default
+    at.selectbox(key="cmp_base").set_value("g5.xlarge").run()
+    at.number_input(key="cmp_sla").set_value(100_000).run()
+    assert not at.exception
+    out = cli_json(cli_store, "--kind", "inference", "--by", "instance_type", "--unit",
+                   "inference", "--baseline", "g5.xlarge", "--sla", "100000")
+    assert sentences(at) == {h["row"]: h["text"] for h in out["headlines"]}
+    assert sentences(at)["inf2.xlarge"].startswith("×6.3 throughput, −92 % energy per "
+                                                   "inference")
+
+    table = frame(at, "group", "instance-hours")
+    assert list(table.index) == [row["group"] for row in out["rows"]]
+    co2e, scale = column(table, "CO2e per inference (")
+    embodied, _same = column(table, "embodied CO2e per inference (")
+    for row in out["rows"]:
+        shown = table.loc[row["group"]]
+        assert shown["jobs"] == row["runs"] and shown["inferences"] == row["units"]
+        assert_value(shown["throughput (inferences/instance-h)"], row["units_per_hour"])
+        assert_value(shown["energy per inference (J)"], row["energy_per_unit_j"])
+        assert_value(shown[co2e], row["co2e_per_unit_g"], scale)
+        assert_value(shown[embodied], row["embodied_per_unit_g"], scale)
+        assert_value(shown["cost per million inferences (USD)"], row["cost_per_million_usd"])
+        assert_value(shown["power per instance (W)"], row["power_per_instance_w"])
+
+    plan = frame(at, "group", "instances")
+    for row in out["rows"]:
+        assert plan.at[row["group"], "instances"] == row["instances_needed"]
+        assert_value(plan.at[row["group"], "fleet power (kW)"], row["fleet_power_w"], 1e-3)
+        assert_value(plan.at[row["group"], "fleet cost per hour (USD)"],
+                     row["fleet_cost_per_hour_usd"])
+    assert set(out["notes"]) and set(out["notes"]) <= {c.value for c in at.caption}
+
+
+def test_a_multi_node_setup_and_a_run_counting_nothing_read_as_in_the_command(
+        cli_store, monkeypatch):
+    at = page(cli_store, monkeypatch)
+    at.selectbox(key="cmp_kind").set_value("training").run()
+    out = cli_json(cli_store, "--kind", "training", "--by", "instance_type", "--unit",
+                   "sample")
+    per_unit = [r for r in out["rows"] if r["basis"] == "unit"]
+    per_run = [r for r in out["rows"] if r["basis"] == "run"]
+    assert [r["group"] for r in per_unit] == ["c6i.4xlarge+p4d.24xlarge"]
+    assert list(frame(at, "group", "instance-hours").index) == [r["group"] for r in per_unit]
+    assert_value(frame(at, "group", "instance-hours").iloc[0]["throughput (samples/instance-h)"],
+                 per_unit[0]["units_per_hour"])
+    runs = frame(at, "group", "energy per run (kJ)")
+    assert list(runs.index) == [r["group"] for r in per_run] == ["p4d.24xlarge"]
+    assert_value(runs.iloc[0]["energy per run (kJ)"], per_run[0]["energy_per_run_j"], 1e-3)
+    assert_value(runs.iloc[0]["cost per run (USD)"], per_run[0]["cost_per_run_usd"])
+
+
+def test_picked_jobs_get_the_commands_sentences(cli_store, monkeypatch):
+    at = page(cli_store, monkeypatch)
+    at.radio(key="cmp_mode").set_value("picked jobs").run()
+    at.multiselect(key="cmp_jobs").set_value(["j-g5", "j-inf2", "j-laptop"]).run()
+    assert at.selectbox(key="cmp_base").value == "j-laptop"  # the slowest
+    at.selectbox(key="cmp_base").set_value("j-g5").run()
+    out = cli_json(cli_store, "--jobs", "j-g5", "j-inf2", "j-laptop", "--baseline", "j-g5")
+    expected = {f"{h['row']} ({h['job_id']})": h["text"] for h in out["headlines"]}
+    assert sentences(at) == expected
+    assert expected["bert-laptop (j-laptop)"].endswith(
+        "cost per million inferences unknown for bert-laptop")
+    table = frame(at, "group", "instance-hours")
+    assert list(table.index) == ["bert-g5 (j-g5)", "bert-inf2 (j-inf2)",
+                                 "bert-laptop (j-laptop)"]
+
+
+def test_a_running_job_counts_up_to_the_pages_now(sample_url, monkeypatch):
+    """The page's "now" (rounded to the cache period) is the CLI loader's ``now_s``."""
+    now = math.floor(time.time() / state.TTL_S) * state.TTL_S
+    monkeypatch.setattr(state, "now_s", lambda: now)
+    at = page(sample_url, monkeypatch)
+    base = at.selectbox(key="cmp_base").value
+    engine = make_engine(sample_url)
+    table = compare(load_job_figures(engine, kind="inference", now_s=now),
+                    by="instance_type", unit="request", baseline=base)
+    engine.dispose()
+    assert sentences(at) == {r.group: headline(r, table.baseline_row)
+                             for r in table.rows if not r.is_baseline}
+    shown = frame(at, "group", "instance-hours")
+    for row in table.rows:
+        assert_value(shown.at[row.group, "throughput (requests/instance-h)"],
+                     row.units_per_hour)
+        assert_value(shown.at[row.group, "cost per million requests (USD)"],
+                     row.cost_per_million_usd)
