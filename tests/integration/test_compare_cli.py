@@ -68,12 +68,10 @@ def job(job_id: str, name: str, kind: str, started_s: float, held_s: float) -> J
                origin="api", ended_s=started_s + held_s)
 
 
-@pytest.fixture()
-def store(tmp_path: Path) -> Iterator[str]:
+def fill_compare_store(url: str) -> None:
     """g5 (1 h, 360 kJ, 10 000 inferences), then inf2 (0.5 h, 90 kJ, 31 500 inferences),
     a loader-fed trainer (c6i + p4d, 1 h each, samples on the trainer), a training run
-    that counts nothing, and an inference job on an unpriced laptop."""
-    url = f"sqlite:///{tmp_path / 'compare.db'}"
+    that counts nothing, and an inference job on an unpriced laptop; all ended."""
     engine = make_engine(url)
     migrate.upgrade(engine)
     run_job(engine, node("g5-1", "g5.xlarge"), job("j-g5", "bert-g5", "inference", T0, 3600),
@@ -92,6 +90,12 @@ def store(tmp_path: Path) -> Iterator[str]:
             job("j-laptop", "bert-laptop", "inference", T0 + 14_400, 3600), ticks=4,
             gpu_j=9_000.0, units={"inference": 250})
     engine.dispose()
+
+
+@pytest.fixture()
+def store(tmp_path: Path) -> Iterator[str]:
+    url = f"sqlite:///{tmp_path / 'compare.db'}"
+    fill_compare_store(url)
     yield url
 
 

@@ -32,7 +32,7 @@ from agent.store import make_engine, migrate
 from agent.store.job_queries import job_detail
 from dashboard import costing, sample, state
 from tests.agent_process import run_cli
-from tests.integration.test_compare_cli import job, node, run_job
+from tests.integration.test_compare_cli import fill_compare_store
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
 T0 = 1_700_000_040.0
@@ -42,24 +42,7 @@ T0 = 1_700_000_040.0
 def cli_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``test_compare_cli``'s store, every job ended (so the command's "now" is moot)."""
     url = f"sqlite:///{tmp_path_factory.mktemp('cmp') / 'compare.db'}"
-    engine = make_engine(url)
-    migrate.upgrade(engine)
-    run_job(engine, node("g5-1", "g5.xlarge"), job("j-g5", "bert-g5", "inference", T0, 3600),
-            ticks=4, gpu_j=90_000.0, units={"inference": 2_500})
-    run_job(engine, node("inf2-1", "inf2.xlarge"),
-            job("j-inf2", "bert-inf2", "inference", T0 + 3600, 1800),
-            ticks=2, gpu_j=45_000.0, units={"inference": 15_750})
-    dist = job("j-dist", "resnet-dist", "training", T0 + 7200, 3600)
-    run_job(engine, node("c6i-1", "c6i.4xlarge"), dist, ticks=4, gpu_j=18_000.0)
-    run_job(engine, node("p4d-1", "p4d.24xlarge"), dist, ticks=4, gpu_j=3_600_000.0,
-            units={"sample": 250_000})
-    run_job(engine, node("p4d-2", "p4d.24xlarge"),
-            job("j-plain", "resnet-plain", "training", T0 + 10_800, 1800), ticks=2,
-            gpu_j=3_000_000.0)
-    run_job(engine, node("laptop", "local"),
-            job("j-laptop", "bert-laptop", "inference", T0 + 14_400, 3600), ticks=4,
-            gpu_j=9_000.0, units={"inference": 250})
-    engine.dispose()
+    fill_compare_store(url)
     yield url
 
 
