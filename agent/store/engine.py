@@ -81,6 +81,7 @@ def make_engine(url: str | URL, *, busy_timeout_s: float = 5.0) -> Engine:
         )
     kwargs: dict[str, Any] = {}
     if backend == "sqlite":
+        _check_sqlite_version(shown)
         _check_sqlite_path(parsed, shown)
     else:
         # Survive a database restart: test pooled connections before reuse, and do not
@@ -102,6 +103,20 @@ def make_engine(url: str | URL, *, busy_timeout_s: float = 5.0) -> Engine:
     if backend == "sqlite":
         _configure_sqlite(engine, busy_timeout_s)
     return engine
+
+
+# MATERIALIZED common table expressions (the job totals' reads) and ALTER TABLE ... DROP
+# COLUMN (downgrading migration 0003) came with SQLite 3.35 (March 2021).
+MIN_SQLITE = (3, 35)
+
+
+def _check_sqlite_version(shown: str) -> None:
+    import sqlite3
+
+    if sqlite3.sqlite_version_info < MIN_SQLITE:
+        raise StoreError(
+            f"{shown}: this Python's SQLite library is {sqlite3.sqlite_version}; joulestat "
+            f"needs {'.'.join(map(str, MIN_SQLITE))} or later (a newer Python or OS)")
 
 
 def _check_sqlite_path(url: URL, shown: str) -> None:

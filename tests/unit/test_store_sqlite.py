@@ -102,6 +102,13 @@ def test_make_engine_names_the_url_when_unusable(url, message):
     assert url.split("://")[0] in str(caught.value)
 
 
+def test_make_engine_refuses_an_sqlite_library_too_old(tmp_path, monkeypatch):
+    monkeypatch.setattr(sqlite3, "sqlite_version_info", (3, 31, 1))
+    monkeypatch.setattr(sqlite3, "sqlite_version", "3.31.1")
+    with pytest.raises(StoreError, match=r"SQLite library is 3\.31\.1; joulestat needs 3\.35"):
+        make_engine(f"sqlite:///{tmp_path / 'x.db'}")
+
+
 def test_make_engine_hides_the_password():
     with pytest.raises(StoreError) as caught:
         make_engine("postgresql+nodriver://user:s3cret@host/db")
