@@ -35,10 +35,9 @@ Energy = dict[str, dict[tuple[str, str], list[float]]]
 Units = dict[str, dict[tuple[str, str], float]]
 
 
-
 def settled_until_ms() -> Any:
-    """The joined node's totals boundary, -1 where nothing is summed yet (every raw
-    row is after it); a plain comparison, so the ``(node, t_end_ms)`` indexes serve."""
+    """The joined node's totals boundary; -1 where nothing is summed yet, so that every
+    raw row is after it."""
     return func.coalesce(NODES.c.totals_until_ms, literal_column("-1"))
 
 
