@@ -20,6 +20,9 @@ Prints figures only; no assertions.
 
 Ticks default to 60 s so the fill takes minutes; with 1 s ticks the raw tables of the
 last 7 days would be 60 times larger (the rolled-up 23 days are the same either way).
+The Jobs and Compare pages would not notice: they read the job totals and only the
+minutes of raw rows after them. The Overview (and Job detail) read raw ticks within
+the retention, so their figures here are the 60 s case.
 """
 
 from __future__ import annotations
