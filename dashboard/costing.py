@@ -19,13 +19,12 @@ the command then run the same arithmetic on the same numbers.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from agent.carbon.footprint import METHODOLOGY, NodePlacement, footprint
 from agent.reports.compare import JobFigures, NodeFigures
-from agent.store.dashboard_queries import JobTotals, PartTotals
-from agent.store.job_queries import JobDetail, JobNodePart
+from agent.store.dashboard_queries import JobTotals
+from agent.store.job_queries import JobDetail
 from dashboard.analysis import JobCost
 
 J_PER_KWH = 3_600_000.0
@@ -78,33 +77,41 @@ def node_cost(instance_type: str, region: str, energy_j: float, held_s: float) -
     )
 
 
-def _held(job: JobTotals | JobDetail, now_s: float) -> Iterator[
-        tuple[PartTotals | JobNodePart, Rates, float]]:
-    """Each node of the job with its rates and the seconds it was held: from its start
-    to its end, or ``now_s`` while running (``placements_from_detail``'s rule)."""
-    for part in job.per_node:
-        end_s = part.ended_s if part.ended_s is not None else now_s
-        yield part, rates(part.instance_type, part.region), max(0.0, end_s - part.started_s)
+def _priced(job: JobTotals | JobDetail, now_s: float) -> tuple[
+        float, float | None, float | None, list[NodeFigures]]:
+    """(operational g, embodied g, cost USD, per-node figures) of a job, each node held
+    from its start to its end, or ``now_s`` while running (``placements_from_detail``'s
+    rule); embodied and cost are None once any node's is unknown.
 
-
-def job_cost(job: JobTotals | JobDetail, now_s: float) -> JobCost:
-    """A job's CO2e and cost summed over its nodes, each held from its start to its end
-    (or ``now_s`` while running); an unknown figure on any node makes the total None.
-
-    Written as one loop of float arithmetic: the Jobs page prices ten thousand jobs.
+    One loop of float arithmetic for :func:`job_cost` and :func:`job_figures` alike: the
+    Jobs and Compare pages price ten thousand jobs.
     """
-    if not job.per_node:
-        return JobCost()
+    nodes = []
     operational = 0.0
     embodied: float | None = 0.0
     cost: float | None = 0.0
-    for part, rate, held_s in _held(job, now_s):
+    for part in job.per_node:
+        rate = rates(part.instance_type, part.region)
+        end_s = part.ended_s if part.ended_s is not None else now_s
+        held_s = max(0.0, end_s - part.started_s)
+        node_usd = None if rate.usd_per_s is None else held_s * rate.usd_per_s
+        nodes.append(NodeFigures(part.node, part.instance_type, held_s, part.total_j,
+                                 node_usd))
         operational += part.total_j * rate.operational_g_per_j
         if embodied is not None:
             embodied = (None if rate.embodied_g_per_s is None
                         else embodied + held_s * rate.embodied_g_per_s)
         if cost is not None:
-            cost = None if rate.usd_per_s is None else cost + held_s * rate.usd_per_s
+            cost = None if node_usd is None else cost + node_usd
+    return operational, embodied, cost, nodes
+
+
+def job_cost(job: JobTotals | JobDetail, now_s: float) -> JobCost:
+    """A job's CO2e and cost summed over its nodes; an unknown figure on any node makes
+    the total None."""
+    if not job.per_node:
+        return JobCost()
+    operational, embodied, cost, _nodes = _priced(job, now_s)
     return JobCost(co2e_g=None if embodied is None else operational + embodied,
                    embodied_g=embodied, cost_usd=cost, operational_g=operational)
 
@@ -127,20 +134,7 @@ def job_figures(job: JobTotals, now_s: float) -> JobFigures:
     A loop of float arithmetic (footprint only for notes, cached per set of nodes, and
     only when a node has an unknown figure): the Compare page builds ten thousand.
     """
-    nodes = []
-    operational = 0.0
-    embodied: float | None = 0.0
-    cost: float | None = 0.0
-    for part, rate, held_s in _held(job, now_s):
-        node_usd = None if rate.usd_per_s is None else held_s * rate.usd_per_s
-        nodes.append(NodeFigures(part.node, part.instance_type, held_s, part.total_j,
-                                 node_usd))
-        operational += part.total_j * rate.operational_g_per_j
-        if embodied is not None:
-            embodied = (None if rate.embodied_g_per_s is None
-                        else embodied + held_s * rate.embodied_g_per_s)
-        if cost is not None:
-            cost = None if node_usd is None else cost + node_usd
+    operational, embodied, cost, nodes = _priced(job, now_s)
     notes = () if embodied is not None and cost is not None else _notes(tuple(
         (p.node, p.instance_type, p.region) for p in job.per_node))
     end_s = job.ended_s if job.ended_s is not None else now_s

@@ -67,25 +67,30 @@ def _recent_rows(table: Any, keys: list[Any], sums: list[Any], job_ids: Select[A
             .group_by(rows.job_id, rows.node, *keys))
 
 
+def _totals(table: Any, columns: list[Any], job_ids: Select[Any] | None,
+            node: str | None) -> Select[Any]:
+    """``columns`` of the totals ``table`` for the wanted jobs (and node)."""
+    query = select(table.c.job_id, table.c.node, *columns).where(
+        table.c.job_id != UNATTRIBUTED)
+    if job_ids is not None:
+        query = query.where(table.c.job_id.in_(job_ids))
+    if node is not None:
+        query = query.where(table.c.node == node)
+    return query
+
+
 def part_energy(
     connection: Connection, job_ids: Select[Any] | None, node: str | None
 ) -> Energy:
     """Per (job, node, component): the job totals plus the raw shares after them."""
     raw, totals = JOB_ENERGY.c, JOB_ENERGY_TOTALS.c
-    raw_query = _recent_rows(JOB_ENERGY, [raw.component],
-                             [func.sum(raw.dynamic_j), func.sum(raw.idle_j)], job_ids, node)
-    totals_query = (
-        select(totals.job_id, totals.node, totals.component, totals.dynamic_j, totals.idle_j)
-        .where(totals.job_id != UNATTRIBUTED)
-    )
-    if job_ids is not None:
-        totals_query = totals_query.where(totals.job_id.in_(job_ids))
-    if node is not None:
-        totals_query = totals_query.where(totals.node == node)
+    query = union_all(
+        _recent_rows(JOB_ENERGY, [raw.component],
+                     [func.sum(raw.dynamic_j), func.sum(raw.idle_j)], job_ids, node),
+        _totals(JOB_ENERGY_TOTALS, [totals.component, totals.dynamic_j, totals.idle_j],
+                job_ids, node))
     energy: Energy = defaultdict(dict)
-    for job_id, row_node, component, dynamic_j, idle_j in connection.execute(
-        union_all(raw_query, totals_query)
-    ):
+    for job_id, row_node, component, dynamic_j, idle_j in connection.execute(query):
         total = energy[job_id].setdefault((row_node, component), [0.0, 0.0])
         total[0] += float(dynamic_j)
         total[1] += float(idle_j)
@@ -96,14 +101,12 @@ def part_energy_j(connection: Connection, job_ids: Select[Any]) -> dict[tuple[st
     """Per (job, node): joules, all components, dynamic and idle (what job lists show;
     a third of the rows :func:`part_energy` returns)."""
     raw, totals = JOB_ENERGY.c, JOB_ENERGY_TOTALS.c
-    raw_query = _recent_rows(JOB_ENERGY, [], [func.sum(raw.dynamic_j + raw.idle_j)],
-                             job_ids, None)
-    totals_query = (select(totals.job_id, totals.node, func.sum(totals.dynamic_j
-                                                                  + totals.idle_j))
-                    .where(totals.job_id.in_(job_ids))
-                    .group_by(totals.job_id, totals.node))
+    query = union_all(
+        _recent_rows(JOB_ENERGY, [], [func.sum(raw.dynamic_j + raw.idle_j)], job_ids, None),
+        _totals(JOB_ENERGY_TOTALS, [func.sum(totals.dynamic_j + totals.idle_j)], job_ids,
+                None).group_by(totals.job_id, totals.node))
     energy: defaultdict[tuple[str, str], float] = defaultdict(float)
-    for job_id, node, energy_j in connection.execute(union_all(raw_query, totals_query)):
+    for job_id, node, energy_j in connection.execute(query):
         energy[(job_id, node)] += float(energy_j)
     return energy
 
@@ -111,15 +114,11 @@ def part_energy_j(connection: Connection, job_ids: Select[Any]) -> dict[tuple[st
 def part_units(connection: Connection, job_ids: Select[Any] | None, node: str | None) -> Units:
     """Per (job, node, unit): the unit totals plus the raw counts after them."""
     units, totals = JOB_UNITS.c, JOB_UNIT_TOTALS.c
-    raw_query = _recent_rows(JOB_UNITS, [units.unit], [func.sum(units.count)], job_ids, node)
-    totals_query = select(totals.job_id, totals.node, totals.unit, totals.count)
-    if job_ids is not None:
-        totals_query = totals_query.where(totals.job_id.in_(job_ids))
-    if node is not None:
-        totals_query = totals_query.where(totals.node == node)
+    query = union_all(
+        _recent_rows(JOB_UNITS, [units.unit], [func.sum(units.count)], job_ids, node),
+        _totals(JOB_UNIT_TOTALS, [totals.unit, totals.count], job_ids, node))
     counts: Units = defaultdict(dict)
-    for job_id, row_node, unit, count in connection.execute(union_all(raw_query,
-                                                                       totals_query)):
+    for job_id, row_node, unit, count in connection.execute(query):
         per_job = counts[job_id]
         per_job[(row_node, unit)] = per_job.get((row_node, unit), 0.0) + float(count)
     return counts
