@@ -41,7 +41,7 @@ from pathlib import Path
 
 from agent.sensors.base import DeviceInfo, Reading
 from agent.sensors.kernel_file import KernelFile
-from agent.sensors.resume import BadState, get_float, get_int, get_map
+from agent.sensors.resume import get_float, get_int, restore_each
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +93,14 @@ class _Iface:
 
     def energy_j(self, j_per_byte: float) -> float:
         return self.base_j + self.counted_bytes * j_per_byte
+
+
+def _restore_iface(current: _Iface, item: dict) -> None:
+    energy_j = get_float(item, "energy_j")
+    last_bytes = get_int(item, "last_bytes") if "last_bytes" in item else None
+    current.base_j, current.counted_bytes = energy_j, 0
+    if last_bytes is not None:
+        current.last_bytes = last_bytes
 
 
 class NetworkSensor:
@@ -188,28 +196,8 @@ class NetworkSensor:
 
     def restore(self, state: dict) -> None:
         """Continue each interface seen at open from its checkpoint; others are skipped."""
-        try:
-            saved = get_map(state, "ifaces")
-        except BadState as exc:
-            log.warning("network checkpoint ignored: %s", exc)
-            return
-        for iface, item in saved.items():
-            current = self._ifaces.get(iface)
-            if current is None:
-                log.warning("network checkpoint: interface %s is not present now; its state "
-                            "ignored", iface)
-                continue
-            try:
-                if not isinstance(item, dict):
-                    raise BadState(f"not an object: {type(item).__name__}")
-                energy_j = get_float(item, "energy_j")
-                last_bytes = get_int(item, "last_bytes") if "last_bytes" in item else None
-            except BadState as exc:
-                log.warning("network checkpoint: interface %s ignored: %s", iface, exc)
-                continue
-            current.base_j, current.counted_bytes = energy_j, 0
-            if last_bytes is not None:
-                current.last_bytes = last_bytes
+        restore_each(state, "ifaces", self._ifaces, _restore_iface, log, "network",
+                     "interface")
 
     def close(self) -> None:
         self._file.close()

@@ -44,7 +44,7 @@ from types import ModuleType
 from typing import Any
 
 from agent.sensors.base import DeviceInfo, Reading
-from agent.sensors.resume import BadState, get_float, get_int, get_map
+from agent.sensors.resume import BadState, get_float, get_int, restore_each
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +90,18 @@ class _Gpu:
     @property
     def device(self) -> str:
         return f"gpu{self.index}"
+
+
+def _restore_gpu(gpu: _Gpu, item: dict) -> None:
+    if item.get("source") != gpu.source:
+        raise BadState(f"measured via {item.get('source')!r} then, {gpu.source!r} now")
+    if get_int(item, "index") != gpu.index:
+        raise BadState(f"was gpu{item['index']}, is gpu{gpu.index} now")
+    last_mj = get_int(item, "last_mj")
+    last_mw = get_float(item, "last_mw")
+    last_s = get_float(item, "last_s")
+    energy_j = get_float(item, "energy_j")
+    gpu.last_mj, gpu.last_mw, gpu.last_s, gpu.energy_j = last_mj, last_mw, last_s, energy_j
 
 
 class NvidiaSensor:
@@ -151,32 +163,8 @@ class NvidiaSensor:
         by ``gpu<index>`` and source, so continuing under another key would hand one
         board's total to another series.
         """
-        try:
-            saved = get_map(state, "gpus")
-        except BadState as exc:
-            log.warning("NVML checkpoint ignored: %s", exc)
-            return
-        by_uuid = {g.uuid: g for g in self._gpus}
-        for uuid, item in saved.items():
-            gpu = by_uuid.get(uuid)
-            if gpu is None:
-                log.warning("NVML checkpoint: GPU %s is not present now; its state ignored", uuid)
-                continue
-            try:
-                if not isinstance(item, dict):
-                    raise BadState(f"not an object: {type(item).__name__}")
-                if item.get("source") != gpu.source:
-                    raise BadState(f"measured via {item.get('source')!r} then, {gpu.source!r} now")
-                if get_int(item, "index") != gpu.index:
-                    raise BadState(f"was gpu{item['index']}, is gpu{gpu.index} now")
-                last_mj = get_int(item, "last_mj")
-                last_mw = get_float(item, "last_mw")
-                last_s = get_float(item, "last_s")
-                energy_j = get_float(item, "energy_j")
-            except BadState as exc:
-                log.warning("NVML checkpoint: GPU %s ignored: %s", uuid, exc)
-                continue
-            gpu.last_mj, gpu.last_mw, gpu.last_s, gpu.energy_j = last_mj, last_mw, last_s, energy_j
+        restore_each(state, "gpus", {g.uuid: g for g in self._gpus}, _restore_gpu, log,
+                     "NVML", "GPU")
 
     def device_processes(self) -> DeviceProcesses:
         """Per device: {pid: mean SM utilisation % since the last call}, {context pids}.

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.sensors.base import DeviceInfo, Reading
-from agent.sensors.resume import BadState, get_float, get_int, get_map
+from agent.sensors.resume import BadState, get_float, get_int, restore_each
 
 log = logging.getLogger(__name__)
 
@@ -175,6 +175,17 @@ def _map_zone(zone_id: str, name: str, names: dict[str, str]) -> tuple[str, str,
     return None
 
 
+def _restore_zone(zone: _Zone, item: dict) -> None:
+    total_uj = get_int(item, "total_uj")
+    prev_s = get_float(item, "prev_s")
+    prev_uj = get_int(item, "energy_uj") if "energy_uj" in item else None
+    if prev_uj is not None and zone.max_range_uj is not None and prev_uj > zone.max_range_uj:
+        raise BadState(f"energy_uj {prev_uj} above max_energy_range_uj {zone.max_range_uj}")
+    zone.total_uj = total_uj
+    if prev_uj is not None:
+        zone.prev_uj, zone.prev_s = prev_uj, prev_s
+
+
 class RaplSensor:
     """Cumulative joules per reported RAPL zone since the sensor opened."""
 
@@ -223,34 +234,8 @@ class RaplSensor:
         A zone saved before its first good read has no raw value: its total is restored
         and it keeps the baseline this sensor took at open (the gap before that is unknown).
         """
-        try:
-            saved = get_map(state, "zones")
-        except BadState as exc:
-            log.warning("RAPL checkpoint ignored: %s", exc)
-            return
-        by_id = {z.zone_id: z for z in self._zones}
-        for zone_id, item in saved.items():
-            zone = by_id.get(zone_id)
-            if zone is None:
-                log.warning("RAPL checkpoint: zone %s is not present now; its state ignored",
-                            zone_id)
-                continue
-            try:
-                if not isinstance(item, dict):
-                    raise BadState(f"not an object: {type(item).__name__}")
-                total_uj = get_int(item, "total_uj")
-                prev_s = get_float(item, "prev_s")
-                prev_uj = get_int(item, "energy_uj") if "energy_uj" in item else None
-                if (prev_uj is not None and zone.max_range_uj is not None
-                        and prev_uj > zone.max_range_uj):
-                    raise BadState(f"energy_uj {prev_uj} above max_energy_range_uj "
-                                   f"{zone.max_range_uj}")
-            except BadState as exc:
-                log.warning("RAPL checkpoint: zone %s ignored: %s", zone_id, exc)
-                continue
-            zone.total_uj = total_uj
-            if prev_uj is not None:
-                zone.prev_uj, zone.prev_s = prev_uj, prev_s
+        restore_each(state, "zones", {z.zone_id: z for z in self._zones}, _restore_zone,
+                     log, "RAPL", "zone")
 
     def _update(self, zone: _Zone, now_s: float) -> None:
         key = f"RAPL zone {zone.zone_id} ({zone.name})"

@@ -9,9 +9,12 @@ a message naming the field; sensors catch it per item, log it and skip that item
 
 from __future__ import annotations
 
+import logging
 import math
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+D = TypeVar("D")
 
 
 class BadState(ValueError):
@@ -44,6 +47,33 @@ def get_float(state: Mapping[str, Any], key: str, *, non_negative: bool = True) 
     if non_negative and value < 0:
         raise BadState(f"{key!r} is negative: {value!r}")
     return float(value)
+
+
+def restore_each(state: Mapping[str, Any], key: str, present: Mapping[str, D],
+                 restore_one: Callable[[D, dict[str, Any]], None], log: logging.Logger,
+                 what: str, noun: str) -> None:
+    """Hand each saved item of ``state[key]`` to ``restore_one(device, item)`` with the
+    device of the same name in ``present``; the rest is logged as ``what`` checkpoint
+    warnings and skipped: a damaged map, a device not present now, an item that is not
+    an object or that ``restore_one`` refuses with :class:`BadState` (raised before it
+    changes anything, so a refused item leaves the device as it was)."""
+    try:
+        saved = get_map(state, key)
+    except BadState as exc:
+        log.warning("%s checkpoint ignored: %s", what, exc)
+        return
+    for name, item in saved.items():
+        device = present.get(name)
+        if device is None:
+            log.warning("%s checkpoint: %s %s is not present now; its state ignored",
+                        what, noun, name)
+            continue
+        try:
+            if not isinstance(item, dict):
+                raise BadState(f"not an object: {type(item).__name__}")
+            restore_one(device, item)
+        except BadState as exc:
+            log.warning("%s checkpoint: %s %s ignored: %s", what, noun, name, exc)
 
 
 def _show(value: object) -> str:

@@ -32,6 +32,7 @@ from agent.store.writer import StoreWriter
 from agent.tick import Tick, TickEntry
 from tests.pg import PostgresServer, running_postgres
 from tests.unit import test_store_jobs as jobs
+from tests.unit.test_store_sqlite import raw_count, tick
 
 pytestmark = pytest.mark.postgres
 
@@ -41,17 +42,6 @@ DEVICES = [DeviceInfo("cpu", "0", "rapl", index=0),
 T0 = 1_700_000_040.0  # a minute boundary
 RETENTION_S = 600.0
 _names = itertools.count()
-
-
-def tick(t1_s: float, cpu_j: float = 10.0, gpu_j: float = 100.0, length_s: float = 1.0,
-         gpu_source: str = "nvml_energy") -> Tick:
-    return Tick(t1_s - length_s, t1_s, (TickEntry("cpu", "0", "rapl", cpu_j),
-                                        TickEntry("gpu", "0", gpu_source, gpu_j)))
-
-
-def raw_count(engine: Engine) -> int:
-    with engine.connect() as connection:
-        return connection.execute(text("SELECT count(*) FROM tick_energy")).scalar_one()
 
 
 @pytest.fixture(scope="module")
