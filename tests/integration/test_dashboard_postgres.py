@@ -8,7 +8,6 @@ could.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -20,18 +19,12 @@ from agent.store import dashboard_queries as dq
 from agent.store import make_engine, migrate
 from agent.store.job_queries import list_jobs
 from dashboard import fmt, sample
-from tests.pg import PostgresServer, running_postgres
+from tests.pg import PostgresServer
 from tests.unit.test_dashboard_apptest import APP, PAGES, TITLES
 
 pytestmark = pytest.mark.postgres
 
 READER = "dash_reader"
-
-
-@pytest.fixture(scope="module")
-def pg() -> Iterator[PostgresServer]:
-    with running_postgres() as server:
-        yield server
 
 
 @pytest.fixture(scope="module")

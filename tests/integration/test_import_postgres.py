@@ -17,7 +17,7 @@ from agent.store import make_engine, migrate
 from agent.store.job_queries import job_detail
 from agent.store.report_queries import job_ids_active_since, job_sources
 from agent.store.writer import StoreWriter
-from tests.pg import PostgresServer, running_postgres
+from tests.pg import PostgresServer
 from tests.unit.test_reports_import import assert_same_figures, dump
 from tests.unit.test_reports_store import (
     LOADER,
@@ -32,12 +32,6 @@ pytestmark = pytest.mark.postgres
 NOW = T0 + 200
 JOBS = ("dist-1", "solo", "secretive")
 _names = itertools.count()
-
-
-@pytest.fixture(scope="module")
-def pg() -> Iterator[PostgresServer]:
-    with running_postgres() as server:
-        yield server
 
 
 @pytest.fixture()

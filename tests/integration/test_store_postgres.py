@@ -30,7 +30,7 @@ from agent.store.queries import (
 )
 from agent.store.writer import StoreWriter
 from agent.tick import Tick, TickEntry
-from tests.pg import PostgresServer, running_postgres
+from tests.pg import PostgresServer
 from tests.unit import test_store_jobs as jobs
 from tests.unit.test_store_sqlite import raw_count, tick
 
@@ -42,12 +42,6 @@ DEVICES = [DeviceInfo("cpu", "0", "rapl", index=0),
 T0 = 1_700_000_040.0  # a minute boundary
 RETENTION_S = 600.0
 _names = itertools.count()
-
-
-@pytest.fixture(scope="module")
-def pg() -> Iterator[PostgresServer]:
-    with running_postgres() as server:
-        yield server
 
 
 @pytest.fixture()
