@@ -77,16 +77,16 @@ def node_cost(instance_type: str, region: str, energy_j: float, held_s: float) -
     )
 
 
-def _priced(job: JobTotals | JobDetail, now_s: float) -> tuple[
-        float, float | None, float | None, list[NodeFigures]]:
-    """(operational g, embodied g, cost USD, per-node figures) of a job, each node held
-    from its start to its end, or ``now_s`` while running (``placements_from_detail``'s
-    rule); embodied and cost are None once any node's is unknown.
+def _priced(job: JobTotals | JobDetail, now_s: float,
+            nodes: list[NodeFigures] | None = None) -> tuple[float, float | None, float | None]:
+    """(operational g, embodied g, cost USD) of a job, each node held from its start to
+    its end, or ``now_s`` while running (``placements_from_detail``'s rule); embodied
+    and cost are None once any node's is unknown. Appends each node's figures to
+    ``nodes`` when given (the Jobs page needs only the sums).
 
     One loop of float arithmetic for :func:`job_cost` and :func:`job_figures` alike: the
     Jobs and Compare pages price ten thousand jobs.
     """
-    nodes = []
     operational = 0.0
     embodied: float | None = 0.0
     cost: float | None = 0.0
@@ -95,15 +95,16 @@ def _priced(job: JobTotals | JobDetail, now_s: float) -> tuple[
         end_s = part.ended_s if part.ended_s is not None else now_s
         held_s = max(0.0, end_s - part.started_s)
         node_usd = None if rate.usd_per_s is None else held_s * rate.usd_per_s
-        nodes.append(NodeFigures(part.node, part.instance_type, held_s, part.total_j,
-                                 node_usd))
+        if nodes is not None:
+            nodes.append(NodeFigures(part.node, part.instance_type, held_s, part.total_j,
+                                     node_usd))
         operational += part.total_j * rate.operational_g_per_j
         if embodied is not None:
             embodied = (None if rate.embodied_g_per_s is None
                         else embodied + held_s * rate.embodied_g_per_s)
         if cost is not None:
             cost = None if node_usd is None else cost + node_usd
-    return operational, embodied, cost, nodes
+    return operational, embodied, cost
 
 
 def job_cost(job: JobTotals | JobDetail, now_s: float) -> JobCost:
@@ -111,7 +112,7 @@ def job_cost(job: JobTotals | JobDetail, now_s: float) -> JobCost:
     the total None."""
     if not job.per_node:
         return JobCost()
-    operational, embodied, cost, _nodes = _priced(job, now_s)
+    operational, embodied, cost = _priced(job, now_s)
     return JobCost(co2e_g=None if embodied is None else operational + embodied,
                    embodied_g=embodied, cost_usd=cost, operational_g=operational)
 
@@ -134,7 +135,8 @@ def job_figures(job: JobTotals, now_s: float) -> JobFigures:
     A loop of float arithmetic (footprint only for notes, cached per set of nodes, and
     only when a node has an unknown figure): the Compare page builds ten thousand.
     """
-    operational, embodied, cost, nodes = _priced(job, now_s)
+    nodes: list[NodeFigures] = []
+    operational, embodied, cost = _priced(job, now_s, nodes)
     notes = () if embodied is not None and cost is not None else _notes(tuple(
         (p.node, p.instance_type, p.region) for p in job.per_node))
     end_s = job.ended_s if job.ended_s is not None else now_s

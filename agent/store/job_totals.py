@@ -69,11 +69,11 @@ def _recent_rows(table: Any, keys: list[Any], sums: list[Any], job_ids: Select[A
 
 def _totals(table: Any, columns: list[Any], job_ids: Select[Any] | None,
             node: str | None) -> Select[Any]:
-    """``columns`` of the totals ``table`` for the wanted jobs (and node)."""
-    query = select(table.c.job_id, table.c.node, *columns).where(
-        table.c.job_id != UNATTRIBUTED)
-    if job_ids is not None:
-        query = query.where(table.c.job_id.in_(job_ids))
+    """``columns`` of the totals ``table`` for the wanted jobs (and node); without a job
+    filter, every job but the unattributed remainder (``jobs`` never holds it)."""
+    query = select(table.c.job_id, table.c.node, *columns)
+    query = query.where(table.c.job_id != UNATTRIBUTED if job_ids is None
+                        else table.c.job_id.in_(job_ids))
     if node is not None:
         query = query.where(table.c.node == node)
     return query
