@@ -215,6 +215,29 @@ def units_by_kind(url: str) -> dict[str, list[str]]:
     return dq.job_units_by_kind(engine(url))
 
 
+@dataclass(frozen=True)
+class JobLookup:
+    """What a ``?job=`` reference resolved to: ``job_id`` and the notes to show, or the
+    resolver's error (``job_id`` None). Plain data, so the result can be cached."""
+
+    job_id: str | None
+    notes: tuple[str, ...] = ()
+    error: str | None = None
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def lookup_job(url: str, ref: str) -> JobLookup:
+    """``ref`` as every command reads a job: id, name (its latest run) or unique id prefix
+    (:func:`agent.store.job_refs.resolve_job`), so a link with a name or a short id works."""
+    from agent.store.job_refs import JobRefError, resolve_job
+
+    try:
+        found = resolve_job(engine(url), ref)
+    except JobRefError as exc:
+        return JobLookup(None, error=str(exc))
+    return JobLookup(found.latest.id, tuple(found.notes("showing")))
+
+
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def detail(url: str, job_id: str) -> JobDetail | None:
     try:

@@ -20,7 +20,7 @@ from agent.config import ConfigError, add_options, resolve
 from agent.jobs.registry import KINDS
 
 COMPARE_OPTIONS = ("config", "db", "log_level", "carbon_intensity", "pue", "price_per_hour",
-                   "electricity_maps_token", "electricity_maps_url")
+                   "prices", "electricity_maps_token", "electricity_maps_url")
 FLAGS = {"by": "--by", "unit": "--unit", "baseline": "--baseline",
          "sla_units_per_hour": "--sla", "jobs": "--jobs"}
 NOT_APPLICABLE = "-"
@@ -48,17 +48,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "unit are compared per run. See docs/compare.md.",
     )
     parser.add_argument("--kind", choices=KINDS, help="only jobs of this kind")
-    parser.add_argument("--jobs", nargs="+", metavar="NAME",
-                        help="jobs to compare, by name (every run of that name) or id, in "
-                        "this order [default: every job, by start time]")
+    parser.add_argument("--jobs", nargs="+", metavar="JOB",
+                        help="jobs to compare, each an id, id prefix or name (a name: every "
+                        "run of it), in this order [default: every job, by start time]")
     parser.add_argument("--by", choices=("job", "instance_type"), default="job",
                         help="a row per job, or per instance type with its jobs pooled "
                         "[default: job]")
     parser.add_argument("--unit", help="unit of work to compare per [default: the unit "
                         "most jobs counted]")
-    parser.add_argument("--baseline", metavar="X", help="job name or id (--by job) or "
-                        "instance type (--by instance_type) the deltas are against "
-                        "[default: the first row]")
+    parser.add_argument("--baseline", metavar="X", help="job id, id prefix or name (--by "
+                        "job; a name: its latest compared run) or instance type (--by "
+                        "instance_type) the deltas are against [default: the first row]")
     parser.add_argument("--sla", type=_number, metavar="UNITS_PER_HOUR",
                         help="size a fleet of each row's instances for this many units "
                         "per hour")
@@ -71,36 +71,52 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     from agent.carbon.footprint import CarbonSettings
     from agent.reports.compare import CompareError, compare
-    from agent.reports.compare_data import load_job_figures
+    from agent.reports.compare_data import figures_for, pick_baseline, pick_jobs, prices_used
     from agent.store.bootstrap import open_engine
 
     settings = resolve(args, COMPARE_OPTIONS)
     carbon = CarbonSettings(
         carbon_intensity_g_per_kwh=settings["carbon_intensity"], pue=settings["pue"],
-        price_per_hour_usd=settings["price_per_hour"],
+        price_per_hour_usd=settings["price_per_hour"], prices=settings["prices"],
         electricity_maps_token=settings["electricity_maps_token"],
         electricity_maps_url=settings["electricity_maps_url"])
     if args.sla is not None and args.sla <= 0:  # before reading the store
         raise ConfigError(f"--sla: must be a number of units per hour above 0, got {args.sla:g}")
     engine = open_engine(settings["db"])
     try:
-        figures = load_job_figures(engine, carbon, kind=args.kind, jobs=args.jobs)
-        table = compare(figures, by=args.by, unit=args.unit, baseline=args.baseline,
+        picked = pick_jobs(engine, kind=args.kind, jobs=args.jobs)
+        _say("--jobs", picked.notes)
+        figures = figures_for(engine, picked.refs, carbon)
+        baseline = args.baseline
+        if baseline is not None and args.by == "job":
+            baseline, notes = pick_baseline(engine, baseline, figures, kind=args.kind)
+            _say("--baseline", notes)
+        table = compare(figures, by=args.by, unit=args.unit, baseline=baseline,
                         sla_units_per_hour=args.sla)
     except CompareError as exc:
         raise ConfigError(f"{FLAGS.get(exc.argument, exc.argument)}: {exc}") from None
     notes = list(dict.fromkeys(f"{f.name}: {note}" for f in figures for note in f.notes))
+    prices = prices_used(figures, carbon)
     if args.json:
-        json.dump(as_json(table, notes), sys.stdout, indent=1)
+        json.dump(as_json(table, notes, prices), sys.stdout, indent=1)
         sys.stdout.write("\n")
         return 0
-    print(render_text(table, notes))
+    print(render_text(table, notes, prices))
     return 0
 
 
-def as_json(table: Any, notes: list[str]) -> dict[str, Any]:
-    """``{"unit", "by", "baseline", "sla_units_per_hour", "rows", "headlines", "notes"}``;
-    unknown figures are null, never 0."""
+def _say(flag: str, notes: list[str]) -> None:
+    """How a job reference was read, when it could have meant another job: on stderr,
+    so ``--json`` output stays one object."""
+    for note in notes:
+        print(f"joulestat compare: {flag}: {note}", file=sys.stderr)
+
+
+def as_json(table: Any, notes: list[str], prices: list[Any] | None = None
+            ) -> dict[str, Any]:
+    """``{"unit", "by", "baseline", "sla_units_per_hour", "rows", "headlines", "prices",
+    "notes"}``; ``prices`` gives each instance type's USD per hour and its source (a
+    prices file, the catalog, the override); unknown figures are null, never 0."""
     from agent.reports.compare_words import headline
 
     base = table.baseline_row
@@ -110,6 +126,7 @@ def as_json(table: Any, notes: list[str]) -> dict[str, Any]:
         "rows": [asdict(row) for row in table.rows],
         "headlines": [{"row": row.label, "job_id": row.job_id, "text": headline(row, base)}
                       for row in table.rows if not row.is_baseline],
+        "prices": [asdict(p) for p in prices or []],
         "notes": notes,
     }
 
@@ -165,8 +182,23 @@ def _delta(value: float | None, comparable: bool, kind: str = "pct") -> str:
     return format_ratio(value) if kind == "x" else format_pct(value)
 
 
-def render_text(table: Any, notes: list[str]) -> str:
-    """The tables (per unit, then per run), headlines, SLA sizing and notes."""
+def _price_lines(prices: list[Any]) -> list[str]:
+    """``prices ...:`` and one line per instance type: its USD/h and where that came from."""
+    if not prices:
+        return []
+    width = max(len(p.instance_type or "unknown") for p in prices)
+    usds = [UNKNOWN if p.usd_per_hour is None else _sig(p.usd_per_hour, 4) for p in prices]
+    usd_width = max(len(u) for u in usds)
+    lines = ["prices (USD per instance-hour):"]
+    for p, usd in zip(prices, usds, strict=True):
+        lines.append(f"  {(p.instance_type or 'unknown').ljust(width)}  {usd.rjust(usd_width)}"
+                     f"  {p.source}: {p.note}")
+    return [*lines, ""]
+
+
+def render_text(table: Any, notes: list[str], prices: list[Any] | None = None) -> str:
+    """The tables (per unit, then per run), headlines, SLA sizing, the price of each
+    instance type with its source, and notes."""
     from agent.reports.compare import PER_UNIT
     from agent.reports.compare_words import format_usd, headline, plural
 
@@ -183,7 +215,7 @@ def render_text(table: Any, notes: list[str]) -> str:
     per_run = [(i, r) for i, r in enumerate(table.rows) if r.basis != PER_UNIT]
     out = [f"{len(table.rows)} row(s) by {table.by.replace('_', ' ')}, baseline (*) "
            f"{base_label}: throughput per instance-hour, CO2e operational (location-based), "
-           "cost = list price x hours held", ""]
+           "cost = hourly price x hours held (prices below)", ""]
     if per_unit:
         unit = table.unit
         out.append(f"per {unit}:")
@@ -224,6 +256,7 @@ def render_text(table: Any, notes: list[str]) -> str:
             else format_usd(r.fleet_cost_per_hour_usd),
         ] for i, r in per_unit if r.instances_needed is not None], left=1)
         out.append("")
+    out += _price_lines(prices or [])
     if notes:
         out += ["notes:", *(f"  {note}" for note in notes)]
     return "\n".join(out).rstrip()

@@ -150,6 +150,23 @@ def test_json_rows_for_two_inference_jobs(store: str) -> None:
     assert line["row"] == "bert-inf2" and line["text"].startswith("\u00d76.3 throughput")
 
 
+def test_jobs_and_baseline_by_id_prefix(store: str) -> None:
+    result = compare_cli(store, "--jobs", "j-in", "bert-g5", "--baseline", "j-inf", "--json",
+                         *PINNED)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert [r["job_id"] for r in out["rows"]] == ["j-inf2", "j-g5"]
+    assert out["baseline"] == "bert-inf2" and out["rows"][0]["is_baseline"]
+    short = compare_cli(store, "--jobs", "j-")  # every id starts so; too short to count
+    assert short.returncode == 2
+    assert "--jobs: no job with id, id prefix or name 'j-'" in short.stderr
+    assert "5 id(s) start with it: give at least 4 characters" in short.stderr
+    typo = compare_cli(store, "--kind", "inference", "--jobs", "bert-g6")
+    assert typo.returncode == 2
+    assert ("--jobs: no inference job with id, id prefix or name 'bert-g6' in the store; "
+            "did you mean 'bert-g5'") in typo.stderr
+
+
 def test_by_instance_type_with_per_run_and_unknown_cost(store: str) -> None:
     result = compare_cli(store, "--by", "instance_type", "--baseline", "inf2.xlarge",
                          "--json", *PINNED)

@@ -19,11 +19,21 @@ import jsonschema
 import pytest
 from pypdf import PdfReader
 
+from agent.store import make_engine
+from agent.store.writer import StoreWriter
 from tests.agent_process import JOULESTAT, agent_env, run_cli
 from tests.unit.test_reports_formats import html_text
 from tests.unit.test_reports_import import assert_same_figures
 from tests.unit.test_reports_model import SCHEMA
-from tests.unit.test_reports_store import fill_store, job_energy, new_store
+from tests.unit.test_reports_store import (
+    LOADER,
+    T0,
+    fill_store,
+    job_energy,
+    make_job,
+    new_store,
+    node_devices,
+)
 
 ENDED = ("dist-1", "secretive")
 
@@ -69,12 +79,61 @@ def test_unknown_job_and_usage_errors_exit_2(store: tuple[dict[str, str], Any]) 
     result = run_cli("report", "no-such-job", env=env)
     assert result.returncode == 2 and "no-such-job" in result.stderr and not result.stdout
     for args, message in ((("--all", "--format", "html"), "--all writes csv or json"),
-                          ((), "either a JOB id or --all"),
-                          (("dist-1", "--all"), "either a JOB id or --all"),
+                          ((), "either a JOB (id, id prefix or name) or --all"),
+                          (("dist-1", "--all"), "either a JOB (id, id prefix or name) or --all"),
                           (("dist-1", "--since", "7d"), "--since goes with --all"),
                           (("--all", "--since", "last tuesday"), "--since: expected")):
         result = run_cli("report", *args, env=env)
         assert result.returncode == 2 and message in result.stderr, (args, result.stderr)
+
+
+OLDER, LATEST = "0f3a9c1e5b7d4e2f8a6c0b1d3e5f7a9c", "0f3a11aa5b7d4e2f8a6c0b1d3e5f7a9c"
+
+
+def add_runs(env: dict[str, str]) -> None:
+    """Two more runs of ``bert-large`` (dist-1's name), their ids both starting ``0f3a``,
+    and a job named ``secr``, which is also the start of ``secretive``'s id."""
+    engine = make_engine(env["JOULESTAT_DB"])
+    writer = StoreWriter(engine, LOADER, node_devices(LOADER), raw_retention_s=3600)
+    for job_id, name, offset in ((OLDER, "bert-large", 200), (LATEST, "bert-large", 300),
+                                 ("7e570000000000000000000000000001", "secr", 400)):
+        writer.save_job(make_job(job_id, name, "training", T0 + offset, T0 + offset + 50))
+    assert writer.flush()
+    engine.dispose()
+
+
+def test_a_job_by_name_or_id_prefix(store: tuple[dict[str, str], Any]) -> None:
+    env, _ = store
+    add_runs(env)
+    latest = report(env, "bert-large")  # three runs: the latest, said on stderr
+    assert json.loads(latest.stdout)["job"]["id"] == LATEST
+    assert (f"joulestat report: 'bert-large' names 3 runs; reporting the latest, {LATEST} "
+            "started ") in latest.stderr and "(give an id for another)" in latest.stderr
+    single = report(env, "resnet-serve")  # one run: nothing to say
+    assert json.loads(single.stdout)["job"]["id"] == "solo" and not single.stderr
+    for prefix, job_id in (("0f3a9", OLDER), ("dist", "dist-1"), ("secre", "secretive")):
+        found = report(env, prefix)
+        assert json.loads(found.stdout)["job"]["id"] == job_id, prefix
+        assert not found.stderr
+    named = report(env, "secr")  # a name beats another job's id prefix, and says so
+    assert json.loads(named.stdout)["job"]["id"] == "7e570000000000000000000000000001"
+    assert "'secr' is a job name and also the start of the id of secretive" in named.stderr
+
+
+def test_ambiguous_or_unknown_references_exit_2(store: tuple[dict[str, str], Any]) -> None:
+    env, _ = store
+    add_runs(env)
+    ambiguous = run_cli("report", "0f3a", env=env)
+    assert ambiguous.returncode == 2 and not ambiguous.stdout
+    assert "'0f3a' is the start of 2 job ids" in ambiguous.stderr
+    for job_id in (OLDER, LATEST):
+        assert f"  {job_id}  bert-large  started " in ambiguous.stderr
+    typo = run_cli("report", "bert-lage", env=env)
+    assert typo.returncode == 2 and not typo.stdout
+    assert ("joulestat report: no job with id, id prefix or name 'bert-lage' in the store; "
+            "did you mean 'bert-large'?") in typo.stderr
+    short = run_cli("report", "0f3", env=env)  # under 4 characters is no prefix
+    assert short.returncode == 2 and "give at least 4 characters" in short.stderr
 
 
 def test_pdf_is_not_written_to_a_terminal(store: tuple[dict[str, str], Any]) -> None:

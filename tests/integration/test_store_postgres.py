@@ -32,6 +32,7 @@ from agent.store.writer import StoreWriter
 from agent.tick import Tick, TickEntry
 from tests.pg import PostgresServer
 from tests.unit import test_store_jobs as jobs
+from tests.unit.test_job_refs import check_resolver
 from tests.unit.test_store_sqlite import raw_count, tick
 
 pytestmark = pytest.mark.postgres
@@ -190,6 +191,10 @@ def test_running_jobs_survive_a_restart(engine):
 
 def test_checkpoint_round_trip(engine):
     jobs.check_checkpoint_round_trip(engine)
+
+
+def test_job_references_resolve_as_on_sqlite(engine):
+    check_resolver(engine)  # ids, names, prefixes (exact: PostgreSQL's LIKE has case)
 
 
 def test_upgrades_keep_figures(pg_url):
