@@ -166,6 +166,7 @@ def detect_node_info(
             log.info("instance type and region from %s", placement.source)
             instance_type = instance_type or placement.instance_type
             region = region or placement.region
+    warn_unknown_instance_type(instance_type)
     return NodeInfo(
         node=str(settings.get("node") or socket.gethostname()),
         instance_type=str(instance_type or "local"),
@@ -173,3 +174,24 @@ def detect_node_info(
         cpu_model=cpu_model,
         agent_version=agent_version,
     )
+
+
+def warn_unknown_instance_type(instance_type: object) -> None:
+    """Warn once, at start, when the node's instance type is not in the catalog.
+
+    Such a type is accepted (a new type, a private name): its figures are measured all
+    the same, but its price, embodied share and PUE cannot come from the catalog, so
+    every cost of it would read "unknown" much later, in a report. A typo is far likelier
+    (``c5.larg``), so the closest catalog types are named now. No type (``local``) says
+    nothing: that is the normal case off the cloud.
+    """
+    from agent.carbon.catalog import closest_types, is_known_or_unset
+
+    if not instance_type or is_known_or_unset(str(instance_type)):
+        return
+    text = str(instance_type)
+    close = closest_types(text)
+    hint = f"did you mean {', '.join(close)}?" if close else "no similar type is listed"
+    log.warning("instance type %r is not in the catalog (`joulestat instances` lists the catalog): "
+                "%s Its cost will be unknown unless you set --price-per-hour USD or "
+                "--prices FILE with a row for it.", text, hint)

@@ -14,14 +14,22 @@ their fallbacks are footprint's; nothing is re-derived here.
 :func:`agent.reports.compare.compare` takes it, with every field meaning what
 :func:`agent.reports.compare_data.figures_of` gives ``joulestat compare``: the page and
 the command then run the same arithmetic on the same numbers.
+
+Prices: ``joulestat dashboard --prices FILE`` hands the file on as ``JOULESTAT_PRICES``
+(absolute path). :func:`price_table` reads it once per path per process, and the table
+is part of every cache key below (:func:`rates`, the notes), so a cached rate is always
+the rate of the prices in force: the same precedence as ``joulestat compare --prices``
+(``price_per_hour()``: the file's row for the type, else the catalog).
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 
-from agent.carbon.footprint import METHODOLOGY, NodePlacement, footprint
+from agent.carbon.footprint import METHODOLOGY, CarbonSettings, NodePlacement, footprint
+from agent.carbon.prices import PriceTable, load_prices
 from agent.reports.compare import JobFigures, NodeFigures
 from agent.store.dashboard_queries import JobTotals
 from agent.store.job_queries import JobDetail
@@ -29,7 +37,9 @@ from dashboard.analysis import JobCost
 
 J_PER_KWH = 3_600_000.0
 S_PER_HOUR = 3600.0
-__all__ = ["METHODOLOGY", "Rates", "job_cost", "job_figures", "node_cost", "rates"]
+ENV_PRICES = "JOULESTAT_PRICES"
+__all__ = ["ENV_PRICES", "METHODOLOGY", "Rates", "job_cost", "job_figures", "node_cost",
+           "price_source", "price_table", "rates"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,12 +55,40 @@ class Rates:
     notes: tuple[str, ...]
 
 
-@functools.lru_cache(maxsize=1024)
+def price_table() -> PriceTable | None:
+    """The prices file named by ``JOULESTAT_PRICES`` (None when unset), read and checked
+    once per path; a bad file raises :class:`agent.carbon.prices.PricesError` naming the
+    file and line (``joulestat dashboard`` checks it before Streamlit starts)."""
+    return _load_table(os.environ.get(ENV_PRICES, "").strip())
+
+
+@functools.lru_cache(maxsize=8)
+def _load_table(path: str) -> PriceTable | None:
+    return load_prices(path) if path else None
+
+
+def price_source() -> str:
+    """Where the pages' hourly prices come from, in a sentence (Markdown)."""
+    table = price_table()
+    catalog = "catalog list prices (on-demand; SageMaker's for `ml.*`)"
+    if table is None:
+        return (f"{catalog}; give your own with `joulestat dashboard --prices FILE` "
+                "(or `--price-per-hour` for the CLI)")
+    return (f"prices file `{table.path}` for the {len(table.rows)} instance type(s) it "
+            f"lists, else {catalog}")
+
+
 def rates(instance_type: str, region: str) -> Rates:
-    """The factors ``footprint()`` applies to a node of this type in this region."""
+    """The factors ``footprint()`` applies to a node of this type in this region, with
+    the prices in force (:func:`price_table`)."""
+    return _rates(instance_type, region, price_table())
+
+
+@functools.lru_cache(maxsize=1024)
+def _rates(instance_type: str, region: str, prices: PriceTable | None) -> Rates:
     result = footprint([(0.0, "n", J_PER_KWH)],
                        {"n": NodePlacement(instance_type or None, region or None, S_PER_HOUR)},
-                       now_s=0.0)
+                       CarbonSettings(prices=prices), now_s=0.0)
     [node] = result.nodes
     return Rates(
         operational_g_per_j=node.operational_co2e_g / J_PER_KWH,
@@ -118,12 +156,15 @@ def job_cost(job: JobTotals | JobDetail, now_s: float) -> JobCost:
 
 
 @functools.lru_cache(maxsize=4096)
-def _notes(placed: tuple[tuple[str, str, str], ...]) -> tuple[str, ...]:
-    """``footprint()``'s notes for nodes (node, instance type, region). Without a live
-    feed they depend on nothing else (which node lacks a price or an embodied figure, and
-    why), so one call per distinct set of nodes, with no energy, gives every job's."""
+def _notes(placed: tuple[tuple[str, str, str], ...], prices: PriceTable | None
+           ) -> tuple[str, ...]:
+    """``footprint()``'s notes for nodes (node, instance type, region) under ``prices``.
+    Without a live feed they depend on nothing else (which node lacks a price or an
+    embodied figure, and why), so one call per distinct set of nodes, with no energy,
+    gives every job's."""
     return footprint([], {node: NodePlacement(itype or None, region or None, 0.0)
-                          for node, itype, region in placed}, now_s=0.0).notes
+                          for node, itype, region in placed},
+                     CarbonSettings(prices=prices), now_s=0.0).notes
 
 
 def job_figures(job: JobTotals, now_s: float) -> JobFigures:
@@ -138,7 +179,7 @@ def job_figures(job: JobTotals, now_s: float) -> JobFigures:
     nodes: list[NodeFigures] = []
     operational, embodied, cost = _priced(job, now_s, nodes)
     notes = () if embodied is not None and cost is not None else _notes(tuple(
-        (p.node, p.instance_type, p.region) for p in job.per_node))
+        (p.node, p.instance_type, p.region) for p in job.per_node), price_table())
     end_s = job.ended_s if job.ended_s is not None else now_s
     return JobFigures(
         job_id=job.id, name=job.name, kind=job.kind, nodes=tuple(nodes),

@@ -14,8 +14,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import streamlit as st
 
+from agent.carbon.prices import PricesError
+from agent.redact import redact_text
 from agent.store.migrate import HEAD_REVISION
-from dashboard import state
+from dashboard import costing, state
 
 PERIODS_S = {"Last hour": 3600.0, "Last 24 hours": 86400.0, "Last 7 days": 7 * 86400.0,
              "Last 30 days": 30 * 86400.0, "All time": None}
@@ -72,6 +74,11 @@ def configure_page() -> None:
 def sidebar(url: str) -> None:
     with st.sidebar:
         st.caption(f"Store: `{state.shown_url(url)}` (read-only)")
+        try:
+            st.caption(f"Prices: {costing.price_source()}")
+        except PricesError as exc:  # a bad JOULESTAT_PRICES: nothing can be priced
+            st.error(f"{costing.ENV_PRICES}: {exc}")
+            st.stop()
 
 
 def enter() -> None:
@@ -113,7 +120,7 @@ def require_data(url: str) -> None:
                    "dashboard itself never writes), or update joulestat if the store is "
                    "newer.")
     else:
-        st.error(f"Cannot read the store `{shown}`: {found.detail}")
+        st.error(f"Cannot read the store `{shown}`: {redact_text(str(found.detail))}")
     st.stop()
 
 

@@ -16,12 +16,14 @@ not guess a markup.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from agent.carbon.datafiles import data_path, read_commented_csv
+from agent.carbon.prices import PriceTable
 from agent.carbon.regions import PROVIDERS
 
 SAGEMAKER_PREFIX = "ml."
@@ -168,29 +170,85 @@ def _check_override(value: float) -> float:
     return number
 
 
-def price_per_hour(instance_type: str | None, override_usd: float | None = None) -> Price:
-    """On-demand USD per hour: the override, else the catalog's, else unknown (None)."""
+OVERRIDE_HOW = "--price-per-hour USD or --prices FILE"
+
+
+def price_per_hour(instance_type: str | None, override_usd: float | None = None,
+                   prices: PriceTable | None = None) -> Price:
+    """USD per hour of ``instance_type``, from the first that knows it:
+
+    1. ``override_usd`` (``--price-per-hour``): one price for every type;
+    2. ``prices`` (``--prices FILE``): the file's row for this exact type;
+    3. the catalog: on-demand list price, or the SageMaker column for ``ml.*``;
+    4. unknown (None), with a note saying what to type to set it.
+    """
     if override_usd is not None:
-        return Price(_check_override(override_usd), "override", "set by price_per_hour_usd")
+        return Price(_check_override(override_usd), "override",
+                     "set by --price-per-hour (one price for every instance type)")
+    row = prices.get(instance_type) if prices is not None else None
+    if prices is not None and row is not None:
+        return Price(row.usd_per_hour, prices.source,
+                     f"{row.instance_type} on line {row.line} of --prices {prices.path}")
+    return _catalog_price(instance_type, prices)
+
+
+def _catalog_price(instance_type: str | None, prices: PriceTable | None) -> Price:
+    """The catalog's price; the note of an unknown says what to type, and that a prices
+    file in use has no row for this type."""
+    missing = f"; {prices.path} has no row for it" if prices is not None and (
+        instance_type and instance_type.strip().lower() not in _NO_TYPE) else ""
     spec = lookup(instance_type)
     if spec is None:
         what = f"instance type {instance_type!r} is not in the catalog" if (
             instance_type and instance_type.strip().lower() not in _NO_TYPE
         ) else "no instance type known"
-        return Price(None, "unknown", f"{what}: cost unknown (set price_per_hour_usd)")
+        return Price(None, "unknown", f"{what}{missing}: cost unknown (set {OVERRIDE_HOW})")
     if spec.sagemaker:
         if spec.sagemaker_usd_per_hour is None:
             ec2 = f"; EC2 on-demand is {spec.usd_per_hour} USD/h" if spec.usd_per_hour else ""
             return Price(None, "unknown",
                          f"no SageMaker price for {spec.instance_type} in the catalog{ec2}, "
-                         "and SageMaker charges more: cost unknown (set price_per_hour_usd)")
+                         f"and SageMaker charges more{missing}: cost unknown (set "
+                         f"{OVERRIDE_HOW})")
+        note = f"SageMaker on-demand, us-east-1, catalog row of {spec.date}"
+        sagemaker_note = _note_parts(spec.price_note)[1]
         return Price(spec.sagemaker_usd_per_hour,
                      "catalog:https://aws.amazon.com/sagemaker/pricing/",
-                     f"SageMaker training, us-east-1, list price as of {spec.date}")
+                     f"{note}; {sagemaker_note}" if sagemaker_note else note)
     if spec.usd_per_hour is None:
-        return Price(None, "unknown", f"the catalog has no price for {spec.instance_type}: "
-                     "cost unknown (set price_per_hour_usd)")
+        return Price(None, "unknown", f"the catalog has no price for {spec.instance_type}"
+                     f"{missing}: cost unknown (set {OVERRIDE_HOW})")
     region = {"aws": "us-east-1", "gcp": "us-central1", "azure": "eastus"}[spec.provider]
     note = f"on-demand Linux, {region}, list price as of {spec.date}"
+    ec2_note = _note_parts(spec.price_note)[0]
     return Price(spec.usd_per_hour, f"catalog:{spec.source}",
-                 f"{note}; {spec.price_note}" if spec.price_note else note)
+                 f"{note}; {ec2_note}" if ec2_note else note)
+
+
+def _note_parts(price_note: str) -> tuple[str, str]:
+    """A row's ``price_note`` split into what it says of the on-demand price and what of
+    the SageMaker price (the ``; ``-separated parts starting with ``SageMaker``), so each
+    price carries only its own caveats."""
+    parts = [p.strip() for p in price_note.split("; ") if p.strip()]
+    sagemaker = [p for p in parts if p.startswith("SageMaker")]
+    return ("; ".join(p for p in parts if p not in sagemaker), "; ".join(sagemaker))
+
+
+def is_known_or_unset(instance_type: str | None) -> bool:
+    """True for a type the catalog has (``ml.*`` of an AWS row included) and for none at
+    all (``local``, ``unknown``, empty): the cases that need no warning."""
+    return (instance_type is None or instance_type.strip().lower() in _NO_TYPE
+            or lookup(instance_type) is not None)
+
+
+def closest_types(instance_type: str, limit: int = 3) -> list[str]:
+    """Catalog types that look like ``instance_type`` (difflib ratio >= 0.6), best first,
+    so a typo (``c5.larg``) is answered with what was probably meant (``c5.large``). An
+    ``ml.`` name is matched against the ``ml.`` names SageMaker would accept."""
+    key = instance_type.strip().lower()
+    names = [spec.instance_type for spec in default_catalog().values()]
+    if key.startswith(SAGEMAKER_PREFIX):
+        names = [SAGEMAKER_PREFIX + spec.instance_type for spec in default_catalog().values()
+                 if spec.provider == "aws"]
+    by_lower = {name.lower(): name for name in names}
+    return [by_lower[m] for m in difflib.get_close_matches(key, list(by_lower), n=limit)]

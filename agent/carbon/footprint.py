@@ -28,6 +28,7 @@ from agent.carbon.catalog import Price, lookup, price_per_hour
 from agent.carbon.codecarbon_data import GridData
 from agent.carbon.embodied import Embodied, embodied_g
 from agent.carbon.intensity import Intensity, resolve_intensity
+from agent.carbon.prices import PriceTable
 from agent.carbon.pue import Pue, pue_for
 from agent.carbon.units import j_to_kwh, s_to_hours
 
@@ -43,7 +44,9 @@ PUE: override, else Cloud Carbon Footprint's per-provider average (AWS 1.135, GC
 Azure 1.185), else 1.0 for unknown/on-prem facilities.
 Embodied emissions (SCI's M, reported apart): the whole server's manufacturing emissions
 (CCF method) x reserved time / 4-year life x instance vCPUs / family's largest vCPUs.
-Cost: on-demand list price per hour x reserved hours (override with price_per_hour_usd).
+Cost: USD per hour x reserved hours; the hourly price is --price-per-hour if set (one
+price for all), else the --prices file's row for the instance type, else the catalog's
+on-demand list price (its SageMaker column for ml.* types), else unknown.
 Offsets and market-based instruments never reduce these figures. Sources: docs/carbon.md.
 """
 
@@ -64,6 +67,7 @@ class CarbonSettings:
     carbon_intensity_g_per_kwh: float | None = None
     pue: float | None = None
     price_per_hour_usd: float | None = None
+    prices: PriceTable | None = None  # --prices FILE: per-type prices, below the above
     electricity_maps_token: str | None = None
     electricity_maps_url: str = live.DEFAULT_URL
     electricity_maps_ttl_s: float = live.DEFAULT_TTL_S
@@ -176,7 +180,8 @@ def _node_footprint(
             operational_g += kwh * pue.value * intensity.g_per_kwh
 
     embodied = embodied_g(lookup(placement.instance_type), placement.duration_s)
-    price = price_per_hour(placement.instance_type, overrides.price_per_hour_usd)
+    price = price_per_hour(placement.instance_type, overrides.price_per_hour_usd,
+                           overrides.prices)
     cost = (price.usd_per_hour * s_to_hours(placement.duration_s)
             if price.usd_per_hour is not None else None)
     return NodeFootprint(

@@ -3,8 +3,10 @@
 The command replaces itself with ``python -m streamlit run dashboard/app.py`` (exec, not
 a child), so Ctrl-C and SIGTERM reach Streamlit directly and no wrapper is left
 behind. The store URL travels in ``JOULESTAT_DB``, not argv, so a password never shows
-in ``ps``. Nothing here migrates or creates the store: the dashboard only reads, and
-tells the user how to start the agent when there is nothing to read yet.
+in ``ps``; a ``--prices`` file (validated here, before Streamlit starts) travels as its
+absolute path in ``JOULESTAT_PRICES``, which :mod:`dashboard.costing` reads. Nothing
+here migrates or creates the store: the dashboard only reads, and tells the user how to
+start the agent when there is nothing to read yet.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 
 from agent.config import ConfigError, add_options, resolve
 
-DASHBOARD_OPTIONS = ("config", "db", "log_level")
+DASHBOARD_OPTIONS = ("config", "db", "log_level", "prices")
 DEFAULT_PORT = 8501
 
 
@@ -77,5 +79,10 @@ def _run(args: argparse.Namespace) -> int:
           "read-only; Ctrl-C to stop)", flush=True)
     env = {**os.environ, "JOULESTAT_DB": url,
            "STREAMLIT_LOGGER_LEVEL": settings["log_level"].lower()}
+    env.pop("JOULESTAT_PRICES", None)
+    if settings["prices"] is not None:
+        env["JOULESTAT_PRICES"] = settings["prices"].path
+        print(f"joulestat dashboard: prices per instance type from {settings['prices'].path}",
+              flush=True)
     os.execve(sys.executable, argv, env)
     return 0  # pragma: no cover - execve does not return

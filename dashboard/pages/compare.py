@@ -18,7 +18,7 @@ import pandas as pd
 import streamlit as st
 
 from agent.reports.compare_words import format_pct, format_ratio, headline, plural
-from dashboard import charts, comparison, state, ui
+from dashboard import charts, comparison, costing, state, ui
 
 MAX_PICK = 500
 NONE = "—"
@@ -66,8 +66,9 @@ base = result.table.baseline_row
 assert base is not None
 base_label = comparison.row_label(base)
 st.caption("Throughput per instance-hour (every node a job held counts), CO2e operational "
-           "(location-based; embodied apart), cost = list price × hours held: the figures "
-           "and sentences of `joulestat compare` (docs/compare.md).")
+           "(location-based; embodied apart), cost = hourly price × hours held: the figures "
+           "and sentences of `joulestat compare` (docs/compare.md). Prices: "
+           f"{costing.price_source()}.")
 for row in result.per_unit:
     if not row.is_baseline:
         st.markdown(f"**{comparison.row_label(row)}** vs {base_label}: {headline(row, base)}")

@@ -50,7 +50,8 @@ cols[3].metric(f"Energy, {ui.SHORT[label]}", fmt.kwh(energy_j),
 cols[4].metric("CO2e", fmt.mass(None if None in co2e else sum(co2e)),
                help="operational (energy × PUE × grid intensity) + embodied")
 cols[5].metric("Cost", fmt.usd(None if None in cost else sum(cost)),
-               help="on-demand list price × hours each node reported in the period")
+               help="hourly price × hours each node reported in the period; prices: "
+                    f"{costing.price_source()}")
 st.caption(f"Measured: **{measured_share:.0%}** of the energy in the period; the rest is "
            "estimated by documented models (`model:*`) or replayed. Times in "
            f"{ui.tz_label(tz)}.")

@@ -87,10 +87,28 @@ def test_sagemaker_type_uses_the_ec2_spec_and_its_own_price() -> None:
 
 
 def test_sagemaker_type_without_a_sagemaker_price_is_unknown_not_the_ec2_price() -> None:
-    assert lookup("ml.p4d.24xlarge") is not None
-    price = price_per_hour("ml.p4d.24xlarge")
+    assert lookup("ml.c6i.large") is not None
+    price = price_per_hour("ml.c6i.large")
     assert price.usd_per_hour is None
-    assert "no SageMaker price for ml.p4d.24xlarge" in price.note
+    assert "no SageMaker price for ml.c6i.large" in price.note
+    assert "--prices FILE" in price.note  # says what to type
+
+
+def test_sagemaker_prices_of_the_types_the_issue_names() -> None:
+    """The ml.* prices docs/carbon.md sources (issue 9), each above the EC2 price."""
+    sourced = {"ml.p4d.24xlarge": 37.688, "ml.p5.48xlarge": 113.068,
+               "ml.trn1.32xlarge": 28.497, "ml.inf2.xlarge": 0.99, "ml.inf2.8xlarge": 2.36,
+               "ml.inf2.24xlarge": 7.79, "ml.inf2.48xlarge": 15.58}
+    for name, usd in sourced.items():
+        price = price_per_hour(name)
+        ec2 = lookup(name.removeprefix("ml."))
+        assert price.usd_per_hour == usd, name
+        assert ec2 is not None and ec2.usd_per_hour is not None and usd > ec2.usd_per_hour
+        assert "foundation-model-benchmarking-tool" in price.note, name
+        assert "SageMaker" not in price_per_hour(ec2.instance_type).note  # EC2 note is EC2's
+    for spec in default_catalog().values():  # every AWS row says what it knows of SageMaker
+        if spec.provider == "aws" and spec.sagemaker_usd_per_hour is None:
+            assert "no sourced price" in spec.price_note, spec.instance_type
 
 
 def test_unknown_types_have_unknown_price_never_zero() -> None:

@@ -190,7 +190,22 @@ def test_job_detail_marks_estimated_components(sample_url, jobs, monkeypatch):
 
 def test_job_detail_of_an_unknown_job_says_so(sample_url, monkeypatch):
     at = run_page(sample_url, "pages/job_detail.py", monkeypatch, job="no-such-job")
-    assert "No job with id `no-such-job`" in at.warning[0].value
+    assert "no job with id, id prefix or name 'no-such-job'" in at.warning[0].value
+
+
+def test_job_detail_takes_a_name_or_an_id_prefix_in_its_url(sample_url, jobs, monkeypatch):
+    runs = sorted((j for j in jobs.values() if j.name == "bert-serve-c1"),
+                  key=lambda j: (j.started_s, j.id))
+    assert len(runs) > 1
+    at = run_page(sample_url, "pages/job_detail.py", monkeypatch, job="bert-serve-c1")
+    assert at.selectbox(key="detail_pick").value == runs[-1].id
+    assert at.query_params["job"] == runs[-1].id  # the link now names the run shown
+    assert at.info[0].value.startswith(
+        f"'bert-serve-c1' names {len(runs)} runs; showing the latest, {runs[-1].id}")
+    multi = one_job(jobs, "llama-7b-finetune")
+    at = run_page(sample_url, "pages/job_detail.py", monkeypatch, job=multi.id[:-3])
+    assert at.selectbox(key="detail_pick").value == multi.id
+    assert metric(at, "Energy") == fmt.energy(multi.total_j)
 
 
 def _group(jobs: dict[str, JobSummary], itype: str) -> list[JobSummary]:
