@@ -12,16 +12,26 @@ import importlib
 import logging
 import os
 import sys
+from typing import NoReturn
 
 from agent import __version__
 from agent.config import ConfigError
+from agent.redact import install_log_redaction, redact_text
 
 COMMANDS = ("agent", "run", "jobs", "estimate", "db", "dashboard", "compare", "report",
-            "import_")
+            "import_", "instances")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse echoes bad values in its errors: a mistyped line with a store URL
+    would print its password."""
+
+    def error(self, message: str) -> NoReturn:
+        super().error(redact_text(message))
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="joulestat",
         description="Measure the energy, carbon and cost of ML jobs on this node.",
         epilog="Every setting can also come from env JOULESTAT_<NAME> or a TOML file "
@@ -40,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except ConfigError as exc:
-        print(f"joulestat {args.command}: {exc}", file=sys.stderr)
+        print(f"joulestat {args.command}: {redact_text(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
@@ -54,6 +64,7 @@ def setup_logging(level: str) -> None:
         level=getattr(logging, level, logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    install_log_redaction()
 
 
 if __name__ == "__main__":

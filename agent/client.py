@@ -7,10 +7,20 @@ raises). A send that fails stays in the tally for the next one, so a hiccup of t
 agent loses nothing. When no agent answers at registration the job is measured
 in-process instead (embedded mode); an agent that answers with an error is not
 bypassed, because measuring twice or not at all would be worse than saying so.
+
+A process belongs to one job at a time, so ``track()`` joins rather than registers
+when it is already inside one: inside another active ``track()`` of this process it
+adds to that job, and in a program started by ``joulestat run`` (or by a process with
+an active ``track()``), whose environment names the job (``JOULESTAT_JOB_ID``, see
+:mod:`agent.jobs.context`), it adds to that job through the API that measures it. A
+joined ``track()`` never ends the job it joined. Module-level :func:`count` adds to the
+innermost job of the process the same way, so ``joulestat run -- python train.py``
+with ``count("sample", 32)`` in the loop is all a script needs.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
@@ -18,7 +28,17 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from agent.config import OPTIONS
+from agent.jobs.context import (
+    DEFAULT_AGENT_URL,
+    ENV_AGENT_URL,
+    ENV_JOB_ID,
+    ENV_TOKEN,
+    EnclosingJob,
+    agent_url_from_env,
+    child_env,
+    enclosing_job,
+    fallback_warning,
+)
 from agent.jobs.http_client import AgentClient, AgentError, AgentUnavailable
 from agent.jobs.registry import (
     validate_job_id,
@@ -30,18 +50,18 @@ from agent.jobs.registry import (
 
 log = logging.getLogger(__name__)
 
-ENV_AGENT_URL = "JOULESTAT_AGENT_URL"
-ENV_TOKEN = OPTIONS["api_token"].env
-DEFAULT_AGENT_URL: str = OPTIONS["agent"].default
+__all__ = ["DEFAULT_AGENT_URL", "ENV_AGENT_URL", "ENV_JOB_ID", "ENV_TOKEN", "TrackedJob",
+           "agent_url_from_env", "count", "current_job", "track"]
+
 FLUSH_INTERVAL_S = 1.0
 EXIT_SEND_ATTEMPTS = 3
+JOIN_WAIT_S = 3.0  # `joulestat run` registers its job just after starting the program
 _RETRYABLE = (404, 408, 429)  # 404: the agent restarted without the job; register again
 
-
-def agent_url_from_env(env: Mapping[str, str] | None = None) -> str:
-    """JOULESTAT_AGENT_URL, else the agent's own setting JOULESTAT_AGENT, else the default."""
-    env = os.environ if env is None else env
-    return env.get(ENV_AGENT_URL) or env.get(OPTIONS["agent"].env) or DEFAULT_AGENT_URL
+# This process's open jobs, innermost last: a track() opened while one is open joins it.
+_open_jobs: list[TrackedJob] = []
+_open_lock = threading.Lock()
+_implicit: TrackedJob | None = None  # count() outside any track(): the enclosing job
 
 
 class TrackedJob:
@@ -75,6 +95,9 @@ class TrackedJob:
         self._flusher: threading.Thread | None = None
         self._failing = False
         self._active = False
+        self._parent: TrackedJob | None = None  # an open track() of this process we joined
+        self._joined: EnclosingJob | None = None  # the job our environment names
+        self._saved_env: dict[str, str | None] = {}
         self.summary: dict[str, Any] | None = None
 
     @property
@@ -88,32 +111,109 @@ class TrackedJob:
         """True when no agent answered and the job is measured in this process."""
         return self._embedded is not None
 
+    @property
+    def joined(self) -> bool:
+        """True when this track() adds to a job it is inside of, rather than its own."""
+        return self._parent is not None or self._joined is not None
+
     def start(self) -> TrackedJob:
+        with _open_lock:
+            parent = _open_jobs[-1] if _open_jobs else None
+        if parent is not None and self.requested_id in (None, parent.id):
+            self._parent, self._id = parent, parent.id
+            log.info("joulestat: track(%r) joins job %s (%r), already open in this process",
+                     self.name, parent.id, parent.name)
+        elif not self._join_enclosing():
+            self._start_own()
+        with _open_lock:
+            _open_jobs.append(self)
+        self._active = True
+        return self
+
+    def _join_enclosing(self) -> bool:
+        """Join the job our environment names (we run under `joulestat run`)."""
+        enclosing = enclosing_job()
+        if enclosing is None or self.requested_id not in (None, enclosing.job_id):
+            return False
+        client = AgentClient(enclosing.agent_url, enclosing.token, self._client.timeout_s)
+        deadline = time.monotonic() + JOIN_WAIT_S
+        while True:
+            try:
+                client.get(enclosing.job_id)
+                break
+            except AgentError as exc:
+                if exc.status != 404 or time.monotonic() >= deadline:
+                    log.warning("joulestat: cannot join job %s named by %s (%s); tracking "
+                                "%r as a job of its own", enclosing.job_id, ENV_JOB_ID, exc,
+                                self.name)
+                    return False
+                time.sleep(0.05)
+            except AgentUnavailable as exc:
+                log.warning("joulestat: the API of job %s (%s) does not answer (%s); "
+                            "tracking %r as a job of its own", enclosing.job_id,
+                            enclosing.agent_url, exc, self.name)
+                return False
+        self._client, self._joined, self._id = client, enclosing, enclosing.job_id
+        self.agent_url = enclosing.agent_url
+        log.info("joulestat: track(%r) joins job %s, which this program runs in",
+                 self.name, enclosing.job_id)
+        self._start_flusher()
+        return True
+
+    def _start_own(self) -> None:
         pid = os.getpid()
         try:
             job = self._client.register(self.name, self.kind, [pid], self.labels,
                                         self.requested_id, origin="client")
         except AgentUnavailable as exc:
-            log.info("no joulestat agent answered (%s); measuring in this process", exc)
+            warning = fallback_warning(self.agent_url, self._client.token, forced=False)
+            if warning:
+                log.warning("joulestat: %s", warning)
             from agent.jobs.embedded import EmbeddedJob
 
             self._embedded = EmbeddedJob(self.name, self.kind, dict(self.labels), {pid},
-                                         self.requested_id)
+                                         self.requested_id,
+                                         reason=f"no joulestat agent answered ({exc})")
             self._embedded.start()
             self._id = str(self._embedded.id)
+            self._export(getattr(self._embedded, "api_url", None),
+                         getattr(self._embedded, "api_token", None))
         else:
             self._id = str(job["id"])
-            self._flusher = threading.Thread(target=self._flush_loop, daemon=True,
-                                             name=f"joulestat-client-{self._id[:8]}")
-            self._flusher.start()
-        self._active = True
-        return self
+            self._start_flusher()
+            self._export(self.agent_url, self._client.token)
+
+    def _start_flusher(self) -> None:
+        self._flusher = threading.Thread(target=self._flush_loop, daemon=True,
+                                         name=f"joulestat-client-{self.id[:8]}")
+        self._flusher.start()
+
+    def _export(self, api_url: str | None, token: str | None) -> None:
+        """Name this job in the environment, so programs it starts join it."""
+        if api_url is None:
+            return
+        for key, value in child_env(self.id, api_url, token).items():
+            self._saved_env[key] = os.environ.get(key)
+            os.environ[key] = value
+        if not token and ENV_TOKEN in os.environ:
+            self._saved_env[ENV_TOKEN] = os.environ.pop(ENV_TOKEN)
+
+    def _restore_env(self) -> None:
+        for key, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        self._saved_env = {}
 
     def count(self, unit: str, count: float = 1) -> None:
         """Add ``count`` units of work (samples, tokens, ...); cheap, never blocks on I/O."""
         unit, amount = validate_units(unit, count)
         if not self._active:
             raise RuntimeError(f"job {self.name!r} is not running; count inside `with track()`")
+        if self._parent is not None:
+            self._parent.count(unit, amount)
+            return
         if self._embedded is not None:
             self._embedded.count(unit, amount)
             return
@@ -121,31 +221,49 @@ class TrackedJob:
             self._pending[unit] = self._pending.get(unit, 0.0) + amount
 
     def end(self) -> dict[str, Any] | None:
-        """Send what is left, end the job, return its summary; never raises."""
+        """Send what is left, end the job (unless joined), return its summary; never raises.
+
+        A job of its own is ended and, where the agent measures it, its summary is the
+        final one (its last tick attributed and stored). A joined track() only sends its
+        counts: its summary is None, the job it joined goes on.
+        """
         if not self._active:
             return self.summary
         self._active = False
+        with _open_lock:
+            if self in _open_jobs:
+                _open_jobs.remove(self)
+        self._restore_env()
         try:
+            if self._parent is not None:
+                return None
             if self._embedded is not None:
                 self.summary = self._embedded.end()
                 return self.summary
-            self._stop.set()
-            if self._flusher is not None:
-                self._flusher.join()
-            for attempt in range(EXIT_SEND_ATTEMPTS):
-                if self._flush():
-                    break
-                if attempt + 1 < EXIT_SEND_ATTEMPTS:
-                    time.sleep(0.2 * (attempt + 1))
-            else:
-                log.error("joulestat: job %s: could not send counts %s before exit",
-                          self._id, self._pending)
+            self._send_rest()
+            if self._joined is not None:
+                return None
             self.summary = self._client.end(self.id)
+            timeout_s = self._client.final_timeout_s()
+            if timeout_s is not None:
+                self.summary = self._client.wait_final(self.id, timeout_s)
         except (AgentUnavailable, AgentError) as exc:
             log.warning("joulestat: job %s: could not end it at the agent: %s", self._id, exc)
         except Exception:
             log.exception("joulestat: job %s: ending it failed", self._id)
         return self.summary
+
+    def _send_rest(self) -> None:
+        self._stop.set()
+        if self._flusher is not None:
+            self._flusher.join()
+        for attempt in range(EXIT_SEND_ATTEMPTS):
+            if self._flush():
+                return
+            if attempt + 1 < EXIT_SEND_ATTEMPTS:
+                time.sleep(0.2 * (attempt + 1))
+        log.error("joulestat: job %s: could not send counts %s before exit",
+                  self._id, self._pending)
 
     def _flush_loop(self) -> None:
         while not self._stop.wait(self._flush_interval_s):
@@ -169,7 +287,7 @@ class TrackedJob:
                     continue
                 failed[unit] = amount
                 self._note_failure(exc)
-                if exc.status == 404:
+                if exc.status == 404 and self._joined is None:
                     self._register_again()
         if failed:
             with self._lock:
@@ -215,6 +333,40 @@ def track(
 
     The agent is ``agent_url``, else ``$JOULESTAT_AGENT_URL``, else the local default;
     the token comes from ``$JOULESTAT_API_TOKEN``. With no agent answering, the job is
-    measured in this process; ``job.embedded`` says which happened.
+    measured in this process; ``job.embedded`` says which happened. Inside another
+    job (an open track() of this process, or ``joulestat run``) it joins that job
+    instead; ``job.joined`` says so.
     """
     return TrackedJob(name, kind, labels, job_id, agent_url, flush_interval_s=flush_interval_s)
+
+
+def current_job() -> TrackedJob | None:
+    """The innermost open track() of this process, else the job it runs in, else None."""
+    global _implicit
+    with _open_lock:
+        if _open_jobs:
+            return _open_jobs[-1]
+        if _implicit is not None and _implicit._active:
+            return _implicit
+        if enclosing_job() is None:
+            return None
+        job = TrackedJob("enclosing", "other")
+        if not job._join_enclosing():
+            return None
+        job._active = True
+        _implicit = job
+    atexit.register(job.end)
+    return job
+
+
+def count(unit: str, n: float = 1) -> None:
+    """Add ``n`` units of work to the job this code runs in (see :func:`current_job`).
+
+    Under ``joulestat run`` no ``track()`` is needed; outside any job this raises, since
+    a count with no job to go to would be lost without a word.
+    """
+    job = current_job()
+    if job is None:
+        raise RuntimeError("joulestat.count() outside a job: run the program under "
+                           "`joulestat run` or count inside `with track(...)`")
+    job.count(unit, n)

@@ -10,6 +10,7 @@ the value came from.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
@@ -18,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 ENV_PREFIX = "JOULESTAT_"
+# Environment variables earlier versions read, and what replaced them: still set, they
+# would otherwise be ignored without a word and a job would miss its agent.
+RETIRED_ENV = {"JOULESTAT_AGENT": "JOULESTAT_AGENT_URL"}
 
 
 class ConfigError(ValueError):
@@ -33,6 +37,23 @@ class Option:
     default: Any
     help: str
     metavar: str | None = None
+    shown: str | None = None  # the default as a user would write it, for --help
+
+    @property
+    def shown_default(self) -> str | None:
+        """``7d`` rather than ``604800.0``, ``none`` rather than ``frozenset()``."""
+        if self.shown is not None:
+            return self.shown
+        default = self.default
+        if default is None:
+            return None
+        if isinstance(default, float) and default.is_integer():
+            return str(int(default))
+        if isinstance(default, frozenset | set | tuple | list):
+            return ",".join(sorted(default)) or "none"
+        if isinstance(default, bool):
+            return "true" if default else "false"
+        return str(default)
 
     @property
     def flag(self) -> str:
@@ -186,12 +207,22 @@ def _discover(value: Any) -> frozenset[str]:
     return parse_discover_option(str(value))
 
 
+def _prices(value: Any) -> Any:
+    """A ``--prices`` file, read and checked now (imported late, like ``_discover``)."""
+    from agent.carbon.prices import prices_option
+
+    return prices_option(value)
+
+
 OPTIONS: dict[str, Option] = {
     opt.name: opt
     for opt in (
         Option("config", _existing_file, None, "TOML file of settings (flags and env win)", "FILE"),
         Option("db", _db_url, None, "SQLAlchemy URL of the store (default: SQLite in the "
                "user data dir)", "URL"),
+        Option("db_wait", parse_duration_s, 300.0,
+               "how long the agent keeps trying a store that does not answer at start-up",
+               "AGE", "5m"),
         Option("log_level", _log_level, "INFO", "DEBUG, INFO, WARNING or ERROR", "LEVEL"),
         Option("interval", _number(float, 0.05, 60, " s"), 1.0,
                "seconds between ticks, 0.05..60", "S"),
@@ -212,7 +243,7 @@ OPTIONS: dict[str, Option] = {
                "seconds between store writes; a crash loses nothing (the next start covers "
                "the gap from its checkpoint), so this only sets how fresh the store is", "S"),
         Option("raw_retention", _retention_s, 7 * 86400.0,
-               "how long raw ticks are kept before only minute rollups remain (e.g. 7d)", "AGE"),
+               "how long raw ticks are kept before only minute rollups remain", "AGE", "7d"),
         Option("replay", _existing_file, None,
                "replay a CSV trace (t_s,component,device,watts) instead of hardware", "FILE"),
         Option("nvml", _bool, True, "read NVIDIA GPUs through NVML when a driver is present",
@@ -223,8 +254,8 @@ OPTIONS: dict[str, Option] = {
                "address the job API binds to; anything but loopback needs --api-token", "HOST"),
         Option("api_token", _optional_text, None,
                "bearer token the job API requires on every request", "TOKEN"),
-        Option("agent", _http_url, "http://127.0.0.1:9465",
-               "URL of the local agent's job API, for run/jobs and the client", "URL"),
+        Option("agent_url", _http_url, "http://127.0.0.1:9465",
+               "URL of the node agent's job API, for `joulestat run` and track()", "URL"),
         Option("idle_policy", _choice("share", "exclude"), "share",
                "share: idle CPU/DRAM power goes to running jobs by their dynamic share; "
                "exclude: it stays unattributed", "POLICY"),
@@ -232,7 +263,10 @@ OPTIONS: dict[str, Option] = {
                "turn processes of these schedulers into jobs: docker,k8s,slurm,sagemaker",
                "KINDS"),
         Option("job_retention", parse_duration_s, 300.0,
-               "how long ended jobs stay exported to Prometheus (e.g. 5m)", "AGE"),
+               "how long ended jobs stay exported to Prometheus", "AGE", "5m"),
+        Option("max_jobs", _number(int, 1, 100_000), 1000,
+               "cap on running jobs the agent tracks; past it registering answers 429",
+               "N"),
         Option("max_job_series", _number(int, 1, 100_000), 500,
                "cap on jobs exported to Prometheus at once (a warning when reached)", "N"),
         Option("carbon_intensity", _optional_number(0, 5000), None,
@@ -241,6 +275,10 @@ OPTIONS: dict[str, Option] = {
                "power usage effectiveness, instead of the provider default", "PUE"),
         Option("price_per_hour", _optional_number(0, 10_000), None,
                "instance price in USD/hour, instead of the catalog's", "USD"),
+        Option("prices", _prices, None,
+               "CSV of instance_type,usd_per_hour: your own hourly price per instance type "
+               "(negotiated, Savings Plan, spot, SageMaker); --price-per-hour still wins",
+               "FILE"),
         Option("electricity_maps_token", _optional_text, None,
                "Electricity Maps API token for live grid intensity (optional)", "TOKEN"),
         Option("electricity_maps_url", _http_url, "https://api.electricitymap.org",
@@ -253,7 +291,7 @@ def add_options(parser: argparse.ArgumentParser, names: Iterable[str]) -> None:
     """Add ``--flag`` for each named option; unset flags stay absent so precedence works."""
     for name in names:
         opt = OPTIONS[name]
-        default = opt.default if not isinstance(opt.default, Path) else str(opt.default)
+        default = opt.shown_default
         shown = f" [default: {default}]" if default is not None else ""
         parser.add_argument(
             opt.flag,
@@ -305,6 +343,7 @@ def resolve(
                 f"known: {', '.join(sorted(OPTIONS))}"
             )
 
+    _warn_retired(env, names)
     settings: dict[str, Any] = {}
     for name in names:
         opt = OPTIONS[name]
@@ -322,3 +361,11 @@ def resolve(
         except ValueError as exc:
             raise ConfigError(f"{origin}: {exc}") from None
     return settings
+
+
+def _warn_retired(env: Mapping[str, str], names: list[str]) -> None:
+    for old, new in RETIRED_ENV.items():
+        option = new.removeprefix(ENV_PREFIX).lower()
+        if env.get(old) and option in names and not env.get(new):
+            logging.getLogger("agent.config").warning(
+                "%s is no longer read (it is %s now); ignoring %s=%s", old, new, old, env[old])

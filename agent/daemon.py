@@ -43,13 +43,18 @@ class StoreWorker(threading.Thread):
         super().__init__(name="joulestat-store", daemon=True)
         self.writer = writer
         self._stop_event = stop
-        # Wake when a flush is due, not more often: idle wake-ups are most of an
-        # idle agent's CPU time.
+        # Wake when a flush is due or asked for (a job ended), not more often: idle
+        # wake-ups are most of an idle agent's CPU time.
         self._every_s = writer.flush_interval_s
 
     def run(self) -> None:
         next_maintain = time.monotonic() + ROLLUP_EVERY_S
-        while not self._stop_event.wait(self._every_s):
+        wake = self.writer.wake
+        while True:
+            wake.wait(self._every_s)
+            wake.clear()
+            if self._stop_event.is_set():
+                return
             try:
                 self.writer.maybe_flush(time.monotonic())
                 if time.monotonic() >= next_maintain:
@@ -94,6 +99,7 @@ class Daemon:
         # A clean stop counts the energy since the last tick, so nothing is lost.
         self.pipeline.tick()
         if worker is not None:
+            self.pipeline.writer.wake.set()
             worker.join()
         self.pipeline.close()
 
@@ -143,7 +149,7 @@ def build_pipeline(settings: Mapping[str, Any], registry: JobRegistry, *,
         discover=(lambda: sync_registry(registry, procfs_root, kinds)) if kinds else None,
         node_cpu_times=(lambda: cpu_model.last_times) if cpu_model is not None else None,
     )
-    engine = open_engine(settings.get("db"))
+    engine = open_engine(settings.get("db"), wait_s=float(settings.get("db_wait") or 0.0))
     writer = StoreWriter(engine, node, devices, raw_retention_s=settings["raw_retention"],
                          flush_interval_s=settings.get("flush_interval", 10.0))
     for job in load_running_jobs(engine, node.node):
@@ -165,7 +171,7 @@ def run_agent(settings: Mapping[str, Any]) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
 
-    registry = JobRegistry()
+    registry = JobRegistry(max_live_jobs=int(settings["max_jobs"]))
     pipeline, checkpoint = build_pipeline(settings, registry, with_metrics=True)
     servers: list[Any] = []
     try:
@@ -183,7 +189,9 @@ def run_agent(settings: Mapping[str, Any]) -> int:
         api_port = int(settings["api_port"])
         if api_port:
             api = ApiServer(registry, settings["api_host"], api_port,
-                            token=settings.get("api_token"), node=pipeline.node.node)
+                            token=settings.get("api_token"), node=pipeline.node.node,
+                            interval_s=float(settings["interval"]),
+                            persist=pipeline.writer.save_job_now)
             try:
                 api.start()
             except ValueError as exc:

@@ -61,6 +61,9 @@ class Pipeline:
             else:
                 log.info("checkpoint not usable (other boot, or %.0f s old); the gap since "
                          "the last run is not measured", now_s - saved_s)
+        if checkpoint is not None and self.accounting is not None:
+            # Idle power outlives any checkpoint age: the node is the same node.
+            self.accounting.idle.restore(checkpoint[2].get("accounting", {}).get("idle"))
         if not resumed:
             self.sampler.start()
             if self.accounting is not None:
@@ -73,15 +76,11 @@ class Pipeline:
         if self.metrics is not None:
             self.metrics.observe(tick)
         if self.writer is not None:
-            self.writer.add(tick)
-            if result is not None:
-                self.writer.add_shares(tick, result.shares)
-                for job_id, deltas in result.units.items():
-                    self.writer.add_units(job_id, tick.t1_s, deltas)
-                for job in result.changed_jobs:
-                    self.writer.save_job(job, self.node)
-            if self.save_checkpoints:
-                self.writer.save_checkpoint(self.checkpoint(), self.boot_id, tick.t1_s)
+            checkpoint = (self.checkpoint(), self.boot_id) if self.save_checkpoints else None
+            self.writer.record(tick, result, checkpoint)
+        elif result is not None:
+            for job in result.finished_jobs:  # nothing to store: final as attributed
+                job.final = True
         return tick, result
 
     def checkpoint(self) -> dict:

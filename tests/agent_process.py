@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -48,7 +49,7 @@ class RunningAgent:
 
     def client_env(self, **extra: str) -> dict[str, str]:
         """Environment for `joulestat run/jobs` talking to this agent and its store."""
-        return agent_env(**{"JOULESTAT_AGENT": self.api_url, "JOULESTAT_AGENT_URL": self.api_url,
+        return agent_env(**{"JOULESTAT_AGENT_URL": self.api_url,
                             "JOULESTAT_DB": self.db_url, **extra})
 
     @property
@@ -132,3 +133,24 @@ def wait_for(predicate, timeout_s: float = 15, every_s: float = 0.1):
         if time.monotonic() > deadline:
             raise AssertionError("condition not met in time")
         time.sleep(every_s)
+
+
+def start_run(name: str, code: str, env: dict[str, str], *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [JOULESTAT, "run", "--name", name, "--json", *extra, "--", sys.executable, "-c", code],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def summary_of(proc: subprocess.Popen, timeout_s: float = 60) -> dict:
+    _out, err = proc.communicate(timeout=timeout_s)
+    lines = [line for line in err.splitlines() if line.startswith("{")]
+    assert lines, err
+    return json.loads(lines[-1])
+
+
+def stored_jobs(env: dict[str, str]) -> dict[str, dict]:
+    result = subprocess.run([JOULESTAT, "jobs", "--json"], env=env, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return {job["name"]: job for job in json.loads(result.stdout)}

@@ -9,6 +9,7 @@ from agent.config import add_options, resolve
 AGENT_OPTIONS = (
     "config",
     "db",
+    "db_wait",
     "log_level",
     "interval",
     "sysfs_root",
@@ -29,6 +30,7 @@ AGENT_OPTIONS = (
     "idle_policy",
     "discover",
     "job_retention",
+    "max_jobs",
     "max_job_series",
 )
 

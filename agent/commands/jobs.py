@@ -19,7 +19,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="list jobs with their energy so far",
         description="List the jobs in the store (every node that reported them), newest "
         "first, with energy attributed so far. A running job's figures trail the agent by "
-        "at most one store flush (--flush-interval of the agent, default 10 s).",
+        "at most one store flush (--flush-interval of the agent, default 10 s); a job that "
+        "ended is stored with its last tick and all its units before `joulestat run` "
+        "prints its summary.",
     )
     parser.add_argument("--running", action="store_true", help="only jobs still running")
     parser.add_argument("--json", action="store_true", help="one JSON array of jobs")
@@ -36,7 +38,10 @@ def _run(args: argparse.Namespace) -> int:
     jobs = list_jobs(engine, running=True if args.running else None)
     jobs.sort(key=lambda j: j.started_s, reverse=True)
     if args.json:
-        json.dump([asdict(job) for job in jobs], sys.stdout, indent=1)
+        from agent.redact import redact_labels
+
+        json.dump([{**asdict(job), "labels": redact_labels(job.labels)} for job in jobs],
+                  sys.stdout, indent=1)
         sys.stdout.write("\n")
         return 0
     if not jobs:

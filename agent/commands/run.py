@@ -2,18 +2,26 @@
 
 The wrapper starts CMD, registers it (through the local agent's API, or in-process
 when no agent answers), forwards SIGINT/SIGTERM, waits, reports the job's total CPU
-time from ``wait4`` so the last moments are counted, prints a summary on stderr and
-exits with CMD's exit code (128 + N when CMD died of signal N, as shells do).
+time from ``wait4`` so the last moments are counted, waits for the job's final tick to
+be attributed and stored, prints that summary on stderr and exits with CMD's exit code
+(128 + N when CMD died of signal N, as shells do).
+
+CMD gets ``JOULESTAT_JOB_ID``, ``JOULESTAT_AGENT_URL`` and, where needed,
+``JOULESTAT_API_TOKEN`` (:mod:`agent.jobs.context`): a ``track()`` or ``count()``
+inside it adds to this job, through the agent or, in embedded mode, through the
+wrapper's own loopback API, and the node is measured once.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
+import uuid
 from typing import Any
 
 from agent.config import ConfigError, add_options, resolve
@@ -26,7 +34,10 @@ from agent.jobs.registry import (
     validate_name,
 )
 
-RUN_OPTIONS = tuple(dict.fromkeys(("agent", "api_token", "log_level", *EMBEDDED_OPTIONS)))
+log = logging.getLogger("joulestat.run")
+
+RUN_OPTIONS = tuple(dict.fromkeys(("agent_url", "api_token", "log_level",
+                                   *EMBEDDED_OPTIONS)))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -34,9 +45,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "run",
         help="run a command as a measured job",
         description="Run CMD as a job: its whole process tree is measured, energy is "
-        "attributed to it, and a summary is printed on stderr when it ends. With an agent "
-        "running (--agent / JOULESTAT_AGENT_URL) the job registers through its API; "
-        "without one, joulestat samples in-process and writes the same store (--db).",
+        "attributed to it, and a summary is printed on stderr once its last tick is "
+        "stored. With an agent running (--agent-url / JOULESTAT_AGENT_URL) the job "
+        "registers through its API; without one, joulestat samples in-process and "
+        "writes the same store (--db), and says so. CMD gets JOULESTAT_JOB_ID, "
+        "JOULESTAT_AGENT_URL (and JOULESTAT_API_TOKEN): track() and count() in it add "
+        "to this job.",
         usage="joulestat run --name NAME [--kind KIND] [--label K=V]... [options] -- CMD [ARG...]",
     )
     parser.add_argument("--name", required=True, help="job name (no / or control characters)")
@@ -127,7 +141,7 @@ def _run(args: argparse.Namespace) -> int:
     tracker = _Tracker(args, settings, labels)
     tracker.prepare()
     try:
-        child = subprocess.Popen(cmd)
+        child = subprocess.Popen(cmd, env={**os.environ, **tracker.child_env()})
     except OSError as exc:
         print(f"joulestat run: cannot start {cmd[0]!r}: {exc.strerror or exc}", file=sys.stderr)
         return 127 if isinstance(exc, FileNotFoundError) else 126
@@ -154,28 +168,43 @@ class _Tracker:
         self.args, self.settings, self.labels = args, settings, labels
         self.client: Any = None
         self.embedded: Any = None
-        self.job_id: str | None = None
+        # Chosen before CMD starts, so CMD's environment can name it.
+        self.job_id: str = args.job_id or uuid.uuid4().hex
 
     def prepare(self) -> None:
         """Before CMD starts: find the agent, or get in-process sampling ticking."""
+        from agent.jobs.context import fallback_warning
         from agent.jobs.http_client import AgentClient, AgentError, AgentUnavailable
 
+        url, token = self.settings["agent_url"], self.settings.get("api_token")
+        reason = "--embedded"
         if not self.args.embedded:
-            client = AgentClient(self.settings["agent"], token=self.settings.get("api_token"))
+            client = AgentClient(url, token=token)
             try:
                 client.health()
-            except AgentUnavailable:
-                pass
+            except AgentUnavailable as exc:
+                reason = f"no agent answered at {url} ({exc})"
             except AgentError as exc:
-                raise ConfigError(f"--agent {self.settings['agent']}: {exc}") from None
+                raise ConfigError(f"--agent-url {url}: {exc}") from None
             else:
                 self.client = client
                 return
+        warning = fallback_warning(url, token, forced=self.args.embedded)
+        if warning:
+            log.warning("%s", warning)
         from agent.jobs.embedded import EmbeddedJob
 
         self.embedded = EmbeddedJob(self.args.name, self.args.kind, self.labels, set(),
-                                    job_id=self.args.job_id, settings=self.settings).start()
-        self.job_id = self.embedded.id
+                                    job_id=self.job_id, settings=self.settings,
+                                    reason=reason).start()
+
+    def child_env(self) -> dict[str, str]:
+        from agent.jobs.context import child_env
+
+        if self.embedded is not None:
+            return child_env(self.job_id, self.embedded.api_url, self.embedded.api_token)
+        return child_env(self.job_id, self.settings["agent_url"],
+                         self.settings.get("api_token"))
 
     def start(self, pid: int) -> None:
         """CMD is running: make it the job's process."""
@@ -186,7 +215,7 @@ class _Tracker:
             return
         try:
             job = self.client.register(self.args.name, self.args.kind, pids=[pid],
-                                       labels=self.labels, job_id=self.args.job_id,
+                                       labels=self.labels, job_id=self.job_id,
                                        origin="run")
         except (AgentError, AgentUnavailable) as exc:
             raise JobError(f"the agent refused the job: {exc}") from None
@@ -201,6 +230,9 @@ class _Tracker:
 
         try:
             summary = self.client.end(self.job_id, cpu_s=cpu_s)
+            timeout_s = self.client.final_timeout_s()
+            if timeout_s is not None:
+                summary = self.client.wait_final(self.job_id, timeout_s)
         except (AgentError, AgentUnavailable) as exc:
             print(f"joulestat run: could not end job {self.job_id} at the agent: {exc}",
                   file=sys.stderr)
@@ -210,6 +242,10 @@ class _Tracker:
 
 
 def _print_summary(summary: dict[str, Any], cmd: list[str], code: int, as_json: bool) -> None:
+    from agent.redact import redact_labels
+
+    if isinstance(summary.get("labels"), dict):
+        summary = {**summary, "labels": redact_labels(summary["labels"])}
     if as_json:
         print(json.dumps({**summary, "exit_code": code}), file=sys.stderr)
         return
@@ -217,6 +253,9 @@ def _print_summary(summary: dict[str, Any], cmd: list[str], code: int, as_json: 
     duration = f"{ended - started:.1f} s" if started and ended else "unknown"
     lines = [f"joulestat: job {summary.get('name', '?')} ({summary.get('id')}) "
              f"{'exited ' + str(code)}, {duration}, measured {summary.get('mode')}"]
+    if summary.get("final") is False:
+        lines.append("  not final: the agent had not stored the job's last tick yet; "
+                     "`joulestat jobs` will show the complete figures")
     energy = summary.get("energy_j") or {}
     if energy:
         parts = ", ".join(f"{c} {j:.1f} J" for c, j in sorted(energy.items()))

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import defaultdict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.attribution import DeviceUse, Share, TickUsage, attribute
@@ -36,6 +37,8 @@ class TickResult:
     shares: list[Share]
     units: dict[str, dict[str, float]]  # job id -> unit -> count added during the tick
     changed_jobs: list[Job]  # registered, ended or relabelled since the last tick
+    # Jobs whose end this tick covers: their figures are complete once its rows are stored.
+    finished_jobs: list[Job] = field(default_factory=list)
 
 
 class JobAccounting:
@@ -63,6 +66,10 @@ class JobAccounting:
         self._node_cpu_times = node_cpu_times
         self._last_busy_ticks: int | None = None
         self._last_cpu_ticks: dict[str, int] = {}
+        # pid -> (owning job, its cpu ticks, its start ticks) at the last tick: when a
+        # process changes job (a job registered inside another), its CPU time so far
+        # moves from one job's baseline to the other's instead of being counted twice.
+        self._owners: dict[int, tuple[str, int, int]] = {}
 
     def start(self) -> None:
         self._last_busy_ticks = self._busy_ticks()
@@ -86,27 +93,37 @@ class JobAccounting:
             node_busy_s = max(busy_ticks - self._last_busy_ticks, 0) / proctree.CLOCK_TICKS_PER_S
         self._last_busy_ticks = busy_ticks
 
-        # Jobs ended during this tick still get its energy: they ran for part of it.
-        active = [j for j in self.registry.jobs() if j.ended_s is None or j.ended_s > tick.t0_s]
+        # Jobs ended during this tick still get its energy: they ran for part of it. Only
+        # jobs with processes take part: a job with none has nothing to attribute to.
+        active = [j for j in self.registry.measured_jobs()
+                  if j.ended_s is None or j.ended_s > tick.t0_s]
         job_cpu_s: dict[str, float] = {}
         pid_to_job: dict[int, str] = {}
         if active:
             procs = proctree.read_all(self.procfs_root)
+            trees = proctree.exclusive_trees(((j.id, j.pids) for j in active), procs)
+            pid_to_job = {pid: job_id for job_id, tree in trees.items() for pid in tree}
+            moved_in, moved_out = self._moves(pid_to_job, procs)
             for job in active:
-                tree = proctree.descendants(job.pids, procs) if job.pids else set()
+                tree = trees[job.id]
+                alive = any(pid in procs for pid in job.pids)
                 ticks = sum(procs[pid].cpu_ticks for pid in tree)
-                if not tree and job.final_cpu_s is not None:
+                if not alive and job.final_cpu_s is not None:
                     ticks = round(job.final_cpu_s * proctree.CLOCK_TICKS_PER_S)
                 previous = self._last_cpu_ticks.get(job.id)
+                arrived = moved_in.get(job.id, {})
                 if previous is None:
-                    previous = self._cpu_before_registration(job, tree, procs)
+                    previous = self._cpu_before_registration(job, tree - arrived.keys(), procs)
+                previous += sum(arrived.values()) - moved_out.get(job.id, 0)
                 self._last_cpu_ticks[job.id] = ticks
                 job_cpu_s[job.id] = max(ticks - previous, 0) / proctree.CLOCK_TICKS_PER_S
-                for pid in tree:
-                    pid_to_job.setdefault(pid, job.id)
-                if job.pids and not tree and job.ended_s is None:
+                if job.pids and not alive and job.ended_s is None:
                     log.info("job %s (%s): every process has exited; ending it", job.name, job.id)
                     self.registry.end(job.id, at_s=tick.t1_s)
+            self._owners = {pid: (job_id, procs[pid].cpu_ticks, procs[pid].start_ticks)
+                            for pid, job_id in pid_to_job.items()}
+        else:
+            self._owners = {}
 
         usage = TickUsage(
             node_busy_cpu_s=node_busy_s,
@@ -126,7 +143,21 @@ class JobAccounting:
                 job.dynamic_j[component] = job.dynamic_j.get(component, 0.0) + share.dynamic_j
                 job.idle_j[component] = job.idle_j.get(component, 0.0) + share.idle_j
         changed, units = self.registry.take_changes()
-        return TickResult(tick, shares, units, changed)
+        return TickResult(tick, shares, units, changed, self.registry.take_finished(tick.t1_s))
+
+    def _moves(self, pid_to_job: Mapping[int, str], procs: Mapping[int, proctree.ProcStat]
+               ) -> tuple[dict[str, dict[int, int]], dict[str, int]]:
+        """Processes that changed job since the last tick: per new job {pid: its ticks
+        then}, which its baseline takes over, and per old job the ticks that left it."""
+        moved_in: defaultdict[str, dict[int, int]] = defaultdict(dict)
+        moved_out: defaultdict[str, int] = defaultdict(int)
+        for pid, job_id in pid_to_job.items():
+            old = self._owners.get(pid)
+            if old is None or old[0] == job_id or old[2] != procs[pid].start_ticks:
+                continue
+            moved_in[job_id][pid] = old[1]
+            moved_out[old[0]] += old[1]
+        return moved_in, moved_out
 
     @staticmethod
     def _cpu_before_registration(job: Job, tree: set[int],
@@ -138,7 +169,7 @@ class JobAccounting:
         processes started with the job (``joulestat run`` spawns, then registers)
         count from their first instruction.
         """
-        cutoff_ticks = (job.registered_boot_s - 1.0) * proctree.CLOCK_TICKS_PER_S
+        cutoff_ticks = _registration_cutoff_ticks(job)
         return sum(procs[pid].cpu_ticks for pid in tree if procs[pid].start_ticks < cutoff_ticks)
 
     def _device_use(self, pid_to_job: dict[int, str]) -> dict[tuple[str, str], DeviceUse]:
@@ -165,6 +196,8 @@ class JobAccounting:
         return {
             "busy_ticks": self._last_busy_ticks,
             "cpu_ticks": dict(self._last_cpu_ticks),
+            "owners": {str(pid): list(owner) for pid, owner in self._owners.items()},
+            "idle": self.idle.checkpoint(),
         }
 
     def restore(self, state: dict) -> None:
@@ -173,6 +206,9 @@ class JobAccounting:
         try:
             self._last_busy_ticks = int(state["busy_ticks"])
             self._last_cpu_ticks = {str(k): int(v) for k, v in state["cpu_ticks"].items()}
+            self._owners = {int(pid): (str(job), int(ticks), int(start)) for pid, (
+                job, ticks, start) in state.get("owners", {}).items()}
+            self.idle.restore(state.get("idle"))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             log.warning("job accounting checkpoint unusable (%s); starting afresh", exc)
             self.start()
@@ -180,9 +216,16 @@ class JobAccounting:
     def forget(self, job_ids: list[str]) -> None:
         for job_id in job_ids:
             self._last_cpu_ticks.pop(job_id, None)
+        gone = set(job_ids)
+        self._owners = {pid: o for pid, o in self._owners.items() if o[0] not in gone}
 
     def close(self) -> None:
         self._stat.close()
+
+
+def _registration_cutoff_ticks(job: Job) -> float:
+    """Processes started before this (a second of slack) ran before the job was known."""
+    return (job.registered_boot_s - 1.0) * proctree.CLOCK_TICKS_PER_S
 
 
 def _presence(job: Job, tick: Tick) -> float:

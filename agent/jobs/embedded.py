@@ -5,11 +5,17 @@
 writer) on a background thread, so a job measured here and one measured by an agent
 on the same trace get the same energy. It saves no crash checkpoint: that belongs to
 the node's agent.
+
+It also serves the job API on a loopback port of its own, with a random token, so the
+programs the job starts (``JOULESTAT_AGENT_URL``/``JOULESTAT_API_TOKEN``/
+``JOULESTAT_JOB_ID`` in their environment, see :mod:`agent.jobs.context`) count their
+units into this job instead of starting a second in-process measurement.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
 import uuid
@@ -53,6 +59,7 @@ class EmbeddedJob:
         pids: set[int],
         job_id: str | None = None,
         settings: Mapping[str, Any] | None = None,
+        reason: str = "no agent answered",
     ) -> None:
         self._registry = JobRegistry()
         # Validate before any sensor is opened: bad input fails fast and clearly. The job
@@ -67,9 +74,14 @@ class EmbeddedJob:
         self._pipeline: Any = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._reason = reason
+        self._api: Any = None
+        self.api_url: str | None = None
+        self.api_token = secrets.token_urlsafe(24)
 
     def start(self) -> EmbeddedJob:
         from agent.daemon import build_pipeline
+        from agent.jobs.api import ApiServer
 
         self._pipeline, _checkpoint = build_pipeline(self._settings, self._registry,
                                                      with_metrics=False)
@@ -77,10 +89,15 @@ class EmbeddedJob:
         self._pipeline.start(None)
         name, kind, pids, labels, job_id = self._fields
         self.job = self._registry.register(name, kind, pids, labels, job_id, origin="embedded")
+        self._api = ApiServer(self._registry, "127.0.0.1", 0, token=self.api_token,
+                              node=self._pipeline.node.node,
+                              interval_s=float(self._settings["interval"]), mode="embedded")
+        self._api.start()
+        self.api_url = f"http://127.0.0.1:{self._api.port}"
         self._thread = threading.Thread(target=self._loop, name="joulestat-embedded",
                                         daemon=True)
         self._thread.start()
-        log.info("no agent answered: measuring job %s in-process (embedded mode)", self.id)
+        log.info("%s: measuring job %s in-process (embedded mode)", self._reason, self.id)
         return self
 
     def _loop(self) -> None:
@@ -91,7 +108,8 @@ class EmbeddedJob:
         while not self._stop.wait(max(next_tick - time.monotonic(), 0.0)):
             self._pipeline.tick()
             now = time.monotonic()
-            if now >= next_flush:
+            if now >= next_flush or self._pipeline.writer.wake.is_set():
+                self._pipeline.writer.wake.clear()
                 self._pipeline.writer.maybe_flush(now)
                 next_flush = now + flush_every_s
             next_tick += interval_s
@@ -109,9 +127,17 @@ class EmbeddedJob:
     def end(self, cpu_s: float | None = None) -> dict[str, Any]:
         """Stop sampling after one last tick that covers the job's final moments."""
         self._registry.end(self.id, cpu_s=cpu_s)
+        for other in self._registry.jobs(running_only=True):
+            # Jobs its programs registered apart through its API: nothing measures them
+            # once this one stops, so they end with it.
+            log.info("job %s (%s) ends with the in-process measurement of %s",
+                     other.name, other.id, self.id)
+            self._registry.end(other.id)
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        if self._api is not None:
+            self._api.close()
         if self._pipeline is not None:
             self._pipeline.tick()
             self._pipeline.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Mapping
@@ -49,6 +50,7 @@ class AgentClient:
             raise ValueError(f"agent URL: expected http://host:port, got {base_url!r}")
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
+        self.token = token or None
         self._auth = f"Bearer {token}".encode() if token else None
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
 
@@ -81,6 +83,28 @@ class AgentClient:
 
     def get(self, job_id: str) -> dict[str, Any]:
         return self._object("GET", _job_path(job_id))
+
+    def wait_final(self, job_id: str, timeout_s: float, poll_s: float = 0.05
+                   ) -> dict[str, Any]:
+        """The ended job once its last tick is attributed and stored (``"final": true``),
+        or as it stands after ``timeout_s`` (``final`` still false) if the agent is slow
+        or its store is away."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            job = self.get(job_id)
+            if job.get("final") or time.monotonic() >= deadline:
+                return job
+            time.sleep(poll_s)
+
+    def final_timeout_s(self) -> float | None:
+        """How long a job's final tick may take at this API: two of its ticks and a
+        flush; None when it measures nothing (no ``interval_s`` in its health answer),
+        so there is no final tick to wait for."""
+        try:
+            interval_s = self.health().get("interval_s")
+            return None if interval_s is None else 2 * float(interval_s) + 5.0
+        except (AgentError, AgentUnavailable, TypeError, ValueError):
+            return None
 
     def jobs(self, running: bool = False) -> list[dict[str, Any]]:
         answer = self._object("GET", "/v1/jobs?running=1" if running else "/v1/jobs")

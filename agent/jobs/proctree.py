@@ -80,3 +80,38 @@ def descendants(roots: Iterable[int], procs: dict[int, ProcStat]) -> set[int]:
 
 def tree_cpu_s(pids: Iterable[int], procs: dict[int, ProcStat]) -> float:
     return sum(procs[pid].cpu_ticks for pid in pids if pid in procs) / CLOCK_TICKS_PER_S
+
+
+def exclusive_trees(roots_by_job: Iterable[tuple[str, Iterable[int]]],
+                    procs: dict[int, ProcStat]) -> dict[str, set[int]]:
+    """Each live process in at most one job: the job of its nearest registered ancestor.
+
+    ``roots_by_job`` is (job id, registered pids) in registration order. A process
+    registered by two jobs belongs to the later one (a job started inside another takes
+    its processes from it), and a job's tree stops where another job's registered
+    process begins. So two jobs never count the same CPU time, however they nest.
+    """
+    pairs = [(job_id, list(roots)) for job_id, roots in roots_by_job]
+    owner_of_root: dict[int, str] = {}
+    for job_id, roots in pairs:
+        for pid in roots:
+            if pid in procs:
+                owner_of_root[pid] = job_id
+    trees: dict[str, set[int]] = {job_id: set() for job_id, _ in pairs}
+    if not owner_of_root:
+        return trees
+    children: dict[int, list[int]] = {}
+    for stat in procs.values():
+        children.setdefault(stat.ppid, []).append(stat.pid)
+    seen: set[int] = set()
+    for root, job_id in owner_of_root.items():
+        tree = trees[job_id]
+        stack = [root]
+        while stack:
+            pid = stack.pop()
+            if pid in seen:
+                continue
+            seen.add(pid)
+            tree.add(pid)
+            stack.extend(c for c in children.get(pid, ()) if c not in owner_of_root)
+    return trees

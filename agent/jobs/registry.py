@@ -21,7 +21,8 @@ KINDS = ("training", "inference", "other")
 MAX_NAME_CHARS = 200
 MAX_LABELS = 32
 MAX_PIDS = 1024
-MAX_UNIT_COUNT = 1e15
+MAX_UNIT_COUNT = 1e15  # per call, and per job and unit in total
+MAX_UNITS_PER_JOB = 32
 JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
 LABEL_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 UNIT_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
@@ -40,6 +41,12 @@ class JobNotFound(JobError):
 
 class JobConflict(JobError):
     status = 409
+
+
+class JobLimit(JobError):
+    """The agent already tracks its maximum of live jobs (``--max-jobs``)."""
+
+    status = 429
 
 
 def _has_control(text: str) -> bool:
@@ -141,6 +148,10 @@ class Job:
     final_cpu_s: float | None = None
     dynamic_j: dict[str, float] = field(default_factory=dict)  # per component
     idle_j: dict[str, float] = field(default_factory=dict)
+    # True once the job has ended, the tick covering its end has been attributed and
+    # those rows are committed to the store: its figures will not change any more.
+    # `joulestat run` waits for it so its summary is the stored total.
+    final: bool = False
 
     @property
     def status(self) -> str:
@@ -169,14 +180,25 @@ class Job:
             "dynamic_energy_j": sum(self.dynamic_j.values()),
             "idle_energy_j": sum(self.idle_j.values()),
             "total_energy_j": self.energy_j,
+            "final": self.final,
         }
 
 
 class JobRegistry:
     """Thread-safe: the API thread registers and counts, the tick loop attributes."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time,
+                 max_live_jobs: int | None = None) -> None:
         self._clock = clock
+        # A cap on jobs not yet ended: each costs memory and per-scrape work, and a
+        # client registering in a loop must not take the node's agent down with it.
+        self.max_live_jobs = max_live_jobs
+        self._live: set[str] = set()
+        # Jobs with processes: the only ones a tick attributes energy to, so per-tick
+        # work follows them, not every job registered (a job with no pids only counts).
+        self._measured: dict[str, Job] = {}
+        # Ended jobs whose final tick has not been attributed yet (see take_finished).
+        self._unsettled: dict[str, Job] = {}
         # Public so the tick loop can update job totals and a scrape can read them
         # consistently; re-entrant so registry calls may be made while holding it.
         self.lock = threading.RLock()
@@ -213,22 +235,43 @@ class JobRegistry:
                     )
                 if (not pid_set <= existing.pids or existing.ended_s is not None
                         or any(existing.labels.get(k) != v for k, v in label_map.items())):
+                    if existing.ended_s is not None:
+                        self._admit(job_id)
+                        self._unsettled.pop(job_id, None)
                     existing.pids |= pid_set
+                    if existing.pids:
+                        self._measured[job_id] = existing
                     existing.labels.update(label_map)
                     existing.ended_s = None
+                    existing.final = False
                     self._changed[job_id] = existing
                 return existing
+            self._admit(job_id)
             job = Job(job_id, name, kind, label_map, pid_set, self._clock(), origin)
             self._jobs[job_id] = job
+            if pid_set:
+                self._measured[job_id] = job
             self._changed[job_id] = job
             return job
 
+    def _admit(self, job_id: str) -> None:
+        """Count ``job_id`` as live, or refuse it past the cap (caller holds the lock)."""
+        cap = self.max_live_jobs
+        if cap is not None and job_id not in self._live and len(self._live) >= cap:
+            raise JobLimit(f"the agent already tracks {len(self._live)} running jobs, its "
+                           f"limit (--max-jobs {cap}): end some, or raise the limit")
+        self._live.add(job_id)
+
     def restore(self, job: Job) -> None:
-        """Put back a job loaded from the store after a restart."""
+        """Put back a job loaded from the store after a restart (never refused)."""
         with self._lock:
             if job.id not in self._jobs:
                 self._jobs[job.id] = job
                 self._changed[job.id] = job
+                if job.ended_s is None:
+                    self._live.add(job.id)
+                if job.pids:
+                    self._measured[job.id] = job
 
     def get(self, job_id: str) -> Job:
         with self._lock:
@@ -241,7 +284,17 @@ class JobRegistry:
         unit, amount = validate_units(unit, count)
         with self._lock:
             job = self.get(job_id)
-            job.units[unit] = job.units.get(unit, 0.0) + amount
+            if job.ended_s is not None:
+                raise JobConflict(f"job {job_id!r} has ended: units must be counted before "
+                                  "its end")
+            total = job.units.get(unit, 0.0) + amount
+            if total > MAX_UNIT_COUNT:
+                raise JobError(f"count: job {job_id!r} would have {total:g} {unit}, over the "
+                               f"limit of {MAX_UNIT_COUNT:g} per unit")
+            if unit not in job.units and len(job.units) >= MAX_UNITS_PER_JOB:
+                raise JobError(f"unit: job {job_id!r} already counts {MAX_UNITS_PER_JOB} "
+                               "kinds of unit")
+            job.units[unit] = total
             deltas = self._unit_deltas.setdefault(job_id, {})
             deltas[unit] = deltas.get(unit, 0.0) + amount
             return job
@@ -253,11 +306,31 @@ class JobRegistry:
         with self._lock:
             job = self.get(job_id)
             if job.ended_s is None:
+                self._live.discard(job_id)
+                self._unsettled[job_id] = job
                 job.ended_s = self._clock() if at_s is None else at_s
                 if cpu_s is not None:
                     job.final_cpu_s = float(cpu_s)
                 self._changed[job_id] = job
             return job
+
+    def measured_jobs(self) -> list[Job]:
+        """Jobs with processes (running, or ended and not yet forgotten)."""
+        with self._lock:
+            return list(self._measured.values())
+
+    def take_finished(self, until_s: float) -> list[Job]:
+        """Ended jobs whose end is at or before ``until_s`` (a tick's end), once each."""
+        with self._lock:
+            done = [j for j in self._unsettled.values()
+                    if j.ended_s is not None and j.ended_s <= until_s]
+            for job in done:
+                del self._unsettled[job.id]
+        return done
+
+    @property
+    def live_count(self) -> int:
+        return len(self._live)
 
     def jobs(self, running_only: bool = False) -> list[Job]:
         with self._lock:
@@ -272,6 +345,8 @@ class JobRegistry:
             if job.pids != pid_set:
                 job.pids = pid_set
                 self._changed[job_id] = job
+                if pid_set:
+                    self._measured[job_id] = job
 
     def take_changes(self) -> tuple[list[Job], dict[str, dict[str, float]]]:
         """Jobs registered, ended or re-labelled, and units counted, since the last call."""
@@ -284,3 +359,6 @@ class JobRegistry:
         with self._lock:
             for job_id in job_ids:
                 self._jobs.pop(job_id, None)
+                self._live.discard(job_id)
+                self._measured.pop(job_id, None)
+                self._unsettled.pop(job_id, None)

@@ -12,8 +12,10 @@ a crash never leaves job rows without their tick.
 
 When the database is unreachable or locked the batch goes back to the front of the
 buffer and is retried with backoff (up to a minute); the buffer is bounded
-(``max_buffered_rows``) and, when full, drops its oldest ticks together with their
-shares, with an error saying how many. Nothing recorded is lost silently.
+(``max_buffered_rows``) and, when full, first folds the job shares of its oldest ticks
+into their unattributed rows (who used the energy is lost, how much is not), and only
+then drops its oldest ticks, each time with an error saying what went and why.
+Nothing recorded is lost silently.
 
 :meth:`StoreWriter.maintain` (about once a minute) rolls raw ticks and shares up into
 minute rows, adds settled rows to the job totals and deletes raw rows older than the
@@ -59,6 +61,7 @@ from agent.tick import Tick
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from agent.attribution import Share
+    from agent.jobs.accounting import TickResult
     from agent.jobs.registry import Job
 
 __all__ = ["CORE_TABLES", "MaintainResult", "StoreWriter"]
@@ -109,6 +112,7 @@ class StoreWriter:
         self.max_buffered_rows = int(max_buffered_rows)
         self.written_rows = 0  # counters for logs and metrics (tick, share and unit rows)
         self.dropped_rows = 0
+        self.folded_rows = 0  # job rows folded into unattributed when the buffer was full
         self._url = redact_url(engine.url)
         self._insert = dialect_insert(engine)
         self._tick_insert = self._insert(TICK_ENERGY).on_conflict_do_nothing()
@@ -124,6 +128,11 @@ class StoreWriter:
         self._bad_entries = 0
         self._registered = False
         self._settled_until_ms: int | None = None
+        # Ended jobs whose last tick is buffered: final once that flush commits.
+        self._finishing: list[Job] = []
+        # Set when a flush is wanted before the interval is up (a job just ended and
+        # someone waits for its final figures); the store thread sleeps on it.
+        self.wake = threading.Event()
         try:
             self._register()
         except SQLAlchemyError as exc:
@@ -137,46 +146,74 @@ class StoreWriter:
 
     # -- hot path ---------------------------------------------------------------------
 
+    def record(self, tick: Tick, result: TickResult | None,
+               checkpoint: tuple[Mapping[str, Any], str] | None) -> None:
+        """All of one tick at once: its rows, its attribution, the units and job changes
+        it saw, the jobs it finished and the checkpoint taken after it (state, boot id).
+
+        One lock for all of it, so a flush on the store thread takes the whole tick or
+        none of it: a tick is never committed with the previous tick's checkpoint (a
+        restart would then cover that tick a second time).
+        """
+        with self._lock:
+            self._add_tick_locked(tick)
+            if result is not None:
+                self._add_shares_locked(tick, result.shares)
+                for job_id, deltas in result.units.items():
+                    self._add_units_locked(job_id, tick.t1_s, deltas)
+                for job in result.changed_jobs:
+                    self._pending.save_job(job, self.node)
+                self._finishing.extend(result.finished_jobs)
+            if checkpoint is not None:
+                self._pending.save_checkpoint(checkpoint[0], checkpoint[1], tick.t1_s)
+            self._bound_locked()
+        self._report_bad_entries()
+        if result is not None and result.finished_jobs:
+            self._next_flush_s = None
+            self.wake.set()
+
     def add(self, tick: Tick) -> None:
         """Buffer one tick's rows. No SQL; a few microseconds."""
-        t_end_ms = round(tick.t1_s * 1000)
-        t_start_ms = round(tick.t0_s * 1000)
         with self._lock:
-            rows = self._rows
-            for entry in tick.entries:
-                if not math.isfinite(entry.energy_j):
-                    self._bad_entries += 1
-                    continue
-                rows.append(t_end_ms, t_start_ms, entry.energy_j, 0.0,
-                            tick_key(entry.component, entry.device, entry.source))
+            self._add_tick_locked(tick)
             self._bound_locked()
         self._report_bad_entries()
 
-    def add_shares(self, tick: Tick, shares: list[Share]) -> None:
-        """Buffer the attribution of ``tick`` (from :func:`agent.attribution.attribute`).
+    def _add_tick_locked(self, tick: Tick) -> None:
+        t_end_ms = round(tick.t1_s * 1000)
+        rows = self._rows
+        for entry in tick.entries:
+            if not math.isfinite(entry.energy_j):
+                self._bad_entries += 1
+                continue
+            rows.append(t_end_ms, round(tick.entry_t0_s(entry) * 1000), entry.energy_j, 0.0,
+                        tick_key(entry.component, entry.device, entry.source))
 
-        Shares with ``job=None`` are stored under job id ``''``: the unattributed
+    def add_shares(self, tick: Tick, shares: list[Share]) -> None:
+        """Buffer the attribution of ``tick`` (from :func:`agent.attribution.attribute`)."""
+        with self._lock:
+            self._add_shares_locked(tick, shares)
+            self._bound_locked()
+        self._report_bad_entries()
+
+    def _add_shares_locked(self, tick: Tick, shares: list[Share]) -> None:
+        """Shares with ``job=None`` are stored under job id ``''``: the unattributed
         remainder, which keeps job rows summing to the tick's energy. Shares of one
         (job, component, device) are summed, as they are one row in the store.
         """
         t_end_ms = round(tick.t1_s * 1000)
         t_start_ms = round(tick.t0_s * 1000)
         merged: dict[tuple[str, str, str, str], list[float]] = {}
-        bad = 0
         for share in shares:
             if not (math.isfinite(share.dynamic_j) and math.isfinite(share.idle_j)):
-                bad += 1
+                self._bad_entries += 1
                 continue
             key = share_key(share.job, share.component, share.device, share.source)
             total = merged.setdefault(key, [0.0, 0.0])
             total[0] += share.dynamic_j
             total[1] += share.idle_j
-        with self._lock:
-            self._bad_entries += bad
-            for key, (dynamic_j, idle_j) in merged.items():
-                self._rows.append(t_end_ms, t_start_ms, dynamic_j, idle_j, key)
-            self._bound_locked()
-        self._report_bad_entries()
+        for key, (dynamic_j, idle_j) in merged.items():
+            self._rows.append(t_end_ms, t_start_ms, dynamic_j, idle_j, key)
 
     def add_units(self, job_id: str, t_end_s: float, deltas: Mapping[str, float]) -> None:
         """Buffer units of work ``job_id`` counted during the tick ending at ``t_end_s``.
@@ -185,19 +222,21 @@ class StoreWriter:
         per unit; a repeat for the same tick is taken for a retry and ignored in the
         store (``ON CONFLICT DO NOTHING``: the first value stays).
         """
-        t_end_ms = round(t_end_s * 1000)
-        bad = 0
         with self._lock:
-            for unit, count in deltas.items():
-                if isinstance(count, bool) or not isinstance(count, int | float) or (
-                        not math.isfinite(count)):
-                    bad += 1
-                elif count:
-                    self._rows.append(t_end_ms, t_end_ms, float(count), 0.0,
-                                      unit_key(job_id, unit))
-            self._bad_entries += bad
+            self._add_units_locked(job_id, t_end_s, deltas)
             self._bound_locked()
         self._report_bad_entries()
+
+    def _add_units_locked(self, job_id: str, t_end_s: float, deltas: Mapping[str, float]
+                          ) -> None:
+        t_end_ms = round(t_end_s * 1000)
+        for unit, count in deltas.items():
+            if isinstance(count, bool) or not isinstance(count, int | float) or (
+                    not math.isfinite(count)):
+                self._bad_entries += 1
+            elif count:
+                self._rows.append(t_end_ms, t_end_ms, float(count), 0.0,
+                                  unit_key(job_id, unit))
 
     def save_job(self, job: Job, node: NodeInfo | None = None) -> None:
         """Upsert ``job`` (and this node's part in it) with the next flush.
@@ -207,6 +246,33 @@ class StoreWriter:
         """
         with self._lock:
             self._pending.save_job(job, node or self.node)
+
+    def save_job_now(self, job: Job) -> bool:
+        """Write ``job``'s row now, outside the batch: the API answers 201 only for a job
+        a crash cannot lose. False (logged) when the store cannot take it yet; the row
+        then goes with the next flush like any other."""
+        pending = PendingJobs()
+        pending.save_job(job, self.node)
+        with self._io_lock:
+            try:
+                if not self._registered:
+                    self._register()
+                with self.engine.begin() as connection:
+                    write_pending(connection, self._insert, pending, self.node.node)
+            except SQLAlchemyError as exc:
+                self._failed(exc, "write a new job to")
+                return False
+        return True
+
+    def finish_jobs(self, jobs: list[Job]) -> None:
+        """Mark ``jobs`` final (``job.final``) once the rows buffered so far are stored,
+        and ask for that flush now rather than at the next interval."""
+        if not jobs:
+            return
+        with self._lock:
+            self._finishing.extend(jobs)
+        self._next_flush_s = None
+        self.wake.set()
 
     def save_checkpoint(self, state: Mapping[str, Any], boot_id: str, saved_s: float) -> None:
         """Store ``state`` (JSON-able, not mutated afterwards) as this node's checkpoint
@@ -238,7 +304,9 @@ class StoreWriter:
         """Write everything buffered in one transaction; False (kept for retry) on failure."""
         with self._io_lock:
             with self._lock:
+                finishing, self._finishing = self._finishing, []
                 if not len(self._rows) and not self._pending:
+                    _mark_final(finishing)
                     return True
                 batch, self._rows = self._rows, RowBuffer()
                 pending, self._pending = self._pending, PendingJobs()
@@ -251,10 +319,12 @@ class StoreWriter:
                 with self._lock:
                     self._rows.prepend(batch)
                     self._pending.merge_back(pending)
+                    self._finishing[:0] = finishing
                     self._bound_locked()
                 self._failed(exc, "write ticks to")
                 return False
             self.written_rows += written
+            _mark_final(finishing)
             if stale:
                 self.dropped_rows += stale
                 log.error("dropped %d rows ending at or before the node's settled boundary "
@@ -357,18 +427,32 @@ class StoreWriter:
         self._registered = True
 
     def _bound_locked(self) -> None:
-        """Over the bound: drop the oldest rows (10 % extra, so this is not per tick)."""
+        """Over the bound: make room for 10 % more (so this is not per tick). First the
+        job detail of the oldest ticks goes (folded into their unattributed rows: node
+        energy stays whole); only when no job row is left do the oldest ticks go."""
         rows = self._rows
         if len(rows) <= self.max_buffered_rows:
             return
         count = len(rows) - self.max_buffered_rows + self.max_buffered_rows // 10
+        cause = (f"the store {self._url} has been unreachable for a while" if self._failures
+                 else "job rows arrive faster than the store thread writes them")
+        folded, first_s, last_s = rows.fold_jobs(count)
+        if folded:
+            self.folded_rows += folded
+            log.error(
+                "row buffer full (%d rows; %s): folded the job shares of the ticks ending "
+                "%.3f..%.3f into their unattributed rows and dropped their unit counts "
+                "(%d rows); node energy is kept whole; %d job rows folded in total",
+                self.max_buffered_rows, cause, first_s, last_s, folded, self.folded_rows)
+            count -= folded
+        if count <= 0 or len(rows) <= self.max_buffered_rows:
+            return
         count, first_s, last_s = rows.drop_oldest(count)
         self.dropped_rows += count
         log.error(
-            "store %s unreachable for too long: buffer full (%d rows), dropped the %d oldest "
-            "rows (ticks with their job shares and units, ending %.3f..%.3f); %d dropped in "
-            "total",
-            self._url, self.max_buffered_rows, count, first_s, last_s, self.dropped_rows,
+            "row buffer full (%d rows of node ticks alone; %s): dropped the %d oldest "
+            "rows (ticks ending %.3f..%.3f); %d dropped in total",
+            self.max_buffered_rows, cause, count, first_s, last_s, self.dropped_rows,
         )
 
     def _report_bad_entries(self) -> None:
@@ -390,3 +474,8 @@ class StoreWriter:
     def _warn(self, message: str) -> None:
         self._last_warning = time.monotonic()
         log.warning("%s", message)
+
+
+def _mark_final(jobs: list[Job]) -> None:
+    for job in jobs:
+        job.final = True

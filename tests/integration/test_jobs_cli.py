@@ -12,7 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.agent_process import JOULESTAT, agent_env, running_agent, wait_for
+from tests.agent_process import (
+    JOULESTAT,
+    agent_env,
+    running_agent,
+    start_run,
+    stored_jobs,
+    summary_of,
+    wait_for,
+)
 
 TICKS = "joulestat_agent_ticks_total"
 NO_AGENT = "http://127.0.0.1:9"  # the discard port: nothing answers, so embedded mode
@@ -30,27 +38,6 @@ BURN_CPU_HALF = (
     "    t = time.process_time() + 0.01\n    while time.process_time() < t: pass\n"
     "    time.sleep(0.01)"
 )
-
-
-def start_run(name: str, code: str, env: dict[str, str], *extra: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [JOULESTAT, "run", "--name", name, "--json", *extra, "--", sys.executable, "-c", code],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-
-
-def summary_of(proc: subprocess.Popen, timeout_s: float = 60) -> dict:
-    _out, err = proc.communicate(timeout=timeout_s)
-    lines = [line for line in err.splitlines() if line.startswith("{")]
-    assert lines, err
-    return json.loads(lines[-1])
-
-
-def stored_jobs(env: dict[str, str]) -> dict[str, dict]:
-    result = subprocess.run([JOULESTAT, "jobs", "--json"], env=env, capture_output=True,
-                            text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    return {job["name"]: job for job in json.loads(result.stdout)}
 
 
 def wait_until_stored(env: dict[str, str], names: set[str], timeout_s: float = 20) -> dict:
@@ -107,7 +94,7 @@ def test_wrapper_passes_exit_codes_and_signals(tmp_path: Path) -> None:
     """Acceptance 3 (first half), in embedded mode: no agent listens."""
     env = agent_env(JOULESTAT_DB=f"sqlite:///{tmp_path / 'e.db'}",
                     JOULESTAT_SYSFS_ROOT=str(tmp_path), JOULESTAT_INTERVAL="0.2",
-                    JOULESTAT_AGENT=NO_AGENT, JOULESTAT_AGENT_URL=NO_AGENT)
+                    JOULESTAT_AGENT_URL=NO_AGENT)
     code = subprocess.run([JOULESTAT, "run", "--name", "exit3", "--", "sh", "-c", "exit 3"],
                           env=env, capture_output=True, text=True, timeout=60)
     assert code.returncode == 3, code.stderr
@@ -245,7 +232,7 @@ def test_embedded_and_agent_modes_agree_on_a_replayed_trace(tmp_path: Path) -> N
     assert in_agent["mode"] == "agent"
 
     env = agent_env(JOULESTAT_DB=f"sqlite:///{tmp_path / 'embedded.db'}",
-                    JOULESTAT_AGENT=NO_AGENT, JOULESTAT_AGENT_URL=NO_AGENT,
+                    JOULESTAT_AGENT_URL=NO_AGENT,
                     JOULESTAT_REPLAY=str(trace), JOULESTAT_INTERVAL="0.1", JOULESTAT_NODE="n1",
                     JOULESTAT_NVML="false")
     embedded = summary_of(start_run("sleeper", job_code, env))

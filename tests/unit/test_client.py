@@ -139,7 +139,8 @@ def test_agent_url_and_token_come_from_the_environment(
         assert registry.get(job.id).units == {"request": 3}
         assert registry.get(job.id).kind == "inference"
     assert agent_url_from_env({}) == "http://127.0.0.1:9465"
-    assert agent_url_from_env({"JOULESTAT_AGENT": "http://a:1"}) == "http://a:1"
+    # One name for the agent: the retired JOULESTAT_AGENT is not read.
+    assert agent_url_from_env({"JOULESTAT_AGENT": "http://a:1"}) == "http://127.0.0.1:9465"
     assert agent_url_from_env({ENV_AGENT_URL: "http://b:2", "JOULESTAT_AGENT": "http://a:1"}) \
         == "http://b:2"
 
@@ -148,7 +149,7 @@ class FakeEmbeddedJob:
     instances: list[FakeEmbeddedJob] = []
 
     def __init__(self, name: str, kind: str, labels: dict[str, str], pids: set[int],
-                 job_id: str | None = None) -> None:
+                 job_id: str | None = None, reason: str = "") -> None:
         self.args = (name, kind, labels, pids, job_id)
         self.id = job_id or "embedded-1"
         self.calls: list[tuple[Any, ...]] = []
@@ -222,7 +223,8 @@ def test_bad_input_fails_before_anything_is_contacted(
 def test_agent_client_tells_no_agent_from_a_refusal(agent: str,
                                                     registry: CountingRegistry) -> None:
     client = AgentClient(agent)
-    assert client.health() == {"status": "ok", "node": "node-a"}
+    assert client.health() == {"status": "ok", "node": "node-a", "mode": "agent",
+                               "interval_s": None}
     job = client.register("bert", "training", pids={7, 3}, labels={"a": "b"}, job_id="x:1@h")
     assert job["pids"] == [3, 7]
     assert client.count("x:1@h", "sample", 2)["units"] == {"sample": 2}
