@@ -107,7 +107,8 @@ def attribute(
     for entry in tick.entries:
         key = (entry.component, entry.device)
         energy_j = entry.energy_j
-        idle_j = min(max(idle_power_w.get(key, 0.0), 0.0) * tick.duration_s, energy_j)
+        idle_j = min(max(idle_power_w.get(key, 0.0), 0.0) * tick.entry_duration_s(entry),
+                     energy_j)
         dynamic_j = energy_j - idle_j
         dynamic_by_job: dict[str, float] = {}
         idle_by_job: dict[str, float] = {}

@@ -5,6 +5,12 @@ the 5th percentile of the power seen over the last ``window_s`` seconds, so a no
 that has been busy for an hour still has a sensible baseline from its quieter ticks,
 and a single noisy low sample does not drag it down (Kepler uses the minimum ever
 seen; a low percentile is the same idea, robust to one odd reading).
+
+The learned values go into the agent's crash checkpoint: without them a restarted agent
+would count the whole package as dynamic until it had learned again (the gap tick and
+the next ``min_samples``), and under ``--idle-policy share`` a lone job's idle share
+would go to "unattributed" after every crash. Restored values stand in until the new
+window holds ``min_samples`` ticks.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ class IdleBaselines:
         self._recompute_every = recompute_every
         self._samples: dict[tuple[str, str], deque[tuple[float, float]]] = {}
         self._learned_w: dict[tuple[str, str], float] = {}
+        self._carried_w: dict[tuple[str, str], float] = {}  # from a checkpoint
         self._ticks = 0
 
     def update(self, tick: Tick) -> dict[tuple[str, str], float]:
@@ -44,7 +51,7 @@ class IdleBaselines:
             if key in self._fixed_w:
                 result[key] = self._fixed_w[key]
                 continue
-            if entry.component in NO_IDLE_COMPONENTS or tick.duration_s <= 0:
+            if entry.component in NO_IDLE_COMPONENTS or tick.entry_duration_s(entry) <= 0:
                 result[key] = 0.0
                 continue
             samples = self._samples.setdefault(key, deque())
@@ -52,16 +59,35 @@ class IdleBaselines:
             while samples and samples[0][0] < tick.t1_s - self._window_s:
                 samples.popleft()
             if recompute or key not in self._learned_w:
-                self._learned_w[key] = self._percentile(samples)
+                self._learned_w[key] = self._percentile(samples, key)
             result[key] = self._learned_w[key]
         return result
 
-    def _percentile(self, samples: deque[tuple[float, float]]) -> float:
-        """Until enough samples exist, no idle is assumed: everything counts as dynamic."""
+    def _percentile(self, samples: deque[tuple[float, float]], key: tuple[str, str]) -> float:
+        """Until enough samples exist, the value from before a restart, else no idle is
+        assumed: everything counts as dynamic."""
         if len(samples) < self._min_samples:
-            return 0.0
+            return self._carried_w.get(key, 0.0)
         ordered = sorted(power for _, power in samples)
         return ordered[int(len(ordered) * IDLE_PERCENTILE / 100)]
 
     def current(self) -> dict[tuple[str, str], float]:
         return {**self._learned_w, **self._fixed_w}
+
+    def checkpoint(self) -> list[list]:
+        """The learned idle powers, ``[[component, device, watts], ...]`` (JSON-able)."""
+        learned = {**self._carried_w, **{k: w for k, w in self._learned_w.items() if w > 0}}
+        return [[component, device, w] for (component, device), w in learned.items()]
+
+    def restore(self, state: object) -> None:
+        """Take learned idle powers from :meth:`checkpoint`; bad entries are skipped."""
+        if not isinstance(state, list):
+            return
+        for item in state:
+            try:
+                component, device, watts = item
+                watts = float(watts)
+            except (TypeError, ValueError):
+                continue
+            if watts >= 0 and watts == watts and watts != float("inf"):
+                self._carried_w[(str(component), str(device))] = watts

@@ -43,6 +43,10 @@ class Sampler:
         self._monotonic = monotonic
         self._wall = wall
         self._last_j: dict[Key, float] = {}
+        # Monotonic time each series was last read, when that is before the last tick:
+        # a series a sensor could not read for a while covers the whole gap when it
+        # comes back (see TickEntry.t0_s).
+        self._missed_since: dict[Key, float] = {}
         self._last_mono: float | None = None
         self._failing: set[str] = set()
         self._checkpoint_failing: set[str] = set()
@@ -165,8 +169,11 @@ class Sampler:
         now_wall = self._wall()
         elapsed_s = max(now_mono - (self._last_mono or now_mono), 0.0)
         entries: list[TickEntry] = []
+        seen: set[Key] = set()
+        last_mono = self._last_mono if self._last_mono is not None else now_mono
         for reading in self._read_all(now_mono):
             key = (reading.component, reading.device, reading.source)
+            seen.add(key)
             previous_j = self._last_j.get(key)
             self._last_j[key] = reading.energy_j
             if previous_j is None:
@@ -181,7 +188,16 @@ class Sampler:
                     -delta_j,
                 )
                 delta_j = 0.0
-            entries.append(TickEntry(reading.component, reading.device, reading.source, delta_j))
+            t0_s = None
+            since_mono = self._missed_since.pop(key, None)
+            if since_mono is not None:
+                t0_s = now_wall - (now_mono - since_mono)
+                log.warning("series %s/%s (%s) is back after %.1f s unread; one entry covers "
+                            "the gap", *key, now_mono - since_mono)
+            entries.append(TickEntry(reading.component, reading.device, reading.source, delta_j,
+                                     t0_s))
+        for key in self._last_j.keys() - seen:
+            self._missed_since.setdefault(key, last_mono)
         self._last_mono = now_mono
         return Tick(t0_s=now_wall - elapsed_s, t1_s=now_wall, entries=tuple(entries))
 

@@ -13,6 +13,10 @@ class TickEntry:
     device: str
     source: str
     energy_j: float
+    # Start of what this entry covers when it is earlier than the tick's start: a sensor
+    # that could not be read for a while covers its whole gap in one entry, so the gap
+    # shows as one long interval of the right power, not zeros and then a spike.
+    t0_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +36,14 @@ class Tick:
     def duration_s(self) -> float:
         return self.t1_s - self.t0_s
 
+    def entry_t0_s(self, entry: TickEntry) -> float:
+        return self.t0_s if entry.t0_s is None else min(entry.t0_s, self.t0_s)
+
+    def entry_duration_s(self, entry: TickEntry) -> float:
+        """The time ``entry`` covers: the tick's, or longer after a sensor gap."""
+        return self.t1_s - self.entry_t0_s(entry)
+
     def power_w(self, entry: TickEntry) -> float:
-        """Average power of ``entry`` over this tick."""
-        return entry.energy_j / self.duration_s if self.duration_s > 0 else 0.0
+        """Average power of ``entry`` over the time it covers."""
+        duration_s = self.entry_duration_s(entry)
+        return entry.energy_j / duration_s if duration_s > 0 else 0.0

@@ -21,6 +21,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from agent.redact import redact_labels
 from agent.reports.compare import setup_name
 from agent.store.dashboard_queries import JobTotals, SeriesPoint, SourceEnergy
 from agent.store.job_queries import JobSummary
@@ -98,7 +99,7 @@ def job_rows(jobs: Iterable[JobTotals], costs: Mapping[str, JobCost],
                   cost.co2e_g, cost.cost_usd, job.total_j / units if units else math.nan,
                   units if unit else math.nan, unit, job.started_s,
                   run_s(job, now_s) / 60, job.name, ", ".join(n for n, _t in job.nodes),
-                  ", ".join(f"{k}={v}" for k, v in sorted(job.labels.items())))
+                  ", ".join(f"{k}={v}" for k, v in redact_labels(job.labels).items()))
         for name, value in zip(JOB_COLUMNS, values, strict=True):
             columns[name].append(value)
     return columns

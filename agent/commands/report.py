@@ -13,7 +13,7 @@ from typing import Any
 from agent.config import ConfigError, add_options, parse_duration_s, resolve
 
 REPORT_OPTIONS = ("config", "db", "log_level", "carbon_intensity", "pue", "price_per_hour",
-                  "electricity_maps_token", "electricity_maps_url")
+                  "prices", "electricity_maps_token", "electricity_maps_url")
 FORMATS = ("json", "csv", "html", "pdf")
 ALL_FORMATS = ("json", "csv")
 
@@ -26,9 +26,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "operational and embodied CO2e, cost, per-unit figures, power over time, and the "
         "provenance of every factor (region resolution, grid intensity source, PUE). "
         "JSON follows docs/report-schema.json and can be imported into another store "
-        "(joulestat import). Labels that look like credentials are redacted.",
+        "(joulestat import). Labels that look like credentials are redacted (see --no-redact).",
     )
-    parser.add_argument("job", nargs="?", metavar="JOB", help="the job id")
+    parser.add_argument("job", nargs="?", metavar="JOB",
+                        help="the job: its id, a unique id prefix (4 characters or more) or "
+                        "its name (then its latest run, said on stderr)")
     parser.add_argument("--all", action="store_true",
                         help="every job (that ran after --since), one CSV row or JSON "
                         "array entry each")
@@ -40,9 +42,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="output format [default: from -o's extension, else json]")
     parser.add_argument("-o", "--output", metavar="FILE",
                         help="write to FILE instead of standard output")
-    parser.add_argument("--include-env", action="store_true",
-                        help="keep credential-like label values (token, secret, password, "
-                        "...) instead of redacting them")
+    parser.add_argument("--no-redact", action="store_true",
+                        help="keep credential-like label values (keys such as token or "
+                        "password, URLs with a password, bearer tokens) instead of "
+                        "redacting them: for a report you keep to yourself")
+    parser.add_argument("--include-env", action="store_true", help=argparse.SUPPRESS)
     add_options(parser, REPORT_OPTIONS)
     parser.set_defaults(func=_run)
 
@@ -72,7 +76,7 @@ def _format(args: argparse.Namespace) -> str:
 
 def _check_usage(args: argparse.Namespace, fmt: str) -> None:
     if args.all == (args.job is not None):
-        raise ConfigError("give either a JOB id or --all")
+        raise ConfigError("give either a JOB (id, id prefix or name) or --all")
     if args.since is not None and not args.all:
         raise ConfigError("--since goes with --all")
     if args.all and fmt not in ALL_FORMATS:
@@ -122,8 +126,12 @@ def _run(args: argparse.Namespace) -> int:
     from agent.reports.model import build_report
     from agent.store.bootstrap import open_engine
     from agent.store.job_queries import UnknownJobError
+    from agent.store.job_refs import JobRefError, resolve_job
     from agent.store.report_queries import job_ids_active_since
 
+    if args.include_env:
+        raise ConfigError("--include-env is now --no-redact: it never put the environment "
+                          "in a report, it only kept credential-like labels unredacted")
     fmt = _format(args)
     _check_usage(args, fmt)
     settings = resolve(args, REPORT_OPTIONS)
@@ -134,15 +142,22 @@ def _run(args: argparse.Namespace) -> int:
         reports = []
         for job_id in job_ids_active_since(engine, since_s):
             try:
-                reports.append(build_report(engine, job_id, settings, args.include_env,
+                reports.append(build_report(engine, job_id, settings, args.no_redact,
                                             now_s=now_s))
             except UnknownJobError:  # deleted between the two reads
                 continue
     else:
         try:
-            reports = [build_report(engine, args.job, settings, args.include_env, now_s=now_s)]
-        except UnknownJobError:
-            print(f"joulestat report: no job with id {args.job!r} in the store "
+            found = resolve_job(engine, args.job)
+        except JobRefError as exc:
+            raise ConfigError(str(exc)) from None
+        for note in found.notes("reporting"):
+            print(f"joulestat report: {note}", file=sys.stderr)
+        job_id = found.latest.id
+        try:
+            reports = [build_report(engine, job_id, settings, args.no_redact, now_s=now_s)]
+        except UnknownJobError:  # deleted since it was resolved
+            print(f"joulestat report: no job with id {job_id!r} in the store "
                   "(joulestat jobs lists them)", file=sys.stderr)
             return 2
     _write(_render(reports, fmt, many=args.all), args.output)

@@ -35,12 +35,13 @@ from agent.jobs.registry import (
     validate_name,
     validate_units,
 )
+from agent.redact import REDACTED
 from agent.reports.codecarbon_import import (
     CodeCarbonError,
     looks_like_codecarbon,
     parse_codecarbon,
 )
-from agent.reports.model import REDACTED, REPORT_FORMAT, SCHEMA_VERSION
+from agent.reports.model import REPORT_FORMAT, SCHEMA_VERSION
 from agent.store.import_writer import (
     ImportConflict,
     ImportedJob,

@@ -7,14 +7,14 @@ store's reads and :func:`agent.carbon.footprint.footprint`, and the formats only
 them out. The shape is documented by ``docs/report-schema.json`` (a test validates real
 reports against it); every name carries its unit (``_j``, ``_g``, ``_usd``, ``_s``).
 
-What a report never holds unless asked (``include_env=True``): secrets. The store has
-no environment variables or command lines; job labels whose key looks like a
-credential (token, secret, password, ...) are replaced by ``[redacted]``.
+What a report never holds unless asked (``keep_secrets=True``, ``--no-redact``):
+secrets. The store has no environment variables or command lines; job labels are
+redacted by :func:`agent.redact.redact_labels` (credential-like keys, and URLs with a
+password or bearer tokens in any value).
 """
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -34,6 +34,7 @@ from agent.carbon.footprint import (
 )
 from agent.carbon.live import DEFAULT_URL
 from agent.carbon.units import j_to_kwh
+from agent.redact import redact_labels
 from agent.reports.provenance import node_provenance
 from agent.reports.series import COMPONENT_ORDER, power_series
 from agent.store.job_queries import JobDetail, JobNodePart, job_detail, job_energy_series
@@ -41,31 +42,20 @@ from agent.store.report_queries import job_energy_rows, job_sources
 
 REPORT_FORMAT = "joulestat-report"
 SCHEMA_VERSION = 1
-REDACTED = "[redacted]"
 PER_MILLION = 1_000_000.0
-_SECRET_KEY = re.compile(
-    r"token|secret|passw|pwd|api_?key|apikey|credential|auth|private_?key|cookie|session",
-    re.IGNORECASE)
-
 
 def carbon_settings(settings: Mapping[str, Any]) -> CarbonSettings:
     """:class:`CarbonSettings` from resolved command settings (``carbon_intensity``,
-    ``pue``, ``price_per_hour``, ``electricity_maps_token``, ``electricity_maps_url``);
-    missing keys mean "use the data"."""
+    ``pue``, ``price_per_hour``, ``prices``, ``electricity_maps_token``,
+    ``electricity_maps_url``); missing keys mean "use the data"."""
     return CarbonSettings(
         carbon_intensity_g_per_kwh=settings.get("carbon_intensity"),
         pue=settings.get("pue"),
         price_per_hour_usd=settings.get("price_per_hour"),
+        prices=settings.get("prices"),
         electricity_maps_token=settings.get("electricity_maps_token"),
         electricity_maps_url=settings.get("electricity_maps_url") or DEFAULT_URL,
     )
-
-
-def redact_labels(labels: Mapping[str, str], include_env: bool = False) -> dict[str, str]:
-    """Labels with credential-like keys' values replaced, unless ``include_env``."""
-    if include_env:
-        return dict(labels)
-    return {k: (REDACTED if _SECRET_KEY.search(k) else v) for k, v in sorted(labels.items())}
 
 
 def iso_time(t_s: float | None) -> str | None:
@@ -158,7 +148,7 @@ def _node_entry(part: JobNodePart, node_fp: NodeFootprint | None, now_s: float,
 
 
 def report_from_detail(engine: Engine, detail: JobDetail, settings: Mapping[str, Any],
-                       include_env: bool = False, now_s: float | None = None
+                       keep_secrets: bool = False, now_s: float | None = None
                        ) -> dict[str, Any]:
     """The report of an already loaded job (see :func:`build_report`)."""
     now = time.time() if now_s is None else float(now_s)
@@ -182,7 +172,7 @@ def report_from_detail(engine: Engine, detail: JobDetail, settings: Mapping[str,
             "id": detail.id,
             "name": detail.name,
             "kind": detail.kind,
-            "labels": redact_labels(detail.labels, include_env),
+            "labels": redact_labels(detail.labels, keep=keep_secrets),
             "status": detail.status,
             "started_at": iso_time(detail.started_s),
             "ended_at": iso_time(detail.ended_s),
@@ -221,10 +211,10 @@ def report_from_detail(engine: Engine, detail: JobDetail, settings: Mapping[str,
 
 
 def build_report(engine: Engine, job_id: str, settings: Mapping[str, Any],
-                 include_env: bool = False, *, now_s: float | None = None) -> dict[str, Any]:
+                 keep_secrets: bool = False, *, now_s: float | None = None) -> dict[str, Any]:
     """The report of ``job_id``; :class:`~agent.store.job_queries.UnknownJobError` if the
     store has no such job. ``settings``: the carbon overrides as the commands resolve
     them (see :func:`carbon_settings`); ``now_s`` fixes "now" for running jobs (a running
     node is counted as held until then) and for ``generated_at``."""
-    return report_from_detail(engine, job_detail(engine, job_id), settings, include_env,
+    return report_from_detail(engine, job_detail(engine, job_id), settings, keep_secrets,
                               now_s)

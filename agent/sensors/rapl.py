@@ -113,6 +113,7 @@ class _Zone:
     prev_uj: int | None = None
     prev_s: float = 0.0
     total_uj: int = 0
+    readable: bool = True  # the last read worked: a zone that failed is left out
 
 
 def _natural_key(zone_id: str) -> tuple[int, ...]:
@@ -208,9 +209,13 @@ class RaplSensor:
         ]
 
     def read(self, now_s: float) -> list[Reading]:
+        """Readings of the zones that could be read now. A zone that could not is left
+        out rather than repeated: the sampler then covers its gap with one entry when it
+        is back, instead of zeros followed by a spike."""
         for zone in self._zones:
-            self._update(zone, now_s)
-        return [Reading(z.component, z.device, z.total_uj / 1e6, SOURCE) for z in self._zones]
+            zone.readable = self._update(zone, now_s)
+        return [Reading(z.component, z.device, z.total_uj / 1e6, SOURCE) for z in self._zones
+                if z.readable]
 
     def close(self) -> None:
         """Nothing to release: every read opens and closes its own file."""
@@ -237,34 +242,35 @@ class RaplSensor:
         restore_each(state, "zones", {z.zone_id: z for z in self._zones}, _restore_zone,
                      log, "RAPL", "zone")
 
-    def _update(self, zone: _Zone, now_s: float) -> None:
+    def _update(self, zone: _Zone, now_s: float) -> bool:
+        """Advance ``zone`` to now; False when its file could not be read."""
         key = f"RAPL zone {zone.zone_id} ({zone.name})"
         try:
             cur_uj = _read_uj(zone.path / "energy_uj")
         except OSError as exc:
             self._problems.report(key, "unreadable", "%s: cannot read energy_uj: %s", key, exc)
-            return
+            return False
         except ValueError as exc:
             self._problems.report(key, "malformed", "%s: malformed energy_uj: %s", key, exc)
-            return
+            return False
         if zone.max_range_uj is not None and cur_uj > zone.max_range_uj:
             self._problems.report(
                 key, "malformed", "%s: energy_uj %d above max_energy_range_uj %d",
                 key, cur_uj, zone.max_range_uj,
             )
-            return
+            return False
         prev_uj, prev_s = zone.prev_uj, zone.prev_s
         zone.prev_uj, zone.prev_s = cur_uj, now_s
         if prev_uj is None:  # first good value: baseline only
             self._problems.recovered(key)
-            return
+            return True
         delta_uj = wrap_delta_uj(prev_uj, cur_uj, zone.max_range_uj)
         if delta_uj is None:
             self._problems.report(
                 key, "backwards", "%s: counter went back from %d to %d µJ with no known "
                 "range; restarting from the new value", key, prev_uj, cur_uj,
             )
-            return
+            return True
         elapsed_s = max(now_s - prev_s, 0.0)
         ceiling_uj = self._max_power_w * (elapsed_s + SLACK_S) * 1e6
         if (elapsed_s > LONG_GAP_S and zone.max_range_uj is not None
@@ -283,9 +289,10 @@ class RaplSensor:
                 "not counted", key, delta_uj / 1e6, elapsed_s, self._max_power_w,
                 ", counter went backwards" if cur_uj < prev_uj else "",
             )
-            return
+            return True
         zone.total_uj += delta_uj
         self._problems.recovered(key)
+        return True
 
 
 def open_rapl(

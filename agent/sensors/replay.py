@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 
 SOURCE = "replay"
 HEADER = ("t_s", "component", "device", "watts")
+# One device's power: 100 kW is a whole rack. Far above any real device, far below
+# where joules over a long trace could overflow a float and poison the counters.
+MAX_TRACE_W = 100_000.0
 
 Key = tuple[str, str]
 
@@ -103,8 +106,9 @@ def load_trace(path: Path | str) -> Trace:
         t_text, component, device, watts_text = (f.strip() for f in fields)
         t_s = _number(t_text, "t_s", where)
         watts_w = _number(watts_text, "watts", where)
-        if watts_w < 0:
-            raise TraceError(f"{where}: watts must not be negative, got {watts_text!r}")
+        if not 0 <= watts_w <= MAX_TRACE_W:
+            raise TraceError(f"{where}: watts must be between 0 and {MAX_TRACE_W:g} (one "
+                             f"device), got {watts_text!r}")
         if component not in COMPONENTS:
             raise TraceError(f"{where}: unknown component {component!r}; "
                              f"expected one of {', '.join(COMPONENTS)}")

@@ -10,25 +10,51 @@ import logging
 import os
 import subprocess
 import sys
+import time
 
 from sqlalchemy.engine import Engine
 
 from agent.config import ConfigError
+from agent.redact import redact_text, redact_url
 
 log = logging.getLogger(__name__)
 
 
-def open_engine(url: str | None, setting: str = "--db") -> Engine:
-    """An engine on a store at the head revision; bad URLs stop the command."""
-    from agent.store.engine import default_db_url, make_engine
+def open_engine(url: str | None, setting: str = "--db", wait_s: float = 0.0) -> Engine:
+    """An engine on a store at the head revision; bad URLs stop the command.
+
+    ``wait_s``: how long to keep trying a store that does not answer (a database
+    starting beside the agent, a network blip at boot), saying so in the log; a URL
+    that can never work (bad syntax, unknown driver) fails at once.
+    """
+    from sqlalchemy.exc import OperationalError
+
+    from agent.store.engine import StoreError, default_db_url, make_engine
     from agent.store.migrate import is_at_head
 
     url = url or default_db_url()
     try:
         engine = make_engine(url)
-        at_head = is_at_head(engine)
     except Exception as exc:
-        raise ConfigError(f"{setting} {url}: cannot open the store: {exc}") from None
+        raise ConfigError(f"{setting} {redact_url(url)}: cannot open the store: "
+                          f"{redact_text(str(exc))}") from None
+    deadline, delay_s = time.monotonic() + wait_s, 1.0
+    while True:
+        try:
+            at_head = is_at_head(engine)
+            break
+        except StoreError as exc:
+            unreachable = isinstance(exc.__cause__, OperationalError)
+            left_s = deadline - time.monotonic()
+            if not unreachable or left_s <= 0:
+                waited = f" (waited {wait_s:g} s)" if unreachable and wait_s else ""
+                raise ConfigError(f"{setting} {redact_url(url)}: cannot open the store"
+                                  f"{waited}: {redact_text(str(exc))}") from None
+            log.warning("store %s does not answer (%s); retrying for up to %.0f s more",
+                        redact_url(url), redact_text(str(exc.__cause__)).splitlines()[0],
+                        left_s)
+            time.sleep(min(delay_s, left_s))
+            delay_s = min(delay_s * 2, 30.0)
     if not at_head:
         shown = engine.url.render_as_string(hide_password=True)
         log.info("migrating the store at %s", shown)
@@ -39,5 +65,5 @@ def open_engine(url: str | None, setting: str = "--db") -> Engine:
         )
         if result.returncode != 0:
             detail = result.stderr.strip().splitlines()[-1:] or ["no message"]
-            raise ConfigError(f"{setting} {shown}: migration failed: {detail[0]}")
+            raise ConfigError(f"{setting} {shown}: migration failed: {redact_text(detail[0])}")
     return engine

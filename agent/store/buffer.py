@@ -72,6 +72,53 @@ class RowBuffer:
             setattr(self, name, getattr(older, name) + mine)
         self.key = array("I", (remap[k] for k in older.key)) + self.key
 
+    def fold_jobs(self, count: int) -> tuple[int, float, float]:
+        """Make room without losing node energy: in the oldest ticks, fold each job's
+        shares into that tick's unattributed row and drop the tick's unit counts, until
+        at least ``count`` rows are gone (or no job row is left).
+
+        The tick rows stay, and jobs + unattributed still equal each tick's energy: what
+        is lost is who used it, never how much was used. Returns the rows removed and the
+        first and last tick ends (seconds) that were folded.
+        """
+        n, removed, i = len(self), 0, 0
+        keys = self.keys
+        kept = RowBuffer()
+        first = last = 0
+        while i < n and removed < count:
+            t_end = self.t_end_ms[i]
+            j = i
+            while j < n and self.t_end_ms[j] == t_end:
+                j += 1
+            folded: dict[Key, list[float]] = {}
+            t_start = self.t_start_ms[i]
+            rows_before = len(kept)
+            for r in range(i, j):
+                key = keys[self.key[r]]
+                if key[0] == TICK:
+                    kept.append(t_end, self.t_start_ms[r], self.dynamic_j[r], self.idle_j[r],
+                                key)
+                elif key[0] == SHARE:
+                    total = folded.setdefault((SHARE, UNATTRIBUTED, *key[2:]), [0.0, 0.0])
+                    total[0] += self.dynamic_j[r]
+                    total[1] += self.idle_j[r]
+                    t_start = self.t_start_ms[r]
+            for key, (dynamic_j, idle_j) in folded.items():
+                kept.append(t_end, t_start, dynamic_j, idle_j, key)
+            if (j - i) > len(kept) - rows_before:
+                first = first or t_end
+                last = t_end
+            removed += (j - i) - (len(kept) - rows_before)
+            i = j
+        if removed == 0:
+            return 0, 0.0, 0.0
+        for r in range(i, n):
+            kept.append(self.t_end_ms[r], self.t_start_ms[r], self.dynamic_j[r],
+                        self.idle_j[r], keys[self.key[r]])
+        for name in (*_ARRAYS, "keys", "_index"):
+            setattr(self, name, getattr(kept, name))
+        return removed, first / 1000, last / 1000
+
     def drop_oldest(self, count: int) -> tuple[int, float, float]:
         """Drop at least ``count`` oldest rows, and the rest of the last dropped tick.
 

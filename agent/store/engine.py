@@ -15,13 +15,14 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-import re
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+from agent.redact import redact_url
 
 log = logging.getLogger(__name__)
 
@@ -48,14 +49,6 @@ def default_db_url() -> str:
     except OSError as exc:
         raise StoreError(f"cannot create the data directory {directory}: {exc.strerror}") from None
     return f"sqlite:///{directory / 'joulestat.db'}"
-
-
-def redact_url(url: str | URL) -> str:
-    """The URL with its password hidden, for messages and logs."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return re.sub(r"(://[^:/@]*):[^@]*@", r"\1:***@", str(url))
 
 
 def make_engine(url: str | URL, *, busy_timeout_s: float = 5.0) -> Engine:

@@ -6,6 +6,8 @@ SQLite opens with a ``mode=ro`` URI (plus ``PRAGMA query_only``) and PostgreSQL 
 
 from __future__ import annotations
 
+import logging
+import os
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,8 @@ from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import QueuePool
 
 from agent.store.engine import SUPPORTED_DIALECTS, StoreError, redact_url
+
+log = logging.getLogger(__name__)
 
 
 class StoreMissingError(StoreError):
@@ -61,11 +65,30 @@ def open_readonly_engine(url: str, *, busy_timeout_s: float = 5.0) -> Engine:
     # parsing so paths with spaces, '?' or '#' survive.
     uri = f"file:{quote(str(path), safe='/')}?mode=ro"
     busy_ms = max(0, int(busy_timeout_s * 1000))
+    warned: list[bool] = []
 
     def connect() -> sqlite3.Connection:
         connection = sqlite3.connect(uri, uri=True, check_same_thread=False)
         connection.execute(f"PRAGMA busy_timeout = {busy_ms}")
         connection.execute("PRAGMA query_only = ON")
+        try:
+            connection.execute("PRAGMA schema_version").fetchone()
+        except sqlite3.OperationalError as exc:
+            # A WAL store whose agent is not running has no -shm file, and a reader
+            # that may not create one (a read-only directory or volume) cannot open it
+            # (SQLite's "readonly WAL" rule). Nothing writes it then: read it as an
+            # immutable file rather than refuse.
+            if os.access(path.parent, os.W_OK) or path.with_name(path.name + "-wal").exists():
+                raise
+            connection.close()
+            if not warned:
+                warned.append(True)
+                log.warning("%s: %s (a WAL store in a directory this reader cannot write); "
+                            "reading it as an immutable snapshot: restart the dashboard "
+                            "to see rows written after now", path, exc)
+            connection = sqlite3.connect(f"{uri}&immutable=1", uri=True,
+                                         check_same_thread=False)
+            connection.execute("PRAGMA query_only = ON")
         return connection
 
     return create_engine("sqlite://", creator=connect, poolclass=QueuePool)

@@ -1,9 +1,10 @@
 """Job detail: one job's power, work, provenance, footprint and bottlenecks.
 
 The job comes from the ``job`` query parameter (the Jobs page links here with it, and
-the URL can be shared) or the picker. Power is the job's attributed power: its
-dynamic share plus its share of idle, per component, from the same rows the totals
-sum, so the area under the curve is the energy in the header.
+the URL can be shared; an id, a unique id prefix or a name, read as every command reads
+a job: :func:`agent.store.job_refs.resolve_job`) or the picker. Power is the job's
+attributed power: its dynamic share plus its share of idle, per component, from the
+same rows the totals sum, so the area under the curve is the energy in the header.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import asdict
 import pandas as pd
 import streamlit as st
 
+from agent.redact import redact_labels
 from dashboard import analysis, charts, costing, downloads, fmt, state, ui
 
 BADGE_COLORS = {"measured": "green", "estimated": "orange", "replay": "gray", "mixed": "violet"}
@@ -30,6 +32,11 @@ choices = state.choices(url)
 names = {c.id: c.name for c in choices}
 wanted = st.query_params.get("job")
 options = [c.id for c in choices]
+lookup = state.lookup_job(url, wanted) if wanted and wanted not in names else None
+if lookup is not None and lookup.job_id is not None:  # a name or an id prefix
+    for note in lookup.notes:
+        st.info(note)
+    wanted = lookup.job_id
 if wanted and wanted not in names:
     options.insert(0, wanted)
 if not options:
@@ -44,7 +51,8 @@ if st.query_params.get("job") != picked:
     st.query_params["job"] = picked
 job = state.detail(url, picked)
 if job is None:
-    st.warning(f"No job with id `{picked}` in this store.")
+    st.warning(lookup.error if lookup is not None and lookup.error and picked == wanted
+               else f"No job with id `{picked}` in this store.")
     st.stop()
 
 cost = costing.job_cost(job, now)
@@ -56,13 +64,14 @@ st.caption(f"`{job.id}` · started {fmt.local_time(job.started_s, tz)}"
            + f" ({fmt.duration(span_s)}) · {ui.tz_label(tz)} · "
            + ", ".join(f"{node} ({itype})" for node, itype in job.nodes)
            + ("" if not job.labels else " · "
-              + ", ".join(f"{k}={v}" for k, v in sorted(job.labels.items()))))
+              + ", ".join(f"{k}={v}" for k, v in redact_labels(job.labels).items())))
 cols = st.columns(5)
 cols[0].metric("Energy", fmt.energy(job.total_j), help=fmt.kwh(job.total_j))
 cols[1].metric("CO2e", fmt.mass(cost.co2e_g),
                help=f"operational {fmt.mass(cost.operational_g)} + embodied "
                     f"{fmt.mass(cost.embodied_g)}")
-cols[2].metric("Cost", fmt.usd(cost.cost_usd), help="list price × hours each node was held")
+cols[2].metric("Cost", fmt.usd(cost.cost_usd),
+               help=f"hourly price × hours each node was held; prices: {costing.price_source()}")
 cols[3].metric(f"Work ({fmt.plural(unit) if unit else 'units'})",
                fmt.count(units) if unit else "—")
 cols[4].metric(f"Energy per {unit or 'unit'}",

@@ -248,7 +248,8 @@ def test_malformed_zone_does_not_stop_others_and_logs_once(
         tree.set_energy_uj("intel-rapl:1", tick * 10_000_000)
         energy = _by_key(sensor.read(float(tick)))
         assert energy[("cpu", "package-1")] == pytest.approx(tick * 10.0)
-        assert energy[("cpu", "package-0")] == 0.0
+        # Left out, not repeated: the sampler then covers the gap with one entry.
+        assert ("cpu", "package-0") not in energy
     assert len(_warnings(caplog)) == 1  # one line for three bad ticks
     # Recovery: counting resumes over the whole gap, and a new problem is logged again.
     tree.set_energy_uj("intel-rapl:0", 4_000_000)
@@ -270,7 +271,7 @@ def test_vanished_energy_file_does_not_stop_others(
     energy = _by_key(sensor.read(1.0))
     sensor.read(2.0)
     assert energy[("cpu", "package-0")] == pytest.approx(2.0)
-    assert energy[("dram", "package-0")] == 0.0
+    assert ("dram", "package-0") not in energy  # left out while unreadable
     warnings = _warnings(caplog)
     assert len(warnings) == 1 and "cannot read" in warnings[0].getMessage()
 
@@ -320,3 +321,33 @@ def test_fake_driver_pause_stops_the_counter(tree: FakePowercap) -> None:
         assert tree.energy_uj("intel-rapl:0") == frozen_uj
         assert driver.energy_j == pytest.approx(frozen_uj / 1e6)
         assert 4.0 <= driver.energy_j <= 50.0
+
+
+def test_a_zone_unreadable_for_ten_seconds_is_one_long_entry_not_a_spike(
+    tree: FakePowercap,
+) -> None:
+    """The defect: a RAPL file missing for 10 s showed as zeros, then one spike of 10 s
+    of energy in a 1 s tick. Now the tick after the gap holds one entry covering it."""
+    from agent.sampler import Sampler
+
+    tree.add_zone("intel-rapl:0", "package-0")
+    clock = {"t": 100.0}
+    sensor = open_rapl(tree.root, now_s=100.0)
+    assert sensor is not None
+    sampler = Sampler([sensor], monotonic=lambda: clock["t"], wall=lambda: 1000.0 + clock["t"])
+    sampler.start()
+    path = tree.zone_dir("intel-rapl:0") / "energy_uj"
+    powers = []
+    for second in range(1, 16):
+        clock["t"] = 100.0 + second
+        if 3 <= second < 13:
+            path.unlink(missing_ok=True)  # the file is gone for ten ticks
+        else:
+            tree.set_energy_uj("intel-rapl:0", second * 20_000_000)  # 20 W
+        tick = sampler.tick()
+        for entry in tick.entries:
+            powers.append((second, tick.entry_duration_s(entry), tick.power_w(entry)))
+    assert [s for s, _, _ in powers] == [1, 2, 13, 14, 15]  # nothing while unreadable
+    gap = powers[2]
+    assert gap[1] == pytest.approx(11.0)  # from the last good read (t=2) to t=13
+    assert [round(p, 6) for _, _, p in powers] == [20.0] * 5, powers  # no spike, no zero

@@ -27,3 +27,23 @@ def test_take_changes_reports_each_change_once() -> None:
     assert registry.take_changes()[0] == [job] and job.status == "ended"
     with pytest.raises(JobConflict):
         registry.register("other", "training", job_id="j1")
+
+
+def test_units_after_the_end_and_past_the_total_cap_are_refused() -> None:
+    from agent.jobs.registry import MAX_UNIT_COUNT, JobConflict, JobError, JobLimit
+
+    registry = JobRegistry(max_live_jobs=2)
+    job = registry.register("a", "training", job_id="a")
+    registry.count("a", "sample", MAX_UNIT_COUNT)
+    with pytest.raises(JobError, match="over the limit of 1e\\+15 per unit"):
+        registry.count("a", "sample", 1)  # each call is fine, their sum is not
+    registry.end("a")
+    with pytest.raises(JobConflict, match="has ended"):
+        registry.count("a", "sample", 1)
+    assert job.units == {"sample": MAX_UNIT_COUNT}
+    # The live-job cap: ended jobs free their place, a third live one is refused.
+    registry.register("b", "other", job_id="b")
+    registry.register("c", "other", job_id="c")
+    with pytest.raises(JobLimit, match="--max-jobs 2") as caught:
+        registry.register("d", "other", job_id="d")
+    assert caught.value.status == 429

@@ -17,7 +17,8 @@ from sqlalchemy.engine import Engine
 from agent.carbon.catalog import price_per_hour
 from agent.carbon.intensity import resolve_intensity
 from agent.carbon.pue import pue_for
-from agent.reports.model import REDACTED, build_report, carbon_settings, redact_labels
+from agent.redact import REDACTED, redact_labels
+from agent.reports.model import build_report, carbon_settings
 from agent.store.job_queries import UnknownJobError
 from tests.unit.test_reports_store import (
     LOADER,
@@ -177,7 +178,7 @@ def test_secrets_are_redacted_unless_asked(filled: tuple[Engine, Totals]) -> Non
     settings = {"carbon_intensity": 100.0, "electricity_maps_token": "emaps-secret-1"}
     assert "emaps-secret-1" not in json.dumps(
         build_report(engine, "secretive", settings, now_s=NOW))
-    full = build_report(engine, "secretive", {}, include_env=True, now_s=NOW)
+    full = build_report(engine, "secretive", {}, keep_secrets=True, now_s=NOW)
     assert full["job"]["labels"] == SECRET_LABELS
     assert redact_labels({"AUTH_header": "x", "SessionKey": "y", "user": "z"}) == {
         "AUTH_header": REDACTED, "SessionKey": REDACTED, "user": "z"}

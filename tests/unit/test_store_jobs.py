@@ -468,23 +468,29 @@ def test_locked_database_keeps_shares_and_jobs_for_later(db_url, engine, caplog)
     assert load_checkpoint(engine, TRAINER.node) == (T0, "boot", {"n": 1})
 
 
-def test_full_buffer_drops_ticks_together_with_their_shares(engine, caplog):
-    # 6 rows a tick (2 entries, 4 shares); over 50 rows it drops 9, rounded up to the
-    # end of that tick: 12.
+def test_full_buffer_folds_job_shares_then_drops_whole_ticks(engine, caplog):
+    # 6 rows a tick (2 entries, 2 job shares, 2 unattributed). Over 50 rows the oldest
+    # ticks first lose their job detail (folded into unattributed: 4 rows a tick);
+    # only when every buffered tick is folded do whole ticks go, never a part of one.
     writer = writer_for(engine, max_batch_rows=10, max_buffered_rows=50)
     with caplog.at_level(logging.ERROR, logger="agent.store.writer"):
         feed(writer, T0, 40, ("a",))  # 240 rows, never flushed
-    assert "dropped the 12 oldest rows (ticks with their job shares" in caplog.text
-    buffered = writer.buffered_rows
-    assert buffered <= 50 and buffered % 6 == 0
-    assert writer.dropped_rows == 240 - buffered
+    assert "folded the job shares of the ticks ending" in caplog.text
+    assert "node energy is kept whole" in caplog.text
+    assert writer.folded_rows > 0
+    assert writer.buffered_rows <= 50 + 6
     assert writer.flush()
-    assert count(engine, "tick_energy") == 2 * buffered // 6
-    assert count(engine, "job_energy") == 4 * buffered // 6
-    assert_conserved(engine, TRAINER.node, expected_rows=2 * buffered // 6)
+    ticks = count(engine, "tick_energy") // 2
+    assert_conserved(engine, TRAINER.node, expected_rows=2 * ticks)
     with engine.connect() as connection:
         newest = connection.execute(text("SELECT max(t_end_ms) FROM tick_energy")).scalar()
-    assert newest == round((T0 + 40) * 1000)  # the newest survived
+        newest_job = connection.execute(text(
+            "SELECT max(t_end_ms) FROM job_energy WHERE job_id = 'a'")).scalar()
+        oldest_kept = connection.execute(text("SELECT min(t_end_ms) FROM tick_energy")).scalar()
+        oldest_job = connection.execute(text(
+            "SELECT min(t_end_ms) FROM job_energy WHERE job_id = 'a'")).scalar()
+    assert newest == newest_job == round((T0 + 40) * 1000)  # the newest kept their detail
+    assert oldest_job > oldest_kept  # older ticks kept their energy, not who used it
 
 
 def test_batch_put_back_after_a_failure_keeps_its_keys(engine, db_url):

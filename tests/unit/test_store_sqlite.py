@@ -359,12 +359,40 @@ def test_full_buffer_drops_oldest_rows_and_says_how_many(engine, caplog):
             writer.add(tick(T0 + i))
     # Over the bound (102 rows) it drops down to 90 (10 % headroom), five times here.
     assert writer.dropped_rows == 60 and writer.buffered_rows == 90
-    assert "dropped the 12 oldest rows (ticks with their job shares" in caplog.text
+    assert "dropped the 12 oldest rows (ticks ending" in caplog.text
     assert "60 dropped in total" in caplog.text
     assert writer.flush()
     assert raw_count(engine) == 90
     energy = node_energy_j(engine, "node-a", T0 + 30, T0 + 75)
     assert energy == {("cpu", "0"): 450.0, ("gpu", "0"): 4500.0}  # the newest survived
+
+
+def test_full_buffer_folds_job_rows_before_dropping_any_node_row(engine, caplog):
+    """Twenty jobs' shares fill the buffer: who used the oldest ticks' energy is folded
+    into their unattributed rows, but every tick of node energy is kept."""
+    from agent.attribution import Share
+    from agent.store.job_queries import unattributed_check
+
+    writer = writer_for(engine, max_batch_rows=50, max_buffered_rows=400)
+    jobs = [f"job-{n}" for n in range(20)]
+    with caplog.at_level(logging.ERROR, logger="agent.store.writer"):
+        for i in range(1, 31):
+            t = tick(T0 + i)
+            writer.add(t)
+            writer.add_shares(t, [Share(j, "cpu", "0", "rapl", 0.4, 0.1) for j in jobs]
+                              + [Share(None, "cpu", "0", "rapl", 0.0, 0.0)])
+            writer.add_units(jobs[0], t.t1_s, {"sample": 1.0})
+    assert writer.dropped_rows == 0 and writer.folded_rows > 0
+    assert "folded the job shares of the ticks ending" in caplog.text
+    assert "node energy is kept whole" in caplog.text
+    assert "job rows arrive faster than the store thread writes them" in caplog.text
+    assert writer.flush()
+    assert raw_count(engine) == 60  # all 30 ticks, cpu and gpu
+    assert node_energy_j(engine, "node-a", T0, T0 + 31) == {("cpu", "0"): 300.0,
+                                                            ("gpu", "0"): 3000.0}
+    for _t, component, _d, node_j, sum_j in unattributed_check(engine, "node-a"):
+        if component == "cpu":
+            assert sum_j == pytest.approx(node_j)
 
 
 def test_maybe_flush_waits_for_the_interval_and_backs_off_on_failure(db_url, engine):
