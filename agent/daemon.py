@@ -164,9 +164,25 @@ def build_pipeline(settings: Mapping[str, Any], registry: JobRegistry, *,
     return pipeline, load_checkpoint(engine, node.node)
 
 
+def _raise_open_file_limit(wanted: int = 8192) -> None:
+    """Raise the soft RLIMIT_NOFILE toward the hard one: each HTTP port caps its open
+    connections at a quarter of it (agent/http_gate.py), and a 1,024 default halves
+    what a flood of idle connections may hold before the oldest are evicted."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (OSError, ValueError) as exc:
+            log.debug("cannot raise the open-file limit from %d: %s", soft, exc)
+
+
 def run_agent(settings: Mapping[str, Any]) -> int:
     from agent.jobs.api import ApiServer
 
+    _raise_open_file_limit()
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())

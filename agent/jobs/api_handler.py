@@ -1,26 +1,25 @@
 """Request handling for the job API: routing, validation, answers.
 
 Split from :mod:`agent.jobs.api` (the server and its admission control); both log
-to the ``agent.jobs.api`` logger so operators filter one name.
+to the ``agent.jobs.api`` logger so operators filter one name. The handler runs in a
+worker of :mod:`agent.http_gate` over a request already read whole, so it never
+waits on a client: its ``rfile`` raises ``TimeoutError`` where the deadline passed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import io
 import ipaddress
 import json
 import logging
 import re
-import socket
-import time
 from collections.abc import Callable, Iterable, Mapping
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from agent.http_request import GatedHandler, busy_response
 from agent.jobs.registry import JobError, JobNotFound, JobRegistry, validate_job_id
 
 if TYPE_CHECKING:
@@ -29,11 +28,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("agent.jobs.api")
 
 MAX_BODY_BYTES = 1 << 20
-MAX_IN_FLIGHT = 64
-REQUEST_TIMEOUT_S = 5.0
+MAX_IN_FLIGHT = 64  # complete requests queued for or in a worker; past it: 429
+MAX_CONNECTIONS = 512  # open at once; past it the oldest silent connection is closed
+WORKERS = 4
+REQUEST_TIMEOUT_S = 5.0  # from accept to the whole request
 LINGER_S = 1.0  # after an early answer, read what the client still sends, so it sees it
-MAX_PARKED = 256  # refused connections waiting for their request before the 429
-BUSY_WAIT_S = 0.5
 API_ORIGINS = ("api", "run", "client")  # the origins a caller may claim; discovery's are ours
 # field -> required
 JOB_FIELDS = {"name": True, "kind": True, "pids": False, "labels": False, "job_id": False,
@@ -42,10 +41,7 @@ UNIT_FIELDS = {"unit": True, "count": True}
 END_FIELDS = {"cpu_s": False}  # the wrapper's total CPU seconds of the job, from wait4()
 _CONTENT_LENGTH_RE = re.compile(r"[0-9]{1,18}")
 _BUSY_BODY = b'{"error":"busy: too many requests in flight, retry shortly"}\n'
-_BUSY_RESPONSE = (
-    b"HTTP/1.0 429 Too Many Requests\r\nContent-Type: application/json\r\n"
-    b"Content-Length: %d\r\nRetry-After: 1\r\nConnection: close\r\n\r\n" % len(_BUSY_BODY)
-) + _BUSY_BODY
+_BUSY_RESPONSE = busy_response("application/json", _BUSY_BODY)
 
 
 def is_loopback(host: str) -> bool:
@@ -95,63 +91,19 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
-class _DeadlineReader(io.RawIOBase):
-    """Socket reads that share one deadline, so trickling a byte at a time does not help."""
-
-    def __init__(self, sock: socket.socket, deadline: float) -> None:
-        self._sock, self._deadline = sock, deadline
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        remaining = self._deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError("request not received in time")
-        self._sock.settimeout(remaining)
-        return self._sock.recv_into(buffer)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server  # agent.jobs.api._Server: registry, token digest, slots
-    protocol_version = "HTTP/1.0"  # one request per connection: a thread never idles
+class _Handler(GatedHandler):
+    server: _Server  # agent.jobs.api._Server: registry, token digest, settings
+    protocol_version = "HTTP/1.0"  # one request per connection
 
     def version_string(self) -> str:
         return "joulestat"
 
     def setup(self) -> None:
-        self.connection = self.request
-        self.timeout = self.server.request_timeout_s
-        deadline = time.monotonic() + self.timeout
-        self.rfile = io.BufferedReader(_DeadlineReader(self.connection, deadline))
-        self.wfile = self.connection.makefile("wb")
-        self._body_pending = False
-
-    def finish(self) -> None:
-        super().finish()
-        if self._body_pending:
-            self._linger()
-
-    def _linger(self) -> None:
-        """We answered without reading the body; closing now would reset the answer away."""
-        try:
-            self.connection.shutdown(socket.SHUT_WR)
-            deadline, drained = time.monotonic() + LINGER_S, 0
-            while drained <= MAX_BODY_BYTES and (left := deadline - time.monotonic()) > 0:
-                self.connection.settimeout(left)
-                chunk = self.connection.recv(65536)
-                if not chunk:
-                    break
-                drained += len(chunk)
-        except OSError:
-            pass
+        super().setup()
+        self.timeout = self.server.request_timeout_s  # also the send timeout of answers
 
     def _dispatch(self) -> None:
         headers: list[tuple[str, str]] = []
-        length = self.headers.get("Content-Length")
-        self._body_pending = "Transfer-Encoding" in self.headers or (
-            length.strip() != "0" if length is not None else self.command in ("POST", "PUT")
-        )
         try:
             self._authorize()
             handler, args, query = self._route()
@@ -257,7 +209,6 @@ class _Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(length)
         if len(body) < length:
             raise _HttpError(400, f"body: connection closed after {len(body)} of {length} bytes")
-        self._body_pending = False
         return body
 
     def _read_object(self, fields: Mapping[str, bool], required: bool = True) -> dict[str, Any]:
@@ -286,7 +237,8 @@ class _Handler(BaseHTTPRequestHandler):
         return data
 
     def _health(self) -> tuple[int, Any]:
-        return 200, {"status": "ok", "node": self.server.node}
+        return 200, {"status": "ok", "node": self.server.node, "mode": self.server.mode,
+                     "interval_s": self.server.interval_s}
 
     def _list(self, running: bool = False) -> tuple[int, Any]:
         jobs = sorted(self.server.registry.jobs(running_only=running), key=lambda j: j.started_s)
@@ -308,7 +260,12 @@ class _Handler(BaseHTTPRequestHandler):
             existed = job_id is not None and _known(registry, job_id)
             job = registry.register(data["name"], data["kind"], data.get("pids"),
                                     data.get("labels"), job_id, origin=origin)
-        return (200 if existed else 201), job.to_json()
+            answer = job.to_json()
+            if self.server.persist is not None and not existed:
+                # On disk before the 201, or the answer says it is not (yet): the
+                # client registers again (same job_id) if the agent restarts without it.
+                answer["durable"] = bool(self.server.persist(job))
+        return (200 if existed else 201), answer
 
     def _units(self, job_id: str) -> tuple[int, Any]:
         data = self._read_object(UNIT_FIELDS)

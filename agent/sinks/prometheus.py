@@ -11,7 +11,6 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import (
@@ -24,6 +23,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from agent.http_gate import HttpGate, Limits
+from agent.http_request import GatedHandler
 from agent.identity import NodeInfo
 from agent.jobs.registry import Job, JobRegistry
 from agent.sinks import metric_catalog as mc
@@ -129,7 +130,9 @@ def make_registry(node_metrics: NodeMetrics, job_metrics: Collector | None = Non
     return registry
 
 
-class _MetricsHandler(BaseHTTPRequestHandler):
+class _MetricsHandler(GatedHandler):
+    """GET /metrics over a request the gate has already read whole."""
+
     registry: CollectorRegistry
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
@@ -147,26 +150,24 @@ class _MetricsHandler(BaseHTTPRequestHandler):
         log.debug("metrics %s: " + format, self.client_address[0], *args)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+def serve(registry: CollectorRegistry, host: str, port: int) -> HttpGate:
+    """Start the /metrics endpoint (daemon threads); returns it, for ``close()``.
 
-
-def serve(registry: CollectorRegistry, host: str, port: int) -> ThreadingHTTPServer:
-    """Start the /metrics endpoint in a daemon thread; returns the server.
-
-    Our own small server rather than client_python's ``start_http_server``: that one
-    polls for shutdown twice a second, which would be a large part of an idle
-    agent's CPU time. Incoming scrapes wake ``select`` immediately either way; the
-    long poll only delays ``shutdown()``, which the agent does not need (the thread
-    is a daemon thread and ``server_close`` releases the port).
+    Our own server rather than client_python's ``start_http_server``: that one polls
+    for shutdown twice a second (a large part of an idle agent's CPU time) and, like
+    any ``ThreadingHTTPServer``, starts a thread per connection before a byte arrives,
+    so idle connections pile up threads and memory. The gate (:mod:`agent.http_gate`)
+    holds them as sockets, answers from two workers, caps connections (the oldest
+    silent one goes first), and sleeps until an event or a deadline. Binding errors
+    (OSError) are raised here, before anything runs.
     """
+    # A scrape is one small GET: no body worth reading, few at a time; ten seconds from
+    # accept to the whole request, and to write the answer (Prometheus's own timeout).
+    limits = Limits(max_connections=512, max_in_flight=8, workers=2, max_body_bytes=64 << 10,
+                    max_body_buffered=1 << 20, deadline_s=10.0, send_timeout_s=10.0)
     handler = type("Handler", (_MetricsHandler,), {"registry": registry})
-    server = _Server((host, port), handler)
-    thread = threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 3600.0},
-        name="joulestat-metrics", daemon=True,
-    )
-    thread.start()
+    server = HttpGate("metrics", host, port, handler, limits=limits)
+    server.start()
     return server
 
 

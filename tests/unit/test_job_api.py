@@ -83,7 +83,8 @@ def _register(port: int, **fields: Any) -> dict[str, Any]:
 
 def test_register_count_end_list_get_and_health(api: ApiServer, registry: JobRegistry) -> None:
     port = api.port
-    assert call(port, "GET", "/v1/health")[2] == {"status": "ok", "node": "node-a"}
+    assert call(port, "GET", "/v1/health")[2] == {"status": "ok", "node": "node-a",
+                                                  "mode": "agent", "interval_s": None}
     job = _register(port, pids=[4242], labels={"team": "nlp"})
     assert (job["name"], job["kind"], job["pids"], job["labels"], job["status"], job["origin"]) \
         == ("bert", "training", [4242], {"team": "nlp"}, "running", "api")
@@ -358,8 +359,12 @@ def test_non_loopback_host_needs_a_token(registry: JobRegistry) -> None:
         check_exposure(host, None)
 
 
-def test_slow_clients_time_out_and_excess_connections_get_429(registry: JobRegistry) -> None:
-    with ApiServer(registry, "127.0.0.1", 0, max_in_flight=4, request_timeout_s=1.0) as api:
+def test_slow_clients_time_out_while_health_checks_keep_answering(
+    registry: JobRegistry,
+) -> None:
+    """Slow and silent connections hold a socket each, not an in-flight slot: with
+    more of them than slots, health checks still answer 200 meanwhile."""
+    with ApiServer(registry, "127.0.0.1", 0, max_in_flight=2, request_timeout_s=1.0) as api:
         port = api.port
         slow = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(3)]
         slow[0].sendall(b"GET /v1/heal")  # an unfinished request line
@@ -380,18 +385,13 @@ def test_slow_clients_time_out_and_excess_connections_get_429(registry: JobRegis
         thread = threading.Thread(target=trickle, daemon=True)
         thread.start()
         started = time.monotonic()
-        deadline = started + 0.8
         answers = []
-        while time.monotonic() < deadline:  # all four slots taken: new requests are refused
+        while time.monotonic() < started + 0.8:  # four slow clients, two slots: no matter
+            began = time.monotonic()
             answers.append(call(port, "GET", "/v1/health")[0])
-            if answers[-1] == 429:
-                break
+            assert time.monotonic() - began < 0.5
             time.sleep(0.02)
-        assert answers[-1] == 429, answers
-        began = time.monotonic()
-        status, headers, answer = call(port, "GET", "/v1/health")
-        assert status == 429 and "busy" in answer["error"] and headers["retry-after"] == "1"
-        assert time.monotonic() - began < 0.5
+        assert len(answers) >= 5 and set(answers) == {200}, answers
 
         closed_after, answers_seen = [], []
         for sock in (*slow, trickler):
@@ -403,18 +403,25 @@ def test_slow_clients_time_out_and_excess_connections_get_429(registry: JobRegis
             sock.close()
         stop.set()
         assert answers_seen[1] == b"HTTP/1.0 408 Request Timeout"  # the half body
-        assert answers_seen[0] == answers_seen[2] == b""  # no request: just closed
-        assert api.busy_rejections >= 2
+        assert answers_seen[0] == answers_seen[2] == answers_seen[3] == b""  # no request
+        assert api.busy_rejections == 0
         assert max(closed_after) < 1.0 + 1.0 + 1.5  # deadline + linger + slack
         assert call(port, "GET", "/v1/health")[0] == 200
 
 
 def test_a_refused_client_that_sends_late_still_reads_its_429(registry: JobRegistry) -> None:
-    """Answering at accept time would close before the request arrives: the client's
-    next send then hits a reset (broken pipe) instead of reading the answer."""
-    with ApiServer(registry, "127.0.0.1", 0, max_in_flight=1) as api:
-        with socket.create_connection(("127.0.0.1", api.port), timeout=10):  # holds the slot
-            time.sleep(0.1)
+    """The 429 goes out once the request is whole (here its body arrives late); answering
+    and closing earlier would make the client's next send hit a reset instead."""
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_persist(job: Any) -> bool:
+        entered.set()
+        return release.wait(10)
+
+    with ApiServer(registry, "127.0.0.1", 0, max_in_flight=1, persist=slow_persist) as api:
+        with ThreadPoolExecutor(1) as pool:
+            first = pool.submit(call, api.port, "POST", "/v1/jobs", JOB)  # holds the one slot
+            assert entered.wait(5)
             with socket.create_connection(("127.0.0.1", api.port), timeout=10) as sock:
                 time.sleep(0.1)
                 sock.sendall(_post_head("/v1/jobs", "Content-Length: 2"))
@@ -423,7 +430,12 @@ def test_a_refused_client_that_sends_late_still_reads_its_429(registry: JobRegis
                 data = b""
                 while chunk := sock.recv(65536):
                     data += chunk
-    assert data.startswith(b"HTTP/1.0 429 ") and b'"error"' in data
+            release.set()
+            status, _, job = first.result(timeout=10)
+        assert data.startswith(b"HTTP/1.0 429 ") and b'"error"' in data
+        assert b"Retry-After: 1" in data and api.busy_rejections == 1
+        assert status == 201 and job["durable"] is True
+        assert [j.id for j in registry.jobs()] == [job["id"]]  # the refused one took no effect
 
 
 @pytest.mark.parametrize("cap", [64, 2])
@@ -462,6 +474,8 @@ def _burst(api: ApiServer, registry: JobRegistry) -> None:
         time.sleep(0.01)
     assert api.busy_rejections == refused
     assert sum(n for (_, status), n in tally.items() if status != 429) > 0
+    if api.max_in_flight < 8:  # 128 clients at once: complete requests past the queue
+        assert refused > 0
     # Every accepted request took effect exactly once.
     assert len(registry.jobs()) == 1 + tally[("register", 201)]
     assert registry.get(shared["id"]).units.get("sample", 0) == 2 * tally[("count", 200)]
@@ -480,30 +494,36 @@ def many_fds() -> Iterator[None]:
     resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
-def test_connection_flood_is_refused_without_a_thread_each(
+def test_connection_flood_makes_no_thread_each_and_health_checks_get_through(
     registry: JobRegistry, many_fds: None
 ) -> None:
-    cap, total = 16, 1000
-    with ApiServer(registry, "127.0.0.1", 0, max_in_flight=cap, request_timeout_s=5.0) as api:
+    cap, total, max_open = 16, 1000, 256
+    with ApiServer(registry, "127.0.0.1", 0, max_in_flight=cap, request_timeout_s=10.0,
+                   max_connections=max_open) as api:
         threads_before, peak_threads = threading.active_count(), 0
         socks = []
         try:
-            for _ in range(total):  # connect all, send nothing yet
+            for i in range(total):  # connect all, send nothing
                 socks.append(socket.create_connection(("127.0.0.1", api.port), timeout=10))
                 peak_threads = max(peak_threads, threading.active_count())
-            deadline = time.monotonic() + 10
-            while api.busy_rejections < total - cap and time.monotonic() < deadline:
-                time.sleep(0.02)  # refused ones are answered within BUSY_WAIT_S anyway
-            assert api.busy_rejections == total - cap
-            assert peak_threads <= threads_before + cap
+                if i % 100 == 0:  # a health check gets through the flood all along
+                    assert call(api.port, "GET", "/v1/health")[0] == 200
+            assert peak_threads == threads_before  # the server's threads all exist already
+            # At the cap, each newcomer closed the oldest silent connection.
             with selectors.DefaultSelector() as selector:
                 for sock in socks:
                     selector.register(sock, selectors.EVENT_READ)
-                answered = {key.fileobj for key, _ in selector.select(0.5)}
+                deadline, closed = time.monotonic() + 5, set()
+                while len(closed) < total - max_open and time.monotonic() < deadline:
+                    closed |= {key.fileobj for key, _ in selector.select(0.2)}
+            index = {sock: i for i, sock in enumerate(socks)}
+            assert sorted(index[sock] for sock in closed) == list(range(total - max_open))
+            assert all(sock.recv(1) == b"" for sock in socks[: total - max_open])
+            held = socks[total - max_open :]
+            for sock in held:  # all at once: past `cap` queued requests, 429 at once
+                sock.sendall(b"GET /v1/health HTTP/1.0\r\n\r\n")
             statuses: Counter[int] = Counter()
-            for sock in socks:
-                if sock not in answered:
-                    sock.sendall(b"GET /v1/health HTTP/1.0\r\n\r\n")
+            for sock in held:
                 data = b""
                 while chunk := sock.recv(65536):
                     data += chunk
@@ -512,7 +532,8 @@ def test_connection_flood_is_refused_without_a_thread_each(
         finally:
             for sock in socks:
                 sock.close()
-        assert statuses == {429: total - cap, 200: cap}
+        assert set(statuses) <= {200, 429} and sum(statuses.values()) == max_open
+        assert statuses[200] >= cap and api.busy_rejections == statuses[429]
         assert call(api.port, "GET", "/v1/health")[0] == 200
 
 
