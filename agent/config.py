@@ -154,6 +154,32 @@ def _retention_s(value: Any) -> float:
     return seconds
 
 
+_SIZE_UNITS = {"": 1, "k": 1024, "kib": 1024, "m": 1024**2, "mib": 1024**2, "g": 1024**3,
+               "gib": 1024**3}
+
+
+def parse_size_bytes(value: Any) -> int:
+    """``268435456``, ``256MiB``, ``1G`` -> bytes (binary prefixes)."""
+    text = str(value).strip().lower().replace(" ", "")
+    number = text.rstrip("kmgib")
+    unit = text[len(number):]
+    if unit not in _SIZE_UNITS:
+        raise ValueError(f"expected a size like 256MiB or 1GiB, got {value!r}")
+    try:
+        size = int(float(number) * _SIZE_UNITS[unit])
+    except ValueError:
+        raise ValueError(f"expected a size like 256MiB or 1GiB, got {value!r}") from None
+    if size < 1024 * 1024:
+        raise ValueError(f"must be at least 1MiB, got {value!r}")
+    return size
+
+
+def _optional_path(value: Any) -> Path | None:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    return Path(_text(value)).expanduser()
+
+
 def _db_url(value: Any) -> str:
     url = _text(value)
     if "://" not in url:
@@ -264,6 +290,12 @@ OPTIONS: dict[str, Option] = {
                "KINDS"),
         Option("job_retention", parse_duration_s, 300.0,
                "how long ended jobs stay exported to Prometheus", "AGE", "5m"),
+        Option("spool_dir", _optional_path, None,
+               "where rows wait on disk while the store is away (default: the data dir's "
+               "spool/<node>); kept across restarts", "DIR"),
+        Option("spool_max", parse_size_bytes, 256 * 1024**2,
+               "cap on the spool; past it the oldest batches go, with an error", "SIZE",
+               "256MiB"),
         Option("max_jobs", _number(int, 1, 100_000), 1000,
                "cap on running jobs the agent tracks; past it registering answers 429",
                "N"),

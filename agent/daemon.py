@@ -26,6 +26,7 @@ from agent.jobs.registry import JobRegistry
 from agent.pipeline import Pipeline, read_boot_id
 from agent.sampler import Sampler
 from agent.sensors.factory import build_sensors, estimator_idle_w, find_sensor
+from agent.sinks.health import AgentHealth
 from agent.sinks.prometheus import JobMetrics, NodeMetrics, make_registry, serve
 
 log = logging.getLogger(__name__)
@@ -151,7 +152,10 @@ def build_pipeline(settings: Mapping[str, Any], registry: JobRegistry, *,
     )
     engine = open_engine(settings.get("db"), wait_s=float(settings.get("db_wait") or 0.0))
     writer = StoreWriter(engine, node, devices, raw_retention_s=settings["raw_retention"],
-                         flush_interval_s=settings.get("flush_interval", 10.0))
+                         flush_interval_s=settings.get("flush_interval", 10.0),
+                         spool=_open_spool(settings, node.node) if with_metrics else None)
+    if writer.spool:  # rows from an outage before the last stop: into the store first, so
+        writer.flush()  # the checkpoint and running jobs read below are the latest
     for job in load_running_jobs(engine, node.node):
         registry.restore(job)
         log.info("job %s (%s) was running before the restart; still tracking it",
@@ -179,6 +183,25 @@ def _raise_open_file_limit(wanted: int = 8192) -> None:
             log.debug("cannot raise the open-file limit from %d: %s", soft, exc)
 
 
+def _open_spool(settings: Mapping[str, Any], node: str) -> Any:
+    """The node agent's spool (embedded runs have none: they flush as they end)."""
+    import re
+
+    from agent.store.engine import data_dir
+    from agent.store.spool import Spool
+
+    directory = settings.get("spool_dir") or (
+        data_dir() / "spool" / re.sub(r"[^A-Za-z0-9._-]", "_", node))
+    try:
+        spool = Spool(directory, int(settings.get("spool_max") or 256 * 1024**2))
+    except OSError as exc:
+        raise ConfigError(f"--spool-dir {directory}: {exc.strerror or exc}") from None
+    log.info("spool for store outages: %s (up to %d MiB)%s", directory,
+             spool.max_bytes // 1024**2,
+             f"; {spool.bytes} bytes from before this start" if spool.bytes else "")
+    return spool
+
+
 def run_agent(settings: Mapping[str, Any]) -> int:
     from agent.jobs.api import ApiServer
 
@@ -190,14 +213,22 @@ def run_agent(settings: Mapping[str, Any]) -> int:
     registry = JobRegistry(max_live_jobs=int(settings["max_jobs"]))
     pipeline, checkpoint = build_pipeline(settings, registry, with_metrics=True)
     servers: list[Any] = []
+    apis: list[Any] = []
+
+    def api_rejections() -> dict[str, int]:
+        busy = sum(api.busy_rejections for api in apis)
+        return {"busy": busy, "max_jobs": registry.limit_rejections}
+
     try:
         port = int(settings["metrics_port"])
         if port:
             job_metrics = JobMetrics(registry, settings["job_retention"],
                                      settings["max_job_series"])
+            health = AgentHealth(pipeline.writer, api_rejections)
             host = settings["metrics_host"]
             try:
-                servers.append(serve(make_registry(pipeline.metrics, job_metrics), host, port))
+                servers.append(serve(make_registry(pipeline.metrics, job_metrics, health),
+                                     host, port))
             except OSError as exc:
                 raise ConfigError(f"--metrics-port {port} on {host}: "
                                   f"{exc.strerror or exc}") from None
@@ -216,6 +247,7 @@ def run_agent(settings: Mapping[str, Any]) -> int:
                 raise ConfigError(f"--api-port {api_port} on {settings['api_host']}: "
                                   f"{exc.strerror or exc}") from None
             servers.append(api)
+            apis.append(api)
             log.info("job API on http://%s:%d/v1/jobs", settings["api_host"], api.port)
     except ConfigError:
         pipeline.close()

@@ -94,6 +94,8 @@ def running_agent(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
         db_url = args[list(args).index("--db") + 1]
     else:
         args = ("--db", db_url, *args)
+    if "--spool-dir" not in args:  # a test's outage must never reach another test's store
+        args = ("--spool-dir", str(tmp_path / "spool"), *args)
     argv = [JOULESTAT, "agent", "--metrics-port", str(port), "--api-port", str(api_port),
             "--nvml", "false", *args]
     with log_path.open("a") as log:

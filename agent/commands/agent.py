@@ -30,6 +30,8 @@ AGENT_OPTIONS = (
     "idle_policy",
     "discover",
     "job_retention",
+    "spool_dir",
+    "spool_max",
     "max_jobs",
     "max_job_series",
 )

@@ -193,6 +193,7 @@ class JobRegistry:
         # A cap on jobs not yet ended: each costs memory and per-scrape work, and a
         # client registering in a loop must not take the node's agent down with it.
         self.max_live_jobs = max_live_jobs
+        self.limit_rejections = 0  # registrations refused at the cap (a health metric)
         self._live: set[str] = set()
         # Jobs with processes: the only ones a tick attributes energy to, so per-tick
         # work follows them, not every job registered (a job with no pids only counts).
@@ -258,6 +259,7 @@ class JobRegistry:
         """Count ``job_id`` as live, or refuse it past the cap (caller holds the lock)."""
         cap = self.max_live_jobs
         if cap is not None and job_id not in self._live and len(self._live) >= cap:
+            self.limit_rejections += 1
             raise JobLimit(f"the agent already tracks {len(self._live)} running jobs, its "
                            f"limit (--max-jobs {cap}): end some, or raise the limit")
         self._live.add(job_id)

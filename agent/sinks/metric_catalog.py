@@ -68,6 +68,47 @@ AGENT_SENSOR_ERRORS = MetricSpec(
     ("sensor",),
     "Ticks on which a sensor failed to read (the agent kept ticking on the others).",
 )
+AGENT_STORE_BUFFERED = MetricSpec(
+    "joulestat_agent_store_buffered_rows",
+    "gauge",
+    (),
+    "Rows (ticks, job shares, unit counts) waiting in memory for the next store write.",
+)
+AGENT_STORE_SPOOLED = MetricSpec(
+    "joulestat_agent_store_spooled_bytes",
+    "gauge",
+    (),
+    "Bytes of rows waiting in the on-disk spool because the store did not answer; "
+    "written back, oldest first, when it does (--spool-dir, --spool-max).",
+)
+AGENT_STORE_ROWS = MetricSpec(
+    "joulestat_agent_store_rows_total",
+    "counter",
+    ("outcome",),
+    "Rows by what became of them: written (to the store), spooled (to disk while the store "
+    "was away), folded (job shares merged into unattributed when the buffer was full: the "
+    "energy kept, who used it lost), dropped (lost: the buffer or the spool overflowed, or "
+    "rows older than the settled boundary).",
+)
+AGENT_STORE_UP = MetricSpec(
+    "joulestat_agent_store_up",
+    "gauge",
+    (),
+    "1 when the last store write succeeded, 0 while the store does not answer.",
+)
+AGENT_STORE_FLUSH_SECONDS = MetricSpec(
+    "joulestat_agent_store_flush_seconds",
+    "summary",
+    (),
+    "Time each successful store write took, spool included, in seconds.",
+)
+AGENT_API_REJECTIONS = MetricSpec(
+    "joulestat_agent_api_rejections_total",
+    "counter",
+    ("reason",),
+    "Job API requests refused: busy (too many in flight, 429), max_jobs (--max-jobs "
+    "running jobs reached, 429).",
+)
 
 JOB_ENERGY = MetricSpec(
     "joulestat_job_energy_joules_total",
@@ -92,6 +133,12 @@ METRICS: tuple[MetricSpec, ...] = (
     AGENT_TICKS,
     AGENT_TICK_SECONDS,
     AGENT_SENSOR_ERRORS,
+    AGENT_STORE_BUFFERED,
+    AGENT_STORE_SPOOLED,
+    AGENT_STORE_ROWS,
+    AGENT_STORE_UP,
+    AGENT_STORE_FLUSH_SECONDS,
+    AGENT_API_REJECTIONS,
     JOB_ENERGY,
     JOB_WORK_UNITS,
 )

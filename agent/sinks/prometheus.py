@@ -117,15 +117,16 @@ class NodeMetrics(Collector):
         yield family
 
 
-def make_registry(node_metrics: NodeMetrics, job_metrics: Collector | None = None
+def make_registry(node_metrics: NodeMetrics, *collectors: Collector | None
                   ) -> CollectorRegistry:
     """A registry of our own (not the global one) plus the standard process_* metrics."""
     from prometheus_client import ProcessCollector
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(node_metrics)
-    if job_metrics is not None:
-        registry.register(job_metrics)
+    for collector in collectors:
+        if collector is not None:
+            registry.register(collector)
     ProcessCollector(registry=registry)
     return registry
 

@@ -39,6 +39,11 @@ def default_db_url() -> str:
     Falls back to ``~/.local/share`` as the XDG spec says; the directory is created so
     the first run works without setup.
     """
+    return f"sqlite:///{data_dir() / 'joulestat.db'}"
+
+
+def data_dir() -> Path:
+    """``$XDG_DATA_HOME/joulestat`` (else ``~/.local/share/joulestat``), created."""
     base = os.environ.get("XDG_DATA_HOME") or ""
     root = Path(base) if base.strip() and Path(base).is_absolute() else (
         Path.home() / ".local" / "share"
@@ -48,7 +53,7 @@ def default_db_url() -> str:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise StoreError(f"cannot create the data directory {directory}: {exc.strerror}") from None
-    return f"sqlite:///{directory / 'joulestat.db'}"
+    return directory
 
 
 def make_engine(url: str | URL, *, busy_timeout_s: float = 5.0) -> Engine:

@@ -48,6 +48,7 @@ from agent.store.buffer import RowBuffer, share_key, tick_key, unit_key
 from agent.store.engine import describe_error, dialect_insert, redact_url
 from agent.store.job_writer import PendingJobs, write_pending
 from agent.store.rollup import MaintainResult, maintain_node
+from agent.store.spool import Spool
 from agent.store.tables import (
     CORE_TABLES,
     JOB_ENERGY,
@@ -97,6 +98,7 @@ class StoreWriter:
         flush_interval_s: float = 5.0,
         max_batch_rows: int = 1000,
         max_buffered_rows: int = DEFAULT_MAX_BUFFERED_ROWS,
+        spool: Spool | None = None,
     ) -> None:
         if raw_retention_s < 2 * MINUTE_MS / 1000:
             raise ValueError(f"raw_retention_s must be at least 120 s, got {raw_retention_s}")
@@ -113,6 +115,10 @@ class StoreWriter:
         self.written_rows = 0  # counters for logs and metrics (tick, share and unit rows)
         self.dropped_rows = 0
         self.folded_rows = 0  # job rows folded into unattributed when the buffer was full
+        self.spooled_rows = 0  # rows handed to the spool while the store was away
+        self.flushes = 0  # successful flushes, and the seconds they took (health metrics)
+        self.flush_seconds_sum = 0.0
+        self.spool = spool
         self._url = redact_url(engine.url)
         self._insert = dialect_insert(engine)
         self._tick_insert = self._insert(TICK_ENERGY).on_conflict_do_nothing()
@@ -138,6 +144,11 @@ class StoreWriter:
         except SQLAlchemyError as exc:
             self._warn(f"cannot register node {node.node!r} in the store {self._url} "
                        f"({describe_error(exc)}); will retry before the first write")
+
+    @property
+    def failing(self) -> bool:
+        """True while the last write to the store failed."""
+        return self._failures > 0
 
     @property
     def buffered_rows(self) -> int:
@@ -290,7 +301,7 @@ class StoreWriter:
         )
         if not due:
             return False
-        had_rows = len(self._rows) > 0 or bool(self._pending)
+        had_rows = len(self._rows) > 0 or bool(self._pending) or bool(self.spool)
         ok = self.flush()
         delay = self.flush_interval_s if ok else min(
             MAX_RETRY_DELAY_S, self.flush_interval_s * 2 ** min(self._failures, 10)
@@ -301,28 +312,36 @@ class StoreWriter:
     # -- writes -----------------------------------------------------------------------
 
     def flush(self) -> bool:
-        """Write everything buffered in one transaction; False (kept for retry) on failure."""
+        """Write the spool (oldest first) and everything buffered; False on failure.
+
+        On failure the batch goes to the spool when there is one (a restart keeps it),
+        else back to the front of the memory buffer, to be retried.
+        """
         with self._io_lock:
             with self._lock:
                 finishing, self._finishing = self._finishing, []
-                if not len(self._rows) and not self._pending:
+                if not len(self._rows) and not self._pending and not self.spool:
                     _mark_final(finishing)
                     return True
                 batch, self._rows = self._rows, RowBuffer()
                 pending, self._pending = self._pending, PendingJobs()
+            started = time.perf_counter()
             try:
                 if not self._registered:
                     self._register()
-                with self.engine.begin() as connection:
-                    written, stale = self._write(connection, batch, pending)
+                written = stale = 0
+                if self.spool:
+                    written, stale = self._replay_spool()
+                if len(batch) or pending:
+                    with self.engine.begin() as connection:
+                        batch_written, batch_stale = self._write(connection, batch, pending)
+                    written, stale = written + batch_written, stale + batch_stale
             except SQLAlchemyError as exc:
-                with self._lock:
-                    self._rows.prepend(batch)
-                    self._pending.merge_back(pending)
-                    self._finishing[:0] = finishing
-                    self._bound_locked()
+                self._keep(batch, pending, finishing)
                 self._failed(exc, "write ticks to")
                 return False
+            self.flushes += 1
+            self.flush_seconds_sum += time.perf_counter() - started
             self.written_rows += written
             _mark_final(finishing)
             if stale:
@@ -336,6 +355,37 @@ class StoreWriter:
                          self._url, self._failures)
                 self._failures = 0
             return True
+
+    def _replay_spool(self) -> tuple[int, int]:
+        """Spooled batches into the store, oldest first, one transaction each."""
+        assert self.spool is not None
+        written = stale = 0
+        replayed = 0
+        for segment, batch, pending in self.spool.replay():
+            with self.engine.begin() as connection:
+                seg_written, seg_stale = self._write(connection, batch, pending)
+            self.spool.done(segment)
+            written, stale, replayed = written + seg_written, stale + seg_stale, replayed + 1
+        if replayed:
+            log.info("store %s: wrote %d spooled batch(es) (%d rows) back", self._url,
+                     replayed, written)
+        return written, stale
+
+    def _keep(self, batch: RowBuffer, pending: PendingJobs, finishing: list[Job]) -> None:
+        """A batch the store did not take: to the spool, else back into memory."""
+        if self.spool is not None and (len(batch) or pending):
+            try:
+                self.spool.append(batch, pending)
+                self.spooled_rows += len(batch)
+                batch, pending = RowBuffer(), PendingJobs()
+            except OSError as exc:
+                log.error("cannot spool %d rows to %s (%s); keeping them in memory",
+                          len(batch), self.spool.directory, exc)
+        with self._lock:
+            self._rows.prepend(batch)
+            self._pending.merge_back(pending)
+            self._finishing[:0] = finishing
+            self._bound_locked()
 
     def maintain(self, now_s: float) -> MaintainResult | None:
         """Roll up complete minutes and prune old raw rows; None if it could not run.
@@ -362,10 +412,17 @@ class StoreWriter:
         return result
 
     def close(self) -> None:
-        """Flush what is buffered; says how many rows are lost if the DB is still away."""
-        if not self.flush():
-            log.error("store %s unreachable at shutdown: %d buffered rows and %d job "
-                      "updates are lost", self._url, len(self._rows), len(self._pending.jobs))
+        """Flush what is buffered; says where rows wait, or how many are lost, if the
+        store is still away."""
+        if self.flush():
+            return
+        if self.spool is not None and not len(self._rows):
+            log.warning("store %s unreachable at shutdown: %d bytes of rows wait in the "
+                        "spool %s and go to the store at the next start", self._url,
+                        self.spool.bytes, self.spool.directory)
+            return
+        log.error("store %s unreachable at shutdown: %d buffered rows and %d job "
+                  "updates are lost", self._url, len(self._rows), len(self._pending.jobs))
 
     # -- internals --------------------------------------------------------------------
 
@@ -464,9 +521,11 @@ class StoreWriter:
     def _failed(self, exc: SQLAlchemyError, action: str) -> None:
         self._failures += 1
         if self._failures == 1 or self._may_warn():
+            kept = f"keeping {len(self._rows)} rows in memory"
+            if self.spool is not None:
+                kept += f" and {self.spool.bytes} bytes in the spool {self.spool.directory}"
             self._warn(f"cannot {action} the store {self._url} ({describe_error(exc)}); "
-                       f"keeping {len(self._rows)} rows buffered and retrying "
-                       f"(attempt {self._failures})")
+                       f"{kept} and retrying (attempt {self._failures})")
 
     def _may_warn(self) -> bool:
         return time.monotonic() - self._last_warning >= WARN_EVERY_S

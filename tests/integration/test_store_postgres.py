@@ -142,7 +142,7 @@ def test_server_outage_keeps_rows_until_it_returns(pg, engine, caplog):
         with caplog.at_level(logging.WARNING, logger="agent.store.writer"):
             assert not writer.flush()
             assert writer.maintain(T0 + 700) is None
-        assert "keeping 4 rows buffered" in caplog.text
+        assert "keeping 4 rows in memory" in caplog.text
         assert writer.buffered_rows == 4
     finally:
         assert pg.start().returncode == 0, pg.log_tail()

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 from prometheus_client import generate_latest
 
 from agent.identity import NodeInfo
 from agent.jobs.registry import JobRegistry
+from agent.sinks.health import AgentHealth
 from agent.sinks.metric_catalog import METRICS, render_markdown
 from agent.sinks.prometheus import JobMetrics, NodeMetrics, make_registry
 from agent.tick import Tick, TickEntry
@@ -27,7 +29,11 @@ def test_scrape_exposes_exactly_the_catalog() -> None:
     job = jobs.register("bert", "training")
     jobs.count(job.id, "sample", 32)
     job.dynamic_j["cpu"] = 12.0
-    text = generate_latest(make_registry(metrics, JobMetrics(jobs, 300, 500))).decode()
+    writer = SimpleNamespace(buffered_rows=7, spool=SimpleNamespace(bytes=4096),
+                             written_rows=100, spooled_rows=20, folded_rows=3, dropped_rows=1,
+                             failing=True, flushes=4, flush_seconds_sum=0.2)
+    health = AgentHealth(writer, lambda: {"busy": 5, "max_jobs": 2})
+    text = generate_latest(make_registry(metrics, JobMetrics(jobs, 300, 500), health)).decode()
     exposed = {
         line.split()[2]
         for line in text.splitlines()
@@ -41,6 +47,11 @@ def test_scrape_exposes_exactly_the_catalog() -> None:
     assert 'instance_type="g5.xlarge"' in text
     series = f'{{job_id="{job.id}",job_name="bert",unit="sample"}}'
     assert f"joulestat_job_work_units_total{series} 32.0" in text
+    assert "joulestat_agent_store_spooled_bytes 4096.0" in text
+    assert 'joulestat_agent_store_rows_total{outcome="folded"} 3.0' in text
+    assert "joulestat_agent_store_up 0.0" in text
+    assert "joulestat_agent_store_flush_seconds_count 4.0" in text
+    assert 'joulestat_agent_api_rejections_total{reason="max_jobs"} 2.0' in text
 
 
 def test_job_series_are_bounded() -> None:

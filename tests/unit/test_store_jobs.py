@@ -457,7 +457,7 @@ def test_locked_database_keeps_shares_and_jobs_for_later(db_url, engine, caplog)
     totals = feed(writer, T0, 10, ("a",), units={"tokens": 2.0})
     with caplog.at_level(logging.WARNING, logger="agent.store.writer"):
         assert not writer.flush()
-    assert "keeping 70 rows buffered" in caplog.text  # 2 entries, 4 shares, 1 unit a tick
+    assert "keeping 70 rows in memory" in caplog.text  # 2 entries, 4 shares, 1 unit a tick
     writer.save_job(make_job("a", T0, {"late": "label"}))  # saved while the DB is away
     other.rollback()
     other.close()

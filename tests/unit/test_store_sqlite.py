@@ -325,7 +325,7 @@ def test_locked_database_keeps_rows_and_writes_them_later(db_url, engine, caplog
         assert not writer.flush()
         assert writer.maintain(T0 + 600) is None
     assert writer.buffered_rows == 20
-    assert "keeping 20 rows buffered" in caplog.text and "locked" in caplog.text
+    assert "keeping 20 rows in memory" in caplog.text and "locked" in caplog.text
     other.rollback()
     other.close()
     assert writer.flush() and writer.buffered_rows == 0
