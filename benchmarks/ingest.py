@@ -1,0 +1,156 @@
+"""One PostgreSQL for a fleet: how many node-ticks a second the real writer sustains.
+
+Simulated agents write through the agent's own ``StoreWriter`` (the same buffer, batch
+inserts and upserts) into one throwaway PostgreSQL server (see tests/pg.py): each node
+ticks once a second with 4 components and 5 running jobs (a share row per job and
+component, the unattributed remainder, one unit count per job), and flushes every
+``--flush`` seconds, staggered. Printed: node-ticks per second offered and written,
+flush latency percentiles, the database server's CPU over the run, and the time the
+dashboard's Jobs list read takes meanwhile (the read behind the Jobs page).
+
+    .venv/bin/python benchmarks/ingest.py [--nodes 1000] [--seconds 60] [--flush 10]
+
+The issue's target: 1,000 node-ticks/s for 5 minutes (``--seconds 300``) on this
+2-vCPU machine with the Jobs read under 1 s. The simulated agents share the machine
+with the server, so the figure is a floor for a server of its own. Prints only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from agent.attribution import Share  # noqa: E402
+from agent.identity import NodeInfo  # noqa: E402
+from agent.jobs.accounting import TickResult  # noqa: E402
+from agent.sensors.base import DeviceInfo  # noqa: E402
+from agent.store import make_engine, migrate  # noqa: E402
+from agent.store.writer import StoreWriter  # noqa: E402
+from agent.tick import Tick, TickEntry  # noqa: E402
+
+COMPONENTS = (("cpu", "package-0"), ("dram", "package-0"), ("gpu", "0"), ("net", "eth0"))
+JOBS = 5
+
+
+def node_tick(t1_s: float, node_index: int) -> tuple[Tick, TickResult]:
+    entries = tuple(TickEntry(c, d, "rapl", 10.0 + node_index % 7) for c, d in COMPONENTS)
+    tick = Tick(t1_s - 1.0, t1_s, entries)
+    shares = []
+    for entry in entries:
+        for j in range(JOBS):
+            shares.append(Share(f"job-{node_index}-{j}", entry.component, entry.device,
+                                entry.source, entry.energy_j * 0.15, 0.0))
+        shares.append(Share(None, entry.component, entry.device, entry.source,
+                            entry.energy_j * 0.25, 0.0))
+    units = {f"job-{node_index}-{j}": {"sample": 32.0} for j in range(JOBS)}
+    return tick, TickResult(tick, shares, units, [])
+
+
+def run(url: str, nodes: int, seconds: float, flush_s: float, jobs_read,
+        flushers: int = 16) -> None:
+    groups = flushers  # real agents flush independently; threads stand in for them
+    engines = [make_engine(url) for _ in range(groups)]  # a connection pool per thread
+    writers = [StoreWriter(engines[i % groups], NodeInfo(f"sim-{i:04d}", "c6i.xlarge", "us-east-1",
+                                            "Xeon", "bench"),
+                           [DeviceInfo(c, d, "rapl") for c, d in COMPONENTS],
+                           raw_retention_s=7 * 86400, flush_interval_s=flush_s)
+               for i in range(nodes)]
+    latencies: list[float] = []
+    stop = threading.Event()
+
+    def flusher(part: list[StoreWriter], offset_s: float) -> None:
+        next_s = time.monotonic() + offset_s
+        while not stop.wait(max(0.0, next_s - time.monotonic())):
+            for writer in part:
+                began = time.perf_counter()
+                if writer.flush():
+                    latencies.append(time.perf_counter() - began)
+            next_s += flush_s
+
+    threads = [threading.Thread(target=flusher, args=(writers[g::groups], flush_s * g / groups),
+                                daemon=True) for g in range(groups)]
+    server = _postgres_processes()
+    cpu_before = sum(p.cpu_times().user + p.cpu_times().system for p in server)
+    for thread in threads:
+        thread.start()
+    started = time.monotonic()
+    offered = 0
+    jobs_read_s: list[float] = []
+    second = 0
+    while time.monotonic() - started < seconds:
+        now = time.time()
+        for i, writer in enumerate(writers):
+            tick, result = node_tick(now, i)
+            writer.record(tick, result, None)
+        offered += nodes
+        second += 1
+        if second % 10 == 5:
+            began = time.perf_counter()
+            jobs_read()
+            jobs_read_s.append(time.perf_counter() - began)
+        time.sleep(max(0.0, started + second - time.monotonic()))
+    elapsed = time.monotonic() - started
+    stop.set()
+    for thread in threads:
+        thread.join()
+    cpu_after = sum(p.cpu_times().user + p.cpu_times().system for p in _postgres_processes())
+    rows_per_tick = len(COMPONENTS) * (JOBS + 2) + JOBS
+    written_ticks = sum(w.written_rows for w in writers) / rows_per_tick
+    backlog = sum(w.buffered_rows for w in writers) / rows_per_tick
+    drain_began = time.monotonic()
+    for writer in writers:
+        writer.flush()
+    drain_s = time.monotonic() - drain_began
+    lat = sorted(latencies) or [0.0]
+    pct = {p: lat[min(len(lat) - 1, int(len(lat) * p / 100))] for p in (50, 90, 99)}
+    print(f"{nodes} nodes at 1 Hz for {elapsed:.0f} s: offered {offered / elapsed:.0f} "
+          f"node-ticks/s, written within the run {written_ticks / elapsed:.0f} node-ticks/s; "
+          f"{backlog:.0f} node-ticks still buffered at the end, written in {drain_s:.1f} s")
+    print(f"  flush latency per node batch: p50 {pct[50] * 1000:.0f} ms, p90 "
+          f"{pct[90] * 1000:.0f} ms, p99 {pct[99] * 1000:.0f} ms ({len(latencies)} flushes)")
+    print(f"  PostgreSQL CPU: {(cpu_after - cpu_before) / elapsed:.0%} of a core")
+    if jobs_read_s:
+        print(f"  Jobs list read meanwhile: median {statistics.median(jobs_read_s):.2f} s, "
+              f"max {max(jobs_read_s):.2f} s ({len(jobs_read_s)} reads)")
+
+
+def _postgres_processes() -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["name"]):
+        if (proc.info["name"] or "").startswith("postgres"):
+            found.append(proc)
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--flush", type=float, default=10.0)
+    parser.add_argument("--flushers", type=int, default=16,
+                        help="threads flushing the simulated writers [default: 16]")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    from tests.pg import running_postgres
+
+    with running_postgres() as server:
+        url = server.create_database("ingest")
+        migrate.upgrade(make_engine(url))
+        from agent.store.job_queries import list_jobs
+
+        reader = make_engine(url)
+        run(url, args.nodes, args.seconds, args.flush, lambda: list_jobs(reader),
+            args.flushers)
+
+
+if __name__ == "__main__":
+    main()
