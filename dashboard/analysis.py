@@ -18,31 +18,36 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
+from agent import units
 from agent.redact import redact_labels
 from agent.reports.compare import setup_name
+from agent.reports.external import shown_labels
+from agent.reports.sources import source_class
 from agent.store.dashboard_queries import JobTotals, SeriesPoint, SourceEnergy
 from agent.store.job_queries import JobSummary
 
 # A job as a list shows it (JobTotals) or as the detail page reads it (JobDetail).
 AnyJob = JobTotals | JobSummary
 ACCELERATORS = ("gpu", "accelerator")
-JOB_COLUMNS = ("job", "kind", "status", "instance types", "energy (kJ)", "CO2e (g)",
-               "cost (USD)", "energy per unit (J)", "units", "unit", "started",
-               "duration (min)", "name", "nodes", "labels")
+# The Jobs table: the name first (what people look for), the id last and short; each
+# figure as text from agent.units, so a cell reads as the same figure elsewhere.
+JOB_COLUMNS = ("name", "kind", "status", "instance types", "energy", "CO2e (operational)",
+               "embodied CO2e", "cost", "energy per unit", "units", "started", "duration",
+               "nodes", "labels", "id")
+# Numbers behind the text, for sorting and filtering; not shown.
+SORT_COLUMNS = ("_job_id", "_energy_j", "_co2e_g", "_cost_usd", "_energy_per_unit_j",
+                "_started_s")
+SHORT_ID = 8
 # Overlaps cpu and dram (RAPL psys): reported, never added to a total.
 OVERLAPPING = ("platform",)
 
 
 def provenance_class(source: str) -> str:
-    """``measured``, ``estimated`` (``model:*``), ``replay``, or ``mixed`` for a minute
-    rollup whose source changed inside the minute (``a+b``)."""
-    classes = {"estimated" if part.startswith("model:") else
-               "replay" if part == "replay" else "measured"
-               for part in source.split("+") if part}
-    return classes.pop() if len(classes) == 1 else "mixed"
+    """:func:`agent.reports.sources.source_class`: the one reading of a source chain."""
+    return source_class(source)
 
 
 def provenance_totals(rows: Iterable[SourceEnergy]) -> dict[str, float]:
@@ -50,7 +55,7 @@ def provenance_totals(rows: Iterable[SourceEnergy]) -> dict[str, float]:
     totals: defaultdict[str, float] = defaultdict(float)
     for row in rows:
         if row.component not in OVERLAPPING:
-            totals[provenance_class(row.source)] += row.energy_j
+            totals[source_class(row.source)] += row.energy_j
     return dict(totals)
 
 
@@ -66,19 +71,8 @@ def setup_of(job: AnyJob) -> str:
     return setup_name(itype for _node, itype in job.nodes)
 
 
-def clip_to_run(points: Iterable[SeriesPoint], bucket_s: float,
-                windows: Mapping[str, tuple[float, float]]) -> list[SeriesPoint]:
-    """Points whose covered time is cut to the part of the bucket the job ran on that
-    node (``windows``: node -> (start, end)). A minute rollup counts a whole minute even
-    when the job started inside it; its power would read low at the job's edges."""
-    clipped = []
-    for point in points:
-        start_s, end_s = windows.get(point.node, (-math.inf, math.inf))
-        inside = min(point.bucket_end_s, end_s) - max(point.bucket_end_s - bucket_s, start_s)
-        covered = min(point.covered_s, max(inside, 0.0)) if inside > 0 else point.covered_s
-        clipped.append(SeriesPoint(point.bucket_end_s, point.node, point.component,
-                                   point.dynamic_j, point.idle_j, covered))
-    return clipped
+def short_id(job_id: str) -> str:
+    return job_id[:SHORT_ID]
 
 
 def main_unit(job: AnyJob) -> tuple[str, float]:
@@ -88,31 +82,49 @@ def main_unit(job: AnyJob) -> tuple[str, float]:
 
 def job_rows(jobs: Iterable[JobTotals], costs: Mapping[str, JobCost],
              now_s: float) -> dict[str, list[object]]:
-    """The Jobs table as columns (numbers stay numbers, so they sort and the table formats
-    them); ``started`` stays epoch seconds, the page puts it in the viewer's clock."""
-    columns: dict[str, list[object]] = {name: [] for name in JOB_COLUMNS}
+    """The Jobs table as columns: text figures for the eye (:data:`JOB_COLUMNS`) and the
+    numbers behind them for sorting (:data:`SORT_COLUMNS`); ``started`` stays epoch
+    seconds, the page puts it in the viewer's clock."""
+    columns: dict[str, list[object]] = {name: [] for name in (*JOB_COLUMNS, *SORT_COLUMNS)}
     no_cost = JobCost()
     for job in jobs:
         cost = costs.get(job.id, no_cost)
-        unit, units = main_unit(job)
-        values = (job.id, job.kind, job.status, setup_of(job), job.total_j / 1000,
-                  cost.co2e_g, cost.cost_usd, job.total_j / units if units else math.nan,
-                  units if unit else math.nan, unit, job.started_s,
-                  run_s(job, now_s) / 60, job.name, ", ".join(n for n, _t in job.nodes),
-                  ", ".join(f"{k}={v}" for k, v in redact_labels(job.labels).items()))
-        for name, value in zip(JOB_COLUMNS, values, strict=True):
+        unit, count = main_unit(job)
+        per_unit_j = job.total_j / count if count else math.nan
+        values = (
+            job.name, job.kind, job.status, setup_of(job), units.energy(job.total_j),
+            units.mass(cost.operational_g), units.mass(cost.embodied_g),
+            units.usd(cost.cost_usd),
+            units.per(units.energy(per_unit_j), unit) if count else units.UNKNOWN,
+            f"{units.count(count)} {unit}" if unit else units.UNKNOWN, job.started_s,
+            units.duration(run_s(job, now_s)), ", ".join(n for n, _t in job.nodes),
+            ", ".join(f"{k}={v}" for k, v in redact_labels(shown_labels(job.labels)).items()),
+            short_id(job.id),
+            job.id, job.total_j, math.nan if cost.operational_g is None else cost.operational_g,
+            math.nan if cost.cost_usd is None else cost.cost_usd, per_unit_j, job.started_s)
+        for name, value in zip(columns, values, strict=True):
             columns[name].append(value)
     return columns
 
 
 @dataclass(frozen=True, slots=True)
 class JobCost:
-    """CO2e and cost of one job; None where they cannot be known."""
+    """CO2e and cost of one job; None where they cannot be known.
 
-    co2e_g: float | None = None  # operational + embodied
+    One definition of CO2e on every page: ``operational_g`` (energy x PUE x grid
+    intensity) is what "CO2e" means, known whenever the energy is; embodied is apart,
+    and ``total_g`` (operational + embodied) only where a view labels it so.
+    """
+
+    operational_g: float | None = None
     embodied_g: float | None = None
     cost_usd: float | None = None
-    operational_g: float | None = None  # energy x PUE x grid intensity
+
+    @property
+    def total_g(self) -> float | None:
+        if self.operational_g is None or self.embodied_g is None:
+            return None
+        return self.operational_g + self.embodied_g
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +132,7 @@ class LoadPoint:
     """Inference jobs of one setup at one concurrency, summed."""
 
     setup: str
-    concurrency: float
+    level: float  # the load level: the value of the chosen label (concurrency)
     jobs: int
     units: float
     energy_j: float
@@ -135,15 +147,18 @@ class LoadPoint:
         return self.units / self.run_s if self.run_s > 0 else math.nan
 
 
-def load_curve(jobs: Iterable[JobTotals], unit: str, now_s: float) -> tuple[
-        list[LoadPoint], int]:
-    """Points per (setup, concurrency) for jobs with a numeric ``concurrency`` label and
-    some ``unit``; also how many labelled jobs were left out (label not a number)."""
+def load_curve(jobs: Iterable[JobTotals], unit: str, now_s: float,
+               label_key: str = "concurrency",
+               left_out: Collection[str] = ()) -> tuple[list[LoadPoint], int]:
+    """Points per (setup, level) for jobs whose ``label_key`` label is a positive number
+    and that counted some ``unit``, except the jobs ``left_out`` (a smoke test is not a
+    load level); also how many labelled jobs were left out for a label that is not a
+    positive number."""
     sums: defaultdict[tuple[str, float], list[float]] = defaultdict(lambda: [0, 0.0, 0.0, 0.0])
     skipped = 0
     for job in jobs:
-        label = job.labels.get("concurrency")
-        if label is None or job.units.get(unit, 0) <= 0:
+        label = job.labels.get(label_key)
+        if label is None or job.units.get(unit, 0) <= 0 or job.id in left_out:
             continue
         try:
             level = float(label)
@@ -158,9 +173,25 @@ def load_curve(jobs: Iterable[JobTotals], unit: str, now_s: float) -> tuple[
         point[1] += job.units[unit]
         point[2] += job.total_j
         point[3] += run_s(job, now_s)
-    points = [LoadPoint(setup, level, int(n), units, energy, seconds)
-              for (setup, level), (n, units, energy, seconds) in sorted(sums.items())]
+    points = [LoadPoint(setup, level, int(n), count, energy, seconds)
+              for (setup, level), (n, count, energy, seconds) in sorted(sums.items())]
     return points, skipped
+
+
+def numeric_label_keys(jobs: Iterable[JobTotals]) -> list[str]:
+    """Label keys whose values are positive numbers on at least two jobs: the labels
+    that can carry a load level, most used first."""
+    found: defaultdict[str, set[str]] = defaultdict(set)
+    for job in jobs:
+        for key, value in job.labels.items():
+            try:
+                number = float(value)
+            except ValueError:
+                continue
+            if math.isfinite(number) and number > 0:
+                found[key].add(job.id)
+    return [k for k, ids in sorted(found.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+            if len(ids) >= 2]
 
 
 @dataclass(frozen=True, slots=True)

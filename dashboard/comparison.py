@@ -11,7 +11,7 @@ prints under its table.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from agent.reports.compare import (
@@ -22,6 +22,7 @@ from agent.reports.compare import (
     compare,
     rebase,
 )
+from agent.reports.compare_words import row_names
 from agent.store.dashboard_queries import JobTotals
 from dashboard import costing
 
@@ -50,19 +51,16 @@ class Comparison:
 
 
 def figures(found: Sequence[JobTotals], now_s: float,
-            picked: Sequence[str] | None = None) -> list[JobFigures]:
+            picked: Sequence[str] | None = None,
+            sources: Mapping[str, tuple[str, ...]] | None = None) -> list[JobFigures]:
     """``found`` as ``compare()`` takes them, in store order (by start, as the CLI reads
-    them), or in the order ``picked`` names them (as ``--jobs`` takes them)."""
+    them), or in the order ``picked`` names them (as ``--jobs`` takes them); ``sources``
+    per node say whether each row's energy was measured."""
     jobs = list(found)
     if picked is not None:
         order = {job_id: i for i, job_id in enumerate(picked)}
         jobs.sort(key=lambda j: order.get(j.id, len(order)))
-    return [costing.job_figures(job, now_s) for job in jobs]
-
-
-def by_of(picked: Sequence[str] | None) -> str:
-    """Hand-picked jobs get a row each (``--by job``); otherwise a row per setup."""
-    return "job" if picked is not None else "instance_type"
+    return [costing.job_figures(job, now_s, sources) for job in jobs]
 
 
 def comparison(jobs: Sequence[JobFigures], unit: str, by: str) -> Comparison | None:
@@ -80,9 +78,13 @@ def row_key(row: ComparisonRow) -> str:
     return row.job_id if row.job_id is not None else row.group
 
 
-def row_label(row: ComparisonRow) -> str:
-    """A job row names its job and id (names repeat across runs); a setup row its types."""
-    return f"{row.job} ({row.job_id})" if row.job_id is not None else row.group
+def row_labels(rows: Sequence[ComparisonRow],
+               when: Callable[[float], str] | None = None) -> dict[str, str]:
+    """:func:`row_key` -> the name the page shows: a setup or label row its group, a job
+    row its name, told apart from runs of the same name by the labels that differ
+    between them (``mlp-serve concurrency=4``), else by ``when(started_s)``
+    (:func:`agent.reports.compare_words.row_names`, as ``joulestat compare`` does)."""
+    return {row_key(r): name for r, name in zip(rows, row_names(rows, when), strict=True)}
 
 
 def slowest(rows: Sequence[ComparisonRow]) -> ComparisonRow:

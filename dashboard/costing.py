@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from agent.carbon.footprint import METHODOLOGY, CarbonSettings, NodePlacement, footprint
@@ -102,16 +103,14 @@ def _rates(instance_type: str, region: str, prices: PriceTable | None) -> Rates:
 
 
 def node_cost(instance_type: str, region: str, energy_j: float, held_s: float) -> JobCost:
-    """CO2e (operational + embodied) and cost of a node using ``energy_j`` while held
-    ``held_s`` seconds; CO2e and cost are None where the catalog cannot say."""
+    """Operational CO2e, embodied CO2e and cost of a node using ``energy_j`` while held
+    ``held_s`` seconds; embodied and cost are None where the catalog cannot say, and
+    operational is known whenever the energy is (world-average intensity at worst)."""
     rate = rates(instance_type, region)
-    operational = energy_j * rate.operational_g_per_j
-    embodied = None if rate.embodied_g_per_s is None else held_s * rate.embodied_g_per_s
     return JobCost(
-        co2e_g=None if embodied is None else operational + embodied,
-        embodied_g=embodied,
+        operational_g=energy_j * rate.operational_g_per_j,
+        embodied_g=None if rate.embodied_g_per_s is None else held_s * rate.embodied_g_per_s,
         cost_usd=None if rate.usd_per_s is None else held_s * rate.usd_per_s,
-        operational_g=operational,
     )
 
 
@@ -146,13 +145,12 @@ def _priced(job: JobTotals | JobDetail, now_s: float,
 
 
 def job_cost(job: JobTotals | JobDetail, now_s: float) -> JobCost:
-    """A job's CO2e and cost summed over its nodes; an unknown figure on any node makes
-    the total None."""
+    """A job's CO2e and cost summed over its nodes; an unknown embodied figure or price
+    on any node makes that total None (operational CO2e is always known)."""
     if not job.per_node:
-        return JobCost()
+        return JobCost(operational_g=0.0)
     operational, embodied, cost = _priced(job, now_s)
-    return JobCost(co2e_g=None if embodied is None else operational + embodied,
-                   embodied_g=embodied, cost_usd=cost, operational_g=operational)
+    return JobCost(operational_g=operational, embodied_g=embodied, cost_usd=cost)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -167,11 +165,14 @@ def _notes(placed: tuple[tuple[str, str, str], ...], prices: PriceTable | None
                      CarbonSettings(prices=prices), now_s=0.0).notes
 
 
-def job_figures(job: JobTotals, now_s: float) -> JobFigures:
+def job_figures(job: JobTotals, now_s: float,
+                sources: Mapping[str, tuple[str, ...]] | None = None) -> JobFigures:
     """The job as :func:`agent.reports.compare.compare` takes it, field for field what
     ``figures_of`` builds for ``joulestat compare``: energy is the job's attributed energy,
     CO2e operational with embodied apart, cost and held time per node, ``duration_s`` its
-    wall-clock time, ``notes`` footprint's. A running job counts up to ``now_s``.
+    wall-clock time, ``notes`` footprint's, ``sources`` its nodes' (``sources``: node ->
+    sources, :func:`agent.store.report_queries.node_sources`, as the command reads them).
+    A running job counts up to ``now_s``.
 
     A loop of float arithmetic (footprint only for notes, cached per set of nodes, and
     only when a node has an unknown figure): the Compare page builds ten thousand.
@@ -185,5 +186,7 @@ def job_figures(job: JobTotals, now_s: float) -> JobFigures:
         job_id=job.id, name=job.name, kind=job.kind, nodes=tuple(nodes),
         units=dict(job.units), duration_s=max(0.0, end_s - job.started_s),
         energy_j=job.total_j, operational_co2e_g=operational, embodied_co2e_g=embodied,
-        cost_usd=cost, notes=notes,
+        cost_usd=cost, notes=notes, labels=job.labels, started_s=job.started_s,
+        sources=() if sources is None else tuple(sorted(
+            {s for node, _itype in job.nodes for s in sources.get(node, ())})),
     )

@@ -34,6 +34,7 @@ from agent.store.engine import StoreError, describe_error, redact_url
 from agent.store.job_queries import JobDetail, UnknownJobError, job_detail
 from agent.store.migrate import HEAD_REVISION, current_revision
 from agent.store.queries import NodeSummary, latest_power_w, list_nodes
+from agent.store.report_queries import node_sources
 from dashboard import analysis, comparison, costing
 from dashboard.analysis import JobCost
 from dashboard.bulk import gc_paused
@@ -173,31 +174,71 @@ def job_table(url: str, kind: str | None, status: str | None, since_s: float | N
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 @gc_paused
 def compare(url: str, kind: str, unit: str, since_s: float | None, until_s: float | None,
-            at_s: float, picked: tuple[str, ...] | None = None) -> comparison.Comparison | None:
-    """``compare()`` per ``unit`` of the jobs of ``kind`` in the window: a row per setup,
-    or per job when ``picked`` names the jobs; None when none counted ``unit``. Against
-    the first row and unsized: the page moves the baseline and SLA on the rows alone."""
+            at_s: float, picked: tuple[str, ...] | None = None,
+            by: str = "instance_type") -> comparison.Comparison | None:
+    """``compare()`` per ``unit`` of the jobs of ``kind`` in the window: a row per setup
+    (``by="instance_type"``), per value of a label (``by="label:KEY"``), or per job when
+    ``picked`` names the jobs; None when none counted ``unit``. Against the first row
+    and unsized: the page moves the baseline and SLA on the rows alone."""
     where = dq.JobFilter(kind, None, since_s, until_s, job_ids=picked)
-    jobs = comparison.figures(dq.job_totals(engine(url), where), at_s, picked)
-    return comparison.comparison(jobs, unit, comparison.by_of(picked))
+    found = dq.job_totals(engine(url), where)
+    sources = node_sources(engine(url), {node for job in found for node, _t in job.nodes})
+    jobs = comparison.figures(found, at_s, picked, sources)
+    return comparison.comparison(jobs, unit, "job" if picked is not None else by)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 @gc_paused
 def compare_candidates(url: str, kind: str, unit: str, since_s: float | None,
-                       until_s: float | None, limit: int = 500) -> list[tuple[str, str]]:
-    """(job id, label) of the newest jobs that counted ``unit``, for the job picker."""
+                       until_s: float | None, limit: int = 500
+                       ) -> list[tuple[str, str, float, str]]:
+    """(job id, name, started_s, setup) of the newest jobs that counted ``unit``, for
+    the job picker ("name · started · instance type", started in the viewer's clock)."""
     found = dq.job_totals(engine(url), dq.JobFilter(kind, None, since_s, until_s))
     newest = sorted((j for j in found if j.units.get(unit, 0) > 0),
                     key=lambda j: j.started_s, reverse=True)[:limit]
-    return [(j.id, f"{j.name} · {analysis.setup_of(j)} · {j.id}") for j in newest]
+    return [(j.id, j.name, j.started_s, analysis.setup_of(j)) for j in newest]
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 @gc_paused
-def load_points(url: str, unit: str, at_s: float) -> tuple[list[analysis.LoadPoint], int]:
-    found = dq.job_totals(engine(url), dq.JobFilter(kind="inference", label_key="concurrency"))
-    return analysis.load_curve(found, unit, at_s)
+def label_keys(url: str, kind: str | None, since_s: float | None = None,
+               until_s: float | None = None) -> list[str]:
+    """Label keys of the jobs of ``kind`` whose values are numbers on two jobs or more
+    (Load curve's level), most used first."""
+    found = dq.job_totals(engine(url), dq.JobFilter(kind, None, since_s, until_s))
+    return analysis.numeric_label_keys(found)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+@gc_paused
+def all_label_keys(url: str, kind: str | None) -> list[str]:
+    """Every label key the jobs of ``kind`` carry, most used first (Compare's grouping)."""
+    counts: dict[str, int] = {}
+    for job in dq.job_totals(engine(url), dq.JobFilter(kind)):
+        for key in job.labels:
+            counts[key] = counts.get(key, 0) + 1
+    return sorted(counts, key=lambda k: (-counts[k], k))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+@gc_paused
+def load_jobs(url: str, unit: str, label_key: str) -> list[dq.JobTotals]:
+    """Inference jobs carrying ``label_key`` that counted ``unit``, by start."""
+    found = dq.job_totals(engine(url), dq.JobFilter(kind="inference", label_key=label_key))
+    return [j for j in found if j.units.get(unit, 0) > 0]
+
+
+def load_points(url: str, unit: str, at_s: float, label_key: str = "concurrency",
+                left_out: tuple[str, ...] = ()) -> tuple[list[analysis.LoadPoint], int]:
+    return analysis.load_curve(load_jobs(url, unit, label_key), unit, at_s, label_key,
+                               set(left_out))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def imported(url: str) -> set[str]:
+    """Nodes known only from imported files (:func:`dq.imported_nodes`)."""
+    return dq.imported_nodes(engine(url))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

@@ -127,5 +127,7 @@ def require_data(url: str) -> None:
 def period_picker(key: str, default: str = "Last 24 hours") -> tuple[str, float | None]:
     """A period choice; returns its label and length in seconds (None: all time)."""
     options = list(PERIODS_S)
-    label = st.selectbox("Period", options, index=options.index(default), key=key)
+    if st.session_state.get(key) not in options:  # the default, set as state so a page
+        st.session_state[key] = default          # may seed it (from its URL) first
+    label = st.selectbox("Period", options, key=key)
     return label, PERIODS_S[label]

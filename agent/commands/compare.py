@@ -12,7 +12,6 @@ import argparse
 import json
 import math
 import sys
-from collections import Counter
 from dataclasses import asdict
 from typing import Any
 
@@ -38,6 +37,18 @@ def _number(text: str) -> float:
     return value
 
 
+def _by(text: str) -> str:
+    """An argparse ``type`` for ``--by``: job, instance_type or label:KEY."""
+    from agent.reports.compare import CompareError
+    from agent.reports.compare_groups import check_by
+
+    try:
+        check_by(text)
+    except CompareError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "compare",
@@ -51,9 +62,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--jobs", nargs="+", metavar="JOB",
                         help="jobs to compare, each an id, id prefix or name (a name: every "
                         "run of it), in this order [default: every job, by start time]")
-    parser.add_argument("--by", choices=("job", "instance_type"), default="job",
-                        help="a row per job, or per instance type with its jobs pooled "
-                        "[default: job]")
+    parser.add_argument("--by", type=_by, default="job", metavar="job|instance_type|label:KEY",
+                        help="a row per job, per instance type with its jobs pooled, or "
+                        "per value of the job label KEY (label:concurrency) with its jobs "
+                        "pooled [default: job]")
     parser.add_argument("--unit", help="unit of work to compare per [default: the unit "
                         "most jobs counted]")
     parser.add_argument("--baseline", metavar="X", help="job id, id prefix or name (--by "
@@ -136,12 +148,16 @@ def as_json(table: Any, notes: list[str], prices: list[Any] | None = None
 
 def _sig(value: float | None, digits: int = 3, missing: str = UNKNOWN) -> str:
     """``digits`` significant digits with thousands separators, no exponent."""
-    if value is None:
-        return missing
-    if value == 0:
-        return "0"
-    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
-    return f"{value:,.{decimals}f}"
+    from agent import units
+
+    return missing if value is None else units.sig(value, digits)
+
+
+def _figure(text: str) -> str:
+    """A formatted figure; unknown reads ``unknown`` in the text table."""
+    from agent import units
+
+    return UNKNOWN if text == units.UNKNOWN else text
 
 
 def _grid(headers: list[str], rows: list[list[str]], left: int) -> list[str]:
@@ -155,21 +171,24 @@ def _grid(headers: list[str], rows: list[list[str]], left: int) -> list[str]:
     return lines
 
 
+def _local(t_s: float) -> str:
+    from datetime import datetime
+
+    return datetime.fromtimestamp(t_s).strftime("%Y-%m-%d %H:%M")
+
+
 def _labels(rows: Any) -> dict[int, str]:
-    """Row labels, with a short id where several jobs share a name; ``*`` marks the baseline."""
-    names = Counter(row.label for row in rows)
-    labels = {}
-    for i, row in enumerate(rows):
-        label = row.label
-        if names[label] > 1 and row.job_id is not None:
-            label = f"{label} [{row.job_id[:8]}]"
-        labels[i] = label + (" *" if row.is_baseline else "")
-    return labels
+    """Row labels; runs of one name told apart by the labels that differ between them
+    (else their start, else a short id); ``*`` marks the baseline."""
+    from agent.reports.compare_words import row_names
+
+    return {i: name + (" *" if row.is_baseline else "")
+            for i, (name, row) in enumerate(zip(row_names(rows, _local), rows, strict=True))}
 
 
-def _lead(label: str, row: Any, by_job: bool) -> list[str]:
-    """The label, and by job the job's instance types (a setup's label already is them)."""
-    return [label, "+".join(row.instance_types)] if by_job else [label]
+def _lead(label: str, row: Any, by_group: bool) -> list[str]:
+    """The label, and the row's instance types unless the label already is them."""
+    return [label] if not by_group else [label, "+".join(row.instance_types)]
 
 
 def _delta(value: float | None, comparable: bool, kind: str = "pct") -> str:
@@ -184,10 +203,12 @@ def _delta(value: float | None, comparable: bool, kind: str = "pct") -> str:
 
 def _price_lines(prices: list[Any]) -> list[str]:
     """``prices ...:`` and one line per instance type: its USD/h and where that came from."""
+    from agent import units
+
     if not prices:
         return []
     width = max(len(p.instance_type or "unknown") for p in prices)
-    usds = [UNKNOWN if p.usd_per_hour is None else _sig(p.usd_per_hour, 4) for p in prices]
+    usds = [_figure(units.price_per_hour(p.usd_per_hour)) for p in prices]
     usd_width = max(len(u) for u in usds)
     lines = ["prices (USD per instance-hour):"]
     for p, usd in zip(prices, usds, strict=True):
@@ -198,7 +219,9 @@ def _price_lines(prices: list[Any]) -> list[str]:
 
 def render_text(table: Any, notes: list[str], prices: list[Any] | None = None) -> str:
     """The tables (per unit, then per run), headlines, SLA sizing, the price of each
-    instance type with its source, and notes."""
+    instance type with its source, and notes. Figures are :mod:`agent.units`' (``2.05
+    mJ``, ``158 ng``, ``$12.03``), as the dashboard and the reports print them."""
+    from agent import units
     from agent.reports.compare import PER_UNIT
     from agent.reports.compare_words import format_usd, headline, plural
 
@@ -209,8 +232,10 @@ def render_text(table: Any, notes: list[str], prices: list[Any] | None = None) -
     base_label = next(labels[i] for i, r in enumerate(table.rows) if r.is_baseline)
     base_label = base_label.removesuffix(" *")
     by_job = table.by == "job"
-    first = "job" if by_job else "instance type"
-    lead = [first, "instance types"] if by_job else [first]
+    first = ("job" if by_job else "instance type" if table.by == "instance_type"
+             else table.by.removeprefix("label:"))
+    lead = [first] if table.by == "instance_type" else [first, "instance types"]
+    grouped = table.by != "instance_type"
     per_unit = [(i, r) for i, r in enumerate(table.rows) if r.basis == PER_UNIT]
     per_run = [(i, r) for i, r in enumerate(table.rows) if r.basis != PER_UNIT]
     out = [f"{len(table.rows)} row(s) by {table.by.replace('_', ' ')}, baseline (*) "
@@ -220,40 +245,42 @@ def render_text(table: Any, notes: list[str], prices: list[Any] | None = None) -
         unit = table.unit
         out.append(f"per {unit}:")
         headers = [*lead, "runs", f"{plural(unit)}/instance-h",
-                   f"J/{unit}", f"gCO2e/{unit}", f"USD/1M {plural(unit)}", "kJ/run",
-                   "throughput", f"energy/{unit}", f"CO2e/{unit}", f"cost/{unit}"]
+                   f"energy/{unit}", f"CO2e/{unit}", f"USD/1M {plural(unit)}", "energy/run",
+                   "throughput", f"energy/{unit}", f"CO2e/{unit}", f"cost/{unit}",
+                   "energy is"]
         same = base.basis == PER_UNIT
         out += _grid(headers, [[
-            *_lead(labels[i], r, by_job), str(r.runs), _sig(r.units_per_hour),
-            _sig(r.energy_per_unit_j), _sig(r.co2e_per_unit_g),
-            UNKNOWN if r.cost_per_million_usd is None else format_usd(r.cost_per_million_usd),
-            _sig(r.energy_per_run_j / 1000), _delta(r.throughput_x, same, "x"),
+            *_lead(labels[i], r, grouped), str(r.runs), _figure(units.count(r.units_per_hour)),
+            _figure(units.energy(r.energy_per_unit_j)), _figure(units.mass(r.co2e_per_unit_g)),
+            _figure(units.usd(r.cost_per_million_usd)), units.energy(r.energy_per_run_j),
+            _delta(r.throughput_x, same, "x"),
             _delta(r.energy_pct, same), _delta(r.co2e_pct, same), _delta(r.cost_pct, same),
+            r.energy_class or UNKNOWN,
         ] for i, r in per_unit], left=len(lead))
         out.append("")
     if per_run:
         counted = f" (no {plural(table.unit)} counted)" if table.unit else ""
         out.append(f"per run{counted}:")
-        headers = [*lead, "runs", "kJ/run", "gCO2e/run", "USD/run",
-                   "energy/run", "CO2e/run", "cost/run"]
+        headers = [*lead, "runs", "energy/run", "CO2e/run", "cost/run",
+                   "energy/run", "CO2e/run", "cost/run", "energy is"]
         same = base.basis != PER_UNIT
         out += _grid(headers, [[
-            *_lead(labels[i], r, by_job), str(r.runs), _sig(r.energy_per_run_j / 1000),
-            _sig(r.co2e_per_run_g),
-            UNKNOWN if r.cost_per_run_usd is None else format_usd(r.cost_per_run_usd),
+            *_lead(labels[i], r, grouped), str(r.runs), units.energy(r.energy_per_run_j),
+            units.mass(r.co2e_per_run_g), _figure(units.usd(r.cost_per_run_usd)),
             _delta(r.energy_pct, same), _delta(r.co2e_pct, same), _delta(r.cost_pct, same),
+            r.energy_class or UNKNOWN,
         ] for i, r in per_run], left=len(lead))
         out.append("")
-    lines = [f"{labels[i]} vs {base_label}: {headline(r, base)}"
+    lines = [f"{labels[i].removesuffix(' *')} vs {base_label}: {headline(r, base)}"
              for i, r in enumerate(table.rows) if not r.is_baseline and r.basis == base.basis]
     if lines:
         out += [*lines, ""]
     if table.sla_units_per_hour is not None and per_unit:
         out.append(f"to serve {_sig(table.sla_units_per_hour, 6)} {plural(table.unit)}/h:")
-        out += _grid([first, "instances", "fleet W", "fleet USD/h"], [[
-            labels[i], str(r.instances_needed), _sig(r.fleet_power_w),
+        out += _grid([first, "instances", "fleet power", "fleet cost/h"], [[
+            labels[i], str(r.instances_needed), _figure(units.power(r.fleet_power_w)),
             UNKNOWN if r.fleet_cost_per_hour_usd is None
-            else format_usd(r.fleet_cost_per_hour_usd),
+            else f"${format_usd(r.fleet_cost_per_hour_usd)}",
         ] for i, r in per_unit if r.instances_needed is not None], left=1)
         out.append("")
     out += _price_lines(prices or [])

@@ -6,4 +6,8 @@
 are the same whichever format a reader gets. :mod:`agent.reports.importer` reads such
 reports (and CodeCarbon ``emissions.csv`` files) back into a store.
 :mod:`agent.reports.compare` compares jobs (``joulestat compare``).
+:mod:`agent.reports.sources` says which figures were measured (for reports, compare and
+the dashboard alike), :mod:`agent.reports.narrative` writes the headline and the notes,
+and :mod:`agent.reports.external` keeps another tool's own CO2e beside joulestat's.
+Numbers people read are formatted by :mod:`agent.units`.
 """

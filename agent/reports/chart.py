@@ -53,6 +53,14 @@ def lines(report: Mapping[str, Any]) -> tuple[dict[str, list[tuple[float, float]
     return ordered, name
 
 
+def axis_ticks(high: float, count: int = 5) -> tuple[float, list[float]]:
+    """An axis that ends at ``high`` (the job's end, not the next round number: a 61 s
+    job's axis stops at 61, not 80) and its round ticks up to there."""
+    if high <= 0:
+        return 1.0, [0.0, 1.0]
+    return high, [t for t in nice_ticks(high, count) if t <= high * (1 + 1e-9)]
+
+
 def nice_ticks(high: float, count: int = 5) -> list[float]:
     """Round tick values from 0 to at least ``high`` (1, 2, 2.5 or 5 x 10^n steps)."""
     if high <= 0:
@@ -76,9 +84,9 @@ def svg_chart(report: Mapping[str, Any], width: int = 760, height: int = 300) ->
                 "</svg>")
     left, right, top, bottom = 64, 120, 16, 44
     plot_w, plot_h = width - left - right, height - top - bottom
-    x_ticks = nice_ticks(max(t for pts in data.values() for t, _ in pts))
+    x_max, x_ticks = axis_ticks(max(t for pts in data.values() for t, _ in pts))
     y_ticks = nice_ticks(max(w for pts in data.values() for _, w in pts))
-    x_max, y_max = x_ticks[-1] or 1.0, y_ticks[-1] or 1.0
+    y_max = y_ticks[-1] or 1.0
 
     def x(t: float) -> float:
         return left + plot_w * t / x_max

@@ -6,9 +6,16 @@ measurements. The file is read as text; codecarbon itself is never imported.
 
 Mapping, per row (one tracker run):
 
-* job id ``codecarbon:<run_id>``, name ``project_name``, kind ``other``, labels from
-  ``experiment_id``, ``codecarbon_version``, ``cpu_model``, ``gpu_model``,
-  ``tracking_mode`` (those present). Rows of the same ``run_id`` are cumulative
+* job id ``codecarbon:<run_id>``, name ``codecarbon:<project_name>`` (not the bare
+  project name: a joulestat run of the same work is often named like the project, and
+  ``compare --jobs NAME`` takes every run of a name), kind ``other``; ``joulestat import
+  --name/--kind/--label`` set them. Labels: ``project_name``, ``experiment_id``,
+  ``codecarbon_version``, ``cpu_model``, ``gpu_model``, ``tracking_mode`` (those
+  present), and CodeCarbon's own result, verbatim from the CSV:
+  ``codecarbon_emissions_kg`` (its CO2e) and ``codecarbon_energy_kwh``
+  (``energy_consumed``, with its PUE). Labels travel with the job into reports and
+  exports, so CodeCarbon's figure stays beside joulestat's recomputation
+  (:mod:`agent.reports.external`). Rows of the same ``run_id`` are cumulative
   snapshots of one run (CodeCarbon appends one at each flush and at stop): the last
   one wins.
 * one node ``codecarbon:<run_id>`` held from ``timestamp - duration`` to
@@ -22,8 +29,13 @@ Mapping, per row (one tracker run):
   3.6e6 = J. CodeCarbon multiplies its energy by its ``pue`` setting; joulestat stores
   energy at the server and applies its own PUE in reports, so the energy is divided by
   ``pue`` first (1.0 by default, which changes nothing). CodeCarbon does not split idle
-  from dynamic power: everything is stored as dynamic, with source
-  ``import:codecarbon``.
+  from dynamic power: everything is stored as dynamic.
+* sources say what CodeCarbon measured with, as far as its CSV tells: GPU energy is
+  NVML's energy counter (``import:codecarbon/nvml_energy``), RAM energy always its
+  model of installed memory (``import:codecarbon/model:codecarbon-ram``); CPU energy
+  is ``import:codecarbon`` alone, because the CSV does not say whether CodeCarbon read
+  RAPL or fell back to TDP x CPU load, so it is never called measured
+  (:mod:`agent.reports.sources`).
 """
 
 from __future__ import annotations
@@ -43,8 +55,15 @@ from agent.store.import_writer import ImportedJob, ImportedNode
 SOURCE = "import:codecarbon"
 REQUIRED = ("timestamp", "duration", "cpu_energy", "gpu_energy", "ram_energy")
 COMPONENTS = (("cpu_energy", "cpu"), ("gpu_energy", "gpu"), ("ram_energy", "dram"))
-LABEL_COLUMNS = ("experiment_id", "codecarbon_version", "cpu_model", "gpu_model",
-                 "tracking_mode")
+# What CodeCarbon measured each component with, where its CSV says so (module doc).
+SOURCES = {"cpu": SOURCE, "gpu": f"{SOURCE}/nvml_energy",
+           "dram": f"{SOURCE}/model:codecarbon-ram"}
+LABEL_COLUMNS = ("project_name", "experiment_id", "codecarbon_version", "cpu_model",
+                 "gpu_model", "tracking_mode")
+# CodeCarbon's own result, kept verbatim as labels (CSV column -> label key)
+RESULT_LABELS = (("emissions", "codecarbon_emissions_kg"),
+                 ("energy_consumed", "codecarbon_energy_kwh"))
+NAME_PREFIX = "codecarbon:"
 
 
 class CodeCarbonError(ValueError):
@@ -124,11 +143,17 @@ def _job(row: dict[str, str], line: int) -> ImportedJob:
     energy_j = {component: _number(row, column, line) * J_PER_KWH / pue
                 for column, component in COMPONENTS}
     # joulestat job names carry no path separators; CodeCarbon project names may
-    raw_name = (row.get("project_name") or "").strip() or "codecarbon"
+    raw_name = (row.get("project_name") or "").strip() or "unnamed"
+    result = {key: (row.get(column) or "").strip() for column, key in RESULT_LABELS}
+    for column, key in RESULT_LABELS:
+        if result[key]:
+            _number(row, column, line)
     try:
-        name = validate_name(raw_name.replace("/", "-").replace("\\", "-"))
-        labels = validate_labels({column: row[column].strip() for column in LABEL_COLUMNS
-                                  if (row.get(column) or "").strip()})
+        name = validate_name(NAME_PREFIX + raw_name.replace("/", "-").replace("\\", "-"))
+        labels = validate_labels({
+            **{column: row[column].strip() for column in LABEL_COLUMNS
+               if (row.get(column) or "").strip()},
+            **{key: value for key, value in result.items() if value}})
     except JobError as exc:
         raise CodeCarbonError(line, f"project_name or labels: {exc}") from None
     run_id = _run_id(row)
@@ -138,7 +163,8 @@ def _job(row: dict[str, str], line: int) -> ImportedJob:
         node=f"codecarbon:{run_id}", instance_type="unknown" if on_cloud else "local",
         region=_region(row), started_s=end_s - duration_s, ended_s=end_s,
         dynamic_j={c: j for c, j in energy_j.items() if j > 0}, idle_j={}, units={},
-        source=SOURCE, agent_version=f"codecarbon {version}".strip(),
+        source=SOURCE, sources={c: SOURCES[c] for c, j in energy_j.items() if j > 0},
+        agent_version=f"codecarbon {version}".strip(),
         cpu_model=(row.get("cpu_model") or "").strip(),
     )
     return ImportedJob(id=f"codecarbon:{run_id}", name=name, kind="other", labels=labels,

@@ -20,6 +20,8 @@ The rules, each chosen so a comparison is fair to the hardware rather than to th
   or runs that count nothing) get **per-run** rows: the run's energy, CO2e and cost.
   Deltas compare like with like: per unit against a per-unit baseline, per run against
   a per-run baseline, nothing otherwise.
+* ``by="label:KEY"`` pools the jobs by the value of their label KEY
+  (``concurrency=4``), the same way; jobs without it form ``KEY unset``.
 * ``by="instance_type"`` pools the jobs of one setup: sum of units over sum of
   instance-hours. A multi-node job's setup is its distinct instance types joined with
   ``+`` (``c6i.4xlarge+p4d.24xlarge``), so a loader-fed trainer is never mixed into
@@ -36,29 +38,26 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from agent.carbon.units import S_PER_HOUR
+from agent.redact import redact_labels
+from agent.reports.compare_groups import (
+    BY_CHOICES,
+    LABEL_BY,
+    UNKNOWN_TYPE,
+    CompareError,
+    check_by,
+    group_of,
+    label_key,
+    setup_name,
+)
+from agent.reports.sources import sources_class
 
-BY_CHOICES = ("job", "instance_type")
+__all__ = ["BY_CHOICES", "LABEL_BY", "PER_MILLION", "PER_RUN", "PER_UNIT", "UNKNOWN_TYPE",
+           "CompareError", "ComparisonRow", "ComparisonTable", "JobFigures", "NodeFigures",
+           "compare", "group_of", "label_key", "rebase", "setup_name"]
+
 PER_UNIT = "unit"
 PER_RUN = "run"
 PER_MILLION = 1_000_000.0
-UNKNOWN_TYPE = "unknown"
-
-
-class CompareError(ValueError):
-    """Input :func:`compare` (or the loader) cannot use. ``argument`` names the parameter
-    (``by``, ``unit``, ``baseline``, ``sla_units_per_hour``, ``jobs``) so a command can
-    name its own flag."""
-
-    def __init__(self, argument: str, message: str) -> None:
-        super().__init__(message)
-        self.argument = argument
-
-
-def setup_name(instance_types: Iterable[str]) -> str:
-    """A setup's name: its distinct instance types, sorted, joined by ``+`` (an empty type
-    reads ``unknown``). Public so every page and report that names a job's setup names it
-    as the comparison groups it."""
-    return "+".join(sorted({t or UNKNOWN_TYPE for t in instance_types})) or UNKNOWN_TYPE
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +91,9 @@ class JobFigures:
     embodied_co2e_g: float | None
     cost_usd: float | None
     notes: tuple[str, ...] = field(default=())
+    labels: dict[str, str] = field(default_factory=dict)
+    started_s: float | None = None
+    sources: tuple[str, ...] = ()  # where its nodes' energy comes from (rapl, model:...)
 
     def __post_init__(self) -> None:
         # Checked without names first: the dashboard builds ten thousand of these a page.
@@ -176,6 +178,11 @@ class ComparisonRow:
     instances_needed: int | None = None
     fleet_power_w: float | None = None
     fleet_cost_per_hour_usd: float | None = None
+    # a job row's labels and start, so that runs of one name can be told apart
+    labels: tuple[tuple[str, str], ...] = ()
+    started_s: float | None = None
+    # measured, estimated, unstated, mixed (agent.reports.sources); "" when unknown
+    energy_class: str = ""
 
     @property
     def label(self) -> str:
@@ -244,7 +251,8 @@ def _row(members: list[JobFigures], unit: str | None, by: str) -> ComparisonRow:
     return ComparisonRow(
         job=first.name if by == "job" else None,
         job_id=first.job_id if by == "job" else None,
-        group=first.setup, basis=basis, unit=unit,
+        group=first.setup if by in BY_CHOICES else group_of(first, by), basis=basis,
+        unit=unit,
         job_ids=tuple(job.job_id for job in members),
         instance_types=tuple(sorted({t for job in members for t in job.instance_types})),
         runs=runs, instance_hours=instance_h, units=units, energy_j=energy_j,
@@ -259,6 +267,10 @@ def _row(members: list[JobFigures], unit: str | None, by: str) -> ComparisonRow:
         cost_per_run_usd=_per(cost, runs),
         power_per_instance_w=_per(energy_j, instance_s),
         cost_per_instance_hour_usd=_per(cost, instance_h),
+        labels=tuple(sorted(redact_labels(first.labels).items())) if by == "job" else (),
+        started_s=first.started_s if by == "job" else None,
+        energy_class=sources_class({s for job in members for s in job.sources})
+        if any(job.sources for job in members) else "",
     )
 
 
@@ -268,7 +280,7 @@ def _groups(jobs: Sequence[JobFigures], unit: str | None, by: str
     per_unit: dict[str, list[JobFigures]] = {}
     per_run: dict[str, list[JobFigures]] = {}
     for job in jobs:
-        key = job.job_id if by == "job" else job.setup
+        key = group_of(job, by)
         (per_unit if job.counted(unit) > 0 else per_run).setdefault(key, []).append(job)
     return [(m, unit) for m in per_unit.values()] + [(m, None) for m in per_run.values()]
 
@@ -284,10 +296,15 @@ def _find_baseline(rows: list[ComparisonRow], baseline: str, by: str) -> int:
         known = ", ".join(sorted({r.job or "" for r in rows}))
     else:
         found = [i for i, r in enumerate(rows) if r.group.lower() == baseline.lower()]
+        key = label_key(by)
+        if not found and key is not None:  # "4" for "concurrency=4"
+            found = [i for i, r in enumerate(rows) if r.group == f"{key}={baseline}"]
         known = ", ".join(dict.fromkeys(r.group for r in rows))
     if not found:
+        what = "jobs" if by == "job" else "instance types" if by in BY_CHOICES else (
+            f"values of label {label_key(by)}")
         raise CompareError("baseline", f"{baseline!r} is none of the compared "
-                           f"{'jobs' if by == 'job' else 'instance types'} ({known or 'none'})")
+                           f"{what} ({known or 'none'})")
     return found[0]  # per-unit rows come first, so a setup present both ways is per unit
 
 
@@ -336,13 +353,13 @@ def compare(
 ) -> ComparisonTable:
     """Compare ``jobs`` per ``unit`` (default: the unit most jobs counted).
 
-    ``by``: ``job`` (a row per job) or ``instance_type`` (a row per setup, jobs pooled).
+    ``by``: ``job`` (a row per job), ``instance_type`` (a row per setup, jobs pooled)
+    or ``label:KEY`` (a row per value of the job label KEY, jobs pooled).
     ``baseline``: a job id or name, or a setup name; default the first row.
     ``sla_units_per_hour``: size a fleet per row for this many units per hour.
     Raises :class:`CompareError` naming the argument that is wrong.
     """
-    if by not in BY_CHOICES:
-        raise CompareError("by", f"expected one of {', '.join(BY_CHOICES)}, got {by!r}")
+    check_by(by)
     _check_sla(sla_units_per_hour)
     chosen = choose_unit(jobs, unit)
     rows = tuple(_row(members, row_unit, by) for members, row_unit in _groups(jobs, chosen, by))

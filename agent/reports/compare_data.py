@@ -27,6 +27,7 @@ from agent.reports.compare import CompareError, JobFigures, NodeFigures
 from agent.store.compare_queries import job_refs
 from agent.store.job_queries import JobDetail, job_detail, job_energy_series
 from agent.store.job_refs import JobRef, JobRefError, resolve_job
+from agent.store.report_queries import node_sources
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +104,9 @@ def figures_of(engine: Engine, detail: JobDetail, settings: CarbonSettings | Non
         units=dict(detail.units), duration_s=max(0.0, end_s - detail.started_s),
         energy_j=detail.total_j, operational_co2e_g=found.operational_co2e_g,
         embodied_co2e_g=found.embodied_co2e_g, cost_usd=found.cost_usd, notes=found.notes,
+        labels=dict(detail.labels), started_s=detail.started_s,
+        sources=tuple(sorted({s for found_sources in node_sources(
+            engine, [p.node for p in detail.per_node]).values() for s in found_sources})),
     )
 
 

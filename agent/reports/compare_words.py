@@ -7,6 +7,9 @@ module only writes them, so every place that shows a delta writes it the same wa
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable, Sequence
+
 from agent.reports.compare import PER_UNIT, ComparisonRow, pct_change, ratio_of
 
 MINUS = "\u2212"
@@ -64,3 +67,34 @@ def headline(row: ComparisonRow, baseline: ComparisonRow) -> str:
     else:
         parts.append(f"USD {format_usd(costs[0])} vs {format_usd(costs[1])} {cost_per}")
     return ", ".join(parts)
+
+
+def row_names(rows: Sequence[ComparisonRow], when: Callable[[float], str] | None = None
+              ) -> list[str]:
+    """Each row's name, told apart where several job rows share one: by the labels that
+    differ between those runs (``mlp-serve concurrency=4``), else by their start
+    (``when(started_s)``, e.g. local time), else by a short id. A setup or label row is
+    its group."""
+    names = Counter(row.label for row in rows)
+    result = []
+    for row in rows:
+        if names[row.label] < 2 or row.job_id is None:
+            result.append(row.label)
+            continue
+        twins = [r for r in rows if r.label == row.label and r.job_id is not None]
+        keys = sorted({k for r in twins for k, _v in r.labels})
+        differing = [k for k in keys
+                     if len({dict(r.labels).get(k) for r in twins}) > 1]
+        mine = dict(row.labels)
+        if differing:
+            result.append(f"{row.label} " + " ".join(
+                f"{k}={mine[k]}" if k in mine else f"{k} unset" for k in differing))
+        elif when is not None and row.started_s is not None:
+            result.append(f"{row.label} · {when(row.started_s)}")
+        else:
+            result.append(f"{row.label} [{row.job_id[:8]}]")
+    repeated = Counter(result)
+    return [name if repeated[name] < 2 or row.job_id is None else
+            f"{name} · {when(row.started_s)}" if when is not None and row.started_s is not None
+            and f"{when(row.started_s)}" not in name else f"{name} [{row.job_id[:8]}]"
+            for name, row in zip(result, rows, strict=True)]

@@ -23,6 +23,9 @@ semicolons).
     region_resolution, intensity_sources, intensity_years, pue_sources   per node
     energy_sources                        component=source,source; ...
     notes, agent_version, generated_at
+    energy_by_class                       measured=J; estimated=J; ... (sources.py's classes)
+    untracked_cpu_shares                  node=share | ... (empty: unknown)
+    external_co2e_g                       tool=g: another tool's own CO2e (CodeCarbon's)
 """
 
 from __future__ import annotations
@@ -111,6 +114,10 @@ COLUMNS: tuple[_Column, ...] = (
     ("notes", lambda r: " | ".join(r["notes"])),
     ("agent_version", lambda r: r["agent_version"]),
     ("generated_at", lambda r: r["generated_at"]),
+    ("energy_by_class", lambda r: _pairs(r.get("energy_by_class") or {})),
+    ("untracked_cpu_shares", lambda r: _per_node(r, "untracked_cpu_share", "nodes")),
+    ("external_co2e_g", lambda r: _pairs({e["tool"]: e["co2e_g"]
+                                          for e in r.get("external_co2e") or []})),
 )
 COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _ in COLUMNS)
 

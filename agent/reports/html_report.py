@@ -20,17 +20,23 @@ CSS = """
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto;
        max-width: 1100px; color: #222; line-height: 1.4; padding: 0 1em; }
 h1 { font-size: 1.5em; margin-bottom: 0.2em; } h2 { font-size: 1.15em; margin-top: 1.6em; }
-table { border-collapse: collapse; margin: 0.5em 0; font-size: 0.9em; }
+table { border-collapse: collapse; margin: 0.5em 0; font-size: 0.9em; width: 100%; }
+table.fixed { table-layout: fixed; }
 th, td { border: 1px solid #ccc; padding: 4px 8px; text-align: left; vertical-align: top;
-         overflow-wrap: anywhere; }
+         overflow-wrap: break-word; }
+table.fixed td, table.fixed th { overflow-wrap: anywhere; }
 th { background: #f3f3f3; } td.num { text-align: right; white-space: nowrap; }
 .meta { color: #666; font-size: 0.9em; } pre { white-space: pre-wrap; background: #f8f8f8;
        padding: 0.8em; border: 1px solid #eee; font-size: 0.85em; }
-.notes li { color: #8a4b00; }
+.notes li { color: #8a4b00; } .method li { font-size: 0.9em; margin-bottom: 0.3em; }
+.headline { font-size: 1.1em; font-weight: 600; background: #f4f8fb; padding: 0.6em 0.8em;
+            border-left: 4px solid #4C78A8; }
 """
 
 
 def _table(table: tables.Table, header: bool = True) -> str:
+    """One table across the page's width; a table with column weights (provenance's long
+    texts) keeps them, as the PDF does, instead of squeezing its short columns."""
     rows = []
     if header:
         rows.append("<tr>" + "".join(f"<th>{escape(h)}</th>" for h in table.headers) + "</tr>")
@@ -40,7 +46,14 @@ def _table(table: tables.Table, header: bool = True) -> str:
             tag = "th" if not header and index == 0 else "td"
             cells.append(f"<{tag}>{escape(cell)}</{tag}>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<h2>{escape(table.title)}</h2>\n<table>\n" + "\n".join(rows) + "\n</table>"
+    columns = ""
+    if table.weights is not None:
+        total = sum(table.weights)
+        columns = "<colgroup>" + "".join(f'<col style="width:{100 * w / total:.1f}%">'
+                                         for w in table.weights) + "</colgroup>\n"
+    layout = ' class="fixed"' if table.weights is not None else ""
+    return (f"<h2>{escape(table.title)}</h2>\n<table{layout}>\n{columns}"
+            + "\n".join(rows) + "\n</table>")
 
 
 def render_html(report: Mapping[str, Any]) -> str:
@@ -48,6 +61,7 @@ def render_html(report: Mapping[str, Any]) -> str:
     notes = "".join(f"<li>{escape(n)}</li>" for n in report["notes"])
     body = [
         f"<h1>{escape(tables.title(report))}</h1>",
+        f'<p class="headline">{escape(report["headline"])}</p>',
         f'<p class="meta">Generated {escape(report["generated_at"])} by joulestat '
         f'{escape(report["agent_version"])}. Schema: docs/report-schema.json '
         f'(version {report["schema_version"]}).</p>',
@@ -55,10 +69,13 @@ def render_html(report: Mapping[str, Any]) -> str:
         "<h2>Power over time</h2>",
         svg_chart(report),
         *(_table(t) for t in tables.all_tables(report)),
-        "<h2>Notes</h2>",
-        f'<ul class="notes">{notes}</ul>' if notes else "<p>None: every figure is known.</p>",
+        "<h2>Notes: unknowns and estimated factors</h2>",
+        f'<ul class="notes">{notes}</ul>' if notes
+        else "<p>Every figure is measured and known.</p>",
         "<h2>Methodology</h2>",
-        f"<pre>{escape(report['methodology'])}</pre>",
+        '<ul class="method">' + "".join(
+            f"<li>{escape(text)}</li>"
+            for text in tables.methodology_paragraphs(report["methodology"])) + "</ul>",
     ]
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             f"<title>{escape(tables.title(report))}</title>\n<style>{CSS}</style>\n"

@@ -4,9 +4,12 @@ a store, each file all or nothing.
 Why: a job measured on machines with separate stores (or by CodeCarbon) can be read
 with the same tools as the rest once it is in one store. A JSON report carries every
 node's exact per-component dynamic and idle joules, units and held time, so a job
-exported and imported again reports the same energy, CO2e, cost and units; what it
-does not carry is the tick-by-tick profile (imported parts are one aggregate row per
-component, see :mod:`agent.store.import_writer`). Entries for the same job id, in one
+exported and imported again reports the same energy, CO2e, cost and units. Its
+per-node series (``energy_series``, ``unit_series``: the report's bins with dynamic and
+idle joules apart) become one row per bin, so the imported job keeps its profile and a
+report of it gives the same power series back; a series that does not add up to the
+node's totals is set aside for that component (the totals win, as one row over the
+node's time, as for reports made before the series existed). Entries for the same job id, in one
 file or across files and imports, merge into one multi-node job. A node still running
 when the report was made is imported as held until ``generated_s``, the time the
 report's figures were computed for.
@@ -43,6 +46,7 @@ from agent.reports.codecarbon_import import (
 )
 from agent.reports.model import REPORT_FORMAT, SCHEMA_VERSION
 from agent.store.import_writer import (
+    EnergyBin,
     ImportConflict,
     ImportedJob,
     ImportedNode,
@@ -59,11 +63,29 @@ class ImportFileError(ValueError):
 
 @dataclass
 class FileResult:
+    """What one file did: its jobs, the node parts written, those already stored
+    exactly so (``unchanged``: a repeated import), and parts skipped with the reason."""
+
     path: Path
     kind: str  # "joulestat" or "codecarbon"
     jobs: list[str] = field(default_factory=list)
     nodes: int = 0
     skipped: list[str] = field(default_factory=list)
+    unchanged: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Overrides:
+    """``joulestat import --name/--kind/--label``: set on every job of the files (a
+    CodeCarbon CSV knows no kind, and its project name need not be the job's name)."""
+
+    name: str | None = None
+    kind: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def apply(self, job: ImportedJob) -> ImportedJob:
+        return replace(job, name=self.name or job.name, kind=self.kind or job.kind,
+                       labels={**job.labels, **self.labels})
 
 
 class _Bad(ValueError):
@@ -134,6 +156,9 @@ def _node(entry: Any, where: str, generated_s: float, version: str) -> ImportedN
         except JobError as exc:
             raise _Bad(f"{where}.work_units.{unit}", str(exc)) from None
         counts[name_] = amount
+    series = _energy_series(entry.get("energy_series", []), f"{where}.energy_series",
+                            dynamic, idle)
+    unit_series = _unit_series(entry.get("unit_series", []), f"{where}.unit_series", counts)
     sources = entry.get("sources", {})
     if not isinstance(sources, dict) or not all(
             isinstance(v, list) and all(isinstance(s, str) for s in v) for v in sources.values()):
@@ -144,8 +169,61 @@ def _node(entry: Any, where: str, generated_s: float, version: str) -> ImportedN
         region=_text(_get(entry, "region", where), f"{where}.region"),
         started_s=started_s, ended_s=ended_s, dynamic_j=dynamic, idle_j=idle, units=counts,
         source=SOURCE, sources={c: _source(sources.get(c, [])) for c in components},
-        agent_version=version,
+        agent_version=version, series=series, unit_series=unit_series,
     )
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
+
+
+def _energy_series(raw: Any, where: str, dynamic: dict[str, float],
+                   idle: dict[str, float]) -> tuple[EnergyBin, ...]:
+    """The bins of components whose series adds up to their totals, scaled to them
+    exactly (float sums differ in the last digits); other components get none."""
+    if not isinstance(raw, list):
+        raise _Bad(where, "expected a list of bins")
+    bins: list[EnergyBin] = []
+    for index, item in enumerate(raw):
+        at = f"{where}[{index}]"
+        t0 = _number(_get(item, "t_start_s", at), f"{at}.t_start_s", None)
+        t1 = _number(_get(item, "t_end_s", at), f"{at}.t_end_s", None)
+        if t1 < t0:
+            raise _Bad(f"{at}.t_end_s", "ends before t_start_s")
+        component = _text(_get(item, "component", at), f"{at}.component")
+        bins.append((t0, t1, component, _number(_get(item, "dynamic_j", at), f"{at}.dynamic_j"),
+                     _number(_get(item, "idle_j", at), f"{at}.idle_j")))
+    kept: list[EnergyBin] = []
+    for component in dynamic:
+        mine = [b for b in bins if b[2] == component]
+        sum_d, sum_i = sum(b[3] for b in mine), sum(b[4] for b in mine)
+        if not mine or not (_close(sum_d, dynamic[component]) and _close(sum_i, idle[component])):
+            continue
+        # Scaled to the totals only where float sums differ beyond their last digits:
+        # a re-export of an import must write back the very same rows.
+        scale_d = 1.0 if math.isclose(sum_d, dynamic[component], rel_tol=1e-12) else (
+            dynamic[component] / sum_d if sum_d else 0.0)
+        scale_i = 1.0 if math.isclose(sum_i, idle[component], rel_tol=1e-12) else (
+            idle[component] / sum_i if sum_i else 0.0)
+        kept += [(t0, t1, c, d * scale_d, i * scale_i) for t0, t1, c, d, i in mine]
+    return tuple(sorted(kept))
+
+
+def _unit_series(raw: Any, where: str, counts: dict[str, float]
+                 ) -> tuple[tuple[float, str, float], ...]:
+    """``(t_end_s, unit, count)`` of units whose series adds up to their count."""
+    if not isinstance(raw, list):
+        raise _Bad(where, "expected a list of unit counts")
+    points: list[tuple[float, str, float]] = []
+    for index, item in enumerate(raw):
+        at = f"{where}[{index}]"
+        try:
+            unit, count = validate_units(_get(item, "unit", at), _get(item, "count", at))
+        except JobError as exc:
+            raise _Bad(at, str(exc)) from None
+        points.append((_number(_get(item, "t_end_s", at), f"{at}.t_end_s", None), unit, count))
+    return tuple(sorted(p for p in points if p[1] in counts and _close(
+        sum(q[2] for q in points if q[1] == p[1]), counts[p[1]])))
 
 
 def _report_job(entry: Any) -> ImportedJob:
@@ -235,11 +313,14 @@ def parse_file(path: Path) -> tuple[str, list[ImportedJob]]:
                           "emissions.csv (no timestamp, duration, cpu_energy header)")
 
 
-def import_file(engine: Engine, path: Path) -> FileResult:
+def import_file(engine: Engine, path: Path, overrides: Overrides | None = None) -> FileResult:
     """Validate then write one file in one transaction."""
     kind, jobs = parse_file(path)
+    if overrides is not None:
+        jobs = [overrides.apply(job) for job in jobs]
     try:
         written = write_imported_jobs(engine, jobs)
     except (ImportConflict, ValueError) as exc:
         raise ImportFileError(f"{path}: {exc}") from None
-    return FileResult(path, kind, [j.id for j in jobs], len(written.written), written.skipped)
+    return FileResult(path, kind, [j.id for j in jobs], len(written.written), written.skipped,
+                      len(written.unchanged))

@@ -35,10 +35,19 @@ from agent.carbon.footprint import (
 from agent.carbon.live import DEFAULT_URL
 from agent.carbon.units import j_to_kwh
 from agent.redact import redact_labels
+from agent.reports import narrative
+from agent.reports.external import external_figures
 from agent.reports.provenance import node_provenance
-from agent.reports.series import COMPONENT_ORDER, power_series
+from agent.reports.series import COMPONENT_ORDER, node_series, power_series, unit_series
+from agent.reports.sources import energy_by_class
+from agent.store.dashboard_queries import job_energy_by_source
 from agent.store.job_queries import JobDetail, JobNodePart, job_detail, job_energy_series
-from agent.store.report_queries import job_energy_rows, job_sources
+from agent.store.report_queries import (
+    job_energy_parts,
+    job_sources,
+    job_unit_rows,
+    untracked_cpu_j,
+)
 
 REPORT_FORMAT = "joulestat-report"
 SCHEMA_VERSION = 1
@@ -121,8 +130,18 @@ def _per_unit(units: Mapping[str, float], energy_j: float, co2e_g: float,
     return per_unit, per_million, throughput
 
 
+def _untracked_share(engine: Engine, part: JobNodePart, end_s: float) -> float | None:
+    """Share of the node's busy CPU time (dynamic CPU energy) no job tracked while the
+    job ran there; None where the store cannot say (no dynamic CPU energy, imports)."""
+    found = untracked_cpu_j(engine, part.node, part.started_s, end_s)
+    if found is None:
+        return None
+    untracked_j, total_j = found
+    return untracked_j / total_j if total_j > 0 else None
+
+
 def _node_entry(part: JobNodePart, node_fp: NodeFootprint | None, now_s: float,
-                sources: dict[str, list[str]]) -> dict[str, Any]:
+                sources: dict[str, list[str]], extra: Mapping[str, Any]) -> dict[str, Any]:
     end_s = part.ended_s if part.ended_s is not None else now_s
     components = {
         c: {"dynamic_j": part.dynamic_j.get(c, 0.0), "idle_j": part.idle_j.get(c, 0.0)}
@@ -144,6 +163,7 @@ def _node_entry(part: JobNodePart, node_fp: NodeFootprint | None, now_s: float,
         "embodied_co2e_g": node_fp.embodied.g if node_fp is not None else None,
         "cost_usd": node_fp.cost_usd if node_fp is not None else None,
         "sources": sources,
+        **extra,
     }
 
 
@@ -165,7 +185,15 @@ def report_from_detail(engine: Engine, detail: JobDetail, settings: Mapping[str,
         detail.units, energy["total"], result.operational_co2e_g, result.embodied_co2e_g,
         result.cost_usd, duration_s)
     cost_notes = [n for n in result.notes if n.startswith("cost unknown")]
-    return {
+    rows = job_energy_parts(engine, detail.id)
+    per_node_series = node_series(rows, detail.started_s, end_s)
+    per_node_units = unit_series(job_unit_rows(engine, detail.id), rows, detail.started_s,
+                                 end_s)
+    by_source: dict[str, float] = {}
+    for row in job_energy_by_source(engine, detail.id):
+        by_source[row.source] = by_source.get(row.source, 0.0) + row.energy_j
+    external = external_figures(detail.labels)
+    report = {
         "format": REPORT_FORMAT,
         "schema_version": SCHEMA_VERSION,
         "job": {
@@ -181,7 +209,13 @@ def report_from_detail(engine: Engine, detail: JobDetail, settings: Mapping[str,
             "duration_s": duration_s,
         },
         "nodes": [_node_entry(part, by_node.get(part.node), now,
-                              job_sources(engine, detail.id, part.node))
+                              job_sources(engine, detail.id, part.node), {
+                                  "untracked_cpu_share": _untracked_share(
+                                      engine, part,
+                                      part.ended_s if part.ended_s is not None else now),
+                                  "energy_series": per_node_series.get(part.node, []),
+                                  "unit_series": per_node_units.get(part.node, []),
+                              })
                   for part in detail.per_node],
         "energy_j": energy,
         "energy_kwh": j_to_kwh(energy["total"]),
@@ -199,15 +233,19 @@ def report_from_detail(engine: Engine, detail: JobDetail, settings: Mapping[str,
         "per_million_units": per_million,
         "throughput_per_hour": throughput,
         "sources": job_sources(engine, detail.id),
+        "energy_by_class": energy_by_class(by_source),
+        "external_co2e": [figures.as_dict() for figures in external],
         "provenance": [node_provenance(n) for n in result.nodes],
         "notes": list(result.notes),
-        "power_series": power_series(job_energy_rows(engine, detail.id), detail.started_s,
-                                     end_s),
+        "power_series": power_series(rows, detail.started_s, end_s),
         "methodology": METHODOLOGY,
         "agent_version": __version__,
         "generated_at": iso_time(now),
         "generated_s": now,
     }
+    report["notes"] = narrative.notes(report)
+    report["headline"] = narrative.headline(report)
+    return report
 
 
 def build_report(engine: Engine, job_id: str, settings: Mapping[str, Any],

@@ -3,9 +3,10 @@
 Built with reportlab (BSD, pure Python, maintained since 2000) rather than by printing
 the HTML through a browser engine: no headless browser to install, and the chart is a
 native vector drawing (:class:`reportlab.graphics.charts.lineplots.LinePlot` over the
-same :func:`agent.reports.chart.lines`). Content and order follow
-:mod:`agent.reports.tables`, as the HTML does. Landscape A4, so the provenance table's
-long texts wrap in readable columns.
+same :func:`agent.reports.chart.lines`, its time axis ending at the job's end).
+Content and order follow :mod:`agent.reports.tables`, as the HTML does, under the same
+headline. Landscape A4; every table spans the text width, so the provenance table's
+long texts wrap in readable columns and line up with the others.
 """
 
 from __future__ import annotations
@@ -22,18 +23,18 @@ from reportlab.lib import colors
 from reportlab.lib.pagesizes import A4, landscape
 from reportlab.lib.styles import ParagraphStyle, getSampleStyleSheet
 from reportlab.lib.units import mm
-from reportlab.platypus import Paragraph, Preformatted, SimpleDocTemplate, Spacer, TableStyle
+from reportlab.platypus import KeepTogether, Paragraph, SimpleDocTemplate, Spacer, TableStyle
 from reportlab.platypus import Table as PdfTable
 
 from agent.reports import tables
-from agent.reports.chart import color, lines, nice_ticks
+from agent.reports.chart import axis_ticks, color, lines, nice_ticks
 
 PAGE = landscape(A4)
 MARGIN = 15 * mm
 
 
 def chart_drawing(report: Mapping[str, Any], width: float = 240 * mm,
-                  height: float = 80 * mm) -> Drawing:
+                  height: float = 62 * mm) -> Drawing:
     """Power over time by component, as a reportlab drawing."""
     data, unit = lines(report)
     drawing = Drawing(width, height)
@@ -44,9 +45,9 @@ def chart_drawing(report: Mapping[str, Any], width: float = 240 * mm,
     plot.x, plot.y = 50, 35
     plot.width, plot.height = width - 170, height - 50
     plot.data = list(data.values())
-    x_ticks = nice_ticks(max(t for pts in data.values() for t, _ in pts))
+    x_max, x_ticks = axis_ticks(max(t for pts in data.values() for t, _ in pts))
     y_ticks = nice_ticks(max(w for pts in data.values() for _, w in pts))
-    plot.xValueAxis.valueMin, plot.xValueAxis.valueMax = 0, x_ticks[-1]
+    plot.xValueAxis.valueMin, plot.xValueAxis.valueMax = 0, x_max
     plot.xValueAxis.valueSteps = x_ticks
     plot.yValueAxis.valueMin, plot.yValueAxis.valueMax = 0, y_ticks[-1]
     plot.yValueAxis.valueSteps = y_ticks
@@ -75,13 +76,14 @@ def _pdf_table(table: tables.Table, cell_style: ParagraphStyle, header: bool = T
 
     rows = [[cell(h) for h in table.headers]] if header else []
     rows += [[cell(c) for c in row] for row in table.rows]
-    widths = None
-    if table.weights is not None:
-        unit = (PAGE[0] - 2 * MARGIN) / sum(table.weights)
-        widths = [w * unit for w in table.weights]
+    # Every table spans the text width, so they line up one under the other.
+    weights = table.weights or (1.0,) * len(table.headers)
+    unit = (PAGE[0] - 2 * MARGIN) / sum(weights)
+    widths = [w * unit for w in weights]
     result = PdfTable(rows, colWidths=widths, repeatRows=1 if header else 0, hAlign="LEFT")
     style = [("GRID", (0, 0), (-1, -1), 0.4, colors.grey),
-             ("VALIGN", (0, 0), (-1, -1), "TOP")]
+             ("VALIGN", (0, 0), (-1, -1), "TOP"),
+             ("TOPPADDING", (0, 0), (-1, -1), 1.5), ("BOTTOMPADDING", (0, 0), (-1, -1), 1.5)]
     if header:
         style.append(("BACKGROUND", (0, 0), (-1, 0), colors.HexColor("#f0f0f0")))
     result.setStyle(TableStyle(style))
@@ -99,22 +101,27 @@ def render_pdf(report: Mapping[str, Any]) -> bytes:
         subject="energy, carbon and cost of one job")
     story: list[Any] = [
         Paragraph(escape(tables.title(report)), styles["Title"]),
+        Paragraph(f"<b>{escape(report['headline'])}</b>", styles["BodyText"]),
         Paragraph(escape(f"Generated {report['generated_at']} by joulestat "
                          f"{report['agent_version']}. Schema: docs/report-schema.json "
                          f"(version {report['schema_version']})."), styles["Italic"]),
         _pdf_table(tables.summary(report), cell_style, header=False),
-        Paragraph("Power over time", styles["Heading2"]),
-        chart_drawing(report),
+        KeepTogether([Paragraph("Power over time", styles["Heading2"]),
+                      chart_drawing(report)]),
     ]
-    for table in tables.all_tables(report):
-        story += [Paragraph(escape(table.title), styles["Heading2"]),
-                  _pdf_table(table, cell_style)]
-    story.append(Paragraph("Notes", styles["Heading2"]))
-    notes = report["notes"] or ["None: every figure is known."]
-    story += [Paragraph(escape(f"- {note}"), styles["BodyText"]) for note in notes]
+    for table in tables.all_tables(report):  # a title never ends a page alone
+        story.append(KeepTogether([Paragraph(escape(table.title), styles["Heading2"]),
+                                   _pdf_table(table, cell_style)]))
+    # Notes and method, one paragraph per item, hanging-indented under its bullet, in the
+    # width of the tables (a preformatted block kept the source's line breaks instead).
+    method = ParagraphStyle("method", parent=styles["BodyText"], fontSize=8, leading=10,
+                            leftIndent=10, bulletIndent=0)
+    story.append(Paragraph("Notes: unknowns and estimated factors", styles["Heading2"]))
+    notes = report["notes"] or ["Every figure is measured and known."]
+    story += [Paragraph(escape(note), method, bulletText="\u2022") for note in notes]
     story += [Paragraph("Methodology", styles["Heading2"]),
-              Preformatted(report["methodology"], ParagraphStyle(
-                  "method", parent=styles["Code"], fontSize=7.5, leading=9)),
+              *(Paragraph(escape(text), method, bulletText="\u2022")
+                for text in tables.methodology_paragraphs(report["methodology"])),
               Spacer(1, 4 * mm)]
     document.build(story)
     return buffer.getvalue()

@@ -1,20 +1,23 @@
 """The report as titled tables of display text, shared by the HTML and PDF formats.
 
 Both formats must show the same content; building the rows once here means a figure
-cannot appear in one and be forgotten in the other. Numbers are rounded for reading
-(4 significant digits, thousands separators) and unknowns say "unknown", never 0;
-the JSON and CSV formats keep full precision.
+cannot appear in one and be forgotten in the other. Numbers are :mod:`agent.units`'s
+(three significant digits, SI prefixes: ``2.05 mJ``, ``119 mg``, ``271 mWh``), the
+formatter of the CLI and the dashboard, so a figure reads the same in every view;
+unknowns say "unknown", never 0. The JSON and CSV formats keep full precision.
+Per-unit cost is shown per million units, where it reads as dollars, not as
+``$0.00000000562``.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agent.carbon.units import j_to_kwh
+from agent import units as fmt
 from agent.reports.series import component_sort_key
+from agent.reports.sources import WHY, sources_class
 
 UNKNOWN = "unknown"
 Report = Mapping[str, Any]
@@ -29,29 +32,46 @@ class Table:
     weights: tuple[float, ...] | None = None
 
 
-def number(value: float | None, unit: str = "", digits: int = 4) -> str:
-    """``12,345.7 J``-style text with ``digits`` significant digits; None -> unknown."""
-    if value is None:
-        return UNKNOWN
-    if value == 0:
-        text = "0"
-    else:
-        magnitude = math.floor(math.log10(abs(value)))
-        decimals = max(0, digits - 1 - magnitude)
-        text = f"{value:,.{decimals}f}" if abs(value) >= 1e-3 else f"{value:.{digits - 1}e}"
-    return f"{text} {unit}".rstrip()
+def _known(text: str) -> str:
+    return UNKNOWN if text == fmt.UNKNOWN else text
+
+
+def energy(value: float | None) -> str:
+    return _known(fmt.energy(value))
+
+
+def mass(value: float | None) -> str:
+    return _known(fmt.mass(value))
+
+
+def usd(value: float | None) -> str:
+    return _known(fmt.usd(value))
+
+
+def number(value: float | None) -> str:
+    """A plain figure (a count, a PUE): three significant digits; None -> unknown."""
+    return UNKNOWN if value is None else fmt.sig(value)
 
 
 def duration(seconds: float) -> str:
-    """``1 h 02 min 05 s`` for people; the seconds stay in the JSON."""
-    whole = int(round(seconds))
-    hours, rest = divmod(whole, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours} h {minutes:02d} min {secs:02d} s"
-    if minutes:
-        return f"{minutes} min {secs:02d} s"
-    return f"{seconds:.1f} s"
+    """``1 min 01 s``, ``3 h 05 min``: :func:`agent.units.duration`, as every view writes
+    a duration; the seconds stay in the JSON."""
+    return fmt.duration(seconds)
+
+
+def methodology_paragraphs(text: str) -> list[str]:
+    """The methodology's hard-wrapped lines joined into its paragraphs (a line that
+    starts with a capital after a line ending in a full stop starts one), so each format
+    can wrap and indent them itself instead of printing 88-column lines."""
+    paragraphs: list[list[str]] = []
+    for line in (raw.strip() for raw in text.splitlines()):
+        if not line:
+            continue
+        if not paragraphs or (paragraphs[-1][-1].endswith(".") and line[:1].isupper()):
+            paragraphs.append([line])
+        else:
+            paragraphs[-1].append(line)
+    return [" ".join(lines) for lines in paragraphs]
 
 
 def title(report: Report) -> str:
@@ -59,58 +79,86 @@ def title(report: Report) -> str:
     return f"joulestat report: {job['name']} ({job['id']})"
 
 
+def _untracked(report: Report) -> str:
+    shares = [(n["node"], n.get("untracked_cpu_share")) for n in report["nodes"]]
+    known = [(node, share) for node, share in shares if share is not None]
+    if not known:
+        return "unknown (no unattributed CPU rows for the job's nodes, e.g. imported)"
+    return "; ".join(f"{fmt.share(share)} on {node}" for node, share in known) + (
+        " of the node's busy CPU time belonged to processes no job tracked")
+
+
 def summary(report: Report) -> Table:
     job = report["job"]
-    cost = number(report["cost_usd"], "USD")
+    cost = usd(report["cost_usd"])
     if report["cost_usd"] is None and report["cost_note"]:
         cost = f"{UNKNOWN} ({report['cost_note']})"
+    total_j = report["energy_j"]["total"]
     rows = [
         ("Job", f"{job['name']} ({job['id']}), {job['kind']}, {job['status']}"),
         ("Started", job["started_at"]),
         ("Ended", job["ended_at"] or f"running (figures as of {report['generated_at']})"),
         ("Duration", duration(job["duration_s"])),
         ("Labels", ", ".join(f"{k}={v}" for k, v in job["labels"].items()) or "none"),
-        ("Energy", f"{number(report['energy_j']['total'], 'J')} "
-                   f"({number(report['energy_kwh'], 'kWh')})"),
-        ("Dynamic / idle energy", f"{number(report['dynamic_energy_j']['total'], 'J')} / "
-                                  f"{number(report['idle_energy_j']['total'], 'J')}"),
-        ("Operational CO2e", number(report["co2e_g"], "g")),
-        ("Embodied CO2e (apart)", number(report["embodied_co2e_g"], "g")),
-        ("Operational + embodied", number(report["total_co2e_g"], "g")),
-        ("Grid intensity (effective)", number(report["carbon_intensity_g_per_kwh"],
-                                              "gCO2e/kWh")),
+        ("Energy", f"{energy(total_j)} ({_known(fmt.energy_wh(total_j))})"),
+        ("Dynamic / idle energy", f"{energy(report['dynamic_energy_j']['total'])} / "
+                                  f"{energy(report['idle_energy_j']['total'])}"),
+        ("Measured / not measured", _measured(report)),
+        ("Operational CO2e", mass(report["co2e_g"])),
+        ("Embodied CO2e (apart)", mass(report["embodied_co2e_g"])),
+        ("Operational + embodied", mass(report["total_co2e_g"])),
+        *((f"{e['tool']}'s own CO2e", f"{mass(e['co2e_g'])} (joulestat's: "
+           f"{mass(report['co2e_g'])}; see notes)") for e in report.get("external_co2e", [])),
+        ("Grid intensity (effective)", _known(fmt.intensity(
+            report["carbon_intensity_g_per_kwh"]))),
         ("PUE (effective)", number(report["pue"])),
         ("Cost", cost),
+        ("Untracked CPU time on the node", _untracked(report)),
     ]
     return Table("Summary", ("", ""), tuple(rows), (1.0, 3.0))
+
+
+def _measured(report: Report) -> str:
+    by_class = report.get("energy_by_class") or {}
+    total = sum(by_class.values())
+    if total <= 0:
+        return "no energy yet"
+    return ", ".join(f"{fmt.share(j / total)} {cls}" for cls, j in
+                     sorted(by_class.items(), key=lambda kv: -kv[1]) if j > 0)
 
 
 def energy_by_component(report: Report) -> Table:
     components = [c for c in ("cpu", "dram", "gpu", "net", "other")
                   if report["energy_j"][c] or report["sources"].get(c)]
-    rows = [(c, number(report["dynamic_energy_j"][c], "J"), number(report["idle_energy_j"][c], "J"),
-             number(report["energy_j"][c], "J"), ", ".join(report["sources"].get(c, [])))
-            for c in components]
+
+    def sources(component: str) -> str:
+        found = report["sources"].get(component, [])
+        if not found:
+            return ""
+        cls = sources_class(found)
+        return f"{', '.join(found)} ({cls})" if cls in WHY else ", ".join(found)
+
+    rows = [(c, energy(report["dynamic_energy_j"][c]), energy(report["idle_energy_j"][c]),
+             energy(report["energy_j"][c]), sources(c)) for c in components]
     extra = sorted((c for c in report["sources"] if c not in components
                     and c not in ("cpu", "dram", "gpu", "net")), key=component_sort_key)
-    rows += [(f"other: {c}", "", "", "", ", ".join(report["sources"][c])) for c in extra]
-    rows.append(("total", number(report["dynamic_energy_j"]["total"], "J"),
-                 number(report["idle_energy_j"]["total"], "J"),
-                 number(report["energy_j"]["total"], "J"), ""))
+    rows += [(f"other: {c}", "", "", "", sources(c)) for c in extra]
+    rows.append(("total", energy(report["dynamic_energy_j"]["total"]),
+                 energy(report["idle_energy_j"]["total"]), energy(report["energy_j"]["total"]),
+                 ""))
     return Table("Energy by component", ("component", "dynamic", "idle", "total", "sources"),
-                 tuple(rows))
+                 tuple(rows), (1.0, 1.0, 1.0, 1.0, 4.0))
 
 
 def nodes(report: Report) -> Table:
     rows = tuple(
         (n["node"], n["instance_type"] or UNKNOWN, n["region"] or UNKNOWN,
-         duration(n["duration_s"]), number(n["energy_j"]["total"], "J"),
-         number(n["co2e_g"], "g"), number(n["embodied_co2e_g"], "g"),
-         number(n["cost_usd"], "USD"),
-         "; ".join(f"{k}={number(v)}" for k, v in n["work_units"].items()) or "none")
+         duration(n["duration_s"]), energy(n["energy_j"]["total"]),
+         mass(n["co2e_g"]), mass(n["embodied_co2e_g"]), usd(n["cost_usd"]),
+         "; ".join(f"{k}={fmt.count(v)}" for k, v in n["work_units"].items()) or "none")
         for n in report["nodes"])
-    return Table("Nodes", ("node", "instance type", "region", "held", "energy", "CO2e",
-                           "embodied", "cost", "units"), rows)
+    return Table("Nodes", ("node", "instance type", "region", "held", "energy",
+                           "CO2e (operational)", "embodied", "cost", "units"), rows)
 
 
 def units(report: Report) -> Table:
@@ -119,30 +167,29 @@ def units(report: Report) -> Table:
         per = report["per_unit"].get(unit)
         million = report["per_million_units"].get(unit)
         if per is None or million is None:
-            rows.append((unit, number(count), "", "", "", "", "", "", ""))
+            rows.append((unit, fmt.count(count), "", "", "", "", "", ""))
             continue
-        rows.append((unit, number(count), number(report["throughput_per_hour"].get(unit)),
-                     number(per["energy_j"], "J"), number(per["co2e_g"], "g"),
-                     number(per["cost_usd"], "USD"), number(per["sci_co2e_g"], "g"),
-                     number(j_to_kwh(million["energy_j"]), "kWh"),
-                     number(million["cost_usd"], "USD")))
-    return Table("Work units", ("unit", "count", "per hour", "energy/unit", "CO2e/unit",
-                                "cost/unit", "SCI/unit", "kWh/M units", "cost/M units"),
-                 tuple(rows))
+        rows.append((unit, fmt.count(count),
+                     _known(fmt.count(report["throughput_per_hour"].get(unit))),
+                     energy(per["energy_j"]), mass(per["co2e_g"]), mass(per["sci_co2e_g"]),
+                     _known(fmt.energy_wh(million["energy_j"])), usd(million["cost_usd"])))
+    return Table("Work units", ("unit", "count", "per hour", "energy/unit",
+                                "CO2e/unit (operational)", "SCI/unit (+ embodied)",
+                                "energy/M units", "cost/M units"), tuple(rows))
 
 
 def provenance(report: Report) -> Table:
     rows = tuple(
         (p["node"], p["region"] or UNKNOWN, p["region_resolution"],
-         f"{number(p['carbon_intensity_g_per_kwh'], 'g/kWh')} ({p['intensity_source']}, "
-         f"{p['intensity_year'] or 'no year'})",
+         f"{_known(fmt.intensity(p['carbon_intensity_g_per_kwh']))} "
+         f"({p['intensity_source']}, {p['intensity_year'] or 'no year'})",
          f"{number(p['pue'])} ({p['pue_source']})",
-         f"{number(p['price_usd_per_hour'], 'USD/h')} ({p['price_source']})",
+         f"{_known(fmt.price_per_hour(p['price_usd_per_hour']))} ({p['price_source']})",
          p["embodied_note"])
         for p in report["provenance"])
     return Table("Provenance", ("node", "region", "region resolution", "grid intensity",
                                 "PUE", "price", "embodied"), rows,
-                 (1.2, 1.2, 3.5, 2.0, 2.5, 2.0, 3.0))
+                 (1.6, 1.4, 3.5, 2.0, 2.5, 2.0, 3.0))
 
 
 def all_tables(report: Report) -> list[Table]:

@@ -26,6 +26,7 @@ from typing import Any
 
 from sqlalchemy import (
     Select,
+    exists,
     func,
     literal_column,
     or_,
@@ -57,6 +58,7 @@ from agent.store.tables import (
     JOBS,
     MINUTE_ENERGY,
     MINUTE_MS,
+    NODE_DEVICES,
     NODES,
     TICK_ENERGY,
 )
@@ -205,22 +207,46 @@ def _assemble(metas: Any, part_rows: Any, energy: dict[tuple[str, str], float],
 
 @dataclass(frozen=True, slots=True)
 class JobChoice:
-    """Enough to list a job in a picker, without reading its energy."""
+    """Enough to list a job in a picker ("name · started · instance type"), without
+    reading its energy."""
 
     id: str
     name: str
     kind: str
     status: str
     started_s: float
+    instance_types: tuple[str, ...] = ()
 
 
 def job_choices(engine: Engine, limit: int = 2000) -> list[JobChoice]:
-    """The newest ``limit`` jobs, newest first."""
-    jobs = JOBS.c
-    query = (select(jobs.id, jobs.name, jobs.kind, jobs.status, jobs.created_s)
-             .order_by(jobs.created_s.desc(), jobs.id).limit(limit))
+    """The newest ``limit`` jobs, newest first, with the instance types they ran on."""
+    jobs, parts = JOBS.c, JOB_NODES.c
+    newest = (select(jobs.id, jobs.name, jobs.kind, jobs.status, jobs.created_s)
+              .order_by(jobs.created_s.desc(), jobs.id).limit(limit))
     with engine.connect() as connection:
-        return [JobChoice(*row) for row in connection.execute(query)]
+        rows = connection.execute(newest).all()
+        ids = newest.with_only_columns(jobs.id).subquery()
+        types: defaultdict[str, set[str]] = defaultdict(set)
+        for job_id, itype in connection.execute(
+                select(parts.job_id, parts.instance_type).where(parts.job_id.in_(
+                    select(ids.c.id)))):
+            types[job_id].add(itype)
+    return [JobChoice(*row, tuple(sorted(types.get(row[0], ())))) for row in rows]
+
+
+def imported_nodes(engine: Engine) -> set[str]:
+    """Nodes that exist only through ``joulestat import``: no agent ever registered
+    their devices, and their rows carry an import device. They hold exported snapshots,
+    not live readings, so the Overview never calls them reporting. (The row checks are
+    per node, a seek on the energy tables' keys, and only for nodes without devices.)"""
+    nodes, devices, ticks, minutes = NODES.c, NODE_DEVICES.c, TICK_ENERGY.c, MINUTE_ENERGY.c
+    has_agent = select(devices.node).distinct()
+    query = select(nodes.node).where(
+        nodes.node.not_in(has_agent),
+        or_(exists().where(ticks.node == nodes.node, ticks.device.like("import:%")),
+            exists().where(minutes.node == nodes.node, minutes.device.like("import:%"))))
+    with engine.connect() as connection:
+        return {str(node) for (node,) in connection.execute(query)}
 
 
 def job_units_by_kind(engine: Engine) -> dict[str, list[str]]:

@@ -1,29 +1,33 @@
 """Jobs measured elsewhere, written into the store so they read like measured ones.
 
 An imported job knows, per node, what it used in total (per component, dynamic and
-idle), when the node started and ended, and its units of work, but not the tick by
-tick profile. Each node part becomes ONE aggregate row per component spanning the
-node's time (``t_start_ms`` = start, ``t_end_ms`` = end) in ``job_energy`` and the
-same energy in ``tick_energy``, so :func:`~agent.store.job_queries.list_jobs`,
-:func:`~agent.store.job_queries.job_detail`, the carbon layer and the reports see
-the job, and the conservation check still holds (job rows = node rows). Units go to
-``job_units`` at the node's end.
+idle), when the node started and ended, and its units of work; a joulestat report also
+carries the node's profile, its energy per time bin and the units counted per bin.
+Each bin becomes one row per component spanning the bin (``t_start_ms`` to
+``t_end_ms``) in ``job_energy`` and the same energy in ``tick_energy``, so
+:func:`~agent.store.job_queries.list_jobs`, :func:`~agent.store.job_queries.job_detail`,
+the charts, the carbon layer and the reports see the job with its shape, and the
+conservation check still holds (job rows = node rows). A component without a series (a
+CodeCarbon run, a report made before series existed) is one row over the node's whole
+time. Units go to ``job_units`` at their bin's end, or at the node's end.
 
 Rows of imports are marked by their device, ``import:<job id>``, and their source
 (``import:joulestat``, ``import:codecarbon``, with the original provenance after a
 ``/``). Re-importing a job part deletes the part's previous imported rows first, so
-importing the same file twice changes nothing, and a newer export of the same job
-replaces the older one. A part the store already holds as measured data (rows with
-other devices) is left alone: importing a report into the store it came from must not
-count the job twice. The job row is inserted, or merged into the stored one (labels
-key by key, the earliest start) only when that changes it; a placeholder label value
-(``[redacted]`` from a report) never overwrites a value the store holds.
+importing the same file twice changes nothing (and the part is reported
+``unchanged``: its stored rows are already exactly the ones it would write), and a
+newer export of the same job replaces the older one. A part the store already holds as
+measured data (rows with other devices) is left alone: importing a report into the
+store it came from must not count the job twice. The job row is inserted, or merged
+into the stored one (labels key by key, the earliest start) only when that changes it;
+a placeholder label value (``[redacted]`` from a report) never overwrites a value the
+store holds.
 
 Where a node name already exists with a prune boundary (a live node whose old raw
-rows have been rolled up), an aggregate ending before the boundary goes to the minute
-tables instead, where queries look for rows that old; one ending at or before the
-node's totals boundary is added to the job totals too, which job lists read for that
-time (see :mod:`agent.store.rollup`).
+rows have been rolled up), a row ending before the boundary goes to the minute tables
+instead (summed per minute), where queries look for rows that old; one ending at or
+before the node's totals boundary is added to the job totals too, which job lists read
+for that time (see :mod:`agent.store.rollup`).
 
 Everything of one call runs in the caller's single transaction
 (:func:`write_imported_jobs`), so a bad file imports nothing.
@@ -57,6 +61,8 @@ from agent.store.tables import (
 )
 
 IMPORT_DEVICE_PREFIX = "import:"
+# (t_start_s, t_end_s, component, dynamic_j, idle_j): one bin of a node's profile
+EnergyBin = tuple[float, float, str, float, float]
 
 
 class ImportConflict(ValueError):
@@ -80,6 +86,10 @@ class ImportedNode:
     sources: Mapping[str, str] = field(default_factory=dict)
     agent_version: str = ""
     cpu_model: str = ""
+    # the node's profile: energy bins (components without bins: one row over the
+    # node's time) and (t_end_s, unit, count) points (units without: at the end)
+    series: tuple[EnergyBin, ...] = ()
+    unit_series: tuple[tuple[float, str, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +112,7 @@ class ImportResult:
 
     written: list[tuple[str, str]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    unchanged: list[tuple[str, str]] = field(default_factory=list)
 
 
 def _ms(t_s: float) -> int:
@@ -111,7 +122,9 @@ def _ms(t_s: float) -> int:
 def _check(job: ImportedJob) -> None:
     for part in job.nodes:
         numbers = [part.started_s, part.ended_s, *part.dynamic_j.values(),
-                   *part.idle_j.values(), *part.units.values()]
+                   *part.idle_j.values(), *part.units.values(),
+                   *(x for b in part.series for x in (b[0], b[1], b[3], b[4])),
+                   *(x for p in part.unit_series for x in (p[0], p[2]))]
         if not all(math.isfinite(n) for n in numbers):
             raise ValueError(f"job {job.id!r} node {part.node!r}: non-finite number")
         if part.ended_s < part.started_s:
@@ -140,9 +153,10 @@ def _merged_labels(stored: dict[str, str], job: ImportedJob) -> dict[str, str]:
     return merged
 
 
-def _save_job_row(connection: Connection, job: ImportedJob) -> None:
+def _save_job_row(connection: Connection, job: ImportedJob) -> bool:
     """Insert the job, or merge into the stored one (labels, earliest start), writing
-    only when something changes, so a repeated import leaves the row as it was."""
+    only when something changes, so a repeated import leaves the row as it was;
+    whether it wrote."""
     jobs = JOBS.c
     stored = connection.execute(
         select(jobs.name, jobs.kind, jobs.labels, jobs.created_s)
@@ -155,7 +169,7 @@ def _save_job_row(connection: Connection, job: ImportedJob) -> None:
             "created_s": float(job.started_s), "ended_s": max(ended) if ended else None,
             "status": "ended",
         }])
-        return
+        return True
     if (stored.name, stored.kind) != (job.name, job.kind):
         raise ImportConflict(f"job {job.id!r} is already in the store as {stored.kind} job "
                              f"{stored.name!r}, not {job.kind} job {job.name!r}")
@@ -165,11 +179,13 @@ def _save_job_row(connection: Connection, job: ImportedJob) -> None:
     if merged != labels or created_s != stored.created_s:
         connection.execute(update(JOBS).where(jobs.id == job.id).values(
             labels=json.dumps(merged, sort_keys=True), created_s=created_s))
+        return True
+    return False
 
 
 def _write_job(connection: Connection, insert: Any, job: ImportedJob,
                result: ImportResult) -> None:
-    _save_job_row(connection, job)
+    changed = _save_job_row(connection, job)
     device = IMPORT_DEVICE_PREFIX + job.id
     for part in sorted(job.nodes, key=lambda p: p.node):
         if _measured_here(connection, job.id, part.node, device):
@@ -177,8 +193,12 @@ def _write_job(connection: Connection, insert: Any, job: ImportedJob,
                                   "store as measured data: kept, not imported again")
             continue
         boundaries = _ensure_node(connection, insert, part)
+        planned = _plan(job.id, device, part, *boundaries)
+        if not changed and _stored(connection, job.id, part.node, device) == planned.key():
+            result.unchanged.append((job.id, part.node))
+            continue
         _clear_part(connection, job.id, part.node, device)
-        _write_part(connection, job.id, device, part, *boundaries)
+        _write_rows(connection, planned)
         result.written.append((job.id, part.node))
     connection.execute(_status_update([job.id]))
 
@@ -208,10 +228,59 @@ def _ensure_node(connection: Connection, insert: Any,
     return pruned_ms, totals_ms
 
 
+# The tables a part writes, and the columns that say what it holds, in key order.
+_PART_TABLES: tuple[tuple[Any, tuple[str, ...]], ...] = (
+    (JOB_NODES, ("instance_type", "region", "started_s", "ended_s")),
+    (JOB_ENERGY, ("t_end_ms", "component", "t_start_ms", "dynamic_j", "idle_j", "source")),
+    (JOB_MINUTE_ENERGY, ("minute_start_s", "component", "dynamic_j", "idle_j")),
+    (JOB_UNITS, ("t_end_ms", "unit", "count")),
+    (JOB_ENERGY_TOTALS, ("component", "dynamic_j", "idle_j")),
+    (JOB_UNIT_TOTALS, ("unit", "count")),
+)
+_NODE_TABLES: tuple[tuple[Any, tuple[str, ...]], ...] = (
+    (TICK_ENERGY, ("t_end_ms", "component", "t_start_ms", "energy_j", "source")),
+    (MINUTE_ENERGY, ("minute_start_s", "component", "energy_j", "covered_s", "source")),
+)
+
+
+@dataclass
+class _Planned:
+    """Rows one part writes, per table (each a dict of column values)."""
+
+    job_id: str
+    node: str
+    device: str
+    rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def add(self, table: Any, row: dict[str, Any]) -> None:
+        self.rows.setdefault(table.name, []).append(row)
+
+    def key(self) -> dict[str, list[tuple[Any, ...]]]:
+        """What :func:`_stored` reads back when these rows are in the store."""
+        return {table.name: sorted(tuple(r[c] for c in columns)
+                                   for r in self.rows.get(table.name, []))
+                for table, columns in (*_PART_TABLES, *_NODE_TABLES)}
+
+
+def _stored(connection: Connection, job_id: str, node: str,
+            device: str) -> dict[str, list[tuple[Any, ...]]]:
+    """The part's rows as stored, in :meth:`_Planned.key`'s shape."""
+    found = {}
+    for table, columns in _PART_TABLES:
+        query = select(*(table.c[c] for c in columns)).where(
+            table.c.job_id == job_id, table.c.node == node)
+        found[table.name] = sorted(tuple(r) for r in connection.execute(query))
+    for table, columns in _NODE_TABLES:
+        query = select(*(table.c[c] for c in columns)).where(
+            table.c.node == node, table.c.device == device)
+        found[table.name] = sorted(tuple(r) for r in connection.execute(query))
+    return found
+
+
 def _clear_part(connection: Connection, job_id: str, node: str, device: str) -> None:
     """Remove what an earlier import of this part wrote (the part holds nothing else)."""
     for table in (JOB_ENERGY, JOB_MINUTE_ENERGY, JOB_UNITS, JOB_ENERGY_TOTALS,
-                  JOB_UNIT_TOTALS):
+                  JOB_UNIT_TOTALS, JOB_NODES):
         connection.execute(delete(table).where(table.c.job_id == job_id,
                                                table.c.node == node))
     for table in (TICK_ENERGY, MINUTE_ENERGY):
@@ -219,52 +288,86 @@ def _clear_part(connection: Connection, job_id: str, node: str, device: str) -> 
                                                     table.c.device == device)))
 
 
-def _write_part(connection: Connection, job_id: str, device: str, part: ImportedNode,
-                boundary_ms: int | None, totals_ms: int | None) -> None:
-    start_ms, end_ms = _ms(part.started_s), _ms(part.ended_s)
-    connection.execute(JOB_NODES.delete().where(JOB_NODES.c.job_id == job_id,
-                                                JOB_NODES.c.node == part.node))
-    connection.execute(JOB_NODES.insert(), [{
-        "job_id": job_id, "node": part.node, "instance_type": part.instance_type,
-        "region": part.region, "started_s": float(part.started_s),
-        "ended_s": float(part.ended_s), "pids": "[]",
-    }])
-    components = sorted(set(part.dynamic_j) | set(part.idle_j))
-    rolled = boundary_ms is not None and end_ms <= boundary_ms
-    minute_start_s = (end_ms - 1) // MINUTE_MS * 60
-    node_rows, job_rows, total_rows = [], [], []
-    for component in components:
-        dynamic_j = float(part.dynamic_j.get(component, 0.0))
-        idle_j = float(part.idle_j.get(component, 0.0))
+def _bins(part: ImportedNode) -> list[EnergyBin]:
+    """The part's bins, and one bin over the node's time per component without any."""
+    binned = {b[2] for b in part.series}
+    whole = [(part.started_s, part.ended_s, c, float(part.dynamic_j.get(c, 0.0)),
+              float(part.idle_j.get(c, 0.0)))
+             for c in sorted(set(part.dynamic_j) | set(part.idle_j)) if c not in binned]
+    return [*part.series, *whole]
+
+
+def _plan(job_id: str, device: str, part: ImportedNode, pruned_ms: int | None,
+          totals_ms: int | None) -> _Planned:
+    """Every row the part writes: a bin ending after the node's prune boundary is a
+    raw row, one before it joins its minute's rollup; one ending by the totals
+    boundary is also summed into the job totals (module doc)."""
+    planned = _Planned(job_id, part.node, device)
+    planned.add(JOB_NODES, {"job_id": job_id, "node": part.node,
+                            "instance_type": part.instance_type, "region": part.region,
+                            "started_s": float(part.started_s),
+                            "ended_s": float(part.ended_s), "pids": "[]"})
+    minutes: dict[tuple[int, str], list[float]] = {}
+    totals: dict[str, list[float]] = {}
+    key = {"node": part.node, "device": device}
+    for t0, t1, component, dynamic_j, idle_j in _bins(part):
+        start_ms, end_ms = _ms(t0), _ms(t1)
         source = part.sources.get(component, part.source)
-        key = {"node": part.node, "component": component, "device": device}
-        if rolled:
-            node_rows.append({**key, "minute_start_s": minute_start_s,
-                              "energy_j": dynamic_j + idle_j,
-                              "covered_s": (end_ms - start_ms) / 1000, "source": source})
-            job_rows.append({**key, "job_id": job_id, "minute_start_s": minute_start_s,
-                             "dynamic_j": dynamic_j, "idle_j": idle_j})
+        if pruned_ms is not None and end_ms <= pruned_ms:
+            cell = minutes.setdefault(((end_ms - 1) // MINUTE_MS * 60, component),
+                                      [0.0, 0.0, 0.0])
+            cell[0] += dynamic_j
+            cell[1] += idle_j
+            cell[2] += (end_ms - start_ms) / 1000
         else:
-            node_rows.append({**key, "t_end_ms": end_ms, "t_start_ms": start_ms,
-                              "energy_j": dynamic_j + idle_j, "source": source})
-            job_rows.append({**key, "job_id": job_id, "t_end_ms": end_ms,
-                             "t_start_ms": start_ms, "dynamic_j": dynamic_j,
-                             "idle_j": idle_j, "source": source})
-        total_rows.append({"job_id": job_id, "node": part.node, "component": component,
-                           "dynamic_j": dynamic_j, "idle_j": idle_j})
-    settled = totals_ms is not None and end_ms <= totals_ms
-    if total_rows and settled:
-        connection.execute(JOB_ENERGY_TOTALS.insert(), total_rows)
-    if job_rows:
-        node_table, job_table = ((MINUTE_ENERGY, JOB_MINUTE_ENERGY) if rolled
-                                 else (TICK_ENERGY, JOB_ENERGY))
-        connection.execute(node_table.insert(), node_rows)
-        connection.execute(job_table.insert(), job_rows)
-    units = [{"job_id": job_id, "node": part.node, "t_end_ms": end_ms, "unit": unit,
-              "count": float(count)} for unit, count in sorted(part.units.items()) if count]
-    if units:
-        connection.execute(JOB_UNITS.insert(), units)
-        if settled:
-            connection.execute(JOB_UNIT_TOTALS.insert(), [
-                {key: row[key] for key in ("job_id", "node", "unit", "count")}
-                for row in units])
+            row = {**key, "component": component, "t_end_ms": end_ms,
+                   "t_start_ms": start_ms}
+            planned.add(TICK_ENERGY, {**row, "energy_j": dynamic_j + idle_j,
+                                      "source": source})
+            planned.add(JOB_ENERGY, {**row, "job_id": job_id, "dynamic_j": dynamic_j,
+                                     "idle_j": idle_j, "source": source})
+        if totals_ms is not None and end_ms <= totals_ms:
+            total = totals.setdefault(component, [0.0, 0.0])
+            total[0] += dynamic_j
+            total[1] += idle_j
+    for (minute_s, component), (dynamic_j, idle_j, covered_s) in sorted(minutes.items()):
+        row = {**key, "component": component, "minute_start_s": minute_s}
+        planned.add(MINUTE_ENERGY, {**row, "energy_j": dynamic_j + idle_j,
+                                    "covered_s": covered_s,
+                                    "source": part.sources.get(component, part.source)})
+        planned.add(JOB_MINUTE_ENERGY, {**row, "job_id": job_id, "dynamic_j": dynamic_j,
+                                        "idle_j": idle_j})
+    for component, (dynamic_j, idle_j) in sorted(totals.items()):
+        planned.add(JOB_ENERGY_TOTALS, {"job_id": job_id, "node": part.node,
+                                        "component": component, "dynamic_j": dynamic_j,
+                                        "idle_j": idle_j})
+    _plan_units(planned, part, totals_ms)
+    return planned
+
+
+def _plan_units(planned: _Planned, part: ImportedNode, totals_ms: int | None) -> None:
+    points: dict[tuple[int, str], float] = {}
+    spread = {unit for _t, unit, _n in part.unit_series}
+    at_end = [(part.ended_s, u, n) for u, n in part.units.items() if u not in spread]
+    for t_end_s, unit, count in (*part.unit_series, *at_end):
+        if count:
+            slot = (_ms(t_end_s), unit)
+            points[slot] = points.get(slot, 0.0) + float(count)
+    settled: dict[str, float] = {}
+    for (end_ms, unit), count in sorted(points.items()):
+        planned.add(JOB_UNITS, {"job_id": planned.job_id, "node": planned.node,
+                                "t_end_ms": end_ms, "unit": unit, "count": count})
+        if totals_ms is not None and end_ms <= totals_ms:
+            settled[unit] = settled.get(unit, 0.0) + count
+    for unit, count in sorted(settled.items()):
+        planned.add(JOB_UNIT_TOTALS, {"job_id": planned.job_id, "node": planned.node,
+                                      "unit": unit, "count": count})
+
+
+def _write_rows(connection: Connection, planned: _Planned) -> None:
+    tables = {t.name: t for t, _c in (*_PART_TABLES, *_NODE_TABLES)}
+    for name in ("job_nodes", "tick_energy", "minute_energy", "job_energy",
+                 "job_minute_energy", "job_units", "job_energy_totals", "job_unit_totals"):
+        rows = planned.rows.get(name)
+        if rows:
+            connection.execute(tables[name].insert(), rows)

@@ -5,6 +5,13 @@ so rows are summed per bucket in the database. Each point carries the seconds it
 devices actually covered, so power is energy over the time measured, not over a bucket
 the job only half filled. Raw rows after each node's prune boundary, minute rollups up
 to it (the rule of :mod:`agent.store.queries`).
+
+A row belongs to the bucket its end falls in and brings its whole length as covered
+time, so a bucket's power is the average power of the rows that ended in it: a job of
+constant power draws a flat line to its last tick, however its ticks fall on the
+bucket grid. A job's minute rollup (``job_minute_energy``) has no length of its own: it
+covers the part of its minute the job ran on that node (``job_nodes``' start and end),
+not the whole minute, or a job that started or ended inside a minute would dip there.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    case,
     func,
     literal_column,
     or_,
@@ -28,6 +36,7 @@ from agent.store.job_queries import pruned_last_minute_s as _pruned_last_minute_
 from agent.store.tables import (
     JOB_ENERGY,
     JOB_MINUTE_ENERGY,
+    JOB_NODES,
     JOB_UNITS,
     MINUTE_ENERGY,
     MINUTE_MS,
@@ -94,6 +103,19 @@ def _collect(rows: Iterable[Any], bucket_ms: int) -> list[SeriesPoint]:
             for (b, n, c), (d, i, cov) in sorted(summed.items())]
 
 
+def _minute_in_run_ms(minute_start_s: Any, started_s: Any, ended_s: Any) -> Any:
+    """Milliseconds of the minute ``(m, m + 60 s]`` the job ran on the node: its
+    overlap with ``(started_s, ended_s]`` (a running part runs to the minute's end). A
+    rolled row outside that window (clocks a tick apart) counts the whole minute."""
+    m_start = minute_start_s * literal_column("1000")
+    m_end = m_start + literal_column("60000")
+    start = started_s * literal_column("1000.0")
+    end = func.coalesce(ended_s * literal_column("1000.0"), m_end)
+    low = case((start > m_start, start), else_=m_start)
+    high = case((end < m_end, end), else_=m_end)
+    return case((high > low, high - low), else_=literal_column("60000"))
+
+
 def job_power_series(engine: Engine, job_id: str, bucket_s: int) -> list[SeriesPoint]:
     """A job's energy per bucket, node and component (dynamic and idle parts)."""
     bucket_ms = int(bucket_s * 1000)
@@ -109,10 +131,13 @@ def job_power_series(engine: Engine, job_id: str, bucket_s: int) -> list[SeriesP
            .group_by(raw_bucket, shares.node, shares.component, shares.device))
     minute_end_ms = (rolled.minute_start_s + literal_column("60")) * literal_column("1000")
     rolled_bucket = _bucket(minute_end_ms, bucket_ms)
+    parts = JOB_NODES.c
     minutes = (select(rolled_bucket, rolled.node, rolled.component, rolled.device,
                       func.sum(rolled.dynamic_j), func.sum(rolled.idle_j),
-                      func.count() * literal_column("60000"))
-               .select_from(JOB_MINUTE_ENERGY.join(NODES, nodes.node == rolled.node))
+                      func.sum(_minute_in_run_ms(rolled.minute_start_s, parts.started_s,
+                                                 parts.ended_s)))
+               .select_from(JOB_MINUTE_ENERGY.join(NODES, nodes.node == rolled.node).join(
+                   JOB_NODES, (parts.job_id == rolled.job_id) & (parts.node == rolled.node)))
                .where(rolled.job_id == job_id,
                       rolled.minute_start_s <= _pruned_last_minute_s())
                .group_by(rolled_bucket, rolled.node, rolled.component, rolled.device))

@@ -1,4 +1,5 @@
-"""Compare: energy, CO2e and cost per unit of work across instance types (or jobs).
+"""Compare: energy, CO2e and cost per unit of work across instance types, label values
+or hand-picked jobs.
 
 The figures and sentences are ``joulestat compare``'s: :func:`dashboard.state.compare`
 runs :func:`agent.reports.compare.compare` on the same figures the command loads, a new
@@ -6,8 +7,12 @@ baseline or SLA is :func:`~agent.reports.compare.rebase` of its rows, and the de
 are :func:`~agent.reports.compare_words.headline`. So throughput is units per
 instance-hour (a two-node setup is charged both nodes), a group pools its jobs (sum of
 units over sum of instance-hours), CO2e is operational with embodied apart, and an
-unknown price stays unknown. This page only lays the table out, draws the bars and lets
-the viewer pick the baseline and the SLA the fleet is sized for.
+unknown price stays unknown. Rows of one job name are told apart by the labels that
+differ between them. This page lays the table out, draws the bars, lets the viewer
+pick the grouping (``--by instance_type``, ``--by label:KEY``, or jobs), the baseline
+and the SLA, and keeps every choice in the URL (``st.query_params``), so a comparison
+can be shared as a link; the baseline returns to the documented default (the slowest
+row) whenever the rows change.
 """
 
 from __future__ import annotations
@@ -17,17 +22,19 @@ import math
 import pandas as pd
 import streamlit as st
 
+from agent import units
 from agent.reports.compare_words import format_pct, format_ratio, headline, plural
-from dashboard import charts, comparison, costing, state, ui
+from dashboard import charts, comparison, costing, fmt, state, ui
 
 MAX_PICK = 500
-NONE = "—"
+MODES = {"instance_type": "by instance type", "label": "by label", "jobs": "picked jobs"}
 
 ui.enter()
 url = state.db_url()
 st.title("Compare")
 ui.require_data(url)
 now = state.now_s()
+tz = ui.viewer_tz()
 
 units_by_kind = state.units_by_kind(url)
 if not units_by_kind:
@@ -36,71 +43,106 @@ if not units_by_kind:
             "(`from agent.client import track`) or `POST /v1/jobs/{id}/units` (docs/jobs.md).")
     st.stop()
 
-top = st.columns(4)
+# The URL seeds the widgets when the page opens; the widgets then write it back. Every
+# widget takes its value from session state only (no default argument beside it).
+query = st.query_params
 kinds = list(units_by_kind)
-kind = top[0].selectbox("Kind", kinds, key="cmp_kind",
-                        index=kinds.index("inference") if "inference" in kinds else 0)
+first_view = "cmp_sig" not in st.session_state
+
+
+def seed(key: str, wanted: object, allowed: list, default: object) -> None:
+    """Put ``wanted`` (from the URL, on the first view) or ``default`` in the widget's
+    state unless it holds an allowed value already."""
+    if st.session_state.get(key) in allowed and key in st.session_state:
+        return
+    st.session_state[key] = wanted if first_view and wanted in allowed else default
+
+
+by_param = query.get("by", "")
+mode_key = ("label" if by_param.startswith("label:") else
+            "jobs" if by_param == "job" else "instance_type")
+top = st.columns(4)
+seed("cmp_kind", query.get("kind"), kinds, "inference" if "inference" in kinds else kinds[0])
+kind = top[0].selectbox("Kind", kinds, key="cmp_kind")
+seed("cmp_unit", query.get("unit"), units_by_kind[kind], units_by_kind[kind][0])
 unit = top[1].selectbox("Unit", units_by_kind[kind], key="cmp_unit")
-mode = top[2].radio("Compare", ["by instance type", "picked jobs"], key="cmp_mode")
+seed("cmp_mode", MODES[mode_key] if by_param else None, list(MODES.values()),
+     MODES["instance_type"])
+mode = top[2].radio("Compare", list(MODES.values()), key="cmp_mode")
+seed("cmp_period", query.get("period"), list(ui.PERIODS_S), "All time")
 with top[3]:
-    _label, length_s = ui.period_picker("cmp_period", default="All time")
+    period, length_s = ui.period_picker("cmp_period", default="All time")
 since, until = (None, None) if length_s is None else (now - length_s, now)
 picked: tuple[str, ...] | None = None
-if mode == "picked jobs":
-    labels = dict(state.compare_candidates(url, kind, unit, since, until, MAX_PICK))
+by = "instance_type"
+if mode == MODES["label"]:
+    keys = state.all_label_keys(url, kind)
+    if not keys:
+        st.info(f"No {kind} job carries a label to group by.")
+        st.stop()
+    seed("cmp_label", by_param.removeprefix("label:"), keys, keys[0])
+    by = f"label:{st.selectbox('Label', keys, key='cmp_label')}"
+elif mode == MODES["jobs"]:
+    candidates = state.compare_candidates(url, kind, unit, since, until, MAX_PICK)
+    labels = {job_id: f"{name} · {fmt.local_time(started_s, tz)} · {setup}"
+              for job_id, name, started_s, setup in candidates}
+    if "cmp_jobs" not in st.session_state or not set(st.session_state["cmp_jobs"]) <= set(
+            labels):
+        from_url = [j for j in query.get("jobs", "").split(",") if j in labels]
+        st.session_state["cmp_jobs"] = (from_url if first_view and from_url
+                                        else list(labels)[:2])
     picked = tuple(st.multiselect("Jobs", list(labels), format_func=labels.__getitem__,
-                                  default=list(labels)[:2], key="cmp_jobs"))
-units = plural(unit)
-found = state.compare(url, kind, unit, since, until, now, picked)
+                                  key="cmp_jobs"))
+units_name = plural(unit)
+found = state.compare(url, kind, unit, since, until, now, picked, by)
 if found is None:
-    st.info(f"No {kind} job counted {units} in this selection.")
+    st.info(f"No {kind} job counted {units_name} in this selection.")
     st.stop()
 
-names = {comparison.row_key(r): comparison.row_label(r) for r in found.table.rows}
+names = comparison.row_labels(found.table.rows, lambda t: fmt.local_time(t, tz)[:16])
 options = [comparison.row_key(r) for r in found.per_unit]
 default = comparison.row_key(comparison.slowest(found.per_unit))
-base_key = st.selectbox("Baseline", options, index=options.index(default),
-                        format_func=names.__getitem__, key="cmp_base")
+signature = (kind, unit, by, period, picked)
+if st.session_state.get("cmp_sig") != signature:  # new rows: the documented default
+    wanted = query.get("baseline") if first_view else None
+    st.session_state["cmp_base"] = wanted if wanted in options else default
+    st.session_state["cmp_sig"] = signature
+base_key = st.selectbox("Baseline", options, format_func=names.__getitem__, key="cmp_base",
+                        help="default: the slowest row, so deltas read as what the faster "
+                             "rows gain over it")
 result = found.against(base_key)
 base = result.table.baseline_row
 assert base is not None
-base_label = comparison.row_label(base)
+base_label = names[comparison.row_key(base)]
 st.caption("Throughput per instance-hour (every node a job held counts), CO2e operational "
            "(location-based; embodied apart), cost = hourly price × hours held: the figures "
            "and sentences of `joulestat compare` (docs/compare.md). Prices: "
-           f"{costing.price_source()}.")
+           f"{costing.price_source()}. This view's link keeps its settings.")
 for row in result.per_unit:
     if not row.is_baseline:
-        st.markdown(f"**{comparison.row_label(row)}** vs {base_label}: {headline(row, base)}")
+        st.markdown(f"**{names[comparison.row_key(row)]}** vs {base_label}: "
+                    f"{headline(row, base)}")
 
-per, million = f"per {unit}", f"per million {units}"
-# CO2e per inference is often a fraction of a gram: show milligrams then.
-known_co2e = [r.co2e_per_unit_g for r in result.per_unit if r.co2e_per_unit_g is not None]
-co2e_unit, co2e_scale = ("mg", 1000.0) if known_co2e and max(known_co2e) < 1 else ("g", 1.0)
-throughput_col = f"throughput ({units}/instance-h)"
-energy_col, cost_col = f"energy {per} (J)", f"cost {million} (USD)"
-co2e_col = f"CO2e {per} ({co2e_unit})"
-embodied_col = f"embodied CO2e {per} ({co2e_unit})"
-
-
-def scaled(value: float | None, scale: float) -> float | None:
-    return None if value is None else value * scale
+per, million = f"per {unit}", f"per million {units_name}"
+throughput_col = f"throughput ({units_name}/instance-h)"
+energy_col, co2e_col = f"energy {per}", f"CO2e {per} (operational)"
+embodied_col, cost_col = f"embodied CO2e {per}", f"cost {million}"
 
 
 def delta(value: float | None, ratio: bool = False) -> str:
-    """A delta against the baseline as the CLI prints it; — when unknown."""
+    """A delta against the baseline as the CLI prints it; unknown when unknown."""
     if value is None:
-        return NONE
+        return fmt.UNKNOWN
     return format_ratio(value) if ratio else format_pct(value)
 
 
 table = pd.DataFrame([{
-    "group": comparison.row_label(r), "instance types": "+".join(r.instance_types),
-    "jobs": r.runs, units: r.units, "instance-hours": r.instance_hours,
+    "group": names[comparison.row_key(r)], "instance types": "+".join(r.instance_types),
+    "jobs": r.runs, units_name: r.units, "instance-hours": r.instance_hours,
     throughput_col: r.units_per_hour, energy_col: r.energy_per_unit_j,
-    co2e_col: scaled(r.co2e_per_unit_g, co2e_scale),
-    embodied_col: scaled(r.embodied_per_unit_g, co2e_scale),
-    cost_col: r.cost_per_million_usd, "power per instance (W)": r.power_per_instance_w,
+    co2e_col: r.co2e_per_unit_g, embodied_col: r.embodied_per_unit_g,
+    cost_col: r.cost_per_million_usd, "power per instance": r.power_per_instance_w,
+    "energy is": r.energy_class or fmt.UNKNOWN,
     "throughput vs baseline": delta(r.throughput_x, ratio=True),
     f"energy {per} vs baseline": delta(r.energy_pct),
     f"CO2e {per} vs baseline": delta(r.co2e_pct),
@@ -108,65 +150,72 @@ table = pd.DataFrame([{
 } for r in result.per_unit])
 if result.table.by == "instance_type":
     table = table.drop(columns="instance types")
-st.dataframe(table, hide_index=True, width="stretch", column_config={
-    units: st.column_config.NumberColumn(format="%.0f"),
-    "instance-hours": st.column_config.NumberColumn(format="%.3g"),
-    throughput_col: st.column_config.NumberColumn(format="%.0f"),
-    energy_col: st.column_config.NumberColumn(format="%.3g"),
-    co2e_col: st.column_config.NumberColumn(format="%.3g"),
-    embodied_col: st.column_config.NumberColumn(format="%.3g"),
-    cost_col: st.column_config.NumberColumn(format="$%.2f"),
-    "power per instance (W)": st.column_config.NumberColumn(format="%.0f"),
-})
+st.dataframe(fmt.styled(table, {
+    units_name: fmt.count, "instance-hours": units.sig, throughput_col: fmt.count,
+    energy_col: fmt.energy, co2e_col: fmt.mass, embodied_col: fmt.mass, cost_col: fmt.usd,
+    "power per instance": fmt.power}), hide_index=True, width="stretch", placeholder=fmt.UNKNOWN)
 
 if result.per_run:
-    st.caption(f"These jobs counted no {units}: compared per run, as `joulestat compare` "
+    st.caption(f"These jobs counted no {units_name}: compared per run, as `joulestat compare` "
                "lists them (no deltas against a per-unit baseline).")
-    st.dataframe(pd.DataFrame([{
-        "group": comparison.row_label(r), "jobs": r.runs,
-        "energy per run (kJ)": r.energy_per_run_j / 1000,
-        "CO2e per run (g)": r.co2e_per_run_g, "cost per run (USD)": r.cost_per_run_usd,
-    } for r in result.per_run]), hide_index=True, width="stretch", column_config={
-        "energy per run (kJ)": st.column_config.NumberColumn(format="%.3g"),
-        "CO2e per run (g)": st.column_config.NumberColumn(format="%.3g"),
-        "cost per run (USD)": st.column_config.NumberColumn(format="$%.2f"),
-    })
+    per_run = pd.DataFrame([{
+        "group": names[comparison.row_key(r)], "jobs": r.runs,
+        "energy per run": r.energy_per_run_j, "CO2e per run (operational)": r.co2e_per_run_g,
+        "cost per run": r.cost_per_run_usd, "energy is": r.energy_class or fmt.UNKNOWN,
+    } for r in result.per_run])
+    st.dataframe(fmt.styled(per_run, {"energy per run": fmt.energy, "cost per run": fmt.usd,
+                                      "CO2e per run (operational)": fmt.mass}),
+                 hide_index=True, width="stretch", placeholder=fmt.UNKNOWN)
 
-panels = [(energy_col, f"Energy {per} (J)"), (co2e_col, f"CO2e {per} ({co2e_unit})"),
-          (cost_col, f"Cost {million} (USD)"),
-          (throughput_col, f"Throughput ({units} per instance-hour)")]
+panels = [(energy_col, "J", fmt.energy), (co2e_col, "g", fmt.mass), (cost_col, "$", fmt.usd),
+          (throughput_col, "", fmt.count)]
 for pair in (panels[:2], panels[2:]):
     cols = st.columns(2)
-    for col, (column, title) in zip(cols, pair, strict=True):
+    for col, (column, unit_of, shown) in zip(cols, pair, strict=True):
         data = table[["group", column]].dropna()
         with col:
             if data.empty:
-                st.caption(f"{title}: unknown (an instance type without catalog data).")
-            else:
-                st.altair_chart(charts.compare_bars(data, group="group", value=column,
-                                                    title=title, baseline=base_label),
-                                width="stretch")
+                st.caption(f"{column}: unknown (an instance type without catalog data).")
+                continue
+            divisor, axis_unit = (units.scale_for(list(data[column]), unit_of)
+                                  if unit_of in ("J", "g") else (1.0, unit_of))
+            title = column if not axis_unit else f"{column} ({axis_unit})"
+            data = data.assign(value=data[column] / divisor, text=data[column].map(shown))
+            st.altair_chart(charts.compare_bars(data, group="group", value="value",
+                                                title=title, baseline=base_label,
+                                                text="text"), width="stretch")
 
 st.subheader("Sizing for a service level")
 best = max((r.units_per_hour or 0.0 for r in result.per_unit), default=0.0)
 default_sla = float(10 ** math.ceil(math.log10(max(best, 1.0) * 2)))
-sla = st.number_input(f"Required throughput ({units} per hour)", min_value=1.0,
-                      value=default_sla, step=default_sla / 10, key="cmp_sla", format="%.0f")
+if "cmp_sla" not in st.session_state:
+    try:
+        wanted_sla = float(query.get("sla", "")) if first_view else None
+    except ValueError:
+        wanted_sla = None
+    st.session_state["cmp_sla"] = (wanted_sla if wanted_sla and math.isfinite(wanted_sla)
+                                   and wanted_sla >= 1 else default_sla)
+sla = st.number_input(f"Required throughput ({units_name} per hour)", min_value=1.0,
+                      step=default_sla / 10, key="cmp_sla", format="%.0f")
 sized = found.against(base_key, float(sla))
-st.dataframe(pd.DataFrame([{
-    "group": comparison.row_label(r), "instances": r.instances_needed,
-    "fleet power (kW)": scaled(r.fleet_power_w, 1 / 1000),
-    "fleet cost per hour (USD)": r.fleet_cost_per_hour_usd,
-} for r in sized.per_unit if r.instances_needed is not None]), hide_index=True,
-    width="stretch", column_config={
-    "fleet power (kW)": st.column_config.NumberColumn(format="%.2f"),
-    "fleet cost per hour (USD)": st.column_config.NumberColumn(format="$%.2f"),
-})
-st.caption(f"Instances = ⌈SLA ÷ {units} per instance-hour⌉; fleet power and cost scale the "
-           "measured average power and cost of one instance-hour (its attributed energy and "
-           "list price), as `joulestat compare --sla` sizes it.")
+fleet = pd.DataFrame([{
+    "group": names[comparison.row_key(r)], "instances": r.instances_needed,
+    "fleet power": r.fleet_power_w, "fleet cost per hour": r.fleet_cost_per_hour_usd,
+} for r in sized.per_unit if r.instances_needed is not None])
+st.dataframe(fmt.styled(fleet, {"fleet power": fmt.power, "fleet cost per hour": fmt.usd}),
+             hide_index=True, width="stretch", placeholder=fmt.UNKNOWN)
+st.caption(f"Instances = ⌈SLA ÷ {units_name} per instance-hour⌉; fleet power and cost scale "
+           "the measured average power and cost of one instance-hour (its attributed energy "
+           "and list price), as `joulestat compare --sla` sizes it.")
 
 if result.notes:
     with st.expander(f"Notes ({len(result.notes)})"):
         for note in result.notes:
             st.caption(note)
+
+settings = {"kind": kind, "unit": unit, "by": "job" if picked is not None else by,
+            "period": period, "baseline": base_key, "sla": f"{float(sla):g}"}
+if picked is not None:
+    settings["jobs"] = ",".join(picked)
+if {k: query.get(k) for k in (*settings, "jobs")} != {**{"jobs": None}, **settings}:
+    query.from_dict(settings)

@@ -2,9 +2,14 @@
 
 The job comes from the ``job`` query parameter (the Jobs page links here with it, and
 the URL can be shared; an id, a unique id prefix or a name, read as every command reads
-a job: :func:`agent.store.job_refs.resolve_job`) or the picker. Power is the job's
-attributed power: its dynamic share plus its share of idle, per component, from the
-same rows the totals sum, so the area under the curve is the energy in the header.
+a job: :func:`agent.store.job_refs.resolve_job`) or the picker ("name · started ·
+instance type"). Power is the job's attributed power: its dynamic share plus its share
+of idle, per component, from the same rows the totals sum, so the area under the curve
+is the energy in the header; each bucket's power is the average of the rows that ended
+in it, so a steady job draws a flat line to its end. CO2e is operational, embodied
+apart; an imported CodeCarbon run shows CodeCarbon's own figure beside it. Each
+component's badge says measured, estimated or not stated, by the one rule of
+:mod:`agent.reports.sources`.
 """
 
 from __future__ import annotations
@@ -16,10 +21,15 @@ from dataclasses import asdict
 import pandas as pd
 import streamlit as st
 
+from agent import units
 from agent.redact import redact_labels
+from agent.reports.external import comparison_note, external_figures, shown_labels
+from agent.reports.sources import WHY, sources_class
 from dashboard import analysis, charts, costing, downloads, fmt, state, ui
 
-BADGE_COLORS = {"measured": "green", "estimated": "orange", "replay": "gray", "mixed": "violet"}
+BADGE_COLORS = {"measured": "green", "estimated": "orange", "unstated": "red",
+                "replay": "gray", "mixed": "violet"}
+BADGE_WORDS = {"unstated": "not stated"}
 
 ui.enter()
 url = state.db_url()
@@ -29,24 +39,34 @@ tz = ui.viewer_tz()
 now = state.now_s()
 
 choices = state.choices(url)
-names = {c.id: c.name for c in choices}
+known = {c.id: c for c in choices}
 wanted = st.query_params.get("job")
 options = [c.id for c in choices]
-lookup = state.lookup_job(url, wanted) if wanted and wanted not in names else None
+lookup = state.lookup_job(url, wanted) if wanted and wanted not in known else None
 if lookup is not None and lookup.job_id is not None:  # a name or an id prefix
     for note in lookup.notes:
         st.info(note)
     wanted = lookup.job_id
-if wanted and wanted not in names:
+if wanted and wanted not in known:
     options.insert(0, wanted)
 if not options:
     st.info("No jobs yet. Measure one with `joulestat run --name NAME --kind training -- CMD` "
             "(see docs/jobs.md).")
     st.stop()
+
+
+def choice_label(job_id: str) -> str:
+    """``name · started · instance type``: what a person recognises a run by."""
+    found = known.get(job_id)
+    if found is None:
+        return job_id
+    return (f"{found.name} · {fmt.local_time(found.started_s, tz)} · "
+            f"{'+'.join(found.instance_types) or 'no node'}")
+
+
 if wanted and st.session_state.get("detail_pick") != wanted:
     st.session_state["detail_pick"] = wanted
-picked = st.selectbox("Job", options, key="detail_pick",
-                      format_func=lambda i: f"{names.get(i, '?')} · {i}")
+picked = st.selectbox("Job", options, key="detail_pick", format_func=choice_label)
 if st.query_params.get("job") != picked:
     st.query_params["job"] = picked
 job = state.detail(url, picked)
@@ -56,44 +76,62 @@ if job is None:
     st.stop()
 
 cost = costing.job_cost(job, now)
-unit, units = max(job.units.items(), key=lambda kv: kv[1], default=("", 0.0))
+unit, count = max(job.units.items(), key=lambda kv: kv[1], default=("", 0.0))
 span_s = analysis.run_s(job, now)
+imported_nodes = state.imported(url) & {p.node for p in job.per_node}
 st.subheader(f"{job.name} · {job.kind} · {job.status}")
 st.caption(f"`{job.id}` · started {fmt.local_time(job.started_s, tz)}"
            + (f", ended {fmt.local_time(job.ended_s, tz)}" if job.ended_s else ", running")
            + f" ({fmt.duration(span_s)}) · {ui.tz_label(tz)} · "
            + ", ".join(f"{node} ({itype})" for node, itype in job.nodes)
-           + ("" if not job.labels else " · "
-              + ", ".join(f"{k}={v}" for k, v in redact_labels(job.labels).items())))
-cols = st.columns(5)
-cols[0].metric("Energy", fmt.energy(job.total_j), help=fmt.kwh(job.total_j))
-cols[1].metric("CO2e", fmt.mass(cost.co2e_g),
-               help=f"operational {fmt.mass(cost.operational_g)} + embodied "
-                    f"{fmt.mass(cost.embodied_g)}")
-cols[2].metric("Cost", fmt.usd(cost.cost_usd),
-               help=f"hourly price × hours each node was held; prices: {costing.price_source()}")
-cols[3].metric(f"Work ({fmt.plural(unit) if unit else 'units'})",
-               fmt.count(units) if unit else "—")
-cols[4].metric(f"Energy per {unit or 'unit'}",
-               f"{fmt.energy(job.total_j / units)}" if units else "—")
+           + ("" if not job.labels else " · " + ", ".join(
+               f"{k}={v}" for k, v in redact_labels(shown_labels(job.labels)).items())))
+external = external_figures(job.labels)
+footprint = st.columns(4)
+footprint[0].metric("Energy", fmt.energy(job.total_j), help=fmt.kwh(job.total_j))
+footprint[1].metric("CO2e (operational)", fmt.mass(cost.operational_g),
+                    help="energy × PUE × grid intensity of each node's region "
+                         f"(location-based); operational + embodied: {fmt.mass(cost.total_g)}")
+footprint[2].metric("Embodied CO2e", fmt.mass(cost.embodied_g),
+                    help="manufacturing emissions for the time each node was held, kept "
+                         "apart; unknown when an instance type is not in the catalog")
+footprint[3].metric("Cost", fmt.usd(cost.cost_usd),
+                    help=f"hourly price × hours each node was held; prices: "
+                         f"{costing.price_source()}")
+work = st.columns(4)
+work[0].metric(f"Work ({fmt.plural(unit) if unit else 'units'})",
+               fmt.count(count) if unit else fmt.UNKNOWN)
+work[1].metric(f"Energy per {unit or 'unit'}",
+               fmt.energy(job.total_j / count) if count else fmt.UNKNOWN)
+for column, figures in zip(work[2:], external, strict=False):
+    column.metric(f"CO2e ({figures.tool}'s own)", fmt.mass(figures.co2e_g),
+                  help=f"as {figures.tool} wrote it in its CSV, with its own intensity")
+for figures in external:
+    st.info(comparison_note(figures, cost.operational_g), icon=":material/compare_arrows:")
+if imported_nodes:
+    profile = ("CodeCarbon records one total per component, so power is drawn flat over "
+               "the run" if external else "the power profile is the exported report's, bin "
+               "by bin")
+    st.caption(f"Imported from a file ({', '.join(sorted(imported_nodes))}): {profile}; "
+               "nothing here is live.")
 
-# Provenance: which source each component's energy came from.
+# Provenance: which source each component's energy came from, and what that makes it.
 provenance: defaultdict[str, dict[str, float]] = defaultdict(dict)
 for row in state.job_sources(url, job.id):
     per = provenance[row.component]
     per[row.source] = per.get(row.source, 0.0) + row.energy_j
 badges = st.container(horizontal=True)
 for component, by_source in sorted(provenance.items()):
-    classes = {analysis.provenance_class(s) for s in by_source}
-    verdict = classes.pop() if len(classes) == 1 else "mixed"
-    badges.badge(f"{component}: {verdict} ({', '.join(sorted(by_source))})",
-                 color=BADGE_COLORS.get(verdict, "gray"))
+    verdict = sources_class(by_source)
+    badges.badge(f"{component}: {BADGE_WORDS.get(verdict, verdict)} "
+                 f"({', '.join(sorted(by_source))})",
+                 color=BADGE_COLORS.get(verdict, "gray"), help=WHY.get(verdict))
 
-# CPU bottleneck, per node that has accelerators.
+# CPU bottleneck, per node that has accelerators and an agent.
 bucket_s, series, unit_series = state.job_series(url, job.id, span_s)
-series = analysis.clip_to_run(series, bucket_s, {
-    p.node: (p.started_s, p.ended_s if p.ended_s is not None else now) for p in job.per_node})
 for part in job.per_node:
+    if part.node in imported_nodes:
+        continue
     ranges = state.power_range(url, part.node)
     end_s = part.ended_s if part.ended_s is not None else now
     verdict = analysis.cpu_bottleneck(
@@ -116,17 +154,31 @@ for part in job.per_node:
 nodes = [p.node for p in job.per_node]
 view = st.radio("Nodes", ["all nodes", *nodes], horizontal=True, key="detail_view") if (
     len(nodes) > 1) else "all nodes"
-st.subheader(f"Power over time (W, {bucket_s} s buckets)")
 power_rows = [{"time": ui.to_local(p.bucket_end_s, tz), "component": p.component,
                "node": p.node, "power_w": p.power_w} for p in series
               if view == "all nodes" or p.node == view]
+# Each step is drawn up to its bucket's end: a point where the first bucket begins (the
+# job's start at the latest) gives it its width; a one-bucket job is otherwise no line.
+firsts: dict[tuple[str, str], dict[str, object]] = {}
+for p in series:
+    if (view == "all nodes" or p.node == view) and (p.node, p.component) not in firsts:
+        begin_s = max(job.started_s, p.bucket_end_s - bucket_s)
+        firsts[(p.node, p.component)] = {"time": ui.to_local(begin_s, tz),
+                                         "component": p.component, "node": p.node,
+                                         "power_w": p.power_w}
+power_rows = [*firsts.values(), *power_rows]
+divisor, power_unit = units.scale_for([r["power_w"] for r in power_rows], "W")
+st.subheader(f"Power over time ({power_unit}, {fmt.duration(bucket_s)} buckets)")
 if power_rows:
     frame = pd.DataFrame(power_rows).groupby(["time", "component"], as_index=False)[
         "power_w"].sum()
     frame["when"] = frame["time"].dt.strftime("%Y-%m-%d %H:%M:%S")
+    frame["power"] = frame["power_w"] / divisor
+    frame["text"] = frame["power_w"].map(fmt.power)
     st.altair_chart(charts.stacked_area(
-        frame, time="time", value="power_w", stack="component", value_title="Power (W)",
-        time_title=f"time ({ui.tz_label(tz)})"), width="stretch")
+        frame, time="time", value="power", stack="component",
+        value_title=f"Power ({power_unit})", time_title=f"time ({ui.tz_label(tz)})",
+        text="text", axis_format=charts.time_format(span_s)), width="stretch")
 else:
     st.caption("No energy rows for this job yet.")
 
@@ -135,46 +187,55 @@ if len(job.per_node) > 1:
     components = sorted({c for p in job.per_node for c in (*p.dynamic_j, *p.idle_j)},
                         key=lambda c: (list(charts.COMPONENT_COLORS).index(c)
                                        if c in charts.COMPONENT_COLORS else 99, c))
-    st.dataframe(pd.DataFrame([{
+    per_node = pd.DataFrame([{
         "node": p.node, "instance type": p.instance_type, "region": p.region,
-        **{f"{c} (kJ)": round((p.dynamic_j.get(c, 0.0) + p.idle_j.get(c, 0.0)) / 1000, 2)
-           for c in components},
-        "total (kJ)": round(p.total_j / 1000, 2),
-        "share of job": f"{p.total_j / job.total_j:.0%}" if job.total_j else "—",
+        **{c: p.dynamic_j.get(c, 0.0) + p.idle_j.get(c, 0.0) for c in components},
+        "total": p.total_j,
+        "share of job": p.total_j / job.total_j if job.total_j else None,
         "units": ", ".join(f"{fmt.count(v)} {fmt.plural(u)}" for u, v in p.units.items()),
-    } for p in job.per_node]), hide_index=True, width="stretch")
+    } for p in job.per_node])
+    st.dataframe(fmt.styled(per_node, {**{c: fmt.energy for c in components},
+                                       "total": fmt.energy, "share of job": fmt.share}),
+                 hide_index=True, width="stretch", placeholder=fmt.UNKNOWN)
 
-# Work: unit rate and energy per unit over time.
+# Work: unit rate and energy per unit over time, each bucket over the same rows' time.
 if unit_series:
     energy_at: defaultdict[float, float] = defaultdict(float)
     covered_at: dict[float, float] = {}
     for p in series:
         energy_at[p.bucket_end_s] += p.dynamic_j + p.idle_j
         covered_at[p.bucket_end_s] = max(covered_at.get(p.bucket_end_s, 0.0), p.covered_s)
-    work = defaultdict(float)
+    work: defaultdict[tuple[float, str], float] = defaultdict(float)
     for t, _node, u, n in unit_series:
         work[(t, u)] += n
     rows = [{"time": ui.to_local(t, tz), "when": fmt.local_time(t, tz), "unit": u,
-             "rate": n / covered_at[t],
-             "energy_per_unit_j": energy_at[t] / n}
+             "rate": n / covered_at[t], "energy_per_unit_j": energy_at[t] / n}
             for (t, u), n in sorted(work.items()) if n > 0 and covered_at.get(t)]
     if rows:
         frame = pd.DataFrame(rows)
         counted = sorted(frame["unit"].unique())
         rate_unit = f"{fmt.plural(counted[0])}/s" if len(counted) == 1 else "units/s"
         per_unit = counted[0] if len(counted) == 1 else "unit"
+        divisor, energy_unit = units.scale_for(list(frame["energy_per_unit_j"]), "J")
+        frame["energy_per_unit"] = frame["energy_per_unit_j"] / divisor
+        frame["energy_text"] = frame["energy_per_unit_j"].map(fmt.energy)
+        frame["rate_text"] = frame["rate"].map(lambda r: f"{units.sig(r)} {rate_unit}")
         left, right = st.columns(2)
         with left:
             st.subheader(f"Work rate ({rate_unit})")
             st.altair_chart(charts.lines(frame, x="time", y="rate", color="unit",
                                          x_title=f"time ({ui.tz_label(tz)})",
-                                         y_title=f"rate ({rate_unit})", temporal=True),
+                                         y_title=f"rate ({rate_unit})", temporal=True,
+                                         text="rate_text",
+                                         axis_format=charts.time_format(span_s)),
                             width="stretch")
         with right:
-            st.subheader(f"Energy per {per_unit} (J)")
-            st.altair_chart(charts.lines(frame, x="time", y="energy_per_unit_j", color="unit",
+            st.subheader(f"Energy per {per_unit} ({energy_unit})")
+            st.altair_chart(charts.lines(frame, x="time", y="energy_per_unit", color="unit",
                                          x_title=f"time ({ui.tz_label(tz)})",
-                                         y_title=f"energy per {per_unit} (J)", temporal=True),
+                                         y_title=f"energy per {per_unit} ({energy_unit})",
+                                         temporal=True, text="energy_text",
+                                         axis_format=charts.time_format(span_s)),
                             width="stretch")
 
 # Downloads: joulestat's report in every format, else the JSON of this page.
@@ -187,9 +248,10 @@ if downloads.available():
                                 key=f"report_{kind}", on_click="ignore")
     st.caption("The same report `joulestat report` writes; rendered when you click.")
 else:
-    record = {**asdict(job), "co2e_g": cost.co2e_g, "operational_co2e_g": cost.operational_g,
-              "embodied_co2e_g": cost.embodied_g, "cost_usd": cost.cost_usd,
+    record = {**asdict(job), "co2e_g": cost.operational_g, "embodied_co2e_g": cost.embodied_g,
+              "total_co2e_g": cost.total_g, "cost_usd": cost.cost_usd,
               "provenance": {c: dict(s) for c, s in provenance.items()},
+              "external_co2e": [f.as_dict() for f in external],
               "methodology": costing.METHODOLOGY}
     buttons.download_button("Job (JSON)", json.dumps(record, indent=1, default=str),
                             file_name=f"{job.id}.json", mime="application/json")

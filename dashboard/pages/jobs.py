@@ -1,8 +1,11 @@
 """Jobs: every job in the store, filtered and sorted; pick one to open its detail.
 
 Figures are each job's attributed energy (dynamic plus its share of idle, all nodes),
-its CO2e (operational + embodied) and cost (list price × hours its nodes were held),
-both from :mod:`agent.carbon` through :mod:`dashboard.costing`.
+its operational CO2e with embodied apart (one definition of CO2e on every page:
+:class:`dashboard.analysis.JobCost`) and cost (list price × hours its nodes were held),
+from :mod:`agent.carbon` through :mod:`dashboard.costing`. The name comes first and the
+id last, short; each figure is text from :mod:`agent.units` (``2.05 mJ``), so "Sort
+by" sorts by the numbers behind it.
 """
 
 from __future__ import annotations
@@ -10,11 +13,11 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import fmt, state, ui
+from dashboard import analysis, fmt, state, ui
 
 ANY = "any"
-SORTS = {"Energy": "energy (kJ)", "CO2e": "CO2e (g)", "Cost": "cost (USD)",
-         "Energy per unit": "energy per unit (J)", "Start": "started"}
+SORTS = {"Energy": "_energy_j", "CO2e": "_co2e_g", "Cost": "_cost_usd",
+         "Energy per unit": "_energy_per_unit_j", "Start": "_started_s"}
 MAX_PICKER = 500
 
 ui.enter()
@@ -52,7 +55,7 @@ elif text:
     needle = text.lower()
     frame = frame[frame["labels"].str.lower().str.contains(needle, regex=False)
                   | frame["name"].str.lower().str.contains(needle, regex=False)
-                  | frame["job"].str.lower().str.contains(needle, regex=False)]
+                  | frame["_job_id"].str.lower().str.contains(needle, regex=False)]
 
 if frame.empty:
     st.info("No job matches these filters." if in_period or text else
@@ -64,27 +67,31 @@ frame = frame.sort_values(SORTS[sort], ascending=not descending, na_position="la
                           kind="stable").reset_index(drop=True)
 frame["started"] = (pd.to_datetime(frame["started"], unit="s", utc=True)
                     .dt.tz_convert(tz).dt.tz_localize(None))
-total_j = frame["energy (kJ)"].sum() * 1000
+total_j = frame["_energy_j"].sum()
 st.caption(f"{len(frame)} jobs, {fmt.energy(total_j)} ({fmt.kwh(total_j)}) attributed. "
-           f"Times in {ui.tz_label(tz)}. Select a row to open the job.")
+           f"CO2e is operational (energy × PUE × grid intensity), embodied apart. Sorted "
+           f"by {sort.lower()} (column headers sort the text). Times in {ui.tz_label(tz)}. "
+           "Select a row to open the job.")
 event = st.dataframe(
     frame, hide_index=True, width="stretch", height=420, on_select="rerun",
-    selection_mode="single-row", key="jobs_table",
+    selection_mode="single-row", key="jobs_table", column_order=analysis.JOB_COLUMNS,
     column_config={
-        "energy (kJ)": st.column_config.NumberColumn(format="%.2f"),
-        "CO2e (g)": st.column_config.NumberColumn(format="%.2f"),
-        "cost (USD)": st.column_config.NumberColumn(format="$%.4f"),
-        "energy per unit (J)": st.column_config.NumberColumn(format="%.3g"),
-        "units": st.column_config.NumberColumn(format="compact"),
-        "duration (min)": st.column_config.NumberColumn(format="%.1f"),
         "started": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm:ss"),
+        "id": st.column_config.TextColumn(help="the first 8 characters of the job id; "
+                                          "a unique prefix names the job in every command"),
     },
 )
 selected = list(getattr(getattr(event, "selection", None), "rows", []) or [])
 if selected:
-    st.switch_page("pages/job_detail.py", query_params={"job": frame.at[selected[0], "job"]})
+    st.switch_page("pages/job_detail.py", query_params={"job": frame.at[selected[0], "_job_id"]})
 
+pickable = frame.head(MAX_PICKER)
+labels = {job_id: f"{name} · {fmt.local_time(started_s, tz)} · {setup}"
+          for job_id, name, started_s, setup in zip(
+              pickable["_job_id"], pickable["name"], pickable["_started_s"],
+              pickable["instance types"], strict=True)}
 pick_col, button_col = st.columns([3, 1], vertical_alignment="bottom")
-pick = pick_col.selectbox("Open a job", list(frame["job"][:MAX_PICKER]), key="jobs_pick")
+pick = pick_col.selectbox("Open a job", list(labels), key="jobs_pick",
+                          format_func=labels.__getitem__)
 if button_col.button("Open detail", key="jobs_open", type="primary"):
     st.switch_page("pages/job_detail.py", query_params={"job": pick})

@@ -1,9 +1,11 @@
-"""Load curve: energy per request and request rate against concurrency, per setup.
+"""Load curve: energy per request and request rate against load, per setup.
 
-Reads inference jobs labelled ``concurrency=<n>`` (``joulestat run --label
-concurrency=8 ...``, or a load test that starts one job per level), so the point where
-more concurrency stops buying throughput and only costs energy is visible per
-instance type. Jobs at the same level on the same setup are summed.
+Reads inference jobs whose chosen label carries the load level (``concurrency=<n>`` by
+default: ``joulestat run --label concurrency=8 ...``, or a load test that starts one job
+per level), so the point where more concurrency stops buying throughput and only costs
+energy is visible per instance type. Jobs at the same level on the same setup are
+summed. The viewer picks the label and leaves runs out (a 5-second smoke test at
+concurrency 1 is not a load level), so one stray run cannot make a point.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts, fmt, state, ui
+from agent import units
+from agent.redact import redact_labels
+from dashboard import analysis, charts, fmt, state, ui
 
 HOW = ("```sh\nfor c in 1 2 4 8 16 32; do\n  joulestat run --name bert-serve --kind "
        "inference --label concurrency=$c -- python load_test.py --concurrency $c\ndone\n```"
@@ -23,43 +27,59 @@ url = state.db_url()
 st.title("Load curve")
 ui.require_data(url)
 now = state.now_s()
+tz = ui.viewer_tz()
 
-units = state.units_by_kind(url).get("inference", [])
-if not units:
+unit_choices = state.units_by_kind(url).get("inference", [])
+if not unit_choices:
     st.info(f"No inference job has counted units of work yet. Run one job per load level, "
             f"for example:\n\n{HOW}")
     st.stop()
 
-unit = st.selectbox("Unit", units, key="load_unit")
-points, skipped = state.load_points(url, unit, now)
+top = st.columns([1, 1, 3])
+unit = top[0].selectbox("Unit", unit_choices, key="load_unit")
+keys = state.label_keys(url, "inference") or ["concurrency"]
+label_key = top[1].selectbox("Load level label", keys, key="load_label",
+                             index=keys.index("concurrency") if "concurrency" in keys else 0,
+                             help="the job label whose number is the load level")
+runs = state.load_jobs(url, unit, label_key)
+labels = {j.id: f"{j.name} · {label_key}={redact_labels(j.labels).get(label_key)} · "
+                f"{fmt.local_time(j.started_s, tz)} · {analysis.setup_of(j)} · "
+                f"{fmt.duration(analysis.run_s(j, now))}" for j in reversed(runs)}
+left_out = top[2].multiselect("Leave out runs", list(labels), format_func=labels.__getitem__,
+                              key="load_left_out", placeholder="e.g. a short smoke test")
+points, skipped = state.load_points(url, unit, now, label_key, tuple(left_out))
 if skipped:
-    st.caption(f"{skipped} job(s) left out: their `concurrency` label is not a positive number.")
+    st.caption(f"{skipped} job(s) left out: their `{label_key}` label is not a positive "
+               "number.")
 if not points:
-    st.info(f"No inference job with a numeric `concurrency` label counted "
+    st.info(f"No inference job with a numeric `{label_key}` label counted "
             f"{fmt.plural(unit)} yet. Run one job per load level, for example:\n\n{HOW}")
     st.stop()
 
-frame = pd.DataFrame([{"setup": p.setup, "concurrency": p.concurrency, "jobs": p.jobs,
-                       "energy_per_unit_j": p.energy_per_unit_j, "rate_per_s": p.rate_per_s}
-                      for p in points])
+frame = pd.DataFrame([{"setup": p.setup, label_key: p.level, "jobs": p.jobs,
+                       "run time": p.run_s, "energy_per_unit_j": p.energy_per_unit_j,
+                       "rate_per_s": p.rate_per_s} for p in points])
+divisor, energy_unit = units.scale_for(list(frame["energy_per_unit_j"]), "J")
+frame["energy_per_unit"] = frame["energy_per_unit_j"] / divisor
+frame["energy_text"] = frame["energy_per_unit_j"].map(fmt.energy)
+rate_name = f"{fmt.plural(unit)}/s"
+frame["rate_text"] = frame["rate_per_s"].map(lambda r: f"{units.sig(r)} {rate_name}")
 left, right = st.columns(2)
 with left:
-    st.subheader(f"Energy per {unit} (J)")
-    st.altair_chart(charts.lines(frame, x="concurrency", y="energy_per_unit_j", color="setup",
-                                 x_title="concurrency (requests in flight)",
-                                 y_title=f"energy per {unit} (J)", log_x=True),
-                    width="stretch")
+    st.subheader(f"Energy per {unit} ({energy_unit})")
+    st.altair_chart(charts.lines(frame, x=label_key, y="energy_per_unit", color="setup",
+                                 x_title=f"{label_key} (load level)",
+                                 y_title=f"energy per {unit} ({energy_unit})", log_x=True,
+                                 text="energy_text"), width="stretch")
 with right:
-    st.subheader(f"Rate ({fmt.plural(unit)}/s)")
-    st.altair_chart(charts.lines(frame, x="concurrency", y="rate_per_s", color="setup",
-                                 x_title="concurrency (requests in flight)",
-                                 y_title=f"rate ({fmt.plural(unit)}/s)", log_x=True),
-                    width="stretch")
+    st.subheader(f"Rate ({rate_name})")
+    st.altair_chart(charts.lines(frame, x=label_key, y="rate_per_s", color="setup",
+                                 x_title=f"{label_key} (load level)",
+                                 y_title=f"rate ({rate_name})", log_x=True,
+                                 text="rate_text"), width="stretch")
 
-st.dataframe(frame.rename(columns={
-    "energy_per_unit_j": f"energy per {unit} (J)", "rate_per_s": f"{fmt.plural(unit)}/s"}),
-    hide_index=True, width="stretch", column_config={
-        f"energy per {unit} (J)": st.column_config.NumberColumn(format="%.3g"),
-        f"{fmt.plural(unit)}/s": st.column_config.NumberColumn(format="%.1f"),
-        "concurrency": st.column_config.NumberColumn(format="%g"),
-})
+shown = frame.drop(columns=["energy_per_unit", "energy_text", "rate_text"]).rename(columns={
+    "energy_per_unit_j": f"energy per {unit}", "rate_per_s": rate_name})
+st.dataframe(fmt.styled(shown, {f"energy per {unit}": fmt.energy, "run time": fmt.duration,
+                                rate_name: units.sig, label_key: fmt.count}),
+             hide_index=True, width="stretch", placeholder=fmt.UNKNOWN)

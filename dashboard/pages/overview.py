@@ -2,17 +2,25 @@
 
 Period totals are node energy (every joule the nodes drew, attributed to a job or not),
 so they answer "what did the fleet cost", not "what did the jobs cost" (see Jobs).
-CO2e and cost come from :mod:`agent.carbon` per node: energy × PUE × grid intensity of
-its region, plus embodied emissions and list price for the hours it reported.
+CO2e is operational (energy × PUE × grid intensity of each node's region), known
+whenever the energy is; embodied emissions are shown apart, never folded in. Cost is
+the hourly price × hours each node reported. The measured share counts only energy
+read from a hardware counter (:mod:`agent.reports.sources`): an imported estimate or a
+CodeCarbon CSV that does not say how it measured is not "measured". Nodes that exist
+only through ``joulestat import`` hold exported snapshots: they are marked imported,
+never "reporting", and have no "power now".
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 
 import pandas as pd
 import streamlit as st
 
+from agent import units
+from agent.reports.sources import CLASSES, MEASURED
 from dashboard import analysis, charts, costing, fmt, state, ui
 
 STALE_S = 300.0
@@ -24,6 +32,8 @@ ui.require_data(url)
 tz = ui.viewer_tz()
 now = state.now_s()
 nodes = state.nodes(url)
+imported = state.imported(url)
+live = [n for n in nodes if n.node not in imported]
 
 label, length_s = ui.period_picker("overview_period")
 since = 0.0 if length_s is None else now - length_s
@@ -36,82 +46,129 @@ held_s = state.covered(url, since, now)
 node_costs = {n.node: costing.node_cost(n.instance_type, n.region, node_energy.get(n.node, 0.0),
                                         held_s.get(n.node, 0.0)) for n in nodes}
 energy_j = sum(node_energy.values())
-co2e = [c.co2e_g for c in node_costs.values()]
-cost = [c.cost_usd for c in node_costs.values()]
+operational = sum(c.operational_g or 0.0 for c in node_costs.values())
 provenance = analysis.provenance_totals(sources)
-measured_share = provenance.get("measured", 0.0) / energy_j if energy_j else 0.0
 
-cols = st.columns(6)
-cols[0].metric("Nodes", len(nodes))
-cols[1].metric("Instance types", len({n.instance_type for n in nodes}))
-cols[2].metric("Jobs running", state.running_count(url))
-cols[3].metric(f"Energy, {ui.SHORT[label]}", fmt.kwh(energy_j),
-               help=f"{fmt.energy(energy_j)} drawn by all nodes, {label.lower()}")
-cols[4].metric("CO2e", fmt.mass(None if None in co2e else sum(co2e)),
-               help="operational (energy × PUE × grid intensity) + embodied")
-cols[5].metric("Cost", fmt.usd(None if None in cost else sum(cost)),
-               help="hourly price × hours each node reported in the period; prices: "
-                    f"{costing.price_source()}")
-st.caption(f"Measured: **{measured_share:.0%}** of the energy in the period; the rest is "
-           "estimated by documented models (`model:*`) or replayed. Times in "
-           f"{ui.tz_label(tz)}.")
 
-left, right = st.columns(2)
-with left:
-    st.subheader("Power now (W)")
-    power = state.current_power(url)
+
+def at_least(values: dict[str, float | None], shown: Callable[[float], str]) -> str:
+    """The sum, or "≥ the known part" when some nodes' figure is unknown (an unknown
+    embodied figure or price is not zero, and one such node must not hide the rest)."""
+    known = [v for v in values.values() if v is not None]
+    total = shown(sum(known))
+    return total if len(known) == len(values) else f"≥ {total}"
+
+
+def unknown_on(values: dict[str, float | None]) -> str:
+    missing = sorted(node for node, v in values.items() if v is None)
+    return f"; unknown for {', '.join(missing)} (not in the catalog)" if missing else ""
+
+
+embodied_by_node = {node: c.embodied_g for node, c in node_costs.items()}
+cost_by_node = {node: c.cost_usd for node, c in node_costs.items()}
+fleet = st.columns(4)
+fleet[0].metric("Nodes", len(live), help=f"nodes with an agent; {len(imported)} more known "
+                "only from imported files" if imported else "nodes with an agent")
+fleet[1].metric("Instance types", len({n.instance_type for n in nodes}))
+fleet[2].metric("Jobs running", state.running_count(url))
+totals = st.columns(4)
+totals[0].metric(f"Energy, {ui.SHORT[label]}", fmt.kwh(energy_j),
+                 help=f"{fmt.energy(energy_j)} drawn by all nodes, {label.lower()}")
+totals[1].metric("CO2e (operational)", fmt.mass(operational),
+                 help="energy × PUE × grid intensity of each node's region (location-based)")
+totals[2].metric("Embodied CO2e", at_least(embodied_by_node, fmt.mass),
+                 help="manufacturing emissions for the hours held, apart from operational"
+                      + unknown_on(embodied_by_node))
+totals[3].metric("Cost", at_least(cost_by_node, fmt.usd),
+                 help="hourly price × hours each node reported in the period; prices: "
+                      f"{costing.price_source()}" + unknown_on(cost_by_node))
+shares = [f"**{fmt.share(provenance[c] / energy_j)}** {c}" for c in CLASSES
+          if energy_j and provenance.get(c)]
+st.caption(f"Energy in the period: {', '.join(shares) or 'none'}. Only energy read from a "
+           "hardware counter counts as measured; estimates (`model:*`, also when imported) "
+           "and imports that do not say how they measured (`import:codecarbon` CPU) do not. "
+           f"Times in {ui.tz_label(tz)}.")
+if MEASURED not in provenance and energy_j:
+    st.warning("None of this period's energy was measured: every figure rests on "
+               "documented estimates (see docs/methodology.md).", icon=":material/info:")
+
+power = state.current_power(url)
+# One chart per row: their legends sit right of the plot and name sources in full.
+with st.container():
+    st.subheader("Power now")
     power_rows = [{"node": f"{n.node} ({n.instance_type})", "component": component,
-                   "power_w": watts}
-                  for n in nodes for component, watts in power.get(n.node, {}).items()
+                   "power_w": watts, "text": fmt.power(watts)}
+                  for n in live for component, watts in power.get(n.node, {}).items()
                   if component not in analysis.OVERLAPPING]
     if power_rows:
         st.altair_chart(charts.stacked_bars(
             pd.DataFrame(power_rows), category="node", value="power_w", stack="component",
-            value_title="Power (W)", category_title="node (instance type)"),
+            value_title="Power (W)", category_title="node (instance type)", text="text"),
             width="stretch")
     else:
-        st.caption("No ticks stored yet.")
-with right:
-    st.subheader("Energy by source (kWh)")
+        st.caption("No agent has stored a tick yet.")
+    if imported:
+        st.caption(f"Imported nodes have no power now: {', '.join(sorted(imported))}.")
+with st.container():
+    st.subheader("Energy by source")
     source_rows = [{"class": analysis.provenance_class(r.source), "source": r.source,
-                    "energy_kwh": r.energy_j / fmt.J_PER_KWH}
+                    "energy_j": r.energy_j}
                    for r in sources if r.component not in analysis.OVERLAPPING]
     if source_rows:
         frame = pd.DataFrame(source_rows).groupby(["class", "source"], as_index=False).sum()
+        divisor, unit = units.scale_for(list(frame["energy_j"] / units.J_PER_WH), "Wh")
+        frame["energy"] = frame["energy_j"] / units.J_PER_WH / divisor
+        frame["text"] = frame["energy_j"].map(fmt.kwh)
         st.altair_chart(charts.stacked_bars(
-            frame, category="class", value="energy_kwh", stack="source",
-            value_title="Energy (kWh)", category_title="provenance"), width="stretch")
+            frame, category="class", value="energy", stack="source",
+            value_title=f"Energy ({unit})", category_title="provenance", text="text",
+            height=max(120, 22 * frame["source"].nunique() + 30)), width="stretch")  # legend
     else:
         st.caption("No energy in this period.")
 
+
+def reporting(node: str, last_seen_s: float) -> str:
+    """Whether a node's agent still writes; an imported node never does."""
+    if node in imported:
+        return "imported, no agent"
+    return "yes" if now - last_seen_s <= STALE_S else (
+        f"silent for {fmt.duration(now - last_seen_s)}")
+
+
 st.subheader("Nodes")
-st.dataframe(pd.DataFrame([{
+node_frame = pd.DataFrame([{
     "node": n.node,
     "instance type": n.instance_type,
     "region": n.region,
-    "power now (W)": round(sum(w for c, w in power.get(n.node, {}).items()
-                               if c not in analysis.OVERLAPPING), 1),
-    f"energy, {label.lower()} (kWh)": round(node_energy.get(n.node, 0.0) / fmt.J_PER_KWH, 4),
-    "CO2e (g)": node_costs[n.node].co2e_g,
-    "cost (USD)": node_costs[n.node].cost_usd,
+    "reporting": reporting(n.node, n.last_seen_s),
+    "power now": (None if n.node in imported else
+                  sum(w for c, w in power.get(n.node, {}).items()
+                      if c not in analysis.OVERLAPPING)),
+    f"energy, {label.lower()}": node_energy.get(n.node, 0.0),
+    "CO2e (operational)": node_costs[n.node].operational_g,
+    "embodied CO2e": node_costs[n.node].embodied_g,
+    "cost": node_costs[n.node].cost_usd,
     "CPU": n.cpu_model,
     "last seen": ui.to_local(n.last_seen_s, tz),
-    "reporting": "yes" if now - n.last_seen_s <= STALE_S else
-                 f"silent for {fmt.duration(now - n.last_seen_s)}",
-} for n in nodes]), hide_index=True, width="stretch",
-    column_config={"CO2e (g)": st.column_config.NumberColumn(format="%.1f"),
-                   "cost (USD)": st.column_config.NumberColumn(format="$%.4f")})
+} for n in nodes])
+st.dataframe(fmt.styled(node_frame, {
+    "power now": fmt.power, f"energy, {label.lower()}": fmt.kwh,
+    "CO2e (operational)": fmt.mass, "embodied CO2e": fmt.mass, "cost": fmt.usd}),
+    hide_index=True, width="stretch", placeholder=fmt.UNKNOWN,
+    height=min(36 * (len(node_frame) + 1) + 4, 740),  # every node, imported ones too
+    column_config={"reporting": st.column_config.TextColumn(width="medium")})
 
 st.subheader("Jobs running")
 running = state.jobs(url, status="running")
 if running:
     st.dataframe(pd.DataFrame([{
-        "job": j.id, "name": j.name, "kind": j.kind,
+        "name": j.name, "kind": j.kind,
         "nodes": ", ".join(f"{node} ({itype})" for node, itype in j.nodes),
         "started": ui.to_local(j.started_s, tz),
         "running for": fmt.duration(now - j.started_s),
-        "energy so far (kJ)": round(j.total_j / 1000, 2),
+        "energy so far": fmt.energy(j.total_j),
         "units": ", ".join(f"{fmt.count(v)} {fmt.plural(u)}" for u, v in j.units.items()),
-    } for j in running]), hide_index=True, width="stretch")
+        "id": analysis.short_id(j.id),
+    } for j in running]), hide_index=True, width="stretch", placeholder=fmt.UNKNOWN)
 else:
     st.caption("No job is running.")

@@ -1,14 +1,20 @@
-"""The real ``joulestat dashboard`` in headless Chromium: every page renders the data.
+"""The real ``joulestat dashboard`` in headless Chromium: every page renders the data,
+and the reports open as a manager would open them.
 
 Streamlit draws its pages in the browser over a websocket after the HTML has loaded,
 so a one-shot ``--dump-dom`` or ``--screenshot`` may capture an empty shell. The test
 therefore drives Chromium through its DevTools protocol (the ``websockets`` client
 Streamlit already depends on): load a page, poll the rendered text until the expected
-figures appear, then take a full-page screenshot. Screenshots go to the pytest tmp
-dir, and to docs/screenshots/ when ``JOULESTAT_SAVE_SCREENSHOTS`` is set.
+figures appear, then take a full-page screenshot. The store is the sample
+(:mod:`dashboard.sample`) plus :mod:`tests.honest_store` (a steady laptop job, runs told
+apart by a label, an imported VM estimate with its profile) and a CodeCarbon CSV
+written by CodeCarbon's own tracker, imported with its CO2e kept. The HTML report is
+opened in Chromium and the PDF rasterised with ``pdftoppm``. Screenshots go to the
+pytest tmp dir, and to docs/screenshots/ when ``JOULESTAT_SAVE_SCREENSHOTS`` is set.
 
-Needs Debian's ``chromium`` package. Without it the test is skipped with that reason,
-except in CI (``CI=true``), where a missing browser is a failure.
+Needs Debian's ``chromium`` (and ``poppler-utils`` for the PDF) packages. Without them
+the test is skipped with that reason, except in CI (``CI=true``), where a missing
+browser is a failure.
 """
 
 from __future__ import annotations
@@ -32,9 +38,14 @@ from typing import Any
 import pytest
 from websockets.sync.client import ClientConnection, connect
 
+from agent.reports.html_report import render_html
+from agent.reports.importer import import_file
+from agent.reports.model import build_report
+from agent.reports.pdf_report import render_pdf
 from agent.store import make_engine, migrate
 from agent.store.job_queries import JobSummary, list_jobs
 from dashboard import fmt, sample
+from tests import honest_store
 
 pytestmark = pytest.mark.slow
 
@@ -131,12 +142,41 @@ class Browser:
         path.write_bytes(base64.b64decode(data))
 
 
+CODECARBON_RUN = """
+import time
+from codecarbon import OfflineEmissionsTracker
+
+tracker = OfflineEmissionsTracker(country_iso_code="FRA", measure_power_secs=1,
+                                  output_dir=".", project_name="mlp-train",
+                                  log_level="error", save_to_api=False)
+tracker.start()
+end = time.time() + 4
+n = 0
+while time.time() < end:
+    n += 1
+tracker.stop()
+"""
+
+
+def codecarbon_csv(folder: Path) -> Path:
+    """An emissions.csv written by CodeCarbon's own tracker (a 4-second busy loop)."""
+    run = subprocess.run([sys.executable, "-c", CODECARBON_RUN], cwd=folder,
+                         capture_output=True, text=True, timeout=180,
+                         env={**os.environ, "HOME": str(folder)})
+    assert run.returncode == 0, run.stderr
+    return folder / "emissions.csv"
+
+
 @pytest.fixture(scope="module")
 def filled(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, JobSummary]]:
-    url = f"sqlite:///{tmp_path_factory.mktemp('browser') / 'sample.db'}"
+    folder = tmp_path_factory.mktemp("browser")
+    url = f"sqlite:///{folder / 'sample.db'}"
     engine = make_engine(url)
     migrate.upgrade(engine)
     sample.fill(engine, end_s=time.time() - 60)
+    honest_store.fill(engine, folder, start_s=time.time() - 2 * 3600)
+    result = import_file(engine, codecarbon_csv(folder))
+    assert result.kind == "codecarbon" and result.nodes == 1
     jobs = {j.id: j for j in list_jobs(engine)}
     engine.dispose()
     return url, jobs
@@ -201,6 +241,8 @@ def browser() -> Iterator[Browser]:
 def pages(jobs: dict[str, JobSummary]) -> list[tuple[str, str, list[str]]]:
     [multi] = [j for j in jobs.values() if j.name == "llama-7b-finetune"]
     [starved] = [j for j in jobs.values() if j.name == "resnet50-jpeg-decode"]
+    [codecarbon] = [j for j in jobs.values() if j.name == "codecarbon:mlp-train"
+                    and j.id != "codecarbon:cc-run-1"]  # the tracker's own run
     per_sample = fmt.energy(multi.total_j / multi.units["sample"])
     # A fresh server's first request deep-links a page with a query parameter: it must
     # still run inside the app's navigation (see dashboard.ui.enter).
@@ -208,19 +250,39 @@ def pages(jobs: dict[str, JobSummary]) -> list[tuple[str, str, list[str]]]:
         ("job-detail", f"/job_detail?job={multi.id}", [
             "llama-7b-finetune · training · ended", "trainer-p4d-1 (p4d.24xlarge)",
             "loader-c5-1 (c5.4xlarge)", "Energy per sample", per_sample,
-            "gpu: measured (nvml_energy)", "Power over time (W", "Report (PDF)"]),
+            "gpu: measured (nvml_energy)", "Power over time (", "Report (PDF)",
+            "CO2e (operational)", "Embodied CO2e"]),
         ("overview", "/", ["Jobs running", "trainer-p4d-1 (p4d.24xlarge)",
-                           "inf2-1 (inf2.xlarge)", "kWh", "Power now (W)",
-                           f"Times in {VIEWER_TZ}"]),
+                           "inf2-1 (inf2.xlarge)", "kWh", "Power now", "CO2e (operational)",
+                           "Imported nodes have no power now", f"Times in {VIEWER_TZ}"]),
         ("jobs", "/jobs", [f"{len(jobs)} jobs", "Select a row to open the job",
-                           "Open detail"]),
+                           "Open detail", "CO2e is operational"]),
         ("job-detail-cpu-bound", f"/job_detail?job={starved.id}", [
             "CPU bottleneck on gpu-a10g-1 (g5.xlarge)"]),
-        ("compare", "/compare", ["g5.xlarge vs c6i.2xlarge:", "throughput",
-                                 "energy per request", "Sizing for a service level"]),
-        ("load-curve", "/load_curve", ["Energy per request (J)", "Rate (requests/s)",
-                                       "inf2.xlarge", "c6i.2xlarge"]),
+        ("job-detail-steady", "/job_detail?job=steady", [
+            "steady · training · ended", "Energy per sample", "300 mJ",
+            "Embodied CO2e", "Work rate (samples/s)"]),
+        ("job-detail-imported", "/job_detail?job=vm-ramp", [
+            "vm-ramp · training · ended", "cpu: estimated (import:joulestat/model:ccf-vcpu)",
+            "Imported from a file"]),
+        ("job-detail-codecarbon", f"/job_detail?job={codecarbon.id}", [
+            "CO2e (CodeCarbon's own)", "joulestat recomputed",
+            "cpu: not stated (import:codecarbon)"]),
+        ("compare", "/compare", [" vs ", "throughput", "energy per request",
+                                 "Sizing for a service level"]),
+        ("compare-by-label", "/compare?kind=inference&unit=request&by=label:concurrency"
+                             "&baseline=concurrency%3D1", [
+            "concurrency=16 vs concurrency=1:", "by label", "Sizing for a service level"]),
+        ("load-curve", "/load_curve", ["Energy per request (", "Rate (requests/s)",
+                                       "inf2.xlarge", "c6i.2xlarge", "Leave out runs"]),
     ]
+
+
+def save(shots: list[Path]) -> None:
+    if os.environ.get("JOULESTAT_SAVE_SCREENSHOTS"):
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        for shot in shots:
+            shutil.copyfile(shot, SCREENSHOTS / shot.name)
 
 
 def test_every_page_renders_its_data_in_a_real_browser(filled, server, browser, tmp_path):
@@ -239,10 +301,37 @@ def test_every_page_renders_its_data_in_a_real_browser(filled, server, browser, 
         browser.screenshot(shot)
         assert shot.stat().st_size > 20_000  # a rendered page, not a blank one
         saved.append(shot)
-    if os.environ.get("JOULESTAT_SAVE_SCREENSHOTS"):
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        for shot in saved:
-            shutil.copyfile(shot, SCREENSHOTS / shot.name)
+    save(saved)
+
+
+def test_the_reports_open_as_a_manager_opens_them(filled, browser, tmp_path):
+    """The HTML report in Chromium and the PDF through pdftoppm, of the imported VM job
+    (estimated energy, its power profile, every estimated factor in the notes)."""
+    url, _jobs = filled
+    engine = make_engine(url)
+    report = build_report(engine, "vm-ramp", {})
+    engine.dispose()
+    page = tmp_path / "report.html"
+    page.write_text(render_html(report), encoding="utf-8")
+    text = browser.open(page.as_uri(), [report["headline"], "Notes: unknowns and estimated",
+                                        "is estimated (import:joulestat/model:ccf-vcpu)"])
+    assert "None: every figure is known" not in text
+    shot = tmp_path / "report-html.png"
+    browser.screenshot(shot)
+    shots = [shot]
+    pdftoppm = shutil.which("pdftoppm")
+    if pdftoppm is None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail("pdftoppm (poppler-utils) not installed; CI must provide it")
+    else:
+        pdf = tmp_path / "report.pdf"
+        pdf.write_bytes(render_pdf(report))
+        subprocess.run([pdftoppm, "-png", "-r", "70", str(pdf), str(tmp_path / "report-pdf")],
+                       check=True, timeout=60)
+        pages_png = sorted(tmp_path.glob("report-pdf-*.png"))
+        assert pages_png
+        shots += pages_png
+    save(shots)
 
 
 def test_an_empty_store_shows_how_to_start(tmp_path, browser):
@@ -254,6 +343,4 @@ def test_an_empty_store_shows_how_to_start(tmp_path, browser):
         shot = tmp_path / "empty-store.png"
         browser.screenshot(shot)
     assert not missing.exists()  # looking never creates the store
-    if os.environ.get("JOULESTAT_SAVE_SCREENSHOTS"):
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(shot, SCREENSHOTS / shot.name)
+    save([shot])

@@ -81,3 +81,26 @@ def test_postgres_store_reports_and_refuses_a_bad_file(engine: Engine, tmp_path:
         import_file(engine, exported)
     assert dump(engine) == before
     assert job_detail(engine, "secretive").labels == SECRET_LABELS
+
+
+def test_issue_11_reads_on_postgres(engine: Engine, tmp_path: Path) -> None:
+    """The reads issue 11 added, on PostgreSQL: imported nodes, profiles kept by import,
+    a re-import found unchanged, CodeCarbon's own CO2e, the untracked CPU share and a
+    flat series of a steady job."""
+    from agent.store import dashboard_queries as dq
+    from tests.honest_store import STEADY_W, fill
+
+    files = fill(engine, tmp_path)
+    assert dq.imported_nodes(engine) == {"vm-remote-1", "codecarbon:cc-run-1"}
+    steady = build_report(engine, "steady", {})
+    watts = [p["power_w"] for p in steady["power_series"]]
+    assert watts == pytest.approx([STEADY_W] * len(watts), rel=1e-6)
+    assert steady["nodes"][0]["untracked_cpu_share"] == pytest.approx(0.0, abs=1e-9)
+    series = [p.power_w for p in dq.job_power_series(engine, "steady", 1)]
+    assert series == pytest.approx([STEADY_W] * len(series), rel=1e-6)
+    ramp = build_report(engine, "vm-ramp", {})
+    assert len(ramp["nodes"][0]["energy_series"]) > 20
+    assert import_file(engine, files["report"]).unchanged == 1
+    assert import_file(engine, files["codecarbon"]).unchanged == 1
+    codecarbon = build_report(engine, "codecarbon:cc-run-1", {})
+    assert codecarbon["external_co2e"][0]["co2e_g"] == pytest.approx(17.4e-3)

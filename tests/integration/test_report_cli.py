@@ -19,6 +19,7 @@ import jsonschema
 import pytest
 from pypdf import PdfReader
 
+from agent import units
 from agent.store import make_engine
 from agent.store.writer import StoreWriter
 from tests.agent_process import JOULESTAT, agent_env, run_cli
@@ -167,10 +168,14 @@ def test_export_import_report_again(store: tuple[dict[str, str], Any], tmp_path:
     exported = tmp_path / "all.json"
     report(env, "--all", "--format", "json", "-o", str(exported))
     target = agent_env(JOULESTAT_DB=f"sqlite:///{tmp_path / 'target.db'}")
-    for _ in range(2):  # the second import changes nothing
-        result = run_cli("import", str(exported), env=target)
-        assert result.returncode == 0, result.stderr
-        assert "3 job(s), 4 node part(s) written: dist-1, solo, secretive" in result.stdout
+    result = run_cli("import", str(exported), env=target)
+    assert result.returncode == 0, result.stderr
+    assert "3 job(s), 4 node part(s) written: dist-1, solo, secretive" in result.stdout
+    again = run_cli("import", str(exported), env=target)  # changes nothing, and says so
+    assert again.returncode == 0, again.stderr
+    assert ("3 job(s) unchanged: already in the store exactly so: dist-1, solo, secretive"
+            in again.stdout), again.stdout
+    assert "written" not in again.stdout
     originals = {r["job"]["id"]: r for r in json.loads(exported.read_text())}
     for job in ENDED:
         again = json.loads(report(target, job).stdout)
@@ -252,11 +257,41 @@ def test_codecarbon_file_made_by_codecarbon(tmp_path: Path) -> None:
     assert data["energy_j"]["total"] == pytest.approx(
         float(row["energy_consumed"]) * 3_600_000 / pue, rel=1e-9)
     assert data["energy_j"]["cpu"] > 0
-    assert data["job"]["name"] == "busy-loop"
+    assert data["job"]["name"] == "codecarbon:busy-loop"
     assert data["job"]["duration_s"] == pytest.approx(float(row["duration"]))
     [provenance] = data["provenance"]
     assert (provenance["region"], provenance["intensity_level"]) == ("FRA", "country")
     assert provenance["intensity_source"] == "codecarbon:energy-mix:FRA"
+    # what CodeCarbon measured with, as far as its CSV says: CPU not stated, RAM a model
     assert data["sources"]["cpu"] == ["import:codecarbon"]
+    assert data["sources"]["dram"] == ["import:codecarbon/model:codecarbon-ram"]
+    # CodeCarbon's own CO2e is kept beside joulestat's recomputation, both named
+    [external] = data["external_co2e"]
+    assert external["co2e_g"] == pytest.approx(float(row["emissions"]) * 1000, rel=1e-12)
+    assert external["tool"] == "CodeCarbon" and external["version"] == row["codecarbon_version"]
+    own = units.mass(external["co2e_g"])
+    assert any(note.startswith(f"CodeCarbon {row['codecarbon_version']}'s own CO2e is {own}")
+               and f"joulestat recomputed {units.mass(data['co2e_g'])}" in note
+               for note in data["notes"]), data["notes"]
+    page = html_text(report(env, job_id, "--format", "html").stdout).text
+    assert f"CodeCarbon's own CO2e {own} (joulestat's: {units.mass(data['co2e_g'])}" in page
+    again = run_cli("import", str(emissions), env=env)
+    assert "1 job(s) unchanged" in again.stdout, again.stdout
     # CodeCarbon's naive local timestamp is the run's end, read in local time
     assert abs(data["job"]["ended_s"] - time.time()) < 300
+
+
+def test_import_sets_name_kind_and_labels(tmp_path: Path) -> None:
+    from tests.honest_store import CODECARBON_HEADER, codecarbon_row
+
+    emissions = tmp_path / "emissions.csv"
+    emissions.write_text(CODECARBON_HEADER + codecarbon_row("r1", "2024-05-01T12:00:00"))
+    env = agent_env(JOULESTAT_DB=f"sqlite:///{tmp_path / 'target.db'}")
+    result = run_cli("import", str(emissions), "--name", "mlp-train-cc", "--kind", "training",
+                     "--label", "team=vision", env=env)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(report(env, "codecarbon:r1").stdout)
+    assert (data["job"]["name"], data["job"]["kind"]) == ("mlp-train-cc", "training")
+    assert data["job"]["labels"]["team"] == "vision"
+    bad = run_cli("import", str(emissions), "--label", "oops", env=env)
+    assert bad.returncode == 2 and "--label 'oops': expected KEY=VALUE" in bad.stderr

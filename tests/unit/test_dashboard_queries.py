@@ -202,7 +202,8 @@ def test_costs_scaled_from_rates_equal_footprint_on_the_whole_job(sample_url, ro
                   for p in energy_points(part.node, job_energy_series(ro, job.id, part.node))]
         reference = footprint(points, placements_from_detail(detail, now), now_s=now)
         cost = costing.job_cost(job, now)
-        assert cost.co2e_g == pytest.approx(reference.total_co2e_g, rel=1e-9)
+        assert cost.operational_g == pytest.approx(reference.operational_co2e_g, rel=1e-9)
+        assert cost.total_g == pytest.approx(reference.total_co2e_g, rel=1e-9)
         assert cost.cost_usd == pytest.approx(reference.cost_usd, rel=1e-9)
         assert cost.embodied_g == pytest.approx(reference.embodied_co2e_g, rel=1e-9)
 
@@ -223,7 +224,7 @@ def test_downloads_are_joulestats_reports_in_every_format(sample_url, ro):
 
 def test_unknown_instance_type_gives_unknown_cost_not_zero():
     cost = costing.node_cost("local", "", 3_600_000.0, 3600.0)
-    assert cost.cost_usd is None and cost.co2e_g is None
+    assert cost.cost_usd is None and cost.embodied_g is None and cost.total_g is None
     assert cost.operational_g and cost.operational_g > 0  # world-average intensity
 
 
@@ -270,24 +271,44 @@ def test_cpu_bottleneck_flag():
 
 
 def test_formatting():
-    assert fmt.energy(312) == "312 J"
-    assert fmt.energy(4513) == "4.51 kJ"
-    assert fmt.energy(30_602_617) == "30.6 MJ"
-    assert fmt.kwh(3_600_000 * 9.93) == "9.93 kWh"
-    assert fmt.kwh(1800) == "0.500 Wh"
-    assert fmt.mass(13.4) == "13.4 g" and fmt.mass(2410) == "2.41 kg" and fmt.mass(None) == "—"
-    assert fmt.usd(74.23) == "$74.23" and fmt.usd(0.377) == "$0.377" and fmt.usd(None) == "—"
+    """The pages format through agent.units (tests/unit/test_units.py has the rules)."""
+    assert fmt.energy(312) == "312 J" and fmt.energy(4513) == "4.51 kJ"
+    assert fmt.energy(30_602_617) == "30.6 MJ" and fmt.energy(0.00205) == "2.05 mJ"
+    assert fmt.kwh(3_600_000 * 9.93) == "9.93 kWh" and fmt.kwh(1800) == "500 mWh"
+    assert fmt.mass(13.4) == "13.4 g" and fmt.mass(2410) == "2.41 kg"
+    assert fmt.mass(None) == fmt.UNKNOWN
+    assert fmt.usd(74.23) == "$74.23" and fmt.usd(0.377) == "$0.377"
+    assert fmt.usd(None) == fmt.UNKNOWN
     assert fmt.count(30_809) == "30.8 k" and fmt.count(950) == "950"
     assert fmt.plural("request") == "requests" and fmt.plural("units") == "units"
 
 
-def test_clip_to_run_counts_only_the_time_the_job_ran_in_a_bucket():
-    points = [dq.SeriesPoint(60.0, "n", "gpu", 3000.0, 0.0, 60.0),  # job from t=30
-              dq.SeriesPoint(120.0, "n", "gpu", 6000.0, 0.0, 60.0),
-              dq.SeriesPoint(120.0, "other", "cpu", 600.0, 0.0, 60.0)]
-    clipped = analysis.clip_to_run(points, 60, {"n": (30.0, 200.0)})
-    assert [p.power_w for p in clipped] == [100.0, 100.0, 10.0]
-    assert clipped[0].dynamic_j == 3000.0  # energy is never changed
+def test_a_rolled_minute_covers_only_the_part_the_job_ran():
+    """A job that starts 30 s into a minute: its rolled minute is 30 s of power, not a
+    whole minute's worth of time at half the power (nor a spike, as clipping did)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = make_engine(f"sqlite:///{tmp}/rolled.db")
+        migrate.upgrade(engine)
+        writer = StoreWriter(engine, NODE, DEVICES[:1], raw_retention_s=120)
+        job = Job(id="late", name="late", kind="training", labels={}, pids={1},
+                  started_s=T0 + 30, origin="api")
+        writer.save_job(job)
+        for i in range(30, 150):
+            tick = Tick(T0 + i, T0 + i + 1, (TickEntry("cpu", "0", "rapl", 40.0),))
+            usage = TickUsage(node_busy_cpu_s=1.0, job_cpu_s={"late": 1.0},
+                              running_jobs=("late",))
+            writer.add(tick)
+            writer.add_shares(tick, attribute(tick, usage, {}))
+        job.ended_s = T0 + 150
+        writer.save_job(job)
+        assert writer.flush()
+        writer.maintain(T0 + 900)  # everything older than two minutes rolled up
+        points = dq.job_power_series(engine, "late", 60)
+        assert points and all(p.power_w == pytest.approx(40.0) for p in points), points
+        assert sum(p.dynamic_j + p.idle_j for p in points) == pytest.approx(120 * 40.0)
+        engine.dispose()
 
 
 def test_a_wal_store_in_a_read_only_directory_is_read_as_a_snapshot(caplog):

@@ -40,6 +40,8 @@ EXPECTED_COLUMNS = (
     "sci_co2e_g_per_unit", "co2e_g_per_million_units", "cost_usd_per_million_units",
     "region_resolution", "intensity_sources", "intensity_years", "pue_sources",
     "energy_sources", "notes", "agent_version", "generated_at",
+    # appended for issue 11 (columns are only ever appended)
+    "energy_by_class", "untracked_cpu_shares", "external_co2e_g",
 )
 
 
@@ -144,11 +146,11 @@ def test_html_is_one_self_contained_page(reports: dict[str, dict[str, Any]]) -> 
     assert "svg" in parsed.tags and "polyline" in parsed.tags and "style" in parsed.tags
     text = parsed.text
     for expected in ("bert-large (dist-1)", "Power over time", "loader-1", "trainer-1",
-                     "c5.4xlarge", "p4d.24xlarge", "18,764 J", "0.6270 USD",
+                     "c5.4xlarge", "p4d.24xlarge", "18.8 kJ", "$0.627",
                      "codecarbon:usa-egrid2023:VA", "codecarbon:energy-mix:IRL", "ccf:aws",
                      "US state figure", "country figure", "model:tdp-curve", "nvml_energy",
                      "SCI/unit", "sample", "token", "Methodology",
-                     "Operational emissions (SCI's E x I"):
+                     "Operational emissions (SCI's E x I", "Energy 96 % measured"):
         assert expected in text, expected
     # one polyline per component in the chart, with the legend naming them
     assert parsed.tags.count("polyline") == 3
@@ -175,7 +177,7 @@ def test_pdf_opens_and_holds_the_content(reports: dict[str, dict[str, Any]]) -> 
     assert reader.metadata.title == "joulestat report: bert-large (dist-1)"
     text = pdf_text(data)
     for expected in ("bert-large (dist-1)", "Power over time", "loader-1", "trainer-1",
-                     "c5.4xlarge", "p4d.24xlarge", "18,764 J", "0.6270 USD", "ccf:aws",
+                     "c5.4xlarge", "p4d.24xlarge", "18.8 kJ", "$0.627", "ccf:aws",
                      "US state figure", "country figure", "model:tdp-curve", "Methodology",
                      "time since start (seconds)", "power (W)"):
         assert expected in text, expected

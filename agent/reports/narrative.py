@@ -1,0 +1,137 @@
+"""A report in words: the headline at its top and the notes at its end.
+
+Why: a manager opening a report read a table of figures and, at the end, "Notes: None:
+every figure is known", although every figure was a model estimate. A report now opens
+with one sentence a reader can quote (energy, CO2e, cost, per unit, and how much of the
+energy was measured) and ends with every estimated factor in words: energy from a
+model or a file that does not say, an annual-average grid intensity, an assumed or
+fleet-average PUE, a list price, an embodied estimate, the node's CPU time that no job
+tracked, another tool's own figure. Both are built from the report dict alone, so the
+JSON, HTML and PDF say the same; numbers are :mod:`agent.units`'.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from agent import units
+from agent.reports.external import ExternalFigures, comparison_note
+from agent.reports.sources import (
+    ESTIMATED,
+    MEASURED,
+    UNSTATED,
+    WHY,
+    source_class,
+    sources_class,
+)
+
+Report = Mapping[str, Any]
+# A node whose unattributed processes used more of its busy CPU time than this is worth
+# a sentence: its jobs' CPU figures carry that much of somebody else's work around them.
+UNTRACKED_WORTH_SAYING = 0.05
+
+
+def measured_share(report: Report) -> float | None:
+    """The share of the job's energy read from a hardware counter; None with no energy."""
+    by_class = report.get("energy_by_class") or {}
+    total = sum(by_class.values())
+    return by_class.get(MEASURED, 0.0) / total if total > 0 else None
+
+
+def _provenance_phrase(report: Report) -> str:
+    by_class = report.get("energy_by_class") or {}
+    total = sum(by_class.values())
+    if total <= 0:
+        return "No energy recorded yet."
+    parts = [f"{units.share(joules / total)} {cls}"
+             for cls, joules in sorted(by_class.items(), key=lambda kv: -kv[1]) if joules > 0]
+    guessed = sorted({s for sources in report["sources"].values() for s in sources
+                      if source_class(s) != MEASURED})
+    return (f"Energy {', '.join(parts)}"
+            + (f" ({', '.join(guessed)})." if guessed else "."))
+
+
+def headline(report: Report) -> str:
+    """One sentence: ``bert (training, 1 min 01 s) used 4.51 kJ (1.25 Wh): 119 mg CO2e
+    operational (embodied unknown), cost unknown; 2.05 mJ and 54.1 µg CO2e per sample.
+    Energy 100 % estimated (model:ccf-vcpu).``"""
+    job = report["job"]
+    energy_j = report["energy_j"]["total"]
+    embodied = report["embodied_co2e_g"]
+    carbon = (f"{units.mass(report['co2e_g'])} CO2e operational ("
+              + (f"embodied {units.mass(embodied)} apart)" if embodied is not None
+                 else "embodied unknown)"))
+    cost = f"cost {units.usd(report['cost_usd'])}" if report["cost_usd"] is not None else (
+        "cost unknown")
+    text = (f"{job['name']} ({job['kind']}, {units.duration(job['duration_s'])}) used "
+            f"{units.energy(energy_j)} ({units.energy_wh(energy_j)}): {carbon}, {cost}")
+    per_unit = report.get("per_unit") or {}
+    if per_unit:
+        unit, figures = max(per_unit.items(),
+                            key=lambda kv: report["work_units"].get(kv[0], 0.0))
+        text += (f"; {units.energy(figures['energy_j'])} and {units.mass(figures['co2e_g'])}"
+                 f" CO2e per {unit}")
+    return f"{text}. {_provenance_phrase(report)}"
+
+
+def _energy_notes(report: Report) -> list[str]:
+    """Per node and component whose energy is not all measured: which source, why."""
+    notes = []
+    for entry in report["nodes"]:
+        for component, sources in entry["sources"].items():
+            cls = sources_class(sources)
+            if cls == MEASURED:
+                continue
+            where = f"node {entry['node']}: {component} energy"
+            named = ", ".join(sources)
+            if cls == ESTIMATED:
+                notes.append(f"{where} is estimated ({named}): {WHY[cls]}; see "
+                             "docs/methodology.md for the model and its sources")
+            elif cls == UNSTATED:
+                notes.append(f"{where} is not known to be measured ({named}): {WHY[cls]}")
+            else:
+                notes.append(f"{where} is {cls} ({named}): {WHY.get(cls, '')}")
+    return notes
+
+
+def _node_notes(report: Report) -> list[str]:
+    notes = []
+    for p in report["provenance"]:
+        node, level = p["node"], p["intensity_level"]
+        if level != "override" and p.get("live_energy_kwh", 0.0) == 0:
+            notes.append(
+                f"node {node}: grid intensity {units.intensity(p['carbon_intensity_g_per_kwh'])}"
+                f" is a {level} annual average for {p.get('intensity_location') or 'the world'}"
+                f" ({p['intensity_source']}, {p['intensity_year'] or 'no year'}), not the "
+                "grid's mix during the job" + (": the region was not known"
+                                               if level == "world average" else ""))
+        if p["pue_source"].startswith("default:"):
+            notes.append(f"node {node}: PUE {units.sig(p['pue'])} assumed (facility "
+                         "unknown: no cooling or power overhead counted)")
+        elif p["pue_source"].startswith("ccf:"):
+            notes.append(f"node {node}: PUE {units.sig(p['pue'])} is the provider's fleet "
+                         f"average ({p['pue_source']}), not this data centre's")
+        if str(p["price_source"]).startswith("catalog:"):
+            notes.append(f"node {node}: cost at the catalog's list price "
+                         f"({units.price_per_hour(p['price_usd_per_hour'])}), not your bill: give "
+                         "your own with --prices FILE")
+        if p["embodied_method"] != "unknown":
+            notes.append(f"node {node}: embodied CO2e is estimated ({p['embodied_method']}): "
+                         f"{p['embodied_note']}")
+    for entry in report["nodes"]:
+        share = entry.get("untracked_cpu_share")
+        if share is not None and share >= UNTRACKED_WORTH_SAYING:
+            notes.append(f"node {entry['node']}: {units.share(share)} of its busy CPU time "
+                         "during the job belonged to processes no job tracked; the job's "
+                         "CPU energy is its own share of the rest")
+    return notes
+
+
+def notes(report: Report) -> list[str]:
+    """Every unknown (footprint's notes, already in ``report['notes']``) and every
+    estimated factor, in words, without repeats."""
+    found = [*report["notes"], *_energy_notes(report), *_node_notes(report)]
+    for figures in report.get("external_co2e") or []:
+        found.append(comparison_note(ExternalFigures(**figures), report["co2e_g"]))
+    return list(dict.fromkeys(found))
