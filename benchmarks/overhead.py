@@ -15,62 +15,28 @@ the steady window should be long enough for each process to use many ticks.
 from __future__ import annotations
 
 import argparse
-import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 
-CODECARBON_SCRIPT = textwrap.dedent(
-    """
-    import signal, threading, logging
-    from codecarbon import OfflineEmissionsTracker
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    tracker = OfflineEmissionsTracker(
-        country_iso_code="USA", measure_power_secs={interval}, save_to_file=False,
-        log_level="error", tracking_mode="machine",
-    )
-    tracker.start()
-    print("started", flush=True)
-    stop.wait()
-    tracker.stop()
-    """
+import psutil  # noqa: E402
+
+from benchmarks.sidecars import (  # noqa: E402  (after the path insert)
+    CODECARBON_SCRIPT,
+    JOULESTAT,
+    Usage,
+    agent_env,
+    cpu_s,
+    free_port,
+    migrate_store,
+    peak_rss_bytes,
 )
-
-
-@dataclass
-class Usage:
-    name: str
-    cpu_total_s: float = 0.0
-    cpu_steady_s: float = 0.0
-    peak_rss_bytes: int = 0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def peak_rss_bytes(pid: int) -> int:
-    """VmHWM: the kernel's own high-water mark of resident memory."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
-def cpu_s(proc: psutil.Process) -> float:
-    times = proc.cpu_times()
-    return times.user + times.system + times.children_user + times.children_system
 
 
 def main() -> int:
@@ -81,16 +47,11 @@ def main() -> int:
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="joulestat-overhead-"))
-    joulestat = Path(sys.executable).with_name("joulestat")
-    env = {**os.environ, "JOULESTAT_CLOUD_METADATA": "false"}
+    env = agent_env()
     db_url = f"sqlite:///{workdir / 'agent.db'}"
-    # Migrate first, as a deployment does once: the daemon's own cost is what is compared.
-    started = time.monotonic()
-    subprocess.run([str(joulestat), "db", "upgrade", "--db", db_url], env=env, check=True,
-                   capture_output=True)
-    print(f"one-off store migration: {time.monotonic() - started:.2f} s wall")
+    print(f"one-off store migration: {migrate_store(db_url, env):.2f} s wall")
     agent = subprocess.Popen(
-        [str(joulestat), "agent", "--interval", str(args.interval),
+        [str(JOULESTAT), "agent", "--interval", str(args.interval),
          "--metrics-port", str(free_port()), "--db", db_url,
          "--log-level", "WARNING"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,

@@ -138,7 +138,7 @@ def _citation(c: Citation) -> dict[str, str]:
 
 
 def run_cpu(args: argparse.Namespace) -> int:
-    from agent import procfs
+    from agent.host import procfs
 
     root = _procfs_root(args)
     models = load_power_models()
@@ -253,7 +253,7 @@ def _cpu_text(r: dict[str, Any]) -> str:
 
 
 def run_dram(args: argparse.Namespace) -> int:
-    from agent import procfs
+    from agent.host import procfs
 
     models = load_power_models()
     if args.gib:

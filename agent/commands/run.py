@@ -6,6 +6,11 @@ time from ``wait4`` so the last moments are counted, waits for the job's final t
 be attributed and stored, prints that summary on stderr and exits with CMD's exit code
 (128 + N when CMD died of signal N, as shells do).
 
+Where the node allows it (a writable cgroup v2 subtree, else v1 cpuacct), CMD runs in
+a cgroup of its own, ``joulestat-job-<id>`` below the wrapper's (:mod:`agent.host.job_cgroup`),
+and its CPU time is that cgroup's counter; elsewhere it is read from CMD's process tree.
+Which one is said in the log and in the job's ``cpu_source`` label.
+
 CMD gets ``JOULESTAT_JOB_ID``, ``JOULESTAT_AGENT_URL`` and, where needed,
 ``JOULESTAT_API_TOKEN`` (:mod:`agent.jobs.context`): a ``track()`` or ``count()``
 inside it adds to this job, through the agent or, in embedded mode, through the
@@ -25,9 +30,11 @@ import uuid
 from typing import Any
 
 from agent.config import ConfigError, add_options, resolve
+from agent.host.job_cgroup import Placement
 from agent.jobs.embedded import EMBEDDED_OPTIONS
 from agent.jobs.registry import (
     KINDS,
+    MAX_LABELS,
     JobError,
     validate_job_id,
     validate_labels,
@@ -139,26 +146,47 @@ def _run(args: argparse.Namespace) -> int:
     except JobError as exc:
         raise ConfigError(str(exc)) from None
     tracker = _Tracker(args, settings, labels)
-    tracker.prepare()
+    tracker.place()
     try:
-        child = subprocess.Popen(cmd, env={**os.environ, **tracker.child_env()})
-    except OSError as exc:
-        print(f"joulestat run: cannot start {cmd[0]!r}: {exc.strerror or exc}", file=sys.stderr)
-        return 127 if isinstance(exc, FileNotFoundError) else 126
-    forwarder = _Forwarder(child)
-    try:
-        tracker.start(child.pid)
-    except JobError as exc:
-        child.terminate()
-        child.wait()
-        raise ConfigError(str(exc)) from None
-    try:
-        code, cpu_s = _wait(child)
+        tracker.prepare()
+        try:
+            child = _spawn(cmd, {**os.environ, **tracker.child_env()}, tracker)
+        except OSError as exc:
+            print(f"joulestat run: cannot start {cmd[0]!r}: {exc.strerror or exc}",
+                  file=sys.stderr)
+            return 127 if isinstance(exc, FileNotFoundError) else 126
+        forwarder = _Forwarder(child)
+        try:
+            tracker.start(child.pid)
+        except JobError as exc:
+            child.terminate()
+            child.wait()
+            raise ConfigError(str(exc)) from None
+        try:
+            code, cpu_s = _wait(child)
+        finally:
+            forwarder.restore()
+        summary = tracker.end(cpu_s)
     finally:
-        forwarder.restore()
-    summary = tracker.end(cpu_s)
+        if tracker.placement.cgroup is not None:
+            tracker.placement.cgroup.release()
     _print_summary(summary, cmd, code, args.json)
     return code if code >= 0 else 128 - code
+
+
+def _spawn(cmd: list[str], env: dict[str, str], tracker: _Tracker) -> subprocess.Popen:
+    """Start CMD, inside the job's own cgroup when one was made: it moves itself in
+    between fork and exec, so its first instruction is counted there. If that move is
+    refused (a v2 delegation rule the early checks could not see), CMD starts again
+    outside it, nothing of it having run, and the job is read by its process tree."""
+    cgroup = tracker.placement.cgroup
+    if cgroup is None:
+        return subprocess.Popen(cmd, env=env)
+    try:
+        return subprocess.Popen(cmd, env=env, preexec_fn=cgroup.enter)
+    except subprocess.SubprocessError as exc:
+        tracker.fall_back(f"cannot move CMD into {cgroup.directory} ({exc})")
+        return subprocess.Popen(cmd, env=env)
 
 
 class _Tracker:
@@ -170,6 +198,39 @@ class _Tracker:
         self.embedded: Any = None
         # Chosen before CMD starts, so CMD's environment can name it.
         self.job_id: str = args.job_id or uuid.uuid4().hex
+        self.placement = Placement(None, "not placed yet")
+
+    def place(self) -> Placement:
+        """Make the job's own cgroup where the node allows it, and say which way the
+        job's CPU time will be read: in the log, and in its ``cpu_source`` label."""
+        from pathlib import Path
+
+        from agent.host.job_cgroup import place
+
+        self.placement = place(Path(self.settings["sysfs_root"]) / "fs" / "cgroup",
+                               self.job_id, self.settings["procfs_root"])
+        # DEBUG: the label says it in the summary and the store, the agent's log per job.
+        if self.placement.cgroup is not None:
+            log.debug("job %s: CMD runs %s; its CPU time is read from that cgroup",
+                      self.job_id, self.placement.reason)
+        else:
+            log.debug("job %s: CMD gets no cgroup of its own (%s); its CPU time is read "
+                      "from its process tree", self.job_id, self.placement.reason)
+        self._label_source()
+        return self.placement
+
+    def fall_back(self, reason: str) -> None:
+        """The cgroup could not be used after all: release it, read the process tree."""
+        if self.placement.cgroup is not None:
+            self.placement.cgroup.release()
+        self.placement = Placement(None, reason)
+        log.warning("job %s: %s; its CPU time is read from its process tree",
+                    self.job_id, reason)
+        self._label_source()
+
+    def _label_source(self) -> None:
+        if "cpu_source" in self.labels or len(self.labels) < MAX_LABELS:
+            self.labels = {**self.labels, "cpu_source": self.placement.cpu_source}
 
     def prepare(self) -> None:
         """Before CMD starts: find the agent, or get in-process sampling ticking."""
@@ -211,7 +272,7 @@ class _Tracker:
         from agent.jobs.http_client import AgentError, AgentUnavailable
 
         if self.embedded is not None:
-            self.embedded.add_pid(pid)
+            self.embedded.add_pid(pid, labels=self.labels)
             return
         try:
             job = self.client.register(self.args.name, self.args.kind, pids=[pid],
@@ -242,6 +303,9 @@ class _Tracker:
 
 
 def _print_summary(summary: dict[str, Any], cmd: list[str], code: int, as_json: bool) -> None:
+    """The job's summary on stderr; figures through :mod:`agent.units`, the formatter of
+    the dashboard and reports, so "2.05 mJ per sample" here reads so everywhere."""
+    from agent import units
     from agent.redact import redact_labels
 
     if isinstance(summary.get("labels"), dict):
@@ -258,12 +322,13 @@ def _print_summary(summary: dict[str, Any], cmd: list[str], code: int, as_json: 
                      "`joulestat jobs` will show the complete figures")
     energy = summary.get("energy_j") or {}
     if energy:
-        parts = ", ".join(f"{c} {j:.1f} J" for c, j in sorted(energy.items()))
-        lines.append(f"  energy {summary.get('total_energy_j', 0):.1f} J ({parts}); "
-                     f"dynamic {summary.get('dynamic_energy_j', 0):.1f} J, "
-                     f"idle share {summary.get('idle_energy_j', 0):.1f} J")
+        parts = ", ".join(f"{c} {units.energy(j)}" for c, j in sorted(energy.items()))
+        lines.append(f"  energy {units.energy(summary.get('total_energy_j', 0))} ({parts}); "
+                     f"dynamic {units.energy(summary.get('dynamic_energy_j', 0))}, "
+                     f"idle share {units.energy(summary.get('idle_energy_j', 0))}")
     for unit, count in sorted((summary.get("units") or {}).items()):
         if count > 0:
             per = summary.get("total_energy_j", 0) / count
-            lines.append(f"  {count:g} {unit}: {per:.3f} J per {unit}")
+            lines.append(f"  {units.count(count)} {unit}: "
+                         f"{units.per(units.energy(per), unit)}")
     print("\n".join(lines), file=sys.stderr)

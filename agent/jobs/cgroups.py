@@ -32,14 +32,22 @@ the host's ``docker ps`` lists.
 
 A process inside a container with its own cgroup namespace sees ``0::/`` and cannot tell
 which job it is in from this file: that is ``None``, as are user sessions and services.
+
+Each answer also carries the job's own cgroup (``cgroup_path``: the path cut after the
+pod, Slurm job or container segment), whose CPU counter
+:mod:`agent.host.cgroup_units` reads instead of walking the job's processes. Cgroups that
+``joulestat run`` makes for its command are named ``joulestat-job-<job id>``
+(:mod:`agent.host.job_cgroup`); :func:`own_cgroup_path` knows both.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-__all__ = ["CgroupIdentity", "classify_cgroup", "classify_path"]
+from agent.host.job_cgroup import run_cgroup_path
+
+__all__ = ["CgroupIdentity", "classify_cgroup", "classify_path", "own_cgroup_path"]
 
 _HEX64 = r"[0-9a-f]{64}"
 
@@ -81,6 +89,9 @@ class CgroupIdentity:
     job_id: str
     name: str
     labels: dict[str, str]
+    # The job's own cgroup: the classified path up to the pod / job / container segment.
+    # Not part of equality: one job, whichever of its processes' paths named it.
+    cgroup_path: str = field(default="", compare=False)
 
 
 def classify_cgroup(text: str) -> CgroupIdentity | None:
@@ -105,6 +116,19 @@ def classify_cgroup(text: str) -> CgroupIdentity | None:
             if best.scheduler == "k8s":  # nothing outranks a pod
                 break
     return best
+
+
+def own_cgroup_path(job_id: str, path: str) -> str | None:
+    """The cgroup of job ``job_id`` that ``path`` lies in, if that job has one of its own:
+    the cgroup ``joulestat run`` made for it (``joulestat-job-<id>``), or the pod, Slurm
+    job or container cgroup discovery names it by."""
+    run = run_cgroup_path(job_id, path)
+    if run is not None:
+        return run
+    found = classify_path(path)
+    if found is not None and found.job_id == job_id:
+        return found.cgroup_path
+    return None
 
 
 def classify_path(path: str) -> CgroupIdentity | None:
@@ -147,7 +171,8 @@ def _kubernetes(segments: list[str]) -> CgroupIdentity | None:
             container = _K8S_CONTAINER.fullmatch(segments[pod_index + 1])
             if container:
                 labels["container_id"] = container.group(1)
-        return CgroupIdentity("k8s", f"k8s:{uid}", f"pod-{uid[:8]}", labels)
+        return CgroupIdentity("k8s", f"k8s:{uid}", f"pod-{uid[:8]}", labels,
+                              _prefix(segments, pod_index))
     return None
 
 
@@ -175,15 +200,17 @@ def _slurm(segments: list[str]) -> CgroupIdentity | None:
             if step:
                 labels["step"] = step.group(1)
         job_id = job.group(1)
-        return CgroupIdentity("slurm", f"slurm:{job_id}", f"slurm-{job_id}", labels)
+        return CgroupIdentity("slurm", f"slurm:{job_id}", f"slurm-{job_id}", labels,
+                              _prefix(segments, job_index))
     return None
 
 
 def _docker(segments: list[str]) -> CgroupIdentity | None:
     for i, seg in enumerate(segments):
         container_id = runtime = None
+        last = i
         if seg == "docker" and i + 1 < len(segments) and _DOCKER_HEX.fullmatch(segments[i + 1]):
-            container_id, runtime = segments[i + 1], "docker"
+            container_id, runtime, last = segments[i + 1], "docker", i + 1
         elif match := _DOCKER_SCOPE.fullmatch(seg):
             container_id, runtime = match.group(1), "docker"
         elif match := _PODMAN.fullmatch(seg):
@@ -196,5 +223,11 @@ def _docker(segments: list[str]) -> CgroupIdentity | None:
             f"docker:{short}",
             f"container-{short}",
             {"container_id": container_id, "runtime": runtime},
+            _prefix(segments, last),
         )
     return None
+
+
+def _prefix(segments: list[str], last: int) -> str:
+    """The path of ``segments[0..last]``: the job's own cgroup."""
+    return "/" + "/".join(segments[: last + 1])

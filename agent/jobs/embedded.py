@@ -86,6 +86,8 @@ class EmbeddedJob:
         self._pipeline, _checkpoint = build_pipeline(self._settings, self._registry,
                                                      with_metrics=False)
         self._pipeline.save_checkpoints = False
+        if self._pipeline.accounting is not None:  # stderr here is the user's
+            self._pipeline.accounting.host.source_log_level = logging.DEBUG
         self._pipeline.start(None)
         name, kind, pids, labels, job_id = self._fields
         self.job = self._registry.register(name, kind, pids, labels, job_id, origin="embedded")
@@ -116,9 +118,12 @@ class EmbeddedJob:
             if next_tick <= now:
                 next_tick += (int((now - next_tick) // interval_s) + 1) * interval_s
 
-    def add_pid(self, pid: int) -> None:
-        """Attach a process started after :meth:`start` (``joulestat run`` spawns then adds)."""
-        name, kind, _pids, labels, job_id = self._fields
+    def add_pid(self, pid: int, labels: dict[str, str] | None = None) -> None:
+        """Attach a process started after :meth:`start` (``joulestat run`` spawns then adds);
+        ``labels``, when given, replace the ones given at start (the run's ``cpu_source``
+        may have changed when CMD could not enter its cgroup)."""
+        name, kind, _pids, start_labels, job_id = self._fields
+        labels = validate_labels(labels) if labels is not None else start_labels
         self._registry.register(name, kind, [pid], labels, job_id, origin="embedded")
 
     def count(self, unit: str, count: float) -> None:

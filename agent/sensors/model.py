@@ -26,7 +26,8 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.procfs import (
+from agent.host.kernel_file import KernelFile
+from agent.host.procfs import (
     CpuTimes,
     is_virtual_machine,
     parse_cpu_times,
@@ -37,7 +38,6 @@ from agent.procfs import (
 )
 from agent.sensors.base import DeviceInfo, Reading, Sensor, SensorError
 from agent.sensors.cpu_tdp import TdpMatch, lookup_tdp
-from agent.sensors.kernel_file import KernelFile
 from agent.sensors.power_model import (
     BYTES_PER_GIB,
     CpuPowerModel,

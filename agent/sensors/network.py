@@ -39,8 +39,8 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent.host.kernel_file import KernelFile
 from agent.sensors.base import DeviceInfo, Reading
-from agent.sensors.kernel_file import KernelFile
 from agent.sensors.resume import get_float, get_int, restore_each
 
 log = logging.getLogger(__name__)

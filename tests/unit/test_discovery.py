@@ -171,14 +171,14 @@ def test_unreadable_environ_is_skipped_quietly(
     add_proc(proc, 10, SESSION, {"SLURM_JOB_ID": "5"})
     add_proc(proc, 11, SESSION, {"SLURM_JOB_ID": "6"})
     locked = f"{proc}/11/environ"
-    real_read = discovery._read
+    real_read = discovery.read_bytes
 
     def read(path: str) -> bytes:
         if path == locked:  # chmod 000 is no barrier when the tests run as root
             raise PermissionError(13, "Permission denied", path)
         return real_read(path)
 
-    monkeypatch.setattr(discovery, "_read", read)
+    monkeypatch.setattr(discovery, "read_bytes", read)
     with caplog.at_level("WARNING"):
         jobs = discover(proc, frozenset({"slurm"}))
     assert [j.job_id for j in jobs] == ["slurm:5"]
@@ -309,3 +309,22 @@ def test_sync_registry_registers_updates_and_ends_discovered_jobs(node: Path) ->
     sync_registry(registry, node, ALL)
     assert registry.get("slurm:77").status == "ended"
     assert registry.get(manual.id).status == "running"  # never ends what it did not find
+
+
+def test_a_scan_cache_reads_only_processes_new_since_the_last_scan(node: Path) -> None:
+    from agent.jobs.discovery import ScanCache
+
+    now = [0.0]
+    cache = ScanCache(revalidate_every_s=60.0, clock=lambda: now[0])
+    first = discover(node, ALL, cache=cache)
+    read_first = cache.misses
+    assert read_first == 9  # every process, once
+    assert discover(node, ALL, cache=cache) == first
+    assert cache.misses == read_first  # nothing new: nothing read
+    add_proc(node, 500, f"0::/system.slice/docker-{CID}.scope\n")
+    found = by_id(discover(node, ALL, cache=cache))
+    assert cache.misses == read_first + 1
+    assert found[f"docker:{CID[:12]}"].pids == frozenset({500})
+    now[0] = 61.0  # once a minute every process is read again
+    discover(node, ALL, cache=cache)
+    assert cache.misses == read_first + 1 + 10  # the ten processes now there

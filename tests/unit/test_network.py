@@ -120,7 +120,7 @@ def test_unreadable_at_open_counts_from_first_good_read(tmp_path: Path) -> None:
 
 
 def test_kernel_file_rereads_and_survives_replacement(tmp_path) -> None:
-    from agent.sensors.kernel_file import KernelFile
+    from agent.host.kernel_file import KernelFile
 
     path = tmp_path / "dev"
     path.write_text("one")

@@ -4,14 +4,42 @@ The kernel regenerates these files on every read from offset 0, so one descripto
 serves for the agent's lifetime. Measured on the 2-vCPU CI VM: open+read+close of
 /proc/stat costs ~0.18 ms of CPU, ``pread`` on a kept descriptor ~0.07 ms; with a
 few files per tick that is most of an idle agent's CPU time.
+
+The two helpers below serve scans of many small per-process files: ``read_bytes`` goes
+through raw ``os.read`` (about 3 µs per procfs file here against about 30 µs through
+``Path.read_text``), and ``list_pids`` lists a procfs root's process directories.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
+log = logging.getLogger(__name__)
+
 READ_LIMIT_BYTES = 1 << 20
+
+
+def read_bytes(path: str) -> bytes:
+    """A whole file through raw ``os.read``; OSError (gone, not allowed) propagates."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def list_pids(procfs_root: str) -> list[int]:
+    """The process ids under a procfs root, ascending; [] (logged) when it cannot be listed."""
+    try:
+        return sorted(int(name) for name in os.listdir(procfs_root) if name.isdigit())
+    except OSError as exc:
+        log.warning("cannot list %s: %s", procfs_root, exc)
+        return []
 
 
 class KernelFile:
@@ -46,6 +74,17 @@ class KernelFile:
             chunks.append(chunk)
             offset += len(chunk)
         return b"".join(chunks)
+
+    def unlinked(self) -> bool:
+        """True when the file read last was removed since it was opened. Kernel files
+        that go away (a removed cgroup) fail their reads instead; a regular file (a
+        fake tree in a test) would read on, so callers that care ask."""
+        if self._fd is None:
+            return False
+        try:
+            return os.fstat(self._fd).st_nlink == 0
+        except OSError:
+            return True
 
     def close(self) -> None:
         if self._fd is not None:

@@ -1,0 +1,14 @@
+"""Host usage: what the node's processes and cgroups did, read apart from attributing it.
+
+This layer reads ``/proc`` and the cgroup filesystem and nothing else: node busy time
+(:mod:`agent.host.procfs`), each job's CPU time from the cheapest exact source (its own
+cgroup's counter, :mod:`agent.host.cgroupfs`, else its process tree walked through
+``/proc/<pid>/task/<tid>/children``, :mod:`agent.host.processes`), and which job each
+accelerator process belongs to. :class:`agent.host.usage.HostUsage` turns one tick of
+that into an immutable :class:`agent.host.usage.UsageSnapshot`; attribution
+(:mod:`agent.jobs.accounting`) only divides energy by it.
+
+The split follows Kepler's ``internal/resource`` (what ran) and ``internal/monitor``
+(what it cost): readers here can be tested against a fake tree (every reader takes its
+root path) without any energy, and attribution can be tested without any ``/proc``.
+"""

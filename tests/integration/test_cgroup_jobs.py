@@ -1,0 +1,163 @@
+"""`joulestat run` jobs measured by cgroups of their own, beside a real agent: the same
+acceptance as the process-tree tests (test_jobs_cli.py), on this machine's real cgroup
+hierarchy where it lets a test make one (skipped, with the reason, where it does not).
+
+The agent reads a fake sysfs (no RAPL: the estimator, as in the other tests) whose
+``fs/cgroup`` is a link to the real ``/sys/fs/cgroup``, and so does the wrapper.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agent.host.job_cgroup import place
+from tests.agent_process import (
+    JOULESTAT,
+    running_agent,
+    start_run,
+    stored_jobs,
+    summary_of,
+    wait_for,
+)
+from tests.integration.test_jobs_cli import (
+    BURN_CPU_FULL,
+    BURN_CPU_HALF,
+    BURN_FULL,
+    BURN_HALF,
+    wait_until_stored,
+)
+
+REAL_CGROUPS = Path("/sys/fs/cgroup")
+
+
+@pytest.fixture
+def sysfs(tmp_path: Path) -> Path:
+    """A fake sysfs whose fs/cgroup is the real one, or a skip saying why there is none."""
+    probe = place(REAL_CGROUPS, f"probe-{os.getpid()}-{time.monotonic_ns()}")
+    if probe.cgroup is None:
+        pytest.skip(f"this machine lets no test make a cgroup: {probe.reason}")
+    probe.cgroup.release()
+    root = tmp_path / "sys"
+    (root / "fs").mkdir(parents=True)
+    (root / "fs" / "cgroup").symlink_to(REAL_CGROUPS)
+    return root
+
+
+def _agent(tmp_path: Path, sysfs: Path, *args: str, api_port: int | None = None):
+    return running_agent(tmp_path, "--sysfs-root", str(sysfs), *args, api_port=api_port)
+
+
+def _in_cgroups(jobs: dict, names: set[str]) -> None:
+    for name in names:
+        assert jobs[name]["labels"]["cpu_source"].startswith("cgroup v"), jobs[name]["labels"]
+
+
+def test_two_burners_in_cgroups_get_dynamic_cpu_in_ratio_2_to_1(tmp_path: Path,
+                                                                sysfs: Path) -> None:
+    with _agent(tmp_path, sysfs, "--interval", "0.5") as agent:
+        env = agent.client_env(JOULESTAT_SYSFS_ROOT=str(sysfs))
+        full = start_run("full", BURN_CPU_FULL.format(cpu=5), env, "--kind", "training")
+        half = start_run("half", BURN_CPU_HALF.format(cpu=2.5), env, "--kind", "inference")
+        for run in (full, half):
+            summary = summary_of(run)
+            assert summary["mode"] == "agent" and summary["final"] is True
+        jobs = wait_until_stored(env, {"full", "half"})
+        assert agent.stop() == 0
+    _in_cgroups(jobs, {"full", "half"})
+    assert agent.log().count("CPU time from its cgroup v") == 2
+    ratio = jobs["full"]["dynamic_j"]["cpu"] / jobs["half"]["dynamic_j"]["cpu"]
+    print(f"dynamic cpu energy full/half = {ratio:.3f}")
+    assert ratio == pytest.approx(2.0, rel=0.15)
+    leftovers = [p.name for p in REAL_CGROUPS.rglob("joulestat-job-*")]
+    assert not [name for name in leftovers
+                if any(jobs[n]["id"] in name for n in ("full", "half"))]
+
+
+def test_a_grandchild_in_a_cgroup_counts_like_a_direct_child(tmp_path: Path,
+                                                             sysfs: Path) -> None:
+    with _agent(tmp_path, sysfs, "--interval", "0.5") as agent:
+        env = agent.client_env(JOULESTAT_SYSFS_ROOT=str(sysfs))
+        code = BURN_CPU_FULL.format(cpu=4)
+        direct = start_run("direct", code, env)
+        nested = subprocess.Popen(
+            [JOULESTAT, "run", "--name", "nested", "--json", "--", "sh", "-c",
+             f'"{sys.executable}" -c "$BURN" & wait'],
+            env={**env, "BURN": code}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        summary_of(direct)
+        summary_of(nested)
+        jobs = wait_until_stored(env, {"direct", "nested"})
+        assert agent.stop() == 0
+    _in_cgroups(jobs, {"direct", "nested"})
+    ratio = jobs["nested"]["dynamic_j"]["cpu"] / jobs["direct"]["dynamic_j"]["cpu"]
+    print(f"nested/direct dynamic cpu = {ratio:.3f}")
+    assert ratio == pytest.approx(1.0, rel=0.2)
+
+
+def test_conservation_on_every_stored_tick_with_cgroup_jobs(tmp_path: Path,
+                                                            sysfs: Path) -> None:
+    from agent.store.engine import make_engine
+    from agent.store.job_queries import unattributed_check
+
+    with _agent(tmp_path, sysfs, "--interval", "0.2", "--node", "n1") as agent:
+        env = agent.client_env(JOULESTAT_SYSFS_ROOT=str(sysfs))
+        runs = [start_run("a", BURN_FULL.format(s=3), env),
+                start_run("b", BURN_HALF.format(s=3), env),
+                start_run("c", "import time; time.sleep(3)", env)]
+        for run in runs:
+            summary_of(run)
+        jobs = wait_until_stored(env, {"a", "b", "c"})
+        assert agent.stop() == 0
+    _in_cgroups(jobs, {"a", "b", "c"})
+    rows = unattributed_check(make_engine(agent.db_url), "n1")
+    assert len(rows) > 30
+    for t_end_ms, component, device, node_j, sum_j in rows:
+        assert sum_j == pytest.approx(node_j, rel=1e-9, abs=1e-9), (t_end_ms, component, device)
+
+
+def test_kill_9_during_a_cgroup_job_resumes_from_its_counter(tmp_path: Path,
+                                                             sysfs: Path) -> None:
+    args = ("--interval", "0.25", "--node", "n1")
+    with _agent(tmp_path, sysfs, *args) as first:
+        env = first.client_env(JOULESTAT_SYSFS_ROOT=str(sysfs))
+        job = start_run("survivor", BURN_HALF.format(s=8), env)
+        wait_for(lambda: "survivor" in stored_jobs(env), timeout_s=20, every_s=0.5)
+        time.sleep(1.5)
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait()
+    time.sleep(1.5)  # the gap: nobody measures, the cgroup counts on
+    with _agent(tmp_path, sysfs, *args, api_port=first.api_port) as second:
+        summary = summary_of(job)
+        jobs = wait_until_stored(env, {"survivor"})
+        assert second.stop() == 0
+    assert "resumed from the checkpoint" in second.log()
+    assert "CPU time from its cgroup v" in second.log()
+    _in_cgroups(jobs, {"survivor"})
+    assert summary["final"] is True and jobs["survivor"]["dynamic_j"]["cpu"] > 0
+
+
+def test_run_says_where_its_cpu_time_comes_from(tmp_path: Path, sysfs: Path) -> None:
+    """Embedded mode (no agent): in a cgroup where the node allows one, else the process
+    tree; the job's cpu_source label says which, and both count the same burn."""
+    from tests.agent_process import agent_env
+
+    no_cgroups = tmp_path / "bare-sys"
+    no_cgroups.mkdir()
+    burn = BURN_CPU_FULL.format(cpu=1)
+    summaries = {}
+    for name, root in (("cgroup", sysfs), ("tree", no_cgroups)):
+        env = agent_env(JOULESTAT_DB=f"sqlite:///{tmp_path / (name + '.db')}",
+                        JOULESTAT_SYSFS_ROOT=str(root), JOULESTAT_AGENT_URL="http://127.0.0.1:9",
+                        JOULESTAT_INTERVAL="0.2", JOULESTAT_NVML="false")
+        summaries[name] = summary_of(start_run(name, burn, env))
+        assert summaries[name]["mode"] == "embedded"
+    assert summaries["cgroup"]["labels"]["cpu_source"].startswith("cgroup v")
+    assert summaries["tree"]["labels"]["cpu_source"] == "process tree"
+    for summary in summaries.values():
+        assert summary["dynamic_energy_j"] > 0
