@@ -86,8 +86,9 @@ class RunningAgent:
 
 @contextmanager
 def running_agent(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
-                  api_port: int | None = None) -> Iterator[RunningAgent]:
-    port, api_port = free_port(), api_port or free_port()
+                  api_port: int | None = None, port: int | None = None
+                  ) -> Iterator[RunningAgent]:
+    port, api_port = port or free_port(), api_port or free_port()
     db_url = f"sqlite:///{tmp_path / 'agent.db'}"
     log_path = tmp_path / "agent.log"
     if "--db" in args:

@@ -67,6 +67,13 @@ class Node(Base):
     # nothing is. Never before raw_pruned_until_ms, so the rows it sums still exist when
     # it advances; the node's writer refuses rows that end at or before it.
     totals_until_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # The one process writing this node's ticks (migration 0004, agent/store/lease.py):
+    # ``<boot id>:<pid>``, its host and mode (agent or embedded), and until when its
+    # lease holds; a second live writer of the node is refused.
+    writer_id: Mapped[str | None] = mapped_column(String, nullable=True)
+    writer_host: Mapped[str | None] = mapped_column(String, nullable=True)
+    writer_mode: Mapped[str | None] = mapped_column(String, nullable=True)
+    lease_until_s: Mapped[float | None] = mapped_column(Double, nullable=True)
 
 
 class NodeDevice(Base):

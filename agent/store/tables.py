@@ -26,6 +26,8 @@ NODES = table(
     column("cpu_model", String), column("agent_version", String),
     column("first_seen_s", Double), column("last_seen_s", Double),
     column("raw_pruned_until_ms", BigInteger), column("totals_until_ms", BigInteger),
+    column("writer_id", String), column("writer_host", String), column("writer_mode", String),
+    column("lease_until_s", Double),
 )
 NODE_DEVICES = table(
     "node_devices",

@@ -47,6 +47,7 @@ from agent.sensors.base import DeviceInfo
 from agent.store.buffer import RowBuffer, share_key, tick_key, unit_key
 from agent.store.engine import describe_error, dialect_insert, redact_url
 from agent.store.job_writer import PendingJobs, write_pending
+from agent.store.lease import NodeLease
 from agent.store.rollup import MaintainResult, maintain_node
 from agent.store.spool import Spool
 from agent.store.tables import (
@@ -57,6 +58,7 @@ from agent.store.tables import (
     NODE_DEVICES,
     NODES,
     TICK_ENERGY,
+    UNATTRIBUTED,
 )
 from agent.tick import Tick
 
@@ -99,6 +101,7 @@ class StoreWriter:
         max_batch_rows: int = 1000,
         max_buffered_rows: int = DEFAULT_MAX_BUFFERED_ROWS,
         spool: Spool | None = None,
+        lease: NodeLease | None = None,
     ) -> None:
         if raw_retention_s < 2 * MINUTE_MS / 1000:
             raise ValueError(f"raw_retention_s must be at least 120 s, got {raw_retention_s}")
@@ -119,6 +122,7 @@ class StoreWriter:
         self.flushes = 0  # successful flushes, and the seconds they took (health metrics)
         self.flush_seconds_sum = 0.0
         self.spool = spool
+        self.lease = lease  # one writer per node (agent/store/lease.py); None: no check
         self._url = redact_url(engine.url)
         self._insert = dialect_insert(engine)
         self._tick_insert = self._insert(TICK_ENERGY).on_conflict_do_nothing()
@@ -412,9 +416,15 @@ class StoreWriter:
         return result
 
     def close(self) -> None:
-        """Flush what is buffered; says where rows wait, or how many are lost, if the
-        store is still away."""
+        """Flush what is buffered and give up the node's lease; says where rows wait, or
+        how many are lost, if the store is still away."""
         if self.flush():
+            if self.lease is not None:
+                try:
+                    with self.engine.begin() as connection:
+                        self.lease.give_up(connection)
+                except SQLAlchemyError as exc:
+                    log.debug("could not give up the node's lease: %s", exc)
             return
         if self.spool is not None and not len(self._rows):
             log.warning("store %s unreachable at shutdown: %d bytes of rows wait in the "
@@ -435,9 +445,15 @@ class StoreWriter:
         # Job metadata first: on PostgreSQL the jobs upsert takes the row locks that
         # order concurrent agents (see agent.store.job_writer).
         write_pending(connection, self._insert, pending, node)
+        if self.lease is not None:
+            self.lease.keep(connection, time.time())
+        ticks_allowed = self.lease is None or self.lease.ticks_allowed
         for start in range(0, len(batch), self.max_batch_rows):
             end = min(start + self.max_batch_rows, len(batch))
             ticks, shares, units, skipped = batch.params(node, start, end, floor_ms)
+            if not ticks_allowed:  # another process writes this node's ticks
+                ticks = []
+                shares = [share for share in shares if share["job_id"] != UNATTRIBUTED]
             for statement, params in ((self._tick_insert, ticks),
                                       (self._share_insert, shares),
                                       (self._unit_insert, units)):
@@ -481,6 +497,8 @@ class StoreWriter:
             self._settled_until_ms = connection.execute(
                 select(NODES.c.totals_until_ms).where(NODES.c.node == info.node)
             ).scalar()
+            if self.lease is not None:
+                self.lease.take(connection, now_s)
         self._registered = True
 
     def _bound_locked(self) -> None:

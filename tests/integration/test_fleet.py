@@ -1,0 +1,159 @@
+"""A small fleet as a team runs one: three agents, one PostgreSQL, one Prometheus.
+
+The store goes away for 30 s mid-run and one agent is killed (`kill -9`) during the
+outage and restarted: afterwards every node's stored energy equals its fake RAPL
+wattage times the time its ticks cover, within one tick, with no overlapping or
+duplicate ticks; and PromQL over the scrapes gives each wattage."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from tests.agent_process import agent_env, running_agent
+from tests.fakes.powercap import FakePowercap
+from tests.pg import running_postgres
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+NODES = {"n-small": ("c5.large", 20.0), "n-mid": ("c5.xlarge", 45.0),
+         "n-big": ("g5.xlarge", 90.0)}
+INTERVAL_S = 1.0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _promql(port: int, query: str) -> dict[str, float]:
+    url = f"http://127.0.0.1:{port}/api/v1/query?query={urllib.parse.quote(query)}"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        data = json.loads(response.read())
+    return {r["metric"].get("instance_type", ""): float(r["value"][1])
+            for r in data["data"]["result"]}
+
+
+def _stored(db_url: str, node: str) -> tuple[float, float, list[tuple[int, int]]]:
+    engine = create_engine(db_url)
+    with engine.connect() as connection:
+        rows = connection.execute(text(
+            "SELECT t_start_ms, t_end_ms, energy_j FROM tick_energy WHERE node = :n AND "
+            "component = 'cpu' ORDER BY t_end_ms"), {"n": node}).all()
+    engine.dispose()
+    return (sum(r[2] for r in rows), sum(r[1] - r[0] for r in rows) / 1000,
+            [(r[0], r[1]) for r in rows])
+
+
+def test_three_agents_one_store_one_prometheus_through_an_outage_and_a_crash(
+        tmp_path: Path) -> None:
+    if shutil.which("prometheus") is None:
+        pytest.skip("Prometheus server not installed (Debian: apt-get install prometheus)")
+    with running_postgres() as server, ExitStack() as stack:
+        db_url = server.create_database("fleet")
+        agents, args_of = {}, {}
+        for node, (itype, watts) in NODES.items():
+            root = tmp_path / node
+            fake = FakePowercap(root / "sys")
+            fake.add_zone("intel-rapl:0", "package-0")
+            stack.enter_context(fake.drive("intel-rapl:0", power_w=watts, hz=200))
+            args_of[node] = ("--sysfs-root", str(root / "sys"), "--interval", str(INTERVAL_S),
+                             "--node", node, "--instance-type", itype, "--db", db_url)
+            agents[node] = stack.enter_context(running_agent(
+                root, *args_of[node], env=agent_env(JOULESTAT_FLUSH_INTERVAL="2")))
+        prom_port = _free_port()
+        config = tmp_path / "prometheus.yml"
+        targets = ", ".join(f"'127.0.0.1:{a.port}'" for a in agents.values())
+        config.write_text("global: {scrape_interval: 1s}\nscrape_configs:\n"
+                          f"  - job_name: joulestat\n    static_configs:\n"
+                          f"      - targets: [{targets}]\n")
+        prom = subprocess.Popen(
+            ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+             f"--web.listen-address=127.0.0.1:{prom_port}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        stack.callback(lambda: (prom.terminate(), prom.wait(timeout=20)))
+
+        time.sleep(8)
+        server.stop()  # the store goes away
+        time.sleep(10)
+        victim = agents["n-mid"]
+        victim.proc.send_signal(signal.SIGKILL)  # ... and an agent dies during the outage
+        victim.proc.wait()
+        time.sleep(5)
+        # Restarted while the store is still away: it waits for it (--db-wait), then
+        # writes its spool back and resumes from the checkpoint it spooled.
+        threading.Timer(15.0, server.start).start()  # the store away 30 s in all
+        agents["n-mid"] = stack.enter_context(running_agent(
+            tmp_path / "n-mid", *args_of["n-mid"], env=agent_env(JOULESTAT_FLUSH_INTERVAL="2"),
+            port=victim.port, api_port=victim.api_port))
+        time.sleep(35)  # a full rate() window after the restart
+
+        # Node series carry no instance_type: it comes from joulestat_node_info, joined
+        # as deploy/prometheus/rules.yml's recording rules do.
+        rates = _promql(prom_port, "sum by (instance_type) ("
+                        "rate(joulestat_node_energy_joules_total{component='cpu'}[30s])"
+                        " * on (job, instance) group_left (instance_type) joulestat_node_info)")
+        for agent in agents.values():
+            assert agent.stop() == 0
+        logs = {node: agent.log() for node, agent in agents.items()}
+        stored = {node: _stored(db_url, node) for node in NODES}
+
+    for node, (itype, watts) in NODES.items():
+        assert rates[itype] == pytest.approx(watts, rel=0.05), (itype, rates)
+        energy_j, covered_s, spans = stored[node]
+        print(f"{node}: {energy_j:.1f} J over {covered_s:.1f} s = "
+              f"{energy_j / covered_s:.3f} W (fake {watts} W)")
+        assert abs(energy_j - watts * covered_s) <= watts * INTERVAL_S
+        assert len({end for _, end in spans}) == len(spans)  # no duplicate tick
+        for (_s0, e0), (s1, _e1) in zip(spans, spans[1:], strict=False):
+            assert s1 >= e0 - 1  # no overlap
+    assert "resumed from the checkpoint" in logs["n-mid"]
+    assert "spooled batch(es)" in logs["n-mid"]
+
+
+def test_an_embedded_run_beside_the_agent_counts_its_job_once_and_no_tick_twice(
+        tmp_path: Path) -> None:
+    """The run misses the agent's address and measures in-process on the agent's node
+    and store: it records its job only; the node's ticks stay the agent's alone."""
+    from tests.agent_process import start_run, stored_jobs
+
+    with running_agent(tmp_path, "--sysfs-root", str(tmp_path), "--interval", "0.2",
+                       "--node", "n1") as agent:
+        env = agent_env(JOULESTAT_DB=agent.db_url, JOULESTAT_NODE="n1",
+                        JOULESTAT_SYSFS_ROOT=str(tmp_path), JOULESTAT_INTERVAL="0.2",
+                        JOULESTAT_AGENT_URL="http://127.0.0.1:9", JOULESTAT_NVML="false")
+        run = start_run("solo", "import time\nwhile time.process_time() < 2: pass", env)
+        _out, err = run.communicate(timeout=60)
+        summary = json.loads([line for line in err.splitlines() if line.startswith("{")][-1])
+        assert summary["mode"] == "embedded"
+        assert "this run records its job only" in err
+        # A second agent for the same node is refused, naming the first.
+        second = subprocess.run(
+            [sys.executable, "-m", "agent", "agent", "--db", agent.db_url, "--node", "n1",
+             "--metrics-port", "0", "--api-port", "0", "--sysfs-root", str(tmp_path),
+             "--spool-dir", str(tmp_path / "spool2")],
+            env=agent_env(), capture_output=True, text=True, timeout=60)
+        assert second.returncode == 2
+        assert "node 'n1' is written by agent pid" in second.stderr
+        time.sleep(1.0)
+        assert agent.stop() == 0
+    _energy, _covered, spans = _stored(agent.db_url, "n1")
+    assert len({end for _, end in spans}) == len(spans)
+    for (_s0, e0), (s1, _e1) in zip(spans, spans[1:], strict=False):
+        assert s1 >= e0 - 1, "two writers stored overlapping ticks of one node"
+    job = stored_jobs(agent_env(JOULESTAT_DB=agent.db_url))["solo"]
+    assert job["total_j"] == pytest.approx(summary["total_energy_j"], rel=1e-9)
+    assert job["dynamic_j"]["cpu"] > 0
