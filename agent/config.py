@@ -274,6 +274,12 @@ OPTIONS: dict[str, Option] = {
                "replay a CSV trace (t_s,component,device,watts) instead of hardware", "FILE"),
         Option("nvml", _bool, True, "read NVIDIA GPUs through NVML when a driver is present",
                "BOOL"),
+        Option("neuron_max_power_w", _optional_number(1.0, 5000.0), None,
+               "maximum power of one AWS Neuron device in watts: the driver reports percent "
+               "of it and AWS publishes none (docs/methodology.md)", "W"),
+        Option("neuron_monitor", _optional_path, None,
+               "file neuron-monitor writes its JSON lines to (per-process Neuron use, and "
+               "the estimate when the driver has no power)", "FILE"),
         Option("api_port", _number(int, 0, 65535), 9465,
                "port of the local job API (0 disables it)", "PORT"),
         Option("api_host", _text, "127.0.0.1",

@@ -25,7 +25,12 @@ from agent.jobs.accounting import JobAccounting
 from agent.jobs.registry import JobRegistry
 from agent.pipeline import Pipeline, read_boot_id
 from agent.sampler import Sampler
-from agent.sensors.factory import build_sensors, estimator_idle_w, find_sensor
+from agent.sensors.factory import (
+    build_sensors,
+    device_processes_of,
+    estimator_idle_w,
+    find_sensor,
+)
 from agent.sinks.health import AgentHealth
 from agent.sinks.prometheus import JobMetrics, NodeMetrics, make_registry, serve
 
@@ -122,10 +127,11 @@ def build_pipeline(settings: Mapping[str, Any], registry: JobRegistry, *,
 
     Returns the pipeline and the checkpoint found in the store (or None).
     """
-    from agent.jobs.discovery import sync_registry
-    from agent.procfs import read_cpu_model
+    from agent.host.procfs import read_cpu_model
+    from agent.jobs.discovery import ScanCache, sync_registry
     from agent.store.bootstrap import open_engine
     from agent.store.job_queries import load_checkpoint, load_running_jobs
+    from agent.store.lease import NodeLease, NodeLeaseError, Writer
     from agent.store.writer import StoreWriter
 
     procfs_root = settings["procfs_root"]
@@ -138,22 +144,32 @@ def build_pipeline(settings: Mapping[str, Any], registry: JobRegistry, *,
         node.node, node.instance_type, node.region or "unknown", node.cpu_model,
         ", ".join(f"{d.component}/{d.device}={d.source}" for d in devices),
     )
-    nvidia = find_sensor(sensors, "nvidia")
     cpu_model = find_sensor(sensors, "model-cpu")
     kinds = settings.get("discover") or frozenset()
+    scan_cache = ScanCache()  # a scan reads only processes new since the last one
     accounting = JobAccounting(
         registry,
         procfs_root,
         IdleBaselines(estimator_idle_w(sensors)),
         settings.get("idle_policy", "share"),
-        device_processes=getattr(nvidia, "device_processes", None),
-        discover=(lambda: sync_registry(registry, procfs_root, kinds)) if kinds else None,
+        device_processes=device_processes_of(sensors),
+        discover=(lambda: sync_registry(registry, procfs_root, kinds, cache=scan_cache))
+        if kinds else None,
         node_cpu_times=(lambda: cpu_model.last_times) if cpu_model is not None else None,
+        # Jobs in cgroups of their own are read from <sysfs>/fs/cgroup (agent/host/).
+        sysfs_root=settings["sysfs_root"],
     )
     engine = open_engine(settings.get("db"), wait_s=float(settings.get("db_wait") or 0.0))
-    writer = StoreWriter(engine, node, devices, raw_retention_s=settings["raw_retention"],
-                         flush_interval_s=settings.get("flush_interval", 10.0),
-                         spool=_open_spool(settings, node.node) if with_metrics else None)
+    boot_id = read_boot_id(procfs_root)
+    lease = NodeLease(node.node, Writer.this_process(boot_id, "agent" if with_metrics
+                                                     else "embedded"), boot_id, procfs_root)
+    try:
+        writer = StoreWriter(engine, node, devices, raw_retention_s=settings["raw_retention"],
+                             flush_interval_s=settings.get("flush_interval", 10.0),
+                             spool=_open_spool(settings, node.node) if with_metrics else None,
+                             lease=lease)
+    except NodeLeaseError as exc:
+        raise ConfigError(str(exc)) from None
     if writer.spool:  # rows from an outage before the last stop: into the store first, so
         writer.flush()  # the checkpoint and running jobs read below are the latest
     for job in load_running_jobs(engine, node.node):
@@ -164,8 +180,15 @@ def build_pipeline(settings: Mapping[str, Any], registry: JobRegistry, *,
     if with_metrics:
         metrics = NodeMetrics(node, sampler.sensor_errors_total)
         metrics.declare([(d.component, d.device, d.source) for d in devices])
-    pipeline = Pipeline(sampler, node, accounting, metrics, writer, read_boot_id(procfs_root))
-    return pipeline, load_checkpoint(engine, node.node)
+        metrics.describe_devices(devices)
+    pipeline = Pipeline(sampler, node, accounting, metrics, writer, boot_id)
+    checkpoint = load_checkpoint(engine, node.node)
+    if checkpoint is not None and lease.replaced is not None \
+            and lease.replaced.writer.mode == "embedded":
+        log.info("an embedded run wrote this node's ticks since the last checkpoint (%s); "
+                 "not resuming from it, so no tick overlaps", lease.replaced.describe())
+        checkpoint = None
+    return pipeline, checkpoint
 
 
 def _raise_open_file_limit(wanted: int = 8192) -> None:

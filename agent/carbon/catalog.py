@@ -163,6 +163,17 @@ def lookup(instance_type: str | None) -> InstanceSpec | None:
     return None
 
 
+def accelerators_of(instance_type: str | None) -> str:
+    """What accelerators a type carries, for a row label: "1 x AWS Inferentia2", "none"
+    (a type without), or "unknown" (a type not in the catalog)."""
+    spec = lookup(instance_type)
+    if spec is None:
+        return "unknown"
+    if not spec.accelerator_model or spec.accelerator_count <= 0:
+        return "none"
+    return f"{spec.accelerator_count} x {spec.accelerator_model}"
+
+
 def _check_override(value: float) -> float:
     number = float(value)
     if math.isnan(number) or math.isinf(number) or number < 0:

@@ -24,6 +24,8 @@ AGENT_OPTIONS = (
     "raw_retention",
     "replay",
     "nvml",
+    "neuron_max_power_w",
+    "neuron_monitor",
     "api_port",
     "api_host",
     "api_token",

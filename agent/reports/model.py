@@ -167,6 +167,15 @@ def _node_entry(part: JobNodePart, node_fp: NodeFootprint | None, now_s: float,
     }
 
 
+def _devices(engine: Engine, node: str) -> list[dict[str, str]]:
+    """What each device of the node is ("AWS Inferentia2", "NVIDIA T4"), as the agent
+    last recorded it, so a reader need not guess from "gpu0"."""
+    from agent.store.queries import node_devices
+
+    return [{"component": d.component, "device": d.device, "model": d.model,
+             "source": d.source} for d in node_devices(engine, node)]
+
+
 def report_from_detail(engine: Engine, detail: JobDetail, settings: Mapping[str, Any],
                        keep_secrets: bool = False, now_s: float | None = None
                        ) -> dict[str, Any]:
@@ -215,6 +224,7 @@ def report_from_detail(engine: Engine, detail: JobDetail, settings: Mapping[str,
                                       part.ended_s if part.ended_s is not None else now),
                                   "energy_series": per_node_series.get(part.node, []),
                                   "unit_series": per_node_units.get(part.node, []),
+                                  "devices": _devices(engine, part.node),
                               })
                   for part in detail.per_node],
         "energy_j": energy,

@@ -10,7 +10,8 @@ dashboard, the reports and ``joulestat compare`` all classify through
 A source is a chain (see docs/reports.md):
 
 * a sensor's own name: ``rapl``, ``nvml_energy``, ``nvml_power``, ``amdsmi``,
-  ``neuron``, ``hlml`` (measured), ``model:<name>`` (estimated), ``replay``;
+  ``amdsmi_power``, ``neuron``, ``hlml``, ``hlml_power`` (measured), ``model:<name>``
+  (estimated, e.g. ``model:neuron-util``), ``replay``;
 * ``import:<tool>/<original>[,<original>...]``: an import keeps the originals, and is
   what they are: ``import:joulestat/model:ccf-vcpu`` is an estimate,
   ``import:codecarbon/nvml_energy`` measured (CodeCarbon reads NVML's counter);
@@ -25,8 +26,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
-MEASURED_SOURCES = frozenset({"rapl", "nvml_energy", "nvml_power", "amdsmi", "neuron",
-                              "hlml"})
+MEASURED_SOURCES = frozenset({"rapl", "nvml_energy", "nvml_power", "amdsmi", "amdsmi_power",
+                              "neuron", "hlml", "hlml_power"})
 MEASURED, ESTIMATED, REPLAY, UNSTATED, MIXED = (
     "measured", "estimated", "replay", "unstated", "mixed")
 CLASSES = (MEASURED, ESTIMATED, UNSTATED, REPLAY, MIXED)

@@ -25,7 +25,9 @@ class Reading:
     component: str
     device: str
     energy_j: float
-    source: str  # provenance: rapl, nvml_energy, nvml_power, model:<name>, replay
+    # provenance: rapl, nvml_energy, nvml_power, amdsmi, amdsmi_power, hlml, hlml_power,
+    # neuron, model:<name>, replay
+    source: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +40,9 @@ class DeviceInfo:
     model: str = ""  # e.g. "NVIDIA H100 80GB HBM3", "Intel(R) Xeon(R) Platinum 8375C"
     uuid: str = ""  # stable hardware id where the API has one (NVML UUID)
     index: int | None = None  # the API's own index (NVML index, RAPL package number)
+    vendor: str = ""  # "NVIDIA", "AMD", "Intel", "AWS": with model, what a dashboard shows
+    # How its energy is split among processes when not by measured use: "mig_slice_estimate"
+    attribution: str = ""
 
 
 class SensorError(RuntimeError):

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from agent.config import ConfigError
+from agent.sensors.accelerator import DeviceProcesses, combined_device_processes
 from agent.sensors.base import Sensor, SensorError
 
 log = logging.getLogger(__name__)
@@ -47,14 +48,51 @@ def build_sensors(settings: Mapping[str, Any], now_s: float, cloud: str | None =
             sensors.append(open_dram_estimator(procfs_root))
         except (SensorError, OSError, ValueError) as exc:
             log.warning("no DRAM power estimate: %s", exc)
-    if settings.get("nvml", True):
-        from agent.sensors.nvidia import open_nvidia
-
-        nvidia = open_nvidia(now_s)
-        if nvidia is not None:
-            sensors.append(nvidia)
+    sensors.extend(open_accelerators(settings, now_s))
     sensors.append(NetworkSensor(procfs_root, sysfs_root=settings["sysfs_root"]))
     return sensors
+
+
+def open_accelerators(settings: Mapping[str, Any], now_s: float) -> list[Sensor]:
+    """Every vendor's accelerators this node has; says once which it looked for.
+
+    Vendor libraries are imported inside each ``open_*`` only: a node without
+    ``amdsmi`` or ``pyhlml`` (the extras ``joulestat[amd]``, ``[gaudi]``) runs as before.
+    """
+    from agent.sensors.accelerator import EmptySensor
+    from agent.sensors.amd import open_amd
+    from agent.sensors.gaudi import open_gaudi
+    from agent.sensors.neuron import open_neuron
+    from agent.sensors.nvidia import open_nvidia
+
+    found: list[Sensor] = []
+    looked: list[str] = []
+    if settings.get("nvml", True):
+        nvidia = open_nvidia(now_s)
+        if nvidia is not None:
+            found.append(nvidia)
+        else:
+            looked.append("nvidia (no NVML driver or GPU)")
+    else:
+        looked.append("nvidia (--nvml false)")
+    opened = [open_amd(now_s), open_gaudi(now_s),
+              open_neuron(settings["sysfs_root"], settings.get("neuron_max_power_w"),
+                          settings.get("neuron_monitor"))]
+    for sensor in opened:
+        if isinstance(sensor, EmptySensor):
+            looked.append(f"{sensor.name} ({sensor.why})")
+        else:
+            found.append(sensor)
+    log.info("accelerators: %s; looked for and not found: %s",
+             ", ".join(f"{s.name} ({len(s.describe())} series)" for s in found) or "none",
+             "; ".join(looked) or "nothing")
+    return found
+
+
+def device_processes_of(sensors: list[Sensor]) -> Callable[[], DeviceProcesses] | None:
+    """The per-process accelerator use of every sensor that offers it (None: no such)."""
+
+    return combined_device_processes(sensors)
 
 
 def estimator_idle_w(sensors: list[Sensor]) -> dict[tuple[str, str], float]:

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from agent.sensors.accelerator import ACCELERATOR_COMPONENT, Capabilities, DeviceProcesses
 from agent.sensors.base import DeviceInfo, Reading
 from agent.sensors.resume import BadState, get_float, get_int, restore_each
 
@@ -57,9 +58,10 @@ SOURCE_POWER = "nvml_power"
 _NVML_SUCCESS = 0
 _NVML_ERROR_NOT_SUPPORTED = 3
 _NVML_ERROR_NOT_FOUND = 6
+_NVML_DEVICE_MIG_ENABLE = 1
+ATTRIBUTION_MIG = "mig_slice_estimate"
 
-# (component, device) -> ({pid: mean SM utilisation %}, {pids holding a context})
-DeviceProcesses = dict[tuple[str, str], tuple[dict[int, float], set[int]]]
+# DeviceProcesses: (component, device) -> ({pid: mean SM utilisation %}, {context pids})
 
 
 def _text(value: str | bytes) -> str:
@@ -86,6 +88,7 @@ class _Gpu:
     util_seen_us: int = 0  # newest process-utilisation sample timestamp already consumed
     procs_failing: str = ""  # like ``failing``, for device_processes
     util_unsupported: bool = False  # process utilisation NOT_SUPPORTED: logged once
+    mig: bool = False  # MIG enabled: processes weighted by their instance's slice count
 
     @property
     def device(self) -> str:
@@ -113,11 +116,16 @@ class NvidiaSensor:
         self._nvml = nvml
         self._gpus = gpus
         self._closed = False
+        self.capabilities = Capabilities(
+            energy_counter=any(g.source == SOURCE_ENERGY for g in gpus),
+            power_only=bool(gpus) and all(g.source == SOURCE_POWER for g in gpus),
+            per_process=True)
 
     def describe(self) -> list[DeviceInfo]:
         return [
-            DeviceInfo(component="gpu", device=g.device, source=g.source, model=g.model,
-                       uuid=g.uuid, index=g.index)
+            DeviceInfo(component=ACCELERATOR_COMPONENT, device=g.device, source=g.source,
+                       model=g.model, uuid=g.uuid, index=g.index, vendor="NVIDIA",
+                       attribution=ATTRIBUTION_MIG if g.mig else "")
             for g in self._gpus
         ]
 
@@ -135,7 +143,8 @@ class NvidiaSensor:
             if gpu.failing:
                 log.info("GPU %d (%s): NVML reads work again", gpu.index, gpu.uuid)
                 gpu.failing = ""
-        return [Reading("gpu", g.device, g.energy_j, g.source) for g in self._gpus]
+        return [Reading(ACCELERATOR_COMPONENT, g.device, g.energy_j, g.source)
+                for g in self._gpus]
 
     def close(self) -> None:
         if self._closed:
@@ -175,10 +184,14 @@ class NvidiaSensor:
         result: DeviceProcesses = {}
         for gpu in self._gpus:
             try:
-                pids = {p.pid for p in self._nvml.nvmlDeviceGetComputeRunningProcesses(gpu.handle)}
-                pids.update(
-                    p.pid for p in self._nvml.nvmlDeviceGetGraphicsRunningProcesses(gpu.handle))
-                util = self._process_utilization(gpu)
+                if gpu.mig:
+                    util, pids = self._mig_slices(gpu)
+                else:
+                    pids = {p.pid for p in
+                            self._nvml.nvmlDeviceGetComputeRunningProcesses(gpu.handle)}
+                    pids.update(p.pid for p in
+                                self._nvml.nvmlDeviceGetGraphicsRunningProcesses(gpu.handle))
+                    util = self._process_utilization(gpu)
             except self._nvml.NVMLError as exc:
                 problem = f"{type(exc).__name__}: {exc}"
                 if gpu.procs_failing != problem:
@@ -189,8 +202,31 @@ class NvidiaSensor:
             if gpu.procs_failing:
                 log.info("GPU %d (%s): NVML process queries work again", gpu.index, gpu.uuid)
                 gpu.procs_failing = ""
-            result[("gpu", gpu.device)] = (util, pids)
+            result[(ACCELERATOR_COMPONENT, gpu.device)] = (util, pids)
         return result
+
+    def _mig_slices(self, gpu: _Gpu) -> tuple[dict[int, float], set[int]]:
+        """MIG: energy is per physical GPU and NVML has no per-process utilisation, so each
+        instance with processes weighs its GPU slice count, split evenly among its pids.
+        An estimate (the device info says ``attribution=mig_slice_estimate``); the GPU's
+        energy is still one series, never one per instance, so nothing counts twice."""
+        weights: dict[int, float] = {}
+        holders: set[int] = set()
+        for i in range(int(self._nvml.nvmlDeviceGetMaxMigDeviceCount(gpu.handle))):
+            try:
+                mig = self._nvml.nvmlDeviceGetMigDeviceHandleByIndex(gpu.handle, i)
+            except self._nvml.NVMLError as exc:
+                if getattr(exc, "value", None) == _NVML_ERROR_NOT_FOUND:
+                    continue  # no instance in this slot
+                raise
+            pids = {p.pid for p in self._nvml.nvmlDeviceGetComputeRunningProcesses(mig)}
+            if not pids:
+                continue
+            slices = float(self._nvml.nvmlDeviceGetAttributes(mig).gpuInstanceSliceCount)
+            for pid in pids:
+                weights[pid] = weights.get(pid, 0.0) + slices / len(pids)
+            holders |= pids
+        return weights, holders
 
     def _process_utilization(self, gpu: _Gpu) -> dict[int, float]:
         """Mean SM % per pid over samples newer than the last consumed one."""
@@ -248,9 +284,14 @@ def _open_device(nvml: ModuleType, index: int, now_s: float) -> _Gpu | None:
     except nvml.NVMLError as exc:
         log.warning("GPU %d: cannot identify it through NVML (%s); not measured", index, exc)
         return None
+    mig = _mig_enabled(nvml, handle)
+    if mig:
+        log.info("GPU %d (%s): MIG enabled; its energy is split among instances with "
+                 "processes by slice count (an estimate)", index, model)
     try:
         energy_mj = int(nvml.nvmlDeviceGetTotalEnergyConsumption(handle))
-        return _Gpu(index, handle, uuid, model, SOURCE_ENERGY, last_mj=energy_mj, last_s=now_s)
+        return _Gpu(index, handle, uuid, model, SOURCE_ENERGY, last_mj=energy_mj, last_s=now_s,
+                    mig=mig)
     except nvml.NVMLError as exc:
         log.debug("GPU %d: no energy counter (%s); integrating power instead", index, exc)
     try:
@@ -259,7 +300,17 @@ def _open_device(nvml: ModuleType, index: int, now_s: float) -> _Gpu | None:
         log.warning("GPU %d (%s): neither energy nor power readable through NVML (%s); "
                     "not measured", index, model, exc)
         return None
-    return _Gpu(index, handle, uuid, model, SOURCE_POWER, last_mw=power_mw, last_s=now_s)
+    return _Gpu(index, handle, uuid, model, SOURCE_POWER, last_mw=power_mw, last_s=now_s,
+                mig=mig)
+
+
+def _mig_enabled(nvml: ModuleType, handle: Any) -> bool:
+    """MIG mode currently on (not merely pending); False where NVML has no MIG."""
+    try:
+        current, _pending = nvml.nvmlDeviceGetMigMode(handle)
+    except (nvml.NVMLError, AttributeError):
+        return False
+    return int(current) == _NVML_DEVICE_MIG_ENABLE
 
 
 def open_nvidia(now_s: float | None = None) -> NvidiaSensor | None:

@@ -34,7 +34,8 @@ NODE_ENERGY = MetricSpec(
     ("component", "device", "source"),
     "Energy used by this node since the agent started, per component and device, in joules. "
     "Power is rate() of this counter. source says where the number came from "
-    "(rapl, nvml_energy, nvml_power, model:<name>, replay). component=platform (RAPL psys) "
+    "(rapl, nvml_energy, nvml_power, amdsmi, amdsmi_power, hlml, hlml_power, neuron, "
+    "model:<name>, replay). component=platform (RAPL psys) "
     "overlaps cpu and dram: never sum it with them.",
 )
 NODE_POWER = MetricSpec(
@@ -48,6 +49,16 @@ NODE_INFO = MetricSpec(
     "info",
     ("node", "instance_type", "region", "cpu_model", "agent_version"),
     "Describes this node; always 1.",
+)
+NODE_DEVICE_INFO = MetricSpec(
+    "joulestat_node_device_info",
+    "info",
+    ("component", "device", "vendor", "model", "uuid", "attribution"),
+    "Describes each device the node's energy series name (one per component and device): "
+    "vendor and model (\"NVIDIA T4\", \"AWS Inferentia2\"), the hardware id where the "
+    "vendor API has one, and attribution=mig_slice_estimate where a MIG GPU's energy is "
+    "split among jobs by slice count (an estimate; else empty); always 1. Join on "
+    "component and device.",
 )
 AGENT_TICKS = MetricSpec(
     "joulestat_agent_ticks_total",
@@ -130,6 +141,7 @@ METRICS: tuple[MetricSpec, ...] = (
     NODE_ENERGY,
     NODE_POWER,
     NODE_INFO,
+    NODE_DEVICE_INFO,
     AGENT_TICKS,
     AGENT_TICK_SECONDS,
     AGENT_SENSOR_ERRORS,

@@ -27,6 +27,7 @@ from agent.http_gate import HttpGate, Limits
 from agent.http_request import GatedHandler
 from agent.identity import NodeInfo
 from agent.jobs.registry import Job, JobRegistry
+from agent.sensors.base import DeviceInfo
 from agent.sinks import metric_catalog as mc
 from agent.tick import Tick
 
@@ -46,6 +47,15 @@ class NodeMetrics(Collector):
         self._ticks = 0
         self._tick_seconds_sum = 0.0
         self._sensor_errors = sensor_errors if sensor_errors is not None else {}
+        self._devices: dict[tuple[str, str], dict[str, str]] = {}
+
+    def describe_devices(self, devices: list[DeviceInfo]) -> None:
+        """What each device is, for ``joulestat_node_device_info`` (first source wins)."""
+        with self._lock:
+            for d in devices:
+                self._devices.setdefault((d.component, d.device), {
+                    "component": d.component, "device": d.device, "vendor": d.vendor,
+                    "model": d.model, "uuid": d.uuid, "attribution": d.attribution})
 
     def declare(self, keys: list[Key]) -> None:
         """Export known series at 0 from the start, so rate() has a first sample."""
@@ -72,6 +82,7 @@ class NodeMetrics(Collector):
             power = sorted(self._power_w.items())
             ticks, tick_sum = self._ticks, self._tick_seconds_sum
             errors = sorted(self._sensor_errors.items())
+            devices = [self._devices[key] for key in sorted(self._devices)]
 
         family = CounterMetricFamily(
             mc.NODE_ENERGY.family_name, mc.NODE_ENERGY.help, labels=mc.NODE_ENERGY.labels
@@ -98,6 +109,11 @@ class NodeMetrics(Collector):
                 "agent_version": self.node.agent_version,
             },
         )
+        yield info
+
+        info = InfoMetricFamily(mc.NODE_DEVICE_INFO.family_name, mc.NODE_DEVICE_INFO.help)
+        for labels in devices:
+            info.add_metric([], labels)
         yield info
 
         yield CounterMetricFamily(mc.AGENT_TICKS.family_name, mc.AGENT_TICKS.help, value=ticks)

@@ -23,6 +23,7 @@ import pandas as pd
 import streamlit as st
 
 from agent import units
+from agent.carbon.catalog import accelerators_of
 from agent.reports.compare_words import format_pct, format_ratio, headline, plural
 from dashboard import charts, comparison, costing, fmt, state, ui
 
@@ -138,6 +139,8 @@ def delta(value: float | None, ratio: bool = False) -> str:
 
 table = pd.DataFrame([{
     "group": names[comparison.row_key(r)], "instance types": "+".join(r.instance_types),
+    # What each setup computes on ("1 x AWS Inferentia2" against "1 x NVIDIA T4").
+    "accelerators": " + ".join(accelerators_of(t) for t in r.instance_types),
     "jobs": r.runs, units_name: r.units, "instance-hours": r.instance_hours,
     throughput_col: r.units_per_hour, energy_col: r.energy_per_unit_j,
     co2e_col: r.co2e_per_unit_g, embodied_col: r.embodied_per_unit_g,

@@ -52,12 +52,19 @@ FAKE_FUNCTIONS = (
     "nvmlDeviceGetComputeRunningProcesses",
     "nvmlDeviceGetGraphicsRunningProcesses",
     "nvmlDeviceGetProcessUtilization",
+    "nvmlDeviceGetMigMode",
+    "nvmlDeviceGetMaxMigDeviceCount",
+    "nvmlDeviceGetMigDeviceHandleByIndex",
+    "nvmlDeviceGetAttributes",
 )
+NVML_DEVICE_MIG_DISABLE = 0
+NVML_DEVICE_MIG_ENABLE = 1
 
 # pynvml ctypes struct -> the fields the fake's objects of that kind carry.
 FAKE_STRUCT_FIELDS = {
     "c_nvmlProcessInfo_t": ("pid", "usedGpuMemory"),
     "c_nvmlProcessUtilizationSample_t": ("pid", "timeStamp", "smUtil", "memUtil"),
+    "c_nvmlDeviceAttributes": ("gpuInstanceSliceCount",),
 }
 
 
@@ -102,6 +109,21 @@ class FakeUtilSample:
     memUtil: int = 0
 
 
+@dataclass(frozen=True)
+class FakeDeviceAttributes:
+    """What nvmlDeviceGetAttributes returns for a MIG device (the one field used)."""
+
+    gpuInstanceSliceCount: int  # pynvml's field name
+
+
+@dataclass
+class FakeMigInstance:
+    """A MIG instance: its size in GPU slices (1g, 2g, 3g, 4g, 7g) and its processes."""
+
+    slices: int
+    compute_pids: list[int] = field(default_factory=list)
+
+
 @dataclass
 class FakeGpu:
     """One device. ``energy_mj=None`` means no energy counter (pre-Volta): NOT_SUPPORTED.
@@ -122,11 +144,14 @@ class FakeGpu:
     util_samples: list[FakeUtilSample] = field(default_factory=list)
     util_ignores_timestamp: bool = False
     util_asked_us: list[int] = field(default_factory=list)  # timestamps passed, in order
+    # None: no MIG (mode disabled). A list: MIG enabled, one slot per entry (None: empty).
+    mig_instances: list[FakeMigInstance | None] | None = None
 
 
 @dataclass
 class _Handle:
     index: int
+    mig: int | None = None  # a MIG device's slot on its parent GPU
 
 
 class FakeNvml:
@@ -213,7 +238,29 @@ class FakeNvml:
 
         def nvmlDeviceGetComputeRunningProcesses(handle: _Handle) -> list[FakeProcessInfo]:
             gpu = self._gpu(handle, "nvmlDeviceGetComputeRunningProcesses")
+            if handle.mig is not None:
+                instance = (gpu.mig_instances or [])[handle.mig]
+                return [FakeProcessInfo(pid) for pid in instance.compute_pids]
             return [FakeProcessInfo(pid) for pid in gpu.compute_pids]
+
+        def nvmlDeviceGetMigMode(handle: _Handle) -> tuple[int, int]:
+            gpu = self._gpu(handle, "nvmlDeviceGetMigMode")
+            mode = NVML_DEVICE_MIG_DISABLE if gpu.mig_instances is None else NVML_DEVICE_MIG_ENABLE
+            return mode, mode
+
+        def nvmlDeviceGetMaxMigDeviceCount(handle: _Handle) -> int:
+            return len(self._gpu(handle, "nvmlDeviceGetMaxMigDeviceCount").mig_instances or [])
+
+        def nvmlDeviceGetMigDeviceHandleByIndex(handle: _Handle, index: int) -> _Handle:
+            gpu = self._gpu(handle, "nvmlDeviceGetMigDeviceHandleByIndex")
+            if (gpu.mig_instances or [None] * (index + 1))[index] is None:
+                raise NVMLError(NVML_ERROR_NOT_FOUND)
+            return _Handle(handle.index, index)
+
+        def nvmlDeviceGetAttributes(handle: _Handle) -> FakeDeviceAttributes:
+            gpu = self._gpu(handle, "nvmlDeviceGetAttributes")
+            instance = (gpu.mig_instances or [])[handle.mig or 0]
+            return FakeDeviceAttributes(instance.slices)
 
         def nvmlDeviceGetGraphicsRunningProcesses(handle: _Handle) -> list[FakeProcessInfo]:
             gpu = self._gpu(handle, "nvmlDeviceGetGraphicsRunningProcesses")
@@ -233,6 +280,8 @@ class FakeNvml:
         for func in (nvmlInit, nvmlShutdown, nvmlDeviceGetCount, nvmlDeviceGetHandleByIndex,
                      nvmlDeviceGetUUID, nvmlDeviceGetName, nvmlDeviceGetTotalEnergyConsumption,
                      nvmlDeviceGetPowerUsage, nvmlDeviceGetComputeRunningProcesses,
-                     nvmlDeviceGetGraphicsRunningProcesses, nvmlDeviceGetProcessUtilization):
+                     nvmlDeviceGetGraphicsRunningProcesses, nvmlDeviceGetProcessUtilization,
+                     nvmlDeviceGetMigMode, nvmlDeviceGetMaxMigDeviceCount,
+                     nvmlDeviceGetMigDeviceHandleByIndex, nvmlDeviceGetAttributes):
             setattr(mod, func.__name__, func)
         return mod

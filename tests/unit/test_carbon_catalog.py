@@ -246,3 +246,26 @@ def test_catalog_reads_a_valid_row(tmp_path: Path) -> None:
     spec = catalog["x.large"]
     assert (spec.usd_per_hour, spec.sagemaker_usd_per_hour, spec.embodied_kgco2e) == (
         0.1, None, 1000.0)
+
+
+def test_accelerator_instance_types_name_their_devices() -> None:
+    """Issue 14: each accelerator family the catalog lists says what it carries."""
+    from agent.carbon.catalog import accelerators_of
+
+    expected = {"inf1.xlarge": "1 x AWS Inferentia", "inf2.xlarge": "1 x AWS Inferentia2",
+                "trn1.32xlarge": "16 x AWS Trainium", "trn2.48xlarge": "16 x AWS Trainium2",
+                "dl1.24xlarge": "8 x Intel Gaudi HL-205", "g4dn.xlarge": "1 x NVIDIA T4",
+                "g5.xlarge": "1 x NVIDIA A10G", "g6.xlarge": "1 x NVIDIA L4",
+                "p3.2xlarge": "1 x NVIDIA V100 SXM2 16GB",
+                "p4d.24xlarge": "8 x NVIDIA A100 SXM4 40GB",
+                "p5.48xlarge": "8 x NVIDIA H100 SXM5 80GB",
+                "p5e.48xlarge": "8 x NVIDIA H200 SXM 141GB",
+                "Standard_ND96isr_MI300X_v5": "8 x AMD Instinct MI300X",
+                "ml.inf2.xlarge": "1 x AWS Inferentia2", "c5.large": "none",
+                "zz9.large": "unknown"}
+    for name, devices in expected.items():
+        assert accelerators_of(name) == devices, name
+    for name in expected:
+        spec = lookup(name)
+        if spec is not None:
+            assert spec.source and spec.date, name

@@ -227,6 +227,9 @@ def test_compare_shows_energy_per_request_by_instance_type_and_deltas(
     at = run_page(sample_url, "pages/compare.py", monkeypatch)
     table = at.dataframe[0].value.set_index("group")
     assert set(table.index) == {"g5.xlarge", "inf2.xlarge", "c6i.2xlarge"}
+    assert table.at["inf2.xlarge", "accelerators"] == "1 x AWS Inferentia2"
+    assert table.at["g5.xlarge", "accelerators"] == "1 x NVIDIA A10G"
+    assert table.at["c6i.2xlarge", "accelerators"] == "none"
     for itype in table.index:
         assert table.at[itype, "energy per request"] == pytest.approx(
             _group_energy_per_unit(jobs, itype))

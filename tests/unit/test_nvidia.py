@@ -30,6 +30,7 @@ def test_fake_matches_the_real_pynvml_api() -> None:
                  "NOT_FOUND"):
         assert getattr(real, f"NVML_ERROR_{code}") == getattr(fake, f"NVML_ERROR_{code}")
     assert real.NVML_SUCCESS == fake.NVML_SUCCESS
+    assert real.NVML_DEVICE_MIG_ENABLE == fake.NVML_DEVICE_MIG_ENABLE
     assert issubclass(real.NVMLError, Exception)
     # NVMLError(code) builds the code's subclass in both; the sensor relies on .value
     for module in (real, fake):

@@ -1,0 +1,170 @@
+"""What every accelerator sensor shares: capabilities, counters, power integration, Empty.
+
+Vendors differ in what they can say (Zeus's ``zeus/device/`` layer makes the same split):
+NVIDIA and Gaudi have an energy counter, AMD has one that is not always trustworthy, AWS
+Neuron has only a power percentage refreshed about once a minute. Rather than probe with
+``getattr`` downstream, each sensor declares a :class:`Capabilities`, and absent hardware
+is an :class:`EmptySensor` that reads nothing, so the factory can say what it looked for.
+
+The component name every accelerator reports lives here, once: ``ACCELERATOR_COMPONENT``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from agent.sensors.base import DeviceInfo, Reading
+
+log = logging.getLogger(__name__)
+
+# Every accelerator, whatever its vendor, is this component (the store, reports and
+# metrics key on it; renaming it to "accelerator" is a migration, see issue 14).
+ACCELERATOR_COMPONENT = "gpu"
+
+# (component, device) -> ({pid: utilisation %}, {pids holding the device})
+DeviceProcesses = dict[tuple[str, str], tuple[dict[int, float], set[int]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a sensor can measure, said once, so nothing downstream has to probe."""
+
+    energy_counter: bool = False  # a hardware energy counter (exact between reads)
+    power_only: bool = False  # power samples integrated here (bounded by the interval)
+    per_process: bool = False  # per-process use for attribution (device_processes)
+
+
+@dataclass
+class EmptySensor:
+    """Stand-in for a vendor whose hardware or library is absent: reads nothing.
+
+    It keeps ``why`` so the agent can say once which accelerators it looked for and why
+    each was not there; the factory does not add it to the sampler's list.
+    """
+
+    name: str
+    why: str
+    capabilities: Capabilities = field(default_factory=Capabilities)
+
+    def describe(self) -> list[DeviceInfo]:
+        return []
+
+    def read(self, now_s: float) -> list[Reading]:
+        return []
+
+    def close(self) -> None:
+        return None
+
+    def checkpoint(self) -> dict:
+        return {}
+
+    def restore(self, state: dict) -> None:
+        return None
+
+    def device_processes(self) -> DeviceProcesses:
+        return {}
+
+
+@dataclass
+class CounterTrack:
+    """Cumulative joules from a counter that counts from driver load and may go back.
+
+    A counter that goes backwards (driver reload, device reset) is not a wrap: vendors'
+    accelerator counters are 64-bit. The new value becomes the baseline, the interval
+    across the reset adds nothing (never a negative delta), and the event is logged
+    once per reset. ``scale_j`` turns counter units into joules (mJ: 1e-3, µJ: 1e-6).
+    """
+
+    label: str
+    scale_j: float
+    last: float | None = None
+    energy_j: float = 0.0
+    resets: int = 0
+
+    def update(self, value: float) -> float:
+        if self.last is not None:
+            if value < self.last:
+                self.resets += 1
+                log.warning("%s: energy counter went back from %s to %s (driver reload or "
+                            "reset?); new baseline, nothing counted across it",
+                            self.label, self.last, value)
+            else:
+                self.energy_j += (value - self.last) * self.scale_j
+        self.last = value
+        return self.energy_j
+
+
+@dataclass
+class PowerTrack:
+    """Cumulative joules from power samples: the trapezoid rule over monotonic time."""
+
+    last_w: float | None = None
+    last_s: float | None = None
+    energy_j: float = 0.0
+
+    def update(self, power_w: float, now_s: float) -> float:
+        if self.last_w is not None and self.last_s is not None:
+            elapsed_s = max(now_s - self.last_s, 0.0)
+            self.energy_j += (self.last_w + max(power_w, 0.0)) / 2.0 * elapsed_s
+        self.last_w, self.last_s = max(power_w, 0.0), now_s
+        return self.energy_j
+
+
+@dataclass
+class OnceLog:
+    """Logs a problem once per key until it clears, so a broken device does not flood."""
+
+    logger: logging.Logger
+    active: dict[str, str] = field(default_factory=dict)
+
+    def problem(self, key: str, message: str) -> None:
+        if self.active.get(key) != message:
+            self.logger.warning("%s", message)
+            self.active[key] = message
+
+    def clear(self, key: str, message: str) -> None:
+        if self.active.pop(key, None) is not None:
+            self.logger.info("%s", message)
+
+
+def combined_device_processes(sensors: Iterable[object]
+                              ) -> Callable[[], DeviceProcesses] | None:
+    """One ``device_processes`` over every sensor that declares per-process use."""
+    sources: list[Callable[[], DeviceProcesses]] = []
+    for sensor in sensors:
+        caps = getattr(sensor, "capabilities", None)
+        if isinstance(caps, Capabilities) and caps.per_process:
+            sources.append(sensor.device_processes)  # type: ignore[attr-defined]
+    if not sources:
+        return None
+
+    def device_processes() -> DeviceProcesses:
+        merged: DeviceProcesses = {}
+        for source in sources:
+            try:
+                merged.update(source())
+            except Exception as exc:  # one vendor failing leaves the others' answer
+                log.warning("accelerator process query failed: %s", exc)
+        return merged
+
+    return device_processes
+
+
+def text_of(value: object) -> str:
+    """Vendor strings arrive as bytes from older bindings, str from newer."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return str(value)
+
+
+def number_or_none(value: object) -> float | None:
+    """A vendor's number, or None for 'N/A', '', and other non-numbers."""
+    if isinstance(value, Mapping):
+        value = value.get("value")
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return number if number == number else None

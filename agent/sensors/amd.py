@@ -1,0 +1,253 @@
+"""AMD Instinct energy through ``amdsmi`` (ROCm's Python binding; extra ``joulestat[amd]``).
+
+Energy: ``amdsmi_get_energy_count(h)`` returns an accumulator and its
+``counter_resolution`` (µJ per count); joules = accumulator x resolution x 1e-6. The
+accumulator's key is ``energy_accumulator`` in current releases and ``power`` in older
+ones: both are read. The counter is missing in VM guests and wrong on some parts
+(Zeus #113, ROCm/amdsmi#38), so at open each device is sanity-checked: over a short probe
+the counter must advance and, where socket power is readable and above 10 W, the power it
+implies must lie within 0.5x..2x of it. A device that fails is measured by integrating
+``amdsmi_get_power_info(h)`` socket power (W; ``socket_power`` on ROCm 7, else
+``current_socket_power``, else ``average_socket_power``; 'N/A' where the part lacks it).
+Provenance ``amdsmi`` (counter) or ``amdsmi_power``.
+
+Per-process use: ``amdsmi_get_gpu_process_list(h)`` lists the pids on a device with their
+cumulative ``engine_usage.gfx`` busy time (ns); the delta between two calls is each pid's
+use over the tick, the weight attribution splits dynamic energy by.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+from agent.sensors.accelerator import (
+    ACCELERATOR_COMPONENT,
+    Capabilities,
+    CounterTrack,
+    DeviceProcesses,
+    EmptySensor,
+    OnceLog,
+    PowerTrack,
+    number_or_none,
+    text_of,
+)
+from agent.sensors.base import DeviceInfo, Reading
+
+log = logging.getLogger(__name__)
+
+SOURCE_ENERGY = "amdsmi"
+SOURCE_POWER = "amdsmi_power"
+VENDOR = "AMD"
+PROBE_S = 0.5
+SANE_RATIO = (0.5, 2.0)
+SANE_MIN_POWER_W = 10.0
+_POWER_KEYS = ("socket_power", "current_socket_power", "average_socket_power")
+
+
+def read_counter_uj(amdsmi: ModuleType, handle: Any) -> float:
+    """The energy accumulator in µJ, whichever key this amdsmi release uses."""
+    info = amdsmi.amdsmi_get_energy_count(handle)
+    raw = info.get("energy_accumulator", info.get("power"))
+    resolution = number_or_none(info.get("counter_resolution"))
+    value = number_or_none(raw)
+    if value is None or resolution is None or resolution <= 0:
+        raise ValueError(f"energy count unusable: {info!r}")
+    return value * resolution
+
+
+def read_power_w(amdsmi: ModuleType, handle: Any) -> float | None:
+    info = amdsmi.amdsmi_get_power_info(handle)
+    for key in _POWER_KEYS:
+        watts = number_or_none(info.get(key))
+        if watts is not None:
+            return watts
+    return None
+
+
+def counter_is_sane(delta_uj: float, elapsed_s: float, power_w: float | None) -> str:
+    """'' when the counter looks right over the probe, else why not."""
+    if delta_uj <= 0:
+        return "the energy counter did not advance"
+    if power_w is None or power_w < SANE_MIN_POWER_W or elapsed_s <= 0:
+        return ""
+    ratio = delta_uj / 1e6 / elapsed_s / power_w
+    if not SANE_RATIO[0] <= ratio <= SANE_RATIO[1]:
+        return f"the counter implies {ratio:.2f}x the socket power"
+    return ""
+
+
+@dataclass
+class _AmdGpu:
+    index: int
+    handle: Any
+    uuid: str
+    model: str
+    source: str
+    counter: CounterTrack
+    power: PowerTrack
+    gfx_ns: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def device(self) -> str:
+        return f"amdgpu{self.index}"
+
+    @property
+    def energy_j(self) -> float:
+        return self.counter.energy_j if self.source == SOURCE_ENERGY else self.power.energy_j
+
+
+class AmdSensor:
+    """Cumulative joules per AMD GPU since the sensor opened; per-process gfx use."""
+
+    name = "amd"
+
+    def __init__(self, amdsmi: ModuleType, gpus: list[_AmdGpu]) -> None:
+        self._amdsmi = amdsmi
+        self._gpus = gpus
+        self._closed = False
+        self._problems = OnceLog(log)
+        self.capabilities = Capabilities(
+            energy_counter=any(g.source == SOURCE_ENERGY for g in gpus),
+            power_only=all(g.source == SOURCE_POWER for g in gpus), per_process=True)
+
+    def describe(self) -> list[DeviceInfo]:
+        return [DeviceInfo(ACCELERATOR_COMPONENT, g.device, g.source, model=g.model,
+                           uuid=g.uuid, index=g.index, vendor=VENDOR) for g in self._gpus]
+
+    def read(self, now_s: float) -> list[Reading]:
+        for gpu in self._gpus:
+            try:
+                if gpu.source == SOURCE_ENERGY:
+                    gpu.counter.update(read_counter_uj(self._amdsmi, gpu.handle))
+                else:
+                    watts = read_power_w(self._amdsmi, gpu.handle)
+                    if watts is None:
+                        raise ValueError("socket power is N/A")
+                    gpu.power.update(watts, now_s)
+            except (self._amdsmi.AmdSmiException, OSError, ValueError) as exc:
+                self._problems.problem(gpu.device, f"AMD GPU {gpu.index} ({gpu.uuid}): "
+                                       f"amdsmi read failed: {exc}; keeping its last value")
+                continue
+            self._problems.clear(gpu.device, f"AMD GPU {gpu.index}: amdsmi reads work again")
+        return [Reading(ACCELERATOR_COMPONENT, g.device, g.energy_j, g.source)
+                for g in self._gpus]
+
+    def device_processes(self) -> DeviceProcesses:
+        """Per device: {pid: gfx busy ns since the last call}, {pids on the device}."""
+        result: DeviceProcesses = {}
+        for gpu in self._gpus:
+            try:
+                entries = self._amdsmi.amdsmi_get_gpu_process_list(gpu.handle)
+            except (self._amdsmi.AmdSmiException, OSError) as exc:
+                self._problems.problem(f"{gpu.device}/procs", f"AMD GPU {gpu.index}: process "
+                                       f"list failed: {exc}; no process data for it")
+                continue
+            seen: dict[int, float] = {}
+            use: dict[int, float] = {}
+            for entry in entries:
+                if not isinstance(entry, dict) or "pid" not in entry:
+                    continue
+                pid = int(entry["pid"])
+                gfx = number_or_none((entry.get("engine_usage") or {}).get("gfx")) or 0.0
+                seen[pid] = gfx
+                if pid in gpu.gfx_ns and gfx >= gpu.gfx_ns[pid]:
+                    use[pid] = gfx - gpu.gfx_ns[pid]
+            gpu.gfx_ns = seen
+            result[(ACCELERATOR_COMPONENT, gpu.device)] = (use, set(seen))
+        return result
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._amdsmi.amdsmi_shut_down()
+        except (self._amdsmi.AmdSmiException, OSError) as exc:
+            log.debug("amdsmi_shut_down failed: %s", exc)
+
+    def checkpoint(self) -> dict:
+        return {}
+
+    def restore(self, state: dict) -> None:
+        """Nothing carried over: the first tick after a restart starts a new baseline."""
+
+
+def _identify(amdsmi: ModuleType, index: int, handle: Any) -> tuple[str, str]:
+    try:
+        uuid = text_of(amdsmi.amdsmi_get_gpu_device_uuid(handle))
+    except (amdsmi.AmdSmiException, OSError):
+        uuid = f"amdgpu{index}"
+    model = "AMD GPU"
+    try:
+        asic = amdsmi.amdsmi_get_gpu_asic_info(handle)
+        model = text_of(asic.get("market_name") or model)
+    except (amdsmi.AmdSmiException, OSError, AttributeError):
+        pass
+    return uuid, model
+
+
+def _open_device(amdsmi: ModuleType, index: int, handle: Any, now_s: float,
+                 probe: Callable[[], None]) -> _AmdGpu | None:
+    uuid, model = _identify(amdsmi, index, handle)
+    label = f"AMD GPU {index} ({model})"
+    why = ""
+    try:
+        first_uj = read_counter_uj(amdsmi, handle)
+        started = time.monotonic()
+        probe()
+        second_uj = read_counter_uj(amdsmi, handle)
+        elapsed_s = max(time.monotonic() - started, PROBE_S)
+        why = counter_is_sane(second_uj - first_uj, elapsed_s, read_power_w(amdsmi, handle))
+    except (amdsmi.AmdSmiException, OSError, ValueError) as exc:
+        why = f"no energy counter ({exc})"
+    if not why:
+        counter = CounterTrack(label, 1e-6)
+        counter.update(second_uj)
+        return _AmdGpu(index, handle, uuid, model, SOURCE_ENERGY, counter, PowerTrack())
+    log.warning("%s: %s; integrating socket power instead", label, why)
+    try:
+        watts = read_power_w(amdsmi, handle)
+    except (amdsmi.AmdSmiException, OSError) as exc:
+        watts, why = None, str(exc)
+    if watts is None:
+        log.warning("%s: socket power not readable either (%s); not measured", label, why)
+        return None
+    power = PowerTrack()
+    power.update(watts, now_s)
+    return _AmdGpu(index, handle, uuid, model, SOURCE_POWER, CounterTrack(label, 1e-6), power)
+
+
+def open_amd(now_s: float | None = None,
+             probe: Callable[[], None] | None = None) -> AmdSensor | EmptySensor:
+    """A sensor over every measurable AMD GPU, or an :class:`EmptySensor` saying why not.
+
+    ``probe`` waits out the start-up sanity check (default: sleep ``PROBE_S``).
+    """
+    try:
+        import amdsmi
+    except ImportError:
+        return EmptySensor("amd", "amdsmi not installed (pip install 'joulestat[amd]')")
+    try:
+        amdsmi.amdsmi_init()
+    except (amdsmi.AmdSmiException, OSError) as exc:
+        return EmptySensor("amd", f"amdsmi init failed ({exc})")
+    wait = probe if probe is not None else (lambda: time.sleep(PROBE_S))
+    try:
+        handles = list(amdsmi.amdsmi_get_processor_handles())
+    except (amdsmi.AmdSmiException, OSError) as exc:
+        log.warning("amdsmi initialised but listing GPUs failed: %s", exc)
+        handles = []
+    start_s = time.monotonic() if now_s is None else now_s
+    gpus = [g for i, h in enumerate(handles)
+            if (g := _open_device(amdsmi, i, h, start_s, wait)) is not None]
+    if not gpus:
+        AmdSensor(amdsmi, []).close()
+        return EmptySensor("amd", "amdsmi found no measurable GPU")
+    for gpu in gpus:
+        log.info("AMD GPU %d: %s %s via %s", gpu.index, gpu.model, gpu.uuid, gpu.source)
+    return AmdSensor(amdsmi, gpus)

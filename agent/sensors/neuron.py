@@ -1,0 +1,306 @@
+"""AWS Neuron devices (Inferentia 1/2, Trainium 1/2): power from the driver's sysfs.
+
+The Neuron driver (>= 2.21.37.0) writes, per device, a file ``.../power/utilization``
+holding ``<status>,<unix ts>,<min>,<max>,<avg>``: the device's power over the last
+minute in **percent of its maximum power**, refreshed about once a minute, with status
+``POWER_STATUS_VALID``, ``NO_DATA`` or ``INVALID`` (AWS Neuron sysfs user guide). Driver
+2.31 reorganised the tree, so nothing below ``<sysfs>/devices/virtual/neuron_device``
+(or ``<sysfs>/class/neuron_device``) is hard-coded: each ``neuron<N>`` directory is
+searched for a ``power/utilization`` file at run time. ``utilization_raw`` (driver 2.29,
+per die) is not used: its format is not in the references this was built from.
+
+Watts = avg % / 100 x the device's maximum power. AWS publishes no per-chip maximum
+power (see docs/methodology.md, "AWS Neuron"), so it is a setting,
+``--neuron-max-power-w``; without it the devices are listed but not measured (said once).
+The newest sample's average is applied to each tick until the next sample (so the
+figure lags the device by up to a minute) and integrated over the tick; a sample older
+than ``STALE_S`` counts as no data.
+
+Where the driver gives no power (``NO_DATA``, ``INVALID``, stale) and ``neuron-monitor``
+output is available (``--neuron-monitor FILE``: its JSON lines, e.g.
+``neuron-monitor > FILE``), power is estimated from the device's mean neuroncore
+utilisation x its maximum power, provenance ``model:neuron-util``. Each device reports both
+series from the start; each tick adds to exactly one, so nothing is counted twice.
+
+Per-process use for attribution: ``neuron_runtime_data[].report.neuroncore_counters.
+neuroncores_in_use[<core>].neuroncore_utilization`` per runtime (``pid``, tagged by
+``NEURON_PROCESS_TAG`` as ``neuron_runtime_tag``), mapped to devices by core index //
+cores per device (``neuron_hardware_info.neuroncore_per_device_count``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agent.sensors.accelerator import (
+    ACCELERATOR_COMPONENT,
+    Capabilities,
+    DeviceProcesses,
+    EmptySensor,
+    OnceLog,
+)
+from agent.sensors.base import DeviceInfo, Reading
+
+log = logging.getLogger(__name__)
+
+SOURCE = "neuron"
+SOURCE_ESTIMATE = "model:neuron-util"
+VENDOR = "AWS"
+STATUS_VALID = "POWER_STATUS_VALID"
+STALE_S = 180.0  # three missed refreshes: the driver's figure no longer describes now
+_ROOTS = ("devices/virtual/neuron_device", "class/neuron_device")
+_MODELS = {"inferentia": "AWS Inferentia", "inferentia1": "AWS Inferentia",
+           "inferentia2": "AWS Inferentia2", "trainium": "AWS Trainium",
+           "trainium1": "AWS Trainium", "trainium2": "AWS Trainium2"}
+_FIRST_TAIL_BYTES = 64 << 10
+_MAX_TAIL_BYTES = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class PowerSample:
+    status: str
+    unix_s: float
+    min_pct: float
+    max_pct: float
+    avg_pct: float
+
+
+def parse_power_utilization(text: str) -> PowerSample | None:
+    """``<status>,<unix ts>,<min>,<max>,<avg>`` or None when malformed."""
+    parts = [p.strip() for p in text.strip().split(",")]
+    if not parts or not parts[0]:
+        return None
+    if parts[0] != STATUS_VALID:
+        return PowerSample(parts[0], 0.0, 0.0, 0.0, 0.0)
+    try:
+        ts, low, high, avg = (float(p) for p in parts[1:5])
+    except ValueError:
+        return None
+    return PowerSample(parts[0], ts, low, high, avg)
+
+
+def model_name(raw: str) -> str:
+    key = re.sub(r"[^a-z0-9]", "", raw.lower())
+    return _MODELS.get(key, raw.strip() or "AWS Neuron device")
+
+
+@dataclass
+class _NeuronDevice:
+    index: int
+    path: Path  # the device's directory
+    power_file: Path | None
+    model: str
+    measured_j: float = 0.0
+    estimated_j: float = 0.0
+    last_s: float | None = None
+
+    @property
+    def device(self) -> str:
+        return f"neuron{self.index}"
+
+
+def _read_text(path: Path) -> str:
+    return path.read_text(encoding="utf-8", errors="replace")
+
+
+def discover(sysfs_root: Path) -> list[_NeuronDevice]:
+    """Every ``neuron<N>`` directory under the known roots, with its power file if any."""
+    found: dict[int, _NeuronDevice] = {}
+    for rel in _ROOTS:
+        base = Path(sysfs_root) / rel
+        if not base.is_dir():
+            continue
+        for entry in sorted(base.iterdir()):
+            match = re.fullmatch(r"neuron(\d+)", entry.name)
+            if match is None or int(match.group(1)) in found:
+                continue
+            power = sorted(p for p in entry.rglob("utilization")
+                           if p.parent.name == "power" and p.is_file())
+            name_file = next((p for p in entry.rglob("device_name") if p.is_file()), None)
+            raw = _read_text(name_file).strip() if name_file is not None else ""
+            found[int(match.group(1))] = _NeuronDevice(
+                int(match.group(1)), entry, power[0] if power else None, model_name(raw))
+    return [found[i] for i in sorted(found)]
+
+
+@dataclass
+class MonitorReport:
+    """What one neuron-monitor report says about device use."""
+
+    device_util_pct: dict[int, float] = field(default_factory=dict)
+    processes: dict[int, tuple[dict[int, float], set[int]]] = field(default_factory=dict)
+    device_type: str = ""
+
+
+def parse_monitor_report(doc: dict, devices: int) -> MonitorReport:
+    """Mean neuroncore utilisation per device and per-pid use, from one JSON report."""
+    hw = doc.get("neuron_hardware_info") or {}
+    per_device = int(hw.get("neuroncore_per_device_count") or 0) or 1
+    report = MonitorReport(device_type=str(hw.get("neuron_device_type") or ""))
+    sums: dict[int, float] = {}
+    for runtime in doc.get("neuron_runtime_data") or []:
+        pid = int(runtime.get("pid") or 0)
+        counters = ((runtime.get("report") or {}).get("neuroncore_counters") or {})
+        for core, values in (counters.get("neuroncores_in_use") or {}).items():
+            try:
+                util = float(values.get("neuroncore_utilization") or 0.0)
+                dev = int(core) // per_device
+            except (TypeError, ValueError, AttributeError):
+                continue
+            sums[dev] = sums.get(dev, 0.0) + util
+            use, holders = report.processes.setdefault(dev, ({}, set()))
+            if pid:
+                use[pid] = use.get(pid, 0.0) + util
+                holders.add(pid)
+    count = max(devices, 1)
+    for dev in range(count):
+        report.device_util_pct[dev] = min(sums.get(dev, 0.0) / per_device, 100.0)
+    return report
+
+
+def read_monitor_file(path: Path, devices: int) -> MonitorReport | None:
+    """The newest complete JSON line of a neuron-monitor output file, parsed.
+
+    The file grows by a report a second, so only its tail is read: 64 KiB first (a
+    report is a few KiB), up to 1 MiB when the newest complete line is longer.
+    """
+    with open(path, "rb") as handle:
+        handle.seek(0, 2)
+        size = handle.tell()
+        for tail_bytes in (_FIRST_TAIL_BYTES, _MAX_TAIL_BYTES):
+            start = max(size - tail_bytes, 0)
+            handle.seek(start)
+            lines = handle.read().decode("utf-8", errors="replace").splitlines()
+            if start > 0:
+                lines = lines[1:]  # the first line is cut
+            for line in reversed(lines):
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    doc = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line still being written
+                if isinstance(doc, dict):
+                    return parse_monitor_report(doc, devices)
+            if start == 0:
+                break
+    return None
+
+
+class NeuronSensor:
+    """Cumulative joules per Neuron device: measured where the driver says, else estimated."""
+
+    name = "neuron"
+
+    def __init__(self, devices: list[_NeuronDevice], max_power_w: float,
+                 monitor_file: Path | None = None, wall_s: object = None) -> None:
+        import time
+
+        self._devices = devices
+        self._max_w = max_power_w
+        self._monitor_file = monitor_file
+        self._wall = wall_s if callable(wall_s) else time.time
+        self._problems = OnceLog(log)
+        self._report: MonitorReport | None = None
+        self.capabilities = Capabilities(power_only=True, per_process=monitor_file is not None)
+
+    def describe(self) -> list[DeviceInfo]:
+        # The estimate's series first: the store keeps one row per device, the last.
+        infos = []
+        sources = ([SOURCE_ESTIMATE] if self._monitor_file is not None else []) + [SOURCE]
+        for dev in self._devices:
+            infos.extend(DeviceInfo(ACCELERATOR_COMPONENT, dev.device, source, model=dev.model,
+                                    uuid=str(dev.path.name), index=dev.index, vendor=VENDOR)
+                         for source in sources)
+        return infos
+
+    def _refresh_monitor(self) -> None:
+        if self._monitor_file is None:
+            return
+        try:
+            report = read_monitor_file(self._monitor_file, len(self._devices))
+        except OSError as exc:
+            self._problems.problem("monitor", f"neuron-monitor output {self._monitor_file} "
+                                              f"unreadable: {exc}")
+            self._report = None
+            return
+        self._problems.clear("monitor", "neuron-monitor output readable again")
+        self._report = report
+
+    def _driver_power_w(self, dev: _NeuronDevice) -> float | None:
+        if dev.power_file is None:
+            return None
+        try:
+            sample = parse_power_utilization(_read_text(dev.power_file))
+        except OSError as exc:
+            self._problems.problem(dev.device, f"{dev.device}: power file unreadable ({exc}); "
+                                               "device gone?")
+            return None
+        if sample is None or sample.status != STATUS_VALID:
+            status = sample.status if sample is not None else "malformed"
+            self._problems.problem(dev.device, f"{dev.device}: driver power status {status}; "
+                                   "no measured power until it is valid")
+            return None
+        if self._wall() - sample.unix_s > STALE_S:
+            self._problems.problem(dev.device, f"{dev.device}: driver power sample is stale")
+            return None
+        self._problems.clear(dev.device, f"{dev.device}: driver power valid again")
+        return max(sample.avg_pct, 0.0) / 100.0 * self._max_w
+
+    def read(self, now_s: float) -> list[Reading]:
+        self._refresh_monitor()
+        readings: list[Reading] = []
+        for dev in self._devices:
+            elapsed_s = 0.0 if dev.last_s is None else max(now_s - dev.last_s, 0.0)
+            dev.last_s = now_s
+            watts = self._driver_power_w(dev)
+            if watts is not None:
+                dev.measured_j += watts * elapsed_s
+            elif self._report is not None and dev.index in self._report.device_util_pct:
+                util = self._report.device_util_pct[dev.index]
+                dev.estimated_j += util / 100.0 * self._max_w * elapsed_s
+            readings.append(Reading(ACCELERATOR_COMPONENT, dev.device, dev.measured_j, SOURCE))
+            if self._monitor_file is not None:
+                readings.append(Reading(ACCELERATOR_COMPONENT, dev.device, dev.estimated_j,
+                                        SOURCE_ESTIMATE))
+        return readings
+
+    def device_processes(self) -> DeviceProcesses:
+        """Per device: {pid: neuroncore utilisation %}, {pids with a runtime on it}."""
+        if self._report is None:
+            return {}
+        return {(ACCELERATOR_COMPONENT, f"neuron{dev}"): (dict(use), set(holders))
+                for dev, (use, holders) in self._report.processes.items()}
+
+    def close(self) -> None:
+        return None
+
+    def checkpoint(self) -> dict:
+        return {}
+
+    def restore(self, state: dict) -> None:
+        """Nothing to resume: power is sampled, the first tick starts from now."""
+
+
+def open_neuron(sysfs_root: Path, max_power_w: float | None,
+                monitor_file: Path | None = None) -> NeuronSensor | EmptySensor:
+    """A sensor over the node's Neuron devices, or an :class:`EmptySensor` saying why not."""
+    devices = discover(Path(sysfs_root))
+    if not devices:
+        return EmptySensor("neuron", f"no Neuron device under {sysfs_root}/"
+                                     f"{_ROOTS[0]} or {_ROOTS[1]}")
+    if not max_power_w or max_power_w <= 0:
+        names = ", ".join(f"{d.device} ({d.model})" for d in devices)
+        log.warning("Neuron devices found (%s) but not measured: the driver reports percent "
+                    "of maximum power and AWS publishes none; set --neuron-max-power-w "
+                    "(docs/methodology.md)", names)
+        return EmptySensor("neuron", "no --neuron-max-power-w")
+    for dev in devices:
+        log.info("Neuron %s: %s, power file %s, max %.0f W", dev.device, dev.model,
+                 dev.power_file or "none", max_power_w)
+    return NeuronSensor(devices, float(max_power_w), monitor_file)
