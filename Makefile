@@ -30,7 +30,7 @@ run: install
 	@$(BIN)/joulestat db upgrade > /dev/null
 	@trap 'kill $$dash 2>/dev/null; wait $$dash 2>/dev/null' EXIT; \
 	$(BIN)/joulestat dashboard $(DASHBOARD_ARGS) & dash=$$!; \
-	echo "joulestat: agent and dashboard starting; their URLs follow (Ctrl-C stops both)"; \
+	echo "joulestat: agent and dashboard starting; their URLs follow (Ctrl-C stops both). Empty store? Run $(BIN)/joulestat demo in another terminal (2 minutes of measured jobs)"; \
 	$(BIN)/joulestat agent $(RUN_ARGS)
 
 ## Run the whole test suite.

@@ -19,7 +19,7 @@ from agent.config import ConfigError
 from agent.redact import install_log_redaction, redact_text
 
 COMMANDS = ("agent", "run", "jobs", "estimate", "db", "dashboard", "compare", "report",
-            "import_", "instances")
+            "import_", "instances", "demo")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -110,7 +110,9 @@ def require_data(url: str) -> None:
              f"--label concurrency=8 -- python serve.py\n```\n\n"
              f"(or `from agent.client import track` inside your code; see docs/jobs.md).")
     if found.state in ("missing", "empty"):
-        st.info(f"**No measurements yet** in `{shown}`.\n\n{start}\n\n{SAMPLE_HINT}")
+        st.info(f"**No measurements yet** in `{shown}`.\n\n{start}\n\nOr measure two "
+                f"minutes of real jobs on this machine: `joulestat demo --db '{shown}'`."
+                f"\n\n{SAMPLE_HINT}")
     elif found.state == "no-schema":
         st.info(f"**`{shown}` has no joulestat tables yet.** The agent creates them when it "
                 f"starts (or run `joulestat db upgrade --db '{shown}'`).\n\n{start}")

@@ -1,0 +1,385 @@
+"""``joulestat demo``: measure a small real workload, so a new store has something to compare.
+
+Two training jobs and one inference job per concurrency, each a real process measured
+by the node's agent (when one answers, as ``joulestat run`` does) or in this process
+(embedded mode), in under two minutes at the defaults:
+
+* ``demo-train`` twice: an MLP trained on generated data for ``--seconds``, pinned by
+  CPU affinity to one vCPU and then to two (``setup=demo-1vcpu`` / ``demo-2vcpu``),
+  counting samples and steps. numpy by default; PyTorch when it is installed.
+* ``demo-serve`` at three concurrencies: one inference server process pinned to one
+  vCPU, loaded from this process by N connections sending one request at a time; each
+  stage is a job on the server's pid labelled ``concurrency=N`` that counts the
+  inferences the server made during it and carries its latency as ``p50_ms``/``p99_ms``.
+
+The configurations are named as placeholders, never as cloud instance types: in
+embedded mode each job's instance type is ``demo-1vcpu`` or ``demo-2vcpu`` (an agent
+keeps its own), priced at made-up rates in ``<data dir>/demo-prices.csv``. A job is
+registered once its process has imported its libraries and built its data, so a
+comparison reads the work, not the start-up. The workloads are
+:mod:`agent.commands.demo_workers`, each run as a process of its own; they need numpy
+(which the dashboard already brings) or PyTorch, nothing else. A job interrupted
+(Ctrl-C) is ended with what it measured so far, never left running in the store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from typing import Any
+
+from agent.commands.demo_workers import FEATURES
+from agent.config import ConfigError, add_options, resolve
+from agent.jobs.embedded import EMBEDDED_OPTIONS
+
+TRAIN, SERVE = "demo-train", "demo-serve"
+PRICES_USD_PER_H = {"demo-1vcpu": 0.05, "demo-2vcpu": 0.10}  # placeholders, not offers
+OPTIONS = tuple(dict.fromkeys(("agent_url", "api_token", "log_level",
+                               *(o for o in EMBEDDED_OPTIONS if o != "instance_type"))))
+DASHBOARD = "http://127.0.0.1:8501"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "demo", help="measure a small training run and an inference server, then compare",
+        description="Measure a small real workload so a new store has something to "
+        "compare: an MLP trained on 1 and on 2 vCPUs (CPU affinity) and an inference "
+        "server loaded at three concurrencies, each a job measured by the node's agent "
+        "(or in this process when none answers), then `joulestat compare` of them and "
+        "the dashboard's URL. numpy by default, PyTorch when installed; about two "
+        "minutes. Instance types and prices are demo placeholders, not cloud offers.")
+    parser.add_argument("--seconds", type=float, default=12.0,
+                        help="length of each job, in seconds [12]")
+    parser.add_argument("--concurrency", default="1,4,16",
+                        help="the inference stages' concurrencies [1,4,16]")
+    parser.add_argument("--backend", choices=("auto", "numpy", "torch"), default="auto",
+                        help="auto: PyTorch when installed, else numpy [auto]")
+    parser.add_argument("--embedded", action="store_true",
+                        help="measure in-process even if an agent answers")
+    add_options(parser, OPTIONS)
+    parser.set_defaults(func=_demo)
+
+
+class _Progress:
+    """A bar on stderr redrawn in place on a terminal; a line per step elsewhere."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps, self.index, self.text = steps, -1, ""
+        self.tty = sys.stderr.isatty()
+        self._drawn = 0.0
+
+    def step(self, text: str) -> None:
+        self.index, self.text = self.index + 1, text
+        if not self.tty:
+            print(f"[{self.index + 1}/{self.steps}] {text}", file=sys.stderr, flush=True)
+        self.update(0.0, force=True)
+
+    def update(self, part: float, detail: str = "", force: bool = False) -> None:
+        if not self.tty or (not force and time.monotonic() - self._drawn < 0.1):
+            return
+        self._drawn = time.monotonic()
+        done = (self.index + min(max(part, 0.0), 1.0)) / self.steps
+        bar = "#" * round(done * 24)
+        line = f"[{bar:<24}] {done:4.0%}  {self.index + 1}/{self.steps} {self.text} {detail}"
+        print(f"\r{line[:118]:<118}", end="", file=sys.stderr, flush=True)
+
+    def done(self) -> None:
+        if self.tty:
+            self.index = self.steps - 1
+            self.update(1.0, "done", force=True)
+            print(file=sys.stderr)
+
+
+class _Job:
+    """One demo job on one process, through the agent's API or measured in-process."""
+
+    def __init__(self, api: Any, settings: dict[str, Any], name: str, kind: str,
+                 labels: dict[str, str], pid: int, instance_type: str) -> None:
+        self.api, self.name, self.kind, self.pid = api, name, kind, pid
+        self.labels, self.id, self.embedded = dict(labels), uuid.uuid4().hex, None
+        if api is not None:
+            api.register(name, kind, [pid], self.labels, self.id)
+            return
+        from agent.jobs.embedded import EmbeddedJob
+
+        self.embedded = EmbeddedJob(name, kind, self.labels, {pid}, self.id,
+                                    {**settings, "instance_type": instance_type},
+                                    reason="demo").start()
+
+    def count(self, unit: str, n: float) -> None:
+        if n <= 0:
+            return
+        if self.embedded is not None:
+            self.embedded.count(unit, n)
+        else:
+            self.api.count(self.id, unit, n)
+
+    def relabel(self, extra: dict[str, str]) -> None:
+        """A running job takes new labels when registered again under its id."""
+        self.labels.update(extra)
+        if self.embedded is not None:
+            self.embedded.add_pid(self.pid, labels=self.labels)
+        else:
+            self.api.register(self.name, self.kind, [self.pid], self.labels, self.id)
+
+    def end(self, cpu_s: float | None = None) -> dict[str, Any]:
+        """End it; the summary is the stored one (its last tick attributed and stored)."""
+        if self.embedded is not None:
+            return self.embedded.end(cpu_s=cpu_s)
+        self.api.end(self.id, cpu_s=cpu_s)
+        return self.api.wait_final(self.id, self.api.final_timeout_s() or 10.0)
+
+
+def _worker(role: str, backend: str, cpus: list[int], seconds: float) -> subprocess.Popen:
+    env = {**os.environ, **dict.fromkeys(
+        ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"), "1")}
+    env.pop("JOULESTAT_JOB_ID", None)  # the demo registers its workers itself
+    return subprocess.Popen(
+        [sys.executable, "-m", "agent.commands.demo_workers", role, backend,
+         ",".join(map(str, cpus)), str(seconds)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+
+
+def _ready(child: subprocess.Popen) -> dict[str, Any]:
+    line = child.stdout.readline() if child.stdout else ""
+    if not line.startswith("{"):
+        child.kill()
+        raise ConfigError(f"demo worker failed to start (exit {child.wait()})")
+    return json.loads(line)
+
+
+def _train(api: Any, settings: dict, progress: _Progress, backend: str, setup: str,
+           cpus: list[int], seconds: float) -> dict[str, Any]:
+    progress.step(f"training on {len(cpus)} vCPU ({setup})")
+    child = _worker("train", backend, cpus, seconds)
+    info = _ready(child)
+    job = _Job(api, settings, TRAIN, "training", {"setup": setup, "vcpus": str(len(cpus)),
+               "backend": info["backend"], "demo": "true"}, child.pid, setup)
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        seen = {"sample": 0.0, "step": 0.0}
+        started = time.monotonic()
+        for line in child.stdout:
+            counts = json.loads(line)
+            for unit in seen:
+                job.count(unit, counts[unit] - seen[unit])
+                seen[unit] = counts[unit]
+            progress.update((time.monotonic() - started) / seconds,
+                            f"{seen['sample']:.0f} samples")
+        _pid, status, usage = os.wait4(child.pid, 0)
+    except BaseException:
+        child.kill()
+        job.end()
+        raise
+    child.returncode = os.waitstatus_to_exitcode(status)
+    return job.end(cpu_s=usage.ru_utime + usage.ru_stime)  # wait4: its last moments too
+
+
+def _post(port: int, path: str, body: bytes = b"") -> dict[str, Any]:
+    import http.client
+
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.request("POST" if body else "GET", path, body)
+        return json.loads(connection.getresponse().read())
+    finally:
+        connection.close()
+
+
+def _load(port: int, concurrency: int, seconds: float, progress: _Progress) -> list[float]:
+    """``concurrency`` connections, one request at a time each; latencies in seconds."""
+    import http.client
+
+    body = json.dumps({"inputs": [[0.5] * FEATURES]}).encode()
+    latencies: list[float] = []
+    deadline = time.monotonic() + seconds
+
+    def client() -> None:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        mine = []
+        try:
+            while time.monotonic() < deadline:
+                t0 = time.perf_counter()
+                connection.request("POST", "/infer", body)
+                connection.getresponse().read()
+                mine.append(time.perf_counter() - t0)
+        except (OSError, http.client.HTTPException):
+            pass  # the server went away: the stage counts what it answered
+        finally:
+            connection.close()
+            latencies.extend(mine)
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    while any(t.is_alive() for t in threads):
+        progress.update(1 - (deadline - time.monotonic()) / seconds, f"{concurrency} clients")
+        time.sleep(0.1)
+    return sorted(latencies)
+
+
+def _rank(ordered: list[float], percent: int) -> float:
+    return ordered[min(len(ordered) - 1, max(0, -(-percent * len(ordered) // 100) - 1))]
+
+
+def _serve(api: Any, settings: dict, progress: _Progress, backend: str, cpus: list[int],
+           levels: list[int], seconds: float) -> list[dict[str, Any]]:
+    """The server pinned to the last CPU, the clients to the others (when there are)."""
+    child = _worker("serve", backend, cpus[-1:], 0)
+    info = _ready(child)
+    mine = os.sched_getaffinity(0)
+    if len(cpus) > 1:
+        os.sched_setaffinity(0, cpus[:-1])
+    summaries = []
+    try:
+        for level in levels:
+            progress.step(f"inference at concurrency {level} (demo-1vcpu)")
+            before = _post(info["port"], "/stats")["inferences"]
+            job = _Job(api, settings, SERVE, "inference", {
+                "setup": "demo-1vcpu", "vcpus": "1", "concurrency": str(level),
+                "backend": info["backend"], "demo": "true"}, child.pid, "demo-1vcpu")
+            try:
+                latencies = _load(info["port"], level, seconds, progress)
+                job.count("inference", _post(info["port"], "/stats")["inferences"] - before)
+                if latencies:  # nearest-rank percentiles, in milliseconds
+                    job.relabel({f"p{q}_ms": f"{_rank(latencies, q) * 1e3:.3g}"
+                                 for q in (50, 99)})
+            finally:
+                summaries.append(job.end())
+    finally:
+        os.sched_setaffinity(0, mine)
+        if child.stdin is not None:
+            child.stdin.close()  # the server stops when its stdin closes
+        child.wait(timeout=10)
+    return summaries
+
+
+def _agent(settings: dict[str, Any], embedded: bool) -> tuple[Any, str]:
+    """The agent's API when one answers (and --embedded is not given), else None."""
+    from agent.jobs.context import fallback_warning
+    from agent.jobs.http_client import AgentClient, AgentError, AgentUnavailable
+
+    url, token = settings["agent_url"], settings.get("api_token")
+    reason = "--embedded"
+    if not embedded:
+        client = AgentClient(url, token)
+        try:
+            health = client.health()
+        except AgentUnavailable:
+            reason = f"no agent answered at {url}"
+        except AgentError as exc:
+            raise ConfigError(f"--agent-url {url}: {exc}") from None
+        else:
+            return client, f"by the agent at {url} (node {health.get('node')})"
+    warning = fallback_warning(url, token, forced=embedded)
+    if warning:
+        print(f"joulestat demo: {warning}", file=sys.stderr)
+    return None, f"in this process ({reason})"
+
+
+def _backend(name: str) -> str:
+    """auto: torch when it is installed; found without importing it (seconds of start-up)."""
+    from importlib.util import find_spec
+
+    if name in ("auto", "torch") and find_spec("torch") is not None:
+        return "torch"
+    if name == "torch":
+        raise ConfigError("--backend torch: PyTorch is not installed "
+                          "(pip install 'joulestat[examples]')")
+    if find_spec("numpy") is None:
+        raise ConfigError("the demo needs numpy (pip install numpy) or PyTorch")
+    return "numpy"
+
+
+def _levels(text: str) -> list[int]:
+    try:
+        levels = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        levels = []
+    if not levels or not all(1 <= n <= 256 for n in levels):
+        raise ConfigError(f"--concurrency {text!r}: expected numbers 1..256, e.g. 1,4,16")
+    return levels
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from agent.cli import main as cli_main
+    from agent.cli import setup_logging
+    from agent.redact import redact_url
+    from agent.store.engine import data_dir
+
+    settings = resolve(args, OPTIONS)
+    quiet = "log_level" not in vars(args) and "JOULESTAT_LOG_LEVEL" not in os.environ
+    setup_logging("WARNING" if quiet else settings["log_level"])
+    logging.getLogger("agent.identity").setLevel(logging.ERROR)  # demo-1vcpu is no typo
+    if not 1 <= args.seconds <= 600:
+        raise ConfigError(f"--seconds {args.seconds:g}: expected 1..600")
+    levels, backend = _levels(args.concurrency), _backend(args.backend)
+    cpus = sorted(os.sched_getaffinity(0))
+    configs = [("demo-1vcpu", cpus[:1])] + ([("demo-2vcpu", cpus[:2])] if len(cpus) > 1 else [])
+    api, where = _agent(settings, args.embedded)
+    print(f"joulestat demo: {len(configs) + len(levels)} jobs of {args.seconds:g} s on "
+          f"{backend}, measured {where}" + ("" if len(cpus) > 1 else
+          "; one CPU available, so no 2-vCPU configuration"), file=sys.stderr)
+    progress = _Progress(len(configs) + len(levels))
+    results = [_train(api, settings, progress, backend, setup, use, args.seconds)
+               for setup, use in configs]
+    results += _serve(api, settings, progress, backend, cpus, levels, args.seconds)
+    progress.done()
+    _print_jobs(results)
+    prices = data_dir() / "demo-prices.csv"
+    prices.write_text("# joulestat demo: made-up prices for its placeholder setups, "
+                      "not cloud prices\ninstance_type,usd_per_hour\n"
+                      + "".join(f"{k},{v}\n" for k, v in PRICES_USD_PER_H.items()))
+    db = ["--db", settings["db"]] if settings.get("db") else []
+    shown_db = ["--db", redact_url(settings["db"])] if db else []
+    for how in (["--jobs", TRAIN, "--by", "label:setup"],
+                ["--jobs", SERVE, "--by", "label:concurrency"]):
+        command = ["compare", *how, "--prices", str(prices)]
+        print(f"\n$ joulestat {' '.join(command + shown_db)}", flush=True)
+        cli_main(command + db)
+        sys.stdout.flush()
+    _print_dashboard(prices, api is not None)
+    return 0
+
+
+def _print_jobs(results: list[dict[str, Any]]) -> None:
+    from agent import units
+
+    print("\njobs measured (energy attributed to each job's process):")
+    for job in results:
+        labels = job.get("labels") or {}
+        energy_j = float(job.get("total_energy_j") or 0.0)
+        level = (f"concurrency={labels['concurrency']}" if "concurrency" in labels
+                 else f"setup={labels.get('setup', '?')}")
+        parts = [f"{job['name']} {level}", units.energy(energy_j)]
+        for unit, n in sorted((job.get("units") or {}).items()):
+            parts.append(f"{units.count(n)} {unit}s, {units.per(units.energy(energy_j / n), unit)}"
+                         if n else f"0 {unit}s")
+        if "p50_ms" in labels:
+            parts.append(f"p50 {labels['p50_ms']} ms, p99 {labels['p99_ms']} ms")
+        print("  " + "; ".join(parts) + ("" if job.get("final", True) else " (not final)"))
+
+
+def _print_dashboard(prices: Any, agent_mode: bool) -> None:
+    try:
+        socket.create_connection(("127.0.0.1", 8501), timeout=0.3).close()
+        how = "the dashboard is running; open"
+    except OSError:
+        how = (f"start the dashboard (`joulestat dashboard --prices {prices}`, or `make run "
+               f"DASHBOARD_ARGS=\"--prices {prices}\"`), then open")
+    print(f"\n{how}:\n"
+          f"  {DASHBOARD}/compare?kind=training&unit=sample&by=label:setup&period=All%20time\n"
+          f"  {DASHBOARD}/load_curve\n"
+          f"Instance types and prices named demo-* are placeholders for this machine's CPUs "
+          f"({prices}), not cloud offers." + (" Measured by the agent, the jobs carry the "
+          "agent's instance type; `setup` names the configuration." if agent_mode else ""))

@@ -1,0 +1,158 @@
+"""``joulestat demo`` as a new user meets it: a fresh store, one command, then the
+dashboard's Compare and Load curve pages (run server-side with Streamlit's AppTest, as
+tests/unit/test_dashboard_apptest.py does) show the jobs it measured.
+
+Short jobs (``--seconds 2``) and numpy, so the test needs nothing beyond the agent's
+own dependencies; ``JOULESTAT_AGENT_URL`` points at a closed port (embedded mode) or at
+an agent the test starts, never at one a developer may have running.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from importlib.util import find_spec
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from agent.store import make_engine
+from agent.store.job_queries import list_jobs
+from tests.agent_process import JOULESTAT, agent_env, free_port, running_agent
+
+APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
+pytestmark = pytest.mark.slow
+
+
+def run_demo(tmp_path: Path, env: dict[str, str], *extra: str) -> subprocess.CompletedProcess:
+    result = subprocess.run([JOULESTAT, "demo", "--seconds", "2", "--backend", "numpy",
+                             *extra], env=env, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+@pytest.fixture(scope="module")
+def demo_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str, Path]:
+    """A fresh store after one `joulestat demo` with no agent: (db url, stdout, data dir)."""
+    tmp = tmp_path_factory.mktemp("demo")
+    url = f"sqlite:///{tmp / 'fresh.db'}"
+    env = agent_env(JOULESTAT_DB=url, XDG_DATA_HOME=str(tmp / "data"),
+                    JOULESTAT_AGENT_URL=f"http://127.0.0.1:{free_port()}")
+    result = run_demo(tmp, env)
+    assert "measured in this process (no agent answered" in result.stderr
+    return url, result.stdout, tmp / "data" / "joulestat"
+
+
+def test_demo_fills_a_fresh_store_with_measured_jobs(demo_store):
+    url, out, data_dir = demo_store
+    engine = make_engine(url)
+    jobs = list_jobs(engine)
+    engine.dispose()
+    train = sorted((j for j in jobs if j.name == "demo-train"), key=lambda j: j.labels["setup"])
+    serve = sorted((j for j in jobs if j.name == "demo-serve"),
+                   key=lambda j: int(j.labels["concurrency"]))
+    assert [j.labels["setup"] for j in train] == ["demo-1vcpu", "demo-2vcpu"]
+    assert [j.labels["concurrency"] for j in serve] == ["1", "4", "16"]
+    for job in train + serve:
+        assert job.status == "ended" and job.total_j > 0, job
+        # Placeholders, never a cloud type: the configuration's own name.
+        assert {itype for _node, itype in job.nodes} == {job.labels["setup"]}
+    for job in train:
+        assert job.kind == "training" and job.units["sample"] == 256 * job.units["step"] > 0
+    for job in serve:
+        assert job.kind == "inference" and job.units["inference"] > 0
+        assert 0 < float(job.labels["p50_ms"]) <= float(job.labels["p99_ms"])
+    # What it prints: both comparisons, their commands, the placeholder prices, the URL.
+    prices = data_dir / "demo-prices.csv"
+    assert "demo-1vcpu,0.05" in prices.read_text() and "not cloud prices" in prices.read_text()
+    assert f"$ joulestat compare --jobs demo-train --by label:setup --prices {prices}" in out
+    assert "setup=demo-2vcpu vs setup=demo-1vcpu: ×" in out
+    assert "concurrency=16 vs concurrency=1: ×" in out
+    assert "http://127.0.0.1:8501/compare?kind=training&unit=sample&by=label:setup" in out
+    assert "placeholders" in out and "not cloud offers" in out
+
+
+def _page(url: str, page: str, monkeypatch: pytest.MonkeyPatch, **query: str) -> AppTest:
+    monkeypatch.setenv("JOULESTAT_DB", url)
+    at = AppTest.from_file(APP, default_timeout=60)
+    for key, value in query.items():
+        at.query_params[key] = value
+    at.switch_page(page).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_compare_page_shows_the_demo_configurations(demo_store, monkeypatch):
+    url = demo_store[0]
+    engine = make_engine(url)
+    train = {j.labels["setup"]: j for j in list_jobs(engine) if j.name == "demo-train"}
+    engine.dispose()
+    at = _page(url, "pages/compare.py", monkeypatch, kind="training", unit="sample",
+               by="label:setup", period="All time")
+    table = at.dataframe[0].value.set_index("group")
+    assert set(table.index) == {"setup=demo-1vcpu", "setup=demo-2vcpu"}
+    for setup, job in train.items():
+        assert table.at[f"setup={setup}", "energy per sample"] == pytest.approx(
+            job.total_j / job.units["sample"])
+    sentences = [m.value for m in at.markdown if " vs setup=demo-" in m.value]
+    assert len(sentences) == 1 and "energy per sample" in sentences[0]
+
+
+def test_load_curve_page_shows_the_three_concurrencies(demo_store, monkeypatch):
+    url = demo_store[0]
+    engine = make_engine(url)
+    serve = {int(j.labels["concurrency"]): j for j in list_jobs(engine)
+             if j.name == "demo-serve"}
+    engine.dispose()
+    at = _page(url, "pages/load_curve.py", monkeypatch)
+    table = at.dataframe[0].value
+    assert list(table["setup"]) == ["demo-1vcpu"] * 3
+    assert sorted(table["concurrency"]) == [1, 4, 16]
+    for _, row in table.iterrows():
+        job = serve[int(row["concurrency"])]
+        assert row["energy per inference"] == pytest.approx(
+            job.total_j / job.units["inference"])
+    # The latency labels are load-level choices: energy per inference against p99.
+    options = at.selectbox(key="load_label").options
+    assert {"concurrency", "p50_ms", "p99_ms"} <= set(options)
+    at.selectbox(key="load_label").set_value("p99_ms").run()
+    assert not at.exception
+    assert sorted(at.dataframe[0].value["p99_ms"]) == sorted(
+        float(j.labels["p99_ms"]) for j in serve.values())
+
+
+def test_demo_through_a_running_agent(tmp_path):
+    """With an agent answering, the agent measures the jobs: they keep its instance
+    type, and `setup` names the configuration."""
+    with running_agent(tmp_path, "--interval", "0.5", "--flush-interval", "1",
+                       "--instance-type", "c5.xlarge") as agent:
+        env = agent.client_env(XDG_DATA_HOME=str(tmp_path / "data"))
+        result = run_demo(tmp_path, env, "--concurrency", "2")
+        assert "measured by the agent at " + agent.api_url in result.stderr
+        engine = make_engine(agent.db_url)
+        jobs = list_jobs(engine)
+        engine.dispose()
+    assert sorted((j.name, j.labels["setup"]) for j in jobs) == [
+        ("demo-serve", "demo-1vcpu"), ("demo-train", "demo-1vcpu"),
+        ("demo-train", "demo-2vcpu")]
+    for job in jobs:
+        assert job.status == "ended" and job.total_j > 0
+        assert {itype for _node, itype in job.nodes} == {"c5.xlarge"}
+    assert "per sample:" in result.stdout and "per inference:" in result.stdout
+
+
+@pytest.mark.skipif(find_spec("torch") is None,
+                    reason="PyTorch is not installed: pip install 'joulestat[examples]'")
+def test_demo_uses_pytorch_when_it_is_installed(tmp_path):
+    env = agent_env(JOULESTAT_DB=f"sqlite:///{tmp_path / 'torch.db'}",
+                    XDG_DATA_HOME=str(tmp_path / "data"),
+                    JOULESTAT_AGENT_URL=f"http://127.0.0.1:{free_port()}")
+    result = subprocess.run([JOULESTAT, "demo", "--seconds", "1", "--concurrency", "2"],
+                            env=env, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr
+    assert " on torch, measured in this process" in result.stderr
+    engine = make_engine(env["JOULESTAT_DB"])
+    jobs = list_jobs(engine)
+    engine.dispose()
+    assert len(jobs) == 3 and {j.labels["backend"] for j in jobs} == {"torch"}
+    assert all(j.total_j > 0 and sum(j.units.values()) > 0 for j in jobs)
