@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from agent.sensors.base import DeviceInfo, Reading
 
@@ -110,6 +111,25 @@ class PowerTrack:
             self.energy_j += (self.last_w + max(power_w, 0.0)) / 2.0 * elapsed_s
         self.last_w, self.last_s = max(power_w, 0.0), now_s
         return self.energy_j
+
+
+@dataclass
+class VendorDevice:
+    """One accelerator read through a vendor library: its energy counter, or its power
+    integrated where the counter cannot be trusted (``counting`` says which)."""
+
+    index: int
+    handle: Any
+    uuid: str
+    model: str
+    source: str
+    counter: CounterTrack
+    power: PowerTrack
+    counting: bool
+
+    @property
+    def energy_j(self) -> float:
+        return self.counter.energy_j if self.counting else self.power.energy_j
 
 
 @dataclass

@@ -33,6 +33,7 @@ from agent.sensors.accelerator import (
     EmptySensor,
     OnceLog,
     PowerTrack,
+    VendorDevice,
     number_or_none,
     text_of,
 )
@@ -82,23 +83,12 @@ def counter_is_sane(delta_uj: float, elapsed_s: float, power_w: float | None) ->
 
 
 @dataclass
-class _AmdGpu:
-    index: int
-    handle: Any
-    uuid: str
-    model: str
-    source: str
-    counter: CounterTrack
-    power: PowerTrack
+class _AmdGpu(VendorDevice):
     gfx_ns: dict[int, float] = field(default_factory=dict)
 
     @property
     def device(self) -> str:
         return f"amdgpu{self.index}"
-
-    @property
-    def energy_j(self) -> float:
-        return self.counter.energy_j if self.source == SOURCE_ENERGY else self.power.energy_j
 
 
 class AmdSensor:
@@ -208,7 +198,8 @@ def _open_device(amdsmi: ModuleType, index: int, handle: Any, now_s: float,
     if not why:
         counter = CounterTrack(label, 1e-6)
         counter.update(second_uj)
-        return _AmdGpu(index, handle, uuid, model, SOURCE_ENERGY, counter, PowerTrack())
+        return _AmdGpu(index, handle, uuid, model, SOURCE_ENERGY, counter, PowerTrack(),
+                       counting=True)
     log.warning("%s: %s; integrating socket power instead", label, why)
     try:
         watts = read_power_w(amdsmi, handle)
@@ -219,7 +210,8 @@ def _open_device(amdsmi: ModuleType, index: int, handle: Any, now_s: float,
         return None
     power = PowerTrack()
     power.update(watts, now_s)
-    return _AmdGpu(index, handle, uuid, model, SOURCE_POWER, CounterTrack(label, 1e-6), power)
+    return _AmdGpu(index, handle, uuid, model, SOURCE_POWER, CounterTrack(label, 1e-6), power,
+                   counting=False)
 
 
 def open_amd(now_s: float | None = None,

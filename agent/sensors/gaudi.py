@@ -22,7 +22,6 @@ import logging
 import time
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
 
 from agent.sensors.accelerator import (
     ACCELERATOR_COMPONENT,
@@ -31,6 +30,7 @@ from agent.sensors.accelerator import (
     EmptySensor,
     OnceLog,
     PowerTrack,
+    VendorDevice,
     text_of,
 )
 from agent.sensors.base import DeviceInfo, Reading
@@ -43,22 +43,10 @@ VENDOR = "Intel"
 
 
 @dataclass
-class _Hpu:
-    index: int
-    handle: Any
-    uuid: str
-    model: str
-    source: str
-    counter: CounterTrack
-    power: PowerTrack
-
+class _Hpu(VendorDevice):
     @property
     def device(self) -> str:
         return f"gaudi{self.index}"
-
-    @property
-    def energy_j(self) -> float:
-        return self.counter.energy_j if self.source == SOURCE_ENERGY else self.power.energy_j
 
 
 class GaudiSensor:
@@ -139,7 +127,8 @@ def _open_device(hlml: ModuleType, index: int, now_s: float) -> _Hpu | None:
     try:
         counter = CounterTrack(label, 1e-3)
         counter.update(float(hlml.hlmlDeviceGetTotalEnergyConsumption(handle)))
-        return _Hpu(index, handle, uuid, model, SOURCE_ENERGY, counter, PowerTrack())
+        return _Hpu(index, handle, uuid, model, SOURCE_ENERGY, counter, PowerTrack(),
+                       counting=True)
     except (hlml.HLMLError, OSError) as exc:
         log.info("%s: no energy counter (%s); integrating power instead", label, exc)
     try:
@@ -148,7 +137,8 @@ def _open_device(hlml: ModuleType, index: int, now_s: float) -> _Hpu | None:
     except (hlml.HLMLError, OSError) as exc:
         log.warning("%s: neither energy nor power readable (%s); not measured", label, exc)
         return None
-    return _Hpu(index, handle, uuid, model, SOURCE_POWER, CounterTrack(label, 1e-3), power)
+    return _Hpu(index, handle, uuid, model, SOURCE_POWER, CounterTrack(label, 1e-3), power,
+                counting=False)
 
 
 def open_gaudi(now_s: float | None = None) -> GaudiSensor | EmptySensor:
