@@ -44,7 +44,15 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from agent.identity import NodeInfo
 from agent.sensors.base import DeviceInfo
-from agent.store.buffer import RowBuffer, share_key, tick_key, unit_key
+from agent.store.buffer import (
+    SHARE_COLUMNS,
+    TICK_COLUMNS,
+    UNIT_COLUMNS,
+    RowBuffer,
+    share_key,
+    tick_key,
+    unit_key,
+)
 from agent.store.engine import describe_error, dialect_insert, redact_url
 from agent.store.job_writer import PendingJobs, write_pending
 from agent.store.lease import NodeLease
@@ -125,9 +133,12 @@ class StoreWriter:
         self.lease = lease  # one writer per node (agent/store/lease.py); None: no check
         self._url = redact_url(engine.url)
         self._insert = dialect_insert(engine)
-        self._tick_insert = self._insert(TICK_ENERGY).on_conflict_do_nothing()
-        self._share_insert = self._insert(JOB_ENERGY).on_conflict_do_nothing()
-        self._unit_insert = self._insert(JOB_UNITS).on_conflict_do_nothing()
+        # Plain SQL for the driver's executemany: the rows are tuples already, and
+        # SQLAlchemy's per-row parameter processing was half a flush's CPU.
+        mark = "?" if engine.dialect.paramstyle == "qmark" else "%s"
+        self._tick_insert = _insert_sql(TICK_ENERGY.name, TICK_COLUMNS, mark)
+        self._share_insert = _insert_sql(JOB_ENERGY.name, SHARE_COLUMNS, mark)
+        self._unit_insert = _insert_sql(JOB_UNITS.name, UNIT_COLUMNS, mark)
         self._lock = threading.Lock()  # guards the buffers (add vs flush)
         self._io_lock = threading.Lock()  # one flush or maintain at a time
         self._rows = RowBuffer()
@@ -453,12 +464,12 @@ class StoreWriter:
             ticks, shares, units, skipped = batch.params(node, start, end, floor_ms)
             if not ticks_allowed:  # another process writes this node's ticks
                 ticks = []
-                shares = [share for share in shares if share["job_id"] != UNATTRIBUTED]
+                shares = [share for share in shares if share[0] != UNATTRIBUTED]
             for statement, params in ((self._tick_insert, ticks),
                                       (self._share_insert, shares),
                                       (self._unit_insert, units)):
                 if params:
-                    connection.execute(statement, params)
+                    connection.exec_driver_sql(statement, params)
             written += len(ticks) + len(shares) + len(units)
             stale += skipped
         return written, stale
@@ -551,6 +562,13 @@ class StoreWriter:
     def _warn(self, message: str) -> None:
         self._last_warning = time.monotonic()
         log.warning("%s", message)
+
+
+def _insert_sql(table: str, columns: tuple[str, ...], mark: str) -> str:
+    """``INSERT ... ON CONFLICT DO NOTHING`` (SQLite >= 3.24 and PostgreSQL alike):
+    a tick written twice, by a retried batch or a replayed spool, is stored once."""
+    return (f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
+            f"({', '.join([mark] * len(columns))}) ON CONFLICT DO NOTHING")
 
 
 def _mark_final(jobs: list[Job]) -> None:
