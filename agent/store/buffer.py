@@ -13,10 +13,16 @@ short jobs does not keep their names forever.
 
 from __future__ import annotations
 
+import math
 from array import array
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from agent.store.tables import UNATTRIBUTED
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from agent.attribution import Share
+    from agent.tick import Tick
 
 # The kind of a row, first in its key:
 TICK = "tick"  # (TICK, "", component, device, source); energy in dynamic_j
@@ -67,6 +73,50 @@ class RowBuffer:
         self.dynamic_j.append(dynamic_j)
         self.idle_j.append(idle_j)
         self.key.append(self.key_of(key))
+
+    def append_tick(self, tick: Tick) -> int:
+        """A tick's entries (each from its own start: a sensor gap is one long row);
+        returns how many non-finite entries were skipped."""
+        t_end_ms, bad = round(tick.t1_s * 1000), 0
+        for entry in tick.entries:
+            if not math.isfinite(entry.energy_j):
+                bad += 1
+                continue
+            self.append(t_end_ms, round(tick.entry_t0_s(entry) * 1000), entry.energy_j, 0.0,
+                        tick_key(entry.component, entry.device, entry.source))
+        return bad
+
+    def append_shares(self, tick: Tick, shares: Iterable[Share]) -> int:
+        """A tick's attribution. ``job=None`` is stored under job id ``''``: the
+        unattributed remainder, which keeps job rows summing to the tick's energy. Shares
+        of one (job, component, device) are summed, as they are one row in the store.
+        Returns how many non-finite shares were skipped."""
+        t_end_ms, t_start_ms = round(tick.t1_s * 1000), round(tick.t0_s * 1000)
+        merged: dict[Key, list[float]] = {}
+        bad = 0
+        for share in shares:
+            if not (math.isfinite(share.dynamic_j) and math.isfinite(share.idle_j)):
+                bad += 1
+                continue
+            total = merged.setdefault(
+                share_key(share.job, share.component, share.device, share.source), [0.0, 0.0])
+            total[0] += share.dynamic_j
+            total[1] += share.idle_j
+        for key, (dynamic_j, idle_j) in merged.items():
+            self.append(t_end_ms, t_start_ms, dynamic_j, idle_j, key)
+        return bad
+
+    def append_units(self, job_id: str, t_end_s: float, deltas: Mapping[str, float]) -> int:
+        """Units ``job_id`` counted in the tick ending at ``t_end_s``; returns how many
+        counts were not finite numbers (skipped)."""
+        t_end_ms, bad = round(t_end_s * 1000), 0
+        for unit, count in deltas.items():
+            if isinstance(count, bool) or not isinstance(count, int | float) or (
+                    not math.isfinite(count)):
+                bad += 1
+            elif count:
+                self.append(t_end_ms, t_end_ms, float(count), 0.0, unit_key(job_id, unit))
+        return bad
 
     def prepend(self, older: RowBuffer) -> None:
         """Put ``older`` (a batch that failed to write) back in front of these rows."""

@@ -38,35 +38,23 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from agent.identity import NodeInfo
 from agent.sensors.base import DeviceInfo
 from agent.store.buffer import (
-    SHARE_COLUMNS,
-    TICK_COLUMNS,
-    UNIT_COLUMNS,
     RowBuffer,
-    share_key,
-    tick_key,
-    unit_key,
 )
 from agent.store.engine import describe_error, dialect_insert, redact_url
 from agent.store.job_writer import PendingJobs, write_pending
 from agent.store.lease import NodeLease
+from agent.store.node_rows import insert_rows, insert_statements, upsert_node
 from agent.store.rollup import MaintainResult, maintain_node
 from agent.store.spool import Spool
 from agent.store.tables import (
     CORE_TABLES,
-    JOB_ENERGY,
-    JOB_UNITS,
     MINUTE_MS,
-    NODE_DEVICES,
-    NODES,
-    TICK_ENERGY,
-    UNATTRIBUTED,
 )
 from agent.tick import Tick
 
@@ -135,10 +123,7 @@ class StoreWriter:
         self._insert = dialect_insert(engine)
         # Plain SQL for the driver's executemany: the rows are tuples already, and
         # SQLAlchemy's per-row parameter processing was half a flush's CPU.
-        mark = "?" if engine.dialect.paramstyle == "qmark" else "%s"
-        self._tick_insert = _insert_sql(TICK_ENERGY.name, TICK_COLUMNS, mark)
-        self._share_insert = _insert_sql(JOB_ENERGY.name, SHARE_COLUMNS, mark)
-        self._unit_insert = _insert_sql(JOB_UNITS.name, UNIT_COLUMNS, mark)
+        self._statements = insert_statements(engine)
         self._lock = threading.Lock()  # guards the buffers (add vs flush)
         self._io_lock = threading.Lock()  # one flush or maintain at a time
         self._rows = RowBuffer()
@@ -206,14 +191,7 @@ class StoreWriter:
         self._report_bad_entries()
 
     def _add_tick_locked(self, tick: Tick) -> None:
-        t_end_ms = round(tick.t1_s * 1000)
-        rows = self._rows
-        for entry in tick.entries:
-            if not math.isfinite(entry.energy_j):
-                self._bad_entries += 1
-                continue
-            rows.append(t_end_ms, round(tick.entry_t0_s(entry) * 1000), entry.energy_j, 0.0,
-                        tick_key(entry.component, entry.device, entry.source))
+        self._bad_entries += self._rows.append_tick(tick)
 
     def add_shares(self, tick: Tick, shares: list[Share]) -> None:
         """Buffer the attribution of ``tick`` (from :func:`agent.attribution.attribute`)."""
@@ -223,23 +201,7 @@ class StoreWriter:
         self._report_bad_entries()
 
     def _add_shares_locked(self, tick: Tick, shares: list[Share]) -> None:
-        """Shares with ``job=None`` are stored under job id ``''``: the unattributed
-        remainder, which keeps job rows summing to the tick's energy. Shares of one
-        (job, component, device) are summed, as they are one row in the store.
-        """
-        t_end_ms = round(tick.t1_s * 1000)
-        t_start_ms = round(tick.t0_s * 1000)
-        merged: dict[tuple[str, str, str, str], list[float]] = {}
-        for share in shares:
-            if not (math.isfinite(share.dynamic_j) and math.isfinite(share.idle_j)):
-                self._bad_entries += 1
-                continue
-            key = share_key(share.job, share.component, share.device, share.source)
-            total = merged.setdefault(key, [0.0, 0.0])
-            total[0] += share.dynamic_j
-            total[1] += share.idle_j
-        for key, (dynamic_j, idle_j) in merged.items():
-            self._rows.append(t_end_ms, t_start_ms, dynamic_j, idle_j, key)
+        self._bad_entries += self._rows.append_shares(tick, shares)
 
     def add_units(self, job_id: str, t_end_s: float, deltas: Mapping[str, float]) -> None:
         """Buffer units of work ``job_id`` counted during the tick ending at ``t_end_s``.
@@ -255,14 +217,7 @@ class StoreWriter:
 
     def _add_units_locked(self, job_id: str, t_end_s: float, deltas: Mapping[str, float]
                           ) -> None:
-        t_end_ms = round(t_end_s * 1000)
-        for unit, count in deltas.items():
-            if isinstance(count, bool) or not isinstance(count, int | float) or (
-                    not math.isfinite(count)):
-                self._bad_entries += 1
-            elif count:
-                self._rows.append(t_end_ms, t_end_ms, float(count), 0.0,
-                                  unit_key(job_id, unit))
+        self._bad_entries += self._rows.append_units(job_id, t_end_s, deltas)
 
     def save_job(self, job: Job, node: NodeInfo | None = None) -> None:
         """Upsert ``job`` (and this node's part in it) with the next flush.
@@ -452,62 +407,22 @@ class StoreWriter:
     ) -> tuple[int, int]:
         """Everything of one flush, in the caller's transaction: (rows written, stale)."""
         node, floor_ms = self.node.node, self._settled_until_ms
-        written = stale = 0
         # Job metadata first: on PostgreSQL the jobs upsert takes the row locks that
         # order concurrent agents (see agent.store.job_writer).
         write_pending(connection, self._insert, pending, node)
         if self.lease is not None:
             self.lease.keep(connection, time.time())
         ticks_allowed = self.lease is None or self.lease.ticks_allowed
-        for start in range(0, len(batch), self.max_batch_rows):
-            end = min(start + self.max_batch_rows, len(batch))
-            ticks, shares, units, skipped = batch.params(node, start, end, floor_ms)
-            if not ticks_allowed:  # another process writes this node's ticks
-                ticks = []
-                shares = [share for share in shares if share[0] != UNATTRIBUTED]
-            for statement, params in ((self._tick_insert, ticks),
-                                      (self._share_insert, shares),
-                                      (self._unit_insert, units)):
-                if params:
-                    connection.exec_driver_sql(statement, params)
-            written += len(ticks) + len(shares) + len(units)
-            stale += skipped
-        return written, stale
+        return insert_rows(connection, self._statements, batch, node, floor_ms,
+                           self.max_batch_rows, ticks_allowed)
 
     def _register(self) -> None:
-        """Upsert the node row (keeping first_seen_s) and its devices."""
+        """Upsert the node row and its devices, read the settled boundary, take the
+        node's lease."""
         now_s = time.time()
-        info = self.node
-        node_insert = self._insert(NODES).values(
-            node=info.node, instance_type=info.instance_type, region=info.region,
-            cpu_model=info.cpu_model, agent_version=info.agent_version,
-            first_seen_s=now_s, last_seen_s=now_s,
-        )
-        node_insert = node_insert.on_conflict_do_update(
-            index_elements=["node"],
-            set_={name: node_insert.excluded[name] for name in (
-                "instance_type", "region", "cpu_model", "agent_version", "last_seen_s")},
-        )
-        unique = {(d.component, d.device): d for d in self.devices}  # one upsert per key
-        device_rows = [
-            {"node": info.node, "component": d.component, "device": d.device,
-             "source": d.source, "model": d.model, "uuid": d.uuid, "device_index": d.index,
-             "last_seen_s": now_s}
-            for d in unique.values()
-        ]
-        device_insert = self._insert(NODE_DEVICES)
-        device_insert = device_insert.on_conflict_do_update(
-            index_elements=["node", "component", "device"],
-            set_={name: device_insert.excluded[name] for name in (
-                "source", "model", "uuid", "device_index", "last_seen_s")},
-        )
         with self.engine.begin() as connection:
-            connection.execute(node_insert)
-            if device_rows:
-                connection.execute(device_insert, device_rows)
-            self._settled_until_ms = connection.execute(
-                select(NODES.c.totals_until_ms).where(NODES.c.node == info.node)
-            ).scalar()
+            self._settled_until_ms = upsert_node(connection, self._insert, self.node,
+                                                 self.devices, now_s)
             if self.lease is not None:
                 self.lease.take(connection, now_s)
         self._registered = True
@@ -562,13 +477,6 @@ class StoreWriter:
     def _warn(self, message: str) -> None:
         self._last_warning = time.monotonic()
         log.warning("%s", message)
-
-
-def _insert_sql(table: str, columns: tuple[str, ...], mark: str) -> str:
-    """``INSERT ... ON CONFLICT DO NOTHING`` (SQLite >= 3.24 and PostgreSQL alike):
-    a tick written twice, by a retried batch or a replayed spool, is stored once."""
-    return (f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
-            f"({', '.join([mark] * len(columns))}) ON CONFLICT DO NOTHING")
 
 
 def _mark_final(jobs: list[Job]) -> None:
