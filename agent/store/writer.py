@@ -10,19 +10,15 @@ unit counts and the checkpoint as upserts (:mod:`agent.store.job_writer`). A tic
 written twice (a retried batch whose commit did reach the server) is stored once, and
 a crash never leaves job rows without their tick.
 
-When the database is unreachable or locked the batch goes back to the front of the
-buffer and is retried with backoff (up to a minute); the buffer is bounded
-(``max_buffered_rows``) and, when full, first folds the job shares of its oldest ticks
-into their unattributed rows (who used the energy is lost, how much is not), and only
-then drops its oldest ticks, each time with an error saying what went and why.
-Nothing recorded is lost silently.
+When the database is unreachable or locked the batch goes to the spool
+(:mod:`agent.store.spool`), else back to the front of the memory queue
+(:mod:`agent.store.row_queue`, bounded, folding job detail before it drops a tick), and
+is retried with backoff (up to a minute). Nothing recorded is lost silently.
 
-:meth:`StoreWriter.maintain` (about once a minute) rolls raw ticks and shares up into
-minute rows, adds settled rows to the job totals and deletes raw rows older than the
-retention (:mod:`agent.store.rollup`); ``nodes.raw_pruned_until_ms`` records where raw
-rows end and ``nodes.totals_until_ms`` where the totals end, so queries never count a
-row twice (see :mod:`agent.store.models`). Rows ending at or before the totals
-boundary (a wall clock stepped back) are dropped with an error, never half counted.
+:meth:`StoreWriter.maintain` rolls raw rows up into minutes, adds settled rows to the
+job totals and prunes raw rows past the retention (:mod:`agent.store.rollup`); rows
+ending at or before the totals boundary (a clock stepped back) are dropped with an
+error, never half counted.
 
 This module uses Core table clauses rather than the ORM models (the ORM costs the agent
 about 6 MiB of RSS); ``test_core_tables_match_models`` keeps them in step. One writer
@@ -51,6 +47,7 @@ from agent.store.job_writer import PendingJobs, write_pending
 from agent.store.lease import NodeLease
 from agent.store.node_rows import insert_rows, insert_statements, upsert_node
 from agent.store.rollup import MaintainResult, maintain_node
+from agent.store.row_queue import RowQueue
 from agent.store.spool import Spool
 from agent.store.tables import (
     CORE_TABLES,
@@ -112,8 +109,7 @@ class StoreWriter:
         self.max_batch_rows = int(max_batch_rows)
         self.max_buffered_rows = int(max_buffered_rows)
         self.written_rows = 0  # counters for logs and metrics (tick, share and unit rows)
-        self.dropped_rows = 0
-        self.folded_rows = 0  # job rows folded into unattributed when the buffer was full
+        self.stale_rows = 0  # ending at or before the settled boundary: not written
         self.spooled_rows = 0  # rows handed to the spool while the store was away
         self.flushes = 0  # successful flushes, and the seconds they took (health metrics)
         self.flush_seconds_sum = 0.0
@@ -124,18 +120,13 @@ class StoreWriter:
         # Plain SQL for the driver's executemany: the rows are tuples already, and
         # SQLAlchemy's per-row parameter processing was half a flush's CPU.
         self._statements = insert_statements(engine)
-        self._lock = threading.Lock()  # guards the buffers (add vs flush)
         self._io_lock = threading.Lock()  # one flush or maintain at a time
-        self._rows = RowBuffer()
-        self._pending = PendingJobs()
+        self.queue = RowQueue(node, max_buffered_rows, self._full_cause)
         self._next_flush_s: float | None = None
         self._failures = 0
         self._last_warning = -math.inf
-        self._bad_entries = 0
         self._registered = False
         self._settled_until_ms: int | None = None
-        # Ended jobs whose last tick is buffered: final once that flush commits.
-        self._finishing: list[Job] = []
         # Set when a flush is wanted before the interval is up (a job just ended and
         # someone waits for its final figures); the store thread sleeps on it.
         self.wake = threading.Event()
@@ -153,7 +144,21 @@ class StoreWriter:
     @property
     def buffered_rows(self) -> int:
         """Tick, share and unit rows waiting for the database."""
-        return len(self._rows)
+        return len(self.queue)
+
+    @property
+    def folded_rows(self) -> int:
+        """Job rows folded into unattributed because the buffer was full."""
+        return self.queue.folded_rows
+
+    @property
+    def dropped_rows(self) -> int:
+        """Rows lost: the buffer overflowed, or they ended before the settled boundary."""
+        return self.queue.dropped_rows + self.stale_rows
+
+    def _full_cause(self) -> str:
+        return (f"the store {self._url} has been unreachable for a while" if self._failures
+                else "job rows arrive faster than the store thread writes them")
 
     # -- hot path ---------------------------------------------------------------------
 
@@ -166,18 +171,7 @@ class StoreWriter:
         none of it: a tick is never committed with the previous tick's checkpoint (a
         restart would then cover that tick a second time).
         """
-        with self._lock:
-            self._add_tick_locked(tick)
-            if result is not None:
-                self._add_shares_locked(tick, result.shares)
-                for job_id, deltas in result.units.items():
-                    self._add_units_locked(job_id, tick.t1_s, deltas)
-                for job in result.changed_jobs:
-                    self._pending.save_job(job, self.node)
-                self._finishing.extend(result.finished_jobs)
-            if checkpoint is not None:
-                self._pending.save_checkpoint(checkpoint[0], checkpoint[1], tick.t1_s)
-            self._bound_locked()
+        self.queue.record(tick, result, checkpoint)
         self._report_bad_entries()
         if result is not None and result.finished_jobs:
             self._next_flush_s = None
@@ -185,48 +179,24 @@ class StoreWriter:
 
     def add(self, tick: Tick) -> None:
         """Buffer one tick's rows. No SQL; a few microseconds."""
-        with self._lock:
-            self._add_tick_locked(tick)
-            self._bound_locked()
+        self.queue.add(lambda rows: rows.append_tick(tick))
         self._report_bad_entries()
-
-    def _add_tick_locked(self, tick: Tick) -> None:
-        self._bad_entries += self._rows.append_tick(tick)
 
     def add_shares(self, tick: Tick, shares: list[Share]) -> None:
         """Buffer the attribution of ``tick`` (from :func:`agent.attribution.attribute`)."""
-        with self._lock:
-            self._add_shares_locked(tick, shares)
-            self._bound_locked()
+        self.queue.add(lambda rows: rows.append_shares(tick, shares))
         self._report_bad_entries()
-
-    def _add_shares_locked(self, tick: Tick, shares: list[Share]) -> None:
-        self._bad_entries += self._rows.append_shares(tick, shares)
 
     def add_units(self, job_id: str, t_end_s: float, deltas: Mapping[str, float]) -> None:
-        """Buffer units of work ``job_id`` counted during the tick ending at ``t_end_s``.
-
-        One call per job and tick, after :meth:`add_shares`, with that tick's increase
-        per unit; a repeat for the same tick is taken for a retry and ignored in the
-        store (``ON CONFLICT DO NOTHING``: the first value stays).
-        """
-        with self._lock:
-            self._add_units_locked(job_id, t_end_s, deltas)
-            self._bound_locked()
+        """Buffer units of work ``job_id`` counted during the tick ending at ``t_end_s``
+        (one call per job and tick; a repeat is taken for a retry and stored once)."""
+        self.queue.add(lambda rows: rows.append_units(job_id, t_end_s, deltas))
         self._report_bad_entries()
 
-    def _add_units_locked(self, job_id: str, t_end_s: float, deltas: Mapping[str, float]
-                          ) -> None:
-        self._bad_entries += self._rows.append_units(job_id, t_end_s, deltas)
-
     def save_job(self, job: Job, node: NodeInfo | None = None) -> None:
-        """Upsert ``job`` (and this node's part in it) with the next flush.
-
-        Call when a job starts, ends, or changes labels or pids; the latest save of a
-        job before a flush is the one written. ``node`` defaults to the writer's node.
-        """
-        with self._lock:
-            self._pending.save_job(job, node or self.node)
+        """Upsert ``job`` (and ``node``'s part in it, default this one) with the next
+        flush; the latest save of a job before a flush is the one written."""
+        self.queue.save_job(job, node)
 
     def save_job_now(self, job: Job) -> bool:
         """Write ``job``'s row now, outside the batch: the API answers 201 only for a job
@@ -250,16 +220,14 @@ class StoreWriter:
         and ask for that flush now rather than at the next interval."""
         if not jobs:
             return
-        with self._lock:
-            self._finishing.extend(jobs)
+        self.queue.finish(jobs)
         self._next_flush_s = None
         self.wake.set()
 
     def save_checkpoint(self, state: Mapping[str, Any], boot_id: str, saved_s: float) -> None:
         """Store ``state`` (JSON-able, not mutated afterwards) as this node's checkpoint
         with the next flush; encoded then, and skipped with an error log if it cannot be."""
-        with self._lock:
-            self._pending.save_checkpoint(state, boot_id, saved_s)
+        self.queue.save_checkpoint(state, boot_id, saved_s)
 
     def maybe_flush(self, now_s: float) -> bool:
         """Flush when due (interval passed, or a full batch waits); True if rows went out.
@@ -267,11 +235,11 @@ class StoreWriter:
         ``now_s`` is any steadily increasing clock; failures back off up to a minute.
         """
         due = self._next_flush_s is None or now_s >= self._next_flush_s or (
-            self._failures == 0 and len(self._rows) >= self.max_batch_rows
+            self._failures == 0 and len(self.queue) >= self.max_batch_rows
         )
         if not due:
             return False
-        had_rows = len(self._rows) > 0 or bool(self._pending) or bool(self.spool)
+        had_rows = len(self.queue) > 0 or bool(self.queue.pending) or bool(self.spool)
         ok = self.flush()
         delay = self.flush_interval_s if ok else min(
             MAX_RETRY_DELAY_S, self.flush_interval_s * 2 ** min(self._failures, 10)
@@ -288,13 +256,10 @@ class StoreWriter:
         else back to the front of the memory buffer, to be retried.
         """
         with self._io_lock:
-            with self._lock:
-                finishing, self._finishing = self._finishing, []
-                if not len(self._rows) and not self._pending and not self.spool:
-                    _mark_final(finishing)
-                    return True
-                batch, self._rows = self._rows, RowBuffer()
-                pending, self._pending = self._pending, PendingJobs()
+            batch, pending, finishing = self.queue.take()
+            if not len(batch) and not pending and not self.spool:
+                _mark_final(finishing)
+                return True
             started = time.perf_counter()
             try:
                 if not self._registered:
@@ -315,7 +280,7 @@ class StoreWriter:
             self.written_rows += written
             _mark_final(finishing)
             if stale:
-                self.dropped_rows += stale
+                self.stale_rows += stale
                 log.error("dropped %d rows ending at or before the node's settled boundary "
                           "(%s ms, already summed into job totals and rollups): was the "
                           "wall clock stepped back?", stale,
@@ -351,11 +316,7 @@ class StoreWriter:
             except OSError as exc:
                 log.error("cannot spool %d rows to %s (%s); keeping them in memory",
                           len(batch), self.spool.directory, exc)
-        with self._lock:
-            self._rows.prepend(batch)
-            self._pending.merge_back(pending)
-            self._finishing[:0] = finishing
-            self._bound_locked()
+        self.queue.put_back(batch, pending, finishing)
 
     def maintain(self, now_s: float) -> MaintainResult | None:
         """Roll up complete minutes and prune old raw rows; None if it could not run.
@@ -392,13 +353,13 @@ class StoreWriter:
                 except SQLAlchemyError as exc:
                     log.debug("could not give up the node's lease: %s", exc)
             return
-        if self.spool is not None and not len(self._rows):
+        if self.spool is not None and not len(self.queue):
             log.warning("store %s unreachable at shutdown: %d bytes of rows wait in the "
                         "spool %s and go to the store at the next start", self._url,
                         self.spool.bytes, self.spool.directory)
             return
         log.error("store %s unreachable at shutdown: %d buffered rows and %d job "
-                  "updates are lost", self._url, len(self._rows), len(self._pending.jobs))
+                  "updates are lost", self._url, len(self.queue), len(self.queue.pending.jobs))
 
     # -- internals --------------------------------------------------------------------
 
@@ -427,45 +388,16 @@ class StoreWriter:
                 self.lease.take(connection, now_s)
         self._registered = True
 
-    def _bound_locked(self) -> None:
-        """Over the bound: make room for 10 % more (so this is not per tick). First the
-        job detail of the oldest ticks goes (folded into their unattributed rows: node
-        energy stays whole); only when no job row is left do the oldest ticks go."""
-        rows = self._rows
-        if len(rows) <= self.max_buffered_rows:
-            return
-        count = len(rows) - self.max_buffered_rows + self.max_buffered_rows // 10
-        cause = (f"the store {self._url} has been unreachable for a while" if self._failures
-                 else "job rows arrive faster than the store thread writes them")
-        folded, first_s, last_s = rows.fold_jobs(count)
-        if folded:
-            self.folded_rows += folded
-            log.error(
-                "row buffer full (%d rows; %s): folded the job shares of the ticks ending "
-                "%.3f..%.3f into their unattributed rows and dropped their unit counts "
-                "(%d rows); node energy is kept whole; %d job rows folded in total",
-                self.max_buffered_rows, cause, first_s, last_s, folded, self.folded_rows)
-            count -= folded
-        if count <= 0 or len(rows) <= self.max_buffered_rows:
-            return
-        count, first_s, last_s = rows.drop_oldest(count)
-        self.dropped_rows += count
-        log.error(
-            "row buffer full (%d rows of node ticks alone; %s): dropped the %d oldest "
-            "rows (ticks ending %.3f..%.3f); %d dropped in total",
-            self.max_buffered_rows, cause, count, first_s, last_s, self.dropped_rows,
-        )
-
     def _report_bad_entries(self) -> None:
-        if self._bad_entries and self._may_warn():
-            self._warn(f"skipped {self._bad_entries} non-finite tick entries, shares or unit "
-                       "counts (a sampler bug?)")
-            self._bad_entries = 0
+        if self.queue.bad_entries and self._may_warn():
+            self._warn(f"skipped {self.queue.bad_entries} non-finite tick entries, shares or "
+                       "unit counts (a sampler bug?)")
+            self.queue.bad_entries = 0
 
     def _failed(self, exc: SQLAlchemyError, action: str) -> None:
         self._failures += 1
         if self._failures == 1 or self._may_warn():
-            kept = f"keeping {len(self._rows)} rows in memory"
+            kept = f"keeping {len(self.queue)} rows in memory"
             if self.spool is not None:
                 kept += f" and {self.spool.bytes} bytes in the spool {self.spool.directory}"
             self._warn(f"cannot {action} the store {self._url} ({describe_error(exc)}); "

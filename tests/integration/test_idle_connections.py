@@ -8,12 +8,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-import resource
 import socket
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,18 +30,6 @@ MAX_SCRAPE_S = 1.0
 CPU_WINDOW_S = 1.5
 # A selector that polled or spun would show here as up to a CPU-second per second.
 MAX_EXTRA_CPU_S = 0.3
-
-
-@pytest.fixture
-def many_fds() -> Iterator[None]:
-    """Room for 1,300 client sockets here and as many in the agent (it inherits this)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = 4096 if hard == resource.RLIM_INFINITY else min(4096, hard)
-    if wanted < 3000:
-        pytest.skip(f"needs 3000 file descriptors, the hard limit is {hard}")
-    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, wanted), hard))
-    yield
-    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def _status(pid: int) -> dict[str, str]:

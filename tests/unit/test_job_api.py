@@ -5,7 +5,6 @@ from __future__ import annotations
 import http.client
 import json
 import logging
-import resource
 import selectors
 import socket
 import threading
@@ -481,17 +480,6 @@ def _burst(api: ApiServer, registry: JobRegistry) -> None:
     assert registry.get(shared["id"]).units.get("sample", 0) == 2 * tally[("count", 200)]
     assert wall_s < 60
     assert call(port, "GET", "/v1/health")[2]["status"] == "ok"
-
-
-@pytest.fixture
-def many_fds() -> Iterator[None]:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = 4096 if hard == resource.RLIM_INFINITY else min(4096, hard)
-    if wanted < 2600:
-        pytest.skip(f"needs 2600 file descriptors, the hard limit is {hard}")
-    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, wanted), hard))
-    yield
-    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def test_connection_flood_makes_no_thread_each_and_health_checks_get_through(

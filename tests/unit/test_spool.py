@@ -77,7 +77,7 @@ def test_an_outage_waits_on_disk_and_is_written_once_after_a_restart(tmp_path: P
     replay = Spool(tmp_path / "replay")
     batch_writer = StoreWriter(make_engine(db_url), NODE, DEVICES, raw_retention_s=600)
     feed(batch_writer, 21, 2)
-    batch, pending = batch_writer._rows, batch_writer._pending
+    batch, pending = batch_writer.queue.rows, batch_writer.queue.pending
     replay.append(batch, pending)
     replay.append(batch, pending)
     replaying = StoreWriter(make_engine(db_url), NODE, DEVICES, raw_retention_s=600,
