@@ -238,6 +238,7 @@ class HttpGate:
         self._accept_resume = now + _ACCEPT_PAUSE_S
 
     def _evict(self) -> bool:
+        self._woken()  # an answer just sent makes its connection the first to go
         for pool in (self._lingering, self._silent, self._partial):
             if pool:
                 conn = next(iter(pool))

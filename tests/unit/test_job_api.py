@@ -504,10 +504,15 @@ def test_connection_flood_makes_no_thread_each_and_health_checks_get_through(
                 deadline, closed = time.monotonic() + 5, set()
                 while len(closed) < total - max_open and time.monotonic() < deadline:
                     closed |= {key.fileobj for key, _ in selector.select(0.2)}
+            # Oldest first. A health check answered but not yet handed back by its
+            # worker when the next socket came may cost one silent connection more.
             index = {sock: i for i, sock in enumerate(socks)}
-            assert sorted(index[sock] for sock in closed) == list(range(total - max_open))
-            assert all(sock.recv(1) == b"" for sock in socks[: total - max_open])
-            held = socks[total - max_open :]
+            evicted = sorted(index[sock] for sock in closed)
+            at_cap = sum(1 for i in range(max_open, total) if i % 100 == 0)
+            assert evicted == list(range(len(evicted)))
+            assert total - max_open <= len(evicted) <= total - max_open + at_cap
+            assert all(sock.recv(1) == b"" for sock in socks[: len(evicted)])
+            held = socks[len(evicted) :]
             for sock in held:  # all at once: past `cap` queued requests, 429 at once
                 sock.sendall(b"GET /v1/health HTTP/1.0\r\n\r\n")
             statuses: Counter[int] = Counter()
@@ -520,7 +525,7 @@ def test_connection_flood_makes_no_thread_each_and_health_checks_get_through(
         finally:
             for sock in socks:
                 sock.close()
-        assert set(statuses) <= {200, 429} and sum(statuses.values()) == max_open
+        assert set(statuses) <= {200, 429} and sum(statuses.values()) == len(held)
         assert statuses[200] >= cap and api.busy_rejections == statuses[429]
         assert call(api.port, "GET", "/v1/health")[0] == 200
 
