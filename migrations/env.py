@@ -15,10 +15,10 @@ from alembic import context
 from sqlalchemy.engine import Connection
 
 from agent.store.engine import make_engine
-from agent.store.models import Base
+from agent.store.tables import METADATA
 
 config = context.config
-target_metadata = Base.metadata
+target_metadata = METADATA
 
 
 def _configure(connection: Connection) -> None:

@@ -2,10 +2,10 @@
 
 * :mod:`agent.store.engine` — where the database is and how to connect
   (:func:`default_db_url`, :func:`make_engine`).
-* :mod:`agent.store.models` — the tables (SQLAlchemy declarative models).
+* :mod:`agent.store.tables` — the schema, declared once as Core tables on one
+  ``MetaData`` (writer, readers and Alembic autogenerate all use it).
 * :mod:`agent.store.migrate` — applies the Alembic migrations in ``migrations/``;
   :func:`~agent.store.migrate.is_at_head` checks the schema without importing Alembic.
-* :mod:`agent.store.tables` — the same tables as light Core clauses, for the agent.
 * :mod:`agent.store.writer` — the agent's batched, idempotent writer (ticks, job
   shares, units, job metadata, checkpoints in one transaction per flush), with its
   buffer (:mod:`~agent.store.buffer`), job upserts (:mod:`~agent.store.job_writer`)
@@ -14,7 +14,7 @@
   :mod:`agent.store.job_queries` — the per-job reads, and the agent's restart reads.
 
 Only the engine helpers are imported here, so ``import agent.store`` stays cheap for
-the agent: the ORM and Alembic load only where they are used.
+the agent: Alembic loads only where it is used, and nothing here loads the ORM.
 """
 
 from __future__ import annotations

@@ -20,9 +20,10 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.sql.elements import ColumnElement
 
 from agent.sensors.base import DeviceInfo
-from agent.store.models import MinuteEnergy, Node, NodeDevice, TickEnergy
+from agent.store.tables import MINUTE_ENERGY, MINUTE_S, NODE_DEVICES, NODES, TICK_ENERGY
 
-MINUTE_S = 60
+Node, NodeDevice = NODES.c, NODE_DEVICES.c
+TickEnergy, MinuteEnergy = TICK_ENERGY.c, MINUTE_ENERGY.c
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """Minute rollups and raw-row retention, for node ticks and job shares alike.
 
-Both follow one rule (see :mod:`agent.store.models`): the minute ``m`` holds the rows
+Both follow one rule (see :mod:`agent.store.tables`): the minute ``m`` holds the rows
 ending in ``(m, m + 60]``, and ``nodes.raw_pruned_until_ms`` is the one boundary
 before which only rollups remain. Ticks and job shares are pruned in the same
 transaction at the same boundary, so queries pick rollups or raw rows for both by

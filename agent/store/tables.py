@@ -1,96 +1,204 @@
-"""Lightweight Core clauses for the store's tables, for the agent's own SQL.
+"""The store's schema, declared once: SQLAlchemy Core tables on one :data:`METADATA`.
 
-The declarative models in :mod:`agent.store.models` are the schema's source of truth,
-but importing them loads the ORM (about 6 MiB of RSS, an eighth of the agent's
-budget). The writer, the rollups and the reads the agent makes at start-up
-(:func:`~agent.store.job_queries.load_running_jobs` and
-:func:`~agent.store.job_queries.load_checkpoint`) use these ``table()`` clauses
-instead; ``test_core_tables_match_models`` keeps their columns and types in step with
-the models.
+The writer, the readers and Alembic (``migrations/env.py``: autogenerate compares the
+migrated database with this metadata, and a test says it finds no difference on SQLite
+and PostgreSQL) all use these tables. Core only: the ORM would cost the agent about
+6 MiB of RSS for nothing it needs.
+
+Times:
+  * raw ticks keep their interval ``(t_start_ms, t_end_ms]`` as BIGINT epoch
+    milliseconds, so the natural key ``(node, t_end_ms, component, device)`` compares
+    exactly and writing the same tick twice collides instead of counting twice;
+  * a minute rollup with ``minute_start_s = m`` holds the ticks whose end lies in
+    ``(m, m + 60]`` (ticks are open at the start, so a tick ending on the minute
+    belongs to the minute it closes). Each tick lands in exactly one minute, which
+    is what lets queries combine rollups and raw rows without double counting.
+
+Per-job tables (migration 0002) follow the same rules: ``job_energy`` holds a tick's
+shares keyed like ``tick_energy`` plus ``job_id``, where ``job_id = ''`` is the
+unattributed remainder, so for every raw tick entry the job rows (that one included)
+sum to ``tick_energy.energy_j``; ``job_minute_energy`` rolls them up by the same
+minutes and is pruned at the same ``nodes.raw_pruned_until_ms``. The raw job tables
+carry no foreign key to ``jobs``: a share may reach the store before its job's
+metadata does, and the unattributed ``''`` rows belong to no job at all.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Double, Integer, String, column, table
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Double,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+)
 
 # Job ids are at most 128 characters (agent.jobs.registry.JOB_ID_RE).
 JOB_ID_LENGTH = 128
 # job_energy.job_id of the share no job received (system, idle under `exclude`).
 UNATTRIBUTED = ""
 # Rollup tables hold minutes: a minute (m, m + 60 s] is keyed by minute_start_s = m.
-MINUTE_MS = 60_000
+MINUTE_S = 60
+MINUTE_MS = MINUTE_S * 1000
 
-NODES = table(
-    "nodes",
-    column("node", String), column("instance_type", String), column("region", String),
-    column("cpu_model", String), column("agent_version", String),
-    column("first_seen_s", Double), column("last_seen_s", Double),
-    column("raw_pruned_until_ms", BigInteger), column("totals_until_ms", BigInteger),
-    column("writer_id", String), column("writer_host", String), column("writer_mode", String),
-    column("lease_until_s", Double),
+# Named constraints make later migrations (and SQLite batch mode, which rebuilds
+# tables) able to refer to them reliably on every backend.
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+METADATA = MetaData(naming_convention=NAMING_CONVENTION)
+# WITHOUT ROWID on SQLite where the composite key is the only index: the table is
+# stored once instead of as a rowid table plus a key index.
+_NO_ROWID = {"sqlite_with_rowid": False}
+
+
+def _key(name: str, type_: object, foreign: str | None = None) -> Column:
+    args = (ForeignKey(foreign),) if foreign else ()
+    return Column(name, type_, *args, primary_key=True, autoincrement=False)
+
+
+def _col(name: str, type_: object, *, null: bool = False) -> Column:
+    return Column(name, type_, nullable=null)
+
+
+def _job_key() -> Column:
+    return _key("job_id", String(JOB_ID_LENGTH))
+
+
+def _node_key() -> Column:
+    return _key("node", String, "nodes.node")
+
+
+# One machine the agent ran on, described as it last reported itself.
+NODES = Table(
+    "nodes", METADATA,
+    _key("node", String),
+    _col("instance_type", String), _col("region", String), _col("cpu_model", String),
+    _col("agent_version", String), _col("first_seen_s", Double), _col("last_seen_s", Double),
+    # Raw ticks of this node ending at or before this instant have been deleted and live
+    # on only in minute_energy; NULL while nothing has been pruned. Queries use it to
+    # choose rollups before it and raw ticks after it (agent/store/boundary.py).
+    _col("raw_pruned_until_ms", BigInteger, null=True),
+    # Job shares and unit counts ending at or before this instant are summed in
+    # job_energy_totals and job_unit_totals (migration 0003); NULL while nothing is.
+    # Never before raw_pruned_until_ms, so the rows it sums still exist when it
+    # advances; the node's writer refuses rows that end at or before it.
+    _col("totals_until_ms", BigInteger, null=True),
+    # The one process writing this node's ticks (migration 0004, agent/store/lease.py):
+    # ``<boot id>:<pid>``, its host and mode (agent or embedded), and until when its
+    # lease holds; a second live writer of the node is refused.
+    _col("writer_id", String, null=True), _col("writer_host", String, null=True),
+    _col("writer_mode", String, null=True), _col("lease_until_s", Double, null=True),
 )
-NODE_DEVICES = table(
-    "node_devices",
-    column("node", String), column("component", String), column("device", String),
-    column("source", String), column("model", String), column("uuid", String),
-    column("device_index", Integer), column("last_seen_s", Double),
+# A device a sensor reported on a node, as recorded at the agent's last start.
+NODE_DEVICES = Table(
+    "node_devices", METADATA,
+    _node_key(), _key("component", String), _key("device", String),
+    _col("source", String), _col("model", String), _col("uuid", String),
+    # The vendor API's own index (NVML index, RAPL package); "index" is an SQL keyword.
+    _col("device_index", Integer, null=True),
+    _col("last_seen_s", Double),
 )
-TICK_ENERGY = table(
-    "tick_energy",
-    column("node", String), column("t_end_ms", BigInteger), column("component", String),
-    column("device", String), column("t_start_ms", BigInteger), column("energy_j", Double),
-    column("source", String),
+# Raw ticks: energy one device used over (t_start_ms, t_end_ms]. Kept for
+# raw_retention; older rows are deleted once rolled up into minute_energy.
+TICK_ENERGY = Table(
+    "tick_energy", METADATA,
+    _node_key(), _key("t_end_ms", BigInteger), _key("component", String),
+    _key("device", String),
+    _col("t_start_ms", BigInteger), _col("energy_j", Double), _col("source", String),
+    **_NO_ROWID,
 )
-MINUTE_ENERGY = table(
-    "minute_energy",
-    column("node", String), column("minute_start_s", BigInteger), column("component", String),
-    column("device", String), column("energy_j", Double), column("covered_s", Double),
-    column("source", String),
+# Per-minute rollup of raw ticks: the ticks ending in (m, m + 60]. covered_s is their
+# summed duration (about 60 when the agent ran the whole minute, less across gaps);
+# source is the ticks' provenance, or ``a+b`` when it changed within the minute.
+MINUTE_ENERGY = Table(
+    "minute_energy", METADATA,
+    _node_key(), _key("minute_start_s", BigInteger), _key("component", String),
+    _key("device", String),
+    _col("energy_j", Double), _col("covered_s", Double), _col("source", String),
+    **_NO_ROWID,
 )
-JOBS = table(
-    "jobs",
-    column("id", String), column("name", String), column("kind", String),
-    column("labels", String), column("origin", String), column("created_s", Double),
-    column("ended_s", Double), column("status", String),
+# One job, however many nodes report it: a multi-node job is one row. created_s is the
+# earliest start any node reported; status/ended_s are derived from job_nodes by the
+# writer (running while any node runs it, else ended at the last node's end); labels is
+# a JSON object (text), merged key by key as nodes report more labels.
+JOBS = Table(
+    "jobs", METADATA,
+    _key("id", String(JOB_ID_LENGTH)),
+    _col("name", String), _col("kind", String), _col("labels", String),
+    _col("origin", String), _col("created_s", Double), _col("ended_s", Double, null=True),
+    _col("status", String),
 )
-JOB_NODES = table(
-    "job_nodes",
-    column("job_id", String), column("node", String), column("instance_type", String),
-    column("region", String), column("started_s", Double), column("ended_s", Double),
-    column("pids", String),
+# One node's part in a job: where (instance type) and when it ran there; pids is a
+# JSON list (text) of the process ids registered on that node.
+JOB_NODES = Table(
+    "job_nodes", METADATA,
+    _key("job_id", String, "jobs.id"), _node_key(),
+    _col("instance_type", String), _col("region", String), _col("started_s", Double),
+    _col("ended_s", Double, null=True), _col("pids", String),
 )
-JOB_ENERGY = table(
-    "job_energy",
-    column("job_id", String), column("node", String), column("t_end_ms", BigInteger),
-    column("component", String), column("device", String), column("t_start_ms", BigInteger),
-    column("dynamic_j", Double), column("idle_j", Double), column("source", String),
+# Raw per-tick shares: what one job got of one device over (t_start_ms, t_end_ms],
+# keyed like tick_energy plus job_id ('' for the unattributed remainder). The
+# (node, t_end_ms) index serves rollups and pruning, which work per node and time.
+JOB_ENERGY = Table(
+    "job_energy", METADATA,
+    _job_key(), _node_key(), _key("t_end_ms", BigInteger), _key("component", String),
+    _key("device", String),
+    _col("t_start_ms", BigInteger), _col("dynamic_j", Double), _col("idle_j", Double),
+    _col("source", String),
+    Index("ix_job_energy_node_t_end_ms", "node", "t_end_ms"),
+    **_NO_ROWID,
 )
-JOB_MINUTE_ENERGY = table(
-    "job_minute_energy",
-    column("job_id", String), column("node", String), column("minute_start_s", BigInteger),
-    column("component", String), column("device", String), column("dynamic_j", Double),
-    column("idle_j", Double),
+# Per-minute rollup of job_energy, minutes as in minute_energy.
+JOB_MINUTE_ENERGY = Table(
+    "job_minute_energy", METADATA,
+    _job_key(), _node_key(), _key("minute_start_s", BigInteger), _key("component", String),
+    _key("device", String),
+    _col("dynamic_j", Double), _col("idle_j", Double),
+    Index("ix_job_minute_energy_node_minute_start_s", "node", "minute_start_s"),
+    **_NO_ROWID,
 )
-JOB_UNITS = table(
-    "job_units",
-    column("job_id", String), column("node", String), column("t_end_ms", BigInteger),
-    column("unit", String), column("count", Double),
+# Units of work (tokens, samples, ...) a job counted on a node, per tick: count is the
+# increase over the tick ending at t_end_ms. Once raw ticks are pruned, each pruned
+# minute's rows merge into one row at the minute's end, so sums never change.
+JOB_UNITS = Table(
+    "job_units", METADATA,
+    _job_key(), _node_key(), _key("t_end_ms", BigInteger), _key("unit", String),
+    _col("count", Double),
+    Index("ix_job_units_node_t_end_ms", "node", "t_end_ms"),
+    **_NO_ROWID,
 )
-JOB_ENERGY_TOTALS = table(
-    "job_energy_totals",
-    column("job_id", String), column("node", String), column("component", String),
-    column("dynamic_j", Double), column("idle_j", Double),
+# A job's energy on a node per component, summed over its shares ending at or before
+# the node's totals_until_ms. Job lists sum ten thousand jobs at once; summing minute
+# rollups would scan millions of rows, so each node's settled past is one row per
+# (job, node, component) and queries add the raw shares after the boundary. Advanced by
+# the node's writer in its maintain transaction (agent/store/rollup.py) and by imports.
+JOB_ENERGY_TOTALS = Table(
+    "job_energy_totals", METADATA,
+    _job_key(), _node_key(), _key("component", String),
+    _col("dynamic_j", Double), _col("idle_j", Double),
 )
-JOB_UNIT_TOTALS = table(
-    "job_unit_totals",
-    column("job_id", String), column("node", String), column("unit", String),
-    column("count", Double),
+# A job's unit counts on a node, summed like job_energy_totals.
+JOB_UNIT_TOTALS = Table(
+    "job_unit_totals", METADATA,
+    _job_key(), _node_key(), _key("unit", String),
+    _col("count", Double),
 )
-NODE_CHECKPOINTS = table(
-    "node_checkpoints",
-    column("node", String), column("saved_s", Double), column("boot_id", String),
-    column("state", String),
+# The agent's counters at saved_s, so a restart after ``kill -9`` can attribute the
+# gap. state is JSON text; boot_id tells whether the machine rebooted since (then the
+# counters restarted and the state must not be diffed against).
+NODE_CHECKPOINTS = Table(
+    "node_checkpoints", METADATA,
+    _node_key(),
+    _col("saved_s", Double), _col("boot_id", String), _col("state", String),
 )
-CORE_TABLES = (NODES, NODE_DEVICES, TICK_ENERGY, MINUTE_ENERGY, JOBS, JOB_NODES, JOB_ENERGY,
-               JOB_MINUTE_ENERGY, JOB_UNITS, JOB_ENERGY_TOTALS, JOB_UNIT_TOTALS,
-               NODE_CHECKPOINTS)
+# Every table, in dependency order (parents first).
+CORE_TABLES = tuple(METADATA.sorted_tables)

@@ -20,7 +20,7 @@ from agent.store import make_engine, migrate
 from agent.store.engine import dialect_insert
 from agent.store.job_queries import job_detail, list_jobs
 from agent.store.job_writer import PendingJobs, write_pending
-from agent.store.models import Base
+from agent.store.tables import METADATA
 from agent.store.queries import (
     latest_power_w,
     list_nodes,
@@ -69,7 +69,7 @@ def test_migrations_reach_head_and_match_the_models(pg_url):
     from alembic.migration import MigrationContext
 
     with engine.connect() as connection:
-        assert compare_metadata(MigrationContext.configure(connection), Base.metadata) == []
+        assert compare_metadata(MigrationContext.configure(connection), METADATA) == []
         key = connection.execute(text(
             "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'pk_tick_energy'"
         )).scalar_one()

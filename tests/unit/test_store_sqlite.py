@@ -18,7 +18,7 @@ import agent
 from agent.identity import NodeInfo
 from agent.sensors.base import DeviceInfo
 from agent.store import StoreError, default_db_url, make_engine, migrate
-from agent.store.models import Base
+from agent.store.tables import METADATA
 from agent.store.queries import (
     latest_power_w,
     list_nodes,
@@ -133,7 +133,7 @@ def test_upgrade_reaches_head_and_schema_matches_models(db_url):
     from alembic.migration import MigrationContext
 
     with engine.connect() as connection:
-        diff = compare_metadata(MigrationContext.configure(connection), Base.metadata)
+        diff = compare_metadata(MigrationContext.configure(connection), METADATA)
         assert diff == []
         table_sql = connection.exec_driver_sql(
             "SELECT sql FROM sqlite_master WHERE name = 'tick_energy'").scalar()
@@ -141,9 +141,9 @@ def test_upgrade_reaches_head_and_schema_matches_models(db_url):
 
 
 def test_core_tables_used_by_the_writer_match_the_models():
-    assert sorted(core.name for core in CORE_TABLES) == sorted(Base.metadata.tables)
+    assert sorted(core.name for core in CORE_TABLES) == sorted(METADATA.tables)
     for core in CORE_TABLES:
-        model = Base.metadata.tables[core.name]
+        model = METADATA.tables[core.name]
         assert [c.name for c in core.columns] == [c.name for c in model.columns], core.name
         for column in core.columns:
             assert type(column.type) is type(model.columns[column.name].type), column.name
