@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import os
 import sys
 from typing import NoReturn
 
 from agent import __version__
-from agent.config import ConfigError
-from agent.redact import install_log_redaction, redact_text
+from agent.errors import ConfigError
+from agent.redact import redact_text
 
 COMMANDS = ("agent", "run", "jobs", "estimate", "db", "dashboard", "compare", "report",
             "import_", "instances", "demo")
@@ -57,14 +56,6 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `joulestat jobs --json | head`: the reader left, not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
-
-
-def setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level, logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    install_log_redaction()
 
 
 if __name__ == "__main__":

@@ -18,14 +18,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agent.errors import ConfigError  # still importable from here, as it always was
+from agent.setting_parsers import (
+    number_in,
+    one_of,
+    optional_number_in,
+    parse_bool,
+    parse_db_url,
+    parse_directory,
+    parse_duration_s,
+    parse_existing_file,
+    parse_http_url,
+    parse_log_level,
+    parse_optional_path,
+    parse_optional_text,
+    parse_retention_s,
+    parse_size_bytes,
+    parse_text,
+)
+
 ENV_PREFIX = "JOULESTAT_"
 # Environment variables earlier versions read, and what replaced them: still set, they
 # would otherwise be ignored without a word and a job would miss its agent.
 RETIRED_ENV = {"JOULESTAT_AGENT": "JOULESTAT_AGENT_URL"}
-
-
-class ConfigError(ValueError):
-    """A setting has a value the command cannot use."""
 
 
 @dataclass(frozen=True)
@@ -64,167 +79,6 @@ class Option:
         return ENV_PREFIX + self.name.upper()
 
 
-def _number(kind: type, low: float | None = None, high: float | None = None, unit: str = ""):
-    def parse(value: Any) -> Any:
-        if isinstance(value, bool):
-            raise ValueError(f"expected a number, got {value!r}")
-        try:
-            number = kind(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"expected a number, got {value!r}") from None
-        if number != number:  # NaN
-            raise ValueError("expected a number, got NaN")
-        if (low is not None and number < low) or (high is not None and number > high):
-            raise ValueError(f"must be between {low} and {high}{unit}, got {value}")
-        return number
-
-    return parse
-
-
-def _text(value: Any) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"expected text, got {value!r}")
-    text = value.strip()
-    if not text:
-        raise ValueError("must not be empty")
-    if any(ord(ch) < 32 for ch in text):
-        raise ValueError("must not contain control characters")
-    return text
-
-
-def _optional_text(value: Any) -> str | None:
-    if value is None or (isinstance(value, str) and not value.strip()):
-        return None
-    return _text(value)
-
-
-def _directory(value: Any) -> Path:
-    path = Path(_text(value))
-    if not path.is_dir():
-        raise ValueError(f"{path} is not a directory")
-    return path
-
-
-def _existing_file(value: Any) -> Path | None:
-    if value is None:
-        return None
-    path = Path(_text(value))
-    if not path.is_file():
-        raise ValueError(f"{path} does not exist or is not a file")
-    return path
-
-
-def _bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"expected true or false, got {value!r}")
-
-
-_DURATION_UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_duration_s(value: Any) -> float:
-    """``90``, ``90s``, ``15m``, ``6h``, ``7d`` -> seconds."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
-    else:
-        text = _text(value).lower()
-        unit = text[-1] if text[-1] in _DURATION_UNITS_S else "s"
-        number = text[:-1] if text[-1] in _DURATION_UNITS_S else text
-        try:
-            seconds = float(number) * _DURATION_UNITS_S[unit]
-        except ValueError:
-            raise ValueError(
-                f"expected a duration like 90s, 15m, 6h or 7d, got {value!r}"
-            ) from None
-    if seconds <= 0:
-        raise ValueError(f"must be positive, got {value!r}")
-    return seconds
-
-
-def _retention_s(value: Any) -> float:
-    seconds = parse_duration_s(value)
-    if seconds < 600:
-        raise ValueError(f"must be at least 10m so minutes can be rolled up, got {value!r}")
-    return seconds
-
-
-_SIZE_UNITS = {"": 1, "k": 1024, "kib": 1024, "m": 1024**2, "mib": 1024**2, "g": 1024**3,
-               "gib": 1024**3}
-
-
-def parse_size_bytes(value: Any) -> int:
-    """``268435456``, ``256MiB``, ``1G`` -> bytes (binary prefixes)."""
-    text = str(value).strip().lower().replace(" ", "")
-    number = text.rstrip("kmgib")
-    unit = text[len(number):]
-    if unit not in _SIZE_UNITS:
-        raise ValueError(f"expected a size like 256MiB or 1GiB, got {value!r}")
-    try:
-        size = int(float(number) * _SIZE_UNITS[unit])
-    except ValueError:
-        raise ValueError(f"expected a size like 256MiB or 1GiB, got {value!r}") from None
-    if size < 1024 * 1024:
-        raise ValueError(f"must be at least 1MiB, got {value!r}")
-    return size
-
-
-def _optional_path(value: Any) -> Path | None:
-    if value is None or (isinstance(value, str) and not value.strip()):
-        return None
-    return Path(_text(value)).expanduser()
-
-
-def _db_url(value: Any) -> str:
-    url = _text(value)
-    if "://" not in url:
-        raise ValueError(
-            f"expected a SQLAlchemy URL such as sqlite:///path.db or "
-            f"postgresql+psycopg://user@host/db, got {value!r}"
-        )
-    return url
-
-
-def _log_level(value: Any) -> str:
-    level = _text(value).upper()
-    if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-        raise ValueError(f"expected DEBUG, INFO, WARNING or ERROR, got {value!r}")
-    return level
-
-
-def _optional_number(low: float, high: float):
-    parse_number = _number(float, low, high)
-
-    def parse(value: Any) -> float | None:
-        if value is None or (isinstance(value, str) and not value.strip()):
-            return None
-        return parse_number(value)
-
-    return parse
-
-
-def _choice(*choices: str):
-    def parse(value: Any) -> str:
-        text = _text(value).lower()
-        if text not in choices:
-            raise ValueError(f"expected one of {', '.join(choices)}, got {value!r}")
-        return text
-
-    return parse
-
-
-def _http_url(value: Any) -> str:
-    url = _text(value).rstrip("/")
-    if not url.startswith(("http://", "https://")):
-        raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
-    return url
-
-
 def _discover(value: Any) -> frozenset[str]:
     from agent.jobs.discovery import parse_discover_option
 
@@ -243,83 +97,89 @@ def _prices(value: Any) -> Any:
 OPTIONS: dict[str, Option] = {
     opt.name: opt
     for opt in (
-        Option("config", _existing_file, None, "TOML file of settings (flags and env win)", "FILE"),
-        Option("db", _db_url, None, "SQLAlchemy URL of the store (default: SQLite in the "
+        Option("config", parse_existing_file, None,
+               "TOML file of settings (flags and env win)", "FILE"),
+        Option("db", parse_db_url, None, "SQLAlchemy URL of the store (default: SQLite in the "
                "user data dir)", "URL"),
         Option("db_wait", parse_duration_s, 300.0,
                "how long the agent keeps trying a store that does not answer at start-up",
                "AGE", "5m"),
-        Option("log_level", _log_level, "INFO", "DEBUG, INFO, WARNING or ERROR", "LEVEL"),
-        Option("interval", _number(float, 0.05, 60, " s"), 1.0,
+        Option("log_level", parse_log_level, "INFO", "DEBUG, INFO, WARNING or ERROR", "LEVEL"),
+        Option("interval", number_in(float, 0.05, 60, " s"), 1.0,
                "seconds between ticks, 0.05..60", "S"),
-        Option("sysfs_root", _directory, Path("/sys"), "where sysfs is mounted", "DIR"),
-        Option("procfs_root", _directory, Path("/proc"), "where procfs is mounted", "DIR"),
-        Option("node", _text, None, "node name (default: hostname)", "NAME"),
-        Option("instance_type", _text, None, "instance type (default: detected, else 'local')",
+        Option("sysfs_root", parse_directory, Path("/sys"), "where sysfs is mounted", "DIR"),
+        Option("procfs_root", parse_directory, Path("/proc"), "where procfs is mounted", "DIR"),
+        Option("node", parse_text, None, "node name (default: hostname)", "NAME"),
+        Option("instance_type", parse_text, None, "instance type (default: detected, else 'local')",
                "TYPE"),
-        Option("region", _optional_text, None, "cloud region or location (default: detected)",
+        Option("region", parse_optional_text, None, "cloud region or location (default: detected)",
                "REGION"),
-        Option("cloud_metadata", _bool, True, "ask the cloud metadata service for instance type "
-               "and region when DMI says this is a cloud VM", "BOOL"),
-        Option("metrics_port", _number(int, 0, 65535), 9464,
+        Option("cloud_metadata", parse_bool, True, "ask the cloud metadata service for instance "
+               "type and region when DMI says this is a cloud VM", "BOOL"),
+        Option("metrics_port", number_in(int, 0, 65535), 9464,
                "Prometheus port (0 disables the endpoint)", "PORT"),
-        Option("metrics_host", _text, "127.0.0.1", "address the metrics endpoint binds to",
+        Option("metrics_host", parse_text, "127.0.0.1", "address the metrics endpoint binds to",
                "HOST"),
-        Option("flush_interval", _number(float, 0.2, 300, " s"), 10.0,
+        Option("flush_interval", number_in(float, 0.2, 300, " s"), 10.0,
                "seconds between store writes; a crash loses nothing (the next start covers "
                "the gap from its checkpoint), so this only sets how fresh the store is", "S"),
-        Option("raw_retention", _retention_s, 7 * 86400.0,
+        Option("raw_retention", parse_retention_s, 7 * 86400.0,
                "how long raw ticks are kept before only minute rollups remain", "AGE", "7d"),
-        Option("replay", _existing_file, None,
+        Option("replay", parse_existing_file, None,
                "replay a CSV trace (t_s,component,device,watts) instead of hardware", "FILE"),
-        Option("nvml", _bool, True, "read NVIDIA GPUs through NVML when a driver is present",
+        Option("nvml", parse_bool, True, "read NVIDIA GPUs through NVML when a driver is present",
                "BOOL"),
-        Option("neuron_max_power_w", _optional_number(1.0, 5000.0), None,
+        Option("neuron_max_power_w", optional_number_in(1.0, 5000.0), None,
                "maximum power of one AWS Neuron device in watts: the driver reports percent "
                "of it and AWS publishes none (docs/methodology.md)", "W"),
-        Option("neuron_monitor", _optional_path, None,
+        Option("neuron_monitor", parse_optional_path, None,
                "file neuron-monitor writes its JSON lines to (per-process Neuron use, and "
                "the estimate when the driver has no power)", "FILE"),
-        Option("api_port", _number(int, 0, 65535), 9465,
+        Option("api_port", number_in(int, 0, 65535), 9465,
                "port of the local job API (0 disables it)", "PORT"),
-        Option("api_host", _text, "127.0.0.1",
+        Option("api_host", parse_text, "127.0.0.1",
                "address the job API binds to; anything but loopback needs --api-token", "HOST"),
-        Option("api_token", _optional_text, None,
+        Option("api_token", parse_optional_text, None,
                "bearer token the job API requires on every request", "TOKEN"),
-        Option("agent_url", _http_url, "http://127.0.0.1:9465",
+        Option("agent_url", parse_http_url, "http://127.0.0.1:9465",
                "URL of the node agent's job API, for `joulestat run` and track()", "URL"),
-        Option("idle_policy", _choice("share", "exclude"), "share",
+        Option("idle_policy", one_of("share", "exclude"), "share",
                "share: idle CPU/DRAM power goes to running jobs by their dynamic share; "
                "exclude: it stays unattributed", "POLICY"),
         Option("discover", _discover, frozenset(),
                "turn processes of these schedulers into jobs: docker,k8s,slurm,sagemaker",
                "KINDS"),
+        Option("kube_pods", one_of("auto", "apiserver", "kubelet", "off"), "auto",
+               "name discovered pods' jobs after the pod (namespace, name, labels) from a "
+               "pod list: apiserver (needs RBAC list on pods), kubelet (its port 10250, "
+               "needs nodes/proxy; else read-only 10255), auto (apiserver when running in "
+               "a pod with a service account) or off (pod-<uid8>)", "MODE"),
         Option("job_retention", parse_duration_s, 300.0,
                "how long ended jobs stay exported to Prometheus", "AGE", "5m"),
-        Option("spool_dir", _optional_path, None,
+        Option("spool_dir", parse_optional_path, None,
                "where rows wait on disk while the store is away (default: the data dir's "
                "spool/<node>); kept across restarts", "DIR"),
         Option("spool_max", parse_size_bytes, 256 * 1024**2,
                "cap on the spool; past it the oldest batches go, with an error", "SIZE",
                "256MiB"),
-        Option("max_jobs", _number(int, 1, 100_000), 1000,
+        Option("max_jobs", number_in(int, 1, 100_000), 1000,
                "cap on running jobs the agent tracks; past it registering answers 429",
                "N"),
-        Option("max_job_series", _number(int, 1, 100_000), 500,
+        Option("max_job_series", number_in(int, 1, 100_000), 500,
                "cap on jobs exported to Prometheus at once (a warning when reached)", "N"),
-        Option("carbon_intensity", _optional_number(0, 5000), None,
+        Option("carbon_intensity", optional_number_in(0, 5000), None,
                "grid carbon intensity in gCO2e/kWh, instead of the region's", "G"),
-        Option("pue", _optional_number(1.0, 5.0), None,
+        Option("pue", optional_number_in(1.0, 5.0), None,
                "power usage effectiveness, instead of the provider default", "PUE"),
-        Option("price_per_hour", _optional_number(0, 10_000), None,
+        Option("price_per_hour", optional_number_in(0, 10_000), None,
                "instance price in USD/hour, instead of the catalog's", "USD"),
         Option("prices", _prices, None,
                "CSV of instance_type,usd_per_hour: your own hourly price per instance type "
                "(negotiated, Savings Plan, spot, SageMaker); --price-per-hour still wins",
                "FILE"),
-        Option("electricity_maps_token", _optional_text, None,
+        Option("electricity_maps_token", parse_optional_text, None,
                "Electricity Maps API token for live grid intensity (optional)", "TOKEN"),
-        Option("electricity_maps_url", _http_url, "https://api.electricitymap.org",
+        Option("electricity_maps_url", parse_http_url, "https://api.electricitymap.org",
                "Electricity Maps API base URL", "URL"),
     )
 }

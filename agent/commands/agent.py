@@ -31,6 +31,7 @@ AGENT_OPTIONS = (
     "api_token",
     "idle_policy",
     "discover",
+    "kube_pods",
     "job_retention",
     "spool_dir",
     "spool_max",
@@ -54,8 +55,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from agent.cli import setup_logging
     from agent.daemon import run_agent
+    from agent.logs import setup_logging
 
     settings = resolve(args, AGENT_OPTIONS)
     setup_logging(settings["log_level"])

@@ -15,7 +15,8 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
-from agent.config import ConfigError, add_options, resolve
+from agent.config import add_options, resolve
+from agent.errors import ConfigError
 from agent.jobs.registry import KINDS
 
 COMPARE_OPTIONS = ("config", "db", "log_level", "carbon_intensity", "pue", "price_per_hour",
@@ -82,8 +83,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from agent.carbon.footprint import CarbonSettings
+    from agent.carbon.pricing import prices_used
     from agent.reports.compare import CompareError, compare
-    from agent.reports.compare_data import figures_for, pick_baseline, pick_jobs, prices_used
+    from agent.reports.compare_data import figures_for, pick_baseline, pick_jobs
     from agent.store.bootstrap import open_engine
 
     settings = resolve(args, COMPARE_OPTIONS)
@@ -108,7 +110,7 @@ def _run(args: argparse.Namespace) -> int:
     except CompareError as exc:
         raise ConfigError(f"{FLAGS.get(exc.argument, exc.argument)}: {exc}") from None
     notes = list(dict.fromkeys(f"{f.name}: {note}" for f in figures for note in f.notes))
-    prices = prices_used(figures, carbon)
+    prices = prices_used((n.instance_type for f in figures for n in f.nodes), carbon)
     if args.json:
         json.dump(as_json(table, notes, prices), sys.stdout, indent=1)
         sys.stdout.write("\n")

@@ -16,7 +16,8 @@ import os
 import sys
 from pathlib import Path
 
-from agent.config import ConfigError, add_options, resolve
+from agent.config import add_options, resolve
+from agent.errors import ConfigError
 
 DASHBOARD_OPTIONS = ("config", "db", "log_level", "prices")
 DEFAULT_PORT = 8501

@@ -13,7 +13,8 @@ import logging
 import sys
 from typing import TYPE_CHECKING, Any
 
-from agent.config import ConfigError, add_options, resolve
+from agent.config import add_options, resolve
+from agent.errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from sqlalchemy.engine import Engine
@@ -46,7 +47,7 @@ def register(subparsers: Any) -> None:
 
 def _open(args: argparse.Namespace, action: str) -> Engine | None:
     """The engine for the configured URL, or None after saying why it is unusable."""
-    from agent.cli import setup_logging
+    from agent.logs import setup_logging
     from agent.store.engine import StoreError, default_db_url, make_engine
 
     settings = resolve(args, OPTIONS)

@@ -37,8 +37,9 @@ import uuid
 from typing import Any
 
 from agent.commands.demo_workers import FEATURES
-from agent.config import ConfigError, add_options, resolve
-from agent.jobs.embedded import EMBEDDED_OPTIONS
+from agent.config import add_options, resolve
+from agent.embedded import EMBEDDED_OPTIONS
+from agent.errors import ConfigError
 
 TRAIN, SERVE = "demo-train", "demo-serve"
 PRICES_USD_PER_H = {"demo-1vcpu": 0.05, "demo-2vcpu": 0.10}  # placeholders, not offers
@@ -108,7 +109,7 @@ class _Job:
         if api is not None:
             api.register(name, kind, [pid], self.labels, self.id)
             return
-        from agent.jobs.embedded import EmbeddedJob
+        from agent.embedded import EmbeddedJob
 
         self.embedded = EmbeddedJob(name, kind, self.labels, {pid}, self.id,
                                     {**settings, "instance_type": instance_type},
@@ -313,7 +314,7 @@ def _levels(text: str) -> list[int]:
 
 def _demo(args: argparse.Namespace) -> int:
     from agent.cli import main as cli_main
-    from agent.cli import setup_logging
+    from agent.logs import setup_logging
     from agent.redact import redact_url
     from agent.store.engine import data_dir
 

@@ -15,7 +15,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from agent.config import ConfigError, add_options, resolve
+from agent.config import add_options, resolve
+from agent.errors import ConfigError
 from agent.sensors.cpu_tdp import TdpMatch, lookup_tdp
 from agent.sensors.power_model import (
     BYTES_PER_GB,

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agent.config import ConfigError, add_options, resolve
+from agent.config import add_options, resolve
+from agent.errors import ConfigError
 from agent.jobs.registry import KINDS
 
 if TYPE_CHECKING:

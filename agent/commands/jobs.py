@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from agent.store.bootstrap import open_engine
-    from agent.store.job_queries import list_jobs
+    from agent.store.jobs import list_jobs
 
     settings = resolve(args, JOBS_OPTIONS)
     engine = open_engine(settings["db"])

@@ -10,7 +10,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from agent.config import ConfigError, add_options, parse_duration_s, resolve
+from agent.config import add_options, parse_duration_s, resolve
+from agent.errors import ConfigError
 
 REPORT_OPTIONS = ("config", "db", "log_level", "carbon_intensity", "pue", "price_per_hour",
                   "prices", "electricity_maps_token", "electricity_maps_url")
@@ -125,9 +126,8 @@ def _write(content: str | bytes, output: str | None) -> None:
 def _run(args: argparse.Namespace) -> int:
     from agent.reports.model import build_report
     from agent.store.bootstrap import open_engine
-    from agent.store.job_queries import UnknownJobError
     from agent.store.job_refs import JobRefError, resolve_job
-    from agent.store.report_queries import job_ids_active_since
+    from agent.store.jobs import UnknownJobError, job_ids_active_since
 
     if args.include_env:
         raise ConfigError("--include-env is now --no-redact: it never put the environment "

@@ -30,8 +30,8 @@ import uuid
 from typing import Any
 
 from agent.config import ConfigError, add_options, resolve
+from agent.embedded import EMBEDDED_OPTIONS
 from agent.host.job_cgroup import Placement
-from agent.jobs.embedded import EMBEDDED_OPTIONS
 from agent.jobs.registry import (
     KINDS,
     MAX_LABELS,
@@ -130,7 +130,7 @@ def _wait(child: subprocess.Popen) -> tuple[int, float]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from agent.cli import setup_logging
+    from agent.logs import setup_logging
 
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
@@ -253,7 +253,7 @@ class _Tracker:
         warning = fallback_warning(url, token, forced=self.args.embedded)
         if warning:
             log.warning("%s", warning)
-        from agent.jobs.embedded import EmbeddedJob
+        from agent.embedded import EmbeddedJob
 
         self.embedded = EmbeddedJob(self.args.name, self.args.kind, self.labels, set(),
                                     job_id=self.job_id, settings=self.settings,

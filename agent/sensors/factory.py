@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from agent.config import ConfigError
+from agent.errors import ConfigError
 from agent.sensors.accelerator import DeviceProcesses, combined_device_processes
 from agent.sensors.base import Sensor, SensorError
 

@@ -14,7 +14,7 @@ import time
 
 from sqlalchemy.engine import Engine
 
-from agent.config import ConfigError
+from agent.errors import ConfigError
 from agent.redact import redact_text, redact_url
 
 log = logging.getLogger(__name__)

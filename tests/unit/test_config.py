@@ -73,3 +73,12 @@ def test_durations() -> None:
     assert parse_duration_s("7d") == 7 * 86400
     with pytest.raises(ValueError, match="duration"):
         parse_duration_s("soon")
+
+
+def test_config_error_is_the_shared_one() -> None:
+    """Raised below config (sensor factory, store bootstrap) and caught by the CLI as one
+    class, whichever module a caller imports it from."""
+    from agent import errors, setting_parsers
+
+    assert ConfigError is errors.ConfigError
+    assert parse_duration_s is setting_parsers.parse_duration_s
