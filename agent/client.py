@@ -169,7 +169,7 @@ class TrackedJob:
             warning = fallback_warning(self.agent_url, self._client.token, forced=False)
             if warning:
                 log.warning("joulestat: %s", warning)
-            from agent.jobs.embedded import EmbeddedJob
+            from agent.embedded import EmbeddedJob
 
             self._embedded = EmbeddedJob(self.name, self.kind, dict(self.labels), {pid},
                                          self.requested_id,

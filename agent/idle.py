@@ -44,7 +44,7 @@ class IdleBaselines:
     def update(self, tick: Tick) -> dict[tuple[str, str], float]:
         """Record this tick's power and return the idle power to use for it."""
         self._ticks += 1
-        recompute = self._ticks % self._recompute_every == 1
+        recompute = (self._ticks - 1) % self._recompute_every == 0  # ticks 1, 1+n, 1+2n...
         result: dict[tuple[str, str], float] = {}
         for entry in tick.entries:
             key = (entry.component, entry.device)

@@ -2,23 +2,28 @@
 
 The daemon and embedded mode (``joulestat run`` with no agent, or the in-process
 client) both drive a :class:`Pipeline`, so a job measured either way is measured by
-the same code. The pipeline also carries the crash checkpoint: every tick hands the
-writer the sampler's and the accounting's counters, which the writer stores in the
-same transaction as that tick's rows; a restart on the same boot resumes from them
-and its first tick covers the whole gap, so nothing is lost or counted twice.
+the same code. Its outputs are a list of sinks (:mod:`agent.sinks.base`): the pipeline
+knows none by name, so what the daemon exports and what embedded mode stores differ
+only in the list :mod:`agent.assembly` builds.
+
+The pipeline also carries the crash checkpoint: when it saves checkpoints and a sink
+stores ticks, every tick's record holds the sampler's and the accounting's counters,
+which that sink stores in the same transaction as the tick's rows; a restart on the
+same boot resumes from them and its first tick covers the whole gap, so nothing is
+lost or counted twice.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agent.identity import NodeInfo
 from agent.jobs.accounting import JobAccounting, TickResult
 from agent.sampler import Sampler
-from agent.sinks.prometheus import NodeMetrics
+from agent.sinks.base import Sink, TickRecord
 from agent.tick import Tick
 
 log = logging.getLogger(__name__)
@@ -37,11 +42,12 @@ def read_boot_id(procfs_root: Path) -> str:
 
 @dataclass
 class Pipeline:
+    """One node's sampler and accounting, feeding ``sinks`` in list order."""
+
     sampler: Sampler
     node: NodeInfo
     accounting: JobAccounting | None = None
-    metrics: NodeMetrics | None = None
-    writer: Any = None  # agent.store.writer.StoreWriter
+    sinks: list[Sink] = field(default_factory=list)
     boot_id: str = ""
     save_checkpoints: bool = True  # embedded mode leaves the node's checkpoint alone
 
@@ -71,14 +77,17 @@ class Pipeline:
         return resumed
 
     def tick(self) -> tuple[Tick, TickResult | None]:
+        """Sample, attribute, and hand the tick to every sink once, in order."""
         tick = self.sampler.tick()
         result = self.accounting.on_tick(tick) if self.accounting is not None else None
-        if self.metrics is not None:
-            self.metrics.observe(tick)
-        if self.writer is not None:
-            checkpoint = (self.checkpoint(), self.boot_id) if self.save_checkpoints else None
-            self.writer.record(tick, result, checkpoint)
-        elif result is not None:
+        stored = any(sink.stores_ticks for sink in self.sinks)
+        # Computed only when something stores it: it copies every sensor's counters.
+        checkpoint = ((self.checkpoint(), self.boot_id)
+                      if stored and self.save_checkpoints else None)
+        record = TickRecord(tick, result, checkpoint)
+        for sink in self.sinks:
+            sink.on_tick(record)
+        if not stored and result is not None:
             for job in result.finished_jobs:  # nothing to store: final as attributed
                 job.final = True
         return tick, result
@@ -90,8 +99,20 @@ class Pipeline:
         return state
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
+        """Close every sink (the store's flushes what is buffered), then the readers.
+
+        A sink that fails to close does not keep the others open; the first error is
+        raised once everything has been closed.
+        """
+        error: BaseException | None = None
+        for sink in self.sinks:
+            try:
+                sink.close()
+            except Exception as exc:  # re-raised below, once the rest are closed
+                log.exception("closing sink %s failed", type(sink).__name__)
+                error = error or exc
         if self.accounting is not None:
             self.accounting.close()
         self.sampler.close()
+        if error is not None:
+            raise error

@@ -6,7 +6,7 @@ error between CPU burners at known ratios. One table.
 1. **Integration** (sensor -> sampler -> store -> the store's own query): piecewise
    constant power traces of ten minutes, read at 1 s ticks on a simulated clock, so a
    trace costs milliseconds and its truth is exact (``trace_energy_j``). The stored
-   node energy (``agent.store.queries.node_energy_j``) is compared with it.
+   node energy (``agent.store.nodes.node_energy_j``) is compared with it.
 
    * ``constant``, ``steps`` (levels held 37 s, off the tick grid), ``spikes`` (50 ms
      at 400 W every 3.7 s, far shorter than a tick) through the replay sensor;
@@ -56,7 +56,7 @@ from agent.sensors.rapl import open_rapl  # noqa: E402
 from agent.sensors.replay import ReplaySensor, load_trace, trace_energy_j  # noqa: E402
 from agent.store import make_engine  # noqa: E402
 from agent.store import migrate as store_migrate  # noqa: E402
-from agent.store.queries import node_energy_j  # noqa: E402
+from agent.store.nodes import node_energy_j  # noqa: E402
 from agent.store.writer import StoreWriter  # noqa: E402
 from tests.fakes.powercap import FakePowercap  # noqa: E402
 
@@ -142,7 +142,7 @@ def _through_store(tmp: Path, name: str, sensor: object, ticks: list[float],
     node = NodeInfo(name.replace(" ", "-"), "local", "", "benchmark", __version__)
     writer = StoreWriter(engine, node, sampler.describe(), raw_retention_s=30 * 86400.0,
                          flush_interval_s=3600.0, max_buffered_rows=100_000)
-    pipeline = Pipeline(sampler, node, writer=writer, save_checkpoints=False)
+    pipeline = Pipeline(sampler, node, sinks=[writer], save_checkpoints=False)
     clock[0] = 0.0
     before_read(0.0)
     pipeline.start()

@@ -1,8 +1,11 @@
-"""Prometheus exposition: a custom collector that builds fresh families on each scrape.
+"""Prometheus exposition: custom collectors that build fresh families on each scrape.
 
-The daemon pushes each tick into :class:`NodeMetrics`; a scrape reads a consistent
-snapshot under a lock. Nothing is computed at scrape time beyond formatting, so a
-scrape never slows a tick and a slow tick never blocks a scrape for long.
+:class:`NodeMetrics` and :class:`JobMetrics` are sinks of the pipeline
+(:mod:`agent.sinks.base`): each tick they copy what they export into a snapshot of
+their own, under a lock of their own, and a scrape formats that snapshot. A scrape
+never reads objects a tick is changing and never takes a lock the tick loop or the job
+API holds (the job registry's), so a scrape never slows a tick and a slow tick or a
+busy API never blocks a scrape for long.
 """
 
 from __future__ import annotations
@@ -10,7 +13,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import (
@@ -26,10 +30,13 @@ from prometheus_client.registry import Collector
 from agent.http_gate import HttpGate, Limits
 from agent.http_request import GatedHandler
 from agent.identity import NodeInfo
-from agent.jobs.registry import Job, JobRegistry
 from agent.sensors.base import DeviceInfo
 from agent.sinks import metric_catalog as mc
+from agent.sinks.base import TickRecord
 from agent.tick import Tick
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from agent.jobs.accounting import JobTotals, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +45,8 @@ Key = tuple[str, str, str]  # (component, device, source)
 
 class NodeMetrics(Collector):
     """Node energy counters, last-tick power, node info and the agent's self-monitoring."""
+
+    stores_ticks = False  # a sink (agent.sinks.base) that keeps nothing past the process
 
     def __init__(self, node: NodeInfo, sensor_errors: dict[str, int] | None = None) -> None:
         self.node = node
@@ -63,6 +72,12 @@ class NodeMetrics(Collector):
             for key in keys:
                 self._energy_j.setdefault(key, 0.0)
                 self._power_w.setdefault(key, 0.0)
+
+    def on_tick(self, record: TickRecord) -> None:
+        self.observe(record.tick)
+
+    def close(self) -> None:
+        """Nothing to release: the endpoint serving it is closed by its owner."""
 
     def observe(self, tick: Tick) -> None:
         with self._lock:
@@ -191,32 +206,55 @@ def serve(registry: CollectorRegistry, host: str, port: int) -> HttpGate:
 class JobMetrics(Collector):
     """Per-job energy and work units, with bounded cardinality.
 
+    A sink: each tick it takes the jobs' figures from ``snapshot`` (on the tick thread,
+    where reading the job registry costs a scrape nothing; normally
+    :meth:`agent.jobs.accounting.JobAccounting.snapshot`) and keeps those still to
+    export under its own lock; :meth:`collect` reads only that copy.
+
     Ended jobs stay for ``retention_s`` so the last increments reach Prometheus, then
     drop; running jobs come first when more than ``max_jobs`` would be exported, and a
-    warning says so once per crossing.
+    warning says so once per crossing. Retention and the cap are applied at scrape
+    time, as the scrape's clock sees them.
     """
 
-    def __init__(self, registry: JobRegistry, retention_s: float, max_jobs: int,
-                 clock=time.time) -> None:
-        self.registry = registry
+    stores_ticks = False
+
+    def __init__(self, snapshot: Callable[[], Snapshot], retention_s: float, max_jobs: int,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.snapshot = snapshot
         self.retention_s = retention_s
         self.max_jobs = max_jobs
         self._clock = clock
+        self._lock = threading.Lock()
+        self._jobs: tuple[JobTotals, ...] = ()  # as of the last tick
         self._capped = False
 
-    def exported_jobs(self) -> list[Job]:
+    def on_tick(self, record: TickRecord) -> None:
         now = self._clock()
-        jobs = [j for j in self.registry.jobs()
-                if j.ended_s is None or now - j.ended_s <= self.retention_s]
-        jobs.sort(key=lambda j: (j.ended_s is not None, -(j.ended_s or j.started_s)))
-        if len(jobs) > self.max_jobs:
-            if not self._capped:
-                log.warning("%d jobs to export, more than --max-job-series %d: exporting the "
-                            "running and most recent ones", len(jobs), self.max_jobs)
-            self._capped = True
-            jobs = jobs[: self.max_jobs]
-        else:
-            self._capped = False
+        jobs = tuple(j for j in self.snapshot().jobs.values() if self._kept(j, now))
+        with self._lock:
+            self._jobs = jobs
+
+    def close(self) -> None:
+        """Nothing to release: the endpoint serving it is closed by its owner."""
+
+    def _kept(self, job: JobTotals, now: float) -> bool:
+        return job.ended_s is None or now - job.ended_s <= self.retention_s
+
+    def exported_jobs(self) -> list[JobTotals]:
+        """The jobs a scrape now exports: within retention, running first, capped."""
+        now = self._clock()
+        with self._lock:
+            jobs = [j for j in self._jobs if self._kept(j, now)]
+            jobs.sort(key=lambda j: (j.ended_s is not None, -(j.ended_s or j.started_s)))
+            if len(jobs) > self.max_jobs:
+                if not self._capped:
+                    log.warning("%d jobs to export, more than --max-job-series %d: exporting "
+                                "the running and most recent ones", len(jobs), self.max_jobs)
+                self._capped = True
+                jobs = jobs[: self.max_jobs]
+            else:
+                self._capped = False
         return jobs
 
     def collect(self) -> Iterator[Metric]:
@@ -224,12 +262,10 @@ class JobMetrics(Collector):
                                      labels=mc.JOB_ENERGY.labels)
         units = CounterMetricFamily(mc.JOB_WORK_UNITS.family_name, mc.JOB_WORK_UNITS.help,
                                     labels=mc.JOB_WORK_UNITS.labels)
-        with self.registry.lock:
-            for job in self.exported_jobs():
-                for component in sorted(set(job.dynamic_j) | set(job.idle_j)):
-                    value = job.dynamic_j.get(component, 0.0) + job.idle_j.get(component, 0.0)
-                    energy.add_metric([job.id, job.name, job.kind, component], value)
-                for unit, count in sorted(job.units.items()):
-                    units.add_metric([job.id, job.name, unit], count)
+        for job in self.exported_jobs():
+            for component, value in job.energy_j.items():
+                energy.add_metric([job.id, job.name, job.kind, component], value)
+            for unit, count in sorted(job.units.items()):
+                units.add_metric([job.id, job.name, unit], count)
         yield energy
         yield units

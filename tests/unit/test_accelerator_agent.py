@@ -17,13 +17,13 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from agent.assembly import Assembly, build_pipeline
 from agent.commands.agent import AGENT_OPTIONS
 from agent.config import resolve
-from agent.daemon import build_pipeline
 from agent.jobs.registry import JobRegistry
 from agent.pipeline import Pipeline
 from agent.sinks.prometheus import make_registry
-from agent.store.queries import node_devices
+from agent.store.nodes import node_devices
 from tests.fakes.amdsmi import FakeAmdGpu, FakeAmdsmi
 from tests.fakes.hlml import FakeHlml, FakeHpu
 from tests.fakes.neuron import FakeNeuron, monitor_report, write_monitor
@@ -38,6 +38,7 @@ class Node:
     pipeline: Pipeline
     proc: FakeProc
     registry: JobRegistry
+    built: Assembly
     now_s: float = 1000.0
     results: list[Any] = field(default_factory=list)
 
@@ -48,7 +49,7 @@ class Node:
         self.results.append(self.pipeline.tick()[1])
 
     def scrape(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-        text = generate_latest(make_registry(self.pipeline.metrics)).decode()
+        text = generate_latest(make_registry(self.built.node_metrics)).decode()
         return {(s.name, tuple(sorted(s.labels.items()))): s.value
                 for fam in text_string_to_metric_families(text) for s in fam.samples}
 
@@ -85,8 +86,9 @@ def make_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
                             "cloud_metadata": False, "spool_dir": str(tmp_path / "spool"),
                             **overrides}, AGENT_OPTIONS, env={})
         registry = JobRegistry()
-        pipeline, _ = build_pipeline(settings, registry, with_metrics=True)
-        node = Node(pipeline, proc, registry)
+        built = build_pipeline(settings, registry, with_metrics=True)
+        pipeline = built.pipeline
+        node = Node(pipeline, proc, registry, built)
         pipeline.sampler._monotonic = lambda: node.now_s
         pipeline.sampler._wall = lambda: 1.7e9 + node.now_s
         pipeline.start()
@@ -117,8 +119,8 @@ def test_amd_through_the_agent(make_node: Any, monkeypatch: pytest.MonkeyPatch) 
     node.tick()
     node.tick()
     assert node.energy_j("gpu", "amdgpu0", "amdsmi") == pytest.approx(exported)
-    node.pipeline.writer.flush()
-    stored = node_devices(node.pipeline.writer.engine, "n1")
+    node.built.writer.flush()
+    stored = node_devices(node.built.writer.engine, "n1")
     assert [(d.device, d.model) for d in stored if d.component == "gpu"] == [
         ("amdgpu0", "AMD Instinct MI300X")]
 

@@ -1,10 +1,13 @@
 """Embedded mode: measure one job in-process when no agent runs on the node.
 
-``joulestat run`` and the in-process client fall back to this. It drives the same
-:class:`agent.pipeline.Pipeline` as the daemon (same sensors, attribution and store
-writer) on a background thread, so a job measured here and one measured by an agent
-on the same trace get the same energy. It saves no crash checkpoint: that belongs to
-the node's agent.
+``joulestat run`` and the in-process client fall back to this. It builds the same
+:class:`agent.pipeline.Pipeline` as the daemon (:mod:`agent.assembly`: same sensors,
+attribution and store writer) and ticks it on a background thread with the same loop
+(:mod:`agent.tick_loop`), so a job measured here and one measured by an agent on the
+same trace get the same energy. Having no store thread, it flushes the writer from
+that loop. It saves no crash checkpoint: that belongs to the node's agent. It lives at
+the top of the package, not in ``agent.jobs``, because it assembles a whole pipeline
+with its store.
 
 It also serves the job API on a loopback port of its own, with a random token, so the
 programs the job starts (``JOULESTAT_AGENT_URL``/``JOULESTAT_API_TOKEN``/
@@ -17,7 +20,6 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
-import time
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -31,6 +33,7 @@ from agent.jobs.registry import (
     validate_name,
     validate_pids,
 )
+from agent.tick_loop import Every, TickLoop
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +75,7 @@ class EmbeddedJob:
         self.job: Job | None = None
         self._settings = dict(settings) if settings is not None else embedded_settings()
         self._pipeline: Any = None
+        self._writer: Any = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._reason = reason
@@ -80,11 +84,11 @@ class EmbeddedJob:
         self.api_token = secrets.token_urlsafe(24)
 
     def start(self) -> EmbeddedJob:
-        from agent.daemon import build_pipeline
+        from agent.assembly import build_pipeline
         from agent.jobs.api import ApiServer
 
-        self._pipeline, _checkpoint = build_pipeline(self._settings, self._registry,
-                                                     with_metrics=False)
+        built = build_pipeline(self._settings, self._registry, with_metrics=False)
+        self._pipeline, self._writer = built.pipeline, built.writer
         self._pipeline.save_checkpoints = False
         if self._pipeline.accounting is not None:  # stderr here is the user's
             self._pipeline.accounting.host.source_log_level = logging.DEBUG
@@ -103,20 +107,17 @@ class EmbeddedJob:
         return self
 
     def _loop(self) -> None:
-        interval_s = float(self._settings["interval"])
-        next_tick = time.monotonic() + interval_s
-        flush_every_s = self._pipeline.writer.flush_interval_s
-        next_flush = time.monotonic() + flush_every_s
-        while not self._stop.wait(max(next_tick - time.monotonic(), 0.0)):
-            self._pipeline.tick()
-            now = time.monotonic()
-            if now >= next_flush or self._pipeline.writer.wake.is_set():
-                self._pipeline.writer.wake.clear()
-                self._pipeline.writer.maybe_flush(now)
-                next_flush = now + flush_every_s
-            next_tick += interval_s
-            if next_tick <= now:
-                next_tick += (int((now - next_tick) // interval_s) + 1) * interval_s
+        writer = self._writer
+
+        def flush(now_s: float) -> None:
+            writer.wake.clear()
+            writer.maybe_flush(now_s)
+
+        # Flush every flush interval, or at once when the writer asks (a job ended and
+        # its final figures should be stored before anyone reads them).
+        flush_hook = Every(writer.flush_interval_s, flush, asked=writer.wake.is_set)
+        TickLoop(self._pipeline.tick, float(self._settings["interval"]), self._stop,
+                 [flush_hook]).run()
 
     def add_pid(self, pid: int, labels: dict[str, str] | None = None) -> None:
         """Attach a process started after :meth:`start` (``joulestat run`` spawns then adds);
@@ -131,6 +132,10 @@ class EmbeddedJob:
 
     def end(self, cpu_s: float | None = None) -> dict[str, Any]:
         """Stop sampling after one last tick that covers the job's final moments."""
+        # The API first: no job registers behind the sweep below, and every unit
+        # counted through it until now is in the final tick.
+        if self._api is not None:
+            self._api.close()
         self._registry.end(self.id, cpu_s=cpu_s)
         for other in self._registry.jobs(running_only=True):
             # Jobs its programs registered apart through its API: nothing measures them
@@ -140,11 +145,8 @@ class EmbeddedJob:
             self._registry.end(other.id)
         self._stop.set()
         if self._thread is not None:
-            self._thread.join()
-        if self._api is not None:
-            self._api.close()
+            self._thread.join()  # the loop's final tick covers the job's last moments
         if self._pipeline is not None:
-            self._pipeline.tick()
             self._pipeline.close()
         assert self.job is not None, "end() before start()"
         return self.job.to_json()

@@ -1,0 +1,197 @@
+"""The pipeline's contract with its sinks: every sink sees every tick once, in list
+order; the checkpoint is computed and passed only when it is saved; finished jobs are
+final at once when nothing stores them; closing closes every sink.
+
+A fake sampler and accounting keep the figures known; one test runs a real StoreWriter
+on SQLite to show the checkpoint lands with its tick.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.identity import NodeInfo
+from agent.jobs.accounting import TickResult
+from agent.jobs.registry import Job, JobRegistry
+from agent.pipeline import Pipeline
+from agent.sensors.base import DeviceInfo
+from agent.sinks.base import TickRecord
+from agent.tick import Tick, TickEntry
+
+NODE = NodeInfo("n1", "test.xlarge", "us-east-1", "Test CPU", "0.1.0")
+T0 = 1_700_000_000.0
+
+
+class FakeSampler:
+    """Ticks of 1 s at 10 W; counts the checkpoints taken (they cost a copy each)."""
+
+    def __init__(self) -> None:
+        self.t = T0
+        self.checkpoints = 0
+        self.closed = False
+
+    def start(self) -> None:
+        pass
+
+    def tick(self) -> Tick:
+        self.t += 1.0
+        return Tick(self.t - 1.0, self.t, (TickEntry("cpu", "0", "rapl", 10.0),))
+
+    def checkpoint(self) -> dict:
+        self.checkpoints += 1
+        return {"t": self.t}
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeAccounting:
+    """Finishes the jobs put in ``finishing`` at the next tick."""
+
+    def __init__(self) -> None:
+        self.finishing: list[Job] = []
+        self.closed = False
+
+    def start(self) -> None:
+        pass
+
+    def on_tick(self, tick: Tick) -> TickResult:
+        finished, self.finishing = self.finishing, []
+        return TickResult(tick, [], {}, [], finished)
+
+    def checkpoint(self) -> dict:
+        return {"idle": []}
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class RecordingSink:
+    def __init__(self, name: str, log: list[tuple[str, TickRecord]],
+                 stores_ticks: bool = False) -> None:
+        self.name, self.log, self.stores_ticks = name, log, stores_ticks
+        self.closed = 0
+
+    def on_tick(self, record: TickRecord) -> None:
+        self.log.append((self.name, record))
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def make(sinks: list[Any], save_checkpoints: bool = True) -> Pipeline:
+    pipeline = Pipeline(FakeSampler(), NODE, FakeAccounting(),  # type: ignore[arg-type]
+                        sinks, boot_id="boot-1", save_checkpoints=save_checkpoints)
+    pipeline.start()
+    return pipeline
+
+
+def test_every_sink_sees_every_tick_once_in_list_order() -> None:
+    log: list[tuple[str, TickRecord]] = []
+    pipeline = make([RecordingSink("metrics", log), RecordingSink("store", log, True),
+                     RecordingSink("jobs", log)])
+    ticks = [pipeline.tick() for _ in range(3)]
+    assert [name for name, _ in log] == ["metrics", "store", "jobs"] * 3
+    for i, (tick, result) in enumerate(ticks):
+        records = [record for _, record in log[3 * i: 3 * i + 3]]
+        assert all(record is records[0] for record in records)  # one record, shared
+        assert records[0].tick is tick and records[0].result is result
+    assert [r.tick.t1_s for _, r in log[::3]] == [T0 + 1, T0 + 2, T0 + 3]
+
+
+def test_the_checkpoint_is_taken_after_the_tick_for_a_storing_sink() -> None:
+    log: list[tuple[str, TickRecord]] = []
+    pipeline = make([RecordingSink("store", log, stores_ticks=True)])
+    pipeline.tick()
+    pipeline.tick()
+    assert pipeline.sampler.checkpoints == 2  # type: ignore[attr-defined]
+    (_, first), (_, second) = log
+    assert first.checkpoint == ({"sampler": {"t": T0 + 1}, "accounting": {"idle": []}},
+                                "boot-1")
+    assert second.checkpoint is not None and second.checkpoint[0]["sampler"] == {"t": T0 + 2}
+
+
+@pytest.mark.parametrize("stores, save", [(False, True), (True, False), (False, False)])
+def test_no_checkpoint_is_computed_unless_one_is_saved(stores: bool, save: bool) -> None:
+    log: list[tuple[str, TickRecord]] = []
+    pipeline = make([RecordingSink("sink", log, stores_ticks=stores)], save_checkpoints=save)
+    pipeline.tick()
+    assert log[0][1].checkpoint is None
+    assert pipeline.sampler.checkpoints == 0  # type: ignore[attr-defined]
+
+
+def _job(job_id: str) -> Job:
+    registry = JobRegistry()
+    return registry.register(job_id, "other", job_id=job_id)
+
+
+@pytest.mark.parametrize("sinks", [[], ["metrics"]])
+def test_finished_jobs_are_final_at_once_when_nothing_stores_them(sinks: list[str]) -> None:
+    log: list[tuple[str, TickRecord]] = []
+    pipeline = make([RecordingSink(name, log) for name in sinks])
+    job = _job("j1")
+    pipeline.accounting.finishing = [job]  # type: ignore[union-attr]
+    _, result = pipeline.tick()
+    assert result is not None and result.finished_jobs == [job]
+    assert job.final
+
+
+def test_a_storing_sink_makes_finished_jobs_final_itself() -> None:
+    log: list[tuple[str, TickRecord]] = []
+    pipeline = make([RecordingSink("metrics", log), RecordingSink("store", log, True)])
+    job = _job("j1")
+    pipeline.accounting.finishing = [job]  # type: ignore[union-attr]
+    pipeline.tick()
+    assert not job.final  # not before its last tick is stored
+    assert log[1][1].result is not None and log[1][1].result.finished_jobs == [job]
+
+
+class FailingClose(RecordingSink):
+    def close(self) -> None:
+        super().close()
+        raise RuntimeError("disk gone")
+
+
+def test_close_closes_every_sink_then_the_readers() -> None:
+    log: list[tuple[str, TickRecord]] = []
+    sinks = [RecordingSink("a", log), RecordingSink("b", log, True)]
+    pipeline = make(sinks)
+    pipeline.close()
+    assert [s.closed for s in sinks] == [1, 1]
+    assert pipeline.accounting.closed and pipeline.sampler.closed  # type: ignore[union-attr]
+
+
+def test_a_sink_failing_to_close_does_not_keep_the_others_open() -> None:
+    log: list[tuple[str, TickRecord]] = []
+    sinks = [FailingClose("a", log), RecordingSink("b", log, True)]
+    pipeline = make(sinks)
+    with pytest.raises(RuntimeError, match="disk gone"):
+        pipeline.close()
+    assert [s.closed for s in sinks] == [1, 1]
+    assert pipeline.accounting.closed and pipeline.sampler.closed  # type: ignore[union-attr]
+
+
+def test_the_store_writer_stores_each_tick_with_its_checkpoint(tmp_path: Path) -> None:
+    from agent.store import migrate
+    from agent.store.engine import make_engine
+    from agent.store.restart import load_checkpoint
+    from agent.store.writer import StoreWriter
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'store.db'}")
+    migrate.upgrade(engine)
+    writer = StoreWriter(engine, NODE, [DeviceInfo("cpu", "0", "rapl")], raw_retention_s=600)
+    pipeline = make([writer])
+    job = _job("j1")
+    pipeline.accounting.finishing = [job]  # type: ignore[union-attr]
+    pipeline.tick()
+    pipeline.tick()
+    assert not job.final and writer.wake.is_set()  # a flush is asked for, not yet done
+    pipeline.close()  # flushes
+    assert job.final
+    saved = load_checkpoint(engine, NODE.node)
+    assert saved is not None
+    assert (saved.saved_s, saved.boot_id) == (T0 + 2, "boot-1")
+    assert saved.state["sampler"] == {"t": T0 + 2}
