@@ -6,9 +6,10 @@ Compare page runs :func:`agent.reports.compare.compare`, as ``joulestat compare`
 
 * a job's "setup" is the set of instance types it ran on, named as the comparison
   groups it (``c5.4xlarge+p4d.24xlarge`` for a trainer fed by a loader);
-* a load-curve point's rate is units per second of running time (``ended_s -
-  started_s``), its energy per unit the jobs' attributed energy (dynamic + their share
-  of idle) over their units: the rule MLPerf Power applies per query;
+* a load-curve point's rate is units per second of running time (``held_s``: start to
+  end, or to now while running), its energy per unit the jobs' attributed energy
+  (dynamic + their share of idle) over their units: the rule MLPerf Power applies per
+  query;
 * the CPU-bottleneck flag is read from power, because the store keeps energy and no
   utilisation: a component's load is where its power sits between the lowest and
   highest minute average the node ever showed.
@@ -20,17 +21,19 @@ import math
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from agent import units
 from agent.redact import redact_labels
 from agent.reports.compare import setup_name
 from agent.reports.external import shown_labels
 from agent.reports.sources import source_class
-from agent.store.dashboard_queries import JobTotals, SeriesPoint, SourceEnergy
-from agent.store.job_queries import JobSummary
 
-# A job as a list shows it (JobTotals) or as the detail page reads it (JobDetail).
-AnyJob = JobTotals | JobSummary
+if TYPE_CHECKING:  # the store's records, through the dashboard's door (which imports this)
+    from dashboard.state import JobSummary, JobTotals, SeriesPoint, SourceEnergy
+
+    # A job as a list shows it (JobTotals) or as the detail page reads it (JobDetail).
+    AnyJob = JobTotals | JobSummary
 ACCELERATORS = ("gpu", "accelerator")
 # The Jobs table: the name first (what people look for), the id last and short; each
 # figure as text from agent.units, so a cell reads as the same figure elsewhere.
@@ -57,12 +60,6 @@ def provenance_totals(rows: Iterable[SourceEnergy]) -> dict[str, float]:
         if row.component not in OVERLAPPING:
             totals[source_class(row.source)] += row.energy_j
     return dict(totals)
-
-
-def run_s(job: AnyJob, now_s: float) -> float:
-    """How long the job ran (so far, if still running)."""
-    end = job.ended_s if job.ended_s is not None else now_s
-    return max(0.0, end - job.started_s)
 
 
 def setup_of(job: AnyJob) -> str:
@@ -97,7 +94,7 @@ def job_rows(jobs: Iterable[JobTotals], costs: Mapping[str, JobCost],
             units.usd(cost.cost_usd),
             units.per(units.energy(per_unit_j), unit) if count else units.UNKNOWN,
             f"{units.count(count)} {unit}" if unit else units.UNKNOWN, job.started_s,
-            units.duration(run_s(job, now_s)), ", ".join(n for n, _t in job.nodes),
+            units.duration(job.held_s(now_s)), ", ".join(n for n, _t in job.nodes),
             ", ".join(f"{k}={v}" for k, v in redact_labels(shown_labels(job.labels)).items()),
             short_id(job.id),
             job.id, job.total_j, math.nan if cost.operational_g is None else cost.operational_g,
@@ -172,7 +169,7 @@ def load_curve(jobs: Iterable[JobTotals], unit: str, now_s: float,
         point[0] += 1
         point[1] += job.units[unit]
         point[2] += job.total_j
-        point[3] += run_s(job, now_s)
+        point[3] += job.held_s(now_s)
     points = [LoadPoint(setup, level, int(n), count, energy, seconds)
               for (setup, level), (n, count, energy, seconds) in sorted(sums.items())]
     return points, skipped

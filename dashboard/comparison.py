@@ -1,9 +1,10 @@
 """The Compare page's figures: ``joulestat compare``'s arithmetic on the dashboard's reads.
 
 The page must say what the command says about the same jobs, so nothing here computes a
-figure: jobs read as :class:`~agent.store.dashboard_queries.JobTotals` become
-:class:`~agent.reports.compare.JobFigures` (:func:`dashboard.costing.job_figures`, the
-fast path that prices ten thousand jobs), and :func:`agent.reports.compare.compare`
+figure: jobs read as :class:`~agent.store.job_totals.JobTotals` become
+:class:`~agent.reports.compare.JobFigures` priced as the command prices them
+(:func:`dashboard.costing.job_figures`: :class:`agent.carbon.pricing.Pricer` and
+:func:`agent.reports.compare_data.job_figures`), and :func:`agent.reports.compare.compare`
 groups them, takes the deltas and sizes the fleet. This module only picks the options
 the page offers (the grouping, the default baseline) and collects the notes the command
 prints under its table.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from agent.reports.compare import (
     PER_UNIT,
@@ -23,8 +25,10 @@ from agent.reports.compare import (
     rebase,
 )
 from agent.reports.compare_words import row_names
-from agent.store.dashboard_queries import JobTotals
 from dashboard import costing
+
+if TYPE_CHECKING:  # dashboard.state imports this module
+    from dashboard.state import JobTotals
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +64,7 @@ def figures(found: Sequence[JobTotals], now_s: float,
     if picked is not None:
         order = {job_id: i for i, job_id in enumerate(picked)}
         jobs.sort(key=lambda j: order.get(j.id, len(order)))
-    return [costing.job_figures(job, now_s, sources) for job in jobs]
+    return costing.job_figures(jobs, now_s, sources)
 
 
 def comparison(jobs: Sequence[JobFigures], unit: str, by: str) -> Comparison | None:

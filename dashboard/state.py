@@ -1,7 +1,11 @@
 """The dashboard's one door to the store: which URL, a read-only engine, cached reads.
 
-Pages never build SQL and never hold an engine: they call the functions here, which
-call :mod:`agent.store.dashboard_queries` (and the shared job/node queries) through one
+Pages and the other dashboard modules never build SQL, never hold an engine and import
+no store module: they call the functions here, and take the store's record types from
+here (``state.JobTotals``, ``state.SeriesPoint``...). The functions call the store's
+reads (:mod:`agent.store.nodes`, :mod:`~agent.store.jobs`,
+:mod:`~agent.store.job_totals`, :mod:`~agent.store.series`,
+:mod:`~agent.store.provenance`, the same ones reports and commands use) through one
 engine per URL (``st.cache_resource``) and keep results for ten seconds
 (``st.cache_data(ttl=10)``), about two store flushes of the agent: fresh enough to
 watch a job, and a page rerun on every widget change costs no query. Time windows
@@ -29,15 +33,44 @@ import streamlit as st
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from agent.store import dashboard_queries as dq
 from agent.store.engine import StoreError, describe_error, redact_url
-from agent.store.job_queries import JobDetail, UnknownJobError, job_detail
+from agent.store.job_refs import JobRefError, resolve_job
+from agent.store.job_totals import JobFilter, JobTotals, PartTotals, job_totals
+from agent.store.jobs import (
+    JobDetail,
+    JobRef,
+    JobSummary,
+    UnknownJobError,
+    count_jobs,
+    job_choices,
+    job_detail,
+    job_units_by_kind,
+)
 from agent.store.migrate import HEAD_REVISION, current_revision
-from agent.store.queries import NodeSummary, latest_power_w, list_nodes
-from agent.store.report_queries import node_sources
+from agent.store.nodes import NodeSummary, latest_power_w, list_nodes, node_covered_s
+from agent.store.provenance import (
+    SourceEnergy,
+    energy_by_source,
+    imported_nodes,
+    job_energy_by_source,
+    node_sources,
+)
+from agent.store.readonly import StoreMissingError, open_readonly_engine
+from agent.store.series import (
+    SeriesPoint,
+    choose_bucket_s,
+    job_min_bucket_s,
+    job_power_series,
+    job_unit_series,
+    node_power_range,
+    node_power_series,
+)
 from dashboard import analysis, comparison, costing
-from dashboard.analysis import JobCost
 from dashboard.bulk import gc_paused
+
+# The store's records the pages and modules use, taken from here (see the docstring).
+__all__ = ["HEAD_REVISION", "JobDetail", "JobRef", "JobSummary", "JobTotals", "NodeSummary",
+           "PartTotals", "SeriesPoint", "SourceEnergy"]
 
 ENV_DB = "JOULESTAT_DB"
 TTL_S = 10
@@ -82,7 +115,7 @@ def now_s() -> float:
 
 @st.cache_resource(show_spinner=False)
 def engine(url: str) -> Engine:
-    return dq.open_readonly_engine(url)
+    return open_readonly_engine(url)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +138,7 @@ def status(url: str) -> StoreStatus:
             return StoreStatus("outdated", revision)
         if not list_nodes(eng):
             return StoreStatus("empty")
-    except dq.StoreMissingError as exc:
+    except StoreMissingError as exc:
         engine.clear()  # so the file is found once an agent creates it
         return StoreStatus("missing", str(exc))
     except (StoreError, SQLAlchemyError) as exc:
@@ -137,26 +170,22 @@ def current_power(url: str) -> dict[str, dict[str, float]]:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def sources(url: str, since_s: float, until_s: float) -> list[dq.SourceEnergy]:
-    return dq.energy_by_source(engine(url), since_s, until_s)
+def sources(url: str, since_s: float, until_s: float) -> list[SourceEnergy]:
+    return energy_by_source(engine(url), since_s, until_s)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def covered(url: str, since_s: float, until_s: float) -> dict[str, float]:
-    return dq.node_covered_s(engine(url), since_s, until_s)
+    return node_covered_s(engine(url), since_s, until_s)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 @gc_paused
 def jobs(url: str, kind: str | None = None, status: str | None = None,
          since_s: float | None = None, until_s: float | None = None, node: str | None = None,
-         instance_type: str | None = None) -> list[dq.JobTotals]:
-    where = dq.JobFilter(kind, status, since_s, until_s, node, instance_type)
-    return dq.job_totals(engine(url), where)
-
-
-def _costs(found: list[dq.JobTotals], at_s: float) -> dict[str, JobCost]:
-    return {job.id: costing.job_cost(job, at_s) for job in found}
+         instance_type: str | None = None) -> list[JobTotals]:
+    where = JobFilter(kind, status, since_s, until_s, node, instance_type)
+    return job_totals(engine(url), where)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -166,9 +195,9 @@ def job_table(url: str, kind: str | None, status: str | None, since_s: float | N
               at_s: float) -> pd.DataFrame:
     """The Jobs table (one row per job, ``started`` in epoch seconds), cached as a frame:
     a frame is cheap to copy out of the cache, ten thousand job objects are not."""
-    where = dq.JobFilter(kind, status, since_s, until_s, node, instance_type)
-    found = dq.job_totals(engine(url), where)
-    return pd.DataFrame(analysis.job_rows(found, _costs(found, at_s), at_s))
+    where = JobFilter(kind, status, since_s, until_s, node, instance_type)
+    found = job_totals(engine(url), where)
+    return pd.DataFrame(analysis.job_rows(found, costing.job_costs(found, at_s), at_s))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -180,8 +209,8 @@ def compare(url: str, kind: str, unit: str, since_s: float | None, until_s: floa
     (``by="instance_type"``), per value of a label (``by="label:KEY"``), or per job when
     ``picked`` names the jobs; None when none counted ``unit``. Against the first row
     and unsized: the page moves the baseline and SLA on the rows alone."""
-    where = dq.JobFilter(kind, None, since_s, until_s, job_ids=picked)
-    found = dq.job_totals(engine(url), where)
+    where = JobFilter(kind, None, since_s, until_s, job_ids=picked)
+    found = job_totals(engine(url), where)
     sources = node_sources(engine(url), {node for job in found for node, _t in job.nodes})
     jobs = comparison.figures(found, at_s, picked, sources)
     return comparison.comparison(jobs, unit, "job" if picked is not None else by)
@@ -194,7 +223,7 @@ def compare_candidates(url: str, kind: str, unit: str, since_s: float | None,
                        ) -> list[tuple[str, str, float, str]]:
     """(job id, name, started_s, setup) of the newest jobs that counted ``unit``, for
     the job picker ("name · started · instance type", started in the viewer's clock)."""
-    found = dq.job_totals(engine(url), dq.JobFilter(kind, None, since_s, until_s))
+    found = job_totals(engine(url), JobFilter(kind, None, since_s, until_s))
     newest = sorted((j for j in found if j.units.get(unit, 0) > 0),
                     key=lambda j: j.started_s, reverse=True)[:limit]
     return [(j.id, j.name, j.started_s, analysis.setup_of(j)) for j in newest]
@@ -206,7 +235,7 @@ def label_keys(url: str, kind: str | None, since_s: float | None = None,
                until_s: float | None = None) -> list[str]:
     """Label keys of the jobs of ``kind`` whose values are numbers on two jobs or more
     (Load curve's level), most used first."""
-    found = dq.job_totals(engine(url), dq.JobFilter(kind, None, since_s, until_s))
+    found = job_totals(engine(url), JobFilter(kind, None, since_s, until_s))
     return analysis.numeric_label_keys(found)
 
 
@@ -215,7 +244,7 @@ def label_keys(url: str, kind: str | None, since_s: float | None = None,
 def all_label_keys(url: str, kind: str | None) -> list[str]:
     """Every label key the jobs of ``kind`` carry, most used first (Compare's grouping)."""
     counts: dict[str, int] = {}
-    for job in dq.job_totals(engine(url), dq.JobFilter(kind)):
+    for job in job_totals(engine(url), JobFilter(kind)):
         for key in job.labels:
             counts[key] = counts.get(key, 0) + 1
     return sorted(counts, key=lambda k: (-counts[k], k))
@@ -223,9 +252,9 @@ def all_label_keys(url: str, kind: str | None) -> list[str]:
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 @gc_paused
-def load_jobs(url: str, unit: str, label_key: str) -> list[dq.JobTotals]:
+def load_jobs(url: str, unit: str, label_key: str) -> list[JobTotals]:
     """Inference jobs carrying ``label_key`` that counted ``unit``, by start."""
-    found = dq.job_totals(engine(url), dq.JobFilter(kind="inference", label_key=label_key))
+    found = job_totals(engine(url), JobFilter(kind="inference", label_key=label_key))
     return [j for j in found if j.units.get(unit, 0) > 0]
 
 
@@ -237,23 +266,24 @@ def load_points(url: str, unit: str, at_s: float, label_key: str = "concurrency"
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def imported(url: str) -> set[str]:
-    """Nodes known only from imported files (:func:`dq.imported_nodes`)."""
-    return dq.imported_nodes(engine(url))
+    """Nodes known only from imported files
+    (:func:`agent.store.provenance.imported_nodes`)."""
+    return imported_nodes(engine(url))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def running_count(url: str) -> int:
-    return dq.count_jobs(engine(url), running=True)
+    return count_jobs(engine(url), running=True)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def choices(url: str) -> list[dq.JobChoice]:
-    return dq.job_choices(engine(url))
+def choices(url: str) -> list[JobRef]:
+    return job_choices(engine(url))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def units_by_kind(url: str) -> dict[str, list[str]]:
-    return dq.job_units_by_kind(engine(url))
+    return job_units_by_kind(engine(url))
 
 
 @dataclass(frozen=True)
@@ -270,8 +300,6 @@ class JobLookup:
 def lookup_job(url: str, ref: str) -> JobLookup:
     """``ref`` as every command reads a job: id, name (its latest run) or unique id prefix
     (:func:`agent.store.job_refs.resolve_job`), so a link with a name or a short id works."""
-    from agent.store.job_refs import JobRefError, resolve_job
-
     try:
         found = resolve_job(engine(url), ref)
     except JobRefError as exc:
@@ -289,25 +317,25 @@ def detail(url: str, job_id: str) -> JobDetail | None:
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def job_series(url: str, job_id: str, span_s: float) -> tuple[
-        int, list[dq.SeriesPoint], list[tuple[float, str, str, float]]]:
+        int, list[SeriesPoint], list[tuple[float, str, str, float]]]:
     """(bucket_s, power points, unit points) for a job lasting ``span_s``."""
     eng = engine(url)
-    bucket_s = dq.choose_bucket_s(span_s, 300, dq.job_min_bucket_s(eng, job_id))
-    return (bucket_s, dq.job_power_series(eng, job_id, bucket_s),
-            dq.job_unit_series(eng, job_id, bucket_s))
+    bucket_s = choose_bucket_s(span_s, 300, job_min_bucket_s(eng, job_id))
+    return (bucket_s, job_power_series(eng, job_id, bucket_s),
+            job_unit_series(eng, job_id, bucket_s))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def node_series(url: str, node: str, since_s: float, until_s: float,
-                bucket_s: int) -> list[dq.SeriesPoint]:
-    return dq.node_power_series(engine(url), node, since_s, until_s, bucket_s)
+                bucket_s: int) -> list[SeriesPoint]:
+    return node_power_series(engine(url), node, since_s, until_s, bucket_s)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def power_range(url: str, node: str) -> dict[str, tuple[float, float]]:
-    return dq.node_power_range(engine(url), node)
+    return node_power_range(engine(url), node)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def job_sources(url: str, job_id: str) -> list[dq.SourceEnergy]:
-    return dq.job_energy_by_source(engine(url), job_id)
+def job_sources(url: str, job_id: str) -> list[SourceEnergy]:
+    return job_energy_by_source(engine(url), job_id)

@@ -1,22 +1,21 @@
 """Pieces every page shares: the store check, the viewer's timezone, period choices.
 
-A page starts with :func:`require_data`, which stops the page with instructions (how to
-start the agent and run a job) when the store has nothing to show, instead of letting
-an empty query fall over further down.
+A page starts with :func:`open_page`, which runs :func:`require_data`: that stops the
+page with instructions (how to start the agent and run a job) when the store has nothing
+to show, instead of letting an empty query fall over further down.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, tzinfo
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import streamlit as st
 
 from agent.carbon.prices import PricesError
 from agent.redact import redact_text
-from agent.store.migrate import HEAD_REVISION
 from dashboard import costing, state
 
 PERIODS_S = {"Last hour": 3600.0, "Last 24 hours": 86400.0, "Last 7 days": 7 * 86400.0,
@@ -24,7 +23,7 @@ PERIODS_S = {"Last hour": 3600.0, "Last 24 hours": 86400.0, "Last 7 days": 7 * 8
 SHORT = {"Last hour": "1 h", "Last 24 hours": "24 h", "Last 7 days": "7 d",
          "Last 30 days": "30 d", "All time": "all time"}
 SAMPLE_HINT = ("To look around first, fill a sample store and open it:\n\n"
-               "```sh\npython -m dashboard.sample sqlite:////tmp/joulestat-sample.db\n"
+               "```sh\npython -m agent.sim.sample sqlite:////tmp/joulestat-sample.db\n"
                "joulestat dashboard --db sqlite:////tmp/joulestat-sample.db\n```")
 
 
@@ -118,12 +117,32 @@ def require_data(url: str) -> None:
                 f"starts (or run `joulestat db upgrade --db '{shown}'`).\n\n{start}")
     elif found.state == "outdated":
         st.warning(f"The store is at schema revision `{found.detail}`; this dashboard reads "
-                   f"`{HEAD_REVISION}`. Run `joulestat db upgrade --db '{shown}'` (the "
+                   f"`{state.HEAD_REVISION}`. Run `joulestat db upgrade --db '{shown}'` (the "
                    "dashboard itself never writes), or update joulestat if the store is "
                    "newer.")
     else:
         st.error(f"Cannot read the store `{shown}`: {redact_text(str(found.detail))}")
     st.stop()
+
+
+class Page(NamedTuple):
+    """What every page reads before its own widgets: the store, now and the viewer's
+    timezone. A tuple, so a page unpacks it: ``url, now, tz = ui.open_page("Jobs")``."""
+
+    url: str
+    now_s: float
+    tz: tzinfo
+
+
+def open_page(title: str) -> Page:
+    """Every page's opening, in one place so no page forgets a step: the app's
+    navigation (:func:`enter`), the title, and a stop with instructions when the store
+    has nothing to show (:func:`require_data`)."""
+    enter()
+    url = state.db_url()
+    st.title(title)
+    require_data(url)
+    return Page(url, state.now_s(), viewer_tz())
 
 
 def period_picker(key: str, default: str = "Last 24 hours") -> tuple[str, float | None]:

@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.carbon.datafiles import data_path, read_commented_csv
+from agent.carbon.datafiles import load_table
 from agent.carbon.prices import PriceTable
 from agent.carbon.regions import PROVIDERS
 
@@ -137,8 +137,7 @@ def parse_catalog(rows: list[dict[str, str]], origin: str) -> dict[str, Instance
 
 def load_catalog(path: Path | None = None) -> dict[str, InstanceSpec]:
     """Parse the catalog at ``path`` (default: the bundled one)."""
-    path = path if path is not None else data_path("instances.csv")
-    return parse_catalog(read_commented_csv(path, _COLUMNS), str(path))
+    return load_table(path, "instances.csv", _COLUMNS, parse_catalog)
 
 
 @functools.lru_cache(maxsize=1)

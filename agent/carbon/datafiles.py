@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 def data_path(name: str) -> Path:
@@ -30,3 +34,11 @@ def read_commented_csv(path: Path, required: tuple[str, ...]) -> list[dict[str, 
     if missing:
         raise ValueError(f"{path}: missing column(s) {', '.join(missing)}")
     return [{k: (v or "").strip() for k, v in row.items() if k is not None} for row in reader]
+
+
+def load_table(path: Path | None, bundled: str, required: tuple[str, ...],
+               parse: Callable[[list[dict[str, str]], str], T]) -> T:
+    """The table at ``path`` (default: the bundled file ``bundled``) through its loader's
+    ``parse``, which names the file in its errors."""
+    path = path if path is not None else data_path(bundled)
+    return parse(read_commented_csv(path, required), str(path))

@@ -1,16 +1,17 @@
-"""A job's carbon and cost: the one function reports, compare and the dashboard call.
+"""A job's carbon and cost: the one function reports and :mod:`agent.carbon.pricing` call.
 
     operational_co2e_g = Σ_points kWh × PUE(node) × I(node[, time])
     embodied_co2e_g    = Σ_nodes TE × (reserved time / lifetime) × (vCPUs / family max vCPUs)
     cost_usd           = Σ_nodes USD/h × reserved hours
 
 Energy comes in as the job's joules per tick (or per minute once rolled up) per node, as
-:func:`agent.store.job_queries.job_energy_series` returns them; placement (instance type,
-region, how long the node was held) as :class:`NodePlacement`. Each node resolves its own
-intensity, PUE, price and embodied share, so a job spread over a GPU node in one region
-and a CPU node in another is charged what each actually cost. Operational and embodied
-are kept apart (SCI's O and M): the first rests on measured energy, the second on coarse
-server footprints. An unknown price or embodied figure on any node makes the total None,
+:func:`agent.store.series.job_energy_series` returns them; placement (instance type,
+region, how long the node was held) as :class:`NodePlacement`, which
+:func:`agent.carbon.pricing.placements` builds from a job's parts. Each node resolves
+its own intensity, PUE, price and embodied share, so a job spread over a GPU node in one
+region and a CPU node in another is charged what each actually cost. Operational and
+embodied are kept apart (SCI's O and M): the first rests on measured energy, the second
+on coarse server footprints. An unknown price or embodied figure on any node makes the total None,
 with a note naming the node, never a silent zero.
 """
 
@@ -21,7 +22,6 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from agent.carbon import live
 from agent.carbon.catalog import Price, lookup, price_per_hour
@@ -237,18 +237,6 @@ def footprint(
         notes=tuple(notes),
         methodology=METHODOLOGY,
     )
-
-
-def placements_from_detail(detail: Any, now_s: float | None = None) -> dict[str, NodePlacement]:
-    """Node placements from a :class:`agent.store.job_queries.JobDetail` (its ``per_node``);
-    a node still running is held until ``now_s`` (default now)."""
-    now = time.time() if now_s is None else float(now_s)
-    placements = {}
-    for part in detail.per_node:
-        end_s = part.ended_s if part.ended_s is not None else now
-        placements[part.node] = NodePlacement(part.instance_type or None, part.region or None,
-                                              max(0.0, end_s - part.started_s))
-    return placements
 
 
 def energy_points(node: str, series: Iterable[tuple[float, str, float, float]]

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.carbon.datafiles import data_path, read_commented_csv
+from agent.carbon.datafiles import load_table
 
 PROVIDERS = ("aws", "gcp", "azure")
 _COLUMNS = ("provider", "region", "location", "country_iso3", "subdivision", "emaps_zone",
@@ -65,8 +65,7 @@ def parse_regions(rows: list[dict[str, str]], origin: str) -> dict[str, CloudReg
 
 def load_regions(path: Path | None = None) -> dict[str, CloudRegion]:
     """Parse the region table at ``path`` (default: the bundled one)."""
-    path = path if path is not None else data_path("cloud_regions.csv")
-    return parse_regions(read_commented_csv(path, _COLUMNS), str(path))
+    return load_table(path, "cloud_regions.csv", _COLUMNS, parse_regions)
 
 
 @functools.lru_cache(maxsize=1)

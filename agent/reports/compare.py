@@ -37,6 +37,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
+from agent.carbon.pricing import NodeFigures
 from agent.carbon.units import S_PER_HOUR
 from agent.redact import redact_labels
 from agent.reports.compare_groups import (
@@ -58,17 +59,6 @@ __all__ = ["BY_CHOICES", "LABEL_BY", "PER_MILLION", "PER_RUN", "PER_UNIT", "UNKN
 PER_UNIT = "unit"
 PER_RUN = "run"
 PER_MILLION = 1_000_000.0
-
-
-@dataclass(frozen=True, slots=True)
-class NodeFigures:
-    """One node of a job: its type, how long it was held, its energy and its cost."""
-
-    node: str
-    instance_type: str
-    held_s: float
-    energy_j: float
-    cost_usd: float | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,33 +1,30 @@
 """Stored jobs -> :class:`~agent.reports.compare.JobFigures`, for :func:`compare`.
 
-Each job's energy, units and node times come from the store's public reads
-(:func:`~agent.store.job_queries.job_detail`, :func:`~agent.store.job_queries.
-job_energy_series`), its CO2e and cost from :func:`agent.carbon.footprint.footprint`,
-per node: so ``joulestat compare`` prints the same figures ``footprint()`` gives any
-other report, with the same unknowns. A running job is counted up to ``now_s`` (energy,
-units and held time so far), which keeps its ratios consistent while it runs.
+Each job's energy, units and node times come from the store's reads
+(:func:`agent.store.jobs.job_detail`; the energy series only where live intensity needs
+it), its CO2e and cost from :class:`agent.carbon.pricing.Pricer`, the pricing the
+dashboard's pages use too: so ``joulestat compare`` and the Compare page print the same
+figures, with the same unknowns. :func:`job_figures` is the one place a job record and
+its price become a :class:`JobFigures`. A running job is counted up to ``now_s``
+(energy, units and held time so far), which keeps its ratios consistent while it runs.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from sqlalchemy.engine import Engine
 
-from agent.carbon.catalog import price_per_hour
-from agent.carbon.footprint import (
-    CarbonSettings,
-    energy_points,
-    footprint,
-    placements_from_detail,
-)
-from agent.reports.compare import CompareError, JobFigures, NodeFigures
-from agent.store.compare_queries import job_refs
-from agent.store.job_queries import JobDetail, job_detail, job_energy_series
-from agent.store.job_refs import JobRef, JobRefError, resolve_job
-from agent.store.report_queries import node_sources
+from agent.carbon.footprint import CarbonSettings, energy_points
+from agent.carbon.pricing import JobPrice, Pricer
+from agent.reports.compare import CompareError, JobFigures
+from agent.store.job_refs import JobRefError, resolve_job
+from agent.store.job_totals import JobTotals
+from agent.store.jobs import JobDetail, JobRef, job_detail, job_refs
+from agent.store.provenance import node_sources
+from agent.store.series import job_energy_series
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,29 +82,37 @@ def pick_baseline(engine: Engine, baseline: str, compared: Sequence[JobFigures],
     return chosen.latest.id, chosen.notes("comparing against")
 
 
-def figures_of(engine: Engine, detail: JobDetail, settings: CarbonSettings | None,
-               now_s: float) -> JobFigures:
-    """One stored job's :class:`JobFigures`, its carbon and cost from ``footprint()``."""
-    placements = placements_from_detail(detail, now_s)
-    points = [point for part in detail.per_node
-              for point in energy_points(part.node,
-                                         job_energy_series(engine, detail.id, part.node))]
-    found = footprint(points, placements, settings, now_s=now_s)
-    costs = {n.node: n.cost_usd for n in found.nodes}
-    nodes = tuple(
-        NodeFigures(part.node, part.instance_type, placements[part.node].duration_s,
-                    part.total_j, costs.get(part.node))
-        for part in detail.per_node)
-    end_s = detail.ended_s if detail.ended_s is not None else now_s
+def job_figures(job: JobTotals | JobDetail, price: JobPrice, now_s: float,
+                sources: Sequence[str] = ()) -> JobFigures:
+    """The job as :func:`~agent.reports.compare.compare` takes it: energy is the job's
+    attributed energy, CO2e operational with embodied apart, cost and held time per node
+    (``price``, from :meth:`Pricer.job`), ``duration_s`` its wall-clock time to ``now_s``
+    while it runs, ``sources`` its nodes' (:func:`node_sources`)."""
     return JobFigures(
-        job_id=detail.id, name=detail.name, kind=detail.kind, nodes=nodes,
-        units=dict(detail.units), duration_s=max(0.0, end_s - detail.started_s),
-        energy_j=detail.total_j, operational_co2e_g=found.operational_co2e_g,
-        embodied_co2e_g=found.embodied_co2e_g, cost_usd=found.cost_usd, notes=found.notes,
-        labels=dict(detail.labels), started_s=detail.started_s,
-        sources=tuple(sorted({s for found_sources in node_sources(
-            engine, [p.node for p in detail.per_node]).values() for s in found_sources})),
-    )
+        job_id=job.id, name=job.name, kind=job.kind, nodes=price.nodes,
+        units=dict(job.units), duration_s=job.held_s(now_s), energy_j=job.total_j,
+        operational_co2e_g=price.operational_g, embodied_co2e_g=price.embodied_g,
+        cost_usd=price.cost_usd, notes=price.notes, labels=dict(job.labels),
+        started_s=job.started_s, sources=tuple(sorted(set(sources))))
+
+
+def sources_of(job: JobTotals | JobDetail, by_node: Mapping[str, Sequence[str]]
+               ) -> list[str]:
+    """The sources of the nodes a job ran on, from :func:`node_sources`' answer."""
+    return [s for node, _itype in job.nodes for s in by_node.get(node, ())]
+
+
+def figures_of(engine: Engine, detail: JobDetail, pricer: Pricer, now_s: float) -> JobFigures:
+    """One stored job's :class:`JobFigures`, priced by ``pricer``."""
+
+    def points() -> list[tuple[float, str, float]]:
+        return [point for part in detail.per_node
+                for point in energy_points(part.node,
+                                           job_energy_series(engine, detail.id, part.node))]
+
+    price = pricer.job(detail.per_node, now_s, points)
+    sources = node_sources(engine, [p.node for p in detail.per_node])
+    return job_figures(detail, price, now_s, sources_of(detail, sources))
 
 
 def load_job_figures(
@@ -131,35 +136,7 @@ def load_job_figures(
 
 def figures_for(engine: Engine, refs: Sequence[JobRef], settings: CarbonSettings | None = None,
                 *, now_s: float | None = None) -> list[JobFigures]:
-    """Figures of ``refs`` (from :func:`pick_jobs`), in their order."""
+    """Figures of ``refs`` (from :func:`pick_jobs`), in their order, priced alike."""
     now = time.time() if now_s is None else float(now_s)
-    return [figures_of(engine, job_detail(engine, ref.id), settings, now) for ref in refs]
-
-
-@dataclass(frozen=True, slots=True)
-class PriceUsed:
-    """The hourly price one instance type was charged, and where that price came from
-    (``prices file /path``, ``catalog:<url>``, ``override`` or ``unknown``)."""
-
-    instance_type: str
-    usd_per_hour: float | None
-    source: str
-    note: str
-
-
-def prices_used(figures: Iterable[JobFigures], settings: CarbonSettings | None = None
-                ) -> list[PriceUsed]:
-    """Each instance type of ``figures``' nodes (sorted) with the price it was charged.
-
-    Asked of :func:`agent.carbon.catalog.price_per_hour` with the settings that priced the
-    figures, the one function ``footprint()`` asks, so the source printed beside a table
-    is the source of the table's costs: a reader can tell a negotiated rate from a list
-    price.
-    """
-    settings = settings if settings is not None else CarbonSettings()
-    types = sorted({n.instance_type for f in figures for n in f.nodes})
-    used = []
-    for itype in types:
-        price = price_per_hour(itype or None, settings.price_per_hour_usd, settings.prices)
-        used.append(PriceUsed(itype, price.usd_per_hour, price.source, price.note))
-    return used
+    pricer = Pricer(settings)
+    return [figures_of(engine, job_detail(engine, ref.id), pricer, now) for ref in refs]

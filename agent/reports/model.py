@@ -30,9 +30,9 @@ from agent.carbon.footprint import (
     NodeFootprint,
     energy_points,
     footprint,
-    placements_from_detail,
 )
 from agent.carbon.live import DEFAULT_URL
+from agent.carbon.pricing import placements
 from agent.carbon.units import j_to_kwh
 from agent.redact import redact_labels
 from agent.reports import narrative
@@ -40,14 +40,10 @@ from agent.reports.external import external_figures
 from agent.reports.provenance import node_provenance
 from agent.reports.series import COMPONENT_ORDER, node_series, power_series, unit_series
 from agent.reports.sources import energy_by_class
-from agent.store.dashboard_queries import job_energy_by_source
-from agent.store.job_queries import JobDetail, JobNodePart, job_detail, job_energy_series
-from agent.store.report_queries import (
-    job_energy_parts,
-    job_sources,
-    job_unit_rows,
-    untracked_cpu_j,
-)
+from agent.store.jobs import JobDetail, JobNodePart, job_detail
+from agent.store.nodes import node_devices
+from agent.store.provenance import job_energy_by_source, job_sources, untracked_cpu_j
+from agent.store.series import job_energy_parts, job_energy_series, job_unit_rows
 
 REPORT_FORMAT = "joulestat-report"
 SCHEMA_VERSION = 1
@@ -130,10 +126,10 @@ def _per_unit(units: Mapping[str, float], energy_j: float, co2e_g: float,
     return per_unit, per_million, throughput
 
 
-def _untracked_share(engine: Engine, part: JobNodePart, end_s: float) -> float | None:
+def _untracked_share(engine: Engine, part: JobNodePart, now_s: float) -> float | None:
     """Share of the node's busy CPU time (dynamic CPU energy) no job tracked while the
     job ran there; None where the store cannot say (no dynamic CPU energy, imports)."""
-    found = untracked_cpu_j(engine, part.node, part.started_s, end_s)
+    found = untracked_cpu_j(engine, part.node, part.started_s, part.end_s(now_s))
     if found is None:
         return None
     untracked_j, total_j = found
@@ -142,7 +138,6 @@ def _untracked_share(engine: Engine, part: JobNodePart, end_s: float) -> float |
 
 def _node_entry(part: JobNodePart, node_fp: NodeFootprint | None, now_s: float,
                 sources: dict[str, list[str]], extra: Mapping[str, Any]) -> dict[str, Any]:
-    end_s = part.ended_s if part.ended_s is not None else now_s
     components = {
         c: {"dynamic_j": part.dynamic_j.get(c, 0.0), "idle_j": part.idle_j.get(c, 0.0)}
         for c in sorted(set(part.dynamic_j) | set(part.idle_j))
@@ -155,7 +150,7 @@ def _node_entry(part: JobNodePart, node_fp: NodeFootprint | None, now_s: float,
         "ended_at": iso_time(part.ended_s),
         "started_s": part.started_s,
         "ended_s": part.ended_s,
-        "duration_s": max(0.0, end_s - part.started_s),
+        "duration_s": part.held_s(now_s),
         "energy_j": component_totals(part.dynamic_j, part.idle_j),
         "components": components,
         "work_units": dict(part.units),
@@ -170,8 +165,6 @@ def _node_entry(part: JobNodePart, node_fp: NodeFootprint | None, now_s: float,
 def _devices(engine: Engine, node: str) -> list[dict[str, str]]:
     """What each device of the node is ("AWS Inferentia2", "NVIDIA T4"), as the agent
     last recorded it, so a reader need not guess from "gpu0"."""
-    from agent.store.queries import node_devices
-
     return [{"component": d.component, "device": d.device, "model": d.model,
              "source": d.source} for d in node_devices(engine, node)]
 
@@ -181,13 +174,13 @@ def report_from_detail(engine: Engine, detail: JobDetail, settings: Mapping[str,
                        ) -> dict[str, Any]:
     """The report of an already loaded job (see :func:`build_report`)."""
     now = time.time() if now_s is None else float(now_s)
-    placements = placements_from_detail(detail, now)
     points = [p for part in detail.per_node
               for p in energy_points(part.node, job_energy_series(engine, detail.id, part.node))]
-    result = footprint(points, placements, carbon_settings(settings), now_s=now)
+    result = footprint(points, placements(detail.per_node, now), carbon_settings(settings),
+                       now_s=now)
     by_node = {n.node: n for n in result.nodes}
-    end_s = detail.ended_s if detail.ended_s is not None else now
-    duration_s = max(0.0, end_s - detail.started_s)
+    end_s = detail.end_s(now)
+    duration_s = detail.held_s(now)
     energy = component_totals(detail.dynamic_j, detail.idle_j)
     pue, intensity = _effective(result)
     per_unit, per_million, throughput = _per_unit(
@@ -219,9 +212,7 @@ def report_from_detail(engine: Engine, detail: JobDetail, settings: Mapping[str,
         },
         "nodes": [_node_entry(part, by_node.get(part.node), now,
                               job_sources(engine, detail.id, part.node), {
-                                  "untracked_cpu_share": _untracked_share(
-                                      engine, part,
-                                      part.ended_s if part.ended_s is not None else now),
+                                  "untracked_cpu_share": _untracked_share(engine, part, now),
                                   "energy_series": per_node_series.get(part.node, []),
                                   "unit_series": per_node_units.get(part.node, []),
                                   "devices": _devices(engine, part.node),
@@ -260,7 +251,7 @@ def report_from_detail(engine: Engine, detail: JobDetail, settings: Mapping[str,
 
 def build_report(engine: Engine, job_id: str, settings: Mapping[str, Any],
                  keep_secrets: bool = False, *, now_s: float | None = None) -> dict[str, Any]:
-    """The report of ``job_id``; :class:`~agent.store.job_queries.UnknownJobError` if the
+    """The report of ``job_id``; :class:`~agent.store.jobs.UnknownJobError` if the
     store has no such job. ``settings``: the carbon overrides as the commands resolve
     them (see :func:`carbon_settings`); ``now_s`` fixes "now" for running jobs (a running
     node is counted as held until then) and for ``generated_at``."""

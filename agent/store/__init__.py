@@ -10,8 +10,24 @@
   shares, units, job metadata, checkpoints in one transaction per flush), with its
   buffer (:mod:`~agent.store.buffer`), job upserts (:mod:`~agent.store.job_writer`)
   and rollups and retention (:mod:`~agent.store.rollup`).
-* :mod:`agent.store.queries` — the node reads that dashboard and reports share;
-  :mod:`agent.store.job_queries` — the per-job reads, and the agent's restart reads.
+* Reads, one module per subject, every caller (dashboard, reports, commands, tests)
+  using the same ones:
+
+  * :mod:`~agent.store.boundary` — the one statement of the reading rule: raw rows
+    after each node's prune boundary, minute rollups up to it (and the job totals'
+    settled boundary), which every energy read below builds on;
+  * :mod:`~agent.store.nodes` — nodes, their devices, energy, coverage and
+    conservation check;
+  * :mod:`~agent.store.jobs` — job records (:class:`~agent.store.jobs.JobRef`, summaries,
+    details), job lists and details; :mod:`~agent.store.job_totals` — per-part energy
+    and unit totals and the fast job lists built on them; :mod:`~agent.store.job_refs`
+    — what job a user means (id, name or id prefix);
+  * :mod:`~agent.store.series` — energy and units over time, and chart series;
+  * :mod:`~agent.store.provenance` — where energy came from (sources, imports, the
+    share no job tracked);
+  * :mod:`~agent.store.restart` — the agent's own start-up reads (running jobs,
+    checkpoint), kept light;
+  * :mod:`~agent.store.readonly` — the dashboard's read-only engine.
 
 Only the engine helpers are imported here, so ``import agent.store`` stays cheap for
 the agent: Alembic loads only where it is used, and nothing here loads the ORM.

@@ -5,7 +5,7 @@ idle), when the node started and ended, and its units of work; a joulestat repor
 carries the node's profile, its energy per time bin and the units counted per bin.
 Each bin becomes one row per component spanning the bin (``t_start_ms`` to
 ``t_end_ms``) in ``job_energy`` and the same energy in ``tick_energy``, so
-:func:`~agent.store.job_queries.list_jobs`, :func:`~agent.store.job_queries.job_detail`,
+:func:`~agent.store.jobs.list_jobs`, :func:`~agent.store.jobs.job_detail`,
 the charts, the carbon layer and the reports see the job with its shape, and the
 conservation check still holds (job rows = node rows). A component without a series (a
 CodeCarbon run, a report made before series existed) is one row over the node's whole

@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Literal
 
 from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.engine import Connection, Engine
 
+from agent.store.jobs import JobRef, ref_columns, refs_of, started_text
 from agent.store.tables import JOBS
 
 MIN_PREFIX = 4  # characters; a shorter reference is an id or a name, never a prefix
@@ -41,21 +41,6 @@ MAX_LISTED = 20  # candidates an ambiguity error lists before "and N more"
 MAX_SUGGESTIONS = 3
 
 How = Literal["id", "name", "prefix"]
-
-
-@dataclass(frozen=True, slots=True)
-class JobRef:
-    """A stored job's identity: enough to resolve what a user named, and to list it."""
-
-    id: str
-    name: str
-    kind: str
-    status: str
-    started_s: float
-
-    def line(self) -> str:
-        """``id  name  start`` (local time, as ``joulestat jobs`` prints it)."""
-        return f"{self.id}  {self.name}  started {started_text(self.started_s)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,20 +110,9 @@ class AmbiguousJobRef(JobRefError):
     """Several jobs' ids start with this prefix (and no job has it as id or name)."""
 
 
-def started_text(started_s: float) -> str:
-    return datetime.fromtimestamp(started_s).strftime("%Y-%m-%d %H:%M:%S")
-
-
 def _select(where: ColumnElement[bool], kind: str | None) -> Any:
-    jobs = JOBS.c
-    query = (select(jobs.id, jobs.name, jobs.kind, jobs.status, jobs.created_s)
-             .where(where).order_by(jobs.created_s, jobs.id))
-    return query.where(jobs.kind == kind) if kind is not None else query
-
-
-def _refs(connection: Connection, query: Any) -> list[JobRef]:
-    return [JobRef(str(i), str(n), str(k), str(s), float(c))
-            for i, n, k, s, c in connection.execute(query)]
+    query = ref_columns().where(where)
+    return query.where(JOBS.c.kind == kind) if kind is not None else query
 
 
 def _prefix_of(prefix: str) -> ColumnElement[bool]:
@@ -197,14 +171,14 @@ def resolve_job(engine: Engine, ref: str, kind: str | None = None) -> Resolution
     """
     jobs = JOBS.c
     with engine.connect() as connection:
-        by_id = _refs(connection, _select(jobs.id == ref, kind))
-        by_name = _refs(connection, _select(jobs.name == ref, kind))
+        by_id = refs_of(connection, _select(jobs.id == ref, kind))
+        by_name = refs_of(connection, _select(jobs.name == ref, kind))
         if by_id:
             return Resolution(ref, "id", tuple(by_id),
                               tuple(j for j in by_name if j.id != ref))
         by_prefix: list[JobRef] = []
         if len(ref) >= MIN_PREFIX:
-            by_prefix = _refs(connection, _select(_prefix_of(ref), kind).limit(MAX_LISTED + 1))
+            by_prefix = refs_of(connection, _select(_prefix_of(ref), kind).limit(MAX_LISTED + 1))
         if by_name:
             named = {j.id for j in by_name}
             return Resolution(ref, "name", tuple(by_name),

@@ -30,12 +30,7 @@ from dashboard import charts, comparison, costing, fmt, state, ui
 MAX_PICK = 500
 MODES = {"instance_type": "by instance type", "label": "by label", "jobs": "picked jobs"}
 
-ui.enter()
-url = state.db_url()
-st.title("Compare")
-ui.require_data(url)
-now = state.now_s()
-tz = ui.viewer_tz()
+url, now, tz = ui.open_page("Compare")
 
 units_by_kind = state.units_by_kind(url)
 if not units_by_kind:

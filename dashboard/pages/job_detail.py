@@ -31,12 +31,7 @@ BADGE_COLORS = {"measured": "green", "estimated": "orange", "unstated": "red",
                 "replay": "gray", "mixed": "violet"}
 BADGE_WORDS = {"unstated": "not stated"}
 
-ui.enter()
-url = state.db_url()
-st.title("Job detail")
-ui.require_data(url)
-tz = ui.viewer_tz()
-now = state.now_s()
+url, now, tz = ui.open_page("Job detail")
 
 choices = state.choices(url)
 known = {c.id: c for c in choices}
@@ -77,7 +72,7 @@ if job is None:
 
 cost = costing.job_cost(job, now)
 unit, count = max(job.units.items(), key=lambda kv: kv[1], default=("", 0.0))
-span_s = analysis.run_s(job, now)
+span_s = job.held_s(now)
 imported_nodes = state.imported(url) & {p.node for p in job.per_node}
 st.subheader(f"{job.name} · {job.kind} · {job.status}")
 st.caption(f"`{job.id}` · started {fmt.local_time(job.started_s, tz)}"
@@ -133,9 +128,9 @@ for part in job.per_node:
     if part.node in imported_nodes:
         continue
     ranges = state.power_range(url, part.node)
-    end_s = part.ended_s if part.ended_s is not None else now
     verdict = analysis.cpu_bottleneck(
-        part.node, state.node_series(url, part.node, part.started_s, end_s, bucket_s), ranges)
+        part.node, state.node_series(url, part.node, part.started_s, part.end_s(now), bucket_s),
+        ranges)
     where = f"**{part.node}** ({part.instance_type})"
     if verdict.state == "cpu-bound":
         st.warning(f"CPU bottleneck on {where}: for {verdict.flagged_share:.0%} of the run the "

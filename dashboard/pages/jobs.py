@@ -20,12 +20,7 @@ SORTS = {"Energy": "_energy_j", "CO2e": "_co2e_g", "Cost": "_cost_usd",
          "Energy per unit": "_energy_per_unit_j", "Start": "_started_s"}
 MAX_PICKER = 500
 
-ui.enter()
-url = state.db_url()
-st.title("Jobs")
-ui.require_data(url)
-tz = ui.viewer_tz()
-now = state.now_s()
+url, now, tz = ui.open_page("Jobs")
 nodes = state.nodes(url)
 
 row1 = st.columns(4)

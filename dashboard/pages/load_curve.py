@@ -22,12 +22,7 @@ HOW = ("```sh\nfor c in 1 2 4 8 16 32; do\n  joulestat run --name bert-serve --k
        "\n\nand count requests in the server with `job.count('request', n)` "
        "(`from agent.client import track`).")
 
-ui.enter()
-url = state.db_url()
-st.title("Load curve")
-ui.require_data(url)
-now = state.now_s()
-tz = ui.viewer_tz()
+url, now, tz = ui.open_page("Load curve")
 
 unit_choices = state.units_by_kind(url).get("inference", [])
 if not unit_choices:
@@ -44,7 +39,7 @@ label_key = top[1].selectbox("Load level label", keys, key="load_label",
 runs = state.load_jobs(url, unit, label_key)
 labels = {j.id: f"{j.name} · {label_key}={redact_labels(j.labels).get(label_key)} · "
                 f"{fmt.local_time(j.started_s, tz)} · {analysis.setup_of(j)} · "
-                f"{fmt.duration(analysis.run_s(j, now))}" for j in reversed(runs)}
+                f"{fmt.duration(j.held_s(now))}" for j in reversed(runs)}
 left_out = top[2].multiselect("Leave out runs", list(labels), format_func=labels.__getitem__,
                               key="load_left_out", placeholder="e.g. a short smoke test")
 points, skipped = state.load_points(url, unit, now, label_key, tuple(left_out))
@@ -64,19 +59,22 @@ frame["energy_per_unit"] = frame["energy_per_unit_j"] / divisor
 frame["energy_text"] = frame["energy_per_unit_j"].map(fmt.energy)
 rate_name = f"{fmt.plural(unit)}/s"
 frame["rate_text"] = frame["rate_per_s"].map(lambda r: f"{units.sig(r)} {rate_name}")
+
+
+def curve(title: str, y: str, y_title: str, text: str) -> None:
+    """One figure against the load level, a line per setup (log x: levels usually double)."""
+    st.subheader(title)
+    st.altair_chart(charts.lines(frame, x=label_key, y=y, color="setup",
+                                 x_title=f"{label_key} (load level)", y_title=y_title,
+                                 log_x=True, text=text), width="stretch")
+
+
 left, right = st.columns(2)
 with left:
-    st.subheader(f"Energy per {unit} ({energy_unit})")
-    st.altair_chart(charts.lines(frame, x=label_key, y="energy_per_unit", color="setup",
-                                 x_title=f"{label_key} (load level)",
-                                 y_title=f"energy per {unit} ({energy_unit})", log_x=True,
-                                 text="energy_text"), width="stretch")
+    curve(f"Energy per {unit} ({energy_unit})", "energy_per_unit",
+          f"energy per {unit} ({energy_unit})", "energy_text")
 with right:
-    st.subheader(f"Rate ({rate_name})")
-    st.altair_chart(charts.lines(frame, x=label_key, y="rate_per_s", color="setup",
-                                 x_title=f"{label_key} (load level)",
-                                 y_title=f"rate ({rate_name})", log_x=True,
-                                 text="rate_text"), width="stretch")
+    curve(f"Rate ({rate_name})", "rate_per_s", f"rate ({rate_name})", "rate_text")
 
 shown = frame.drop(columns=["energy_per_unit", "energy_text", "rate_text"]).rename(columns={
     "energy_per_unit_j": f"energy per {unit}", "rate_per_s": rate_name})

@@ -25,12 +25,7 @@ from dashboard import analysis, charts, costing, fmt, state, ui
 
 STALE_S = 300.0
 
-ui.enter()
-url = state.db_url()
-st.title("Overview")
-ui.require_data(url)
-tz = ui.viewer_tz()
-now = state.now_s()
+url, now, tz = ui.open_page("Overview")
 nodes = state.nodes(url)
 imported = state.imported(url)
 live = [n for n in nodes if n.node not in imported]

@@ -1,17 +1,19 @@
-"""Power and unit series for charts, bucketed in SQL.
+"""Reads of energy and units over time: a job's or a node's rows, and chart series.
 
-A week of 1 s ticks is 600,000 rows a component and a chart needs a few hundred points,
-so rows are summed per bucket in the database. Each point carries the seconds its
-devices actually covered, so power is energy over the time measured, not over a bucket
-the job only half filled. Raw rows after each node's prune boundary, minute rollups up
-to it (the rule of :mod:`agent.store.queries`).
+Every read takes raw rows after each node's prune boundary and minute rollups up to it
+(:mod:`agent.store.boundary`), so a chart, a report's series and the totals never
+disagree about which rows count.
 
-A row belongs to the bucket its end falls in and brings its whole length as covered
-time, so a bucket's power is the average power of the rows that ended in it: a job of
-constant power draws a flat line to its last tick, however its ticks fall on the
-bucket grid. A job's minute rollup (``job_minute_energy``) has no length of its own: it
-covers the part of its minute the job ran on that node (``job_nodes``' start and end),
-not the whole minute, or a job that started or ended inside a minute would dip there.
+Charts: a week of 1 s ticks is 600,000 rows a component and a chart needs a few hundred
+points, so rows are summed per bucket in the database. Each point carries the seconds
+its devices actually covered, so power is energy over the time measured, not over a
+bucket the job only half filled. A row belongs to the bucket its end falls in and brings
+its whole length as covered time, so a bucket's power is the average power of the rows
+that ended in it: a job of constant power draws a flat line to its last tick, however
+its ticks fall on the bucket grid. A job's minute rollup (``job_minute_energy``) has no
+length of its own: it covers the part of its minute the job ran on that node
+(``job_nodes``' start and end), not the whole minute, or a job that started or ended
+inside a minute would dip there.
 """
 
 from __future__ import annotations
@@ -21,18 +23,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import (
-    BigInteger,
-    case,
-    func,
-    literal_column,
-    or_,
-    select,
-    union_all,
-)
+from sqlalchemy import BigInteger, case, func, literal_column, select
 from sqlalchemy.engine import Engine
 
-from agent.store.job_queries import pruned_last_minute_s as _pruned_last_minute_s
+from agent.store.boundary import (
+    ends_within,
+    minute_end_ms,
+    minute_ends_within,
+    ms,
+    raw_and_rolled,
+    rolled_side,
+)
 from agent.store.tables import (
     JOB_ENERGY,
     JOB_MINUTE_ENERGY,
@@ -40,7 +41,6 @@ from agent.store.tables import (
     JOB_UNITS,
     MINUTE_ENERGY,
     MINUTE_MS,
-    NODES,
     TICK_ENERGY,
     UNATTRIBUTED,
 )
@@ -67,6 +67,82 @@ class SeriesPoint:
     @property
     def power_w(self) -> float:
         return (self.dynamic_j + self.idle_j) / self.covered_s if self.covered_s > 0 else 0.0
+
+
+def job_energy_series(
+    engine: Engine, job_id: str, node: str | None = None
+) -> list[tuple[float, str, float, float]]:
+    """``(t_end_s, component, dynamic_j, idle_j)`` in time order, summed over devices
+    (and nodes unless ``node`` is given): per tick where raw rows remain, per minute
+    (at the minute's end) where they were pruned."""
+    raw, rolled = JOB_ENERGY.c, JOB_MINUTE_ENERGY.c
+    rolled_end_ms = minute_end_ms(rolled.minute_start_s)
+    raw_query = (select(raw.t_end_ms, raw.component, func.sum(raw.dynamic_j),
+                        func.sum(raw.idle_j))
+                 .where(raw.job_id == job_id).group_by(raw.t_end_ms, raw.component))
+    rolled_query = (select(rolled_end_ms, rolled.component, func.sum(rolled.dynamic_j),
+                           func.sum(rolled.idle_j))
+                    .where(rolled.job_id == job_id).group_by(rolled_end_ms, rolled.component))
+    if node is not None:
+        raw_query = raw_query.where(raw.node == node)
+        rolled_query = rolled_query.where(rolled.node == node)
+    series: defaultdict[tuple[int, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    with engine.connect() as connection:
+        for t_end_ms, component, dynamic_j, idle_j in connection.execute(
+                raw_and_rolled(raw_query, JOB_ENERGY, rolled_query, JOB_MINUTE_ENERGY)):
+            point = series[(int(t_end_ms), component)]
+            point[0] += float(dynamic_j)
+            point[1] += float(idle_j)
+    return [(t / 1000, c, d, i) for (t, c), (d, i) in sorted(series.items())]
+
+
+def job_energy_parts(
+    engine: Engine, job_id: str
+) -> list[tuple[str, float, float, str, float, float]]:
+    """Every row of ``job_id`` with its start kept, summed over devices, in time order:
+    ``(node, t_start_s, t_end_s, component, dynamic_j, idle_j)``.
+
+    Unlike :func:`job_energy_series` each row keeps its start, so a chart can spread a
+    long row (a minute rollup, an imported aggregate) over the time it covers instead of
+    piling it on its end; dynamic and idle stay apart, so that a report's per-node
+    series gives an import both back.
+    """
+    raw, rolled = JOB_ENERGY.c, JOB_MINUTE_ENERGY.c
+    raw_query = (select(raw.node, raw.t_start_ms, raw.t_end_ms, raw.component,
+                        func.sum(raw.dynamic_j), func.sum(raw.idle_j))
+                 .where(raw.job_id == job_id)
+                 .group_by(raw.node, raw.t_start_ms, raw.t_end_ms, raw.component))
+    rolled_query = (select(rolled.node, rolled.minute_start_s * literal_column("1000"),
+                           minute_end_ms(rolled.minute_start_s), rolled.component,
+                           func.sum(rolled.dynamic_j), func.sum(rolled.idle_j))
+                    .where(rolled.job_id == job_id)
+                    .group_by(rolled.node, rolled.minute_start_s, rolled.component))
+    with engine.connect() as connection:
+        rows = connection.execute(
+            raw_and_rolled(raw_query, JOB_ENERGY, rolled_query, JOB_MINUTE_ENERGY)).all()
+    return sorted((str(node), int(start_ms) / 1000, int(end_ms) / 1000, str(component),
+                   float(dynamic_j), float(idle_j))
+                  for node, start_ms, end_ms, component, dynamic_j, idle_j in rows)
+
+
+def job_energy_rows(
+    engine: Engine, job_id: str
+) -> list[tuple[str, float, float, str, float]]:
+    """:func:`job_energy_parts` with dynamic and idle summed: ``(node, t_start_s,
+    t_end_s, component, energy_j)``."""
+    return [(node, t0, t1, component, dynamic_j + idle_j)
+            for node, t0, t1, component, dynamic_j, idle_j in job_energy_parts(engine, job_id)]
+
+
+def job_unit_rows(engine: Engine, job_id: str) -> list[tuple[str, float, str, float]]:
+    """``(node, t_end_s, unit, count)`` of every unit row of ``job_id``, in time order."""
+    units = JOB_UNITS.c
+    query = (select(units.node, units.t_end_ms, units.unit, units.count)
+             .where(units.job_id == job_id)
+             .order_by(units.t_end_ms, units.node, units.unit))
+    with engine.connect() as connection:
+        return [(str(node), int(t_end_ms) / 1000, str(unit), float(count))
+                for node, t_end_ms, unit, count in connection.execute(query)]
 
 
 def choose_bucket_s(span_s: float, max_points: int = 400, min_bucket_s: float = 1.0) -> int:
@@ -108,41 +184,36 @@ def _minute_in_run_ms(minute_start_s: Any, started_s: Any, ended_s: Any) -> Any:
     overlap with ``(started_s, ended_s]`` (a running part runs to the minute's end). A
     rolled row outside that window (clocks a tick apart) counts the whole minute."""
     m_start = minute_start_s * literal_column("1000")
-    m_end = m_start + literal_column("60000")
+    m_end = m_start + literal_column(str(MINUTE_MS))
     start = started_s * literal_column("1000.0")
     end = func.coalesce(ended_s * literal_column("1000.0"), m_end)
     low = case((start > m_start, start), else_=m_start)
     high = case((end < m_end, end), else_=m_end)
-    return case((high > low, high - low), else_=literal_column("60000"))
+    return case((high > low, high - low), else_=literal_column(str(MINUTE_MS)))
 
 
 def job_power_series(engine: Engine, job_id: str, bucket_s: int) -> list[SeriesPoint]:
     """A job's energy per bucket, node and component (dynamic and idle parts)."""
     bucket_ms = int(bucket_s * 1000)
-    shares, rolled, nodes = JOB_ENERGY.c, JOB_MINUTE_ENERGY.c, NODES.c
+    shares, rolled, parts = JOB_ENERGY.c, JOB_MINUTE_ENERGY.c, JOB_NODES.c
     raw_bucket = _bucket(shares.t_end_ms, bucket_ms)
     raw = (select(raw_bucket, shares.node, shares.component, shares.device,
                   func.sum(shares.dynamic_j), func.sum(shares.idle_j),
                   func.sum(shares.t_end_ms - shares.t_start_ms))
-           .select_from(JOB_ENERGY.join(NODES, nodes.node == shares.node))
-           .where(shares.job_id == job_id,
-                  or_(nodes.raw_pruned_until_ms.is_(None),
-                      shares.t_end_ms > nodes.raw_pruned_until_ms))
+           .where(shares.job_id == job_id)
            .group_by(raw_bucket, shares.node, shares.component, shares.device))
-    minute_end_ms = (rolled.minute_start_s + literal_column("60")) * literal_column("1000")
-    rolled_bucket = _bucket(minute_end_ms, bucket_ms)
-    parts = JOB_NODES.c
+    rolled_bucket = _bucket(minute_end_ms(rolled.minute_start_s), bucket_ms)
     minutes = (select(rolled_bucket, rolled.node, rolled.component, rolled.device,
                       func.sum(rolled.dynamic_j), func.sum(rolled.idle_j),
                       func.sum(_minute_in_run_ms(rolled.minute_start_s, parts.started_s,
                                                  parts.ended_s)))
-               .select_from(JOB_MINUTE_ENERGY.join(NODES, nodes.node == rolled.node).join(
+               .select_from(JOB_MINUTE_ENERGY.join(
                    JOB_NODES, (parts.job_id == rolled.job_id) & (parts.node == rolled.node)))
-               .where(rolled.job_id == job_id,
-                      rolled.minute_start_s <= _pruned_last_minute_s())
+               .where(rolled.job_id == job_id)
                .group_by(rolled_bucket, rolled.node, rolled.component, rolled.device))
     with engine.connect() as connection:
-        return _collect(connection.execute(union_all(raw, minutes)), bucket_ms)
+        return _collect(connection.execute(
+            raw_and_rolled(raw, JOB_ENERGY, minutes, JOB_MINUTE_ENERGY)), bucket_ms)
 
 
 def node_power_series(engine: Engine, node: str, since_s: float, until_s: float,
@@ -150,30 +221,24 @@ def node_power_series(engine: Engine, node: str, since_s: float, until_s: float,
     """A node's energy per bucket and component over ``(since_s, until_s]`` (all of it
     counted as dynamic: node rows do not split idle)."""
     bucket_ms = int(bucket_s * 1000)
-    since_ms, until_ms = round(since_s * 1000), round(until_s * 1000)
-    ticks, minutes, nodes = TICK_ENERGY.c, MINUTE_ENERGY.c, NODES.c
+    since_ms, until_ms = ms(since_s), ms(until_s)
+    ticks, minutes = TICK_ENERGY.c, MINUTE_ENERGY.c
     raw_bucket = _bucket(ticks.t_end_ms, bucket_ms)
     raw = (select(raw_bucket, ticks.node, ticks.component, ticks.device,
                   func.sum(ticks.energy_j), literal_column("0.0"),
                   func.sum(ticks.t_end_ms - ticks.t_start_ms))
-           .select_from(TICK_ENERGY.join(NODES, nodes.node == ticks.node))
-           .where(ticks.node == node, ticks.t_end_ms > since_ms, ticks.t_end_ms <= until_ms,
-                  or_(nodes.raw_pruned_until_ms.is_(None),
-                      ticks.t_end_ms > nodes.raw_pruned_until_ms))
+           .where(ticks.node == node, *ends_within(ticks.t_end_ms, since_ms, until_ms))
            .group_by(raw_bucket, ticks.node, ticks.component, ticks.device))
-    minute_end_ms = (minutes.minute_start_s + literal_column("60")) * literal_column("1000")
-    rolled_bucket = _bucket(minute_end_ms, bucket_ms)
+    rolled_bucket = _bucket(minute_end_ms(minutes.minute_start_s), bucket_ms)
     rolled = (select(rolled_bucket, minutes.node, minutes.component, minutes.device,
                      func.sum(minutes.energy_j), literal_column("0.0"),
                      func.sum(minutes.covered_s) * literal_column("1000"))
-              .select_from(MINUTE_ENERGY.join(NODES, nodes.node == minutes.node))
               .where(minutes.node == node,
-                     minutes.minute_start_s > (since_ms - MINUTE_MS) // 1000,
-                     minutes.minute_start_s <= (until_ms - MINUTE_MS) // 1000,
-                     minutes.minute_start_s <= _pruned_last_minute_s())
+                     *minute_ends_within(minutes.minute_start_s, since_ms, until_ms))
               .group_by(rolled_bucket, minutes.node, minutes.component, minutes.device))
     with engine.connect() as connection:
-        return _collect(connection.execute(union_all(raw, rolled)), bucket_ms)
+        return _collect(connection.execute(
+            raw_and_rolled(raw, TICK_ENERGY, rolled, MINUTE_ENERGY)), bucket_ms)
 
 
 def job_unit_series(engine: Engine, job_id: str,
@@ -192,13 +257,12 @@ def job_unit_series(engine: Engine, job_id: str,
 
 def job_min_bucket_s(engine: Engine, job_id: str) -> float:
     """The finest bucket a job's series can use: its mean tick length, and a whole
-    minute where any of its rows are minute rollups."""
-    shares, rolled, nodes = JOB_ENERGY.c, JOB_MINUTE_ENERGY.c, NODES.c
+    minute where any of its rows that count are minute rollups."""
+    shares, rolled = JOB_ENERGY.c, JOB_MINUTE_ENERGY.c
     tick_ms = select(func.avg(shares.t_end_ms - shares.t_start_ms)).where(
         shares.job_id == job_id, shares.job_id != UNATTRIBUTED)
-    any_rolled = (select(func.count()).select_from(
-        JOB_MINUTE_ENERGY.join(NODES, nodes.node == rolled.node))
-        .where(rolled.job_id == job_id, rolled.minute_start_s <= _pruned_last_minute_s()))
+    any_rolled = rolled_side(select(func.count()).where(rolled.job_id == job_id),
+                             JOB_MINUTE_ENERGY)
     with engine.connect() as connection:
         mean_ms = connection.execute(tick_ms).scalar()
         rolled_rows = connection.execute(any_rolled).scalar_one()

@@ -1,0 +1,218 @@
+"""Reads about nodes: which nodes there are, their devices, their energy and coverage.
+
+Every energy figure combines raw ticks and minute rollups by the rule of
+:mod:`agent.store.boundary` (raw rows after the node's prune boundary, rollups up to it,
+in one statement), so it is consistent even while the agent's
+:meth:`~agent.store.writer.StoreWriter.maintain` prunes in between, and windows on whole
+minutes give the same totals before and after pruning.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import and_, func, literal_column, select
+from sqlalchemy.engine import Engine
+
+from agent.sensors.base import DeviceInfo
+from agent.store.boundary import (
+    ends_within,
+    minute_end_ms,
+    minute_ends_within,
+    ms,
+    raw_and_rolled,
+)
+from agent.store.tables import (
+    JOB_ENERGY,
+    JOB_MINUTE_ENERGY,
+    MINUTE_ENERGY,
+    NODE_DEVICES,
+    NODES,
+    TICK_ENERGY,
+)
+
+Node, NodeDevice = NODES.c, NODE_DEVICES.c
+TickEnergy, MinuteEnergy = TICK_ENERGY.c, MINUTE_ENERGY.c
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSummary:
+    node: str
+    instance_type: str
+    region: str
+    cpu_model: str
+    agent_version: str
+    first_seen_s: float
+    last_seen_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class MinuteRow:
+    """One rollup row: energy of the ticks ending in ``(minute_start_s, +60]``."""
+
+    minute_start_s: int
+    component: str
+    device: str
+    energy_j: float
+    covered_s: float
+    source: str
+
+
+def list_nodes(engine: Engine) -> list[NodeSummary]:
+    """Every node that ever wrote to the store, by name."""
+    query = select(
+        Node.node, Node.instance_type, Node.region, Node.cpu_model, Node.agent_version,
+        Node.first_seen_s, Node.last_seen_s,
+    ).order_by(Node.node)
+    with engine.connect() as connection:
+        return [NodeSummary(*row) for row in connection.execute(query)]
+
+
+def node_devices(engine: Engine, node: str) -> list[DeviceInfo]:
+    """The devices ``node`` reported at its agent's last start."""
+    query = (
+        select(NodeDevice.component, NodeDevice.device, NodeDevice.source, NodeDevice.model,
+               NodeDevice.uuid, NodeDevice.device_index)
+        .where(NodeDevice.node == node)
+        .order_by(NodeDevice.component, NodeDevice.device)
+    )
+    with engine.connect() as connection:
+        return [DeviceInfo(*row) for row in connection.execute(query)]
+
+
+def node_window_sums(engine: Engine, since_s: float, until_s: float, key: str,
+                     raw_value: Any, rolled_value: Any, node: str | None = None
+                     ) -> defaultdict[tuple[str, str, str], float]:
+    """Per (node, component, ``key`` column): ``raw_value`` summed over the raw ticks and
+    ``rolled_value`` over the minute rollups that count within ``(since_s, until_s]``
+    (every node, or ``node``)."""
+    since_ms, until_ms = ms(since_s), ms(until_s)
+    totals: defaultdict[tuple[str, str, str], float] = defaultdict(float)
+    if until_ms <= since_ms:
+        return totals
+    raw = (select(TickEnergy.node, TickEnergy.component, TickEnergy[key], func.sum(raw_value))
+           .where(*ends_within(TickEnergy.t_end_ms, since_ms, until_ms))
+           .group_by(TickEnergy.node, TickEnergy.component, TickEnergy[key]))
+    rolled = (select(MinuteEnergy.node, MinuteEnergy.component, MinuteEnergy[key],
+                     func.sum(rolled_value))
+              .where(*minute_ends_within(MinuteEnergy.minute_start_s, since_ms, until_ms))
+              .group_by(MinuteEnergy.node, MinuteEnergy.component, MinuteEnergy[key]))
+    if node is not None:
+        raw, rolled = raw.where(TickEnergy.node == node), rolled.where(MinuteEnergy.node == node)
+    with engine.connect() as connection:
+        for row_node, component, value_key, value in connection.execute(
+                raw_and_rolled(raw, TICK_ENERGY, rolled, MINUTE_ENERGY)):
+            totals[(row_node, component, value_key)] += float(value)
+    return totals
+
+
+def node_energy_j(
+    engine: Engine, node: str, since_s: float, until_s: float
+) -> dict[tuple[str, str], float]:
+    """Joules per (component, device) of ``node`` over ``(since_s, until_s]``."""
+    sums = node_window_sums(engine, since_s, until_s, "device", TickEnergy.energy_j,
+                            MinuteEnergy.energy_j, node)
+    return {(component, device): joules for (_n, component, device), joules in sums.items()}
+
+
+def node_covered_s(engine: Engine, since_s: float, until_s: float) -> dict[str, float]:
+    """Seconds each node reported in ``(since_s, until_s]``: the time its best-covered
+    device has ticks for (a node is held, and billed, while its agent runs)."""
+    per_device = node_window_sums(
+        engine, since_s, until_s, "device",
+        (TickEnergy.t_end_ms - TickEnergy.t_start_ms) / literal_column("1000.0"),
+        MinuteEnergy.covered_s)
+    covered: dict[str, float] = {}
+    for (node, _component, _device), seconds in per_device.items():
+        covered[node] = max(covered.get(node, 0.0), seconds)
+    return covered
+
+
+def latest_power_w(engine: Engine, node: str) -> dict[tuple[str, str], float]:
+    """Average watts per (component, device) over ``node``'s most recent stored tick.
+
+    Falls back to the most recent minute rollup when no raw ticks are left; empty when
+    the node has no data at all.
+    """
+    latest_ms = (
+        select(func.max(TickEnergy.t_end_ms)).where(TickEnergy.node == node).scalar_subquery()
+    )
+    raw = select(
+        TickEnergy.component, TickEnergy.device, TickEnergy.energy_j,
+        TickEnergy.t_end_ms - TickEnergy.t_start_ms,
+    ).where(TickEnergy.node == node, TickEnergy.t_end_ms == latest_ms)
+    with engine.connect() as connection:
+        rows = connection.execute(raw).all()
+        if rows:
+            return {(c, d): (j / (span_ms / 1000) if span_ms > 0 else 0.0)
+                    for c, d, j, span_ms in rows}
+        latest_minute = (
+            select(func.max(MinuteEnergy.minute_start_s))
+            .where(MinuteEnergy.node == node).scalar_subquery()
+        )
+        rolled = select(
+            MinuteEnergy.component, MinuteEnergy.device, MinuteEnergy.energy_j,
+            MinuteEnergy.covered_s,
+        ).where(MinuteEnergy.node == node, MinuteEnergy.minute_start_s == latest_minute)
+        return {
+            (c, d): (j / covered if covered > 0 else 0.0)
+            for c, d, j, covered in connection.execute(rolled)
+        }
+
+
+def minute_energy_rows(
+    engine: Engine, node: str, since_s: float, until_s: float
+) -> list[MinuteRow]:
+    """Rollup rows of ``node`` for the minutes ending in ``(since_s, until_s]``, in order
+    (all of them, on either side of the boundary: what the rollup wrote)."""
+    query = (
+        select(MinuteEnergy.minute_start_s, MinuteEnergy.component, MinuteEnergy.device,
+               MinuteEnergy.energy_j, MinuteEnergy.covered_s, MinuteEnergy.source)
+        .where(
+            MinuteEnergy.node == node,
+            *minute_ends_within(MinuteEnergy.minute_start_s, ms(since_s), ms(until_s)),
+        )
+        .order_by(MinuteEnergy.minute_start_s, MinuteEnergy.component, MinuteEnergy.device)
+    )
+    with engine.connect() as connection:
+        return [MinuteRow(*row) for row in connection.execute(query)]
+
+
+def unattributed_check(engine: Engine, node: str) -> list[tuple[int, str, str, float, float]]:
+    """``(t_end_ms, component, device, node_j, sum_j)`` for every stored entry of ``node``.
+
+    ``sum_j`` is the sum of its job rows, the unattributed ``''`` row included, so the
+    conservation identity is ``node_j == sum_j`` (to float rounding) wherever shares
+    were written. Raw ticks after the prune boundary; before it, minute rollups
+    (``t_end_ms`` at the minute's end).
+    """
+    ticks, shares = TickEnergy, JOB_ENERGY.c
+    minutes, job_minutes = MinuteEnergy, JOB_MINUTE_ENERGY.c
+    raw = (
+        select(ticks.t_end_ms, ticks.component, ticks.device, ticks.energy_j,
+               func.coalesce(func.sum(shares.dynamic_j + shares.idle_j), 0.0))
+        .select_from(TICK_ENERGY.outerjoin(JOB_ENERGY, and_(
+            shares.node == ticks.node, shares.t_end_ms == ticks.t_end_ms,
+            shares.component == ticks.component, shares.device == ticks.device)))
+        .where(ticks.node == node)
+        .group_by(ticks.t_end_ms, ticks.component, ticks.device, ticks.energy_j)
+    )
+    rolled = (
+        select(minute_end_ms(minutes.minute_start_s), minutes.component, minutes.device,
+               minutes.energy_j,
+               func.coalesce(func.sum(job_minutes.dynamic_j + job_minutes.idle_j), 0.0))
+        .select_from(MINUTE_ENERGY.outerjoin(JOB_MINUTE_ENERGY, and_(
+            job_minutes.node == minutes.node,
+            job_minutes.minute_start_s == minutes.minute_start_s,
+            job_minutes.component == minutes.component,
+            job_minutes.device == minutes.device)))
+        .where(minutes.node == node)
+        .group_by(minutes.minute_start_s, minutes.component, minutes.device,
+                  minutes.energy_j)
+    )
+    with engine.connect() as connection:
+        rows = connection.execute(raw_and_rolled(raw, TICK_ENERGY, rolled, MINUTE_ENERGY)).all()
+    return sorted((int(t), c, d, float(node_j), float(sum_j))
+                  for t, c, d, node_j, sum_j in rows)
