@@ -261,7 +261,7 @@ def burner_pair(agent_url: str, ratio: int, seconds: float) -> Row:
 
 
 def attribution_rows(tmp: Path, seconds: float) -> list[Row]:
-    from tests.agent_process import agent_env, free_port, running_agent
+    from tests.helpers.agent_process import agent_env, free_port, running_agent
 
     trace = tmp / "burners.csv"
     trace.write_text("t_s,component,device,watts\n0,cpu,package-0,30\n1,cpu,package-0,90\n")

@@ -1,7 +1,7 @@
 """One PostgreSQL for a fleet: how many node-ticks a second the real writer sustains.
 
 Simulated agents write through the agent's own ``StoreWriter`` (the same buffer, batch
-inserts and upserts) into one throwaway PostgreSQL server (see tests/pg.py): each node
+inserts and upserts) into one throwaway PostgreSQL server (see tests/helpers/pg.py): each node
 ticks once a second with 4 components and 5 running jobs (a share row per job and
 component, the unattributed remainder, one unit count per job), and flushes every
 ``--flush`` seconds, staggered. Printed: node-ticks per second offered and written,
@@ -140,12 +140,12 @@ def main() -> None:
                         help="threads flushing the simulated writers [default: 16]")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    from tests.pg import running_postgres
+    from tests.helpers.pg import running_postgres
 
     with running_postgres() as server:
         url = server.create_database("ingest")
         migrate.upgrade(make_engine(url))
-        from agent.store.job_queries import list_jobs
+        from agent.store.jobs import list_jobs
 
         reader = make_engine(url)
         run(url, args.nodes, args.seconds, args.flush, lambda: list_jobs(reader),

@@ -7,7 +7,7 @@ rate, and the store going away.
    elapsed / interval, the agent's CPU as a share of one core (``/proc/<pid>/stat``),
    and the stored node energy against the counter's truth.
 2. **Store outage**: the agent at 1 Hz on a throwaway PostgreSQL server (needs the
-   server binaries; see tests/pg.py), the server stopped for ``--outage`` seconds and
+   server binaries; see tests/helpers/pg.py), the server stopped for ``--outage`` seconds and
    started again: stored node energy against the truth, and the longest hole in the
    stored ticks.
 
@@ -27,8 +27,8 @@ from sqlalchemy import create_engine, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.agent_process import agent_env, running_agent  # noqa: E402
 from tests.fakes.powercap import FakePowercap  # noqa: E402
+from tests.helpers.agent_process import agent_env, running_agent  # noqa: E402
 
 POWER_W = 40.0
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -79,7 +79,7 @@ def high_rate(seconds: float) -> None:
 
 
 def outage(seconds_before: float, outage_s: float) -> None:
-    from tests.pg import running_postgres
+    from tests.helpers.pg import running_postgres
 
     with tempfile.TemporaryDirectory() as tmp, running_postgres() as server:
         root = Path(tmp)

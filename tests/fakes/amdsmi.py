@@ -11,12 +11,11 @@ working counter by its power over ``s`` seconds; tests pass it as the start-up p
 
 from __future__ import annotations
 
-import sys
 import types
 from dataclasses import dataclass, field
 from typing import Any
 
-import pytest
+from tests.fakes.module import FakeModule
 
 FAKE_FUNCTIONS = (
     "amdsmi_init", "amdsmi_shut_down", "amdsmi_get_processor_handles",
@@ -58,17 +57,14 @@ class FakeAmdGpu:
         return self.accumulator * self.resolution_uj / 1e6
 
 
-class FakeAmdsmi:
+class FakeAmdsmi(FakeModule):
+    MODULE_NAME = "amdsmi"
+
     def __init__(self, gpus: list[FakeAmdGpu] | None = None, *, init_fails: bool = False
                  ) -> None:
         self.gpus = list(gpus or [])
         self.init_fails = init_fails
-        self.shutdown_calls = 0
-        self.module = self._build()
-
-    def install(self, monkeypatch: pytest.MonkeyPatch) -> FakeAmdsmi:
-        monkeypatch.setitem(sys.modules, "amdsmi", self.module)
-        return self
+        super().__init__()
 
     def advance(self, seconds: float) -> None:
         for gpu in self.gpus:

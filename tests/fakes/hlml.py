@@ -6,11 +6,10 @@ driver loaded, ``hlmlDeviceGetPowerUsage`` in mW, errors ``HLMLError`` with ``.v
 
 from __future__ import annotations
 
-import sys
 import types
 from dataclasses import dataclass, field
 
-import pytest
+from tests.fakes.module import FakeModule
 
 HLML_ERROR_NOT_SUPPORTED = 3
 HLML_ERROR_UNKNOWN = 999
@@ -36,16 +35,13 @@ class FakeHpu:
     fail: set[str] = field(default_factory=set)
 
 
-class FakeHlml:
+class FakeHlml(FakeModule):
+    MODULE_NAME = "pyhlml"
+
     def __init__(self, hpus: list[FakeHpu] | None = None, *, init_fails: bool = False) -> None:
         self.hpus = list(hpus or [])
         self.init_fails = init_fails
-        self.shutdown_calls = 0
-        self.module = self._build()
-
-    def install(self, monkeypatch: pytest.MonkeyPatch) -> FakeHlml:
-        monkeypatch.setitem(sys.modules, "pyhlml", self.module)
-        return self
+        super().__init__()
 
     def _hpu(self, handle: int, func: str) -> FakeHpu:
         if handle >= len(self.hpus):

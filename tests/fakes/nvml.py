@@ -14,12 +14,11 @@ Install with ``FakeNvml(...).install(monkeypatch)``, which puts the module in
 
 from __future__ import annotations
 
-import sys
 import types
 from dataclasses import dataclass, field
 from typing import Any
 
-import pytest
+from tests.fakes.module import FakeModule
 
 NVML_SUCCESS = 0
 NVML_ERROR_UNINITIALIZED = 1
@@ -154,8 +153,10 @@ class _Handle:
     mig: int | None = None  # a MIG device's slot on its parent GPU
 
 
-class FakeNvml:
+class FakeNvml(FakeModule):
     """Builds the fake module over a list of GPUs and records init/shutdown calls."""
+
+    MODULE_NAME = "pynvml"
 
     def __init__(
         self,
@@ -170,13 +171,8 @@ class FakeNvml:
         self.init_oserror = init_oserror
         self.bytes_strings = bytes_strings
         self.init_calls = 0
-        self.shutdown_calls = 0
         self.initialised = False
-        self.module = self._build()
-
-    def install(self, monkeypatch: pytest.MonkeyPatch) -> FakeNvml:
-        monkeypatch.setitem(sys.modules, "pynvml", self.module)
-        return self
+        super().__init__()
 
     def _gpu(self, handle: Any, func: str) -> FakeGpu:
         if not self.initialised:

@@ -6,11 +6,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.pg import PostgresServer, running_postgres
+from tests.helpers.pg import PostgresServer, running_postgres
 
 
 @pytest.fixture(scope="module")
 def pg() -> Iterator[PostgresServer]:
-    """A real PostgreSQL server for one test module (see tests/pg.py)."""
+    """A real PostgreSQL server for one test module (see tests/helpers/pg.py)."""
     with running_postgres() as server:
         yield server

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.agent_process import agent_env, run_cli, running_agent, wait_for
 from tests.fakes.powercap import FakePowercap
+from tests.helpers.agent_process import agent_env, run_cli, running_agent, wait_for
 
 ENERGY = "joulestat_node_energy_joules_total"
 POWER = "joulestat_node_power_watts"
@@ -156,7 +156,7 @@ def test_malformed_sysfs_zone_does_not_stop_the_others(tmp_path: Path) -> None:
 def test_sigterm_flushes_the_store(tmp_path: Path) -> None:
     """Acceptance 1 (daemon part): serves metrics, writes the store, exits cleanly."""
     from agent.store.engine import make_engine
-    from agent.store.queries import node_energy_j
+    from agent.store.nodes import node_energy_j
 
     with running_agent(tmp_path, "--sysfs-root", str(tmp_path), "--interval", "0.2",
                        "--node", "test-node") as agent:

@@ -10,27 +10,27 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from agent.host.job_cgroup import place
-from tests.agent_process import (
-    JOULESTAT,
+from tests.helpers.agent_process import (
     running_agent,
     start_run,
     stored_jobs,
     summary_of,
     wait_for,
 )
-from tests.integration.test_jobs_cli import (
+from tests.helpers.burners import (
     BURN_CPU_FULL,
-    BURN_CPU_HALF,
-    BURN_FULL,
     BURN_HALF,
+    assert_conserved,
+    dynamic_cpu_ratio,
+    run_direct_and_nested,
+    run_full_and_half,
+    run_three_jobs,
     wait_until_stored,
 )
 
@@ -62,19 +62,13 @@ def _in_cgroups(jobs: dict, names: set[str]) -> None:
 def test_two_burners_in_cgroups_get_dynamic_cpu_in_ratio_2_to_1(tmp_path: Path,
                                                                 sysfs: Path) -> None:
     with _agent(tmp_path, sysfs, "--interval", "0.5") as agent:
-        env = agent.client_env(JOULESTAT_SYSFS_ROOT=str(sysfs))
-        full = start_run("full", BURN_CPU_FULL.format(cpu=5), env, "--kind", "training")
-        half = start_run("half", BURN_CPU_HALF.format(cpu=2.5), env, "--kind", "inference")
-        for run in (full, half):
-            summary = summary_of(run)
+        summaries, jobs = run_full_and_half(agent.client_env(JOULESTAT_SYSFS_ROOT=str(sysfs)))
+        for summary in summaries:
             assert summary["mode"] == "agent" and summary["final"] is True
-        jobs = wait_until_stored(env, {"full", "half"})
         assert agent.stop() == 0
     _in_cgroups(jobs, {"full", "half"})
     assert agent.log().count("CPU time from its cgroup v") == 2
-    ratio = jobs["full"]["dynamic_j"]["cpu"] / jobs["half"]["dynamic_j"]["cpu"]
-    print(f"dynamic cpu energy full/half = {ratio:.3f}")
-    assert ratio == pytest.approx(2.0, rel=0.15)
+    assert dynamic_cpu_ratio(jobs, "full", "half") == pytest.approx(2.0, rel=0.15)
     leftovers = [p.name for p in REAL_CGROUPS.rglob("joulestat-job-*")]
     assert not [name for name in leftovers
                 if any(jobs[n]["id"] in name for n in ("full", "half"))]
@@ -83,42 +77,19 @@ def test_two_burners_in_cgroups_get_dynamic_cpu_in_ratio_2_to_1(tmp_path: Path,
 def test_a_grandchild_in_a_cgroup_counts_like_a_direct_child(tmp_path: Path,
                                                              sysfs: Path) -> None:
     with _agent(tmp_path, sysfs, "--interval", "0.5") as agent:
-        env = agent.client_env(JOULESTAT_SYSFS_ROOT=str(sysfs))
-        code = BURN_CPU_FULL.format(cpu=4)
-        direct = start_run("direct", code, env)
-        nested = subprocess.Popen(
-            [JOULESTAT, "run", "--name", "nested", "--json", "--", "sh", "-c",
-             f'"{sys.executable}" -c "$BURN" & wait'],
-            env={**env, "BURN": code}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        summary_of(direct)
-        summary_of(nested)
-        jobs = wait_until_stored(env, {"direct", "nested"})
+        jobs = run_direct_and_nested(agent.client_env(JOULESTAT_SYSFS_ROOT=str(sysfs)))
         assert agent.stop() == 0
     _in_cgroups(jobs, {"direct", "nested"})
-    ratio = jobs["nested"]["dynamic_j"]["cpu"] / jobs["direct"]["dynamic_j"]["cpu"]
-    print(f"nested/direct dynamic cpu = {ratio:.3f}")
-    assert ratio == pytest.approx(1.0, rel=0.2)
+    assert dynamic_cpu_ratio(jobs, "nested", "direct") == pytest.approx(1.0, rel=0.2)
 
 
 def test_conservation_on_every_stored_tick_with_cgroup_jobs(tmp_path: Path,
                                                             sysfs: Path) -> None:
-    from agent.store.engine import make_engine
-    from agent.store.job_queries import unattributed_check
-
     with _agent(tmp_path, sysfs, "--interval", "0.2", "--node", "n1") as agent:
-        env = agent.client_env(JOULESTAT_SYSFS_ROOT=str(sysfs))
-        runs = [start_run("a", BURN_FULL.format(s=3), env),
-                start_run("b", BURN_HALF.format(s=3), env),
-                start_run("c", "import time; time.sleep(3)", env)]
-        for run in runs:
-            summary_of(run)
-        jobs = wait_until_stored(env, {"a", "b", "c"})
+        jobs = run_three_jobs(agent.client_env(JOULESTAT_SYSFS_ROOT=str(sysfs)))
         assert agent.stop() == 0
     _in_cgroups(jobs, {"a", "b", "c"})
-    rows = unattributed_check(make_engine(agent.db_url), "n1")
-    assert len(rows) > 30
-    for t_end_ms, component, device, node_j, sum_j in rows:
-        assert sum_j == pytest.approx(node_j, rel=1e-9, abs=1e-9), (t_end_ms, component, device)
+    assert_conserved(agent.db_url, "n1")
 
 
 def test_kill_9_during_a_cgroup_job_resumes_from_its_counter(tmp_path: Path,
@@ -145,7 +116,7 @@ def test_kill_9_during_a_cgroup_job_resumes_from_its_counter(tmp_path: Path,
 def test_run_says_where_its_cpu_time_comes_from(tmp_path: Path, sysfs: Path) -> None:
     """Embedded mode (no agent): in a cgroup where the node allows one, else the process
     tree; the job's cpu_source label says which, and both count the same burn."""
-    from tests.agent_process import agent_env
+    from tests.helpers.agent_process import agent_env
 
     no_cgroups = tmp_path / "bare-sys"
     no_cgroups.mkdir()

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from agent.jobs.http_client import AgentClient
-from tests.agent_process import (
+from tests.fakes.powercap import FakePowercap
+from tests.helpers.agent_process import (
     agent_env,
     running_agent,
     start_run,
@@ -20,7 +21,6 @@ from tests.agent_process import (
     summary_of,
     wait_for,
 )
-from tests.fakes.powercap import FakePowercap
 
 POWER_W = 50.0
 INTERVAL_S = 0.25  # long enough that a loaded machine's scheduling noise stays small

@@ -6,9 +6,9 @@ so a one-shot ``--dump-dom`` or ``--screenshot`` may capture an empty shell. The
 therefore drives Chromium through its DevTools protocol (the ``websockets`` client
 Streamlit already depends on): load a page, poll the rendered text until the expected
 figures appear, then take a full-page screenshot. The store is the sample
-(:mod:`dashboard.sample`) plus :mod:`tests.honest_store` (a steady laptop job, runs told
-apart by a label, an imported VM estimate with its profile) and a CodeCarbon CSV
-written by CodeCarbon's own tracker, imported with its CO2e kept. The HTML report is
+(:mod:`agent.sim.sample`) plus :mod:`tests.helpers.honest_store` (a steady laptop job,
+runs told apart by a label, an imported VM estimate with its profile) and a CodeCarbon
+CSV written by CodeCarbon's own tracker, imported with its CO2e kept. The HTML report is
 opened in Chromium and the PDF rasterised with ``pdftoppm``. Screenshots go to the
 pytest tmp dir, and to docs/screenshots/ when ``JOULESTAT_SAVE_SCREENSHOTS`` is set.
 
@@ -42,10 +42,12 @@ from agent.reports.html_report import render_html
 from agent.reports.importer import import_file
 from agent.reports.model import build_report
 from agent.reports.pdf_report import render_pdf
+from agent.sim import sample
 from agent.store import make_engine, migrate
-from agent.store.job_queries import JobSummary, list_jobs
-from dashboard import fmt, sample
-from tests import honest_store
+from agent.store.jobs import JobSummary, list_jobs
+from dashboard import fmt
+from tests.helpers import honest_store
+from tests.helpers.codecarbon_run import codecarbon_script
 
 pytestmark = pytest.mark.slow
 
@@ -142,20 +144,7 @@ class Browser:
         path.write_bytes(base64.b64decode(data))
 
 
-CODECARBON_RUN = """
-import time
-from codecarbon import OfflineEmissionsTracker
-
-tracker = OfflineEmissionsTracker(country_iso_code="FRA", measure_power_secs=1,
-                                  output_dir=".", project_name="mlp-train",
-                                  log_level="error", save_to_api=False)
-tracker.start()
-end = time.time() + 4
-n = 0
-while time.time() < end:
-    n += 1
-tracker.stop()
-"""
+CODECARBON_RUN = codecarbon_script("mlp-train", seconds=4)
 
 
 def codecarbon_csv(folder: Path) -> Path:

@@ -1,10 +1,11 @@
 """The Compare page says what ``joulestat compare`` says about the same jobs.
 
 Expected figures and sentences come from the command itself (``joulestat compare
---json`` run as a process) or from its loader (``load_job_figures`` /
-``figures_of`` + ``compare()``), never from the dashboard's code: the page builds its
-figures from the dashboard's own reads (``JobTotals`` priced by ``dashboard.costing``),
-so a field that meant something else there would show here.
+--json`` run as a process) or from its loader (``load_job_figures`` + ``compare()``),
+never from the dashboard's code: the page builds its figures from the dashboard's own
+reads (``JobTotals``; both price through :class:`agent.carbon.pricing.Pricer`, whose
+figures ``tests/unit/test_pricing.py`` checks), so a field that meant something else
+there would show here.
 
 The store is ``test_compare_cli``'s (filled through StoreWriter): inference on g5, inf2
 and an unpriced laptop, a loader-fed trainer on c6i + p4d and a training run that counts
@@ -24,15 +25,14 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from agent.reports.compare import JobFigures, compare
-from agent.reports.compare_data import figures_of, load_job_figures
+from agent.reports.compare import compare
+from agent.reports.compare_data import load_job_figures
 from agent.reports.compare_words import headline
-from agent.store import dashboard_queries as dq
+from agent.sim import sample
 from agent.store import make_engine, migrate
-from agent.store.job_queries import job_detail
-from dashboard import costing, sample, state
-from tests.agent_process import run_cli
-from tests.integration.test_compare_cli import fill_compare_store
+from dashboard import state
+from tests.helpers.agent_process import run_cli
+from tests.helpers.compare_store import fill_compare_store
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
 T0 = 1_700_000_040.0
@@ -54,44 +54,6 @@ def sample_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     sample.fill(engine, end_s=time.time() - 60, hours=1.0, jobs=10)  # one job left running
     engine.dispose()
     return url
-
-
-def same(a: float | None, b: float | None) -> bool:
-    return (a is None and b is None) or (
-        a is not None and b is not None and a == pytest.approx(b, rel=1e-9, abs=1e-12))
-
-
-def assert_same_figures(mine: JobFigures, cli: JobFigures) -> None:
-    assert (mine.job_id, mine.name, mine.kind, mine.notes) == (
-        cli.job_id, cli.name, cli.kind, cli.notes)
-    assert mine.units == pytest.approx(cli.units)
-    for field in ("duration_s", "energy_j", "operational_co2e_g", "embodied_co2e_g",
-                  "cost_usd"):
-        assert same(getattr(mine, field), getattr(cli, field)), (mine.job_id, field)
-    assert [(n.node, n.instance_type) for n in mine.nodes] == [
-        (n.node, n.instance_type) for n in cli.nodes]
-    for a, b in zip(mine.nodes, cli.nodes, strict=True):
-        for field in ("held_s", "energy_j", "cost_usd"):
-            assert same(getattr(a, field), getattr(b, field)), (mine.job_id, a.node, field)
-
-
-@pytest.mark.parametrize("which", ["cli_store", "sample_url"])
-def test_the_dashboards_job_figures_are_the_clis(which, request):
-    """Field by field, for every job: the fast path (rates scaled per node, no series
-    read) gives what ``figures_of`` gets from ``footprint()`` on the job's series."""
-    url = request.getfixturevalue(which)
-    engine = make_engine(url)
-    now = time.time()
-    totals = dq.job_totals(engine)
-    assert {j.id for j in totals} == {f.job_id for f in load_job_figures(engine, now_s=now)}
-    running = [j for j in totals if j.ended_s is None]
-    assert which == "cli_store" or running  # the sample checks a job counted up to now
-    for found in totals:
-        cli = figures_of(engine, job_detail(engine, found.id), None, now)
-        assert_same_figures(costing.job_figures(found, now), cli)
-    laptop = [costing.job_figures(j, now) for j in totals if j.id == "j-laptop"]
-    assert not laptop or (laptop[0].cost_usd is None and laptop[0].notes)
-    engine.dispose()
 
 
 def cli_json(url: str, *args: str) -> dict[str, Any]:

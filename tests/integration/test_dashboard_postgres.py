@@ -15,12 +15,14 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from streamlit.testing.v1 import AppTest
 
-from agent.store import dashboard_queries as dq
+from agent.sim import sample
 from agent.store import make_engine, migrate
-from agent.store.job_queries import list_jobs
-from dashboard import fmt, sample
-from tests.pg import PostgresServer
-from tests.unit.test_dashboard_apptest import APP, PAGES, TITLES
+from agent.store.job_totals import job_totals
+from agent.store.jobs import list_jobs
+from agent.store.readonly import open_readonly_engine
+from dashboard import fmt
+from tests.helpers.dashboard_app import APP, PAGES, TITLES
+from tests.helpers.pg import PostgresServer
 
 pytestmark = pytest.mark.postgres
 
@@ -79,12 +81,12 @@ def test_the_reader_role_really_cannot_write(store):
 
 def test_the_dashboard_engine_is_read_only_even_for_the_owner(store):
     owner_url, _reader_url = store
-    engine = dq.open_readonly_engine(owner_url)
+    engine = open_readonly_engine(owner_url)
     with engine.connect() as connection:
         assert connection.execute(text("SHOW default_transaction_read_only")).scalar() == "on"
         with pytest.raises(DBAPIError, match="read-only transaction"):
             connection.execute(text("DELETE FROM jobs"))
-    found = dq.job_totals(engine)
+    found = job_totals(engine)
     assert len(found) == 22
     assert fmt.energy(sum(j.total_j for j in found)).endswith("J")
     engine.dispose()

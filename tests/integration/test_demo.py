@@ -14,13 +14,12 @@ from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from agent.store import make_engine
-from agent.store.job_queries import list_jobs
-from tests.agent_process import JOULESTAT, agent_env, free_port, running_agent
+from agent.store.jobs import list_jobs
+from tests.helpers.agent_process import JOULESTAT, agent_env, free_port, running_agent
+from tests.helpers.dashboard_app import run_page
 
-APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
 pytestmark = pytest.mark.slow
 
 
@@ -72,23 +71,13 @@ def test_demo_fills_a_fresh_store_with_measured_jobs(demo_store):
     assert "placeholders" in out and "not cloud offers" in out
 
 
-def _page(url: str, page: str, monkeypatch: pytest.MonkeyPatch, **query: str) -> AppTest:
-    monkeypatch.setenv("JOULESTAT_DB", url)
-    at = AppTest.from_file(APP, default_timeout=60)
-    for key, value in query.items():
-        at.query_params[key] = value
-    at.switch_page(page).run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
-
-
 def test_compare_page_shows_the_demo_configurations(demo_store, monkeypatch):
     url = demo_store[0]
     engine = make_engine(url)
     train = {j.labels["setup"]: j for j in list_jobs(engine) if j.name == "demo-train"}
     engine.dispose()
-    at = _page(url, "pages/compare.py", monkeypatch, kind="training", unit="sample",
-               by="label:setup", period="All time")
+    at = run_page(url, "pages/compare.py", monkeypatch, kind="training", unit="sample",
+                  by="label:setup", period="All time")
     table = at.dataframe[0].value.set_index("group")
     assert set(table.index) == {"setup=demo-1vcpu", "setup=demo-2vcpu"}
     for setup, job in train.items():
@@ -104,7 +93,7 @@ def test_load_curve_page_shows_the_three_concurrencies(demo_store, monkeypatch):
     serve = {int(j.labels["concurrency"]): j for j in list_jobs(engine)
              if j.name == "demo-serve"}
     engine.dispose()
-    at = _page(url, "pages/load_curve.py", monkeypatch)
+    at = run_page(url, "pages/load_curve.py", monkeypatch)
     table = at.dataframe[0].value
     assert list(table["setup"]) == ["demo-1vcpu"] * 3
     assert sorted(table["concurrency"]) == [1, 4, 16]

@@ -23,8 +23,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from agent.store import make_engine
-from agent.store.job_queries import list_jobs
-from tests.agent_process import JOULESTAT, agent_env, free_port, running_agent
+from agent.store.jobs import list_jobs
+from tests.helpers.agent_process import JOULESTAT, agent_env, free_port, running_agent
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SERVER = EXAMPLES / "inference" / "server.py"

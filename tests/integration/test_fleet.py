@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
-from tests.agent_process import agent_env, running_agent
 from tests.fakes.powercap import FakePowercap
-from tests.pg import running_postgres
+from tests.helpers.agent_process import agent_env, running_agent
+from tests.helpers.pg import running_postgres
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 NODES = {"n-small": ("c5.large", 20.0), "n-mid": ("c5.xlarge", 45.0),
@@ -128,7 +128,7 @@ def test_an_embedded_run_beside_the_agent_counts_its_job_once_and_no_tick_twice(
         tmp_path: Path) -> None:
     """The run misses the agent's address and measures in-process on the agent's node
     and store: it records its job only; the node's ticks stay the agent's alone."""
-    from tests.agent_process import start_run, stored_jobs
+    from tests.helpers.agent_process import start_run, stored_jobs
 
     with running_agent(tmp_path, "--sysfs-root", str(tmp_path), "--interval", "0.2",
                        "--node", "n1") as agent:

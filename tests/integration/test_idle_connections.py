@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.agent_process import running_agent
+from tests.helpers.agent_process import running_agent
 
 log = logging.getLogger(__name__)
 

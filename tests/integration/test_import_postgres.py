@@ -1,5 +1,5 @@
 """Reports and imports on a real PostgreSQL store: the same figures, idempotent imports,
-rollback of a bad file, and sources of rolled-up minutes (started by tests/pg.py)."""
+rollback of a bad file, and sources of rolled-up minutes (started by tests/helpers/pg.py)."""
 
 from __future__ import annotations
 
@@ -14,13 +14,14 @@ from agent.reports.importer import ImportFileError, import_file
 from agent.reports.json_report import render_json_many
 from agent.reports.model import build_report
 from agent.store import make_engine, migrate
-from agent.store.job_queries import job_detail
-from agent.store.report_queries import job_ids_active_since, job_sources
+from agent.store.jobs import job_detail, job_ids_active_since
+from agent.store.provenance import job_sources
 from agent.store.writer import StoreWriter
-from tests.pg import PostgresServer
-from tests.unit.test_reports_import import assert_same_figures, dump
-from tests.unit.test_reports_store import (
+from tests.helpers.pg import PostgresServer
+from tests.helpers.report_checks import assert_same_figures, dump
+from tests.helpers.report_store import (
     LOADER,
+    NOW,
     SECRET_LABELS,
     T0,
     fill_store,
@@ -29,7 +30,6 @@ from tests.unit.test_reports_store import (
 )
 
 pytestmark = pytest.mark.postgres
-NOW = T0 + 200
 JOBS = ("dist-1", "solo", "secretive")
 _names = itertools.count()
 
@@ -87,16 +87,17 @@ def test_issue_11_reads_on_postgres(engine: Engine, tmp_path: Path) -> None:
     """The reads issue 11 added, on PostgreSQL: imported nodes, profiles kept by import,
     a re-import found unchanged, CodeCarbon's own CO2e, the untracked CPU share and a
     flat series of a steady job."""
-    from agent.store import dashboard_queries as dq
-    from tests.honest_store import STEADY_W, fill
+    from agent.store.provenance import imported_nodes
+    from agent.store.series import job_power_series
+    from tests.helpers.honest_store import STEADY_W, fill
 
     files = fill(engine, tmp_path)
-    assert dq.imported_nodes(engine) == {"vm-remote-1", "codecarbon:cc-run-1"}
+    assert imported_nodes(engine) == {"vm-remote-1", "codecarbon:cc-run-1"}
     steady = build_report(engine, "steady", {})
     watts = [p["power_w"] for p in steady["power_series"]]
     assert watts == pytest.approx([STEADY_W] * len(watts), rel=1e-6)
     assert steady["nodes"][0]["untracked_cpu_share"] == pytest.approx(0.0, abs=1e-9)
-    series = [p.power_w for p in dq.job_power_series(engine, "steady", 1)]
+    series = [p.power_w for p in job_power_series(engine, "steady", 1)]
     assert series == pytest.approx([STEADY_W] * len(series), rel=1e-6)
     ramp = build_report(engine, "vm-ramp", {})
     assert len(ramp["nodes"][0]["energy_series"]) > 20

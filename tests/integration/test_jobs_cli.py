@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.agent_process import (
+from tests.helpers.agent_process import (
     JOULESTAT,
     agent_env,
     running_agent,
@@ -21,71 +21,38 @@ from tests.agent_process import (
     summary_of,
     wait_for,
 )
+from tests.helpers.burners import (
+    BURN_HALF,
+    assert_conserved,
+    dynamic_cpu_ratio,
+    run_direct_and_nested,
+    run_full_and_half,
+    run_three_jobs,
+    wait_until_stored,
+)
 
 TICKS = "joulestat_agent_ticks_total"
 NO_AGENT = "http://127.0.0.1:9"  # the discard port: nothing answers, so embedded mode
-BURN_FULL = "import time\ne = time.time() + {s}\nwhile time.time() < e: pass"
-BURN_HALF = (
-    "import time\ne = time.time() + {s}\nwhile time.time() < e:\n"
-    "    t = time.time() + 0.01\n    while time.time() < t: pass\n    time.sleep(0.01)"
-)
-# Burners that stop after a given amount of CPU time, so their CPU-time ratio does not
-# depend on how busy the machine is: with the linear per-vCPU CPU model a job's dynamic
-# energy is proportional to its CPU time, which is what these tests check.
-BURN_CPU_FULL = "import time\nwhile time.process_time() < {cpu}: pass"
-BURN_CPU_HALF = (
-    "import time\nwhile time.process_time() < {cpu}:\n"
-    "    t = time.process_time() + 0.01\n    while time.process_time() < t: pass\n"
-    "    time.sleep(0.01)"
-)
-
-
-def wait_until_stored(env: dict[str, str], names: set[str], timeout_s: float = 20) -> dict:
-    """Jobs appear ended in the store once the agent's next flush has run."""
-    def ready():
-        jobs = stored_jobs(env)
-        ok = names <= set(jobs) and all(jobs[n]["status"] == "ended" for n in names)
-        return jobs if ok else None
-
-    return wait_for(ready, timeout_s=timeout_s, every_s=0.5)
 
 
 def test_two_burners_get_dynamic_cpu_in_ratio_2_to_1(tmp_path: Path) -> None:
     """Acceptance 1: a full-core and a half-core burner, side by side."""
     with running_agent(tmp_path, "--sysfs-root", str(tmp_path), "--interval", "0.5") as agent:
-        env = agent.client_env()
         # One saturates a core for ~5 s, the other runs at about half a core for ~5 s.
-        full = start_run("full", BURN_CPU_FULL.format(cpu=5), env, "--kind", "training")
-        half = start_run("half", BURN_CPU_HALF.format(cpu=2.5), env, "--kind", "inference")
-        assert summary_of(full)["mode"] == "agent"
-        assert summary_of(half)["mode"] == "agent"
-        jobs = wait_until_stored(env, {"full", "half"})
+        summaries, jobs = run_full_and_half(agent.client_env())
+        assert [summary["mode"] for summary in summaries] == ["agent", "agent"]
         assert agent.stop() == 0
-    ratio = jobs["full"]["dynamic_j"]["cpu"] / jobs["half"]["dynamic_j"]["cpu"]
-    print(f"dynamic cpu energy full/half = {ratio:.3f}")
-    assert ratio == pytest.approx(2.0, rel=0.15)
+    assert dynamic_cpu_ratio(jobs, "full", "half") == pytest.approx(2.0, rel=0.15)
 
 
 @pytest.mark.parametrize("policy", ["share", "exclude"])
 def test_conservation_on_every_stored_tick(tmp_path: Path, policy: str) -> None:
     """Acceptance 2: jobs + unattributed == node energy, per tick and component."""
-    from agent.store.engine import make_engine
-    from agent.store.job_queries import unattributed_check
-
     with running_agent(tmp_path, "--sysfs-root", str(tmp_path), "--interval", "0.2",
                        "--idle-policy", policy, "--node", "n1") as agent:
-        env = agent.client_env()
-        runs = [start_run("a", BURN_FULL.format(s=3), env),
-                start_run("b", BURN_HALF.format(s=3), env),
-                start_run("c", "import time; time.sleep(3)", env)]
-        for run in runs:
-            summary_of(run)
-        jobs = wait_until_stored(env, {"a", "b", "c"})
+        jobs = run_three_jobs(agent.client_env())
         assert agent.stop() == 0
-    rows = unattributed_check(make_engine(agent.db_url), "n1")
-    assert len(rows) > 30
-    for t_end_ms, component, device, node_j, sum_j in rows:
-        assert sum_j == pytest.approx(node_j, rel=1e-9, abs=1e-9), (t_end_ms, component, device)
+    assert_conserved(agent.db_url, "n1")
     idle = sum(sum(job["idle_j"].values()) for job in jobs.values())
     assert (idle > 0) if policy == "share" else (idle == 0)
 
@@ -119,28 +86,17 @@ def test_wrapper_passes_exit_codes_and_signals(tmp_path: Path) -> None:
     missing = subprocess.run([JOULESTAT, "run", "--name", "x", "--", "/nonexistent/cmd"],
                              env=env, capture_output=True, text=True, timeout=60)
     assert missing.returncode == 127 and "cannot start" in missing.stderr
-    bad = subprocess.run([JOULESTAT, "run", "--name", "a/b", "--", "true"], env=env,
+    bad = subprocess.run([JOULESTAT, "run", "--name", "a\\b", "--", "true"], env=env,
                          capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2 and "path separators" in bad.stderr
+    assert bad.returncode == 2 and "backslash" in bad.stderr
 
 
 def test_children_the_job_spawns_are_counted(tmp_path: Path) -> None:
     """Acceptance 3 (second half): a burner two levels down counts like a direct one."""
     with running_agent(tmp_path, "--sysfs-root", str(tmp_path), "--interval", "0.5") as agent:
-        env = agent.client_env()
-        code = BURN_CPU_FULL.format(cpu=4)
-        direct = start_run("direct", code, env)
-        nested = subprocess.Popen(
-            [JOULESTAT, "run", "--name", "nested", "--json", "--", "sh", "-c",
-             f'"{sys.executable}" -c "$BURN" & wait'],
-            env={**env, "BURN": code}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        summary_of(direct)
-        summary_of(nested)
-        jobs = wait_until_stored(env, {"direct", "nested"})
+        jobs = run_direct_and_nested(agent.client_env())
         assert agent.stop() == 0
-    ratio = jobs["nested"]["dynamic_j"]["cpu"] / jobs["direct"]["dynamic_j"]["cpu"]
-    print(f"nested/direct dynamic cpu = {ratio:.3f}")
-    assert ratio == pytest.approx(1.0, rel=0.2)
+    assert dynamic_cpu_ratio(jobs, "nested", "direct") == pytest.approx(1.0, rel=0.2)
 
 
 def test_api_under_bad_input_keeps_the_agent_ticking(tmp_path: Path) -> None:
@@ -164,7 +120,7 @@ def test_api_under_bad_input_keeps_the_agent_ticking(tmp_path: Path) -> None:
             ("/v1/jobs", b"{not json"),
             ("/v1/jobs", b'{"name": 5, "kind": "training"}'),
             ("/v1/jobs", b'{"name": "a\\u0007b", "kind": "training"}'),
-            ("/v1/jobs", b'{"name": "../etc", "kind": "training"}'),
+            ("/v1/jobs", b'{"name": "..\\\\etc", "kind": "training"}'),
             ("/v1/jobs", b'{"name": "ok", "kind": "weird"}'),
             ("/v1/jobs/nope/units", b'{"unit": "inference", "count": 1}'),
             ("/v1/jobs", b"x" * (1024 * 1024 + 1)),

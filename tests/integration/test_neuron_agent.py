@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.agent_process import running_agent, wait_for
 from tests.fakes.neuron import FakeNeuron
+from tests.helpers.agent_process import running_agent, wait_for
 
 POWER = "joulestat_node_power_watts"
 ENERGY = "joulestat_node_energy_joules_total"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.agent_process import running_agent
+from tests.helpers.agent_process import running_agent
 
 TICKS = "joulestat_agent_ticks_total"
 # docs/jobs.md: the agent's RSS grows by at most this with --max-jobs (1,000) live jobs.

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from agent.carbon.catalog import lookup
-from tests.agent_process import JOULESTAT, agent_env, run_cli, running_agent
-from tests.integration.test_compare_cli import PINNED, compare_cli
+from tests.helpers.agent_process import JOULESTAT, agent_env, run_cli, running_agent
+from tests.helpers.compare_store import PINNED, compare_cli
 
 T0 = 1_700_000_040.0
 JOB = "sm-bert-1"
@@ -267,7 +267,7 @@ def test_agent_warns_about_an_unknown_type(tmp_path: Path) -> None:
 def test_dashboard_hands_the_checked_file_to_streamlit(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch,
                                                        capsys: pytest.CaptureFixture) -> None:
-    from tests.unit.test_dashboard_command import run
+    from tests.helpers.dashboard_command import run
 
     prices = tmp_path / "prices.csv"
     prices.write_text(PRICES)

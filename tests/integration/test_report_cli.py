@@ -22,11 +22,10 @@ from pypdf import PdfReader
 from agent import units
 from agent.store import make_engine
 from agent.store.writer import StoreWriter
-from tests.agent_process import JOULESTAT, agent_env, run_cli
-from tests.unit.test_reports_formats import html_text
-from tests.unit.test_reports_import import assert_same_figures
-from tests.unit.test_reports_model import SCHEMA
-from tests.unit.test_reports_store import (
+from tests.helpers.agent_process import JOULESTAT, agent_env, run_cli
+from tests.helpers.codecarbon_run import codecarbon_script
+from tests.helpers.report_checks import SCHEMA, assert_same_figures, html_text
+from tests.helpers.report_store import (
     LOADER,
     T0,
     fill_store,
@@ -219,20 +218,7 @@ def test_bad_files_exit_2_and_import_nothing(store: tuple[dict[str, str], Any],
         "solo"]
 
 
-CODECARBON_RUN = """
-import time
-from codecarbon import OfflineEmissionsTracker
-
-tracker = OfflineEmissionsTracker(country_iso_code="FRA", measure_power_secs=1,
-                                  output_dir=".", project_name="busy-loop",
-                                  log_level="error", save_to_api=False)
-tracker.start()
-end = time.time() + 3
-n = 0
-while time.time() < end:
-    n += 1
-tracker.stop()
-"""
+CODECARBON_RUN = codecarbon_script("busy-loop", seconds=3)
 
 
 @pytest.mark.slow
@@ -282,7 +268,7 @@ def test_codecarbon_file_made_by_codecarbon(tmp_path: Path) -> None:
 
 
 def test_import_sets_name_kind_and_labels(tmp_path: Path) -> None:
-    from tests.honest_store import CODECARBON_HEADER, codecarbon_row
+    from tests.helpers.honest_store import CODECARBON_HEADER, codecarbon_row
 
     emissions = tmp_path / "emissions.csv"
     emissions.write_text(CODECARBON_HEADER + codecarbon_row("r1", "2024-05-01T12:00:00"))

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import select
 
 from agent.jobs.http_client import AgentClient
-from tests.agent_process import (
+from tests.helpers.agent_process import (
     JOULESTAT,
     agent_env,
     running_agent,

@@ -12,7 +12,7 @@ from sqlalchemy import Column, Integer, MetaData, Table
 
 from agent.store import make_engine, migrate, tables
 from agent.store.tables import METADATA, TICK_ENERGY
-from tests.pg import PostgresServer
+from tests.helpers.pg import PostgresServer
 
 _names = itertools.count()
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tests.agent_process import JOULESTAT, agent_env
+from tests.helpers.agent_process import JOULESTAT, agent_env
 
 SECRET = "LeakPw31"
 BAD_DB = f"postgresql+psycopg://u:{SECRET}@127.0.0.1:1/x"

@@ -1,4 +1,4 @@
-"""The SQL store against a real PostgreSQL server (started by tests/pg.py)."""
+"""The SQL store against a real PostgreSQL server (started by tests/helpers/pg.py)."""
 
 from __future__ import annotations
 
@@ -18,29 +18,35 @@ from agent.identity import NodeInfo
 from agent.sensors.base import DeviceInfo
 from agent.store import make_engine, migrate
 from agent.store.engine import dialect_insert
-from agent.store.job_queries import job_detail, list_jobs
 from agent.store.job_writer import PendingJobs, write_pending
-from agent.store.tables import METADATA
-from agent.store.queries import (
+from agent.store.jobs import job_detail, list_jobs
+from agent.store.nodes import (
     latest_power_w,
     list_nodes,
-    minute_energy_rows,
     node_devices,
     node_energy_j,
 )
+from agent.store.tables import METADATA
 from agent.store.writer import StoreWriter
 from agent.tick import Tick, TickEntry
-from tests.pg import PostgresServer
-from tests.unit import test_store_jobs as jobs
-from tests.unit.test_job_refs import check_resolver
-from tests.unit.test_store_sqlite import raw_count, tick
+from tests.helpers import store_jobs as jobs
+from tests.helpers.job_refs import check_resolver
+from tests.helpers.pg import PostgresServer
+from tests.helpers.store_rows import (
+    MINUTES_ACROSS_ENDS,
+    T0,
+    migrated_engine,
+    minute_rows,
+    raw_count,
+    tick,
+    write_across_minute_ends,
+)
 
 pytestmark = pytest.mark.postgres
 
 NODE = NodeInfo("node-pg", "p5.48xlarge", "us-east-1", "EPYC", "0.1.0")
 DEVICES = [DeviceInfo("cpu", "0", "rapl", index=0),
            DeviceInfo("gpu", "0", "nvml_energy", model="H100", uuid="GPU-9", index=0)]
-T0 = 1_700_000_040.0  # a minute boundary
 RETENTION_S = 600.0
 _names = itertools.count()
 
@@ -52,10 +58,8 @@ def pg_url(pg: PostgresServer) -> str:
 
 @pytest.fixture()
 def engine(pg_url: str) -> Iterator[Engine]:
-    engine = make_engine(pg_url)
-    migrate.upgrade(engine)
-    yield engine
-    engine.dispose()
+    with migrated_engine(pg_url) as engine:
+        yield engine
 
 
 def test_migrations_reach_head_and_match_the_models(pg_url):
@@ -95,20 +99,9 @@ def test_writer_is_idempotent(engine):
 
 def test_rollup_boundaries_and_source_changes(engine):
     writer = StoreWriter(engine, NODE, DEVICES, raw_retention_s=RETENTION_S)
-    writer.add(tick(T0 + 60, length_s=2.0))  # ends on the minute: closes minute 0
-    writer.add(tick(T0 + 60.5, cpu_j=1.0, gpu_j=2.0, length_s=0.5))
-    writer.add(tick(T0 + 61, cpu_j=3.0, gpu_j=4.0, length_s=0.5, gpu_source="nvml_power"))
-    writer.add(tick(T0 + 125))  # minute 2 is incomplete at T0 + 150
-    assert writer.maintain(T0 + 150) is not None
+    write_across_minute_ends(writer)
     assert writer.maintain(T0 + 150) is not None  # idempotent
-    rows = [(r.minute_start_s, r.component, r.energy_j, r.covered_s, r.source)
-            for r in minute_energy_rows(engine, NODE.node, T0 - 60, T0 + 600)]
-    assert rows == [
-        (T0, "cpu", 10.0, 2.0, "rapl"),
-        (T0, "gpu", 100.0, 2.0, "nvml_energy"),
-        (T0 + 60, "cpu", 4.0, 1.0, "rapl"),
-        (T0 + 60, "gpu", 6.0, 1.0, "nvml_energy+nvml_power"),
-    ]
+    assert minute_rows(engine, NODE.node) == MINUTES_ACROSS_ENDS
 
 
 def test_retention_keeps_totals_and_counts_late_rows(engine):
@@ -170,7 +163,7 @@ def test_db_upgrade_command_against_postgres(pg):
     engine.dispose()
 
 
-# -- per-job energy (the scenarios of tests/unit/test_store_jobs.py) ----------------------
+# -- per-job energy (the scenarios of tests/helpers/store_jobs.py) ------------------------
 
 
 def test_job_writes_are_idempotent(engine):

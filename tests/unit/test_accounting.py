@@ -15,7 +15,7 @@ from agent.host import proctree
 from agent.host.usage import SCAN_EVERY_S
 from agent.idle import IdleBaselines
 from agent.jobs.accounting import JobAccounting, TickResult
-from agent.jobs.registry import JobRegistry
+from agent.jobs.registry import Job, JobRegistry
 from agent.tick import Tick, TickEntry
 from tests.fakes.procfs import HZ, FakeProc
 
@@ -53,6 +53,23 @@ def _accounting(proc: FakeProc, registry: JobRegistry, policy: str = "exclude",
         accounting.host._clock = clock
     accounting.start()
     return accounting
+
+
+def _one_job(proc: FakeProc, kind: str = "training", boot_s: float | None = 1000.0, *,
+             child: bool = False, clock: Clock | None = None
+             ) -> tuple[JobRegistry, JobAccounting, Job]:
+    """pid 100 (with its child 101 where asked), started 1000 s after boot; accounting
+    started over them, then job "job" registered on pid 100 (at ``boot_s``, when given)."""
+    proc.add(100, start_s=1000)
+    if child:
+        proc.add(101, ppid=100, start_s=1000)
+    proc.write()
+    registry = JobRegistry(clock=lambda: 0.5)
+    accounting = _accounting(proc, registry, clock=clock)
+    job = registry.register("job", kind, [100], job_id="job")
+    if boot_s is not None:
+        job.registered_boot_s = boot_s
+    return registry, accounting, job
 
 
 def test_exclusive_trees_nearest_registered_ancestor_wins() -> None:
@@ -148,11 +165,7 @@ def test_two_burners_get_dynamic_cpu_in_ratio_2_to_1(proc: FakeProc) -> None:
 def test_a_grandchild_started_after_registration_counts_from_its_start(
         proc: FakeProc) -> None:
     clock = Clock()
-    proc.add(100, start_s=1000)
-    proc.write()
-    registry = JobRegistry(clock=lambda: 0.5)
-    accounting = _accounting(proc, registry, clock=clock)
-    registry.register("job", "training", [100], job_id="job").registered_boot_s = 1000.0
+    _, accounting, _ = _one_job(proc, clock=clock)
     accounting.on_tick(_tick(0.0, 1.0))
     proc.add(101, ppid=100, start_s=1001)
     proc.add(102, ppid=101, start_s=1001)  # a grandchild, born after registration
@@ -171,12 +184,7 @@ def test_a_grandchild_started_after_registration_counts_from_its_start(
 
 
 def test_a_child_exit_hands_its_time_to_the_parent_once(proc: FakeProc) -> None:
-    proc.add(100, start_s=1000)
-    proc.add(101, ppid=100, start_s=1000)
-    proc.write()
-    registry = JobRegistry(clock=lambda: 0.5)
-    accounting = _accounting(proc, registry)
-    registry.register("job", "training", [100], job_id="job").registered_boot_s = 1000.0
+    _, accounting, _ = _one_job(proc, child=True)
     counted = []
     for i, step in enumerate(("run", "run", "exit", "run")):
         if step == "run":
@@ -190,12 +198,7 @@ def test_a_child_exit_hands_its_time_to_the_parent_once(proc: FakeProc) -> None:
 
 
 def test_a_job_whose_processes_all_exit_ends_with_its_last_cpu_once(proc: FakeProc) -> None:
-    proc.add(100, start_s=1000)
-    proc.write()
-    registry = JobRegistry(clock=lambda: 0.5)
-    accounting = _accounting(proc, registry)
-    job = registry.register("job", "training", [100], job_id="job")
-    job.registered_boot_s = 1000.0
+    registry, accounting, job = _one_job(proc)
     proc.run(100, 1.0)
     proc.write()
     assert accounting.on_tick(_tick(0.0, 1.0)).usage.job_cpu_s["job"] == pytest.approx(1.0)
@@ -218,11 +221,7 @@ def test_a_job_whose_processes_all_exit_ends_with_its_last_cpu_once(proc: FakePr
 
 
 def test_a_recycled_pid_is_not_the_registered_process(proc: FakeProc) -> None:
-    proc.add(100, start_s=1000)
-    proc.write()
-    registry = JobRegistry(clock=lambda: 0.5)
-    accounting = _accounting(proc, registry)
-    job = registry.register("job", "other", [100], job_id="job")
+    _, accounting, job = _one_job(proc, "other", boot_s=None)
     accounting.on_tick(_tick(0.0, 1.0))
     proc.exit(100, reaped_by_parent=False)
     proc.add(100, start_s=1500, cpu_s=50.0)  # another process, same pid
@@ -276,11 +275,7 @@ def test_conservation_on_every_tick_with_many_jobs(proc: FakeProc) -> None:
 
 def test_checkpoint_restores_the_gap_and_reads_the_older_clock_tick_form(
         proc: FakeProc) -> None:
-    proc.add(100, start_s=1000)
-    proc.write()
-    registry = JobRegistry(clock=lambda: 0.5)
-    first = _accounting(proc, registry)
-    registry.register("job", "other", [100], job_id="job").registered_boot_s = 1000.0
+    registry, first, _ = _one_job(proc, "other")
     proc.run(100, 2.0)
     proc.write()
     first.on_tick(_tick(0.0, 1.0))
@@ -298,12 +293,7 @@ def test_checkpoint_restores_the_gap_and_reads_the_older_clock_tick_form(
 
 
 def test_exporters_get_a_whole_snapshot_not_live_jobs(proc: FakeProc) -> None:
-    proc.add(100, start_s=1000)
-    proc.write()
-    registry = JobRegistry(clock=lambda: 0.5)
-    accounting = _accounting(proc, registry)
-    job = registry.register("job", "other", [100], job_id="job")
-    job.registered_boot_s = 1000.0
+    _, accounting, _ = _one_job(proc, "other")
     proc.run(100, 1.0)
     proc.write()
     result = accounting.on_tick(_tick(0.0, 1.0))

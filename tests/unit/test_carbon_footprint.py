@@ -15,9 +15,9 @@ from agent.carbon.footprint import (
     NodePlacement,
     energy_points,
     footprint,
-    placements_from_detail,
 )
-from agent.store.job_queries import JobDetail, JobNodePart
+from agent.carbon.pricing import placements
+from agent.store.jobs import JobDetail, JobNodePart
 
 J_PER_KWH = 3.6e6
 FOUR_YEARS_S = 4 * 365.25 * 86400
@@ -148,8 +148,7 @@ def test_adapters_from_the_store_shapes() -> None:
     )
     detail = JobDetail("j", "j", "run", {}, "running", 100.0, None, (), {}, {}, 0.0, {},
                        per_node=parts)
-    placements = placements_from_detail(detail, now_s=5600.0)
-    assert placements == {
+    assert placements(detail.per_node, now_s=5600.0) == {
         "gpu-0": NodePlacement("p4d.24xlarge", "us-east-1", 7200.0),
         "cpu-0": NodePlacement("n2-standard-8", "europe-west4", 5400.0),
     }

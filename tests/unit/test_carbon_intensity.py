@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from agent.carbon.codecarbon_data import codecarbon_package_dir, load_grid_data
-from agent.carbon.intensity import resolve_intensity
+from agent.carbon.intensity import Intensity, resolve_intensity
 from agent.carbon.regions import default_regions, load_regions
 
 LB_G = 453.59237  # grams per avoirdupois pound
@@ -159,27 +159,27 @@ def test_override_wins_over_every_table() -> None:
         resolve_intensity("us-east-1", override_g_per_kwh=-1)
 
 
+def _resolve_without(root: Path, data_file: str, key: str) -> Intensity:
+    """us-east-1 resolved after ``key`` is removed from a data file of the copy at ``root``
+    (removals add up: each call works on what the last one left)."""
+    path = root / "data" / "private_infra" / data_file
+    data = json.loads(path.read_text())
+    del data[key]
+    path.write_text(json.dumps(data))
+    return resolve_intensity("us-east-1", grid=load_grid_data(root))
+
+
 def test_fallback_chain_state_then_country_then_world(tmp_path: Path, cc_data: Path) -> None:
     """With Virginia removed, us-east-1 falls back to the USA; with the USA removed too,
     to the world average, and the note keeps every step."""
     root = tmp_path / "codecarbon"
     shutil.copytree(cc_data, root / "data")
-    usa_path = root / "data" / "private_infra" / "2023" / "usa_emissions.json"
-    usa = json.loads(usa_path.read_text())
-    del usa["virginia"]
-    usa_path.write_text(json.dumps(usa))
-    grid = load_grid_data(root)
-    found = resolve_intensity("us-east-1", grid=grid)
+    found = _resolve_without(root, "2023/usa_emissions.json", "virginia")
     assert found.source == "codecarbon:energy-mix:USA"
     assert found.note == ("aws us-east-1 (N. Virginia): no data for US-VA: "
                           "country USA (United States)")
 
-    mix_path = root / "data" / "private_infra" / "global_energy_mix.json"
-    mix = json.loads(mix_path.read_text())
-    del mix["USA"]
-    mix_path.write_text(json.dumps(mix))
-    grid = load_grid_data(root)
-    found = resolve_intensity("us-east-1", grid=grid)
+    found = _resolve_without(root, "global_energy_mix.json", "USA")
     assert found.source == "codecarbon:world-average"
     assert found.note.startswith("aws us-east-1 (N. Virginia): no data for US-VA; "
                                  "no data for country USA: world average")

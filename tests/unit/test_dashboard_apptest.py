@@ -4,7 +4,7 @@ AppTest runs each page file as Streamlit's file-based pages (it resets the page 
 before every run); app.py's navigation around them, and deep links into a fresh
 server, are covered in a real browser by tests/integration/test_dashboard_browser.py.
 
-Stores are filled through the agent's own path (:mod:`dashboard.sample` drives
+Stores are filled through the agent's own path (:mod:`agent.sim.sample` drives
 ``attribute()`` and ``StoreWriter``); expected figures come from the shared store
 queries (``list_jobs``, ``job_detail``, ``node_energy_j``), never from the dashboard's
 own code, so a page that shows a wrong number fails here.
@@ -21,17 +21,12 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from agent.reports import compare_words
+from agent.sim import sample
 from agent.store import make_engine, migrate
-from agent.store.job_queries import JobSummary, job_detail, list_jobs
-from agent.store.queries import list_nodes, node_energy_j
-from dashboard import downloads, fmt, sample
-
-APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
-PAGES = ("pages/overview.py", "pages/jobs.py", "pages/job_detail.py", "pages/compare.py",
-         "pages/load_curve.py")
-TITLES = {"pages/overview.py": "Overview", "pages/jobs.py": "Jobs",
-          "pages/job_detail.py": "Job detail", "pages/compare.py": "Compare",
-          "pages/load_curve.py": "Load curve"}
+from agent.store.jobs import JobSummary, job_detail, list_jobs
+from agent.store.nodes import list_nodes, node_energy_j
+from dashboard import downloads, fmt
+from tests.helpers.dashboard_app import APP, PAGES, TITLES
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """Issue 11: the dashboard says exactly what was measured (AppTest, server side).
 
-One test per numbered item of the issue, on :mod:`tests.honest_store` (a laptop job of
+One test per numbered item of the issue, on :mod:`tests.helpers.honest_store` (a laptop job of
 constant power, same-name inference runs told apart by a label, estimated VM jobs, a
 job imported from another store's report, a CodeCarbon run). Expected figures come
 from ``joulestat report``'s model and :mod:`agent.units`, never from the page's code.
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -20,9 +19,8 @@ from streamlit.testing.v1 import AppTest
 from agent import units
 from agent.reports.model import build_report
 from agent.store import make_engine
-from tests.honest_store import STEADY_W, fill, new_store
-
-APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
+from tests.helpers.dashboard_app import run_page
+from tests.helpers.honest_store import STEADY_W, fill, new_store
 
 
 @pytest.fixture(scope="module")
@@ -40,17 +38,6 @@ def report(url: str, job_id: str) -> dict:
         return build_report(engine, job_id, {})
     finally:
         engine.dispose()
-
-
-def run_page(url: str, page: str, monkeypatch: pytest.MonkeyPatch,
-             **query: str) -> AppTest:
-    monkeypatch.setenv("JOULESTAT_DB", url)
-    at = AppTest.from_file(APP, default_timeout=60)
-    for key, value in query.items():
-        at.query_params[key] = value
-    at.switch_page(page).run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
 
 
 def metric(at: AppTest, label: str) -> str:

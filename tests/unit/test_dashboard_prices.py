@@ -14,8 +14,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from agent.carbon.catalog import lookup
+from agent.sim import sample
 from agent.store import make_engine, migrate
-from dashboard import costing, sample
+from dashboard import costing
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
 

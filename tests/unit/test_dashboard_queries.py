@@ -18,17 +18,32 @@ from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
 from agent.attribution import DeviceUse, TickUsage, attribute
-from agent.carbon.footprint import energy_points, footprint, placements_from_detail
+from agent.carbon.footprint import energy_points, footprint
+from agent.carbon.pricing import placements
 from agent.identity import NodeInfo
 from agent.jobs.registry import Job
 from agent.sensors.base import DeviceInfo
-from agent.store import dashboard_queries as dq
+from agent.sim import sample
 from agent.store import make_engine, migrate
-from agent.store.job_queries import job_detail, job_energy_series, list_jobs
-from agent.store.queries import list_nodes, node_energy_j
+from agent.store.engine import StoreError
+from agent.store.job_totals import JobFilter, job_totals
+from agent.store.jobs import job_choices, job_detail, job_units_by_kind, list_jobs
+from agent.store.nodes import list_nodes, node_covered_s, node_energy_j
+from agent.store.provenance import SourceEnergy, energy_by_source, job_energy_by_source
+from agent.store.readonly import StoreMissingError, open_readonly_engine
+from agent.store.series import (
+    SeriesPoint,
+    choose_bucket_s,
+    job_energy_series,
+    job_min_bucket_s,
+    job_power_series,
+    job_unit_series,
+    node_power_range,
+    node_power_series,
+)
 from agent.store.writer import StoreWriter
 from agent.tick import Tick, TickEntry
-from dashboard import analysis, costing, downloads, fmt, sample
+from dashboard import analysis, costing, downloads, fmt
 
 T0 = 1_700_000_040.0  # a minute boundary
 NODE = NodeInfo("box", "g5.12xlarge", "us-east-1", "EPYC", "test")
@@ -48,7 +63,7 @@ def sample_url(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture()
 def ro(sample_url: str) -> Iterator:
-    engine = dq.open_readonly_engine(sample_url)
+    engine = open_readonly_engine(sample_url)
     yield engine
     engine.dispose()
 
@@ -95,23 +110,23 @@ def test_readonly_sqlite_engine_refuses_every_write(sample_url, ro):
 
 
 def test_readonly_engine_needs_an_existing_file_and_keeps_odd_paths(tmp_path):
-    with pytest.raises(dq.StoreMissingError):
-        dq.open_readonly_engine(f"sqlite:///{tmp_path / 'absent.db'}")
+    with pytest.raises(StoreMissingError):
+        open_readonly_engine(f"sqlite:///{tmp_path / 'absent.db'}")
     assert not (tmp_path / "absent.db").exists()
     odd = tmp_path / "a dir #1" / "store.db"
     odd.parent.mkdir()
     sqlite3.connect(odd).execute("CREATE TABLE t (x)").connection.commit()
-    engine = dq.open_readonly_engine(f"sqlite:///{odd}")
+    engine = open_readonly_engine(f"sqlite:///{odd}")
     with engine.connect() as connection:
         assert connection.execute(text("SELECT count(*) FROM t")).scalar_one() == 0
     engine.dispose()
-    with pytest.raises(dq.StoreError, match="unsupported"):
-        dq.open_readonly_engine("mysql://x@y/z")
+    with pytest.raises(StoreError, match="unsupported"):
+        open_readonly_engine("mysql://x@y/z")
 
 
 def test_job_totals_match_list_jobs_for_every_filter(sample_url, ro):
     expected = {j.id: j for j in list_jobs(ro)}
-    found = {j.id: j for j in dq.job_totals(ro)}
+    found = {j.id: j for j in job_totals(ro)}
     assert set(found) == set(expected)
     for job_id, job in expected.items():
         got = found[job_id]
@@ -125,46 +140,46 @@ def test_job_totals_match_list_jobs_for_every_filter(sample_url, ro):
             for p in detail.per_node]
         for mine, theirs in zip(got.per_node, detail.per_node, strict=True):
             assert mine.total_j == pytest.approx(theirs.total_j, rel=1e-12)
-    training = dq.job_totals(ro, dq.JobFilter(kind="training"))
+    training = job_totals(ro, JobFilter(kind="training"))
     assert {j.id for j in training} == {i for i, j in expected.items() if j.kind == "training"}
-    loader = dq.job_totals(ro, dq.JobFilter(instance_type="c5.4xlarge"))
+    loader = job_totals(ro, JobFilter(instance_type="c5.4xlarge"))
     assert [j.name for j in loader] == ["llama-7b-finetune"]
     assert len(loader[0].per_node) == 2  # the filter picks jobs, not parts of them
-    labelled = dq.job_totals(ro, dq.JobFilter(label_key="concurrency"))
+    labelled = job_totals(ro, JobFilter(label_key="concurrency"))
     assert {j.id for j in labelled} == {i for i, j in expected.items()
                                         if "concurrency" in j.labels}
-    assert dq.job_totals(ro, dq.JobFilter(label_key="concurrenc")) == []
-    assert dq.job_totals(ro, dq.JobFilter(label_key="mod_l")) == []  # '_' is no wildcard
-    running = dq.job_totals(ro, dq.JobFilter(status="running"))
+    assert job_totals(ro, JobFilter(label_key="concurrenc")) == []
+    assert job_totals(ro, JobFilter(label_key="mod_l")) == []  # '_' is no wildcard
+    running = job_totals(ro, JobFilter(status="running"))
     assert [j.id for j in running] == [i for i, j in expected.items() if j.status == "running"]
     first = min(expected.values(), key=lambda j: j.started_s)
-    early = dq.job_totals(ro, dq.JobFilter(since_s=first.started_s - 10,
+    early = job_totals(ro, JobFilter(since_s=first.started_s - 10,
                                             until_s=first.started_s + 1))
     assert first.id in {j.id for j in early}
     assert all(j.started_s <= first.started_s + 1 for j in early)
 
 
 def test_series_add_up_to_the_job_total_across_rollups_and_raw_rows(sample_url, ro):
-    multi = next(j for j in dq.job_totals(ro) if len(j.nodes) == 2)
-    minimum = dq.job_min_bucket_s(ro, multi.id)
+    multi = next(j for j in job_totals(ro) if len(j.nodes) == 2)
+    minimum = job_min_bucket_s(ro, multi.id)
     assert minimum == 60  # part of the job is only in minute rollups (retention 1 h)
-    bucket = dq.choose_bucket_s(multi.ended_s - multi.started_s, 300, minimum)
+    bucket = choose_bucket_s(multi.ended_s - multi.started_s, 300, minimum)
     assert bucket % 60 == 0
-    points = dq.job_power_series(ro, multi.id, bucket)
+    points = job_power_series(ro, multi.id, bucket)
     assert sum(p.dynamic_j + p.idle_j for p in points) == pytest.approx(multi.total_j)
     reference = sum(d + i for _t, _c, d, i in job_energy_series(ro, multi.id))
     assert reference == pytest.approx(multi.total_j)
-    units = dq.job_unit_series(ro, multi.id, bucket)
+    units = job_unit_series(ro, multi.id, bucket)
     assert sum(n for *_rest, n in units) == pytest.approx(multi.units["sample"])
-    by_source = dq.job_energy_by_source(ro, multi.id)
+    by_source = job_energy_by_source(ro, multi.id)
     assert sum(r.energy_j for r in by_source) == pytest.approx(multi.total_j)
     assert {(r.node, r.component, r.source) for r in by_source} >= {
         ("trainer-p4d-1", "gpu", "nvml_energy"), ("loader-c5-1", "cpu", "rapl")}
 
 
 def test_node_reads_match_the_shared_node_queries(sample_url, ro):
-    rows = dq.energy_by_source(ro, 0, 1e11)
-    covered = dq.node_covered_s(ro, 0, 1e11)
+    rows = energy_by_source(ro, 0, 1e11)
+    covered = node_covered_s(ro, 0, 1e11)
     for node in list_nodes(ro):
         expected = sum(node_energy_j(ro, node.node, 0, 1e11).values())
         assert sum(r.energy_j for r in rows if r.node == node.node) == pytest.approx(expected)
@@ -172,35 +187,35 @@ def test_node_reads_match_the_shared_node_queries(sample_url, ro):
     sources = {(r.node, r.component): r.source for r in rows}
     assert sources[("cpu-c6i-1", "cpu")] == "model:tdp-curve"
     assert sources[("inf2-1", "accelerator")] == "neuron"
-    ranges = dq.node_power_range(ro, "gpu-a10g-1")
+    ranges = node_power_range(ro, "gpu-a10g-1")
     assert ranges["gpu"][0] < 80 < 250 < ranges["gpu"][1] <= 300 * 1.05
 
 
 def test_power_is_energy_over_covered_time_summed_over_devices(tmp_path):
     url = steady_store(tmp_path / "steady.db", seconds=300)
-    engine = dq.open_readonly_engine(url)
+    engine = open_readonly_engine(url)
     for bucket in (1, 10, 60):
-        points = dq.job_power_series(engine, "steady", bucket)
+        points = job_power_series(engine, "steady", bucket)
         gpu = [p for p in points if p.component == "gpu"]
         assert {round(p.power_w, 9) for p in gpu} == {150.0}
         assert {round(p.power_w, 9) for p in points if p.component == "cpu"} == {40.0}
-    units = dq.job_unit_series(engine, "steady", 60)
+    units = job_unit_series(engine, "steady", 60)
     assert [n for *_rest, n in units] == [600.0] * 5
-    node = dq.node_power_series(engine, "box", T0, T0 + 300, 30)
+    node = node_power_series(engine, "box", T0, T0 + 300, 30)
     assert {round(p.power_w, 9) for p in node if p.component == "gpu"} == {150.0}
-    assert dq.job_min_bucket_s(engine, "steady") == pytest.approx(1.0)
-    assert dq.job_units_by_kind(engine) == {"inference": ["request"]}
-    assert [c.id for c in dq.job_choices(engine)] == ["steady"]
+    assert job_min_bucket_s(engine, "steady") == pytest.approx(1.0)
+    assert job_units_by_kind(engine) == {"inference": ["request"]}
+    assert [c.id for c in job_choices(engine)] == ["steady"]
     engine.dispose()
 
 
 def test_costs_scaled_from_rates_equal_footprint_on_the_whole_job(sample_url, ro):
     now = time.time()
-    for job in dq.job_totals(ro):
+    for job in job_totals(ro):
         detail = job_detail(ro, job.id)
         points = [p for part in detail.per_node
                   for p in energy_points(part.node, job_energy_series(ro, job.id, part.node))]
-        reference = footprint(points, placements_from_detail(detail, now), now_s=now)
+        reference = footprint(points, placements(detail.per_node, now), now_s=now)
         cost = costing.job_cost(job, now)
         assert cost.operational_g == pytest.approx(reference.operational_co2e_g, rel=1e-9)
         assert cost.total_g == pytest.approx(reference.total_co2e_g, rel=1e-9)
@@ -209,7 +224,7 @@ def test_costs_scaled_from_rates_equal_footprint_on_the_whole_job(sample_url, ro
 
 
 def test_downloads_are_joulestats_reports_in_every_format(sample_url, ro):
-    multi = next(j for j in dq.job_totals(ro) if len(j.nodes) == 2)
+    multi = next(j for j in job_totals(ro) if len(j.nodes) == 2)
     report = json.loads(downloads.render(ro, multi.id, "json"))
     assert report["job"]["id"] == multi.id
     assert report["energy_j"]["total"] == pytest.approx(multi.total_j)
@@ -234,14 +249,14 @@ def test_provenance_classes():
     assert analysis.provenance_class("replay") == "replay"
     assert analysis.provenance_class("model:tdp-curve+rapl") == "mixed"
     assert analysis.provenance_class("nvml_energy+nvml_power") == "measured"
-    rows = [dq.SourceEnergy("n", "cpu", "rapl", 3.0), dq.SourceEnergy("n", "platform", "rapl",
+    rows = [SourceEnergy("n", "cpu", "rapl", 3.0), SourceEnergy("n", "platform", "rapl",
                                                                         9.0),
-            dq.SourceEnergy("n", "dram", "model:dram-gib", 1.0)]
+            SourceEnergy("n", "dram", "model:dram-gib", 1.0)]
     assert analysis.provenance_totals(rows) == {"measured": 3.0, "estimated": 1.0}
 
 
 def test_load_curve_skips_non_numeric_concurrency(sample_url, ro):
-    jobs = dq.job_totals(ro, dq.JobFilter(kind="inference"))
+    jobs = job_totals(ro, JobFilter(kind="inference"))
     bad = jobs[0]
     relabelled = [type(bad)(**{**{f: getattr(bad, f) for f in bad.__dataclass_fields__},
                                "labels": {"concurrency": "lots"}}), *jobs[1:]]
@@ -250,8 +265,8 @@ def test_load_curve_skips_non_numeric_concurrency(sample_url, ro):
     assert sum(p.jobs for p in points) == len(jobs) - 1
 
 
-def series(cpu_w: float, gpu_w: float, buckets: int = 10) -> list[dq.SeriesPoint]:
-    return [dq.SeriesPoint(float(b), "n", c, w * 60, 0.0, 60.0)
+def series(cpu_w: float, gpu_w: float, buckets: int = 10) -> list[SeriesPoint]:
+    return [SeriesPoint(float(b), "n", c, w * 60, 0.0, 60.0)
             for b in range(buckets) for c, w in (("cpu", cpu_w), ("gpu", gpu_w))]
 
 
@@ -305,7 +320,7 @@ def test_a_rolled_minute_covers_only_the_part_the_job_ran():
         writer.save_job(job)
         assert writer.flush()
         writer.maintain(T0 + 900)  # everything older than two minutes rolled up
-        points = dq.job_power_series(engine, "late", 60)
+        points = job_power_series(engine, "late", 60)
         assert points and all(p.power_w == pytest.approx(40.0) for p in points), points
         assert sum(p.dynamic_j + p.idle_j for p in points) == pytest.approx(120 * 40.0)
         engine.dispose()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -17,30 +16,12 @@ from agent.jobs.discovery import (
     parse_discover_option,
     sagemaker_job_from_env,
 )
+from tests.fakes.discovery_proc import SESSION, add_proc
 
 CID = "3f4e1b2c9d8a7f6e5d4c3b2a1908f7e6d5c4b3a29180f7e6d5c4b3a291807f6e"
 CID2 = "b" * 64
 UID = "8a1f4c2e-5b3d-4e6f-9a7b-1c2d3e4f5a6b"
 ALL = frozenset(SCHEDULERS)
-SESSION = "0::/user.slice/user-1000.slice/session-3.scope\n"
-
-
-def add_proc(
-    root: Path,
-    pid: int,
-    cgroup: str | None = SESSION,
-    env: Mapping[str, str] | None = None,
-    ppid: int = 1,
-) -> Path:
-    """A fake ``/proc/<pid>`` with stat, cgroup and environ (omitted when None)."""
-    d = root / str(pid)
-    d.mkdir(parents=True)
-    (d / "stat").write_text(f"{pid} (python) S {ppid} " + "0 " * 48 + "\n")
-    if cgroup is not None:
-        (d / "cgroup").write_text(cgroup)
-    environ = {"PATH": "/usr/bin", "HOME": "/root", **(env or {})}
-    (d / "environ").write_bytes(b"".join(f"{k}={v}".encode() + b"\0" for k, v in environ.items()))
-    return d
 
 
 def by_id(jobs: list[DiscoveredJob]) -> dict[str, DiscoveredJob]:

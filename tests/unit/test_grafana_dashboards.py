@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.unit.promql_check import ROOT, needs_promtool, promtool, unknown_names
+from tests.helpers.promql_check import ROOT, needs_promtool, promtool, unknown_names
 
 DASHBOARDS = sorted((ROOT / "deploy" / "grafana" / "dashboards").glob("*.json"))
 RULES_TEST = ROOT / "deploy" / "prometheus" / "rules_test.yml"

@@ -164,6 +164,7 @@ def test_the_agent_accepts_the_daemonsets_args_and_environment(tmp_path: Path) -
     assert set(env) - agent_env <= OTHER_ENV
     settings = _settings(env, tmp_path)
     assert settings["node"] == "node-1" and settings["discover"] == frozenset({"k8s"})
+    assert settings["kube_pods"] == "auto"  # pods named from the API server (rbac.yaml)
     # The job API leaves loopback only with a token.
     assert settings["api_host"] == "0.0.0.0" and settings["api_token"]
     # The example overlay's settings parse too.
@@ -232,11 +233,13 @@ def test_service_servicemonitor_and_rbac_agree_with_the_daemonset() -> None:
 
     role, binding = base("ClusterRole"), base("ClusterRoleBinding")
     assert role["rules"] == [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "joulestat",
                                     "namespace": "joulestat"}]
     assert pod["spec"]["serviceAccountName"] == base("ServiceAccount")["metadata"]["name"]
+    # The service-account token is how the agent lists its node's pods (--kube-pods auto).
+    assert pod["spec"]["automountServiceAccountToken"] is True
 
 
 def test_the_example_secret_has_the_keys_the_daemonset_reads() -> None:

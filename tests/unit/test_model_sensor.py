@@ -20,57 +20,29 @@ from agent.sensors.power_model import (
     build_cpu_model,
     load_power_models,
 )
+from tests.fakes.proc_stat import FakeProc
 
-USER_HZ = 100
 KNOWN_CPU = "Intel(R) Xeon(R) Gold 6148 CPU @ 2.40GHz"  # in CodeCarbon's table
-
-
-class FakeProc:
-    """/proc/stat advancing like a kernel: every thread accrues USER_HZ jiffies a second."""
-
-    def __init__(self, root: Path, threads: int = 4) -> None:
-        self.root = root
-        self.threads = threads
-        self.busy = 0
-        self.idle = 0
-        self.steal = 0
-        root.mkdir(parents=True, exist_ok=True)
-        self._write()
-
-    def advance(self, seconds: float, load: float, steal: float = 0.0) -> None:
-        jiffies = round(seconds * USER_HZ * self.threads)
-        stolen = round(jiffies * steal)
-        busy = round((jiffies - stolen) * load)
-        self.busy += busy
-        self.steal += stolen
-        self.idle += jiffies - stolen - busy
-        self._write()
-
-    def _write(self) -> None:
-        # user nice system idle iowait irq softirq steal guest guest_nice
-        lines = [f"cpu  {self.busy} 0 0 {self.idle} 0 0 0 {self.steal} 0 0"]
-        lines += [f"cpu{n} 0 0 0 0 0 0 0 0 0 0" for n in range(self.threads)]
-        (self.root / "stat").write_text("\n".join(lines) + "\nintr 0\n")
-
-    def cpuinfo(self, model: str, vm: bool, sockets: int = 1) -> None:
-        flags = "fpu sse2 hypervisor" if vm else "fpu sse2"
-        blocks = [
-            f"processor\t: {n}\nmodel name\t: {model}\nphysical id\t: {n % sockets}\n"
-            f"flags\t\t: {flags}\n"
-            for n in range(self.threads)
-        ]
-        (self.root / "cpuinfo").write_text("\n".join(blocks))
-
-    def meminfo(self, kib: int) -> None:
-        (self.root / "meminfo").write_text(f"MemTotal:       {kib} kB\nMemFree: 1 kB\n")
 
 
 def ccf_sensor(proc: FakeProc) -> CpuModelSensor:
     return CpuModelSensor(proc.root, build_cpu_model(METHOD_CCF_VCPU, proc.threads))
 
 
-def test_first_read_is_the_baseline(tmp_path: Path) -> None:
-    proc = FakeProc(tmp_path)
+@pytest.fixture
+def proc(tmp_path: Path) -> FakeProc:
+    return FakeProc(tmp_path)
+
+
+@pytest.fixture
+def sensor(proc: FakeProc) -> CpuModelSensor:
+    """A CCF vCPU sensor on ``proc``, its baseline read at t = 0 s."""
+    sensor = ccf_sensor(proc)
+    sensor.read(0.0)
+    return sensor
+
+
+def test_first_read_is_the_baseline(proc: FakeProc) -> None:
     proc.advance(500, load=0.9)  # history before the sensor opened must not count
     sensor = ccf_sensor(proc)
     [reading] = sensor.read(1000.0)
@@ -78,20 +50,16 @@ def test_first_read_is_the_baseline(tmp_path: Path) -> None:
     assert reading.source == "model:ccf-vcpu"
 
 
-def test_energy_is_power_at_the_interval_load_times_elapsed(tmp_path: Path) -> None:
-    proc = FakeProc(tmp_path)
-    sensor = ccf_sensor(proc)
-    sensor.read(10.0)
+def test_energy_is_power_at_the_interval_load_times_elapsed(
+        proc: FakeProc, sensor: CpuModelSensor) -> None:
     proc.advance(1.0, load=0.5)
-    [reading] = sensor.read(11.0)
+    [reading] = sensor.read(1.0)
     assert sensor.last_load == pytest.approx(0.5)
     assert reading.energy_j == pytest.approx(sensor.model.power_w(0.5) * 1.0)
 
 
-def test_a_late_tick_is_charged_for_the_real_elapsed_time(tmp_path: Path) -> None:
-    proc = FakeProc(tmp_path)
-    sensor = ccf_sensor(proc)
-    sensor.read(0.0)
+def test_a_late_tick_is_charged_for_the_real_elapsed_time(
+        proc: FakeProc, sensor: CpuModelSensor) -> None:
     proc.advance(1.0, load=0.4)
     on_time_j = sensor.read(1.0)[0].energy_j
     proc.advance(3.0, load=0.4)  # the next tick came 3 s later, same load
@@ -100,10 +68,8 @@ def test_a_late_tick_is_charged_for_the_real_elapsed_time(tmp_path: Path) -> Non
     assert late_j == pytest.approx(3 * on_time_j)
 
 
-def test_load_follows_each_interval_not_the_history(tmp_path: Path) -> None:
-    proc = FakeProc(tmp_path)
-    sensor = ccf_sensor(proc)
-    sensor.read(0.0)
+def test_load_follows_each_interval_not_the_history(
+        proc: FakeProc, sensor: CpuModelSensor) -> None:
     proc.advance(2.0, load=1.0)
     busy_j = sensor.read(2.0)[0].energy_j
     proc.advance(2.0, load=0.0)
@@ -112,39 +78,28 @@ def test_load_follows_each_interval_not_the_history(tmp_path: Path) -> None:
     assert idle_j == pytest.approx(sensor.idle_power_w * 2)
 
 
-def test_stolen_time_is_not_busy(tmp_path: Path) -> None:
-    proc = FakeProc(tmp_path)
-    sensor = ccf_sensor(proc)
-    sensor.read(0.0)
+def test_stolen_time_is_not_busy(proc: FakeProc, sensor: CpuModelSensor) -> None:
     proc.advance(1.0, load=1.0, steal=0.5)  # ran flat out half the time, stolen the rest
     sensor.read(1.0)
     assert sensor.last_load == pytest.approx(0.5)
 
 
-def test_no_time_elapsed_adds_nothing(tmp_path: Path) -> None:
-    proc = FakeProc(tmp_path)
-    sensor = ccf_sensor(proc)
-    sensor.read(5.0)
+def test_no_time_elapsed_adds_nothing(proc: FakeProc, sensor: CpuModelSensor) -> None:
     proc.advance(1.0, load=0.7)
-    first = sensor.read(6.0)[0].energy_j
-    assert sensor.read(6.0)[0].energy_j == first
-    assert sensor.read(5.5)[0].energy_j == first
+    first = sensor.read(1.0)[0].energy_j
+    assert sensor.read(1.0)[0].energy_j == first
+    assert sensor.read(0.5)[0].energy_j == first
 
 
-def test_interval_shorter_than_a_jiffy_reuses_the_last_load(tmp_path: Path) -> None:
-    proc = FakeProc(tmp_path)
-    sensor = ccf_sensor(proc)
-    sensor.read(0.0)
+def test_interval_shorter_than_a_jiffy_reuses_the_last_load(
+        proc: FakeProc, sensor: CpuModelSensor) -> None:
     proc.advance(1.0, load=0.8)
     before = sensor.read(1.0)[0].energy_j
     after = sensor.read(1.001)[0].energy_j  # /proc/stat unchanged
     assert after - before == pytest.approx(sensor.model.power_w(0.8) * 0.001)
 
 
-def test_malformed_stat_is_a_sensor_error(tmp_path: Path) -> None:
-    proc = FakeProc(tmp_path)
-    sensor = ccf_sensor(proc)
-    sensor.read(0.0)
+def test_malformed_stat_is_a_sensor_error(tmp_path: Path, sensor: CpuModelSensor) -> None:
     (tmp_path / "stat").write_text("cpu  1 2 three 4\ncpu0 1 2 3 4\n")
     with pytest.raises(SensorError, match="stat"):
         sensor.read(1.0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import subprocess
 import sys
 
 import pytest
@@ -130,6 +131,19 @@ def test_no_driver_returns_none_silently(
     assert open_nvidia(now_s=0.0) is None
     assert _logged(caplog, logging.DEBUG)
     assert not _logged(caplog, logging.INFO)
+
+
+def test_no_driver_library_means_pynvml_is_never_imported() -> None:
+    """A node without the NVIDIA driver does not pay for pynvml's module (about 1 MiB of
+    the agent's RSS): the library nvmlInit would load is tried first. In a fresh
+    interpreter, so no other test's import of pynvml hides it."""
+    code = ("import sys, agent.sensors.nvidia as n\n"
+            "n.NVML_LIBRARY = 'libjoulestat-absent-nvml.so.1'\n"
+            "assert n.open_nvidia(now_s=0.0) is None\n"
+            "assert 'pynvml' not in sys.modules, 'pynvml imported'\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
 
 
 def test_driver_without_gpus_returns_none_and_shuts_down(monkeypatch: pytest.MonkeyPatch) -> None:

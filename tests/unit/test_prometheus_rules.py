@@ -7,7 +7,7 @@ import importlib.util
 
 import yaml
 
-from tests.unit.promql_check import ROOT, RULES, needs_promtool, promtool, unknown_names
+from tests.helpers.promql_check import ROOT, RULES, needs_promtool, promtool, unknown_names
 
 PROMETHEUS = ROOT / "deploy" / "prometheus"
 OPERATOR = ROOT / "deploy" / "kubernetes" / "prometheus-operator"

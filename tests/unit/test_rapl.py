@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agent.sensors import rapl
-from agent.sensors.rapl import open_rapl, wrap_delta_uj
+from agent.sensors.rapl import RaplSensor, open_rapl, wrap_delta_uj
 from tests.fakes.powercap import FakePowercap
 
 LOGGER = "agent.sensors.rapl"
@@ -31,6 +31,17 @@ def _server(tree: FakePowercap) -> None:
     tree.add_zone("intel-rapl:2", "psys")
 
 
+def _opened(tree: FakePowercap, zones: dict[str, str] | None = None,
+            now_s: float = 0.0) -> RaplSensor:
+    """The sensor over ``tree``'s zones once ``zones`` (id: name) are added (there must be
+    one)."""
+    for zone_id, name in (zones or {}).items():
+        tree.add_zone(zone_id, name)
+    sensor = open_rapl(tree.root, now_s=now_s)
+    assert sensor is not None
+    return sensor
+
+
 def _by_key(readings: list) -> dict[tuple[str, str], float]:
     return {(r.component, r.device): r.energy_j for r in readings}
 
@@ -41,8 +52,7 @@ def _warnings(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
 
 def test_maps_zones_to_components_and_skips_core_uncore(tree: FakePowercap) -> None:
     _server(tree)
-    sensor = open_rapl(tree.root, now_s=0.0)
-    assert sensor is not None
+    sensor = _opened(tree)
     infos = {(d.component, d.device): d for d in sensor.describe()}
     assert set(infos) == {
         ("cpu", "package-0"), ("cpu", "package-1"),
@@ -56,8 +66,7 @@ def test_maps_zones_to_components_and_skips_core_uncore(tree: FakePowercap) -> N
 
 def test_core_and_uncore_not_added_on_top_of_package(tree: FakePowercap) -> None:
     _server(tree)
-    sensor = open_rapl(tree.root, now_s=0.0)
-    assert sensor is not None
+    sensor = _opened(tree)
     tree.set_energy_uj("intel-rapl:0", 50_000_000)  # 50 J for the whole package
     tree.set_energy_uj("intel-rapl:0:0", 30_000_000)  # of which cores 30 J
     tree.set_energy_uj("intel-rapl:0:1", 15_000_000)  # and uncore 15 J
@@ -74,8 +83,7 @@ def test_core_and_uncore_not_added_on_top_of_package(tree: FakePowercap) -> None
 def test_psys_is_platform(tree: FakePowercap) -> None:
     tree.add_zone("intel-rapl:0", "package-0")
     tree.add_zone("intel-rapl:1", "psys", energy_uj=1_000_000)
-    sensor = open_rapl(tree.root, now_s=0.0)
-    assert sensor is not None
+    sensor = _opened(tree)
     tree.set_energy_uj("intel-rapl:1", 21_000_000)
     energy = _by_key(sensor.read(1.0))
     assert energy[("platform", "psys")] == pytest.approx(20.0)
@@ -83,18 +91,12 @@ def test_psys_is_platform(tree: FakePowercap) -> None:
 
 
 def test_top_level_dram_zone_gets_its_own_device(tree: FakePowercap) -> None:
-    tree.add_zone("intel-rapl:0", "package-0")
-    tree.add_zone("intel-rapl:1", "dram")
-    sensor = open_rapl(tree.root, now_s=0.0)
-    assert sensor is not None
+    sensor = _opened(tree, {"intel-rapl:0": "package-0", "intel-rapl:1": "dram"})
     assert ("dram", "dram-1") in {(d.component, d.device) for d in sensor.describe()}
 
 
 def test_mmio_duplicate_of_msr_zone_is_skipped(tree: FakePowercap) -> None:
-    tree.add_zone("intel-rapl:0", "package-0")
-    tree.add_zone("intel-rapl-mmio:0", "package-0")
-    sensor = open_rapl(tree.root, now_s=0.0)
-    assert sensor is not None
+    sensor = _opened(tree, {"intel-rapl:0": "package-0", "intel-rapl-mmio:0": "package-0"})
     assert [(d.component, d.device) for d in sensor.describe()] == [("cpu", "package-0")]
     tree.set_energy_uj("intel-rapl:0", 10_000_000)
     tree.set_energy_uj("intel-rapl-mmio:0", 10_000_000)
@@ -102,9 +104,7 @@ def test_mmio_duplicate_of_msr_zone_is_skipped(tree: FakePowercap) -> None:
 
 
 def test_mmio_zone_alone_is_reported(tree: FakePowercap) -> None:
-    tree.add_zone("intel-rapl-mmio:0", "package-0")
-    sensor = open_rapl(tree.root, now_s=0.0)
-    assert sensor is not None
+    sensor = _opened(tree, {"intel-rapl-mmio:0": "package-0"})
     tree.set_energy_uj("intel-rapl-mmio:0", 3_000_000)
     assert _by_key(sensor.read(1.0)) == {("cpu", "package-0"): pytest.approx(3.0)}
 
@@ -120,8 +120,7 @@ def test_several_wraps_match_ground_truth_in_simulated_time(tree: FakePowercap) 
     range_uj = 40_000_000
     tree.add_zone("intel-rapl:0", "package-0", energy_uj=range_uj - 1_000,
                   max_energy_range_uj=range_uj)
-    sensor = open_rapl(tree.root, now_s=100.0)
-    assert sensor is not None
+    sensor = _opened(tree, now_s=100.0)
 
     def energy_j(t: float) -> float:  # integral of 15 + 5 sin(t) W from 0 to t
         return 15.0 * t + 5.0 * (1.0 - math.cos(t))
@@ -146,8 +145,7 @@ def test_wrap_is_not_mistaken_for_an_implausible_jump(
 ) -> None:
     tree.add_zone("intel-rapl:0", "package-0", energy_uj=999_000_000,
                   max_energy_range_uj=1_000_000_000)
-    sensor = open_rapl(tree.root, now_s=0.0)
-    assert sensor is not None
+    sensor = _opened(tree)
     tree.set_energy_uj("intel-rapl:0", 4_000_000)  # wrapped: 1 J + 4 J in 1 s
     assert sensor.read(1.0)[0].energy_j == pytest.approx(5.0)
     assert not _warnings(caplog)
@@ -157,8 +155,7 @@ def test_implausible_jump_is_dropped_and_logged(
     tree: FakePowercap, caplog: pytest.LogCaptureFixture
 ) -> None:
     tree.add_zone("intel-rapl:0", "package-0", energy_uj=0)
-    sensor = open_rapl(tree.root, now_s=0.0)
-    assert sensor is not None
+    sensor = _opened(tree)
     tree.set_energy_uj("intel-rapl:0", 100_000_000)
     assert sensor.read(1.0)[0].energy_j == pytest.approx(100.0)
     tree.set_energy_uj("intel-rapl:0", 100_000_000 + 50_000_000_000)  # 50 kJ in 1 s
@@ -174,8 +171,7 @@ def test_counter_glitching_backwards_is_not_counted_as_a_wrap(
     tree: FakePowercap, caplog: pytest.LogCaptureFixture
 ) -> None:
     tree.add_zone("intel-rapl:0", "package-0", energy_uj=100_000_000)
-    sensor = open_rapl(tree.root, now_s=0.0)
-    assert sensor is not None
+    sensor = _opened(tree)
     tree.set_energy_uj("intel-rapl:0", 99_000_000)  # back 1 J: a "wrap" of ~262 kJ
     assert sensor.read(1.0)[0].energy_j == 0.0
     assert "backwards" in _warnings(caplog)[0].getMessage()
@@ -186,8 +182,7 @@ def test_backwards_without_known_range_restarts(
 ) -> None:
     tree.add_zone("intel-rapl:0", "package-0", energy_uj=5_000_000)
     tree.write_raw("intel-rapl:0", "max_energy_range_uj", "garbage\n")
-    sensor = open_rapl(tree.root, now_s=0.0)
-    assert sensor is not None
+    sensor = _opened(tree)
     tree.set_energy_uj("intel-rapl:0", 1_000_000)
     assert sensor.read(1.0)[0].energy_j == 0.0
     tree.set_energy_uj("intel-rapl:0", 3_000_000)
@@ -229,8 +224,7 @@ def test_permission_error_on_psys_only_keeps_packages(
         return real_read(path)
 
     monkeypatch.setattr(rapl, "_read_text", psys_root_only)
-    sensor = open_rapl(tree.root, now_s=0.0)
-    assert sensor is not None
+    sensor = _opened(tree)
     assert ("platform", "psys") not in {(d.component, d.device) for d in sensor.describe()}
     warnings = _warnings(caplog)
     assert len(warnings) == 1 and "intel-rapl:2" in warnings[0].getMessage()
@@ -239,10 +233,7 @@ def test_permission_error_on_psys_only_keeps_packages(
 def test_malformed_zone_does_not_stop_others_and_logs_once(
     tree: FakePowercap, caplog: pytest.LogCaptureFixture
 ) -> None:
-    tree.add_zone("intel-rapl:0", "package-0")
-    tree.add_zone("intel-rapl:1", "package-1")
-    sensor = open_rapl(tree.root, now_s=0.0)
-    assert sensor is not None
+    sensor = _opened(tree, {"intel-rapl:0": "package-0", "intel-rapl:1": "package-1"})
     for tick, text in enumerate(("12abc\n", "\n", "-5\n"), start=1):
         tree.write_raw("intel-rapl:0", "energy_uj", text)
         tree.set_energy_uj("intel-rapl:1", tick * 10_000_000)
@@ -262,10 +253,7 @@ def test_malformed_zone_does_not_stop_others_and_logs_once(
 def test_vanished_energy_file_does_not_stop_others(
     tree: FakePowercap, caplog: pytest.LogCaptureFixture
 ) -> None:
-    tree.add_zone("intel-rapl:0", "package-0")
-    tree.add_zone("intel-rapl:0:0", "dram")
-    sensor = open_rapl(tree.root, now_s=0.0)
-    assert sensor is not None
+    sensor = _opened(tree, {"intel-rapl:0": "package-0", "intel-rapl:0:0": "dram"})
     (tree.zone_dir("intel-rapl:0:0") / "energy_uj").unlink()
     tree.set_energy_uj("intel-rapl:0", 2_000_000)
     energy = _by_key(sensor.read(1.0))
@@ -332,8 +320,7 @@ def test_a_zone_unreadable_for_ten_seconds_is_one_long_entry_not_a_spike(
 
     tree.add_zone("intel-rapl:0", "package-0")
     clock = {"t": 100.0}
-    sensor = open_rapl(tree.root, now_s=100.0)
-    assert sensor is not None
+    sensor = _opened(tree, now_s=100.0)
     sampler = Sampler([sensor], monotonic=lambda: clock["t"], wall=lambda: 1000.0 + clock["t"])
     sampler.start()
     path = tree.zone_dir("intel-rapl:0") / "energy_uj"

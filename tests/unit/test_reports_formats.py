@@ -7,7 +7,6 @@ import csv
 import io
 import json
 import re
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +20,9 @@ from agent.reports.html_report import render_html
 from agent.reports.json_report import render_json, render_json_many
 from agent.reports.model import build_report
 from agent.reports.pdf_report import render_pdf
-from tests.unit.test_reports_model import NOW, SCHEMA
-from tests.unit.test_reports_store import (
+from tests.helpers.report_checks import SCHEMA, html_text
+from tests.helpers.report_store import (
+    NOW,
     T0,
     Totals,
     filled_store,
@@ -55,42 +55,6 @@ def reports(filled: tuple[Engine, Totals]) -> dict[str, dict[str, Any]]:
     engine, _ = filled
     return {job: build_report(engine, job, {}, now_s=NOW)
             for job in ("dist-1", "solo", "secretive")}
-
-
-class _Text(HTMLParser):
-    """Visible text, plus every tag and attribute seen."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.parts: list[str] = []
-        self.tags: list[str] = []
-        self.attrs: list[tuple[str, str | None]] = []
-        self._skip = 0
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.tags.append(tag)
-        self.attrs.extend(attrs)
-        if tag in ("style", "title"):
-            self._skip += 1
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in ("style", "title"):
-            self._skip -= 1
-
-    def handle_data(self, data: str) -> None:
-        if not self._skip:
-            self.parts.append(data)
-
-    @property
-    def text(self) -> str:
-        return re.sub(r"\s+", " ", " ".join(self.parts))
-
-
-def html_text(page: str) -> _Text:
-    parser = _Text()
-    parser.feed(page)
-    parser.close()
-    return parser
 
 
 def pdf_text(data: bytes) -> str:
@@ -193,7 +157,7 @@ def test_pdf_says_what_is_unknown(reports: dict[str, dict[str, Any]]) -> None:
 def test_no_energy_yet_renders_in_every_format(filled: tuple[Engine, Totals]) -> None:
     engine, _ = filled
     from agent.store.writer import StoreWriter
-    from tests.unit.test_reports_store import ODD, make_job, node_devices
+    from tests.helpers.report_store import ODD, make_job, node_devices
 
     writer = StoreWriter(engine, ODD, node_devices(ODD), raw_retention_s=3600)
     writer.save_job(make_job("fresh", "just-started", "training", T0 + 300))

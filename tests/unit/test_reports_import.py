@@ -15,10 +15,13 @@ from sqlalchemy.engine import Engine
 from agent.reports.importer import ImportFileError, import_file, parse_file
 from agent.reports.json_report import render_json, render_json_many
 from agent.reports.model import build_report
-from agent.store.job_queries import job_detail, list_jobs, unattributed_check
+from agent.store.jobs import job_detail, list_jobs
+from agent.store.nodes import unattributed_check
 from agent.store.writer import StoreWriter
-from tests.unit.test_reports_store import (
+from tests.helpers.report_checks import assert_same, assert_same_figures, dump
+from tests.helpers.report_store import (
     LOADER,
+    NOW,
     SECRET_LABELS,
     T0,
     Totals,
@@ -28,9 +31,6 @@ from tests.unit.test_reports_store import (
 )
 
 JOBS = ("dist-1", "solo", "secretive")
-NOW = T0 + 200
-TABLES = ("jobs", "job_nodes", "nodes", "tick_energy", "minute_energy", "job_energy",
-          "job_minute_energy", "job_units")
 CODECARBON_HEADER = ("timestamp,project_name,run_id,experiment_id,duration,emissions,"
                      "cpu_power,gpu_power,ram_power,cpu_energy,gpu_energy,ram_energy,"
                      "energy_consumed,country_name,country_iso_code,region,cloud_provider,"
@@ -40,51 +40,6 @@ CODECARBON_HEADER = ("timestamp,project_name,run_id,experiment_id,duration,emiss
 @pytest.fixture
 def filled(tmp_path: Path) -> tuple[Engine, Totals]:
     return filled_store(tmp_path)
-
-
-def assert_same(a: Any, b: Any, where: str = "") -> None:
-    """Equal structures; numbers to 1e-9 relative (sums may add in another order)."""
-    if isinstance(a, dict):
-        assert isinstance(b, dict) and set(a) == set(b), where
-        for key in a:
-            assert_same(a[key], b[key], f"{where}.{key}")
-    elif isinstance(a, list):
-        assert isinstance(b, list) and len(a) == len(b), where
-        for index, (x, y) in enumerate(zip(a, b, strict=True)):
-            assert_same(x, y, f"{where}[{index}]")
-    elif isinstance(a, float | int) and not isinstance(a, bool):
-        assert b == pytest.approx(a, rel=1e-9, abs=1e-12), where
-    else:
-        assert a == b, where
-
-
-FIGURES = ("energy_j", "energy_kwh", "dynamic_energy_j", "idle_energy_j", "co2e_g",
-           "embodied_co2e_g", "total_co2e_g", "carbon_intensity_g_per_kwh", "pue", "cost_usd",
-           "cost_note", "work_units", "per_unit", "per_million_units", "throughput_per_hour",
-           "provenance", "energy_by_class", "power_series")
-NODE_FIGURES = ("node", "instance_type", "region", "started_s", "duration_s", "energy_j",
-                "components", "work_units", "co2e_g", "embodied_co2e_g", "cost_usd")
-
-
-def assert_same_figures(original: dict[str, Any], again: dict[str, Any]) -> None:
-    for key in FIGURES:
-        assert_same(original[key], again[key], key)
-    # Notes name the sources (now import:joulestat/...) and the untracked CPU share, which
-    # an import does not carry; every other note comes back word for word.
-    kept = [n for n in original["notes"] if " energy is " not in n and "busy CPU" not in n]
-    assert [n for n in kept if n not in again["notes"]] == []
-    for key in ("id", "name", "kind", "labels", "started_s", "duration_s"):
-        assert_same(original["job"][key], again["job"][key], f"job.{key}")
-    assert len(original["nodes"]) == len(again["nodes"])
-    for node, node_again in zip(original["nodes"], again["nodes"], strict=True):
-        for key in NODE_FIGURES:
-            assert_same(node[key], node_again[key], f"nodes.{node['node']}.{key}")
-
-
-def dump(engine: Engine) -> dict[str, list[tuple[Any, ...]]]:
-    with engine.connect() as connection:
-        return {t: sorted(map(tuple, connection.execute(text(f"SELECT * FROM {t}"))), key=repr)
-                for t in TABLES}
 
 
 def export(engine: Engine, path: Path, jobs: tuple[str, ...] = JOBS) -> Path:
@@ -178,7 +133,7 @@ def test_an_import_older_than_a_live_nodes_prune_boundary_still_counts(
     (tmp_path / "copy.json").write_text(render_json(report))
     target = new_store(tmp_path / "target.db")
     writer = StoreWriter(target, LOADER, node_devices(LOADER), raw_retention_s=120)
-    from tests.unit.test_reports_store import write_ticks
+    from tests.helpers.report_store import write_ticks
 
     write_ticks(writer, LOADER, T0 - 600, 30, (), {})  # nothing attributed, just ticks
     assert writer.flush() and writer.maintain(T0 + 3600).raw_pruned_until_ms > T0 * 1000

@@ -7,8 +7,6 @@ cost are recomputed here from the catalog and intensity tables, per node.
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Any
 
 import jsonschema
 import pytest
@@ -19,30 +17,18 @@ from agent.carbon.intensity import resolve_intensity
 from agent.carbon.pue import pue_for
 from agent.redact import REDACTED, redact_labels
 from agent.reports.model import build_report, carbon_settings
-from agent.store.job_queries import UnknownJobError
-from tests.unit.test_reports_store import (
+from agent.store.jobs import UnknownJobError
+from tests.helpers.report_checks import SCHEMA, validate
+from tests.helpers.report_store import (
     LOADER,
+    NOW,
     ODD,
     SECRET_LABELS,
     T0,
     TRAINER,
     Totals,
-    filled_store,
     job_energy,
 )
-
-SCHEMA = json.loads((Path(__file__).parents[2] / "docs" / "report-schema.json").read_text())
-NOW = T0 + 200
-
-
-@pytest.fixture
-def filled(tmp_path: Path) -> tuple[Engine, Totals]:
-    return filled_store(tmp_path)
-
-
-def validate(report: dict[str, Any]) -> None:
-    jsonschema.Draft202012Validator.check_schema(SCHEMA)
-    jsonschema.Draft202012Validator(SCHEMA).validate(report)
 
 
 def test_every_stored_job_makes_a_valid_report(filled: tuple[Engine, Totals]) -> None:

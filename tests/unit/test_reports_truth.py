@@ -23,11 +23,9 @@ from agent.reports.importer import import_file
 from agent.reports.json_report import render_json
 from agent.reports.model import build_report
 from agent.reports.pdf_report import MARGIN, PAGE, _pdf_table, chart_drawing
-from tests.honest_store import CODECARBON_HEADER, codecarbon_row, fill, new_store
-from tests.unit.test_reports_model import validate
-from tests.unit.test_reports_store import T0, Totals, filled_store
-
-NOW = T0 + 200
+from tests.helpers.honest_store import CODECARBON_HEADER, codecarbon_row, fill, new_store
+from tests.helpers.report_checks import validate
+from tests.helpers.report_store import NOW, Totals, filled_store
 
 
 @pytest.fixture(scope="module")

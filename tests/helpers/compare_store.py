@@ -1,0 +1,89 @@
+"""A store for ``joulestat compare``, filled through the real store API (StoreWriter).
+
+Ticks of 900 s carry the energy (a node's tick is any interval), shares give it to the
+jobs, units are counted per tick, and each job's node is held from its start to its
+end. Intensity and PUE are pinned (:data:`PINNED`: 400 g/kWh, PUE 1.0) so CO2e is
+hand-computable; prices are the catalog's, read here through ``catalog.lookup``.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.engine import Engine
+
+from agent.attribution import Share
+from agent.carbon.catalog import lookup
+from agent.carbon.footprint import CarbonSettings
+from agent.identity import NodeInfo
+from agent.jobs.registry import Job
+from agent.sensors.base import DeviceInfo
+from agent.store import make_engine, migrate
+from agent.store.writer import StoreWriter
+from agent.tick import Tick, TickEntry
+from tests.helpers.agent_process import run_cli
+
+T0 = 1_700_000_040.0
+TICK_S = 900.0
+PINNED = ("--carbon-intensity", "400", "--pue", "1.0")
+SETTINGS = CarbonSettings(carbon_intensity_g_per_kwh=400, pue=1.0)
+G5 = lookup("g5.xlarge").usd_per_hour
+INF2 = lookup("inf2.xlarge").usd_per_hour
+P4D = lookup("p4d.24xlarge").usd_per_hour
+C6I = lookup("c6i.4xlarge").usd_per_hour
+DEVICES = [DeviceInfo("cpu", "0", "rapl", index=0),
+           DeviceInfo("gpu", "0", "nvml_energy", model="GPU", uuid="GPU-1", index=0)]
+
+
+def node(name: str, instance_type: str) -> NodeInfo:
+    return NodeInfo(name, instance_type, "us-east-1", "Xeon", "0.1.0")
+
+
+def run_job(engine: Engine, where: NodeInfo, job: Job, ticks: int, gpu_j: float,
+            units: dict[str, float] | None = None) -> None:
+    """``ticks`` ticks of TICK_S from the job's start on ``where``, each ``gpu_j`` of GPU
+    energy given to the job (80 % dynamic, 20 % idle) plus 10 J of CPU nobody gets."""
+    writer = StoreWriter(engine, where, DEVICES, raw_retention_s=7 * 86400)
+    writer.save_job(job)
+    start = job.started_s
+    for i in range(ticks):
+        tick = Tick(start + i * TICK_S, start + (i + 1) * TICK_S, (
+            TickEntry("cpu", "0", "rapl", 10.0), TickEntry("gpu", "0", "nvml_energy", gpu_j)))
+        writer.add(tick)
+        writer.add_shares(tick, [
+            Share(job.id, "gpu", "0", "nvml_energy", 0.8 * gpu_j, 0.2 * gpu_j),
+            Share(None, "cpu", "0", "rapl", 10.0, 0.0)])
+        if units:
+            writer.add_units(job.id, tick.t1_s, units)
+    assert writer.flush()
+
+
+def job(job_id: str, name: str, kind: str, started_s: float, held_s: float) -> Job:
+    return Job(id=job_id, name=name, kind=kind, labels={}, pids={1}, started_s=started_s,
+               origin="api", ended_s=started_s + held_s)
+
+
+def fill_compare_store(url: str) -> None:
+    """g5 (1 h, 360 kJ, 10 000 inferences), then inf2 (0.5 h, 90 kJ, 31 500 inferences),
+    a loader-fed trainer (c6i + p4d, 1 h each, samples on the trainer), a training run
+    that counts nothing, and an inference job on an unpriced laptop; all ended."""
+    engine = make_engine(url)
+    migrate.upgrade(engine)
+    run_job(engine, node("g5-1", "g5.xlarge"), job("j-g5", "bert-g5", "inference", T0, 3600),
+            ticks=4, gpu_j=90_000.0, units={"inference": 2_500})
+    run_job(engine, node("inf2-1", "inf2.xlarge"),
+            job("j-inf2", "bert-inf2", "inference", T0 + 3600, 1800),
+            ticks=2, gpu_j=45_000.0, units={"inference": 15_750})
+    dist = job("j-dist", "resnet-dist", "training", T0 + 7200, 3600)
+    run_job(engine, node("c6i-1", "c6i.4xlarge"), dist, ticks=4, gpu_j=18_000.0)
+    run_job(engine, node("p4d-1", "p4d.24xlarge"), dist, ticks=4, gpu_j=3_600_000.0,
+            units={"sample": 250_000})
+    run_job(engine, node("p4d-2", "p4d.24xlarge"),
+            job("j-plain", "resnet-plain", "training", T0 + 10_800, 1800), ticks=2,
+            gpu_j=3_000_000.0)
+    run_job(engine, node("laptop", "local"),
+            job("j-laptop", "bert-laptop", "inference", T0 + 14_400, 3600), ticks=4,
+            gpu_j=9_000.0, units={"inference": 250})
+    engine.dispose()
+
+
+def compare_cli(url: str, *args: str):
+    return run_cli("compare", "--db", url, *args)

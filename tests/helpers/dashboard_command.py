@@ -1,0 +1,29 @@
+"""``joulestat dashboard`` run in-process with ``os.execve`` faked: what it would hand to
+Streamlit (arguments and environment), without starting it."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from agent import cli
+from agent.commands import dashboard
+
+
+class Exec(Exception):
+    """Raised by the fake execve so the command stops where the real one would."""
+
+
+def run(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], dict[str, str]]:
+    seen: dict[str, object] = {}
+
+    def fake_execve(path: str, args: list[str], env: dict[str, str]) -> None:
+        seen.update(path=path, args=args, env=env)
+        raise Exec
+
+    monkeypatch.setattr(dashboard.os, "execve", fake_execve)
+    with pytest.raises(Exec):
+        cli.main(["dashboard", *argv])
+    assert seen["path"] == sys.executable
+    return seen["args"], seen["env"]  # type: ignore[return-value]

@@ -1,0 +1,339 @@
+"""Per-job energy in the store, for any database: builders, and the ``check_*`` scenarios.
+
+Each scenario takes an engine; they run on SQLite in tests/unit/test_store_jobs.py and on
+a real PostgreSQL in tests/integration/test_store_postgres.py. Expected values are
+computed from :func:`agent.attribution.attribute`'s own shares, never from the store.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import Engine
+
+from agent.attribution import DeviceUse, Share, TickUsage, attribute
+from agent.identity import NodeInfo
+from agent.jobs.registry import Job, JobRegistry
+from agent.sensors.base import DeviceInfo
+from agent.store import migrate
+from agent.store.jobs import JobSummary, job_detail, list_jobs
+from agent.store.nodes import node_energy_j, unattributed_check
+from agent.store.restart import Checkpoint, load_checkpoint, load_running_jobs
+from agent.store.rollup import SETTLE_MS
+from agent.store.series import job_energy_series
+from agent.store.writer import StoreWriter
+from agent.tick import Tick, TickEntry
+
+LOADER = NodeInfo("loader-1", "c5.4xlarge", "eu-west-1", "Xeon", "0.1.0")
+TRAINER = NodeInfo("trainer-1", "p4d.24xlarge", "eu-west-1", "EPYC", "0.1.0")
+DEVICES = [DeviceInfo("cpu", "0", "rapl", index=0),
+           DeviceInfo("gpu", "0", "nvml_energy", model="A100", uuid="GPU-1", index=0)]
+IDLE_W = {("cpu", "0"): 4.0, ("gpu", "0"): 60.0}
+T0 = 1_700_000_040.0  # a minute boundary
+RETENTION_S = 600.0
+
+Totals = dict[tuple[str, str], list[float]]  # (job, component) -> [dynamic, idle]
+
+
+def make_tick(t1_s: float, cpu_j: float, gpu_j: float | None) -> Tick:
+    entries = [TickEntry("cpu", "0", "rapl", cpu_j)]
+    if gpu_j is not None:
+        entries.append(TickEntry("gpu", "0", "nvml_energy", gpu_j))
+    return Tick(t1_s - 1.0, t1_s, tuple(entries))
+
+
+def shares_for(tick: Tick, jobs: tuple[str, ...], i: int, policy: str = "share") -> list[Share]:
+    """A realistic, uneven split: CPU time varies per tick, the GPU is shared 7:1."""
+    job_cpu = {job: 0.2 + 0.1 * ((i + n) % 4) for n, job in enumerate(jobs)}
+    utilization = {job: 70.0 if n == 0 else 10.0 for n, job in enumerate(jobs)}
+    usage = TickUsage(
+        node_busy_cpu_s=2.0, job_cpu_s=job_cpu,
+        devices={("gpu", "0"): DeviceUse(utilization, jobs)}, running_jobs=jobs,
+    )
+    return attribute(tick, usage, IDLE_W, policy)
+
+
+def feed(writer: StoreWriter, start_s: float, count: int, jobs: tuple[str, ...],
+         gpu: bool = True, policy: str = "share", units: dict[str, float] | None = None,
+         totals: Totals | None = None) -> Totals:
+    """``count`` 1 s ticks with their shares (and units per job); returns job totals."""
+    totals = defaultdict(lambda: [0.0, 0.0]) if totals is None else totals
+    for i in range(count):
+        t = make_tick(start_s + i + 1, 20.0 + i % 7, 150.0 + i % 11 if gpu else None)
+        shares = shares_for(t, jobs, i, policy)
+        writer.add(t)
+        writer.add_shares(t, shares)
+        for share in shares:
+            if share.job is not None:
+                total = totals[(share.job, share.component)]
+                total[0] += share.dynamic_j
+                total[1] += share.idle_j
+        for job in jobs:
+            if units:
+                writer.add_units(job, t.t1_s, units)
+    return totals
+
+
+def job_total(totals: Totals, job: str) -> float:
+    return sum(d + i for (j, _c), (d, i) in totals.items() if j == job)
+
+
+def make_job(job_id: str, started_s: float, labels: dict[str, str] | None = None,
+             pids: set[int] | None = None, ended_s: float | None = None) -> Job:
+    return Job(id=job_id, name=f"name-{job_id}", kind="training", labels=dict(labels or {}),
+               pids=set(pids or {100}), started_s=started_s, origin="api", ended_s=ended_s)
+
+
+def count(engine: Engine, table: str) -> int:
+    with engine.connect() as connection:
+        return connection.execute(text(f"SELECT count(*) FROM {table}")).scalar_one()
+
+
+def summary(engine: Engine, job_id: str) -> JobSummary:
+    [found] = [s for s in list_jobs(engine) if s.id == job_id]
+    return found
+
+
+def writer_for(engine: Engine, node: NodeInfo = TRAINER, **kwargs) -> StoreWriter:
+    kwargs.setdefault("raw_retention_s", RETENTION_S)
+    return StoreWriter(engine, node, DEVICES, **kwargs)
+
+
+def assert_conserved(engine: Engine, node: str, expected_rows: int | None = None) -> None:
+    rows = unattributed_check(engine, node)
+    assert rows, "nothing to check"
+    if expected_rows is not None:
+        assert len(rows) == expected_rows
+    for t_end_ms, component, device, node_j, sum_j in rows:
+        assert sum_j == pytest.approx(node_j, rel=1e-9, abs=1e-9), (t_end_ms, component, device)
+
+
+# -- scenarios shared with the PostgreSQL tests -------------------------------------------
+
+
+def check_every_write_is_idempotent(engine: Engine) -> None:
+    writer = writer_for(engine)
+    job = make_job("train-7", T0, {"team": "nlp"})
+    t = make_tick(T0 + 1, 20.0, 150.0)
+    shares = shares_for(t, ("train-7",), 0)
+    for _batch in range(2):  # the same things in one batch, then again in a later one
+        for _again in range(2):
+            writer.save_job(job)
+            writer.add(t)
+            writer.add_shares(t, shares)
+            writer.add_units("train-7", t.t1_s, {"tokens": 100.0})
+            writer.save_checkpoint({"rapl": {"0": 123}}, "boot-1", T0 + 1)
+        assert writer.flush()
+    writer_for(engine).flush()  # a restart registers again and writes nothing new
+    assert (count(engine, "tick_energy"), count(engine, "job_energy")) == (2, len(shares))
+    assert count(engine, "jobs") == count(engine, "job_nodes") == 1
+    assert count(engine, "job_units") == count(engine, "node_checkpoints") == 1
+    found = summary(engine, "train-7")
+    assert found.total_j == pytest.approx(sum(s.energy_j for s in shares if s.job))
+    assert found.units == {"tokens": 100.0}
+    assert writer.maintain(T0 + 120) is not None
+    assert writer.maintain(T0 + 120) is not None
+    assert summary(engine, "train-7").total_j == pytest.approx(found.total_j)
+    assert_conserved(engine, TRAINER.node, expected_rows=2)
+
+
+def check_multi_node_job_is_one_job(engine: Engine) -> None:
+    loader, trainer = writer_for(engine, LOADER), writer_for(engine, TRAINER)
+    loader.save_job(make_job("dist-1", T0 + 5, {"team": "nlp"}, {11, 12}))
+    trainer.save_job(make_job("dist-1", T0 + 2, {"run": "42"}, {7}))
+    trainer.save_job(make_job("other", T0 + 3))
+    on_loader = feed(loader, T0 + 0.5, 30, ("dist-1",), gpu=False, units={"samples": 8.0})
+    on_trainer = feed(trainer, T0, 30, ("dist-1", "other"), units={"tokens": 512.0})
+    assert loader.flush() and trainer.flush()
+
+    assert count(engine, "jobs") == 2 and count(engine, "job_nodes") == 3
+    found = summary(engine, "dist-1")
+    assert found.nodes == (("loader-1", "c5.4xlarge"), ("trainer-1", "p4d.24xlarge"))
+    assert found.labels == {"team": "nlp", "run": "42"}
+    assert (found.status, found.started_s, found.ended_s) == ("running", T0 + 2, None)
+    expected = job_total(on_loader, "dist-1") + job_total(on_trainer, "dist-1")
+    assert found.total_j == pytest.approx(expected, rel=1e-12)
+    assert found.energy_j("gpu") == pytest.approx(sum(
+        d + i for (j, c), (d, i) in on_trainer.items() if (j, c) == ("dist-1", "gpu")))
+    assert found.units == {"samples": 240.0, "tokens": 30 * 512.0}
+
+    detail = job_detail(engine, "dist-1")
+    parts = {p.node: p for p in detail.per_node}
+    assert parts["loader-1"].total_j == pytest.approx(job_total(on_loader, "dist-1"))
+    assert parts["trainer-1"].total_j == pytest.approx(job_total(on_trainer, "dist-1"))
+    assert parts["loader-1"].pids == (11, 12) and parts["trainer-1"].instance_type == (
+        "p4d.24xlarge")
+    assert parts["loader-1"].units == {"samples": 240.0}
+    assert set(parts["loader-1"].dynamic_j) == {"cpu"}  # the loader has no GPU
+
+    # The job ends only when its last node ends it.
+    loader.save_job(make_job("dist-1", T0 + 5, ended_s=T0 + 40))
+    assert loader.flush()
+    assert summary(engine, "dist-1").status == "running"
+    assert [j.id for j in list_jobs(engine, running=True)] == ["dist-1", "other"]
+    trainer.save_job(make_job("dist-1", T0 + 2, ended_s=T0 + 45))
+    assert trainer.flush()
+    ended = summary(engine, "dist-1")
+    assert (ended.status, ended.ended_s) == ("ended", T0 + 45)
+    assert ended.labels == {"team": "nlp", "run": "42"}
+    assert [j.id for j in list_jobs(engine, running=False)] == ["dist-1"]
+    assert [j.id for j in list_jobs(engine, running=True)] == ["other"]
+    assert [j.id for j in list_jobs(engine, node="loader-1")] == ["dist-1"]
+    assert list_jobs(engine, running=True, node="loader-1") == []
+    # Re-registering reopens it.
+    trainer.save_job(make_job("dist-1", T0 + 2))
+    assert trainer.flush()
+    assert summary(engine, "dist-1").status == "running"
+
+
+def check_conservation_and_retention(engine: Engine) -> None:
+    writer = writer_for(engine)
+    for job in ("a", "b"):
+        writer.save_job(make_job(job, T0))
+    totals = feed(writer, T0, 600, ("a", "b"), policy="exclude", units={"tokens": 3.0})
+    assert writer.flush()
+    assert_conserved(engine, TRAINER.node, expected_rows=2 * 600)
+    before = {s.id: s for s in list_jobs(engine)}
+    assert before["a"].total_j == pytest.approx(job_total(totals, "a"), rel=1e-12)
+    series_before = job_energy_series(engine, "a")
+    assert len(series_before) == 2 * 600
+    assert sum(d + i for _t, _c, d, i in series_before) == pytest.approx(before["a"].total_j)
+    units_rows = count(engine, "job_units")
+
+    now = T0 + 600 + RETENTION_S - 270  # prunes minutes 0..4, keeps 5..9 raw
+    result = writer.maintain(now)
+    assert result.raw_pruned_until_ms == round((T0 + 300) * 1000)
+    assert result.pruned_rows == 2 * 300 and result.job_pruned_rows == 2 * 300 * 3
+    assert count(engine, "job_energy") == 2 * 300 * 3
+    assert count(engine, "job_units") == units_rows // 2 + 5 * 2  # 5 minutes x 2 jobs
+    assert_conserved(engine, TRAINER.node, expected_rows=2 * 300 + 2 * 5)
+    after = {s.id: s for s in list_jobs(engine)}
+    for job in ("a", "b"):
+        assert after[job].dynamic_j == pytest.approx(before[job].dynamic_j, rel=1e-12)
+        assert after[job].idle_j == pytest.approx(before[job].idle_j, rel=1e-12)
+        assert after[job].units == before[job].units == {"tokens": 1800.0}
+    series = job_energy_series(engine, "a")
+    assert len(series) == 2 * 5 + 2 * 300  # minutes where pruned, ticks where raw
+    assert series[0][0] == T0 + 60 and series[-1][0] == T0 + 600
+    assert sum(d + i for _t, _c, d, i in series) == pytest.approx(before["a"].total_j)
+
+    # A retried tick of a pruned minute is refused, not counted twice.
+    late = make_tick(T0 + 10, 20.0, 150.0)
+    writer.add(late)
+    writer.add_shares(late, shares_for(late, ("a", "b"), 9, "exclude"))
+    writer.add_units("a", late.t1_s, {"tokens": 3.0})
+    assert writer.flush()
+    assert writer.maintain(now).job_pruned_rows == 0
+    again = {s.id: s for s in list_jobs(engine)}
+    assert again["a"].total_j == pytest.approx(before["a"].total_j, rel=1e-12)
+    assert again["a"].units == {"tokens": 1800.0}
+    assert writer.dropped_rows == 2 + 3 * 2 + 1
+
+
+def check_running_jobs_survive_a_restart(engine: Engine) -> None:
+    writer = writer_for(engine)
+    writer.save_job(make_job("keep", T0 + 1, {"team": "cv"}, {41, 42}))
+    writer.save_job(make_job("done", T0, ended_s=T0 + 20))
+    writer_for(engine, LOADER).save_job(make_job("elsewhere", T0))
+    totals = feed(writer, T0, 20, ("keep", "done"), units={"images": 32.0})
+    assert writer.flush()
+
+    [job] = load_running_jobs(engine, TRAINER.node)
+    assert (job.id, job.name, job.kind, job.origin) == ("keep", "name-keep", "training", "api")
+    assert (job.labels, job.pids, job.started_s, job.ended_s) == (
+        {"team": "cv"}, {41, 42}, T0 + 1, None)
+    assert job.units == {"images": 640.0}
+    for component in ("cpu", "gpu"):
+        dynamic, idle = totals[("keep", component)]
+        assert job.dynamic_j[component] == pytest.approx(dynamic, rel=1e-12)
+        assert job.idle_j[component] == pytest.approx(idle, rel=1e-12)
+    registry = JobRegistry()
+    registry.restore(job)
+    assert registry.get("keep").energy_j == pytest.approx(job_total(totals, "keep"))
+    assert load_running_jobs(engine, "no-such-node") == []
+
+    # After pruning the cumulative figures are the same.
+    writer.maintain(T0 + 20 + RETENTION_S + 60)
+    [reloaded] = load_running_jobs(engine, TRAINER.node)
+    assert reloaded.energy_j == pytest.approx(job.energy_j, rel=1e-12)
+    assert reloaded.units == job.units
+
+
+def check_checkpoint_round_trip(engine: Engine) -> None:
+    writer = writer_for(engine)
+    assert load_checkpoint(engine, TRAINER.node) is None
+    state = {"counters": {"rapl:0": 123456789, "nvml:0": 42.5}, "jobs": ["a"]}
+    writer.save_checkpoint(state, "boot-1", T0)
+    assert load_checkpoint(engine, TRAINER.node) is None  # written with the next flush
+    assert writer.flush()
+    assert load_checkpoint(engine, TRAINER.node) == Checkpoint(T0, "boot-1", state)
+    writer.save_checkpoint({"counters": {}}, "boot-2", T0 + 5)
+    writer.save_checkpoint({"counters": {"rapl:0": 1}}, "boot-2", T0 + 6)  # latest wins
+    assert writer.flush()
+    assert load_checkpoint(engine, TRAINER.node) == (T0 + 6, "boot-2", {"counters": {"rapl:0": 1}})
+    assert load_checkpoint(engine, LOADER.node) is None
+
+
+def _downgrade(engine: Engine, revision: str) -> None:
+    from alembic import command
+
+    config = migrate.alembic_config()
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.downgrade(config, revision)
+    assert migrate.current_revision(engine) == revision
+
+
+def _figures(engine: Engine) -> dict[str, tuple[dict[str, float], dict[str, float],
+                                                dict[str, float]]]:
+    return {s.id: (s.dynamic_j, s.idle_j, s.units) for s in list_jobs(engine)}
+
+
+def _assert_same_figures(found: dict, expected: dict) -> None:
+    assert found.keys() == expected.keys()
+    for job, (dynamic, idle, units) in expected.items():
+        assert found[job][0] == pytest.approx(dynamic, rel=1e-12), job
+        assert found[job][1] == pytest.approx(idle, rel=1e-12), job
+        assert found[job][2] == pytest.approx(units, rel=1e-12), job
+
+
+def check_upgrades_keep_figures(engine: Engine) -> None:
+    """``engine`` points at an empty database. Down to 0002 and up again (the totals
+    backfilled from the rollups), then down to 0001 (ticks only) and up again."""
+    assert migrate.upgrade(engine) == migrate.HEAD_REVISION
+    writer = writer_for(engine)
+    for job in ("a", "b"):
+        writer.save_job(make_job(job, T0))
+    totals = feed(writer, T0, 600, ("a", "b"), units={"tokens": 3.0})
+    # Prunes minutes 0..4; the totals cover all ten (up to 2 minutes before "now").
+    result = writer.maintain(T0 + 600 + RETENTION_S - 270)
+    assert result.raw_pruned_until_ms == round((T0 + 300) * 1000)
+    assert result.totals_until_ms == round((T0 + 900) * 1000) - SETTLE_MS
+    figures = _figures(engine)
+    assert sum(figures["a"][0].values()) + sum(figures["a"][1].values()) == pytest.approx(
+        job_total(totals, "a"), rel=1e-12)
+    assert figures["a"][2] == {"tokens": 1800.0}
+    ticks_before = node_energy_j(engine, TRAINER.node, T0, T0 + 600)
+
+    _downgrade(engine, "0002")
+    assert migrate.upgrade(engine) == migrate.HEAD_REVISION
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT totals_until_ms FROM nodes")).scalar() == round(
+            (T0 + 300) * 1000)  # backfilled to the prune boundary
+    _assert_same_figures(_figures(engine), figures)
+    writer = writer_for(engine)  # an agent restarted on the upgraded store
+    feed(writer, T0 + 960, 120, ("a", "b"), units={"tokens": 3.0}, totals=totals)
+    assert writer.maintain(T0 + 1080 + RETENTION_S - 270) is not None
+    after = _figures(engine)
+    assert sum(after["b"][0].values()) + sum(after["b"][1].values()) == pytest.approx(
+        job_total(totals, "b"), rel=1e-12)
+    assert after["b"][2] == {"tokens": 2160.0}
+
+    _downgrade(engine, "0001")
+    assert count(engine, "tick_energy") > 0
+    assert migrate.upgrade(engine) == migrate.HEAD_REVISION
+    assert migrate.is_at_head(engine)
+    assert node_energy_j(engine, TRAINER.node, T0, T0 + 600) == pytest.approx(ticks_before)
+    assert count(engine, "jobs") == 0 and count(engine, "job_energy_totals") == 0

@@ -1,0 +1,110 @@
+"""Minute rollups, retention and settled totals on SQLite: which minute a tick belongs
+to, late rows, rows refused behind the settled boundary, pruning that keeps totals."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from sqlalchemy import text
+
+from agent.store.nodes import latest_power_w, minute_energy_rows, node_energy_j
+from agent.store.rollup import SETTLE_MS
+from agent.tick import Tick, TickEntry
+from tests.helpers.store_rows import (
+    MINUTES_ACROSS_ENDS,
+    RETENTION_S,
+    T0,
+    minute_rows,
+    raw_count,
+    tick,
+    write_across_minute_ends,
+    writer_for,
+)
+
+
+def test_rollup_assigns_each_tick_to_the_minute_its_end_falls_in(engine):
+    write_across_minute_ends(writer_for(engine))
+    assert minute_rows(engine, "node-a") == MINUTES_ACROSS_ENDS
+
+
+def test_rollup_recomputes_the_latest_minute_and_is_idempotent(engine):
+    writer = writer_for(engine)
+    writer.add(tick(T0 + 30))
+    writer.maintain(T0 + 60)  # minute 0 rolled while its last tick is still in flight
+    writer.add(tick(T0 + 60))
+    writer.maintain(T0 + 61)
+    writer.maintain(T0 + 61)
+    rows = minute_energy_rows(engine, "node-a", T0, T0 + 60)
+    assert [(r.energy_j, r.covered_s) for r in rows] == [(20.0, 2.0), (200.0, 2.0)]
+
+
+def test_retention_deletes_only_rolled_up_raw_rows_and_totals_do_not_change(engine):
+    writer = writer_for(engine)
+    for i in range(1, 1801):  # 30 minutes of 1 s ticks
+        writer.add(tick(T0 + i, cpu_j=float(i % 7), gpu_j=50.0 + i % 11))
+    writer.flush()
+    windows = [(T0, T0 + 1800), (T0 + 120, T0 + 600), (T0 + 540, T0 + 1260)]
+    before = [node_energy_j(engine, "node-a", *w) for w in windows]
+    now = T0 + 1800 + 30
+    result = writer.maintain(now)
+    boundary_ms = round((now - RETENTION_S) // 60 * 60 * 1000)
+    assert result.raw_pruned_until_ms == boundary_ms
+    with engine.connect() as connection:
+        oldest_raw = connection.execute(text("SELECT min(t_end_ms) FROM tick_energy")).scalar()
+        minutes = connection.execute(text(
+            "SELECT count(DISTINCT minute_start_s) FROM minute_energy "
+            "WHERE (minute_start_s + 60) * 1000 <= :b"), {"b": boundary_ms}).scalar()
+    assert oldest_raw == boundary_ms + 1000
+    assert minutes == (boundary_ms / 1000 - T0) / 60  # every pruned minute is rolled up
+    assert result.pruned_rows == 2 * (boundary_ms / 1000 - T0)
+    after = [node_energy_j(engine, "node-a", *w) for w in windows]
+    for b, a in zip(before, after, strict=True):
+        assert a.keys() == b.keys()
+        for key in b:
+            assert a[key] == pytest.approx(b[key], rel=1e-12)
+    again = writer.maintain(now)
+    assert (again.pruned_rows, again.raw_pruned_until_ms) == (0, boundary_ms)
+    assert node_energy_j(engine, "node-a", *windows[0]) == pytest.approx(after[0])
+
+
+def test_late_rows_for_a_rolled_minute_are_counted_before_pruning(engine):
+    writer = writer_for(engine)
+    for i in range(1, 301):
+        writer.add(tick(T0 + i))
+    result = writer.maintain(T0 + 300)  # minutes 0..4 rolled up, nothing old enough to prune
+    assert result.totals_until_ms == round((T0 + 300) * 1000) - SETTLE_MS
+    # A tick of minute 4 that was still on its way: after the settled boundary, so taken.
+    writer.add(Tick(T0 + 250.5, T0 + 250.75, (TickEntry("cpu", "0", "rapl", 1000.0),)))
+    assert writer.flush()
+    writer.maintain(T0 + 300 + RETENTION_S)  # now minutes 0..4 lose their raw rows
+    assert raw_count(engine) == 0
+    assert node_energy_j(engine, "node-a", T0, T0 + 300)[("cpu", "0")] == 3000.0 + 1000.0
+
+
+def test_rows_ending_before_the_settled_boundary_are_refused_whole(engine, caplog):
+    writer = writer_for(engine)
+    for i in range(1, 301):
+        writer.add(tick(T0 + i))
+    writer.maintain(T0 + 300)
+    before = node_energy_j(engine, "node-a", T0, T0 + 300)
+    # A clock stepped back: this tick ends before the boundary the totals cover.
+    writer.add(Tick(T0 + 10.5, T0 + 10.75, (TickEntry("cpu", "0", "rapl", 1000.0),)))
+    with caplog.at_level(logging.ERROR, logger="agent.store.writer"):
+        assert writer.flush()
+    assert "dropped 1 rows ending at or before the node's settled boundary" in caplog.text
+    assert writer.dropped_rows == 1
+    writer.maintain(T0 + 300 + RETENTION_S)
+    assert node_energy_j(engine, "node-a", T0, T0 + 300) == before
+
+
+def test_latest_power_w_uses_the_newest_tick_then_rollups(engine):
+    assert latest_power_w(engine, "node-a") == {}
+    writer = writer_for(engine)
+    writer.add(tick(T0 + 1))
+    writer.add(tick(T0 + 3, cpu_j=30.0, gpu_j=300.0, length_s=2.0))
+    writer.flush()
+    assert latest_power_w(engine, "node-a") == {("cpu", "0"): 15.0, ("gpu", "0"): 150.0}
+    writer.maintain(T0 + 60 + RETENTION_S)  # raw rows pruned: minute average remains
+    assert raw_count(engine) == 0
+    assert latest_power_w(engine, "node-a") == {("cpu", "0"): 40.0 / 3, ("gpu", "0"): 400 / 3}
