@@ -12,9 +12,9 @@ The component name every accelerator reports lives here, once: ``ACCELERATOR_COM
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from agent.sensors.base import DeviceInfo, Reading
 
@@ -118,6 +118,7 @@ class VendorDevice:
     """One accelerator read through a vendor library: its energy counter, or its power
     integrated where the counter cannot be trusted (``counting`` says which)."""
 
+    prefix: ClassVar[str]  # a vendor's device names: "amdgpu" for amdgpu0
     index: int
     handle: Any
     uuid: str
@@ -130,6 +131,11 @@ class VendorDevice:
     @property
     def energy_j(self) -> float:
         return self.counter.energy_j if self.counting else self.power.energy_j
+
+    @property
+    def device(self) -> str:
+        """The device's name in readings: the vendor's ``prefix`` and the index."""
+        return f"{self.prefix}{self.index}"
 
 
 @dataclass
@@ -147,6 +153,78 @@ class OnceLog:
     def clear(self, key: str, message: str) -> None:
         if self.active.pop(key, None) is not None:
             self.logger.info("%s", message)
+
+
+class VendorSensor:
+    """What the sensors over :class:`VendorDevice` share (AMD's amdsmi, Intel's HLML):
+    declared capabilities, the devices described, and a read that takes each device's
+    counter or power sample, keeps a failing device's last value and logs the failure
+    once until it heals. A vendor supplies its names and the three library calls."""
+
+    name: ClassVar[str]
+    vendor: ClassVar[str]  # DeviceInfo.vendor
+    kind: ClassVar[str]  # a device in log lines: "AMD GPU 0"
+    library: ClassVar[str]  # the binding in log lines: "amdsmi read failed"
+    source_energy: ClassVar[str]
+    source_power: ClassVar[str]
+    per_process: ClassVar[bool] = False
+
+    def __init__(self, devices: Sequence[VendorDevice], logger: logging.Logger) -> None:
+        self._devices = devices
+        self._closed = False
+        self._log = logger
+        self._problems = OnceLog(logger)
+        self.capabilities = Capabilities(
+            energy_counter=any(d.source == self.source_energy for d in devices),
+            power_only=all(d.source == self.source_power for d in devices),
+            per_process=self.per_process)
+
+    def _errors(self) -> tuple[type[Exception], ...]:
+        """What a failed read raises: the device keeps its last value."""
+        raise NotImplementedError
+
+    def _read_counter(self, device: Any) -> float:
+        """The device's energy counter, in its ``CounterTrack``'s units."""
+        raise NotImplementedError
+
+    def _read_power_w(self, device: Any) -> float:
+        raise NotImplementedError
+
+    def _shut_down(self) -> None:
+        raise NotImplementedError
+
+    def describe(self) -> list[DeviceInfo]:
+        return [DeviceInfo(ACCELERATOR_COMPONENT, d.device, d.source, model=d.model,
+                           uuid=d.uuid, index=d.index, vendor=self.vendor)
+                for d in self._devices]
+
+    def read(self, now_s: float) -> list[Reading]:
+        for dev in self._devices:
+            key = dev.device
+            try:
+                if dev.source == self.source_energy:
+                    dev.counter.update(self._read_counter(dev))
+                else:
+                    dev.power.update(self._read_power_w(dev), now_s)
+            except self._errors() as exc:
+                self._problems.problem(key, f"{self.kind} {dev.index} ({dev.uuid}): "
+                                       f"{self.library} read failed: {exc}; keeping its "
+                                       "last value")
+                continue
+            self._problems.clear(key, f"{self.kind} {dev.index}: {self.library} reads work "
+                                      "again")
+        return [Reading(ACCELERATOR_COMPONENT, d.device, d.energy_j, d.source)
+                for d in self._devices]
+
+    def close(self) -> None:
+        """Shuts the library down once; a failure there only matters to a debugger."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._shut_down()
+        except self._errors() as exc:
+            self._log.debug("%s shutdown failed: %s", self.library, exc)
 
 
 def combined_device_processes(sensors: Iterable[object]

@@ -27,17 +27,15 @@ from typing import Any
 
 from agent.sensors.accelerator import (
     ACCELERATOR_COMPONENT,
-    Capabilities,
     CounterTrack,
     DeviceProcesses,
     EmptySensor,
-    OnceLog,
     PowerTrack,
     VendorDevice,
+    VendorSensor,
     number_or_none,
     text_of,
 )
-from agent.sensors.base import DeviceInfo, Reading
 
 log = logging.getLogger(__name__)
 
@@ -84,48 +82,40 @@ def counter_is_sane(delta_uj: float, elapsed_s: float, power_w: float | None) ->
 
 @dataclass
 class _AmdGpu(VendorDevice):
+    prefix = "amdgpu"
     gfx_ns: dict[int, float] = field(default_factory=dict)
 
-    @property
-    def device(self) -> str:
-        return f"amdgpu{self.index}"
 
-
-class AmdSensor:
+class AmdSensor(VendorSensor):
     """Cumulative joules per AMD GPU since the sensor opened; per-process gfx use."""
 
     name = "amd"
+    vendor = VENDOR
+    kind = "AMD GPU"
+    library = "amdsmi"
+    source_energy = SOURCE_ENERGY
+    source_power = SOURCE_POWER
+    per_process = True
 
     def __init__(self, amdsmi: ModuleType, gpus: list[_AmdGpu]) -> None:
+        super().__init__(gpus, log)
         self._amdsmi = amdsmi
         self._gpus = gpus
-        self._closed = False
-        self._problems = OnceLog(log)
-        self.capabilities = Capabilities(
-            energy_counter=any(g.source == SOURCE_ENERGY for g in gpus),
-            power_only=all(g.source == SOURCE_POWER for g in gpus), per_process=True)
 
-    def describe(self) -> list[DeviceInfo]:
-        return [DeviceInfo(ACCELERATOR_COMPONENT, g.device, g.source, model=g.model,
-                           uuid=g.uuid, index=g.index, vendor=VENDOR) for g in self._gpus]
+    def _errors(self) -> tuple[type[Exception], ...]:
+        return (self._amdsmi.AmdSmiException, OSError, ValueError)
 
-    def read(self, now_s: float) -> list[Reading]:
-        for gpu in self._gpus:
-            try:
-                if gpu.source == SOURCE_ENERGY:
-                    gpu.counter.update(read_counter_uj(self._amdsmi, gpu.handle))
-                else:
-                    watts = read_power_w(self._amdsmi, gpu.handle)
-                    if watts is None:
-                        raise ValueError("socket power is N/A")
-                    gpu.power.update(watts, now_s)
-            except (self._amdsmi.AmdSmiException, OSError, ValueError) as exc:
-                self._problems.problem(gpu.device, f"AMD GPU {gpu.index} ({gpu.uuid}): "
-                                       f"amdsmi read failed: {exc}; keeping its last value")
-                continue
-            self._problems.clear(gpu.device, f"AMD GPU {gpu.index}: amdsmi reads work again")
-        return [Reading(ACCELERATOR_COMPONENT, g.device, g.energy_j, g.source)
-                for g in self._gpus]
+    def _read_counter(self, device: _AmdGpu) -> float:
+        return read_counter_uj(self._amdsmi, device.handle)
+
+    def _read_power_w(self, device: _AmdGpu) -> float:
+        watts = read_power_w(self._amdsmi, device.handle)
+        if watts is None:
+            raise ValueError("socket power is N/A")
+        return watts
+
+    def _shut_down(self) -> None:
+        self._amdsmi.amdsmi_shut_down()
 
     def device_processes(self) -> DeviceProcesses:
         """Per device: {pid: gfx busy ns since the last call}, {pids on the device}."""
@@ -150,15 +140,6 @@ class AmdSensor:
             gpu.gfx_ns = seen
             result[(ACCELERATOR_COMPONENT, gpu.device)] = (use, set(seen))
         return result
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self._amdsmi.amdsmi_shut_down()
-        except (self._amdsmi.AmdSmiException, OSError) as exc:
-            log.debug("amdsmi_shut_down failed: %s", exc)
 
     def checkpoint(self) -> dict:
         return {}

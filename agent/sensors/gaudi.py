@@ -24,16 +24,13 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from agent.sensors.accelerator import (
-    ACCELERATOR_COMPONENT,
-    Capabilities,
     CounterTrack,
     EmptySensor,
-    OnceLog,
     PowerTrack,
     VendorDevice,
+    VendorSensor,
     text_of,
 )
-from agent.sensors.base import DeviceInfo, Reading
 
 log = logging.getLogger(__name__)
 
@@ -44,55 +41,35 @@ VENDOR = "Intel"
 
 @dataclass
 class _Hpu(VendorDevice):
-    @property
-    def device(self) -> str:
-        return f"gaudi{self.index}"
+    prefix = "gaudi"
 
 
-class GaudiSensor:
+class GaudiSensor(VendorSensor):
     """Cumulative joules per Gaudi device since the sensor opened."""
 
     name = "gaudi"
+    vendor = VENDOR
+    kind = "Gaudi"
+    library = "HLML"
+    source_energy = SOURCE_ENERGY
+    source_power = SOURCE_POWER
 
     def __init__(self, hlml: ModuleType, hpus: list[_Hpu]) -> None:
+        super().__init__(hpus, log)
         self._hlml = hlml
         self._hpus = hpus
-        self._closed = False
-        self._problems = OnceLog(log)
-        self.capabilities = Capabilities(
-            energy_counter=any(h.source == SOURCE_ENERGY for h in hpus),
-            power_only=all(h.source == SOURCE_POWER for h in hpus))
 
-    def describe(self) -> list[DeviceInfo]:
-        return [DeviceInfo(ACCELERATOR_COMPONENT, h.device, h.source, model=h.model,
-                           uuid=h.uuid, index=h.index, vendor=VENDOR) for h in self._hpus]
+    def _errors(self) -> tuple[type[Exception], ...]:
+        return (self._hlml.HLMLError, OSError)
 
-    def read(self, now_s: float) -> list[Reading]:
-        for hpu in self._hpus:
-            key = hpu.device
-            try:
-                if hpu.source == SOURCE_ENERGY:
-                    hpu.counter.update(float(
-                        self._hlml.hlmlDeviceGetTotalEnergyConsumption(hpu.handle)))
-                else:
-                    hpu.power.update(
-                        float(self._hlml.hlmlDeviceGetPowerUsage(hpu.handle)) / 1000.0, now_s)
-            except (self._hlml.HLMLError, OSError) as exc:
-                self._problems.problem(key, f"Gaudi {hpu.index} ({hpu.uuid}): HLML read "
-                                            f"failed: {exc}; keeping its last value")
-                continue
-            self._problems.clear(key, f"Gaudi {hpu.index}: HLML reads work again")
-        return [Reading(ACCELERATOR_COMPONENT, h.device, h.energy_j, h.source)
-                for h in self._hpus]
+    def _read_counter(self, device: _Hpu) -> float:
+        return float(self._hlml.hlmlDeviceGetTotalEnergyConsumption(device.handle))
 
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self._hlml.hlmlShutdown()
-        except (self._hlml.HLMLError, OSError) as exc:
-            log.debug("hlmlShutdown failed: %s", exc)
+    def _read_power_w(self, device: _Hpu) -> float:
+        return float(self._hlml.hlmlDeviceGetPowerUsage(device.handle)) / 1000.0
+
+    def _shut_down(self) -> None:
+        self._hlml.hlmlShutdown()
 
     def checkpoint(self) -> dict:
         return {"hpus": {h.uuid: {"source": h.source, "last": h.counter.last,
