@@ -63,8 +63,9 @@ def validate_name(name: Any) -> str:
         raise JobError(f"name: at most {MAX_NAME_CHARS} characters, got {len(name)}")
     if _has_control(name):
         raise JobError("name: must not contain control characters")
-    if "/" in name or "\\" in name:
-        raise JobError("name: must not contain path separators (/ or \\)")
+    # "/" is allowed: Kubernetes names pods namespace/pod, and so do discovered jobs.
+    if "\\" in name:
+        raise JobError("name: must not contain a backslash")
     return name
 
 
