@@ -20,6 +20,13 @@ maintaining and refuses rows ending at or before the boundary afterwards (only a
 clock stepped back produces them), so a row is either in the totals or after the
 boundary, never both or neither.
 
+On PostgreSQL the raw tables are partitioned by day (:mod:`agent.store.partitions`):
+pruning there rolls up and moves the boundary like everywhere, but leaves the raw rows
+behind it (no read counts them) to go with their day's partition; it deletes only rows
+in the DEFAULT partition, which is never dropped, and rows still stored
+:data:`~agent.store.partitions.OVERDUE_MS` after the boundary passed them (a partition
+some other node holds back). SQLite deletes at the boundary, as always.
+
 Called by :meth:`agent.store.writer.StoreWriter.maintain` inside one transaction.
 """
 
@@ -41,6 +48,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
+from agent.store.partitions import OVERDUE_MS, default_partition
 from agent.store.tables import (
     JOB_ENERGY,
     JOB_ENERGY_TOTALS,
@@ -66,7 +74,8 @@ _DIVIDE = {"precedence": 8}
 
 @dataclass(frozen=True)
 class MaintainResult:
-    """What one maintain pass did: rollup rows upserted, raw rows deleted (ticks and jobs)."""
+    """What one maintain pass did: rollup rows upserted, raw rows deleted (ticks and jobs;
+    on partitioned PostgreSQL only those deleted row by row, see :func:`prune`)."""
 
     rolled_rows: int
     pruned_rows: int
@@ -93,10 +102,16 @@ def _window(t_end_ms: Any, after_ms: int | None, until_ms: int) -> list[ColumnEl
     return conditions
 
 
+def _latest(*values: int | None) -> int | None:
+    return max((v for v in values if v is not None), default=None)
+
+
 def maintain_node(
-    connection: Connection, insert: Any, node: str, now_s: float, raw_retention_s: float
+    connection: Connection, insert: Any, node: str, now_s: float, raw_retention_s: float,
+    partitioned: bool = False,
 ) -> MaintainResult:
-    """Roll up complete minutes of ``node`` and prune raw rows older than the retention."""
+    """Roll up complete minutes of ``node`` and prune raw rows older than the retention
+    (``partitioned``: the raw tables are PostgreSQL's daily partitions)."""
     now_ms = round(now_s * 1000)
     complete_until_ms = now_ms // MINUTE_MS * MINUTE_MS
     keep_after_ms = (now_ms - round(raw_retention_s * 1000)) // MINUTE_MS * MINUTE_MS
@@ -111,9 +126,9 @@ def maintain_node(
     def resume_after(latest_minute_s: int | None) -> int | None:
         # Recompute from the latest rolled minute itself (it may have been rolled while
         # its last tick was in flight), never before the prune boundary (raw rows there
-        # are gone or strays).
-        candidates = (None if latest_minute_s is None else latest_minute_s * 1000, pruned_until)
-        return max((v for v in candidates if v is not None), default=None)
+        # are gone, strays, or on PostgreSQL kept until their partition is dropped).
+        return _latest(None if latest_minute_s is None else latest_minute_s * 1000,
+                       pruned_until)
 
     latest = connection.execute(select(func.max(MINUTE_ENERGY.c.minute_start_s))
                                 .where(MINUTE_ENERGY.c.node == node)).scalar()
@@ -121,12 +136,15 @@ def maintain_node(
     latest = connection.execute(select(func.max(JOB_MINUTE_ENERGY.c.minute_start_s))
                                 .where(JOB_MINUTE_ENERGY.c.node == node)).scalar()
     job_rolled = roll_up_jobs(connection, insert, node, resume_after(latest), complete_until_ms)
-    totals_until = advance_totals(connection, insert, node, totals_until,
+    # Never summed from before the prune boundary (the boundaries start equal, by
+    # migration 0003; this only guards against a NULL totals boundary after a prune).
+    totals_until = advance_totals(connection, insert, node, _latest(totals_until, pruned_until),
                                   complete_until_ms - SETTLE_MS)
     bound = min(complete_until_ms, keep_after_ms)
     if totals_until is not None:
         bound = min(bound, totals_until)
-    pruned, job_pruned, pruned_until = prune(connection, insert, node, pruned_until, bound)
+    pruned, job_pruned, pruned_until = prune(connection, insert, node, pruned_until, bound,
+                                             partitioned)
     return MaintainResult(rolled, pruned, pruned_until, job_rolled, job_pruned, totals_until)
 
 
@@ -240,9 +258,12 @@ def compact_units(connection: Connection, node: str, after_ms: int | None, bound
 
 
 def prune(
-    connection: Connection, insert: Any, node: str, pruned_until: int | None, bound_ms: int
+    connection: Connection, insert: Any, node: str, pruned_until: int | None, bound_ms: int,
+    partitioned: bool = False,
 ) -> tuple[int, int, int | None]:
-    """Delete raw rows ending at or before ``bound_ms``, rolling them up first.
+    """Move the prune boundary to ``bound_ms``, rolling the rows before it up first, and
+    delete those raw rows (``partitioned``: only where no partition drop will, see
+    :func:`_delete_partitioned`).
 
     Returns (tick rows deleted, job share rows deleted, the new prune boundary).
     """
@@ -263,12 +284,34 @@ def prune(
     roll_up_ticks(connection, insert, node, pruned_until, bound_ms)
     roll_up_jobs(connection, insert, node, pruned_until, bound_ms)
     compact_units(connection, node, pruned_until, bound_ms)
-    deleted = connection.execute(
-        delete(TICK_ENERGY).where(ticks.node == node, ticks.t_end_ms <= bound_ms)
-    ).rowcount
-    job_deleted = connection.execute(
-        delete(JOB_ENERGY).where(JOB_ENERGY.c.node == node, JOB_ENERGY.c.t_end_ms <= bound_ms)
-    ).rowcount
+    if partitioned:
+        deleted, job_deleted = (_delete_partitioned(connection, table, node, pruned_until,
+                                                    bound_ms)
+                                for table in (TICK_ENERGY, JOB_ENERGY))
+    else:
+        deleted, job_deleted = (
+            connection.execute(delete(table).where(table.c.node == node,
+                                                   table.c.t_end_ms <= bound_ms)).rowcount
+            for table in (TICK_ENERGY, JOB_ENERGY))
     connection.execute(update(NODES).where(NODES.c.node == node)
                        .values(raw_pruned_until_ms=bound_ms))
     return max(deleted, 0), max(job_deleted, 0), bound_ms
+
+
+def _delete_partitioned(connection: Connection, table: Any, node: str,
+                        pruned_until: int | None, bound_ms: int) -> int:
+    """The raw rows of ``node`` no partition drop will take, now behind the boundary:
+    those in the DEFAULT partition (never dropped), and those the boundary passed
+    :data:`OVERDUE_MS` ago, whose day partition some other node still holds (see
+    :func:`agent.store.partitions.drop_settled_partitions`). Both are index range
+    scans; the second touches only the partitions of that slice of time."""
+    default = default_partition(table.name)
+    deleted = connection.execute(delete(default).where(
+        default.c.node == node, default.c.t_end_ms <= bound_ms)).rowcount
+    overdue_after = None if pruned_until is None else pruned_until - OVERDUE_MS
+    overdue_until = bound_ms - OVERDUE_MS
+    if overdue_after is None or overdue_until > overdue_after:
+        deleted += connection.execute(delete(table).where(
+            table.c.node == node, *_window(table.c.t_end_ms, overdue_after, overdue_until))
+        ).rowcount
+    return deleted

@@ -58,6 +58,11 @@ METADATA = MetaData(naming_convention=NAMING_CONVENTION)
 # WITHOUT ROWID on SQLite where the composite key is the only index: the table is
 # stored once instead of as a rowid table plus a key index.
 _NO_ROWID = {"sqlite_with_rowid": False}
+# On PostgreSQL, tick_energy and job_energy are partitioned by UTC day of t_end_ms
+# (migration 0005, agent/store/partitions.py), so retention drops whole days instead of
+# deleting rows. Not declared here (``postgresql_partition_by``): that option makes
+# SQLAlchemy load its PostgreSQL dialect, about 1 MiB of the agent's RSS on every
+# node, SQLite ones included; and autogenerate does not compare partitioning anyway.
 
 
 def _key(name: str, type_: object, foreign: str | None = None) -> Column:
@@ -83,8 +88,9 @@ NODES = Table(
     _key("node", String),
     _col("instance_type", String), _col("region", String), _col("cpu_model", String),
     _col("agent_version", String), _col("first_seen_s", Double), _col("last_seen_s", Double),
-    # Raw ticks of this node ending at or before this instant have been deleted and live
-    # on only in minute_energy; NULL while nothing has been pruned. Queries use it to
+    # Raw ticks of this node ending at or before this instant are rolled up into
+    # minute_energy and no read counts them (SQLite deletes them; PostgreSQL drops their
+    # day's partition later); NULL while nothing has been pruned. Queries use it to
     # choose rollups before it and raw ticks after it (agent/store/boundary.py).
     _col("raw_pruned_until_ms", BigInteger, null=True),
     # Job shares and unit counts ending at or before this instant are summed in
@@ -108,7 +114,7 @@ NODE_DEVICES = Table(
     _col("last_seen_s", Double),
 )
 # Raw ticks: energy one device used over (t_start_ms, t_end_ms]. Kept for
-# raw_retention; older rows are deleted once rolled up into minute_energy.
+# raw_retention; older rows go once rolled up into minute_energy (see nodes above).
 TICK_ENERGY = Table(
     "tick_energy", METADATA,
     _node_key(), _key("t_end_ms", BigInteger), _key("component", String),

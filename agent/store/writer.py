@@ -13,7 +13,11 @@ a crash never leaves job rows without their tick.
 When the database is unreachable or locked the batch goes to the spool
 (:mod:`agent.store.spool`), else back to the front of the memory queue
 (:mod:`agent.store.row_queue`, bounded, folding job detail before it drops a tick), and
-is retried with backoff (up to a minute). Nothing recorded is lost silently.
+is retried with backoff (up to a minute); :mod:`agent.store.outage` holds that policy.
+Nothing recorded is lost silently.
+
+The writer is a sink of the pipeline (:mod:`agent.sinks.base`): it stores ticks, so it
+receives each tick's checkpoint and makes finished jobs final once stored.
 
 :meth:`StoreWriter.maintain` rolls raw rows up into minutes, adds settled rows to the
 job totals and prunes raw rows past the retention (:mod:`agent.store.rollup`); rows
@@ -28,7 +32,6 @@ per node: two agents writing the same node name would race on the rollups.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections.abc import Mapping
@@ -46,6 +49,8 @@ from agent.store.engine import describe_error, dialect_insert, redact_url
 from agent.store.job_writer import PendingJobs, write_pending
 from agent.store.lease import NodeLease
 from agent.store.node_rows import insert_rows, insert_statements, upsert_node
+from agent.store.outage import Outage
+from agent.store.partitions import PartitionKeeper
 from agent.store.rollup import MaintainResult, maintain_node
 from agent.store.row_queue import RowQueue
 from agent.store.spool import Spool
@@ -59,6 +64,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from agent.attribution import Share
     from agent.jobs.accounting import TickResult
     from agent.jobs.registry import Job
+    from agent.sinks.base import TickRecord
 
 __all__ = ["CORE_TABLES", "MaintainResult", "StoreWriter"]
 
@@ -69,20 +75,21 @@ log = logging.getLogger(__name__)
 # and no jobs; each running job adds a share row per entry (and a row per unit it
 # counts), so two jobs cut that to about 5 h. Pass more where memory allows.
 DEFAULT_MAX_BUFFERED_ROWS = 200_000
-MAX_RETRY_DELAY_S = 60.0
-WARN_EVERY_S = 60.0
 
 
 class StoreWriter:
     """Buffers ticks, job shares and job metadata of one node and writes them to the store.
 
-    The daemon's contract: :meth:`add` each tick, then :meth:`add_shares` with its
-    attribution and :meth:`add_units` with each job's unit counts for that tick (same
+    The pipeline's contract: :meth:`on_tick` (or :meth:`record`) once per tick, from
+    one thread; or, piece by piece, :meth:`add` each tick, then :meth:`add_shares` with
+    its attribution and :meth:`add_units` with each job's unit counts for that tick (same
     thread, in that order, so a tick's rows stay side by side in the buffer);
     :meth:`save_job` and :meth:`save_checkpoint` whenever there is something to
     record; :meth:`maybe_flush` often, :meth:`maintain` about once a minute,
     :meth:`close` at exit. Only flush and maintain do SQL.
     """
+
+    stores_ticks = True  # agent.sinks.base: checkpoints come with the ticks
 
     def __init__(
         self,
@@ -110,7 +117,6 @@ class StoreWriter:
         self.max_buffered_rows = int(max_buffered_rows)
         self.written_rows = 0  # counters for logs and metrics (tick, share and unit rows)
         self.stale_rows = 0  # ending at or before the settled boundary: not written
-        self.spooled_rows = 0  # rows handed to the spool while the store was away
         self.flushes = 0  # successful flushes, and the seconds they took (health metrics)
         self.flush_seconds_sum = 0.0
         self.spool = spool
@@ -122,24 +128,29 @@ class StoreWriter:
         self._statements = insert_statements(engine)
         self._io_lock = threading.Lock()  # one flush or maintain at a time
         self.queue = RowQueue(node, max_buffered_rows, self._full_cause)
+        self.outage = Outage(self._url, self.queue, spool)
         self._next_flush_s: float | None = None
-        self._failures = 0
-        self._last_warning = -math.inf
         self._registered = False
         self._settled_until_ms: int | None = None
         # Set when a flush is wanted before the interval is up (a job just ended and
         # someone waits for its final figures); the store thread sleeps on it.
         self.wake = threading.Event()
+        self.partitions = PartitionKeeper(engine.dialect.name, node.node)  # PostgreSQL's
         try:
             self._register()
         except SQLAlchemyError as exc:
-            self._warn(f"cannot register node {node.node!r} in the store {self._url} "
-                       f"({describe_error(exc)}); will retry before the first write")
+            self.outage.warn(f"cannot register node {node.node!r} in the store {self._url} "
+                             f"({describe_error(exc)}); will retry before the first write")
 
     @property
     def failing(self) -> bool:
         """True while the last write to the store failed."""
-        return self._failures > 0
+        return self.outage.failures > 0
+
+    @property
+    def spooled_rows(self) -> int:
+        """Rows handed to the spool while the store was away."""
+        return self.outage.spooled_rows
 
     @property
     def buffered_rows(self) -> int:
@@ -157,10 +168,14 @@ class StoreWriter:
         return self.queue.dropped_rows + self.stale_rows
 
     def _full_cause(self) -> str:
-        return (f"the store {self._url} has been unreachable for a while" if self._failures
+        return (f"the store {self._url} has been unreachable for a while" if self.failing
                 else "job rows arrive faster than the store thread writes them")
 
     # -- hot path ---------------------------------------------------------------------
+
+    def on_tick(self, record: TickRecord) -> None:
+        """The pipeline's sink call (:mod:`agent.sinks.base`): :meth:`record` the tick."""
+        self.record(record.tick, record.result, record.checkpoint)
 
     def record(self, tick: Tick, result: TickResult | None,
                checkpoint: tuple[Mapping[str, Any], str] | None) -> None:
@@ -211,7 +226,7 @@ class StoreWriter:
                 with self.engine.begin() as connection:
                     write_pending(connection, self._insert, pending, self.node.node)
             except SQLAlchemyError as exc:
-                self._failed(exc, "write a new job to")
+                self.outage.failed(exc, "write a new job to")
                 return False
         return True
 
@@ -235,15 +250,14 @@ class StoreWriter:
         ``now_s`` is any steadily increasing clock; failures back off up to a minute.
         """
         due = self._next_flush_s is None or now_s >= self._next_flush_s or (
-            self._failures == 0 and len(self.queue) >= self.max_batch_rows
+            not self.failing and len(self.queue) >= self.max_batch_rows
         )
         if not due:
             return False
         had_rows = len(self.queue) > 0 or bool(self.queue.pending) or bool(self.spool)
         ok = self.flush()
-        delay = self.flush_interval_s if ok else min(
-            MAX_RETRY_DELAY_S, self.flush_interval_s * 2 ** min(self._failures, 10)
-        )
+        delay = self.flush_interval_s if ok else self.outage.retry_delay_s(
+            self.flush_interval_s)
         self._next_flush_s = now_s + delay
         return ok and had_rows
 
@@ -266,14 +280,14 @@ class StoreWriter:
                     self._register()
                 written = stale = 0
                 if self.spool:
-                    written, stale = self._replay_spool()
+                    written, stale = self.outage.replay(self._write_one)
                 if len(batch) or pending:
                     with self.engine.begin() as connection:
                         batch_written, batch_stale = self._write(connection, batch, pending)
                     written, stale = written + batch_written, stale + batch_stale
             except SQLAlchemyError as exc:
-                self._keep(batch, pending, finishing)
-                self._failed(exc, "write ticks to")
+                self.outage.keep(batch, pending, finishing)
+                self.outage.failed(exc, "write ticks to")
                 return False
             self.flushes += 1
             self.flush_seconds_sum += time.perf_counter() - started
@@ -285,38 +299,8 @@ class StoreWriter:
                           "(%s ms, already summed into job totals and rollups): was the "
                           "wall clock stepped back?", stale,
                           self._settled_until_ms)
-            if self._failures:
-                log.info("store %s reachable again after %d failed attempt(s)",
-                         self._url, self._failures)
-                self._failures = 0
+            self.outage.recovered()
             return True
-
-    def _replay_spool(self) -> tuple[int, int]:
-        """Spooled batches into the store, oldest first, one transaction each."""
-        assert self.spool is not None
-        written = stale = 0
-        replayed = 0
-        for segment, batch, pending in self.spool.replay():
-            with self.engine.begin() as connection:
-                seg_written, seg_stale = self._write(connection, batch, pending)
-            self.spool.done(segment)
-            written, stale, replayed = written + seg_written, stale + seg_stale, replayed + 1
-        if replayed:
-            log.info("store %s: wrote %d spooled batch(es) (%d rows) back", self._url,
-                     replayed, written)
-        return written, stale
-
-    def _keep(self, batch: RowBuffer, pending: PendingJobs, finishing: list[Job]) -> None:
-        """A batch the store did not take: to the spool, else back into memory."""
-        if self.spool is not None and (len(batch) or pending):
-            try:
-                self.spool.append(batch, pending)
-                self.spooled_rows += len(batch)
-                batch, pending = RowBuffer(), PendingJobs()
-            except OSError as exc:
-                log.error("cannot spool %d rows to %s (%s); keeping them in memory",
-                          len(batch), self.spool.directory, exc)
-        self.queue.put_back(batch, pending, finishing)
 
     def maintain(self, now_s: float) -> MaintainResult | None:
         """Roll up complete minutes and prune old raw rows; None if it could not run.
@@ -333,10 +317,11 @@ class StoreWriter:
                     self._register()
                 with self.engine.begin() as connection:
                     result = maintain_node(connection, self._insert, self.node.node, now_s,
-                                           self.raw_retention_s)
+                                           self.raw_retention_s, self.partitions.active)
             except SQLAlchemyError as exc:
-                self._failed(exc, "maintain rollups in")
+                self.outage.failed(exc, "maintain rollups in")
                 return None
+            self.partitions.after_maintain(self.engine, now_s, result.raw_pruned_until_ms)
         self._settled_until_ms = result.totals_until_ms
         if result.rolled_rows or result.pruned_rows or result.job_pruned_rows:
             log.debug("store: %s", result)
@@ -353,15 +338,14 @@ class StoreWriter:
                 except SQLAlchemyError as exc:
                     log.debug("could not give up the node's lease: %s", exc)
             return
-        if self.spool is not None and not len(self.queue):
-            log.warning("store %s unreachable at shutdown: %d bytes of rows wait in the "
-                        "spool %s and go to the store at the next start", self._url,
-                        self.spool.bytes, self.spool.directory)
-            return
-        log.error("store %s unreachable at shutdown: %d buffered rows and %d job "
-                  "updates are lost", self._url, len(self.queue), len(self.queue.pending.jobs))
+        self.outage.report_shutdown()
 
     # -- internals --------------------------------------------------------------------
+
+    def _write_one(self, batch: RowBuffer, pending: PendingJobs) -> tuple[int, int]:
+        """One spooled batch in a transaction of its own."""
+        with self.engine.begin() as connection:
+            return self._write(connection, batch, pending)
 
     def _write(
         self, connection: Connection, batch: RowBuffer, pending: PendingJobs
@@ -386,29 +370,15 @@ class StoreWriter:
                                                  self.devices, now_s)
             if self.lease is not None:
                 self.lease.take(connection, now_s)
+        self.partitions.start(self.engine, now_s)  # days ahead partitioned (PostgreSQL)
         self._registered = True
 
     def _report_bad_entries(self) -> None:
-        if self.queue.bad_entries and self._may_warn():
-            self._warn(f"skipped {self.queue.bad_entries} non-finite tick entries, shares or "
-                       "unit counts (a sampler bug?)")
+        if self.queue.bad_entries and self.outage.may_warn():
+            # Not an outage, but its warnings share the outage's once-a-minute throttle.
+            self.outage.warn(f"skipped {self.queue.bad_entries} non-finite tick entries, "
+                             "shares or unit counts (a sampler bug?)")
             self.queue.bad_entries = 0
-
-    def _failed(self, exc: SQLAlchemyError, action: str) -> None:
-        self._failures += 1
-        if self._failures == 1 or self._may_warn():
-            kept = f"keeping {len(self.queue)} rows in memory"
-            if self.spool is not None:
-                kept += f" and {self.spool.bytes} bytes in the spool {self.spool.directory}"
-            self._warn(f"cannot {action} the store {self._url} ({describe_error(exc)}); "
-                       f"{kept} and retrying (attempt {self._failures})")
-
-    def _may_warn(self) -> bool:
-        return time.monotonic() - self._last_warning >= WARN_EVERY_S
-
-    def _warn(self, message: str) -> None:
-        self._last_warning = time.monotonic()
-        log.warning("%s", message)
 
 
 def _mark_final(jobs: list[Job]) -> None:
