@@ -66,7 +66,8 @@ def build_pipeline(settings: Mapping[str, Any], registry: JobRegistry, *,
     # Imported here: the store and prometheus_client cost start-up time that a command
     # importing this module for its names alone should not pay.
     from agent.host.procfs import read_cpu_model
-    from agent.jobs.discovery import ScanCache, sync_registry
+    from agent.jobs.discovered_jobs import sync_registry
+    from agent.jobs.discovery import ScanCache
     from agent.jobs.kube_pods import pods_from_settings
     from agent.store.bootstrap import open_engine
     from agent.store.lease import NodeLease, NodeLeaseError, Writer

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
+from sqlalchemy.engine import Engine
 from streamlit.testing.v1 import AppTest
+
+from agent.sim import sample
+from agent.store import make_engine, migrate
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
 PAGES = ("pages/overview.py", "pages/jobs.py", "pages/job_detail.py", "pages/compare.py",
@@ -25,3 +30,21 @@ def run_page(url: str, page: str, monkeypatch: pytest.MonkeyPatch, **query: str)
     at.switch_page(page).run()
     assert not at.exception, [e.value for e in at.exception]
     return at
+
+
+def sample_store(folder: Path) -> tuple[str, Engine]:
+    """A migrated SQLite store in ``folder`` holding the sample data (agent/sim), ended a
+    minute ago so every "up to now" window holds all of it: its URL and an engine the
+    caller disposes of."""
+    url = f"sqlite:///{folder / 'sample.db'}"
+    engine = make_engine(url)
+    migrate.upgrade(engine)
+    sample.fill(engine, end_s=time.time() - 60)
+    return url, engine
+
+
+def sample_store_url(folder: Path) -> str:
+    """:func:`sample_store`, for tests that only open it by URL."""
+    url, engine = sample_store(folder)
+    engine.dispose()
+    return url

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from agent.jobs.discovery import sync_registry
+from agent.jobs.discovered_jobs import sync_registry
 from agent.jobs.kube_pods import PodDirectory, pod_directory
 from agent.jobs.registry import JobRegistry
 from tests.fakes.discovery_proc import add_proc

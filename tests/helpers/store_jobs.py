@@ -276,7 +276,8 @@ def check_checkpoint_round_trip(engine: Engine) -> None:
     assert load_checkpoint(engine, LOADER.node) is None
 
 
-def _downgrade(engine: Engine, revision: str) -> None:
+def downgrade(engine: Engine, revision: str) -> None:
+    """Migrate the store at ``engine`` down to ``revision``, and check it got there."""
     from alembic import command
 
     config = migrate.alembic_config()
@@ -317,7 +318,7 @@ def check_upgrades_keep_figures(engine: Engine) -> None:
     assert figures["a"][2] == {"tokens": 1800.0}
     ticks_before = node_energy_j(engine, TRAINER.node, T0, T0 + 600)
 
-    _downgrade(engine, "0002")
+    downgrade(engine, "0002")
     assert migrate.upgrade(engine) == migrate.HEAD_REVISION
     with engine.connect() as connection:
         assert connection.execute(text("SELECT totals_until_ms FROM nodes")).scalar() == round(
@@ -331,7 +332,7 @@ def check_upgrades_keep_figures(engine: Engine) -> None:
         job_total(totals, "b"), rel=1e-12)
     assert after["b"][2] == {"tokens": 2160.0}
 
-    _downgrade(engine, "0001")
+    downgrade(engine, "0001")
     assert count(engine, "tick_energy") > 0
     assert migrate.upgrade(engine) == migrate.HEAD_REVISION
     assert migrate.is_at_head(engine)

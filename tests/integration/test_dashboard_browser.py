@@ -42,12 +42,12 @@ from agent.reports.html_report import render_html
 from agent.reports.importer import import_file
 from agent.reports.model import build_report
 from agent.reports.pdf_report import render_pdf
-from agent.sim import sample
-from agent.store import make_engine, migrate
+from agent.store import make_engine
 from agent.store.jobs import JobSummary, list_jobs
 from dashboard import fmt
 from tests.helpers import honest_store
 from tests.helpers.codecarbon_run import codecarbon_script
+from tests.helpers.dashboard_app import sample_store
 
 pytestmark = pytest.mark.slow
 
@@ -156,13 +156,19 @@ def codecarbon_csv(folder: Path) -> Path:
     return folder / "emissions.csv"
 
 
+def stop(process: subprocess.Popen, wait_s: float) -> None:
+    """Ask ``process`` to stop; kill it if it has not within ``wait_s``."""
+    process.terminate()
+    try:
+        process.wait(wait_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
 @pytest.fixture(scope="module")
 def filled(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, JobSummary]]:
     folder = tmp_path_factory.mktemp("browser")
-    url = f"sqlite:///{folder / 'sample.db'}"
-    engine = make_engine(url)
-    migrate.upgrade(engine)
-    sample.fill(engine, end_s=time.time() - 60)
+    url, engine = sample_store(folder)
     honest_store.fill(engine, folder, start_s=time.time() - 2 * 3600)
     result = import_file(engine, codecarbon_csv(folder))
     assert result.kind == "codecarbon" and result.nodes == 1
@@ -197,11 +203,7 @@ def serve(url: str) -> Iterator[str]:
             time.sleep(0.2)
         yield base
     finally:
-        process.terminate()
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        stop(process, 15)
 
 
 @pytest.fixture(scope="module")
@@ -220,11 +222,7 @@ def browser() -> Iterator[Browser]:
             with connect(page_url, max_size=256 * 2**20) as page_socket:
                 yield Browser(page_socket)
         finally:
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
+            stop(process, 10)
 
 
 def pages(jobs: dict[str, JobSummary]) -> list[tuple[str, str, list[str]]]:

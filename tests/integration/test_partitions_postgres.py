@@ -34,7 +34,7 @@ from agent.store.partitions import (
 from agent.store.writer import StoreWriter
 from agent.tick import Tick, TickEntry
 from tests.helpers.pg import PostgresServer
-from tests.helpers.store_jobs import DEVICES, make_job, shares_for
+from tests.helpers.store_jobs import DEVICES, downgrade, make_job, shares_for
 
 pytestmark = pytest.mark.postgres
 
@@ -142,14 +142,6 @@ def name_of(day: int, table: str = "tick_energy") -> str:
 def scalar(engine: Engine, sql: str, **params: object) -> object:
     with engine.connect() as connection:
         return connection.execute(text(sql), params).scalar()
-
-
-def downgrade(engine: Engine, revision: str) -> None:
-    config = migrate.alembic_config()
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.downgrade(config, revision)
-    assert migrate.current_revision(engine) == revision
 
 
 def raw_rows(engine: Engine) -> dict[str, list[tuple]]:

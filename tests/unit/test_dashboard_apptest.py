@@ -13,8 +13,6 @@ own code, so a page that shows a wrong number fails here.
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,18 +24,12 @@ from agent.store import make_engine, migrate
 from agent.store.jobs import JobSummary, job_detail, list_jobs
 from agent.store.nodes import list_nodes, node_energy_j
 from dashboard import downloads, fmt
-from tests.helpers.dashboard_app import APP, PAGES, TITLES
+from tests.helpers.dashboard_app import APP, PAGES, TITLES, sample_store_url
 
 
 @pytest.fixture(scope="module")
-def sample_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    url = f"sqlite:///{tmp_path_factory.mktemp('dash') / 'sample.db'}"
-    engine = make_engine(url)
-    migrate.upgrade(engine)
-    # Ended a minute ago, so every "up to now" window holds all of it.
-    sample.fill(engine, end_s=time.time() - 60)
-    engine.dispose()
-    yield url
+def sample_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return sample_store_url(tmp_path_factory.mktemp("dash"))
 
 
 @pytest.fixture(scope="module")

@@ -7,16 +7,14 @@ part of ``dashboard.costing``'s cache keys.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from agent.carbon.catalog import lookup
-from agent.sim import sample
-from agent.store import make_engine, migrate
 from dashboard import costing
+from tests.helpers.dashboard_app import sample_store_url
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
 
@@ -53,12 +51,7 @@ def test_costing_uses_the_file_in_the_environment(tmp_path: Path,
 
 @pytest.fixture(scope="module")
 def sample_url(tmp_path_factory: pytest.TempPathFactory) -> str:
-    url = f"sqlite:///{tmp_path_factory.mktemp('dash-prices') / 'sample.db'}"
-    engine = make_engine(url)
-    migrate.upgrade(engine)
-    sample.fill(engine, end_s=time.time() - 60)
-    engine.dispose()
-    return url
+    return sample_store_url(tmp_path_factory.mktemp("dash-prices"))
 
 
 def run_overview(url: str, monkeypatch: pytest.MonkeyPatch) -> AppTest:

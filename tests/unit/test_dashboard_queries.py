@@ -23,7 +23,6 @@ from agent.carbon.pricing import placements
 from agent.identity import NodeInfo
 from agent.jobs.registry import Job
 from agent.sensors.base import DeviceInfo
-from agent.sim import sample
 from agent.store import make_engine, migrate
 from agent.store.engine import StoreError
 from agent.store.job_totals import JobFilter, job_totals
@@ -44,6 +43,7 @@ from agent.store.series import (
 from agent.store.writer import StoreWriter
 from agent.tick import Tick, TickEntry
 from dashboard import analysis, costing, downloads, fmt
+from tests.helpers.dashboard_app import sample_store_url
 
 T0 = 1_700_000_040.0  # a minute boundary
 NODE = NodeInfo("box", "g5.12xlarge", "us-east-1", "EPYC", "test")
@@ -53,12 +53,7 @@ DEVICES = [DeviceInfo("cpu", "0", "rapl"), DeviceInfo("gpu", "0", "nvml_energy")
 
 @pytest.fixture(scope="module")
 def sample_url(tmp_path_factory: pytest.TempPathFactory) -> str:
-    url = f"sqlite:///{tmp_path_factory.mktemp('dq') / 'sample.db'}"
-    engine = make_engine(url)
-    migrate.upgrade(engine)
-    sample.fill(engine, end_s=time.time() - 60)
-    engine.dispose()
-    return url
+    return sample_store_url(tmp_path_factory.mktemp("dq"))
 
 
 @pytest.fixture()

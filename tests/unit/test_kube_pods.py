@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.jobs.discovery import sync_registry
+from agent.jobs.discovered_jobs import sync_registry
 from agent.jobs.kube_pods import (
     PodInfo,
     PodListError,

@@ -60,7 +60,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("attribution", (
         "agent.attribution", "agent.idle", "agent.sampler", "agent.jobs",
         "agent.jobs.registry", "agent.jobs.accounting", "agent.jobs.discovery",
-        "agent.jobs.cgroups", "agent.jobs.kube_pods",
+        "agent.jobs.cgroups", "agent.jobs.kube_pods", "agent.jobs.pod_list_source",
+        "agent.jobs.discovered_jobs",
     )),
     ("sinks/store/reports", (
         "agent.sinks.*", "agent.store.*", "agent.reports.*", "agent.http_gate",
