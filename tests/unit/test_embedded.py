@@ -60,7 +60,7 @@ def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 def test_invalid_input_fails_before_anything_is_opened(node: Any) -> None:
     _proc, settings, _engine = node
     with pytest.raises(JobError, match="name"):
-        EmbeddedJob("a/b", "training", None, {PID}, settings=settings())
+        EmbeddedJob("a\\b", "training", None, {PID}, settings=settings())
     with pytest.raises(JobError, match="kind"):
         EmbeddedJob("bert", "nap", None, {PID}, settings=settings())
 
