@@ -34,6 +34,7 @@ MAINTAIN_EVERY_S = 60.0  # forgetting ended jobs
 # Rollups and pruning cost ~11 ms of CPU a run here; queries combine raw rows and
 # rollups, so running them every 5 minutes changes no figure, only the table sizes.
 ROLLUP_EVERY_S = 300.0
+_M_ARENA_MAX = -8  # glibc's mallopt() parameter (malloc.h)
 
 
 class StoreWorker(threading.Thread):
@@ -112,6 +113,28 @@ class Daemon:
             accounting.forget(old)
 
 
+def _limit_malloc_arenas(arenas: int = 1) -> None:
+    """One glibc malloc arena for the whole agent, set before its threads start.
+
+    glibc gives threads arenas of their own (up to 8 per core) as they contend, and each
+    arena touched stays in RSS. The agent's threads (HTTP workers, the store thread)
+    allocate little and seldom, and Python's small-object allocator runs under the GIL
+    anyway, so one arena costs nothing measurable and saves about 0.4 MiB of RSS on a
+    busy node (benchmarks/busy_node.py: 49.0 -> 48.6 MiB), against a 50 MiB budget.
+    ``MALLOC_ARENA_MAX`` in the environment wins; elsewhere than glibc this does nothing.
+    """
+    import ctypes
+    import os
+
+    if os.environ.get("MALLOC_ARENA_MAX"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(_M_ARENA_MAX, arenas)
+    except (OSError, AttributeError) as exc:
+        log.debug("malloc arenas left as they are: %s", exc)
+
+
 def _raise_open_file_limit(wanted: int = 8192) -> None:
     """Raise the soft RLIMIT_NOFILE toward the hard one: each HTTP port caps its open
     connections at a quarter of it (agent/http_gate.py), and a 1,024 default halves
@@ -130,6 +153,7 @@ def _raise_open_file_limit(wanted: int = 8192) -> None:
 def run_agent(settings: Mapping[str, Any]) -> int:
     from agent.jobs.api import ApiServer
 
+    _limit_malloc_arenas()
     _raise_open_file_limit()
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
