@@ -12,6 +12,7 @@ The component name every accelerator reports lives here, once: ``ACCELERATOR_COM
 from __future__ import annotations
 
 import logging
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -155,7 +156,7 @@ class OnceLog:
             self.logger.info("%s", message)
 
 
-class VendorSensor:
+class VendorSensor(ABC):
     """What the sensors over :class:`VendorDevice` share (AMD's amdsmi, Intel's HLML):
     declared capabilities, the devices described, and a read that takes each device's
     counter or power sample, keeps a failing device's last value and logs the failure
@@ -179,19 +180,21 @@ class VendorSensor:
             power_only=all(d.source == self.source_power for d in devices),
             per_process=self.per_process)
 
+    @abstractmethod
     def _errors(self) -> tuple[type[Exception], ...]:
         """What a failed read raises: the device keeps its last value."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _read_counter(self, device: Any) -> float:
         """The device's energy counter, in its ``CounterTrack``'s units."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _read_power_w(self, device: Any) -> float:
-        raise NotImplementedError
+        """The device's power now, in W."""
 
+    @abstractmethod
     def _shut_down(self) -> None:
-        raise NotImplementedError
+        """Release the vendor library."""
 
     def describe(self) -> list[DeviceInfo]:
         return [DeviceInfo(ACCELERATOR_COMPONENT, d.device, d.source, model=d.model,
