@@ -28,7 +28,7 @@ from agent.tick_loop import Every, TickHook, TickLoop
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Daemon", "StoreWorker", "build_pipeline", "run_agent"]
+__all__ = ["Daemon", "StoreWorker", "run_agent"]
 
 MAINTAIN_EVERY_S = 60.0  # forgetting ended jobs
 # Rollups and pruning cost ~11 ms of CPU a run here; queries combine raw rows and

@@ -29,8 +29,9 @@ import sys
 import uuid
 from typing import Any
 
-from agent.config import ConfigError, add_options, resolve
+from agent.config import add_options, resolve
 from agent.embedded import EMBEDDED_OPTIONS
+from agent.errors import ConfigError
 from agent.host.job_cgroup import Placement
 from agent.jobs.registry import (
     KINDS,

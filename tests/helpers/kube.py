@@ -25,11 +25,6 @@ KINDS = frozenset({"k8s"})
 LOG = "agent.jobs.kube_pods"
 
 
-def registered(name: str) -> str:
-    """``namespace/pod`` as the registry holds it: as kubectl writes it."""
-    return name
-
-
 def pod_item(uid: str, namespace: str, name: str, labels: dict[str, str] | None = None,
              annotations: dict[str, str] | None = None) -> dict[str, Any]:
     meta: dict[str, Any] = {"uid": uid, "namespace": namespace, "name": name}

@@ -42,7 +42,6 @@ from tests.helpers.kube import (
     pod_item,
     pod_list,
     pod_proc,
-    registered,
 )
 
 
@@ -93,7 +92,7 @@ def test_a_discovered_pod_is_named_after_the_pod_with_its_labels(
     node.add_pod(100, UID)
     node.sync()
     job = node.registry.get(f"k8s:{UID}")
-    assert job.name == registered("default/web-7d9c")
+    assert job.name == "default/web-7d9c"
     assert job.origin == "discovered:k8s" and job.pids == {100}
     assert job.labels == {
         "pod_uid": UID, "qos": "burstable", "container_id": CID,
@@ -114,7 +113,7 @@ def test_the_kubelets_list_names_pods_too(tmp_path: Path, kube: FakeKube,
     pods = pod_directory("kubelet", "node-1", sa_dir=sa_dir, base_url=kube.url)
     registry = JobRegistry()
     sync_registry(registry, proc, KINDS, pods=pods)
-    assert registry.get(f"k8s:{STATIC}").name == registered("kube-system/etcd-node-1")
+    assert registry.get(f"k8s:{STATIC}").name == "kube-system/etcd-node-1"
     assert [path for path, _ in kube.requests] == ["/pods"]
 
 
@@ -129,7 +128,7 @@ def test_a_new_uid_triggers_one_read_and_known_ones_none(
     node.add_pod(200, UID2)
     node.sync()
     assert len(kube.requests) == 2
-    assert node.registry.get(f"k8s:{UID2}").name == registered("ml/trainer-0")
+    assert node.registry.get(f"k8s:{UID2}").name == "ml/trainer-0"
     assert node.registry.get(f"k8s:{UID2}").labels["label_app"] == "trainer"
 
 
@@ -146,7 +145,7 @@ def test_a_pod_seen_before_a_new_read_is_allowed_waits_one_pass_for_its_name(
     node.clock.now += 5
     node.sync()
     assert len(kube.requests) == 2
-    assert node.registry.get(f"k8s:{UID2}").name == registered("ml/trainer-0")
+    assert node.registry.get(f"k8s:{UID2}").name == "ml/trainer-0"
 
 
 def test_a_pod_the_list_does_not_name_keeps_pod_uid8_without_more_reads(
@@ -215,7 +214,7 @@ def test_after_a_failure_reads_wait_retry_after_s_then_name_new_pods(
     kube.body = pod_list(WEB, WORKER, pod_item(UID3, "ml", "eval-1"))
     with caplog.at_level(logging.INFO, logger=LOG):
         node.sync()
-    assert node.registry.get(f"k8s:{UID3}").name == registered("ml/eval-1")
+    assert node.registry.get(f"k8s:{UID3}").name == "ml/eval-1"
     # Names are kept: the registry refuses another name under a job's id.
     assert node.registry.get(f"k8s:{UID}").name == "pod-8a1f4c2e"
     assert any("read again" in r.getMessage() for r in caplog.records)

@@ -12,7 +12,8 @@ import pytest
 
 from agent.cli import build_parser
 from agent.commands.agent import AGENT_OPTIONS
-from agent.config import ConfigError, resolve
+from agent.config import resolve
+from agent.errors import ConfigError
 from agent.jobs import kube_pods
 from agent.jobs.kube_pods import (
     PodDirectory,
