@@ -173,10 +173,9 @@ def run_agent(settings: Mapping[str, Any]) -> int:
         port = int(settings["metrics_port"])
         if port and built.node_metrics is not None:
             job_metrics = None
-            if pipeline.accounting is not None:  # a sink: it copies the jobs each tick
+            if pipeline.accounting is not None:  # copies the jobs when scraped
                 job_metrics = JobMetrics(pipeline.accounting.snapshot,
                                          settings["job_retention"], settings["max_job_series"])
-                pipeline.sinks.append(job_metrics)
             health = AgentHealth(writer, api_rejections)
             host = settings["metrics_host"]
             try:

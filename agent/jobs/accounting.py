@@ -46,8 +46,8 @@ class TickResult:
 
 class JobTotals(NamedTuple):
     """One job's figures as of the end of a tick; never changed once made. A named
-    tuple, not a frozen dataclass: a metrics sink copies every job each tick, and a
-    tuple is made four times faster (1 us a job here, against 4)."""
+    tuple, not a frozen dataclass: a scrape copies every job, and a tuple is made four
+    times faster (1 us a job here, against 4)."""
 
     id: str
     name: str
@@ -103,16 +103,22 @@ class JobAccounting:
     def start(self) -> None:
         self.host.start()
 
-    def snapshot(self) -> Snapshot:
+    def snapshot(self, wait_s: float | None = None) -> Snapshot | None:
         """Every job's figures as of the last tick, copied whole for an exporter to read
         at leisure. Ticks add shares under the registry's lock, so the copy, taken under
-        it, never holds half a tick; the Prometheus job sink takes one every tick."""
-        with self.registry.lock:
+        it, never holds half a tick. With ``wait_s``, None when the lock stays held that
+        long (an exporter then serves its previous copy rather than wait)."""
+        lock = self.registry.lock
+        if not lock.acquire(timeout=-1 if wait_s is None else wait_s):
+            return None
+        try:
             jobs = {job.id: JobTotals(
                 job.id, job.name, job.kind, job.started_s, job.ended_s,
                 dict(job.dynamic_j), dict(job.idle_j), dict(job.units))
                 for job in self.registry.jobs()}
             t1_s, usage = self._last
+        finally:
+            lock.release()
         return Snapshot(t1_s, usage, MappingProxyType(jobs))
 
     def on_tick(self, tick: Tick) -> TickResult:

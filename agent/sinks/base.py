@@ -2,8 +2,9 @@
 
 The pipeline (:mod:`agent.pipeline`) hands each tick to a list of sinks in order and
 names none of them, so an output is added by appending to that list, not by teaching
-the pipeline a new field. Today's sinks: the Prometheus node and job metrics
-(:mod:`agent.sinks.prometheus`) and the store writer (:mod:`agent.store.writer`).
+the pipeline a new field. Today's sinks: the Prometheus node metrics
+(:mod:`agent.sinks.prometheus`) and the store writer (:mod:`agent.store.writer`). The
+job metrics are not one: they copy the jobs when scraped, not every tick.
 
 One frozen :class:`TickRecord` per tick carries everything any sink needs: the tick,
 its attribution, and the crash checkpoint taken after it. The checkpoint is only worth

@@ -206,10 +206,13 @@ def serve(registry: CollectorRegistry, host: str, port: int) -> HttpGate:
 class JobMetrics(Collector):
     """Per-job energy and work units, with bounded cardinality.
 
-    A sink: each tick it takes the jobs' figures from ``snapshot`` (on the tick thread,
-    where reading the job registry costs a scrape nothing; normally
-    :meth:`agent.jobs.accounting.JobAccounting.snapshot`) and keeps those still to
-    export under its own lock; :meth:`collect` reads only that copy.
+    Not a pipeline sink, on purpose: a scrape takes the jobs' figures from ``snapshot`` (normally
+    :meth:`agent.jobs.accounting.JobAccounting.snapshot`: a copy, made under the job
+    registry's lock, of every job as of the last tick, never half a tick). Copying
+    every tick for scrapes that come every 15 s or so cost a busy node 0.2 ms a tick
+    (benchmarks/busy_node.py: 50 jobs), a tenth of the agent's tick. A scrape waits at
+    most ``lock_wait_s`` for the lock and otherwise serves its previous copy, so a
+    long-held lock never stalls Prometheus.
 
     Ended jobs stay for ``retention_s`` so the last increments reach Prometheus, then
     drop; running jobs come first when more than ``max_jobs`` would be exported, and a
@@ -217,35 +220,30 @@ class JobMetrics(Collector):
     time, as the scrape's clock sees them.
     """
 
-    stores_ticks = False
-
-    def __init__(self, snapshot: Callable[[], Snapshot], retention_s: float, max_jobs: int,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, snapshot: Callable[[float], Snapshot | None], retention_s: float,
+                 max_jobs: int, clock: Callable[[], float] = time.time,
+                 lock_wait_s: float = 0.1) -> None:
         self.snapshot = snapshot
         self.retention_s = retention_s
         self.max_jobs = max_jobs
+        self.lock_wait_s = lock_wait_s
         self._clock = clock
         self._lock = threading.Lock()
-        self._jobs: tuple[JobTotals, ...] = ()  # as of the last tick
+        self._jobs: tuple[JobTotals, ...] = ()  # the last copy a scrape took
         self._capped = False
-
-    def on_tick(self, record: TickRecord) -> None:
-        now = self._clock()
-        jobs = tuple(j for j in self.snapshot().jobs.values() if self._kept(j, now))
-        with self._lock:
-            self._jobs = jobs
-
-    def close(self) -> None:
-        """Nothing to release: the endpoint serving it is closed by its owner."""
-
-    def _kept(self, job: JobTotals, now: float) -> bool:
-        return job.ended_s is None or now - job.ended_s <= self.retention_s
 
     def exported_jobs(self) -> list[JobTotals]:
         """The jobs a scrape now exports: within retention, running first, capped."""
+        taken = self.snapshot(self.lock_wait_s)
         now = self._clock()
         with self._lock:
-            jobs = [j for j in self._jobs if self._kept(j, now)]
+            if taken is not None:
+                self._jobs = tuple(taken.jobs.values())
+            else:
+                log.debug("job registry busy for %.2f s: exporting the previous copy",
+                          self.lock_wait_s)
+            jobs = [j for j in self._jobs
+                    if j.ended_s is None or now - j.ended_s <= self.retention_s]
             jobs.sort(key=lambda j: (j.ended_s is not None, -(j.ended_s or j.started_s)))
             if len(jobs) > self.max_jobs:
                 if not self._capped:

@@ -39,7 +39,6 @@ def test_scrape_exposes_exactly_the_catalog() -> None:
     job.dynamic_j["cpu"] = 12.0
     accounting = JobAccounting(jobs, Path("/nonexistent/proc"), IdleBaselines())
     exported = JobMetrics(accounting.snapshot, 300, 500)
-    exported.on_tick(record)
     writer = SimpleNamespace(buffered_rows=7, spool=SimpleNamespace(bytes=4096),
                              written_rows=100, spooled_rows=20, folded_rows=3, dropped_rows=1,
                              failing=True, flushes=4, flush_seconds_sum=0.2)

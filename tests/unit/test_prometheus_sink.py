@@ -66,26 +66,23 @@ def test_health_reads_the_writer_counters() -> None:
     assert 'joulestat_agent_api_rejections_total{reason="max_jobs"} 2.0' in text
 
 
-def test_job_metrics_export_the_last_tick_not_live_jobs() -> None:
+def test_job_metrics_export_a_copy_taken_at_the_scrape() -> None:
     registry = JobRegistry()
     job = registry.register("bert", "training", job_id="j1")
     registry.count(job.id, "sample", 32)
     job.dynamic_j["cpu"] = 12.0
     job.idle_j["cpu"] = 3.0
-    job.dynamic_j["gpu"] = 1.0
+    job.dynamic_j["accelerator"] = 1.0
     exported = job_metrics(registry)
-    assert "job_id=" not in scrape(exported)  # nothing before the first tick
-    exported.on_tick(TICK)
-    # Changed between ticks (units counted through the API, a tick adding shares):
-    registry.count(job.id, "sample", 8)
-    job.dynamic_j["cpu"] = 99.0
     text = scrape(exported)
     labels = 'job_id="j1",job_name="bert",kind="training"'
     assert f'joulestat_job_energy_joules_total{{component="cpu",{labels}}} 15.0' in text
-    assert f'joulestat_job_energy_joules_total{{component="gpu",{labels}}} 1.0' in text
+    assert f'joulestat_job_energy_joules_total{{component="accelerator",{labels}}} 1.0' in text
     units = '{job_id="j1",job_name="bert",unit="sample"}'
     assert f"joulestat_job_work_units_total{units} 32.0" in text
-    exported.on_tick(TICK)
+    # Changed since (units counted through the API, a tick adding shares):
+    registry.count(job.id, "sample", 8)
+    job.dynamic_j["cpu"] = 99.0
     text = scrape(exported)
     assert f'joulestat_job_energy_joules_total{{component="cpu",{labels}}} 102.0' in text
     assert f"joulestat_job_work_units_total{units} 40.0" in text
@@ -96,7 +93,8 @@ def test_a_scrape_completes_while_the_registry_lock_is_held() -> None:
     job = registry.register("bert", "training", job_id="j1")
     job.dynamic_j["cpu"] = 5.0
     exported = job_metrics(registry)
-    exported.on_tick(TICK)
+    scrape(exported)  # the copy a scrape serves while the lock stays held
+    job.dynamic_j["cpu"] = 7.0
     held, release = threading.Event(), threading.Event()
 
     def hold() -> None:  # another thread: the registry's lock is reentrant
@@ -118,6 +116,8 @@ def test_a_scrape_completes_while_the_registry_lock_is_held() -> None:
         holder.join()
         scraper.join(5.0)
     assert 'joulestat_job_energy_joules_total{component="cpu",job_id="j1"' in texts[0]
+    assert '"training"} 5.0' in texts[0]  # the previous copy, not the figure under the lock
+    assert '"training"} 7.0' in scrape(exported)  # and a fresh one once it is free
 
 
 def test_job_series_are_bounded() -> None:
@@ -127,14 +127,11 @@ def test_job_series_are_bounded() -> None:
     jobs.end(ended.id)
     running = [jobs.register(f"r{i}", "inference") for i in range(3)]
     exported = job_metrics(jobs, retention_s=300, max_jobs=10, clock=lambda: clock[0])
-    exported.on_tick(TICK)
     assert {j.id for j in exported.exported_jobs()} == {ended.id} | {j.id for j in running}
     clock[0] += 301  # past --job-retention: the ended job drops, at scrape time
     assert ended.id not in {j.id for j in exported.exported_jobs()}
-    exported.on_tick(TICK)  # and is not copied again
     assert ended.id not in {j.id for j in exported.exported_jobs()}
     capped = job_metrics(jobs, retention_s=300, max_jobs=2, clock=lambda: clock[0])
-    capped.on_tick(TICK)
     assert len(capped.exported_jobs()) == 2
 
 
@@ -147,16 +144,13 @@ def test_the_cap_keeps_running_jobs_first_and_warns_once_per_crossing(
     clock[0] += 1
     running = [jobs.register(f"r{i}", "inference") for i in range(2)]
     exported = job_metrics(jobs, max_jobs=2, clock=lambda: clock[0])
-    exported.on_tick(TICK)
     with caplog.at_level(logging.WARNING, logger="agent.sinks.prometheus"):
         for _ in range(3):
             assert {j.id for j in exported.exported_jobs()} == {j.id for j in running}
         assert len(caplog.records) == 1 and "--max-job-series 2" in caplog.text
         jobs.forget([ended.id])  # back under the cap: no warning, and it is re-armed
-        exported.on_tick(TICK)
         exported.exported_jobs()
         jobs.register("r2", "inference")
-        exported.on_tick(TICK)
         exported.exported_jobs()
         exported.exported_jobs()
     assert len(caplog.records) == 2
@@ -169,5 +163,4 @@ def test_the_newest_ended_jobs_are_kept_under_the_cap() -> None:
         jobs.end(jobs.register(name, "other", job_id=name).id)
         clock[0] += 10
     exported = job_metrics(jobs, max_jobs=2, clock=lambda: clock[0])
-    exported.on_tick(TICK)
     assert [j.id for j in exported.exported_jobs()] == ["third", "second"]
