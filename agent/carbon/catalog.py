@@ -8,9 +8,9 @@ instead of silently under-counting.
 
 SageMaker: ``ml.<type>`` runs on the EC2 type ``<type>`` (same vCPUs, memory,
 accelerators, server), so the spec is the EC2 row's; the price is the row's separate
-``sagemaker_usd_per_hour`` column, because SageMaker charges a premium that differs by
-family (roughly +15 % to +40 %). Where that column is empty the price is unknown: we do
-not guess a markup.
+``sagemaker_usd_per_hour`` column, with its own ``sagemaker_source`` (a public file or
+page), because SageMaker charges a premium that differs by family (roughly +15 % to
++40 %). Where that column is empty the price is unknown: we do not guess a markup.
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ from agent.carbon.regions import PROVIDERS
 SAGEMAKER_PREFIX = "ml."
 _COLUMNS = ("provider", "instance_type", "vcpus", "memory_gib", "accelerator_model",
             "accelerator_count", "usd_per_hour", "sagemaker_usd_per_hour",
-            "accelerator_max_power_w", "embodied_kgco2e", "embodied_source", "lifetime_years",
-            "family_max_vcpus", "source", "date", "price_note", "note")
+            "sagemaker_source", "accelerator_max_power_w", "embodied_kgco2e",
+            "embodied_source", "lifetime_years", "family_max_vcpus", "source", "date",
+            "price_note", "note")
 _NO_TYPE = frozenset({"", "local", "unknown", "none"})
 
 
@@ -47,6 +48,7 @@ class InstanceSpec:
     accelerator_count: int
     usd_per_hour: float | None
     sagemaker_usd_per_hour: float | None
+    sagemaker_source: str
     accelerator_max_power_w: float | None
     embodied_kgco2e: float | None
     embodied_source: str
@@ -87,6 +89,16 @@ def _required_int(value: str, column: str, where: str) -> int:
         raise ValueError(f"{where}: {column} must be an integer, got {value!r}") from None
 
 
+def _check_sagemaker(row: dict[str, str], usd: float | None, where: str) -> None:
+    """A SageMaker price is an AWS row's, and names its own source; no source without one."""
+    if usd is not None and row["provider"] != "aws":
+        raise ValueError(f"{where}: sagemaker_usd_per_hour is for aws rows only")
+    if usd is not None and not row["sagemaker_source"]:
+        raise ValueError(f"{where}: sagemaker_usd_per_hour needs a sagemaker_source")
+    if usd is None and row["sagemaker_source"]:
+        raise ValueError(f"{where}: sagemaker_source given without sagemaker_usd_per_hour")
+
+
 def parse_catalog(rows: list[dict[str, str]], origin: str) -> dict[str, InstanceSpec]:
     """Validate table rows into specs keyed by lower-case instance type."""
     catalog: dict[str, InstanceSpec] = {}
@@ -106,6 +118,9 @@ def parse_catalog(rows: list[dict[str, str]], origin: str) -> dict[str, Instance
         lifetime = _optional_float(row["lifetime_years"], "lifetime_years", where)
         if not lifetime:
             raise ValueError(f"{where}: lifetime_years must be positive")
+        sagemaker = _optional_float(row["sagemaker_usd_per_hour"], "sagemaker_usd_per_hour",
+                                    where)
+        _check_sagemaker(row, sagemaker, where)
         spec = InstanceSpec(
             provider=row["provider"],
             instance_type=row["instance_type"],
@@ -115,8 +130,8 @@ def parse_catalog(rows: list[dict[str, str]], origin: str) -> dict[str, Instance
             accelerator_count=_required_int(row["accelerator_count"] or "0",
                                             "accelerator_count", where),
             usd_per_hour=_optional_float(row["usd_per_hour"], "usd_per_hour", where),
-            sagemaker_usd_per_hour=_optional_float(row["sagemaker_usd_per_hour"],
-                                                   "sagemaker_usd_per_hour", where),
+            sagemaker_usd_per_hour=sagemaker,
+            sagemaker_source=row["sagemaker_source"],
             accelerator_max_power_w=_optional_float(row["accelerator_max_power_w"],
                                                     "accelerator_max_power_w", where),
             embodied_kgco2e=embodied,
@@ -214,16 +229,16 @@ def _catalog_price(instance_type: str | None, prices: PriceTable | None) -> Pric
         ) else "no instance type known"
         return Price(None, "unknown", f"{what}{missing}: cost unknown (set {OVERRIDE_HOW})")
     if spec.sagemaker:
+        sagemaker_note = sagemaker_note_of(spec)
         if spec.sagemaker_usd_per_hour is None:
             ec2 = f"; EC2 on-demand is {spec.usd_per_hour} USD/h" if spec.usd_per_hour else ""
+            why = f" ({sagemaker_note})" if sagemaker_note else ""
             return Price(None, "unknown",
-                         f"no SageMaker price for {spec.instance_type} in the catalog{ec2}, "
-                         f"and SageMaker charges more{missing}: cost unknown (set "
+                         f"no SageMaker price for {spec.instance_type} in the catalog{why}"
+                         f"{ec2}, and SageMaker charges more{missing}: cost unknown (set "
                          f"{OVERRIDE_HOW})")
-        note = f"SageMaker on-demand, us-east-1, catalog row of {spec.date}"
-        sagemaker_note = _note_parts(spec.price_note)[1]
-        return Price(spec.sagemaker_usd_per_hour,
-                     "catalog:https://aws.amazon.com/sagemaker/pricing/",
+        note = "SageMaker on-demand list price, as its source gives it"
+        return Price(spec.sagemaker_usd_per_hour, f"catalog:{spec.sagemaker_source}",
                      f"{note}; {sagemaker_note}" if sagemaker_note else note)
     if spec.usd_per_hour is None:
         return Price(None, "unknown", f"the catalog has no price for {spec.instance_type}"
@@ -233,6 +248,12 @@ def _catalog_price(instance_type: str | None, prices: PriceTable | None) -> Pric
     ec2_note = _note_parts(spec.price_note)[0]
     return Price(spec.usd_per_hour, f"catalog:{spec.source}",
                  f"{note}; {ec2_note}" if ec2_note else note)
+
+
+def sagemaker_note_of(spec: InstanceSpec) -> str:
+    """What a row's ``price_note`` says of its SageMaker price (which use, which source,
+    or why there is none); "" when it says nothing."""
+    return _note_parts(spec.price_note)[1]
 
 
 def _note_parts(price_note: str) -> tuple[str, str]:

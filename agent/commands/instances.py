@@ -2,10 +2,10 @@
 
 Why a command: a cost in a report is only as good as the hourly price behind it, and
 that price comes from ``agent/data/instances.csv`` unless the user gives one. Listing
-the catalog (size, accelerators, on-demand and SageMaker prices, their source and date)
-lets a user check a type before trusting its cost, see whether it is known at all (an
-unknown type costs "unknown"), and, with ``--prices FILE``, see which of their own
-prices will win over the list price.
+the catalog (size, accelerators, on-demand and SageMaker prices, each price's own source,
+the on-demand date) lets a user check a type before trusting its cost, see whether it is
+known at all (an unknown type costs "unknown"), and, with ``--prices FILE``, see which of
+their own prices will win over the list price.
 
 PATTERN is a case-insensitive substring (``g5``) or a shell glob (``g5.*``,
 ``*.xlarge``); a pattern starting with ``ml.`` matches the AWS types SageMaker sells as
@@ -72,7 +72,7 @@ def select(pattern: str | None) -> list[Any]:
 def as_record(spec: Any, prices: Any = None) -> dict[str, Any]:
     """One catalog row as JSON; with a prices table, the file's price for the type and
     for its ``ml.`` name (null where the file has no row)."""
-    from agent.carbon.catalog import SAGEMAKER_PREFIX
+    from agent.carbon.catalog import SAGEMAKER_PREFIX, sagemaker_note_of
 
     record = {
         "instance_type": spec.instance_type,
@@ -83,6 +83,8 @@ def as_record(spec: Any, prices: Any = None) -> dict[str, Any]:
         "memory_gib": spec.memory_gib,
         "usd_per_hour": spec.usd_per_hour,
         "sagemaker_usd_per_hour": spec.sagemaker_usd_per_hour,
+        "sagemaker_source": spec.sagemaker_source or None,
+        "sagemaker_note": sagemaker_note_of(spec) or None,
         "source": spec.source,
         "date": spec.date,
         "price_note": spec.price_note,
@@ -115,28 +117,43 @@ def _own(record: dict[str, Any]) -> str:
     return ", ".join(parts) or NONE
 
 
+def _sagemaker_keys(records: list[dict[str, Any]]) -> dict[str, str]:
+    """A short key ([1], [2], ...) per SageMaker source, in order of first use: the sources
+    are repository files too long for a table column, so they are listed under it."""
+    keys: dict[str, str] = {}
+    for r in records:
+        if r["sagemaker_source"] and r["sagemaker_source"] not in keys:
+            keys[r["sagemaker_source"]] = f"[{len(keys) + 1}]"
+    return keys
+
+
 def render_text(records: list[dict[str, Any]], prices: Any = None) -> str:
     """A table, numbers flush right, then where the prices come from."""
     headers = ["instance type", "provider", "accelerator", "vCPUs", "memory GiB",
-               "on-demand USD/h", "SageMaker USD/h"]
+               "on-demand USD/h", "SageMaker USD/h", "SM src"]
     if prices is not None:
         headers.append("your USD/h")
-    headers += ["source", "date"]
+    headers += ["on-demand source", "date"]
+    keys = _sagemaker_keys(records)
     rows = []
     for r in records:
         row = [r["instance_type"], r["provider"], _accelerator(r), str(r["vcpus"]),
                f"{r['memory_gib']:g}", _usd(r["usd_per_hour"]),
-               _usd(r["sagemaker_usd_per_hour"])]
+               _usd(r["sagemaker_usd_per_hour"]), keys.get(r["sagemaker_source"] or "", NONE)]
         if prices is not None:
             row.append(_own(r))
         rows.append([*row, r["source"], r["date"]])
-    numeric = {3, 4, 5, 6} | ({7} if prices is not None else set())
+    numeric = {3, 4, 5, 6} | ({8} if prices is not None else set())
     widths = [max(len(c) for c in column) for column in zip(headers, *rows, strict=True)]
     lines = ["  ".join(c.rjust(w) if i in numeric else c.ljust(w)
                        for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
              for cells in [headers, *rows]]
     lines += ["", "On-demand: Linux list price in us-east-1 / us-central1 / eastus; SageMaker: "
-              "us-east-1 (\"-\": no price known, cost unknown unless you give one)."]
+              "us-east-1 (\"-\": no price known, cost unknown unless you give one; --json "
+              "gives each row's sagemaker_note: which use the price is for, or why none)."]
+    if keys:
+        lines.append("SageMaker price sources (SM src; OWNER/REPO@COMMIT:PATH):")
+        lines += [f"  {key} {source}" for source, key in keys.items()]
     if prices is not None:
         lines.append(f"your USD/h: {prices.path} (--prices), which wins over the list "
                      "prices; --price-per-hour would win over both.")

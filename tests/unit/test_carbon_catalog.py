@@ -95,7 +95,8 @@ def test_sagemaker_type_without_a_sagemaker_price_is_unknown_not_the_ec2_price()
 
 
 def test_sagemaker_prices_of_the_types_the_issue_names() -> None:
-    """The ml.* prices docs/carbon.md sources (issue 9), each above the EC2 price."""
+    """The ml.* prices docs/carbon.md sources (issue 9), each above the EC2 price; more
+    in test_sagemaker_sources.py."""
     sourced = {"ml.p4d.24xlarge": 37.688, "ml.p5.48xlarge": 113.068,
                "ml.trn1.32xlarge": 28.497, "ml.inf2.xlarge": 0.99, "ml.inf2.8xlarge": 2.36,
                "ml.inf2.24xlarge": 7.79, "ml.inf2.48xlarge": 15.58}
@@ -104,7 +105,9 @@ def test_sagemaker_prices_of_the_types_the_issue_names() -> None:
         ec2 = lookup(name.removeprefix("ml."))
         assert price.usd_per_hour == usd, name
         assert ec2 is not None and ec2.usd_per_hour is not None and usd > ec2.usd_per_hour
-        assert "foundation-model-benchmarking-tool" in price.note, name
+        assert price.source.startswith(
+            "catalog:aws-samples/foundation-model-benchmarking-tool@"), name
+        assert "FMBench" in price.note, name
         assert "SageMaker" not in price_per_hour(ec2.instance_type).note  # EC2 note is EC2's
     for spec in default_catalog().values():  # every AWS row says what it knows of SageMaker
         if spec.provider == "aws" and spec.sagemaker_usd_per_hour is None:
@@ -222,18 +225,22 @@ def test_pue_override_wins_and_is_checked() -> None:
 
 def _write_catalog(path: Path, row: str) -> Path:
     header = ("provider,instance_type,vcpus,memory_gib,accelerator_model,accelerator_count,"
-              "usd_per_hour,sagemaker_usd_per_hour,accelerator_max_power_w,embodied_kgco2e,"
+              "usd_per_hour,sagemaker_usd_per_hour,sagemaker_source,accelerator_max_power_w,"
+              "embodied_kgco2e,"
               "embodied_source,lifetime_years,family_max_vcpus,source,date,price_note,note\n")
     path.write_text("# test catalog\n" + header + row + "\n")
     return path
 
 
 @pytest.mark.parametrize("row, message", [
-    ("aws,x.large,2,8,,0,0.1,,,1000,src,4,2,,2025,,", "source and a date"),
-    ("aws,x.large,4,8,,0,0.1,,,1000,src,4,2,u,2025,,", "vcpus <= family_max_vcpus"),
-    ("aws,x.large,2,8,,0,-0.1,,,1000,src,4,2,u,2025,,", "usd_per_hour must be >= 0"),
-    ("aws,x.large,2,8,,0,0.1,,,1000,,4,2,u,2025,,", "needs an embodied_source"),
-    ("ibm,x.large,2,8,,0,0.1,,,1000,src,4,2,u,2025,,", "provider"),
+    ("aws,x.large,2,8,,0,0.1,,,,1000,src,4,2,,2025,,", "source and a date"),
+    ("aws,x.large,4,8,,0,0.1,,,,1000,src,4,2,u,2025,,", "vcpus <= family_max_vcpus"),
+    ("aws,x.large,2,8,,0,-0.1,,,,1000,src,4,2,u,2025,,", "usd_per_hour must be >= 0"),
+    ("aws,x.large,2,8,,0,0.1,,,,1000,,4,2,u,2025,,", "needs an embodied_source"),
+    ("ibm,x.large,2,8,,0,0.1,,,,1000,src,4,2,u,2025,,", "provider"),
+    ("aws,x.large,2,8,,0,0.1,0.2,,,1000,src,4,2,u,2025,,", "needs a sagemaker_source"),
+    ("aws,x.large,2,8,,0,0.1,,o/r@c:p,,1000,src,4,2,u,2025,,", "without sagemaker_usd"),
+    ("gcp,x-1,2,8,,0,0.1,0.2,o/r@c:p,,1000,src,4,2,u,2025,,", "aws rows only"),
 ])
 def test_catalog_rejects_bad_rows(tmp_path: Path, row: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -242,10 +249,11 @@ def test_catalog_rejects_bad_rows(tmp_path: Path, row: str, message: str) -> Non
 
 def test_catalog_reads_a_valid_row(tmp_path: Path) -> None:
     catalog = load_catalog(_write_catalog(
-        tmp_path / "c.csv", "aws,x.large,2,8,,0,0.1,,,1000,src,4,2,u,2025,,"))
+        tmp_path / "c.csv", "aws,x.large,2,8,,0,0.1,0.2,o/r@c:p,,1000,src,4,2,u,2025,,"))
     spec = catalog["x.large"]
     assert (spec.usd_per_hour, spec.sagemaker_usd_per_hour, spec.embodied_kgco2e) == (
-        0.1, None, 1000.0)
+        0.1, 0.2, 1000.0)
+    assert spec.sagemaker_source == "o/r@c:p"
 
 
 def test_accelerator_instance_types_name_their_devices() -> None:
