@@ -15,7 +15,8 @@ an active ``track()``), whose environment names the job (``JOULESTAT_JOB_ID``, s
 :mod:`agent.jobs.context`), it adds to that job through the API that measures it. A
 joined ``track()`` never ends the job it joined. Module-level :func:`count` adds to the
 innermost job of the process the same way, so ``joulestat run -- python train.py``
-with ``count("sample", 32)`` in the loop is all a script needs.
+with ``count("sample", 32)`` in the loop is all a script needs. A server of several
+models says which did what: ``with job.serving("model-a"):`` (:mod:`agent.serving`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import os
 import threading
 import time
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 from agent.jobs.context import (
@@ -45,13 +47,14 @@ from agent.jobs.registry import (
     validate_kind,
     validate_labels,
     validate_name,
-    validate_units,
 )
+from agent.jobs.validation import count_keys
+from agent.serving import Serving, serving_block
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_AGENT_URL", "ENV_AGENT_URL", "ENV_JOB_ID", "ENV_TOKEN", "TrackedJob",
-           "agent_url_from_env", "count", "current_job", "track"]
+__all__ = ["DEFAULT_AGENT_URL", "ENV_AGENT_URL", "ENV_JOB_ID", "ENV_TOKEN", "Serving",
+           "TrackedJob", "agent_url_from_env", "count", "current_job", "serving", "track"]
 
 FLUSH_INTERVAL_S = 1.0
 EXIT_SEND_ATTEMPTS = 3
@@ -206,19 +209,35 @@ class TrackedJob:
                 os.environ[key] = value
         self._saved_env = {}
 
-    def count(self, unit: str, count: float = 1) -> None:
-        """Add ``count`` units of work (samples, tokens, ...); cheap, never blocks on I/O."""
-        unit, amount = validate_units(unit, count)
+    def count(self, unit: str, count: float = 1, *, model: str | None = None,
+              busy_s: float | None = None) -> None:
+        """Add ``count`` units of work (samples, tokens, ...); cheap, never blocks on I/O.
+        ``model``: which model did them, ``busy_s``: how long it kept the process busy
+        (the job's energy is split among its models by busy time)."""
+        keys = count_keys(unit, count, model, busy_s)
         if not self._active:
             raise RuntimeError(f"job {self.name!r} is not running; count inside `with track()`")
+        for key, amount in keys:
+            self._add(key, amount)
+
+    def serving(self, model: str, unit: str = "inference") -> AbstractContextManager[Serving]:
+        """``with job.serving("model-a") as s: ... s.count(n)``: the block's wall time is
+        ``model``'s busy time, and ``s.count(n)`` counts ``n`` ``unit`` for it."""
+        return serving_block(self, model, unit)
+
+    def _add(self, key: str, amount: float) -> None:
+        """Add to a unit key already checked (:func:`count_keys`)."""
         if self._parent is not None:
-            self._parent.count(unit, amount)
-            return
-        if self._embedded is not None:
-            self._embedded.count(unit, amount)
-            return
-        with self._lock:
-            self._pending[unit] = self._pending.get(unit, 0.0) + amount
+            self._parent._add(key, amount)
+        elif self._embedded is not None:
+            self._embedded.count(key, amount)
+        else:
+            with self._lock:
+                self._pending[key] = self._pending.get(key, 0.0) + amount
+
+    @property
+    def active(self) -> bool:  # between start and end: counts are taken
+        return self._active
 
     def end(self) -> dict[str, Any] | None:
         """Send what is left, end the job (unless joined), return its summary; never raises.
@@ -359,14 +378,22 @@ def current_job() -> TrackedJob | None:
     return job
 
 
-def count(unit: str, n: float = 1) -> None:
-    """Add ``n`` units of work to the job this code runs in (see :func:`current_job`).
+def count(unit: str, n: float = 1, *, model: str | None = None,
+          busy_s: float | None = None) -> None:
+    """Add ``n`` units of work (``model``, ``busy_s``: :meth:`TrackedJob.count`) to the
+    job this code runs in (:func:`current_job`). Under ``joulestat run`` no ``track()``
+    is needed; outside any job this raises: a count with no job would be lost unsaid."""
+    _job_here("count").count(unit, n, model=model, busy_s=busy_s)
 
-    Under ``joulestat run`` no ``track()`` is needed; outside any job this raises, since
-    a count with no job to go to would be lost without a word.
-    """
+
+def serving(model: str, unit: str = "inference") -> AbstractContextManager[Serving]:
+    """:meth:`TrackedJob.serving` of the job this code runs in; raises outside a job."""
+    return _job_here("serving").serving(model, unit)
+
+
+def _job_here(what: str) -> TrackedJob:
     job = current_job()
     if job is None:
-        raise RuntimeError("joulestat.count() outside a job: run the program under "
-                           "`joulestat run` or count inside `with track(...)`")
-    job.count(unit, n)
+        raise RuntimeError(f"joulestat.{what}() outside a job: run the program under "
+                           "`joulestat run` or call it inside `with track(...)`")
+    return job

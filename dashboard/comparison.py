@@ -7,7 +7,9 @@ figure: jobs read as :class:`~agent.store.job_totals.JobTotals` become
 :func:`agent.reports.compare_data.job_figures`), and :func:`agent.reports.compare.compare`
 groups them, takes the deltas and sizes the fleet. This module only picks the options
 the page offers (the grouping, the default baseline) and collects the notes the command
-prints under its table.
+prints under its table. ``by="model"`` takes the command's per-model figures too
+(:func:`~agent.reports.compare_models.by_model`, re-exported here for
+:mod:`dashboard.state`).
 """
 
 from __future__ import annotations
@@ -24,11 +26,15 @@ from agent.reports.compare import (
     compare,
     rebase,
 )
+from agent.reports.compare_models import by_model
 from agent.reports.compare_words import row_names
 from dashboard import costing
 
 if TYPE_CHECKING:  # dashboard.state imports this module
     from dashboard.state import JobTotals
+
+__all__ = ["Comparison", "by_model", "comparison", "figures", "row_key", "row_labels",
+           "slowest"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,6 +47,7 @@ from agent.store.jobs import (
     job_units_by_kind,
 )
 from agent.store.migrate import HEAD_REVISION, current_revision
+from agent.store.model_split import ModelSplit, model_splits
 from agent.store.nodes import NodeSummary, latest_power_w, list_nodes, node_covered_s
 from agent.store.provenance import (
     SourceEnergy,
@@ -69,8 +70,8 @@ from dashboard import analysis, comparison, costing
 from dashboard.bulk import gc_paused
 
 # The store's records the pages and modules use, taken from here (see the docstring).
-__all__ = ["HEAD_REVISION", "JobDetail", "JobRef", "JobSummary", "JobTotals", "NodeSummary",
-           "PartTotals", "SeriesPoint", "SourceEnergy"]
+__all__ = ["HEAD_REVISION", "JobDetail", "JobRef", "JobSummary", "JobTotals", "ModelSplit",
+           "NodeSummary", "PartTotals", "SeriesPoint", "SourceEnergy"]
 
 ENV_DB = "JOULESTAT_DB"
 TTL_S = 10
@@ -206,13 +207,16 @@ def compare(url: str, kind: str, unit: str, since_s: float | None, until_s: floa
             at_s: float, picked: tuple[str, ...] | None = None,
             by: str = "instance_type") -> comparison.Comparison | None:
     """``compare()`` per ``unit`` of the jobs of ``kind`` in the window: a row per setup
-    (``by="instance_type"``), per value of a label (``by="label:KEY"``), or per job when
-    ``picked`` names the jobs; None when none counted ``unit``. Against the first row
-    and unsized: the page moves the baseline and SLA on the rows alone."""
+    (``by="instance_type"``), per value of a label (``by="label:KEY"``), per model of
+    multi-model servers (``by="model"``), or per job when ``picked`` names the jobs; None
+    when none counted ``unit``. Against the first row and unsized: the page moves the
+    baseline and SLA on the rows alone."""
     where = JobFilter(kind, None, since_s, until_s, job_ids=picked)
     found = job_totals(engine(url), where)
     sources = node_sources(engine(url), {node for job in found for node, _t in job.nodes})
     jobs = comparison.figures(found, at_s, picked, sources)
+    if by == "model" and picked is None:
+        jobs = comparison.by_model(jobs, model_splits(engine(url), [j.id for j in found]))
     return comparison.comparison(jobs, unit, "job" if picked is not None else by)
 
 
@@ -256,6 +260,13 @@ def load_jobs(url: str, unit: str, label_key: str) -> list[JobTotals]:
     """Inference jobs carrying ``label_key`` that counted ``unit``, by start."""
     found = job_totals(engine(url), JobFilter(kind="inference", label_key=label_key))
     return [j for j in found if j.units.get(unit, 0) > 0]
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def splits(url: str, job_ids: tuple[str, ...]) -> dict[str, ModelSplit]:
+    """The energy of each of ``job_ids`` that served several models, split among them
+    (:func:`agent.store.model_split.model_splits`)."""
+    return model_splits(engine(url), job_ids)
 
 
 def load_points(url: str, unit: str, at_s: float, label_key: str = "concurrency",

@@ -39,7 +39,7 @@ def _number(text: str) -> float:
 
 
 def _by(text: str) -> str:
-    """An argparse ``type`` for ``--by``: job, instance_type or label:KEY."""
+    """An argparse ``type`` for ``--by``: job, instance_type, model or label:KEY."""
     from agent.reports.compare import CompareError
     from agent.reports.compare_groups import check_by
 
@@ -63,15 +63,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--jobs", nargs="+", metavar="JOB",
                         help="jobs to compare, each an id, id prefix or name (a name: every "
                         "run of it), in this order [default: every job, by start time]")
-    parser.add_argument("--by", type=_by, default="job", metavar="job|instance_type|label:KEY",
-                        help="a row per job, per instance type with its jobs pooled, or "
-                        "per value of the job label KEY (label:concurrency) with its jobs "
-                        "pooled [default: job]")
+    parser.add_argument("--by", type=_by, default="job",
+                        metavar="job|instance_type|model|label:KEY",
+                        help="a row per job, per instance type with its jobs pooled, per "
+                        "model of multi-model servers (energy split by busy time, plus "
+                        "their idle part), or per value of the job label KEY "
+                        "(label:concurrency) with its jobs pooled [default: job]")
     parser.add_argument("--unit", help="unit of work to compare per [default: the unit "
                         "most jobs counted]")
     parser.add_argument("--baseline", metavar="X", help="job id, id prefix or name (--by "
-                        "job; a name: its latest compared run) or instance type (--by "
-                        "instance_type) the deltas are against [default: the first row]")
+                        "job; a name: its latest compared run), instance type (--by "
+                        "instance_type) or model (--by model) the deltas are against "
+                        "[default: the first row]")
     parser.add_argument("--sla", type=_number, metavar="UNITS_PER_HOUR",
                         help="size a fleet of each row's instances for this many units "
                         "per hour")
@@ -101,6 +104,11 @@ def _run(args: argparse.Namespace) -> int:
         picked = pick_jobs(engine, kind=args.kind, jobs=args.jobs)
         _say("--jobs", picked.notes)
         figures = figures_for(engine, picked.refs, carbon)
+        if args.by == "model":
+            from agent.reports.compare_models import by_model
+            from agent.store.model_split import model_splits
+
+            figures = by_model(figures, model_splits(engine, [f.job_id for f in figures]))
         baseline = args.baseline
         if baseline is not None and args.by == "job":
             baseline, notes = pick_baseline(engine, baseline, figures, kind=args.kind)

@@ -1,130 +1,51 @@
-"""The jobs this node knows about, and the validation every way in shares.
+"""The jobs this node knows about.
 
 A job arrives through the HTTP API, ``joulestat run``, the in-process client or
-discovery; whichever way, it passes through :func:`JobRegistry.register`, so a name
-with a path separator or a label with a control character is refused the same way
+discovery; whichever way, it passes through :func:`JobRegistry.register`, which checks
+it with :mod:`agent.jobs.validation` (re-exported here), so it is refused the same way
 everywhere, with a message saying which field is wrong.
 """
 
 from __future__ import annotations
 
 import math
-import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-KINDS = ("training", "inference", "other")
-MAX_NAME_CHARS = 200
-MAX_LABELS = 32
-MAX_PIDS = 1024
-MAX_UNIT_COUNT = 1e15  # per call, and per job and unit in total
-MAX_UNITS_PER_JOB = 32
-JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
-LABEL_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
-UNIT_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
-PID_MAX = 4_194_304  # Linux's pid_max ceiling (2^22)
+from agent.jobs.model_units import BUSY, MAX_MODELS_PER_JOB, split_key
+from agent.jobs.validation import (
+    JOB_ID_RE,
+    KINDS,
+    LABEL_KEY_RE,
+    MAX_LABELS,
+    MAX_NAME_CHARS,
+    MAX_PIDS,
+    MAX_UNIT_COUNT,
+    MAX_UNITS_PER_JOB,
+    PID_MAX,
+    UNIT_RE,
+    JobConflict,
+    JobError,
+    JobLimit,
+    JobNotFound,
+    validate_job_id,
+    validate_kind,
+    validate_labels,
+    validate_name,
+    validate_pids,
+    validate_units,
+)
 
-
-class JobError(ValueError):
-    """Input a caller can fix; ``status`` is the HTTP status the API answers with."""
-
-    status = 400
-
-
-class JobNotFound(JobError):
-    status = 404
-
-
-class JobConflict(JobError):
-    status = 409
-
-
-class JobLimit(JobError):
-    """The agent already tracks its maximum of live jobs (``--max-jobs``)."""
-
-    status = 429
-
-
-def _has_control(text: str) -> bool:
-    return any(ord(ch) < 32 or ord(ch) == 127 for ch in text)
-
-
-def validate_name(name: Any) -> str:
-    if not isinstance(name, str):
-        raise JobError(f"name: expected a string, got {type(name).__name__}")
-    name = name.strip()
-    if not name:
-        raise JobError("name: must not be empty")
-    if len(name) > MAX_NAME_CHARS:
-        raise JobError(f"name: at most {MAX_NAME_CHARS} characters, got {len(name)}")
-    if _has_control(name):
-        raise JobError("name: must not contain control characters")
-    # "/" is allowed: Kubernetes names pods namespace/pod, and so do discovered jobs.
-    if "\\" in name:
-        raise JobError("name: must not contain a backslash")
-    return name
-
-
-def validate_kind(kind: Any) -> str:
-    if kind not in KINDS:
-        raise JobError(f"kind: expected one of {', '.join(KINDS)}, got {kind!r}")
-    return kind
-
-
-def validate_job_id(job_id: Any) -> str:
-    if not isinstance(job_id, str) or not JOB_ID_RE.match(job_id):
-        raise JobError(
-            "job_id: 1-128 characters of letters, digits and . _ : @ -, starting with a "
-            f"letter or digit; got {job_id!r}"
-        )
-    return job_id
-
-
-def validate_labels(labels: Any) -> dict[str, str]:
-    if labels is None:
-        return {}
-    if not isinstance(labels, Mapping):
-        raise JobError(f"labels: expected an object of strings, got {type(labels).__name__}")
-    if len(labels) > MAX_LABELS:
-        raise JobError(f"labels: at most {MAX_LABELS}, got {len(labels)}")
-    clean: dict[str, str] = {}
-    for key, value in labels.items():
-        if not isinstance(key, str) or not LABEL_KEY_RE.match(key):
-            raise JobError(f"labels: key {key!r} must match {LABEL_KEY_RE.pattern}")
-        if isinstance(value, bool) or not isinstance(value, str | int | float):
-            raise JobError(f"labels.{key}: expected a string, got {type(value).__name__}")
-        text = str(value)
-        if len(text) > 256 or _has_control(text):
-            raise JobError(f"labels.{key}: at most 256 characters, no control characters")
-        clean[key] = text
-    return clean
-
-
-def validate_pids(pids: Any) -> set[int]:
-    if pids is None:
-        return set()
-    if not isinstance(pids, list | tuple | set | frozenset):
-        raise JobError(f"pids: expected a list of process ids, got {type(pids).__name__}")
-    if len(pids) > MAX_PIDS:
-        raise JobError(f"pids: at most {MAX_PIDS}, got {len(pids)}")
-    for pid in pids:
-        if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid <= PID_MAX:
-            raise JobError(f"pids: {pid!r} is not a process id (1..{PID_MAX})")
-    return set(pids)
-
-
-def validate_units(unit: Any, count: Any) -> tuple[str, float]:
-    if not isinstance(unit, str) or not UNIT_RE.match(unit):
-        raise JobError(f"unit: a lowercase word ({UNIT_RE.pattern}), got {unit!r}")
-    if isinstance(count, bool) or not isinstance(count, int | float):
-        raise JobError(f"count: expected a number, got {type(count).__name__}")
-    if not math.isfinite(count) or count < 0 or count > MAX_UNIT_COUNT:
-        raise JobError(f"count: a finite number between 0 and {MAX_UNIT_COUNT:g}, got {count}")
-    return unit, float(count)
+# Re-exported: callers take the validation from the registry, as they always have.
+__all__ = ["JOB_ID_RE", "Job", "JobConflict", "JobError", "JobLimit", "JobNotFound",
+           "JobRegistry", "KINDS", "LABEL_KEY_RE", "MAX_LABELS", "MAX_NAME_CHARS",
+           "MAX_PIDS", "MAX_UNITS_PER_JOB", "MAX_UNIT_COUNT", "PID_MAX", "UNIT_RE",
+           "validate_job_id", "validate_kind", "validate_labels", "validate_name",
+           "validate_pids", "validate_units"]
 
 
 @dataclass
@@ -140,6 +61,9 @@ class Job:
     origin: str = "api"  # api, run, client, discovered:<scheduler>
     ended_s: float | None = None
     units: dict[str, float] = field(default_factory=dict)
+    # Per model, what it counted and its busy seconds (``busy_s``), from the per-model
+    # units (agent.jobs.model_units); kept apart so ``units`` lists only plain units.
+    models: dict[str, dict[str, float]] = field(default_factory=dict)
     # CLOCK_BOOTTIME at registration: processes started before it (minus a second of
     # slack) were running before the job was known, so only their later CPU counts.
     registered_boot_s: float = field(default_factory=lambda: time.clock_gettime(
@@ -175,6 +99,7 @@ class Job:
             "started_at": self.started_s,
             "ended_at": self.ended_s,
             "units": dict(self.units),
+            "models": {model: dict(counts) for model, counts in sorted(self.models.items())},
             "energy_j": {
                 c: self.dynamic_j.get(c, 0.0) + self.idle_j.get(c, 0.0) for c in components
             },
@@ -223,7 +148,11 @@ class JobRegistry:
         """A new job, or the running one with this ``job_id`` (its pids are added).
 
         Registering the same ``job_id`` twice is how a multi-process or multi-node job
-        joins up, so it is not an error; a different name or kind under one id is.
+        joins up, so it is not an error; a different name or kind under one id is. The
+        labels given are merged into the job's key by key (a key given again takes the
+        new value, a key not given keeps its own; none is removed), so a load test can
+        add its latency percentiles at a stage's end; past :data:`MAX_LABELS` in all the
+        registration is refused. Registering an ended job's id again reopens it.
         """
         name, kind = validate_name(name), validate_kind(kind)
         pid_set, label_map = validate_pids(pids), validate_labels(labels)
@@ -235,6 +164,10 @@ class JobRegistry:
                     raise JobConflict(
                         f"job_id {job_id!r} is already {existing.kind} job {existing.name!r}"
                     )
+                merged = len(existing.labels.keys() | label_map.keys())
+                if merged > MAX_LABELS:
+                    raise JobError(f"labels: job {job_id!r} would have {merged} labels with "
+                                   f"these, over the limit of {MAX_LABELS}")
                 if (not pid_set <= existing.pids or existing.ended_s is not None
                         or any(existing.labels.get(k) != v for k, v in label_map.items())):
                     if existing.ended_s is not None:
@@ -284,22 +217,32 @@ class JobRegistry:
         return job
 
     def count(self, job_id: str, unit: Any, count: Any) -> Job:
+        """Add ``count`` of ``unit`` to a running job. A per-model unit
+        (``inference@model-a``, :mod:`agent.jobs.model_units`) is kept per model and also
+        added to the plain unit (``inference``), except ``busy_s@model-a``; every cap is
+        checked before anything is added."""
         unit, amount = validate_units(unit, count)
+        base, model = split_key(unit) or (unit, None)
         with self._lock:
             job = self.get(job_id)
             if job.ended_s is not None:
                 raise JobConflict(f"job {job_id!r} has ended: units must be counted before "
                                   "its end")
-            total = job.units.get(unit, 0.0) + amount
-            if total > MAX_UNIT_COUNT:
-                raise JobError(f"count: job {job_id!r} would have {total:g} {unit}, over the "
-                               f"limit of {MAX_UNIT_COUNT:g} per unit")
-            if unit not in job.units and len(job.units) >= MAX_UNITS_PER_JOB:
-                raise JobError(f"unit: job {job_id!r} already counts {MAX_UNITS_PER_JOB} "
-                               "kinds of unit")
-            job.units[unit] = total
+            if model is not None and model not in job.models and (
+                    len(job.models) >= MAX_MODELS_PER_JOB):
+                raise JobError(f"unit: job {job_id!r} already counts for "
+                               f"{MAX_MODELS_PER_JOB} models")
+            plain = None if base == BUSY else _added(job.units, base, amount, job_id,
+                                                     MAX_UNITS_PER_JOB)
+            by_model = None if model is None else _added(job.models.get(model, {}), base,
+                                                         amount, job_id, None, unit)
             deltas = self._unit_deltas.setdefault(job_id, {})
-            deltas[unit] = deltas.get(unit, 0.0) + amount
+            if plain is not None:
+                job.units[base] = plain
+                deltas[base] = deltas.get(base, 0.0) + amount
+            if model is not None and by_model is not None:
+                job.models.setdefault(model, {})[base] = by_model
+                deltas[unit] = deltas.get(unit, 0.0) + amount
             return job
 
     def end(self, job_id: str, at_s: float | None = None, cpu_s: Any = None) -> Job:
@@ -365,3 +308,15 @@ class JobRegistry:
                 self._live.discard(job_id)
                 self._measured.pop(job_id, None)
                 self._unsettled.pop(job_id, None)
+
+
+def _added(counts: dict[str, float], unit: str, amount: float, job_id: str,
+           max_kinds: int | None, shown: str | None = None) -> float:
+    """``counts[unit] + amount``, or JobError past the per-unit total or ``max_kinds``."""
+    total = counts.get(unit, 0.0) + amount
+    if total > MAX_UNIT_COUNT:
+        raise JobError(f"count: job {job_id!r} would have {total:g} {shown or unit}, over "
+                       f"the limit of {MAX_UNIT_COUNT:g} per unit")
+    if max_kinds is not None and unit not in counts and len(counts) >= max_kinds:
+        raise JobError(f"unit: job {job_id!r} already counts {max_kinds} kinds of unit")
+    return total

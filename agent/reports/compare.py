@@ -22,6 +22,8 @@ The rules, each chosen so a comparison is fair to the hardware rather than to th
   a per-run baseline, nothing otherwise.
 * ``by="label:KEY"`` pools the jobs by the value of their label KEY
   (``concurrency=4``), the same way; jobs without it form ``KEY unset``.
+* ``by="model"`` gives a row per model of multi-model servers, from each job's per-model
+  figures (:func:`agent.reports.compare_models.by_model`), plus ``idle``.
 * ``by="instance_type"`` pools the jobs of one setup: sum of units over sum of
   instance-hours. A multi-node job's setup is its distinct instance types joined with
   ``+`` (``c6i.4xlarge+p4d.24xlarge``), so a loader-fed trainer is never mixed into
@@ -43,6 +45,8 @@ from agent.redact import redact_labels
 from agent.reports.compare_groups import (
     BY_CHOICES,
     LABEL_BY,
+    MODEL_BY,
+    MODEL_ROW,
     UNKNOWN_TYPE,
     CompareError,
     check_by,
@@ -84,6 +88,8 @@ class JobFigures:
     labels: dict[str, str] = field(default_factory=dict)
     started_s: float | None = None
     sources: tuple[str, ...] = ()  # where its nodes' energy comes from (rapl, model:...)
+    # by="model": the model this is the part of its job for ("" its idle part), else None
+    model: str | None = None
 
     def __post_init__(self) -> None:
         # Checked without names first: the dashboard builds ten thousand of these a page.
@@ -286,13 +292,14 @@ def _find_baseline(rows: list[ComparisonRow], baseline: str, by: str) -> int:
         known = ", ".join(sorted({r.job or "" for r in rows}))
     else:
         found = [i for i, r in enumerate(rows) if r.group.lower() == baseline.lower()]
-        key = label_key(by)
-        if not found and key is not None:  # "4" for "concurrency=4"
-            found = [i for i, r in enumerate(rows) if r.group == f"{key}={baseline}"]
+        prefix = f"{label_key(by)}=" if label_key(by) is not None else (
+            MODEL_ROW if by == MODEL_BY else None)
+        if not found and prefix is not None:  # "4" for "concurrency=4", "bert" for model=
+            found = [i for i, r in enumerate(rows) if r.group == f"{prefix}{baseline}"]
         known = ", ".join(dict.fromkeys(r.group for r in rows))
     if not found:
         what = "jobs" if by == "job" else "instance types" if by in BY_CHOICES else (
-            f"values of label {label_key(by)}")
+            "models" if by == MODEL_BY else f"values of label {label_key(by)}")
         raise CompareError("baseline", f"{baseline!r} is none of the compared "
                            f"{what} ({known or 'none'})")
     return found[0]  # per-unit rows come first, so a setup present both ways is per unit
@@ -343,8 +350,9 @@ def compare(
 ) -> ComparisonTable:
     """Compare ``jobs`` per ``unit`` (default: the unit most jobs counted).
 
-    ``by``: ``job`` (a row per job), ``instance_type`` (a row per setup, jobs pooled)
-    or ``label:KEY`` (a row per value of the job label KEY, jobs pooled).
+    ``by``: ``job`` (a row per job), ``instance_type`` (a row per setup, jobs pooled),
+    ``label:KEY`` (a row per value of the job label KEY, jobs pooled) or ``model`` (a
+    row per model, of :func:`agent.reports.compare_models.by_model`'s figures).
     ``baseline``: a job id or name, or a setup name; default the first row.
     ``sla_units_per_hour``: size a fleet per row for this many units per hour.
     Raises :class:`CompareError` naming the argument that is wrong.

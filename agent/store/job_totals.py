@@ -29,6 +29,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from agent.carbon.held import Held
 from agent.store.boundary import settled_until_ms
+from agent.store.model_split import ordinary_units
 from agent.store.tables import (
     JOB_ENERGY,
     JOB_ENERGY_TOTALS,
@@ -117,11 +118,14 @@ def part_energy_j(connection: Connection, job_ids: Select[Any]) -> dict[tuple[st
 
 
 def part_units(connection: Connection, job_ids: Select[Any] | None, node: str | None) -> Units:
-    """Per (job, node, unit): the unit totals plus the raw counts after them."""
+    """Per (job, node, unit): the unit totals plus the raw counts after them; plain
+    units only (per-model keys are :mod:`agent.store.model_split`'s)."""
     units, totals = JOB_UNITS.c, JOB_UNIT_TOTALS.c
     query = union_all(
-        _recent_rows(JOB_UNITS, [units.unit], [func.sum(units.count)], job_ids, node),
-        _totals(JOB_UNIT_TOTALS, [totals.unit, totals.count], job_ids, node))
+        _recent_rows(JOB_UNITS, [units.unit], [func.sum(units.count)], job_ids, node)
+        .where(ordinary_units(units.unit)),
+        _totals(JOB_UNIT_TOTALS, [totals.unit, totals.count], job_ids, node)
+        .where(ordinary_units(totals.unit)))
     counts: Units = defaultdict(dict)
     for job_id, row_node, unit, count in connection.execute(query):
         per_job = counts[job_id]

@@ -28,6 +28,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from agent.carbon.held import Held
 from agent.store.job_totals import by_component, by_unit, part_energy, part_units
+from agent.store.model_split import ordinary_units
 from agent.store.tables import JOB_NODES, JOB_UNITS, JOBS
 
 
@@ -238,7 +239,8 @@ def job_ids_active_since(engine: Engine, since_s: float | None = None) -> list[s
 def job_units_by_kind(engine: Engine) -> dict[str, list[str]]:
     """Kind -> the units its jobs counted, most used first: the Compare page's choices."""
     # DISTINCT first, then join: five times faster than counting distinct ids per group.
-    pairs = select(JOB_UNITS.c.job_id, JOB_UNITS.c.unit).distinct().subquery()
+    pairs = (select(JOB_UNITS.c.job_id, JOB_UNITS.c.unit).distinct()
+             .where(ordinary_units(JOB_UNITS.c.unit)).subquery())
     query = (select(JOBS.c.kind, pairs.c.unit, func.count())
              .select_from(pairs.join(JOBS, JOBS.c.id == pairs.c.job_id))
              .group_by(JOBS.c.kind, pairs.c.unit))

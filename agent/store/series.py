@@ -34,6 +34,7 @@ from agent.store.boundary import (
     raw_and_rolled,
     rolled_side,
 )
+from agent.store.model_split import ordinary_units
 from agent.store.tables import (
     JOB_ENERGY,
     JOB_MINUTE_ENERGY,
@@ -138,7 +139,7 @@ def job_unit_rows(engine: Engine, job_id: str) -> list[tuple[str, float, str, fl
     """``(node, t_end_s, unit, count)`` of every unit row of ``job_id``, in time order."""
     units = JOB_UNITS.c
     query = (select(units.node, units.t_end_ms, units.unit, units.count)
-             .where(units.job_id == job_id)
+             .where(units.job_id == job_id, ordinary_units(units.unit))
              .order_by(units.t_end_ms, units.node, units.unit))
     with engine.connect() as connection:
         return [(str(node), int(t_end_ms) / 1000, str(unit), float(count))
@@ -248,7 +249,8 @@ def job_unit_series(engine: Engine, job_id: str,
     units = JOB_UNITS.c
     bucket = _bucket(units.t_end_ms, bucket_ms)
     query = (select(bucket, units.node, units.unit, func.sum(units.count))
-             .where(units.job_id == job_id).group_by(bucket, units.node, units.unit)
+             .where(units.job_id == job_id, ordinary_units(units.unit))
+             .group_by(bucket, units.node, units.unit)
              .order_by(bucket, units.node, units.unit))
     with engine.connect() as connection:
         return [((int(b) + 1) * bucket_ms / 1000, n, u, float(c))

@@ -9,7 +9,8 @@ instance-hour (a two-node setup is charged both nodes), a group pools its jobs (
 units over sum of instance-hours), CO2e is operational with embodied apart, and an
 unknown price stays unknown. Rows of one job name are told apart by the labels that
 differ between them. This page lays the table out, draws the bars, lets the viewer
-pick the grouping (``--by instance_type``, ``--by label:KEY``, or jobs), the baseline
+pick the grouping (``--by instance_type``, ``--by label:KEY``, ``--by model``: the models
+of multi-model servers, their energy split by busy time, or jobs), the baseline
 and the SLA, and keeps every choice in the URL (``st.query_params``), so a comparison
 can be shared as a link; the baseline returns to the documented default (the slowest
 row) whenever the rows change.
@@ -28,7 +29,8 @@ from agent.reports.compare_words import format_pct, format_ratio, headline, plur
 from dashboard import charts, comparison, costing, fmt, state, ui
 
 MAX_PICK = 500
-MODES = {"instance_type": "by instance type", "label": "by label", "jobs": "picked jobs"}
+MODES = {"instance_type": "by instance type", "label": "by label", "model": "by model",
+         "jobs": "picked jobs"}
 
 url, now, tz = ui.open_page("Compare")
 
@@ -55,8 +57,8 @@ def seed(key: str, wanted: object, allowed: list, default: object) -> None:
 
 
 by_param = query.get("by", "")
-mode_key = ("label" if by_param.startswith("label:") else
-            "jobs" if by_param == "job" else "instance_type")
+mode_key = ("label" if by_param.startswith("label:") else "jobs" if by_param == "job"
+            else "model" if by_param == "model" else "instance_type")
 top = st.columns(4)
 seed("cmp_kind", query.get("kind"), kinds, "inference" if "inference" in kinds else kinds[0])
 kind = top[0].selectbox("Kind", kinds, key="cmp_kind")
@@ -78,6 +80,11 @@ if mode == MODES["label"]:
         st.stop()
     seed("cmp_label", by_param.removeprefix("label:"), keys, keys[0])
     by = f"label:{st.selectbox('Label', keys, key='cmp_label')}"
+elif mode == MODES["model"]:
+    by = "model"
+    st.caption("A row per model of multi-model servers (`job.serving(model)`, docs/jobs.md): "
+               "each job's energy, cost and hours split among its models by busy time, its "
+               "`idle` part apart; jobs that named no model are `model unset`.")
 elif mode == MODES["jobs"]:
     candidates = state.compare_candidates(url, kind, unit, since, until, MAX_PICK)
     labels = {job_id: f"{name} · {fmt.local_time(started_s, tz)} · {setup}"

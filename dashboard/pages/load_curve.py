@@ -1,11 +1,16 @@
-"""Load curve: energy per request and request rate against load, per setup.
+"""Load curve: energy per request, request rate and latency against load, per setup or
+per model.
 
 Reads inference jobs whose chosen label carries the load level (``concurrency=<n>`` by
 default: ``joulestat run --label concurrency=8 ...``, or a load test that starts one job
 per level), so the point where more concurrency stops buying throughput and only costs
 energy is visible per instance type. Jobs at the same level on the same setup are
 summed. The viewer picks the label and leaves runs out (a 5-second smoke test at
-concurrency 1 is not a load level), so one stray run cannot make a point.
+concurrency 1 is not a load level), so one stray run cannot make a point. Latency
+labels the load test set (``p50_ms``, ``p99_ms``) are columns beside the energy, so the
+cost of a level and what its users waited are read on one row. Grouped by model, a
+multi-model server's jobs give a line per model, each with its share of the energy by
+busy time (:mod:`dashboard.load_table`).
 """
 
 from __future__ import annotations
@@ -15,12 +20,14 @@ import streamlit as st
 
 from agent import units
 from agent.redact import redact_labels
-from dashboard import analysis, charts, fmt, state, ui
+from dashboard import analysis, charts, fmt, load_table, state, ui
 
 HOW = ("```sh\nfor c in 1 2 4 8 16 32; do\n  joulestat run --name bert-serve --kind "
        "inference --label concurrency=$c -- python load_test.py --concurrency $c\ndone\n```"
        "\n\nand count requests in the server with `job.count('request', n)` "
-       "(`from agent.client import track`).")
+       "(`from agent.client import track`); a server of several models counts them with "
+       "`job.serving(model)`.")
+GROUPINGS = {load_table.BY_SETUP: "setup", load_table.BY_MODEL: "model"}
 
 url, now, tz = ui.open_page("Load curve")
 
@@ -30,30 +37,50 @@ if not unit_choices:
             f"for example:\n\n{HOW}")
     st.stop()
 
-top = st.columns([1, 1, 3])
+top = st.columns([1, 1, 1, 3])
 unit = top[0].selectbox("Unit", unit_choices, key="load_unit")
 keys = state.label_keys(url, "inference") or ["concurrency"]
 label_key = top[1].selectbox("Load level label", keys, key="load_label",
                              index=keys.index("concurrency") if "concurrency" in keys else 0,
                              help="the job label whose number is the load level")
+by = top[2].radio("Group by", list(GROUPINGS), format_func=GROUPINGS.__getitem__,
+                  key="load_by", horizontal=True,
+                  help="model: a line per model of multi-model servers, each with its "
+                       "share of the energy by busy time")
 runs = state.load_jobs(url, unit, label_key)
 labels = {j.id: f"{j.name} · {label_key}={redact_labels(j.labels).get(label_key)} · "
                 f"{fmt.local_time(j.started_s, tz)} · {analysis.setup_of(j)} · "
                 f"{fmt.duration(j.held_s(now))}" for j in reversed(runs)}
-left_out = top[2].multiselect("Leave out runs", list(labels), format_func=labels.__getitem__,
+left_out = top[3].multiselect("Leave out runs", list(labels), format_func=labels.__getitem__,
                               key="load_left_out", placeholder="e.g. a short smoke test")
-points, skipped = state.load_points(url, unit, now, label_key, tuple(left_out))
+splits = state.splits(url, tuple(j.id for j in runs)) if by == load_table.BY_MODEL else {}
+points, skipped = load_table.load_rows(runs, unit, now, label_key, set(left_out), by, splits)
 if skipped:
     st.caption(f"{skipped} job(s) left out: their `{label_key}` label is not a positive "
                "number.")
 if not points:
+    if by == load_table.BY_MODEL and runs:
+        st.info(f"No job with a numeric `{label_key}` label counted {fmt.plural(unit)} per "
+                "model: a server of several models records each one's busy time with "
+                "`job.serving(model)` or `count(unit, n, model=..., busy_s=...)` "
+                "(docs/jobs.md).")
+        st.stop()
     st.info(f"No inference job with a numeric `{label_key}` label counted "
             f"{fmt.plural(unit)} yet. Run one job per load level, for example:\n\n{HOW}")
     st.stop()
+if by == load_table.BY_MODEL:
+    idle = load_table.idle_share(runs, splits, set(left_out))
+    st.caption(f"Each model's energy is its share of its jobs' by busy time; "
+               f"{fmt.share(idle)} of these jobs' energy fell while no model was busy "
+               "(idle) and is in no line.")
 
-frame = pd.DataFrame([{"setup": p.setup, label_key: p.level, "jobs": p.jobs,
-                       "run time": p.run_s, "energy_per_unit_j": p.energy_per_unit_j,
-                       "rate_per_s": p.rate_per_s} for p in points])
+group = GROUPINGS[by]
+latency = [key for key, _value in points[0].latency]
+frame = pd.DataFrame([{group: p.group, **({"setup": p.setup} if by != load_table.BY_SETUP
+                                           else {}),
+                       label_key: p.level, "jobs": p.jobs, "run time": p.run_s,
+                       "energy_per_unit_j": p.energy_per_unit_j, "rate_per_s": p.rate_per_s,
+                       **dict(p.latency)} for p in points])
 divisor, energy_unit = units.scale_for(list(frame["energy_per_unit_j"]), "J")
 frame["energy_per_unit"] = frame["energy_per_unit_j"] / divisor
 frame["energy_text"] = frame["energy_per_unit_j"].map(fmt.energy)
@@ -62,9 +89,9 @@ frame["rate_text"] = frame["rate_per_s"].map(lambda r: f"{units.sig(r)} {rate_na
 
 
 def curve(title: str, y: str, y_title: str, text: str) -> None:
-    """One figure against the load level, a line per setup (log x: levels usually double)."""
+    """One figure against the load level, a line per group (log x: levels usually double)."""
     st.subheader(title)
-    st.altair_chart(charts.lines(frame, x=label_key, y=y, color="setup",
+    st.altair_chart(charts.lines(frame, x=label_key, y=y, color=group,
                                  x_title=f"{label_key} (load level)", y_title=y_title,
                                  log_x=True, text=text), width="stretch")
 
@@ -76,8 +103,12 @@ with left:
 with right:
     curve(f"Rate ({rate_name})", "rate_per_s", f"rate ({rate_name})", "rate_text")
 
+if latency and any(p.jobs > 1 for p in points):
+    st.caption(f"{', '.join(latency)}: the highest of a row's jobs, where it sums several "
+               "(percentiles of separate runs cannot be pooled).")
 shown = frame.drop(columns=["energy_per_unit", "energy_text", "rate_text"]).rename(columns={
     "energy_per_unit_j": f"energy per {unit}", "rate_per_s": rate_name})
 st.dataframe(fmt.styled(shown, {f"energy per {unit}": fmt.energy, "run time": fmt.duration,
-                                rate_name: units.sig, label_key: fmt.count}),
+                                rate_name: units.sig, label_key: fmt.count,
+                                **dict.fromkeys(latency, units.sig)}),
              hide_index=True, width="stretch", placeholder=fmt.UNKNOWN)

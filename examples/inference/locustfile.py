@@ -7,7 +7,8 @@ The shape holds each number of users (``--stages``) for ``--stage-seconds``, spa
 stage's users at once, then stops the test. Each stage is a job (``--job-name``, kind
 ``inference``) registered with the node's agent on the server's process and labelled
 ``concurrency=N``: its energy is what the agent attributes to the server during the
-stage, its units the inferences the server counted meanwhile (:mod:`stage_jobs`), and
+stage, its units the inferences and busy time per model the server counted meanwhile,
+sent about once a second (:mod:`stage_jobs`), and
 its latency percentiles over the stage (``p50_ms``, ``p99_ms``: nearest-rank over the
 response times of the stage's successful requests, in milliseconds) become labels
 before it ends. Those come from each request as it completes, unrounded (Locust's own
@@ -190,6 +191,11 @@ class StagedConcurrency(LoadTestShape):
             return None
         if index >= len(levels):
             return None
+        try:  # the stage's inferences and busy time so far, so the split sees them in time
+            _stages.progress()
+        except (StageError, OSError, ValueError) as exc:
+            log.warning("joulestat stages: counting the stage's progress failed (%s); "
+                        "what it missed goes with the next count", exc)
         return levels[index], float(levels[index])
 
 

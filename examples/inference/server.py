@@ -20,11 +20,12 @@ what each model cost can only come from what each model kept the process busy wi
 
 Counting in joulestat: under ``joulestat run --kind inference -- python server.py`` (the
 wrapper names the job in ``JOULESTAT_JOB_ID``) each inference is counted into that job
-as the unit ``inference`` and as ``inference_<model>`` (``inference_mlp_small``), so
-energy per inference is known for the process and the split per model is in the
-store. Run standalone (no job named in the environment) it counts only in
-``/v1/stats``: that is how ``locustfile.py`` uses it, making one job per load stage on
-this process and reading the stage's inferences from ``/v1/stats``.
+with its model and busy time, ``count("inference", n, model=..., busy_s=...)``: the job
+counts ``inference`` as a whole, and its energy is split among the models by busy time
+(``joulestat compare --by model``, the Load curve page grouped by model; docs/jobs.md).
+Run standalone (no job named in the environment) it counts only in ``/v1/stats``: that
+is how ``locustfile.py`` uses it, making one job per load stage on this process and
+counting each stage's inferences and busy time per model from ``/v1/stats``.
 
 The model runs on PyTorch when it is installed (``--backend torch``), else on numpy
 (``--backend numpy``); ``auto`` picks torch when it imports.
@@ -55,14 +56,6 @@ MAX_BODY_BYTES = 1 << 20
 MAX_ROWS = 256
 
 Forward = Callable[[list[list[float]]], list[list[float]]]
-
-
-def unit_for(model: str) -> str:
-    """The joulestat unit that counts one model's inferences: ``inference_mlp_small``.
-
-    Units are lowercase words of at most 32 characters (the agent's rule), so the
-    model name is folded into that shape."""
-    return ("inference_" + re.sub(r"[^a-z0-9]+", "_", model.lower()).strip("_"))[:32]
 
 
 def numpy_model(hidden: int, seed: int) -> Forward:
@@ -127,12 +120,12 @@ class ModelStats:
 class ModelMeter:
     """Inferences, busy time and CPU time per model, and where they are reported.
 
-    ``report(unit, n)`` is joulestat's ``count`` when the server runs inside a job;
-    busy and CPU time stay here (``/v1/stats``) until the agent can take them per model.
+    ``report(model, n, busy_s)`` counts into joulestat's job when the server runs inside
+    one; CPU time stays here (``/v1/stats``): the agent measures the process's own.
     """
 
     models: tuple[str, ...]
-    report: Callable[[str, float], None] | None = None
+    report: Callable[[str, int, float], None] | None = None
     stats: dict[str, ModelStats] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -146,18 +139,18 @@ class ModelMeter:
             entry.busy_s += busy_s
             entry.cpu_s += cpu_s
         if self.report is not None:
-            self.report("inference", n)
-            self.report(unit_for(model), n)
+            self.report(model, n, busy_s)
 
     def snapshot(self) -> dict[str, Any]:
         with self.lock:
-            models = {m: {"inferences": s.inferences, "busy_s": s.busy_s, "cpu_s": s.cpu_s,
-                          "unit": unit_for(m)} for m, s in self.stats.items()}
+            models = {m: {"inferences": s.inferences, "busy_s": s.busy_s, "cpu_s": s.cpu_s}
+                      for m, s in self.stats.items()}
         return {"inferences": sum(m["inferences"] for m in models.values()), "models": models}
 
 
-def joulestat_counter() -> Callable[[str, float], None] | None:
-    """joulestat's module-level ``count`` when the environment names a job, else None."""
+def joulestat_counter() -> Callable[[str, int, float], None] | None:
+    """``(model, n, busy_s)`` into the job the environment names (joulestat's
+    module-level ``count``, per model), else None."""
     if not os.environ.get("JOULESTAT_JOB_ID"):
         return None
     try:
@@ -166,7 +159,11 @@ def joulestat_counter() -> Callable[[str, float], None] | None:
         print("server: JOULESTAT_JOB_ID is set but joulestat is not importable; "
               "inferences are counted in /v1/stats only", file=sys.stderr)
         return None
-    return count
+
+    def report(model: str, n: int, busy_s: float) -> None:
+        count("inference", n, model=model, busy_s=busy_s)
+
+    return report
 
 
 class Server(ThreadingHTTPServer):
@@ -207,8 +204,8 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, {"status": "ok"})
         elif self.path == "/v1/models":
             self._send(200, {"backend": self.server.backend, "models": {
-                m: {"inputs": INPUTS, "hidden": MODEL_SIZES[m], "outputs": OUTPUTS,
-                    "unit": unit_for(m)} for m in self.server.forwards}})
+                m: {"inputs": INPUTS, "hidden": MODEL_SIZES[m], "outputs": OUTPUTS}
+                for m in self.server.forwards}})
         elif self.path == "/v1/stats":
             self._send(200, {"pid": os.getpid(), "backend": self.server.backend,
                              "job_id": os.environ.get("JOULESTAT_JOB_ID"),

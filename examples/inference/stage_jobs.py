@@ -2,12 +2,16 @@
 
 A load test at 1, 4 and 16 users is three measurements of one server process. Each
 stage becomes a job registered on the server's pid with the label ``concurrency=N``:
-the agent attributes the process's energy to the stage running at the time, and
-the stage's inferences (read from the server's ``/v1/stats`` before and after) are
-counted into it, in total (``inference``) and per model (``inference_<model>``). Its
-latency percentiles, known only at its end, are added as labels (``p50_ms``,
-``p99_ms``) before it ends: a running job takes new labels when registered again with
-its id. The Load curve page and ``joulestat compare --by label:concurrency`` read them.
+the agent attributes the process's energy to the stage running at the time, and the
+stage's inferences and busy time per model (read from the server's ``/v1/stats``
+about once a second, as deltas) are counted into it with the API's per-model units,
+``inference@<model>`` and ``busy_s@<model>``: the job counts ``inference`` as a whole
+and its energy is split among the models by busy time. Sent as they happen rather
+than once at the stage's end, so the split sees each model's busy time in the minute
+it was spent. Its latency percentiles, known only at its end, are added as labels
+(``p50_ms``, ``p99_ms``) before it ends: a running job takes new labels, merged key by
+key, when registered again with its id. The Load curve page (by setup or by model) and
+``joulestat compare --by label:concurrency`` or ``--by model`` read them.
 
 Only the standard library is used, so the file doubles as an example of the API
 (docs/jobs.md#http-api): ``POST /v1/jobs``, ``/v1/jobs/{id}/units``, ``/v1/jobs/{id}/end``.
@@ -93,9 +97,12 @@ def server_stats(server_url: str) -> dict[str, Any]:
 
 
 def _unit_counts(stats: dict[str, Any]) -> dict[str, float]:
-    counts = {"inference": float(stats.get("inferences", 0))}
-    for model in (stats.get("models") or {}).values():
-        counts[model["unit"]] = counts.get(model["unit"], 0.0) + float(model["inferences"])
+    """The server's totals as the job API's per-model units: ``inference@<model>``
+    (the agent adds it to ``inference``) and ``busy_s@<model>``."""
+    counts: dict[str, float] = {}
+    for name, model in (stats.get("models") or {}).items():
+        counts[f"inference@{name}"] = float(model["inferences"])
+        counts[f"busy_s@{name}"] = float(model["busy_s"])
     return counts
 
 
@@ -139,20 +146,26 @@ class StageJobs:
     def _stage_labels(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         return {**self.labels, "concurrency": str(self.level), **(extra or {})}
 
+    def progress(self) -> None:
+        """Count what the server did since the last call into the running stage."""
+        if self.job_id is None:
+            return
+        for unit, total in sorted(_unit_counts(server_stats(self.server_url)).items()):
+            delta = total - self._before.get(unit, 0.0)
+            if delta > 0:
+                self.api.count(self.job_id, unit, delta)
+            self._before[unit] = total  # once sent: a failure part-way resends the rest
+
     def finish(self, p50_ms: float | None, p99_ms: float | None, failures: int = 0
                ) -> dict[str, Any]:
-        """Count the stage's inferences, label its latency, end it; returns the job.
+        """Count the stage's last inferences, label its latency, end it; returns the job.
 
         It does not wait for the job's last tick to be stored, so the next stage starts
         at once; :meth:`wait_final` does that at the end of the test."""
         if self.job_id is None:
             raise RuntimeError("no stage is running")
+        self.progress()
         job_id, self.job_id = self.job_id, None
-        after = _unit_counts(server_stats(self.server_url))
-        for unit, total in sorted(after.items()):
-            delta = total - self._before.get(unit, 0.0)
-            if delta > 0:
-                self.api.count(job_id, unit, delta)
         latency: dict[str, str] = {}
         if p50_ms is not None and p99_ms is not None:
             latency.update(p50_ms=f"{p50_ms:.4g}", p99_ms=f"{p99_ms:.4g}")

@@ -24,6 +24,7 @@ from streamlit.testing.v1 import AppTest
 
 from agent.store import make_engine
 from agent.store.jobs import list_jobs
+from agent.store.model_split import model_splits
 from tests.helpers.agent_process import JOULESTAT, agent_env, free_port, running_agent
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -87,8 +88,10 @@ def test_server_counts_each_inference_with_its_model_into_its_run(tmp_path):
             proc.kill()
     summary = json.loads([line for line in err.splitlines() if line.startswith("{")][-1])
     assert summary["exit_code"] == 0, err
-    assert summary["units"] == {"inference": 5, "inference_mlp_small": 3,
-                                "inference_mlp_large": 2}
+    assert summary["units"] == {"inference": 5}
+    models = summary["models"]
+    assert (models["mlp-small"]["inference"], models["mlp-large"]["inference"]) == (3, 2)
+    assert models["mlp-small"]["busy_s"] > 0 and models["mlp-large"]["busy_s"] > 0
     assert summary["total_energy_j"] > 0
 
 
@@ -116,15 +119,24 @@ def test_locust_stages_become_three_jobs_on_the_load_curve(tmp_path, monkeypatch
         assert result.returncode == 0, result.stdout + result.stderr
         engine = make_engine(agent.db_url)
         jobs = {int(j.labels["concurrency"]): j for j in list_jobs(engine)}
+        splits = model_splits(engine, [j.id for j in jobs.values()])
         engine.dispose()
     assert sorted(jobs) == [1, 2, 4]
     for job in jobs.values():
         assert job.name == "mlp-serve" and job.kind == "inference" and job.status == "ended"
         assert job.labels["load_test"] == "locust"
         assert job.labels["models"] == "mlp-small+mlp-large"
-        assert job.total_j > 0 and job.units["inference"] > 0
-        assert job.units["inference"] == (job.units["inference_mlp_small"]
-                                          + job.units["inference_mlp_large"])
+        assert job.total_j > 0 and list(job.units) == ["inference"]  # no per-model keys
+        assert job.units["inference"] > 0
+        # Each stage's energy split between the two models by busy time: whole, and
+        # every inference counted for one model or the other.
+        split = splits[job.id]
+        assert [m.model for m in split.models] == ["mlp-large", "mlp-small"]
+        assert split.energy_j == pytest.approx(job.total_j, rel=1e-9)
+        assert sum(m.energy_j for m in split.models) + split.idle_j == pytest.approx(
+            job.total_j, rel=1e-9)
+        assert all(m.energy_j > 0 and m.busy_s > 0 for m in split.models)
+        assert sum(m.units["inference"] for m in split.models) == job.units["inference"]
         assert 0 < float(job.labels["p50_ms"]) <= float(job.labels["p99_ms"])
     printed = [line for line in result.stdout.splitlines() if line.startswith("joulestat:")]
     assert len(printed) == 3 and all("J/inference" in line for line in printed)
@@ -139,7 +151,20 @@ def test_locust_stages_become_three_jobs_on_the_load_curve(tmp_path, monkeypatch
         job = jobs[int(row["concurrency"])]
         assert row["energy per inference"] == pytest.approx(
             job.total_j / job.units["inference"])
-    # p50 and p99 are on the page as load-level labels: pick one, and energy per
+        # Each level's latency, as Locust measured it, beside its energy per inference.
+        assert row["p50_ms"] == float(job.labels["p50_ms"])
+        assert row["p99_ms"] == float(job.labels["p99_ms"])
+    # Grouped by model: a line per model, each with its energy per inference.
+    at.radio(key="load_by").set_value("model").run()
+    assert not at.exception, [e.value for e in at.exception]
+    by_model = at.dataframe[0].value
+    assert sorted(zip(by_model["model"], by_model["concurrency"], strict=True)) == [
+        (m, c) for m in ("mlp-large", "mlp-small") for c in (1, 2, 4)]
+    for _, row in by_model.iterrows():
+        share = splits[jobs[int(row["concurrency"])].id].model(row["model"])
+        assert row["energy per inference"] == pytest.approx(share.per("inference"))
+    at.radio(key="load_by").set_value("setup").run()
+    # p50 and p99 are on the page as load-level labels too: pick one, and energy per
     # inference is plotted against that latency.
     for label in ("p50_ms", "p99_ms"):
         assert label in at.selectbox(key="load_label").options

@@ -61,7 +61,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "agent.attribution", "agent.idle", "agent.sampler", "agent.jobs",
         "agent.jobs.registry", "agent.jobs.accounting", "agent.jobs.discovery",
         "agent.jobs.cgroups", "agent.jobs.kube_pods", "agent.jobs.pod_list_source",
-        "agent.jobs.discovered_jobs",
+        "agent.jobs.discovered_jobs", "agent.jobs.validation", "agent.jobs.model_units",
     )),
     ("sinks/store/reports", (
         "agent.sinks.*", "agent.store.*", "agent.reports.*", "agent.http_gate",
@@ -75,8 +75,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     )),
     # What a user runs or imports: the daemon, the CLI, the client library, the dashboard.
     ("entry points", (
-        "agent.daemon", "agent.client", "agent.jobs.context", "agent.cli", "agent.__main__",
-        "agent.commands.*", "dashboard.*",
+        "agent.daemon", "agent.client", "agent.serving", "agent.jobs.context", "agent.cli",
+        "agent.__main__", "agent.commands.*", "dashboard.*",
     )),
 ]
 

@@ -1,0 +1,189 @@
+"""What every way a job comes in must pass: names, kinds, ids, labels, pids and units.
+
+The HTTP API, ``joulestat run``, the in-process client, discovery and report imports
+all validate here (through :mod:`agent.jobs.registry`, which re-exports these), so a
+name with a path separator or a label with a control character is refused the same way
+everywhere, with a message saying which field is wrong.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from agent.jobs.model_units import BUSY, SEPARATOR, model_key, split_key, validate_model
+
+KINDS = ("training", "inference", "other")
+MAX_NAME_CHARS = 200
+MAX_LABELS = 32
+MAX_LABEL_KEY_CHARS = 64  # as LABEL_KEY_RE says; Prometheus-safe keys
+MAX_LABEL_VALUE_CHARS = 256
+MAX_PIDS = 1024
+MAX_UNIT_COUNT = 1e15  # per call, and per job and unit in total
+MAX_UNITS_PER_JOB = 32
+JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
+LABEL_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")  # MAX_LABEL_KEY_CHARS
+UNIT_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+PID_MAX = 4_194_304  # Linux's pid_max ceiling (2^22)
+END_FUTURE_SLACK_S = 5.0  # an explicit end time may be this far ahead of the agent's clock
+
+
+class JobError(ValueError):
+    """Input a caller can fix; ``status`` is the HTTP status the API answers with."""
+
+    status = 400
+
+
+class JobNotFound(JobError):
+    status = 404
+
+
+class JobConflict(JobError):
+    status = 409
+
+
+class JobLimit(JobError):
+    """The agent already tracks its maximum of live jobs (``--max-jobs``)."""
+
+    status = 429
+
+
+def _has_control(text: str) -> bool:
+    return any(ord(ch) < 32 or ord(ch) == 127 for ch in text)
+
+
+def validate_name(name: Any) -> str:
+    if not isinstance(name, str):
+        raise JobError(f"name: expected a string, got {type(name).__name__}")
+    name = name.strip()
+    if not name:
+        raise JobError("name: must not be empty")
+    if len(name) > MAX_NAME_CHARS:
+        raise JobError(f"name: at most {MAX_NAME_CHARS} characters, got {len(name)}")
+    if _has_control(name):
+        raise JobError("name: must not contain control characters")
+    # "/" is allowed: Kubernetes names pods namespace/pod, and so do discovered jobs.
+    if "\\" in name:
+        raise JobError("name: must not contain a backslash")
+    return name
+
+
+def validate_kind(kind: Any) -> str:
+    if kind not in KINDS:
+        raise JobError(f"kind: expected one of {', '.join(KINDS)}, got {kind!r}")
+    return kind
+
+
+def validate_job_id(job_id: Any) -> str:
+    if not isinstance(job_id, str) or not JOB_ID_RE.match(job_id):
+        raise JobError(
+            "job_id: 1-128 characters of letters, digits and . _ : @ -, starting with a "
+            f"letter or digit; got {job_id!r}"
+        )
+    return job_id
+
+
+def validate_labels(labels: Any) -> dict[str, str]:
+    if labels is None:
+        return {}
+    if not isinstance(labels, Mapping):
+        raise JobError(f"labels: expected an object of strings, got {type(labels).__name__}")
+    if len(labels) > MAX_LABELS:
+        raise JobError(f"labels: at most {MAX_LABELS}, got {len(labels)}")
+    clean: dict[str, str] = {}
+    for key, value in labels.items():
+        # A refused key or value is shown cut short: an error must not echo a megabyte.
+        if isinstance(key, str) and len(key) > MAX_LABEL_KEY_CHARS:
+            raise JobError(f"labels: key {key[:40]!r}... is {len(key)} characters, at most "
+                           f"{MAX_LABEL_KEY_CHARS}")
+        if not isinstance(key, str) or not LABEL_KEY_RE.match(key):
+            shown = key[:40] if isinstance(key, str) else key
+            raise JobError(f"labels: key {shown!r} must match {LABEL_KEY_RE.pattern}")
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise JobError(f"labels.{key}: expected a string, got {type(value).__name__}")
+        text = str(value)
+        if len(text) > MAX_LABEL_VALUE_CHARS:
+            raise JobError(f"labels.{key}: {len(text)} characters, at most "
+                           f"{MAX_LABEL_VALUE_CHARS}")
+        if _has_control(text):
+            raise JobError(f"labels.{key}: must not contain control characters")
+        clean[key] = text
+    return clean
+
+
+def validate_end_time(ended_at: Any, started_s: float, now_s: float) -> float:
+    """When a job ended, as its caller says (``POST /v1/jobs/{id}/end``'s ``ended_at``):
+    ``joulestat run`` sends its child's exit time, so an end that reaches the agent late
+    (the agent restarting) is still recorded when it happened. Epoch seconds; an end
+    more than :data:`END_FUTURE_SLACK_S` ahead of the agent's clock is refused (a caller
+    on another clock, or a bug), and one before the job's start (a command that exited
+    before its registration was answered) is taken as its start."""
+    if isinstance(ended_at, bool) or not isinstance(ended_at, int | float) or not (
+            math.isfinite(ended_at) and ended_at >= 0):
+        raise JobError(f"ended_at: expected epoch seconds, got {ended_at!r}")
+    if ended_at > now_s + END_FUTURE_SLACK_S:
+        raise JobError(f"ended_at: {ended_at:.3f} is {ended_at - now_s:.1f} s ahead of the "
+                       f"agent's clock (at most {END_FUTURE_SLACK_S:g} s)")
+    return min(max(float(ended_at), started_s), now_s)
+
+
+def validate_pids(pids: Any) -> set[int]:
+    if pids is None:
+        return set()
+    if not isinstance(pids, list | tuple | set | frozenset):
+        raise JobError(f"pids: expected a list of process ids, got {type(pids).__name__}")
+    if len(pids) > MAX_PIDS:
+        raise JobError(f"pids: at most {MAX_PIDS}, got {len(pids)}")
+    for pid in pids:
+        if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid <= PID_MAX:
+            raise JobError(f"pids: {pid!r} is not a process id (1..{PID_MAX})")
+    return set(pids)
+
+
+def validate_units(unit: Any, count: Any) -> tuple[str, float]:
+    """A unit (or a per-model unit, ``inference@model-a``: :mod:`agent.jobs.model_units`)
+    and its count."""
+    if isinstance(unit, str) and (SEPARATOR in unit or unit == BUSY):
+        try:
+            split_key(unit)
+        except ValueError as exc:
+            raise JobError(str(exc)) from None
+    elif not isinstance(unit, str) or not UNIT_RE.match(unit):
+        raise JobError(f"unit: a lowercase word ({UNIT_RE.pattern}), got {unit!r}")
+    if isinstance(count, bool) or not isinstance(count, int | float):
+        raise JobError(f"count: expected a number, got {type(count).__name__}")
+    if not math.isfinite(count) or count < 0 or count > MAX_UNIT_COUNT:
+        raise JobError(f"count: a finite number between 0 and {MAX_UNIT_COUNT:g}, got {count}")
+    return unit, float(count)
+
+
+def count_keys(unit: Any, count: Any, model: Any = None, busy_s: Any = None
+               ) -> list[tuple[str, float]]:
+    """The unit keys and amounts that ``count(unit, count, model=, busy_s=)`` adds.
+
+    Without ``model``, ``[(unit, count)]``. With it, the per-model keys
+    (:mod:`agent.jobs.model_units`): ``inference@model`` for ``count`` (left out when 0;
+    the registry adds it to the plain unit too) and ``busy_s@model`` for ``busy_s``. A
+    unit holding ``@`` is refused here, so the model is always named apart.
+    """
+    if isinstance(unit, str) and SEPARATOR in unit:
+        raise JobError(f"unit {unit!r}: name the model apart, e.g. count("
+                       f"{unit.partition(SEPARATOR)[0]!r}, n, model=...)")
+    unit, amount = validate_units(unit, count)
+    if model is None:
+        if busy_s is not None:
+            raise JobError("busy_s: needs model=..., the model the process was busy with")
+        return [(unit, amount)]
+    try:
+        model = validate_model(model)
+    except ValueError as exc:
+        raise JobError(str(exc)) from None
+    keys = [(model_key(unit, model), amount)] if amount > 0 else []
+    if busy_s is not None:
+        try:
+            keys.append(validate_units(model_key(BUSY, model), busy_s))
+        except JobError as exc:
+            raise JobError(str(exc).replace("count:", "busy_s:", 1)) from None
+    return keys
