@@ -16,12 +16,15 @@ lost or counted twice.
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agent.identity import NodeInfo
 from agent.jobs.accounting import JobAccounting, TickResult
+from agent.jobs.registry import JobRegistry
 from agent.sampler import Sampler
 from agent.sinks.base import Sink, TickRecord
 from agent.tick import Tick
@@ -31,6 +34,11 @@ log = logging.getLogger(__name__)
 # Older than this, a RAPL counter may have wrapped more than once unseen during the gap
 # (262 kJ ranges wrap every ~11 min at 400 W), so the gap cannot be trusted.
 CHECKPOINT_MAX_AGE_S = 300.0
+# A `joulestat run` job whose command exited while the agent was away is ended by its
+# wrapper, which retries its end (with the exit time) until the agent answers again.
+# The first tick waits up to this long for those ends, so the gap it covers charges the
+# job only until its command exited, rather than ending it at the tick's end.
+RUN_END_WAIT_S = 3.0
 
 
 def read_boot_id(procfs_root: Path) -> str:
@@ -74,6 +82,8 @@ class Pipeline:
             self.sampler.start()
             if self.accounting is not None:
                 self.accounting.start()
+        if checkpoint is not None and self.accounting is not None:  # a restart
+            await_run_ends(self.accounting.registry, self.accounting.procfs_root)
         return resumed
 
     def tick(self) -> tuple[Tick, TickResult | None]:
@@ -116,3 +126,30 @@ class Pipeline:
         self.sampler.close()
         if error is not None:
             raise error
+
+
+def await_run_ends(registry: JobRegistry, procfs_root: Path, wait_s: float = RUN_END_WAIT_S,
+                   sleep: Callable[[float], object] = time.sleep,
+                   clock: Callable[[], float] = time.monotonic) -> int:
+    """At start-up, before the first tick: wait up to ``wait_s`` for the ends of
+    restored ``joulestat run`` jobs none of whose processes is left (their commands
+    exited while the agent was down), which their wrappers are retrying with the exit
+    time. The job API is already up. Without the wait the first tick would find the
+    processes gone and end each job at the tick's end, charging it for the whole time
+    the agent was away. Returns how many such jobs it waited for; a wrapper that never
+    comes (killed too) costs one wait, and its job ends as before."""
+    waiting = [job for job in registry.measured_jobs()
+               if job.origin == "run" and job.ended_s is None and job.pids
+               and not any((Path(procfs_root) / str(pid)).exists() for pid in job.pids)]
+    if not waiting:
+        return 0
+    log.info("%d `joulestat run` job(s) ended while the agent was away; waiting up to "
+             "%.0f s for their wrappers to say when", len(waiting), wait_s)
+    deadline = clock() + wait_s
+    while any(job.ended_s is None for job in waiting) and clock() < deadline:
+        sleep(0.05)
+    late = [job.id for job in waiting if job.ended_s is None]
+    if late:
+        log.info("no end from the wrapper of job(s) %s; they end at the first tick",
+                 ", ".join(late))
+    return len(waiting)

@@ -161,9 +161,14 @@ def _train(api: Any, settings: dict, progress: _Progress, backend: str, setup: s
            cpus: list[int], seconds: float) -> dict[str, Any]:
     progress.step(f"training on {len(cpus)} vCPU ({setup})")
     child = _worker("train", backend, cpus, seconds)
-    info = _ready(child)
-    job = _Job(api, settings, TRAIN, "training", {"setup": setup, "vcpus": str(len(cpus)),
-               "backend": info["backend"], "demo": "true"}, child.pid, setup)
+    try:
+        info = _ready(child)
+        job = _Job(api, settings, TRAIN, "training", {"setup": setup, "vcpus": str(len(cpus)),
+                   "backend": info["backend"], "demo": "true"}, child.pid, setup)
+    except BaseException:  # no job to measure: the worker must not run on unwatched
+        child.kill()
+        child.wait()
+        raise
     assert child.stdin is not None and child.stdout is not None
     try:
         child.stdin.write("go\n")
@@ -316,6 +321,7 @@ def _demo(args: argparse.Namespace) -> int:
     from agent.cli import main as cli_main
     from agent.logs import setup_logging
     from agent.redact import redact_url
+    from agent.store.bootstrap import open_engine
     from agent.store.engine import data_dir
 
     settings = resolve(args, OPTIONS)
@@ -325,6 +331,9 @@ def _demo(args: argparse.Namespace) -> int:
     if not 1 <= args.seconds <= 600:
         raise ConfigError(f"--seconds {args.seconds:g}: expected 1..600")
     levels, backend = _levels(args.concurrency), _backend(args.backend)
+    # The store first: one that cannot be opened stops the demo with one line naming it
+    # (password hidden), before any worker runs, not with a worker killed mid-way.
+    open_engine(settings.get("db")).dispose()
     cpus = sorted(os.sched_getaffinity(0))
     configs = [("demo-1vcpu", cpus[:1])] + ([("demo-2vcpu", cpus[:2])] if len(cpus) > 1 else [])
     api, where = _agent(settings, args.embedded)

@@ -119,7 +119,8 @@ def _train_loop(backend: str, cpus: int, seconds: float) -> int:
     for step, _params in replicas:
         step()  # first-call costs (allocations, kernel selection) before the job starts
     print(json.dumps({"backend": backend, "replicas": cpus}), flush=True)
-    sys.stdin.readline()
+    if not sys.stdin.readline():
+        return 1  # the demo stopped before registering the job: nothing to train for
     steps = [0] * cpus
     deadline = time.monotonic() + seconds
     stop = [False]
@@ -143,7 +144,10 @@ def _train_loop(backend: str, cpus: int, seconds: float) -> int:
         thread.start()
     while any(thread.is_alive() for thread in threads):
         threads[0].join(0.25)
-        print(json.dumps({"sample": sum(steps) * BATCH, "step": sum(steps)}), flush=True)
+        try:
+            print(json.dumps({"sample": sum(steps) * BATCH, "step": sum(steps)}), flush=True)
+        except BrokenPipeError:  # the demo is gone: stop at once, quietly, not mid-thread
+            os._exit(1)
     return 0
 
 

@@ -26,6 +26,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from typing import Any
 
@@ -44,6 +45,11 @@ from agent.jobs.registry import (
 
 log = logging.getLogger("joulestat.run")
 
+# How long the wrapper keeps trying to end its job at an agent that does not answer
+# (restarting after a crash, or overloaded): the job's end, with the command's exit
+# time, must reach it; past this the summary says the job could not be ended.
+END_RETRY_S = 60.0
+
 RUN_OPTIONS = tuple(dict.fromkeys(("agent_url", "api_token", "log_level",
                                    *EMBEDDED_OPTIONS)))
 
@@ -58,7 +64,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "registers through its API; without one, joulestat samples in-process and "
         "writes the same store (--db), and says so. CMD gets JOULESTAT_JOB_ID, "
         "JOULESTAT_AGENT_URL (and JOULESTAT_API_TOKEN): track() and count() in it add "
-        "to this job.",
+        "to this job. If the agent does not answer when CMD exits (restarting), the "
+        f"job's end, with CMD's exit time, is retried for up to {END_RETRY_S:g} s.",
         usage="joulestat run --name NAME [--kind KIND] [--label K=V]... [options] -- CMD [ARG...]",
     )
     parser.add_argument("--name", required=True, help="job name (no / or control characters)")
@@ -165,9 +172,10 @@ def _run(args: argparse.Namespace) -> int:
             raise ConfigError(str(exc)) from None
         try:
             code, cpu_s = _wait(child)
+            exited_s = time.time()  # the job's end, however late the agent hears of it
         finally:
             forwarder.restore()
-        summary = tracker.end(cpu_s)
+        summary = tracker.end(cpu_s, exited_s)
     finally:
         if tracker.placement.cgroup is not None:
             tracker.placement.cgroup.release()
@@ -283,22 +291,36 @@ class _Tracker:
             raise JobError(f"the agent refused the job: {exc}") from None
         self.job_id = job["id"]
 
-    def end(self, cpu_s: float) -> dict[str, Any]:
+    def end(self, cpu_s: float, exited_s: float) -> dict[str, Any]:
+        """End the job as of ``exited_s`` (CMD's exit) and wait for its final summary.
+
+        An agent restarting (after ``kill -9``, under a supervisor) does not answer for
+        a few seconds; the end is retried through that for up to :data:`END_RETRY_S`,
+        and says when CMD exited, so the job neither stays running in the store nor
+        is charged for the time the agent was away."""
         if self.embedded is not None:
             summary = self.embedded.end(cpu_s=cpu_s)
             summary["mode"] = "embedded"
             return summary
-        from agent.jobs.http_client import AgentError, AgentUnavailable
+        from agent.jobs.http_client import AgentError, AgentUnavailable, retrying
 
+        client, job_id = self.client, self.job_id
+        deadline = time.monotonic() + END_RETRY_S
         try:
-            summary = self.client.end(self.job_id, cpu_s=cpu_s)
-            timeout_s = self.client.final_timeout_s()
-            if timeout_s is not None:
-                summary = self.client.wait_final(self.job_id, timeout_s)
+            summary = retrying(lambda: client.end(job_id, cpu_s=cpu_s, ended_at=exited_s),
+                               END_RETRY_S, f"ending job {job_id}")
         except (AgentError, AgentUnavailable) as exc:
-            print(f"joulestat run: could not end job {self.job_id} at the agent: {exc}",
-                  file=sys.stderr)
-            return {"id": self.job_id, "mode": "agent"}
+            print(f"joulestat run: could not end job {job_id} at the agent within "
+                  f"{END_RETRY_S:g} s: {exc}", file=sys.stderr)
+            return {"id": job_id, "mode": "agent", "final": False}
+        try:
+            timeout_s = client.final_timeout_s()
+            if timeout_s is not None:
+                summary = retrying(lambda: client.wait_final(job_id, timeout_s),
+                                   max(0.0, deadline - time.monotonic()),
+                                   f"waiting for job {job_id}'s final tick")
+        except (AgentError, AgentUnavailable) as exc:  # ended: the summary says not final
+            log.warning("job %s ended; its final figures could not be read: %s", job_id, exc)
         summary["mode"] = "agent"
         return summary
 

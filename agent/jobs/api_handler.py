@@ -14,13 +14,16 @@ import ipaddress
 import json
 import logging
 import re
+import time
 from collections.abc import Callable, Iterable, Mapping
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from agent.http_request import GatedHandler, busy_response
-from agent.jobs.registry import JobError, JobNotFound, JobRegistry, validate_job_id
+from agent.jobs.registry import Job, JobError, JobNotFound, JobRegistry, validate_job_id
+from agent.jobs.validation import validate_end_time
+from agent.redact import redact_labels
 
 if TYPE_CHECKING:
     from agent.jobs.api import _Server
@@ -38,7 +41,9 @@ API_ORIGINS = ("api", "run", "client")  # the origins a caller may claim; discov
 JOB_FIELDS = {"name": True, "kind": True, "pids": False, "labels": False, "job_id": False,
               "origin": False}
 UNIT_FIELDS = {"unit": True, "count": True}
-END_FIELDS = {"cpu_s": False}  # the wrapper's total CPU seconds of the job, from wait4()
+# cpu_s: the wrapper's total CPU seconds of the job, from wait4(); ended_at: when its
+# command exited (epoch s), so an end that arrives late (an agent restart) keeps its time.
+END_FIELDS = {"cpu_s": False, "ended_at": False}
 _CONTENT_LENGTH_RE = re.compile(r"[0-9]{1,18}")
 _BUSY_BODY = b'{"error":"busy: too many requests in flight, retry shortly"}\n'
 _BUSY_RESPONSE = busy_response("application/json", _BUSY_BODY)
@@ -89,6 +94,13 @@ def _known(registry: JobRegistry, job_id: str) -> bool:
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _answer(job: Job) -> dict[str, Any]:
+    """A job as the API answers it: labels through the one redaction (agent/redact.py),
+    as in every other output, since anyone who can read the API is not necessarily
+    who registered a job with a token or a password in a label."""
+    return {**job.to_json(), "labels": redact_labels(job.labels)}
 
 
 class _Handler(GatedHandler):
@@ -242,10 +254,10 @@ class _Handler(GatedHandler):
 
     def _list(self, running: bool = False) -> tuple[int, Any]:
         jobs = sorted(self.server.registry.jobs(running_only=running), key=lambda j: j.started_s)
-        return 200, {"jobs": [job.to_json() for job in jobs]}
+        return 200, {"jobs": [_answer(job) for job in jobs]}
 
     def _get(self, job_id: str) -> tuple[int, Any]:
-        return 200, self.server.registry.get(job_id).to_json()
+        return 200, _answer(self.server.registry.get(job_id))
 
     def _register(self) -> tuple[int, Any]:
         data = self._read_object(JOB_FIELDS)
@@ -260,7 +272,7 @@ class _Handler(GatedHandler):
             existed = job_id is not None and _known(registry, job_id)
             job = registry.register(data["name"], data["kind"], data.get("pids"),
                                     data.get("labels"), job_id, origin=origin)
-            answer = job.to_json()
+            answer = _answer(job)
             if self.server.persist is not None and not existed:
                 # On disk before the 201, or the answer says it is not (yet): the
                 # client registers again (same job_id) if the agent restarts without it.
@@ -269,11 +281,15 @@ class _Handler(GatedHandler):
 
     def _units(self, job_id: str) -> tuple[int, Any]:
         data = self._read_object(UNIT_FIELDS)
-        return 200, self.server.registry.count(job_id, data["unit"], data["count"]).to_json()
+        return 200, _answer(self.server.registry.count(job_id, data["unit"], data["count"]))
 
     def _end(self, job_id: str) -> tuple[int, Any]:
         data = self._read_object(END_FIELDS, required=False)
-        return 200, self.server.registry.end(job_id, cpu_s=data.get("cpu_s")).to_json()
+        registry, at_s = self.server.registry, None
+        if data.get("ended_at") is not None:
+            at_s = validate_end_time(data["ended_at"], registry.get(job_id).started_s,
+                                     time.time())
+        return 200, _answer(registry.end(job_id, at_s=at_s, cpu_s=data.get("cpu_s")))
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """http.server's own refusals (bad request line, huge headers) as JSON 4xx too."""

@@ -15,13 +15,17 @@ import logging
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MAX_ERROR_BODY = 64 * 1024
+# Answers that mean "the agent is restarting or busy, ask again", not "no": a restart
+# drops connections (refused, reset) and an overloaded or starting API says 503 or 429.
+RETRY_STATUSES = frozenset({429, 503})
 
 
 class AgentUnavailable(RuntimeError):
@@ -77,8 +81,12 @@ class AgentClient:
     def count(self, job_id: str, unit: str, count: float) -> dict[str, Any]:
         return self._object("POST", f"{_job_path(job_id)}/units", {"unit": unit, "count": count})
 
-    def end(self, job_id: str, cpu_s: float | None = None) -> dict[str, Any]:
-        body = {} if cpu_s is None else {"cpu_s": cpu_s}
+    def end(self, job_id: str, cpu_s: float | None = None, ended_at: float | None = None
+            ) -> dict[str, Any]:
+        """End the job; ``ended_at`` (epoch seconds) says when, for an end sent late."""
+        body: dict[str, Any] = {} if cpu_s is None else {"cpu_s": cpu_s}
+        if ended_at is not None:
+            body["ended_at"] = ended_at
         return self._object("POST", f"{_job_path(job_id)}/end", body)
 
     def get(self, job_id: str) -> dict[str, Any]:
@@ -167,3 +175,35 @@ def _error_message(exc: urllib.error.HTTPError) -> str:
         return answer["error"]
     text = raw.decode("utf-8", "replace").strip()[:200]
     return text or str(exc.reason)
+
+
+def retrying(call: Callable[[], T], within_s: float, what: str, first_delay_s: float = 0.1,
+             max_delay_s: float = 0.5, sleep: Callable[[float], object] = time.sleep,
+             clock: Callable[[], float] = time.monotonic) -> T:
+    """``call()``, asked again while the agent is away or restarting (nothing answers,
+    or it answers 429/503), with backoff from ``first_delay_s`` doubling to
+    ``max_delay_s``, for at most ``within_s``; then the last error is raised.
+
+    For calls that are safe to repeat (ending a job, reading it): an agent restarted
+    under a supervisor after ``kill -9`` is back within seconds, and what the caller
+    had to say (a job's end) must not be lost in between. The delay stays short so the
+    call lands soon after the agent's API is back, before its first tick. Says once, at
+    WARNING, what it waits for."""
+    deadline, delay_s, warned = clock() + within_s, first_delay_s, False
+    while True:
+        try:
+            return call()
+        except AgentError as exc:
+            if exc.status not in RETRY_STATUSES or clock() >= deadline:
+                raise
+            reason = str(exc)
+        except AgentUnavailable as exc:
+            if clock() >= deadline:
+                raise
+            reason = str(exc)
+        if not warned:
+            log.warning("%s: the agent did not answer (%s); trying again for up to %.0f s",
+                        what, reason, within_s)
+            warned = True
+        sleep(max(0.0, min(delay_s, deadline - clock())))
+        delay_s = min(delay_s * 2, max_delay_s)

@@ -1,10 +1,15 @@
 """A job's energy survives `kill -9` of the agent, as a user running it under a
-supervisor that restarts it would see: fake RAPL at a known wattage, the real agent."""
+supervisor that restarts it would see: fake RAPL at a known wattage, the real agent.
+Also a job whose command exits while the agent is down (its end is retried and keeps
+the exit time) and a crash during a store outage longer than the checkpoint's 300 s
+(the restart resumes from the checkpoint in the spool)."""
 
 from __future__ import annotations
 
 import json
+import re
 import signal
+import sqlite3
 import time
 import urllib.request
 from pathlib import Path
@@ -91,3 +96,94 @@ def test_a_job_answered_201_survives_a_kill_9(tmp_path: Path) -> None:
         assert agent.stop() == 0
     stored = stored_jobs(agent_env(JOULESTAT_DB=agent.db_url))
     assert stored["just-in-time"]["units"] == {"request": 3.0}
+
+
+def _agent_args(tmp_path: Path) -> tuple[str, ...]:
+    return ("--sysfs-root", str(tmp_path / "sys"), "--interval", str(INTERVAL_S),
+            "--node", "n1")
+
+
+@pytest.mark.slow
+def test_a_job_ending_while_the_agent_is_down_ends_when_its_command_exited(
+        tmp_path: Path) -> None:
+    fake = FakePowercap(tmp_path / "sys")
+    fake.add_zone("intel-rapl:0", "package-0")
+    go, exited = tmp_path / "go", tmp_path / "exited"
+    code = (f"import pathlib, time\ngo = pathlib.Path({str(go)!r})\n"
+            "while not go.exists(): time.sleep(0.02)\n"
+            f"pathlib.Path({str(exited)!r}).write_text(repr(time.time()))")
+    with fake.drive("intel-rapl:0", power_w=POWER_W, hz=500):
+        with running_agent(tmp_path, *_agent_args(tmp_path)) as agent:
+            api_port, env = agent.api_port, agent.client_env()
+            time.sleep(3.5)  # the agent learns the node's idle power (10 ticks)
+            job = start_run("ends-in-the-gap", code, env)
+            wait_for(lambda: "ends-in-the-gap" in stored_jobs(env), timeout_s=20, every_s=0.2)
+            time.sleep(1.0)
+            _kill_9(agent)
+        go.touch()  # the command exits while nothing answers at the agent's address
+        wait_for(exited.exists, timeout_s=10, every_s=0.02)
+        exited_s = float(exited.read_text())
+        time.sleep(3.0)  # the wrapper keeps trying to end the job meanwhile
+        restarted_s = time.time()
+        with running_agent(tmp_path, *_agent_args(tmp_path), api_port=api_port) as agent:
+            summary = summary_of(job)
+            assert agent.stop() == 0
+    assert job.returncode == 0
+    assert summary["final"] is True and summary["status"] == "ended"
+    stored = stored_jobs(agent_env(JOULESTAT_DB=agent.db_url))["ends-in-the-gap"]
+    # When the command exited, not when the agent came back and heard of it.
+    assert exited_s <= stored["ended_s"] <= exited_s + 0.5 < restarted_s
+    assert summary["ended_at"] == pytest.approx(stored["ended_s"], abs=1e-3)
+    log = (tmp_path / "agent.log").read_text()
+    assert "resumed from the checkpoint" in log
+    assert "waiting up to 3 s for their wrappers" in log
+    # Charged until it exited: the gap after its exit is the node's, not the job's.
+    lifetime_s = stored["ended_s"] - stored["started_s"]
+    cpu_j = stored["dynamic_j"]["cpu"] + stored["idle_j"]["cpu"]
+    assert abs(cpu_j - POWER_W * lifetime_s) <= 2 * POWER_W * INTERVAL_S, (cpu_j, lifetime_s)
+
+
+def _ticks(db_path: Path) -> list[tuple[int, int, float]]:
+    with sqlite3.connect(db_path) as connection:
+        return connection.execute(
+            "SELECT t_start_ms, t_end_ms, energy_j FROM tick_energy WHERE node = 'n1' AND "
+            "component = 'cpu' ORDER BY t_end_ms").fetchall()
+
+
+@pytest.mark.slow
+def test_a_crash_during_a_long_store_outage_resumes_from_the_spools_checkpoint(
+        tmp_path: Path) -> None:
+    fake = FakePowercap(tmp_path / "sys")
+    fake.add_zone("intel-rapl:0", "package-0")
+    db_path, spool = tmp_path / "agent.db", tmp_path / "spool"
+    with fake.drive("intel-rapl:0", power_w=POWER_W, hz=500):
+        with running_agent(tmp_path, *_agent_args(tmp_path)) as agent:
+            api_port = agent.api_port
+            wait_for(lambda: db_path.exists() and _ticks(db_path), timeout_s=20)
+            # The store goes away: a lock held elsewhere makes every write fail, and the
+            # agent spools its batches, each with the checkpoint taken after its ticks.
+            blocker = sqlite3.connect(db_path, timeout=30, isolation_level=None)
+            blocker.execute("BEGIN EXCLUSIVE")
+            wait_for(lambda: len(list(spool.glob("*.json"))) >= 2, timeout_s=40, every_s=0.2)
+            _kill_9(agent)  # ... and the agent dies during the outage
+        # The outage has lasted longer than a checkpoint may be old (CHECKPOINT_MAX_AGE_S,
+        # 300 s): the store's last checkpoint is that old; the spool's are seconds old.
+        blocker.execute("UPDATE node_checkpoints SET saved_s = saved_s - 400")
+        blocker.execute("COMMIT")
+        blocker.close()
+        time.sleep(1.0)  # nothing measures: the restart covers it from the checkpoint
+        with running_agent(tmp_path, *_agent_args(tmp_path), api_port=api_port) as agent:
+            time.sleep(2.0)
+            assert agent.stop() == 0
+    log = (tmp_path / "agent.log").read_text()
+    assert "spooled batch(es)" in log and "checkpoint not usable" not in log
+    ages = [float(a) for a in re.findall(r"resumed from the checkpoint of ([0-9.]+) s ago", log)]
+    assert len(ages) == 1 and ages[0] < 60, log
+    ticks = _ticks(db_path)
+    for (_s0, e0, _j0), (s1, _e1, _j1) in zip(ticks, ticks[1:], strict=False):
+        assert abs(s1 - e0) <= 1, "a hole or an overlap in the stored ticks"
+    gap_ms = max(end - start for start, end, _ in ticks)
+    assert gap_ms >= 1000  # one tick covers the crash, the outage's lost batch and the gap
+    covered_s = (ticks[-1][1] - ticks[0][0]) / 1000
+    energy_j = sum(j for _s, _e, j in ticks)
+    assert abs(energy_j - POWER_W * covered_s) <= POWER_W * INTERVAL_S, (energy_j, covered_s)
