@@ -12,12 +12,16 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.config import add_options, resolve
 from agent.errors import ConfigError
 from agent.jobs.registry import KINDS
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
 
 COMPARE_OPTIONS = ("config", "db", "log_level", "carbon_intensity", "pue", "price_per_hour",
                    "prices", "electricity_maps_token", "electricity_maps_url")
@@ -60,9 +64,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "unit are compared per run. See docs/compare.md.",
     )
     parser.add_argument("--kind", choices=KINDS, help="only jobs of this kind")
-    parser.add_argument("--jobs", nargs="+", metavar="JOB",
-                        help="jobs to compare, each an id, id prefix or name (a name: every "
-                        "run of it), in this order [default: every job, by start time]")
+    parser.add_argument("--jobs", nargs="+", action="extend", metavar="JOB",
+                        help="jobs to compare, each an id, id prefix or name, in this order; "
+                        "a name means every run of it (the runs are listed on stderr; give "
+                        "ids to compare only some); --jobs may be repeated, adding to the "
+                        "list [default: every job, by start time]")
     parser.add_argument("--by", type=_by, default="job",
                         metavar="job|instance_type|model|label:KEY",
                         help="a row per job, per instance type with its jobs pooled, per "
@@ -102,7 +108,7 @@ def _run(args: argparse.Namespace) -> int:
     engine = open_engine(settings["db"])
     try:
         picked = pick_jobs(engine, kind=args.kind, jobs=args.jobs)
-        _say("--jobs", picked.notes)
+        _say("--jobs", [*_runs_notes(engine, args.jobs, args.kind), *picked.notes])
         figures = figures_for(engine, picked.refs, carbon)
         if args.by == "model":
             from agent.reports.compare_models import by_model
@@ -125,6 +131,30 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     print(render_text(table, notes, prices))
     return 0
+
+
+def _runs_notes(engine: Engine, refs: Sequence[str] | None, kind: str | None) -> list[str]:
+    """Which runs each name in ``--jobs`` brought, where it has several. A name means
+    every run of it (comparing runs is what compare is for), where every other command
+    takes the latest: never silently, so each such name lists its runs."""
+    from agent.store.job_refs import MAX_LISTED, JobRefError, resolve_job
+    from agent.store.jobs import started_text
+
+    notes = []
+    for ref in dict.fromkeys(refs or ()):
+        try:
+            found = resolve_job(engine, ref, kind)
+        except JobRefError:  # pick_jobs() has said so already
+            continue
+        if found.how != "name" or len(found.jobs) < 2:
+            continue
+        runs = ", ".join(f"{job.id} (started {started_text(job.started_s)})"
+                         for job in found.jobs[:MAX_LISTED])
+        more = len(found.jobs) - MAX_LISTED
+        runs += f" and {more} more" if more > 0 else ""
+        notes.append(f"{ref!r} names {len(found.jobs)} runs: {runs}; comparing all of them "
+                     "(give ids to compare only some)")
+    return notes
 
 
 def _say(flag: str, notes: list[str]) -> None:

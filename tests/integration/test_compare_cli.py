@@ -23,6 +23,9 @@ from tests.helpers.compare_store import (
     T0,
     compare_cli,
     fill_compare_store,
+    job,
+    node,
+    run_job,
 )
 
 
@@ -141,6 +144,39 @@ def test_text_table(store: str) -> None:
     assert "unknown" in laptop.split()  # cost/1M inferences: no price for 'local'
     [sized] = [line for line in lines[sla_at:] if line.startswith("bert-inf2")]
     assert sized.split()[1:] == ["2", "100", "W", f"${2 * INF2:.2f}"]  # 2 x 50 W, 2 x price
+
+
+def test_a_name_compares_every_run_and_says_which(store: str) -> None:
+    engine = make_engine(store)  # a second, later run of bert-g5
+    run_job(engine, node("g5-2", "g5.xlarge"),
+            job("j-g5-again", "bert-g5", "inference", T0 + 20_000, 3600),
+            ticks=4, gpu_j=90_000.0, units={"inference": 5_000})
+    engine.dispose()
+    result = compare_cli(store, "--jobs", "bert-g5", "j-inf2", "--json", *PINNED)
+    assert result.returncode == 0, result.stderr
+    assert [r["job_id"] for r in json.loads(result.stdout)["rows"]] == [
+        "j-g5", "j-g5-again", "j-inf2"]
+    [note] = [line for line in result.stderr.splitlines() if "bert-g5" in line]
+    assert note.startswith("joulestat compare: --jobs: 'bert-g5' names 2 runs: j-g5 "
+                           "(started "), note
+    assert "j-g5-again (started " in note
+    assert note.endswith("; comparing all of them (give ids to compare only some)")
+    one = compare_cli(store, "--jobs", "bert-inf2", "j-g5-again", "--json", *PINNED)
+    assert one.returncode == 0, one.stderr
+    assert "names" not in one.stderr  # one run, or an id: nothing to say
+    assert [r["job_id"] for r in json.loads(one.stdout)["rows"]] == ["j-inf2", "j-g5-again"]
+    helped = compare_cli(store, "--help")
+    assert "a name means every run of it" in " ".join(helped.stdout.split())
+
+
+def test_repeated_jobs_add_up(store: str) -> None:
+    result = compare_cli(store, "--jobs", "bert-inf2", "--jobs", "j-g5", "bert-laptop",
+                         "--jobs", "bert-inf2", "--json", *PINNED)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert [r["job_id"] for r in out["rows"]] == ["j-inf2", "j-g5", "j-laptop"]  # once each
+    bad = compare_cli(store, "--jobs", "bert-g5", "--jobs", "no-such-job")
+    assert bad.returncode == 2 and "--jobs: no job" in bad.stderr
 
 
 @pytest.mark.parametrize(("args", "flag"), [
