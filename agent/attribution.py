@@ -8,7 +8,7 @@ For every (component, device) entry of a tick:
   CPU time (``/proc/stat``), the rest staying with ``system`` (unattributed);
 * an accelerator's dynamic energy is split by the per-process utilization the driver
   reports, else evenly among the processes holding a context on it; its idle energy
-  goes to the jobs holding it (you pay for the GPU you hold), else stays unattributed;
+  goes to the jobs holding it (you pay for the accelerator you hold), else stays unattributed;
 * CPU/DRAM idle energy follows the idle policy: ``share`` splits it among running jobs
   in proportion to their dynamic shares (a job alone on a node carries the whole node,
   as a cloud bill does), ``exclude`` keeps it unattributed (Kepler's choice);
@@ -23,11 +23,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from agent.sensors.base import ACCELERATOR_COMPONENT
 from agent.tick import Tick
 
 IDLE_POLICIES = ("share", "exclude")
 CPU_SHARED_COMPONENTS = ("cpu", "dram", "net", "other")
-ACCELERATOR_COMPONENTS = ("gpu", "accelerator")
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +112,7 @@ def attribute(
         dynamic_j = energy_j - idle_j
         dynamic_by_job: dict[str, float] = {}
         idle_by_job: dict[str, float] = {}
-        if entry.component in ACCELERATOR_COMPONENTS:
+        if entry.component == ACCELERATOR_COMPONENT:
             use = usage.devices.get(key, DeviceUse())
             weights = {j: u for j, u in use.utilization.items() if u > 0}
             if not weights:

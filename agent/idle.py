@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping
 
+from agent.sensors.base import current_component
 from agent.tick import Tick
 
 IDLE_PERCENTILE = 5
@@ -90,4 +91,5 @@ class IdleBaselines:
             except (TypeError, ValueError):
                 continue
             if watts >= 0 and watts == watts and watts != float("inf"):
-                self._carried_w[(str(component), str(device))] = watts
+                # A checkpoint from before the rename names accelerators "gpu".
+                self._carried_w[(current_component(str(component)), str(device))] = watts

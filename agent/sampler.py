@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from agent.sensors.base import DeviceInfo, Reading, Sensor
+from agent.sensors.base import DeviceInfo, Reading, Sensor, current_component
 from agent.tick import Tick, TickEntry
 
 log = logging.getLogger(__name__)
@@ -157,7 +157,8 @@ class Sampler:
                     and all(isinstance(x, str) for x in row[:3])
                     and isinstance(row[3], int | float) and not isinstance(row[3], bool)
                     and math.isfinite(row[3])):
-                last_j[(row[0], row[1], row[2])] = float(row[3])
+                # An agent before the rename wrote "gpu": the same series now.
+                last_j[(current_component(row[0]), row[1], row[2])] = float(row[3])
             else:
                 log.warning("checkpoint: malformed series row %.80r skipped", row)
         return float(mono_s), last_j, saved

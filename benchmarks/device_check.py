@@ -164,12 +164,13 @@ def shared_gpu(device: int, seconds: float, size: int, duty_a: float, duty_b: fl
     """Two workers on one GPU, attributed by joulestat's own sensor and attribution."""
     from agent.attribution import DeviceUse, TickUsage, attribute
     from agent.sampler import Sampler
+    from agent.sensors.base import ACCELERATOR_COMPONENT
     from agent.sensors.nvidia import open_nvidia
 
     sensor = open_nvidia()
     if sensor is None:
         raise SystemExit("NVML opened for the first check but joulestat's sensor found no GPU")
-    key = ("gpu", f"gpu{device}")
+    key = (ACCELERATOR_COMPONENT, f"gpu{device}")
     sampler = Sampler([sensor])
     ctx = mp.get_context("spawn")
     results = ctx.Queue()

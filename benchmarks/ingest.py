@@ -37,7 +37,7 @@ from agent.store import make_engine, migrate  # noqa: E402
 from agent.store.writer import StoreWriter  # noqa: E402
 from agent.tick import Tick, TickEntry  # noqa: E402
 
-COMPONENTS = (("cpu", "package-0"), ("dram", "package-0"), ("gpu", "0"), ("net", "eth0"))
+COMPONENTS = (("cpu", "package-0"), ("dram", "package-0"), ("accelerator", "0"), ("net", "eth0"))
 JOBS = 5
 
 

@@ -28,13 +28,13 @@ from agent.redact import redact_labels
 from agent.reports.compare import setup_name
 from agent.reports.external import shown_labels
 from agent.reports.sources import source_class
+from agent.sensors.base import ACCELERATOR_COMPONENT
 
 if TYPE_CHECKING:  # the store's records, through the dashboard's door (which imports this)
     from dashboard.state import JobSummary, JobTotals, SeriesPoint, SourceEnergy
 
     # A job as a list shows it (JobTotals) or as the detail page reads it (JobDetail).
     AnyJob = JobTotals | JobSummary
-ACCELERATORS = ("gpu", "accelerator")
 # The Jobs table: the name first (what people look for), the id last and short; each
 # figure as text from agent.units, so a cell reads as the same figure elsewhere.
 JOB_COLUMNS = ("name", "kind", "status", "instance types", "energy", "CO2e (operational)",
@@ -213,7 +213,7 @@ def cpu_bottleneck(node: str, series: Iterable[SeriesPoint],
                    ranges: Mapping[str, tuple[float, float]]) -> Bottleneck:
     """Flag a node where accelerators idle while the CPU runs near its top, for at least
     a quarter of the time: the pattern of a data-loading or preprocessing bottleneck."""
-    accel = [c for c in ACCELERATORS if c in ranges]
+    accel = [c for c in (ACCELERATOR_COMPONENT,) if c in ranges]
     if not accel:
         return Bottleneck(node, "no-accelerator", reason="no accelerator on this node")
     cpu_low, cpu_high = ranges.get("cpu", (0.0, 0.0))

@@ -2,7 +2,7 @@
 
 Every chart names its unit on the axis (scaled with :func:`agent.units.scale_for`, so a
 millijoule chart says mJ), keeps one colour per component on every page (cpu is always
-blue, gpu always green), shows its values in the tooltip as the tables print them (a
+blue, accelerator always green), shows its values in the tooltip as the tables print them (a
 ``text`` column made by :mod:`agent.units`), and puts legends right of the plot with no
 label limit, so a long source name (``import:joulestat/model:ccf-vcpu``) is never cut. Time
 axes take naive wall-clock times already in the viewer's timezone (see
@@ -16,9 +16,8 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-COMPONENT_COLORS = {"cpu": "#4C78A8", "dram": "#F58518", "gpu": "#54A24B",
-                    "accelerator": "#72B7B2", "net": "#B279A2", "platform": "#9D755D",
-                    "other": "#BAB0AC"}
+COMPONENT_COLORS = {"cpu": "#4C78A8", "dram": "#F58518", "accelerator": "#54A24B",
+                    "net": "#B279A2", "platform": "#9D755D", "other": "#BAB0AC"}
 
 
 def component_scale(components: list[str]) -> alt.Scale:

@@ -44,9 +44,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "agent",
         help="run the sampling daemon (Prometheus endpoint + SQL store)",
-        description="Sample this node's CPU, DRAM, GPU and network energy every --interval "
-        "seconds, serve it to Prometheus on --metrics-port and write it to the store (--db). "
-        "Measured sources (RAPL, NVML) are used where readable; elsewhere documented "
+        description="Sample this node's CPU, DRAM, accelerator and network energy every "
+        "--interval seconds, serve it to Prometheus on --metrics-port and write it to the "
+        "store (--db). Measured sources (RAPL, NVML) are used where readable; elsewhere documented "
         "estimates (see `joulestat estimate` and docs/methodology.md). Stop with Ctrl-C or "
         "SIGTERM: the last partial tick is counted and the store flushed.",
     )

@@ -25,11 +25,12 @@ Mapping, per row (one tracker run):
 * region: ``cloud_region`` on a cloud, else the US state / Canadian province named in
   ``region`` when joulestat has data for it, else ``country_iso_code``; nothing
   known -> the world average, and the report says so.
-* energy: ``cpu_energy`` -> cpu, ``gpu_energy`` -> gpu, ``ram_energy`` -> dram, kWh x
-  3.6e6 = J. CodeCarbon multiplies its energy by its ``pue`` setting; joulestat stores
-  energy at the server and applies its own PUE in reports, so the energy is divided by
-  ``pue`` first (1.0 by default, which changes nothing). CodeCarbon does not split idle
-  from dynamic power: everything is stored as dynamic.
+* energy: ``cpu_energy`` -> cpu, ``gpu_energy`` -> accelerator (joulestat's one
+  component for every accelerator), ``ram_energy`` -> dram, kWh x 3.6e6 = J.
+  CodeCarbon multiplies its energy by its ``pue`` setting; joulestat stores energy at
+  the server and applies its own PUE in reports, so the energy is divided by ``pue``
+  first (1.0 by default, which changes nothing). CodeCarbon does not split idle from
+  dynamic power: everything is stored as dynamic.
 * sources say what CodeCarbon measured with, as far as its CSV tells: GPU energy is
   NVML's energy counter (``import:codecarbon/nvml_energy``), RAM energy always its
   model of installed memory (``import:codecarbon/model:codecarbon-ram``); CPU energy
@@ -50,13 +51,15 @@ from agent.carbon.codecarbon_data import default_grid_data
 from agent.carbon.intensity import CANADA_PROVINCES
 from agent.carbon.units import J_PER_KWH
 from agent.jobs.registry import JOB_ID_RE, JobError, validate_labels, validate_name
+from agent.sensors.base import ACCELERATOR_COMPONENT
 from agent.store.import_writer import ImportedJob, ImportedNode
 
 SOURCE = "import:codecarbon"
 REQUIRED = ("timestamp", "duration", "cpu_energy", "gpu_energy", "ram_energy")
-COMPONENTS = (("cpu_energy", "cpu"), ("gpu_energy", "gpu"), ("ram_energy", "dram"))
+COMPONENTS = (("cpu_energy", "cpu"), ("gpu_energy", ACCELERATOR_COMPONENT),
+              ("ram_energy", "dram"))
 # What CodeCarbon measured each component with, where its CSV says so (module doc).
-SOURCES = {"cpu": SOURCE, "gpu": f"{SOURCE}/nvml_energy",
+SOURCES = {"cpu": SOURCE, ACCELERATOR_COMPONENT: f"{SOURCE}/nvml_energy",
            "dram": f"{SOURCE}/model:codecarbon-ram"}
 LABEL_COLUMNS = ("project_name", "experiment_id", "codecarbon_version", "cpu_model",
                  "gpu_model", "tracking_mode")

@@ -11,7 +11,8 @@ semicolons).
     labels                                k=v; ... (credential-like values redacted)
     started_at, ended_at, duration_s      ISO 8601 UTC; seconds from first start to last end
     nodes, instance_types, regions        node count; node=type | ...; node=region | ...
-    energy_{cpu,dram,gpu,net,other,total}_j   joules by component
+    energy_{cpu,dram,accelerator,net,other,total}_j   joules by component
+                                      (energy_gpu_j until report schema 2)
     energy_kwh, dynamic_energy_j, idle_energy_j
     co2e_g, embodied_co2e_g, total_co2e_g operational, embodied (apart), their sum
     carbon_intensity_g_per_kwh, pue       job-wide effective values
@@ -37,7 +38,7 @@ from typing import Any
 
 Report = Mapping[str, Any]
 
-ENERGY_COMPONENTS = ("cpu", "dram", "gpu", "net", "other", "total")
+ENERGY_COMPONENTS = ("cpu", "dram", "accelerator", "net", "other", "total")
 
 
 def _number(value: Any) -> str:

@@ -14,6 +14,11 @@ file or across files and imports, merge into one multi-node job. A node still ru
 when the report was made is imported as held until ``generated_s``, the time the
 report's figures were computed for.
 
+Reports of schema 1 (before issue 14 renamed the component ``gpu`` to ``accelerator``)
+import too: their ``gpu`` figures, series and sources become ``accelerator``'s, so the
+imported job reports the same energy, CO2e, cost and units as it did. A version this
+joulestat does not know is refused, naming the versions it reads.
+
 A file is validated completely before anything is written, then written in one
 transaction: a bad file imports nothing and its error names the file and the line
 (CSV) or the entry and field (JSON).
@@ -23,7 +28,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -45,6 +50,7 @@ from agent.reports.codecarbon_import import (
     parse_codecarbon,
 )
 from agent.reports.model import REPORT_FORMAT, SCHEMA_VERSION
+from agent.sensors.base import current_component
 from agent.store.import_writer import (
     EnergyBin,
     ImportConflict,
@@ -55,6 +61,9 @@ from agent.store.import_writer import (
 
 SOURCE = "import:joulestat"
 _PREFIX = SOURCE + "/"
+# The report schemas this joulestat reads; schema 1 named every accelerator "gpu".
+READ_VERSIONS = (1, SCHEMA_VERSION)
+Rename = Callable[[str], str]
 
 
 class ImportFileError(ValueError):
@@ -128,7 +137,14 @@ def _source(originals: Iterable[str]) -> str:
     return f"{_PREFIX}{','.join(sorted(atoms))}" if atoms else SOURCE
 
 
-def _node(entry: Any, where: str, generated_s: float, version: str) -> ImportedNode:
+def _same(component: str) -> str:
+    return component
+
+
+def _node(entry: Any, where: str, generated_s: float, version: str,
+          rename: Rename = _same) -> ImportedNode:
+    """One node's part; ``rename`` gives each component its name today (schema 1's
+    ``gpu`` is ``accelerator``), summing figures that land on one name."""
     name = _text(_get(entry, "node", where), f"{where}.node").strip()
     if not name:
         raise _Bad(f"{where}.node", "must not be empty")
@@ -140,12 +156,15 @@ def _node(entry: Any, where: str, generated_s: float, version: str) -> ImportedN
     components = _get(entry, "components", where)
     if not isinstance(components, dict):
         raise _Bad(f"{where}.components", "expected an object of components")
-    dynamic, idle = {}, {}
+    dynamic: dict[str, float] = {}
+    idle: dict[str, float] = {}
     for component, figures in components.items():
         at = f"{where}.components.{component}"
-        _text(component, at)
-        dynamic[component] = _number(_get(figures, "dynamic_j", at), f"{at}.dynamic_j")
-        idle[component] = _number(_get(figures, "idle_j", at), f"{at}.idle_j")
+        named = rename(_text(component, at))
+        dynamic[named] = dynamic.get(named, 0.0) + _number(_get(figures, "dynamic_j", at),
+                                                           f"{at}.dynamic_j")
+        idle[named] = idle.get(named, 0.0) + _number(_get(figures, "idle_j", at),
+                                                     f"{at}.idle_j")
     units = _get(entry, "work_units", where)
     if not isinstance(units, dict):
         raise _Bad(f"{where}.work_units", "expected an object of unit counts")
@@ -157,18 +176,21 @@ def _node(entry: Any, where: str, generated_s: float, version: str) -> ImportedN
             raise _Bad(f"{where}.work_units.{unit}", str(exc)) from None
         counts[name_] = amount
     series = _energy_series(entry.get("energy_series", []), f"{where}.energy_series",
-                            dynamic, idle)
+                            dynamic, idle, rename)
     unit_series = _unit_series(entry.get("unit_series", []), f"{where}.unit_series", counts)
     sources = entry.get("sources", {})
     if not isinstance(sources, dict) or not all(
             isinstance(v, list) and all(isinstance(s, str) for s in v) for v in sources.values()):
         raise _Bad(f"{where}.sources", "expected an object of lists of text")
+    named_sources: dict[str, list[str]] = {}
+    for component, found in sources.items():
+        named_sources.setdefault(rename(component), []).extend(found)
     return ImportedNode(
         node=name,
         instance_type=_text(_get(entry, "instance_type", where), f"{where}.instance_type"),
         region=_text(_get(entry, "region", where), f"{where}.region"),
         started_s=started_s, ended_s=ended_s, dynamic_j=dynamic, idle_j=idle, units=counts,
-        source=SOURCE, sources={c: _source(sources.get(c, [])) for c in components},
+        source=SOURCE, sources={c: _source(named_sources.get(c, [])) for c in dynamic},
         agent_version=version, series=series, unit_series=unit_series,
     )
 
@@ -178,21 +200,25 @@ def _close(a: float, b: float) -> bool:
 
 
 def _energy_series(raw: Any, where: str, dynamic: dict[str, float],
-                   idle: dict[str, float]) -> tuple[EnergyBin, ...]:
+                   idle: dict[str, float], rename: Rename = _same) -> tuple[EnergyBin, ...]:
     """The bins of components whose series adds up to their totals, scaled to them
-    exactly (float sums differ in the last digits); other components get none."""
+    exactly (float sums differ in the last digits); other components get none. Bins
+    whose components ``rename`` gives one name, over the same time, are summed."""
     if not isinstance(raw, list):
         raise _Bad(where, "expected a list of bins")
-    bins: list[EnergyBin] = []
+    summed: dict[tuple[float, float, str], tuple[float, float]] = {}
     for index, item in enumerate(raw):
         at = f"{where}[{index}]"
         t0 = _number(_get(item, "t_start_s", at), f"{at}.t_start_s", None)
         t1 = _number(_get(item, "t_end_s", at), f"{at}.t_end_s", None)
         if t1 < t0:
             raise _Bad(f"{at}.t_end_s", "ends before t_start_s")
-        component = _text(_get(item, "component", at), f"{at}.component")
-        bins.append((t0, t1, component, _number(_get(item, "dynamic_j", at), f"{at}.dynamic_j"),
-                     _number(_get(item, "idle_j", at), f"{at}.idle_j")))
+        component = rename(_text(_get(item, "component", at), f"{at}.component"))
+        dynamic_j = _number(_get(item, "dynamic_j", at), f"{at}.dynamic_j")
+        idle_j = _number(_get(item, "idle_j", at), f"{at}.idle_j")
+        known_d, known_i = summed.get((t0, t1, component), (0.0, 0.0))
+        summed[(t0, t1, component)] = (known_d + dynamic_j, known_i + idle_j)
+    bins = [(t0, t1, c, d, i) for (t0, t1, c), (d, i) in summed.items()]
     kept: list[EnergyBin] = []
     for component in dynamic:
         mine = [b for b in bins if b[2] == component]
@@ -231,9 +257,11 @@ def _report_job(entry: Any) -> ImportedJob:
         raise _Bad("", f"expected a report object, got {type(entry).__name__}")
     if entry.get("format") != REPORT_FORMAT:
         raise _Bad("format", f"expected {REPORT_FORMAT!r}, got {json.dumps(entry.get('format'))}")
-    if entry.get("schema_version") != SCHEMA_VERSION:
-        raise _Bad("schema_version", f"this joulestat reads version {SCHEMA_VERSION}, got "
-                   f"{json.dumps(entry.get('schema_version'))}")
+    schema = entry.get("schema_version")
+    if isinstance(schema, bool) or not isinstance(schema, int) or schema not in READ_VERSIONS:
+        raise _Bad("schema_version", "this joulestat reads versions "
+                   f"{' and '.join(map(str, READ_VERSIONS))}, got {json.dumps(schema)}")
+    rename = current_component if schema == 1 else _same
     job = _get(entry, "job", "")
     try:
         job_id = validate_job_id(_get(job, "id", "job"))
@@ -248,7 +276,7 @@ def _report_job(entry: Any) -> ImportedJob:
     nodes = _get(entry, "nodes", "")
     if not isinstance(nodes, list):
         raise _Bad("nodes", "expected a list of nodes")
-    parts = tuple(_node(n, f"nodes[{i}]", generated_s, f"joulestat {version}")
+    parts = tuple(_node(n, f"nodes[{i}]", generated_s, f"joulestat {version}", rename)
                   for i, n in enumerate(nodes))
     return ImportedJob(job_id, name, kind, labels, "import:joulestat", started_s, parts,
                        placeholder=REDACTED)

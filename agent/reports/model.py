@@ -46,7 +46,8 @@ from agent.store.provenance import job_energy_by_source, job_sources, untracked_
 from agent.store.series import job_energy_parts, job_energy_series, job_unit_rows
 
 REPORT_FORMAT = "joulestat-report"
-SCHEMA_VERSION = 1
+# 2: the component "gpu" is "accelerator" (issue 14); the importer still reads 1.
+SCHEMA_VERSION = 2
 PER_MILLION = 1_000_000.0
 
 def carbon_settings(settings: Mapping[str, Any]) -> CarbonSettings:
@@ -73,7 +74,7 @@ def iso_time(t_s: float | None) -> str | None:
 
 def component_totals(dynamic_j: Mapping[str, float], idle_j: Mapping[str, float] | None = None
                      ) -> dict[str, float]:
-    """``{cpu, dram, gpu, net, other, total}`` in joules; ``other`` sums every other
+    """``{cpu, dram, accelerator, net, other, total}`` in joules; ``other`` sums every other
     component (accelerators without a name of their own, ...)."""
     merged: dict[str, float] = {}
     for part in (dynamic_j, idle_j or {}):

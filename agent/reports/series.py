@@ -25,7 +25,7 @@ from typing import Any
 
 MAX_POINTS = 120
 MIN_BIN_S = 1.0
-COMPONENT_ORDER = ("cpu", "dram", "gpu", "net")
+COMPONENT_ORDER = ("cpu", "dram", "accelerator", "net")
 # (node, t_start_s, t_end_s, component, dynamic_j, idle_j)
 EnergyRow = tuple[str, float, float, str, float, float]
 # (node, t_end_s, unit, count)
@@ -33,7 +33,7 @@ UnitRow = tuple[str, float, str, float]
 
 
 def component_sort_key(component: str) -> tuple[int, str]:
-    """cpu, dram, gpu, net first, in that order, then the rest by name."""
+    """cpu, dram, accelerator, net first, in that order, then the rest by name."""
     if component in COMPONENT_ORDER:
         return (COMPONENT_ORDER.index(component), component)
     return (len(COMPONENT_ORDER), component)

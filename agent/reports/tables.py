@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent import units as fmt
-from agent.reports.series import component_sort_key
+from agent.carbon.units import J_PER_KWH
+from agent.reports.external import shown_labels
+from agent.reports.series import COMPONENT_ORDER, component_sort_key
 from agent.reports.sources import WHY, sources_class
 
 UNKNOWN = "unknown"
@@ -99,7 +101,9 @@ def summary(report: Report) -> Table:
         ("Started", job["started_at"]),
         ("Ended", job["ended_at"] or f"running (figures as of {report['generated_at']})"),
         ("Duration", duration(job["duration_s"])),
-        ("Labels", ", ".join(f"{k}={v}" for k, v in job["labels"].items()) or "none"),
+        # Another tool's result labels are its figures below, not label text.
+        ("Labels", ", ".join(f"{k}={v}" for k, v in shown_labels(job["labels"]).items())
+         or "none"),
         ("Energy", f"{energy(total_j)} ({_known(fmt.energy_wh(total_j))})"),
         ("Dynamic / idle energy", f"{energy(report['dynamic_energy_j']['total'])} / "
                                   f"{energy(report['idle_energy_j']['total'])}"),
@@ -107,7 +111,7 @@ def summary(report: Report) -> Table:
         ("Operational CO2e", mass(report["co2e_g"])),
         ("Embodied CO2e (apart)", mass(report["embodied_co2e_g"])),
         ("Operational + embodied", mass(report["total_co2e_g"])),
-        *((f"{e['tool']}'s own CO2e", f"{mass(e['co2e_g'])} (joulestat's: "
+        *((f"{e['tool']}'s own CO2e", f"{_external(e)} (joulestat's: "
            f"{mass(report['co2e_g'])}; see notes)") for e in report.get("external_co2e", [])),
         ("Grid intensity (effective)", _known(fmt.intensity(
             report["carbon_intensity_g_per_kwh"]))),
@@ -116,6 +120,14 @@ def summary(report: Report) -> Table:
         ("Untracked CPU time on the node", _untracked(report)),
     ]
     return Table("Summary", ("", ""), tuple(rows), (1.0, 3.0))
+
+
+def _external(figures: Mapping[str, Any]) -> str:
+    """Another tool's own CO2e, and the energy it applied its intensity to, as every
+    figure is written (``17.4 mg over 550 mWh``), never its CSV's ``1.74e-05``."""
+    co2e = mass(figures["co2e_g"])
+    kwh = figures.get("energy_kwh")
+    return co2e if kwh is None else f"{co2e} over {_known(fmt.energy_wh(kwh * J_PER_KWH))}"
 
 
 def _measured(report: Report) -> str:
@@ -128,7 +140,7 @@ def _measured(report: Report) -> str:
 
 
 def energy_by_component(report: Report) -> Table:
-    components = [c for c in ("cpu", "dram", "gpu", "net", "other")
+    components = [c for c in (*COMPONENT_ORDER, "other")
                   if report["energy_j"][c] or report["sources"].get(c)]
 
     def sources(component: str) -> str:
@@ -141,7 +153,7 @@ def energy_by_component(report: Report) -> Table:
     rows = [(c, energy(report["dynamic_energy_j"][c]), energy(report["idle_energy_j"][c]),
              energy(report["energy_j"][c]), sources(c)) for c in components]
     extra = sorted((c for c in report["sources"] if c not in components
-                    and c not in ("cpu", "dram", "gpu", "net")), key=component_sort_key)
+                    and c not in COMPONENT_ORDER), key=component_sort_key)
     rows += [(f"other: {c}", "", "", "", sources(c)) for c in extra]
     rows.append(("total", energy(report["dynamic_energy_j"]["total"]),
                  energy(report["idle_energy_j"]["total"]), energy(report["energy_j"]["total"]),

@@ -6,7 +6,8 @@ Neuron has only a power percentage refreshed about once a minute. Rather than pr
 ``getattr`` downstream, each sensor declares a :class:`Capabilities`, and absent hardware
 is an :class:`EmptySensor` that reads nothing, so the factory can say what it looked for.
 
-The component name every accelerator reports lives here, once: ``ACCELERATOR_COMPONENT``.
+Every accelerator reports one component, ``ACCELERATOR_COMPONENT`` ("accelerator"),
+defined in :mod:`agent.sensors.base` next to the other component names.
 """
 
 from __future__ import annotations
@@ -17,13 +18,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from agent.sensors.base import DeviceInfo, Reading
+from agent.sensors.base import ACCELERATOR_COMPONENT, DeviceInfo, Reading
 
 log = logging.getLogger(__name__)
-
-# Every accelerator, whatever its vendor, is this component (the store, reports and
-# metrics key on it; renaming it to "accelerator" is a migration, see issue 14).
-ACCELERATOR_COMPONENT = "gpu"
 
 # (component, device) -> ({pid: utilisation %}, {pids holding the device})
 DeviceProcesses = dict[tuple[str, str], tuple[dict[int, float], set[int]]]

@@ -13,9 +13,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+# Every accelerator, whatever its vendor (NVIDIA, AMD, Gaudi, Neuron), is this one
+# component: the store, reports, metrics and dashboard key on it. Its device names
+# (gpu0, amdgpu0, neuron0) say which hardware it is.
+ACCELERATOR_COMPONENT = "accelerator"
 # Components a sensor may report. ``platform`` (RAPL psys) overlaps cpu+dram and is
 # reported for reference only: nothing downstream sums it with the others.
-COMPONENTS = ("cpu", "dram", "gpu", "net", "platform", "other")
+COMPONENTS = ("cpu", "dram", ACCELERATOR_COMPONENT, "net", "platform", "other")
+# Names components had before (issue 14: "gpu" was every accelerator until schema 2 of
+# reports and migration 0006 of the store). What joulestat wrote then, and still reads
+# (crash checkpoints, replay traces, schema-1 reports), is mapped through this.
+RENAMED_COMPONENTS = {"gpu": ACCELERATOR_COMPONENT}
+
+
+def current_component(name: str) -> str:
+    """The component's name today: an old name mapped, any other name unchanged.
+
+    Why: a checkpoint or trace written before a rename must still match the readings of
+    the agent that reads it, or its series would restart from a baseline and lose the gap.
+    """
+    return RENAMED_COMPONENTS.get(name, name)
 
 
 @dataclass(frozen=True, slots=True)

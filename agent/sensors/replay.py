@@ -13,7 +13,8 @@ File format: CSV, header exactly ``t_s,component,device,watts``, one row per cha
 * Before a key's first row its power is 0 W. After its last row it holds its last watts
   for as long as the replay runs (a trace ending in ``0`` stops it cleanly).
 * Rows must not go back in time (equal times are allowed; for one key the later row
-  wins). Blank lines are ignored. ``component`` must be one of base.COMPONENTS.
+  wins). Blank lines are ignored. ``component`` must be one of base.COMPONENTS, or a
+  name it had before (``gpu``, now ``accelerator``), so traces recorded then still replay.
 
 Restart: ``checkpoint`` keeps the time origin (and the energies last reported, with their
 monotonic time); ``restore`` takes the origin back so trace time runs on through the gap,
@@ -32,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.sensors.base import COMPONENTS, DeviceInfo, Reading
+from agent.sensors.base import COMPONENTS, DeviceInfo, Reading, current_component
 from agent.sensors.resume import BadState, get_float
 
 log = logging.getLogger(__name__)
@@ -103,14 +104,15 @@ def load_trace(path: Path | str) -> Trace:
             continue
         if len(fields) != len(HEADER):
             raise TraceError(f"{where}: expected {len(HEADER)} fields, got {len(fields)}")
-        t_text, component, device, watts_text = (f.strip() for f in fields)
+        t_text, named, device, watts_text = (f.strip() for f in fields)
+        component = current_component(named)
         t_s = _number(t_text, "t_s", where)
         watts_w = _number(watts_text, "watts", where)
         if not 0 <= watts_w <= MAX_TRACE_W:
             raise TraceError(f"{where}: watts must be between 0 and {MAX_TRACE_W:g} (one "
                              f"device), got {watts_text!r}")
         if component not in COMPONENTS:
-            raise TraceError(f"{where}: unknown component {component!r}; "
+            raise TraceError(f"{where}: unknown component {named!r}; "
                              f"expected one of {', '.join(COMPONENTS)}")
         if not device:
             raise TraceError(f"{where}: device must not be empty")
@@ -216,7 +218,7 @@ class ReplaySensor:
                 if (not isinstance(row, list) or len(row) != 3
                         or not all(isinstance(x, str) for x in row[:2])):
                     raise BadState(f"malformed energy row {row!r:.60}")
-                key = (row[0], row[1])
+                key = (current_component(row[0]), row[1])
                 energy_j = get_float({"energy_j": row[2]}, "energy_j")
                 if key not in self.trace.series:
                     raise BadState(f"{key[0]}/{key[1]} is not in {self.trace.path}")

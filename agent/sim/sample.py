@@ -28,6 +28,7 @@ from sqlalchemy.engine import Engine
 from agent.attribution import DeviceUse, TickUsage, attribute
 from agent.identity import NodeInfo
 from agent.jobs.registry import Job
+from agent.sensors.base import ACCELERATOR_COMPONENT as ACCELERATOR
 from agent.sensors.base import DeviceInfo
 from agent.store.writer import StoreWriter
 from agent.tick import Tick, TickEntry
@@ -60,16 +61,16 @@ class Profile:
 PROFILES = {
     "g5.xlarge": Profile("g5.xlarge", "us-east-1", "AMD EPYC 7R32", 4, (
         Part("cpu", 1, "rapl", 22, 85), Part("dram", 1, "rapl", 3, 9),
-        Part("gpu", 1, "nvml_energy", 58, 300)), requests_per_s=190, half_concurrency=6),
+        Part(ACCELERATOR, 1, "nvml_energy", 58, 300)), requests_per_s=190, half_concurrency=6),
     "inf2.xlarge": Profile("inf2.xlarge", "us-east-1", "AMD EPYC 7R13", 4, (
         Part("cpu", 1, "model:ccf-vcpu", 3, 14), Part("dram", 1, "model:dram-gib", 6, 6),
-        Part("accelerator", 1, "neuron", 32, 120)), requests_per_s=150, half_concurrency=8),
+        Part(ACCELERATOR, 1, "neuron", 32, 120)), requests_per_s=150, half_concurrency=8),
     "c6i.2xlarge": Profile("c6i.2xlarge", "eu-west-1", "Intel Xeon Platinum 8375C", 8, (
         Part("cpu", 1, "model:tdp-curve", 18, 105), Part("dram", 1, "model:dram-gib", 6, 6)),
         requests_per_s=24, half_concurrency=3),
     "p4d.24xlarge": Profile("p4d.24xlarge", "us-west-2", "Intel Xeon Platinum 8275CL", 96, (
         Part("cpu", 2, "rapl", 55, 240), Part("dram", 2, "rapl", 10, 30),
-        Part("gpu", 8, "nvml_energy", 52, 400))),
+        Part(ACCELERATOR, 8, "nvml_energy", 52, 400))),
     "c5.4xlarge": Profile("c5.4xlarge", "us-west-2", "Intel Xeon Platinum 8124M", 16, (
         Part("cpu", 1, "rapl", 28, 150), Part("dram", 1, "rapl", 5, 14))),
 }
@@ -99,7 +100,7 @@ def _inference(profile: Profile, concurrency: int) -> Work:
     busy = concurrency / (concurrency + profile.half_concurrency)
     accel = 0.08 + 0.9 * busy
     cpu = 0.1 + (0.85 if profile.instance_type.startswith("c6i") else 0.35) * busy
-    return Work({"cpu": cpu, "dram": 0.3 + 0.5 * busy, "gpu": accel, "accelerator": accel},
+    return Work({"cpu": cpu, "dram": 0.3 + 0.5 * busy, ACCELERATOR: accel},
                 "request", profile.requests_per_s * busy)
 
 
@@ -115,18 +116,19 @@ def _lanes() -> list[tuple[tuple[str, ...], list[tuple[str, dict]]]]:
     return [
         (("gpu-a10g-1",), serving("gpu-a10g-1", g5) + [
             ("training", {"name": "resnet50-finetune", "labels": {"model": "resnet50"},
-                          "work": {"gpu-a10g-1": Work({"cpu": 0.4, "dram": 0.6, "gpu": 0.93},
+                          "work": {"gpu-a10g-1": Work({"cpu": 0.4, "dram": 0.6, ACCELERATOR: 0.93},
                                                       "sample", 910)}}),
             ("training", {"name": "resnet50-jpeg-decode", "labels": {"model": "resnet50"},
-                          "work": {"gpu-a10g-1": Work({"cpu": 0.98, "dram": 0.7, "gpu": 0.1},
+                          "work": {"gpu-a10g-1": Work({"cpu": 0.98, "dram": 0.7, ACCELERATOR: 0.1},
                                                       "sample", 150)}})]),
         (("inf2-1",), serving("inf2-1", inf2)),
         (("cpu-c6i-1",), serving("cpu-c6i-1", c6i)),
         (("trainer-p4d-1", "loader-c5-1"), [
             ("training", {"name": "llama-7b-finetune", "labels": {"model": "llama-7b"},
-                          "work": {"trainer-p4d-1": Work({"cpu": 0.4, "dram": 0.5, "gpu": 0.9},
-                                                         "sample", 2400),
-                                   "loader-c5-1": Work({"cpu": 0.85, "dram": 0.6})}})]),
+                          "work": {
+                              "trainer-p4d-1": Work({"cpu": 0.4, "dram": 0.5, ACCELERATOR: 0.9},
+                                                    "sample", 2400),
+                              "loader-c5-1": Work({"cpu": 0.85, "dram": 0.6})}})]),
     ]
 
 
@@ -210,7 +212,7 @@ def simulate_node(engine: Engine, node: str, planned: list[Planned], start_s: fl
             devices={(part.component, str(i)): DeviceUse(
                 {p.job.id: 100 * p.work[node].load.get(part.component, 0.0) for p in active},
                 tuple(p.job.id for p in active))
-                for part in profile.parts if part.component in ("gpu", "accelerator")
+                for part in profile.parts if part.component == ACCELERATOR
                 for i in range(part.devices)},
             running_jobs=tuple(p.job.id for p in active),
         )

@@ -35,8 +35,9 @@ NODE_ENERGY = MetricSpec(
     "Energy used by this node since the agent started, per component and device, in joules. "
     "Power is rate() of this counter. source says where the number came from "
     "(rapl, nvml_energy, nvml_power, amdsmi, amdsmi_power, hlml, hlml_power, neuron, "
-    "model:<name>, replay). component=platform (RAPL psys) "
-    "overlaps cpu and dram: never sum it with them.",
+    "model:<name>, replay). component is cpu, dram, accelerator (every accelerator, "
+    "whatever its vendor), net or platform; "
+    "component=platform (RAPL psys) overlaps cpu and dram: never sum it with them.",
 )
 NODE_POWER = MetricSpec(
     "joulestat_node_power_watts",
@@ -168,6 +169,10 @@ def render_markdown() -> str:
         "The agent serves them on `--metrics-port` (default 9464) at `/metrics`, bound to",
         "`--metrics-host` (default 127.0.0.1). Standard `process_*` metrics describe the agent",
         "process itself.",
+        "",
+        "The accelerator component was `gpu` before store revision 0006 (issue 14): a "
+        "query or rule that selected `component=\"gpu\"` selects "
+        "`component=\"accelerator\"` now.",
         "",
         "| name | type | labels | meaning |",
         "|---|---|---|---|",

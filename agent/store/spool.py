@@ -11,6 +11,10 @@ The spool is bounded (``max_bytes``): past it the oldest segments go, with an er
 saying which ticks were lost. At start-up the agent replays the spool before it reads
 its checkpoint, so a crash during an outage resumes from the last checkpoint it took,
 not from the last one the database saw.
+
+A segment an agent wrote before the component ``gpu`` became ``accelerator`` (issue 14,
+migration 0006) is written back under the new name, so an upgrade during an outage
+stores no row under the old one.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.store.buffer import RowBuffer
+from agent.sensors.base import current_component
+from agent.store.buffer import SHARE, TICK, Key, RowBuffer
 from agent.store.job_writer import PendingJobs
 
 log = logging.getLogger(__name__)
@@ -137,13 +142,21 @@ def _decode(data: dict[str, Any]) -> tuple[RowBuffer, PendingJobs]:
     if data.get("format") != FORMAT:
         raise ValueError(f"unknown spool format {data.get('format')!r}")
     batch = RowBuffer()
-    keys = [tuple(k) for k in data["keys"]]
+    keys = [_renamed(tuple(k)) for k in data["keys"]]
     for t_end, t_start, dynamic_j, idle_j, key in data["rows"]:
         batch.append(int(t_end), int(t_start), float(dynamic_j), float(idle_j), keys[key])
     pending = PendingJobs()
     pending.jobs = {job_id: (rows[0], rows[1]) for job_id, rows in data["jobs"].items()}
     pending.checkpoint = data["checkpoint"]
     return batch, pending
+
+
+def _renamed(key: tuple[Any, ...]) -> Key:
+    """A tick's or share's key with its component's name today (units keep theirs)."""
+    kind, who, component, device, source = key
+    if kind in (TICK, SHARE):
+        component = current_component(component)
+    return (kind, who, component, device, source)
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -111,5 +111,5 @@ def ccf_cpu(proc: FakeProc) -> CpuModelSensor:
 
 
 TRACE = ("t_s,component,device,watts\n"
-         "0,cpu,package-0,50\n0,gpu,gpu0,300\n4,cpu,package-0,80\n6,gpu,gpu0,100\n"
+         "0,cpu,package-0,50\n0,accelerator,gpu0,300\n4,cpu,package-0,80\n6,accelerator,gpu0,100\n"
          "9,cpu,package-0,20\n")

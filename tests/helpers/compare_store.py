@@ -30,7 +30,7 @@ INF2 = lookup("inf2.xlarge").usd_per_hour
 P4D = lookup("p4d.24xlarge").usd_per_hour
 C6I = lookup("c6i.4xlarge").usd_per_hour
 DEVICES = [DeviceInfo("cpu", "0", "rapl", index=0),
-           DeviceInfo("gpu", "0", "nvml_energy", model="GPU", uuid="GPU-1", index=0)]
+           DeviceInfo("accelerator", "0", "nvml_energy", model="GPU", uuid="GPU-1", index=0)]
 
 
 def node(name: str, instance_type: str) -> NodeInfo:
@@ -46,10 +46,11 @@ def run_job(engine: Engine, where: NodeInfo, job: Job, ticks: int, gpu_j: float,
     start = job.started_s
     for i in range(ticks):
         tick = Tick(start + i * TICK_S, start + (i + 1) * TICK_S, (
-            TickEntry("cpu", "0", "rapl", 10.0), TickEntry("gpu", "0", "nvml_energy", gpu_j)))
+            TickEntry("cpu", "0", "rapl", 10.0),
+            TickEntry("accelerator", "0", "nvml_energy", gpu_j)))
         writer.add(tick)
         writer.add_shares(tick, [
-            Share(job.id, "gpu", "0", "nvml_energy", 0.8 * gpu_j, 0.2 * gpu_j),
+            Share(job.id, "accelerator", "0", "nvml_energy", 0.8 * gpu_j, 0.2 * gpu_j),
             Share(None, "cpu", "0", "rapl", 10.0, 0.0)])
         if units:
             writer.add_units(job.id, tick.t1_s, units)

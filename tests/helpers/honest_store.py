@@ -43,7 +43,7 @@ VM = NodeInfo("vm-1", "c6i.2xlarge", "eu-west-1", "Intel Xeon Platinum 8375C", "
 REMOTE_VM = NodeInfo("vm-remote-1", "c6i.xlarge", "eu-west-1", "Intel Xeon", "0.1.0")
 SOURCES = {
     "laptop-1": {"cpu": "rapl"},
-    "gpu-1": {"cpu": "rapl", "dram": "rapl", "gpu": "nvml_energy"},
+    "gpu-1": {"cpu": "rapl", "dram": "rapl", "accelerator": "nvml_energy"},
     "vm-1": {"cpu": "model:ccf-vcpu", "dram": "model:dram-gib"},
     "vm-remote-1": {"cpu": "model:ccf-vcpu", "dram": "model:dram-gib"},
 }
@@ -106,7 +106,8 @@ def write_run(engine: Engine, run: Run) -> None:
                         for c, w in run.watts.items())
         tick = Tick(t0, t1, entries)
         usage = TickUsage(node_busy_cpu_s=1.0, job_cpu_s={run.job_id: 1.0},
-                          devices={("gpu", "0"): DeviceUse({run.job_id: 90.0}, (run.job_id,))},
+                          devices={("accelerator", "0"): DeviceUse({run.job_id: 90.0},
+                                                                   (run.job_id,))},
                           running_jobs=(run.job_id,))
         writer.add(tick)
         writer.add_shares(tick, attribute(tick, usage, {}))
@@ -133,7 +134,7 @@ def runs(start_s: float) -> list[Run]:
     for i, (level, seconds, rate) in enumerate(((1, 120, 40.0), (4, 120, 120.0),
                                                  (16, 120, 200.0), (1, 5, 40.0))):
         found.append(Run(f"serve-{i}", "mlp-serve", "inference", GPU, at, seconds,
-                         {"cpu": 30.0, "dram": 4.0, "gpu": 60.0 + 10 * level},
+                         {"cpu": 30.0, "dram": 4.0, "accelerator": 60.0 + 10 * level},
                          {"concurrency": str(level)}, "request", rate))
         at += seconds + 30
     for i, level in enumerate((1, 4)):
@@ -141,7 +142,7 @@ def runs(start_s: float) -> list[Run]:
                          "dram": 6.0}, {"concurrency": str(level)}, "request", 10.0 * level))
         at += 120
     found.append(Run("train-g5", "mlp-train", "training", GPU, at, 90,
-                     {"cpu": 40.0, "dram": 5.0, "gpu": 200.0}, {}, "sample", 100.0))
+                     {"cpu": 40.0, "dram": 5.0, "accelerator": 200.0}, {}, "sample", 100.0))
     found.append(Run("train-c6i", "mlp-train", "training", VM, at + 120, 90,
                      {"cpu": 90.0, "dram": 6.0}, {}, "sample", 400.0))
     return found

@@ -40,6 +40,19 @@ def assert_same(a: Any, b: Any, where: str = "") -> None:
         assert a == b, where
 
 
+def renamed(value: Any, old: str, new: str) -> Any:
+    """``value`` (a report, or part of one) with component ``old`` named ``new``: as an
+    object key and as the value of a ``component`` field. Device names (``gpu0``) stay.
+    ``renamed(report, "accelerator", "gpu")`` is the report as schema 1 wrote it."""
+    if isinstance(value, dict):
+        return {(new if key == old else key):
+                (new if key == "component" and item == old else renamed(item, old, new))
+                for key, item in value.items()}
+    if isinstance(value, list):
+        return [renamed(item, old, new) for item in value]
+    return value
+
+
 FIGURES = ("energy_j", "energy_kwh", "dynamic_energy_j", "idle_energy_j", "co2e_g",
            "embodied_co2e_g", "total_co2e_g", "carbon_intensity_g_per_kwh", "pue", "cost_usd",
            "cost_note", "work_units", "per_unit", "per_million_units", "throughput_per_hour",

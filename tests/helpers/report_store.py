@@ -34,7 +34,7 @@ NOW = T0 + 200
 LOADER = NodeInfo("loader-1", "c5.4xlarge", "eu-west-1", "Xeon", "0.1.0")
 TRAINER = NodeInfo("trainer-1", "p4d.24xlarge", "us-east-1", "EPYC", "0.1.0")
 ODD = NodeInfo("odd-1", "homebuilt", "mars-central-7", "Ryzen", "0.1.0")
-IDLE_W = {("cpu", "0"): 4.0, ("dram", "0"): 1.0, ("gpu", "0"): 60.0}
+IDLE_W = {("cpu", "0"): 4.0, ("dram", "0"): 1.0, ("accelerator", "0"): 60.0}
 SECRET_LABELS = {"team": "nlp", "api_token": "tok-123", "db_password": "hunter2"}
 
 # (job, component) -> [dynamic_j, idle_j], and (job, unit) -> count, per node
@@ -44,7 +44,8 @@ Totals = dict[tuple[str, str, str], list[float]]
 def node_devices(node: NodeInfo) -> list[DeviceInfo]:
     devices = [DeviceInfo("cpu", "0", "rapl", index=0), DeviceInfo("dram", "0", "rapl")]
     if node is TRAINER:
-        devices.append(DeviceInfo("gpu", "0", "nvml_energy", model="A100", uuid="G-1", index=0))
+        devices.append(DeviceInfo("accelerator", "0", "nvml_energy", model="A100", uuid="G-1",
+                                  index=0))
     return devices
 
 
@@ -58,10 +59,10 @@ def write_ticks(writer: StoreWriter, node: NodeInfo, start_s: float, count: int,
         entries = [TickEntry("cpu", "0", cpu_source, 20.0 + i % 7),
                    TickEntry("dram", "0", "rapl", 3.0 + i % 2)]
         if gpu:
-            entries.append(TickEntry("gpu", "0", "nvml_energy", 150.0 + 10 * (i % 5)))
+            entries.append(TickEntry("accelerator", "0", "nvml_energy", 150.0 + 10 * (i % 5)))
         tick = Tick(t1 - 1.0, t1, tuple(entries))
         job_cpu = {job: 0.3 + 0.1 * ((i + n) % 3) for n, job in enumerate(jobs)}
-        devices = {("gpu", "0"): DeviceUse({jobs[0]: 80.0}, jobs)} if gpu else {}
+        devices = {("accelerator", "0"): DeviceUse({jobs[0]: 80.0}, jobs)} if gpu else {}
         usage = TickUsage(node_busy_cpu_s=2.0, job_cpu_s=job_cpu, devices=devices,
                           running_jobs=jobs)
         shares = attribute(tick, usage, IDLE_W, "share")

@@ -29,8 +29,8 @@ from agent.tick import Tick, TickEntry
 LOADER = NodeInfo("loader-1", "c5.4xlarge", "eu-west-1", "Xeon", "0.1.0")
 TRAINER = NodeInfo("trainer-1", "p4d.24xlarge", "eu-west-1", "EPYC", "0.1.0")
 DEVICES = [DeviceInfo("cpu", "0", "rapl", index=0),
-           DeviceInfo("gpu", "0", "nvml_energy", model="A100", uuid="GPU-1", index=0)]
-IDLE_W = {("cpu", "0"): 4.0, ("gpu", "0"): 60.0}
+           DeviceInfo("accelerator", "0", "nvml_energy", model="A100", uuid="GPU-1", index=0)]
+IDLE_W = {("cpu", "0"): 4.0, ("accelerator", "0"): 60.0}
 T0 = 1_700_000_040.0  # a minute boundary
 RETENTION_S = 600.0
 
@@ -40,7 +40,7 @@ Totals = dict[tuple[str, str], list[float]]  # (job, component) -> [dynamic, idl
 def make_tick(t1_s: float, cpu_j: float, gpu_j: float | None) -> Tick:
     entries = [TickEntry("cpu", "0", "rapl", cpu_j)]
     if gpu_j is not None:
-        entries.append(TickEntry("gpu", "0", "nvml_energy", gpu_j))
+        entries.append(TickEntry("accelerator", "0", "nvml_energy", gpu_j))
     return Tick(t1_s - 1.0, t1_s, tuple(entries))
 
 
@@ -50,7 +50,7 @@ def shares_for(tick: Tick, jobs: tuple[str, ...], i: int, policy: str = "share")
     utilization = {job: 70.0 if n == 0 else 10.0 for n, job in enumerate(jobs)}
     usage = TickUsage(
         node_busy_cpu_s=2.0, job_cpu_s=job_cpu,
-        devices={("gpu", "0"): DeviceUse(utilization, jobs)}, running_jobs=jobs,
+        devices={("accelerator", "0"): DeviceUse(utilization, jobs)}, running_jobs=jobs,
     )
     return attribute(tick, usage, IDLE_W, policy)
 
@@ -155,8 +155,8 @@ def check_multi_node_job_is_one_job(engine: Engine) -> None:
     assert (found.status, found.started_s, found.ended_s) == ("running", T0 + 2, None)
     expected = job_total(on_loader, "dist-1") + job_total(on_trainer, "dist-1")
     assert found.total_j == pytest.approx(expected, rel=1e-12)
-    assert found.energy_j("gpu") == pytest.approx(sum(
-        d + i for (j, c), (d, i) in on_trainer.items() if (j, c) == ("dist-1", "gpu")))
+    assert found.energy_j("accelerator") == pytest.approx(sum(
+        d + i for (j, c), (d, i) in on_trainer.items() if (j, c) == ("dist-1", "accelerator")))
     assert found.units == {"samples": 240.0, "tokens": 30 * 512.0}
 
     detail = job_detail(engine, "dist-1")
@@ -245,7 +245,7 @@ def check_running_jobs_survive_a_restart(engine: Engine) -> None:
     assert (job.labels, job.pids, job.started_s, job.ended_s) == (
         {"team": "cv"}, {41, 42}, T0 + 1, None)
     assert job.units == {"images": 640.0}
-    for component in ("cpu", "gpu"):
+    for component in ("cpu", "accelerator"):
         dynamic, idle = totals[("keep", component)]
         assert job.dynamic_j[component] == pytest.approx(dynamic, rel=1e-12)
         assert job.idle_j[component] == pytest.approx(idle, rel=1e-12)

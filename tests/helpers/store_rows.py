@@ -1,5 +1,5 @@
 """One node's ticks for the store tests, on SQLite and on PostgreSQL: a migrated store, a
-node with a CPU and a GPU, ticks of given energies, and a count of raw rows."""
+node with a CPU and an accelerator, ticks of given energies, and a count of raw rows."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from agent.tick import Tick, TickEntry
 
 NODE = NodeInfo("node-a", "m5.large", "eu-west-1", "Xeon", "0.1.0")
 DEVICES = [DeviceInfo("cpu", "0", "rapl", model="Xeon", index=0),
-           DeviceInfo("gpu", "0", "nvml_energy", model="H100", uuid="GPU-1", index=0)]
+           DeviceInfo("accelerator", "0", "nvml_energy", model="H100", uuid="GPU-1", index=0)]
 T0 = 1_700_000_040.0  # a minute boundary (1_700_000_040 = 28_333_334 * 60)
 RETENTION_S = 600.0
 
@@ -26,7 +26,7 @@ RETENTION_S = 600.0
 def tick(t1_s: float, cpu_j: float = 10.0, gpu_j: float = 100.0, length_s: float = 1.0,
          gpu_source: str = "nvml_energy") -> Tick:
     return Tick(t1_s - length_s, t1_s, (TickEntry("cpu", "0", "rapl", cpu_j),
-                                        TickEntry("gpu", "0", gpu_source, gpu_j)))
+                                        TickEntry("accelerator", "0", gpu_source, gpu_j)))
 
 
 def raw_count(engine: Engine) -> int:
@@ -51,10 +51,10 @@ def write_across_minute_ends(writer: StoreWriter) -> None:
 
 # (minute start, component, energy J, covered s, source) after write_across_minute_ends
 MINUTES_ACROSS_ENDS = [
+    (T0, "accelerator", 100.0, 2.0, "nvml_energy"),
     (T0, "cpu", 10.0, 2.0, "rapl"),
-    (T0, "gpu", 100.0, 2.0, "nvml_energy"),
+    (T0 + 60, "accelerator", 6.0, 1.0, "nvml_energy+nvml_power"),
     (T0 + 60, "cpu", 4.0, 1.0, "rapl"),
-    (T0 + 60, "gpu", 6.0, 1.0, "nvml_energy+nvml_power"),
 ]
 
 

@@ -29,7 +29,7 @@ def test_agent_measures_a_fake_inferentia2_and_keeps_ticking_through_no_data(
         wait_for(lambda: _neuron(agent, ENERGY).get("neuron", 0.0) > 5.0)
         assert _neuron(agent, POWER)["neuron"] == pytest.approx(40.0, rel=0.01)
         info = [dict(k) for k in agent.series(INFO)]
-        assert {"component": "gpu", "device": "neuron0", "vendor": "AWS",
+        assert {"component": "accelerator", "device": "neuron0", "vendor": "AWS",
                 "model": "AWS Inferentia2", "uuid": "neuron0", "attribution": ""} in info
         fake.set_status(0, "NO_DATA")
         ticks = agent.value("joulestat_agent_ticks_total")

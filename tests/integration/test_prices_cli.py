@@ -42,16 +42,16 @@ def node_report(node: str, instance_type: str, held_h: float, gpu_j: float,
                 units: dict[str, float]) -> dict[str, Any]:
     """One node's joulestat JSON report of the job, as its own store would export it."""
     return {
-        "format": "joulestat-report", "schema_version": 1, "agent_version": "0.1.0",
+        "format": "joulestat-report", "schema_version": 2, "agent_version": "0.1.0",
         "generated_s": T0 + 86_400,
         "job": {"id": JOB, "name": "bert-sagemaker", "kind": "training", "labels": {},
                 "started_s": T0},
         "nodes": [{
             "node": node, "instance_type": instance_type, "region": "us-east-1",
             "started_s": T0, "ended_s": T0 + held_h * 3600,
-            "components": {"gpu": {"dynamic_j": 0.8 * gpu_j, "idle_j": 0.2 * gpu_j},
+            "components": {"accelerator": {"dynamic_j": 0.8 * gpu_j, "idle_j": 0.2 * gpu_j},
                            "cpu": {"dynamic_j": 1_000.0, "idle_j": 0.0}},
-            "work_units": units, "sources": {"gpu": ["nvml_energy"], "cpu": ["rapl"]},
+            "work_units": units, "sources": {"accelerator": ["nvml_energy"], "cpu": ["rapl"]},
         }],
     }
 

@@ -24,7 +24,13 @@ from agent.store import make_engine
 from agent.store.writer import StoreWriter
 from tests.helpers.agent_process import JOULESTAT, agent_env, run_cli
 from tests.helpers.codecarbon_run import codecarbon_script
-from tests.helpers.report_checks import SCHEMA, assert_same_figures, html_text
+from tests.helpers.report_checks import (
+    SCHEMA,
+    assert_same_figures,
+    html_text,
+    renamed,
+    validate,
+)
 from tests.helpers.report_store import (
     LOADER,
     T0,
@@ -183,6 +189,42 @@ def test_export_import_report_again(store: tuple[dict[str, str], Any], tmp_path:
     assert sorted(j["id"] for j in jobs) == ["dist-1", "secretive", "solo"]
 
 
+SCHEMA_1 = Path(__file__).parents[1] / "fixtures" / "report-schema1.json"
+
+
+def test_a_schema_1_report_imports_and_reports_the_same_figures(tmp_path: Path) -> None:
+    """A report written by joulestat before the component gpu became accelerator (see
+    tests/fixtures/README.md): imported and reported again through the real CLI, every
+    figure is the same, its gpu energy now the accelerator's."""
+    old = json.loads(SCHEMA_1.read_text())
+    assert old["schema_version"] == 1 and old["energy_j"]["gpu"] > 0
+    env = agent_env(JOULESTAT_DB=f"sqlite:///{tmp_path / 'target.db'}")
+    result = run_cli("import", str(SCHEMA_1), env=env)
+    assert result.returncode == 0, result.stderr
+    assert "1 job(s), 2 node part(s) written: llm-9" in result.stdout, result.stdout
+    again = json.loads(report(env, "llm-9", "--format", "json").stdout)
+    validate(again)
+    assert again["schema_version"] == 2
+    for key in ("energy_j", "dynamic_energy_j", "idle_energy_j"):
+        assert "gpu" not in again[key]
+        assert again[key]["accelerator"] == pytest.approx(old[key]["gpu"], rel=1e-12), key
+    assert again["energy_j"]["total"] == pytest.approx(old["energy_j"]["total"], rel=1e-12)
+    assert again["co2e_g"] == pytest.approx(old["co2e_g"], rel=1e-12)
+    for unit, figures in old["per_unit"].items():
+        assert again["per_unit"][unit] == pytest.approx(figures, rel=1e-12), unit
+    assert_same_figures(renamed(old, "gpu", "accelerator"), again)
+    trainer = next(n for n in again["nodes"] if n["node"] == "trainer-1")
+    assert trainer["sources"]["accelerator"] == ["import:joulestat/nvml_energy"]
+    csv_row = next(csv.DictReader(io.StringIO(report(env, "llm-9", "--format", "csv").stdout)))
+    assert float(csv_row["energy_accelerator_j"]) == pytest.approx(old["energy_j"]["gpu"])
+    # a version this joulestat does not know is refused, naming the two it reads
+    future = tmp_path / "future.json"
+    future.write_text(json.dumps({**old, "schema_version": 3}))
+    refused = run_cli("import", str(future), env=env)
+    assert refused.returncode == 2
+    assert "schema_version: this joulestat reads versions 1 and 2, got 3" in refused.stderr
+
+
 def bad_files(tmp_path: Path, env: dict[str, str]) -> list[tuple[Path, str]]:
     """(file, what the error must say) for one file of each kind of fault."""
     good = json.loads(report(env, "dist-1").stdout)
@@ -236,7 +278,7 @@ def test_codecarbon_file_made_by_codecarbon(tmp_path: Path) -> None:
     data = json.loads(report(env, job_id).stdout)
     jsonschema.Draft202012Validator(SCHEMA).validate(data)
     pue = float(row["pue"])
-    for column, component in (("cpu_energy", "cpu"), ("gpu_energy", "gpu"),
+    for column, component in (("cpu_energy", "cpu"), ("gpu_energy", "accelerator"),
                               ("ram_energy", "dram")):
         expected_j = float(row[column]) * 3_600_000 / pue
         assert data["energy_j"][component] == pytest.approx(expected_j, rel=1e-12), column

@@ -32,6 +32,7 @@ from agent.tick import Tick, TickEntry
 from tests.helpers import store_jobs as jobs
 from tests.helpers.job_refs import check_resolver
 from tests.helpers.pg import PostgresServer
+from tests.helpers.rename_store import check_both_names_merge, check_rename_keeps_figures
 from tests.helpers.store_rows import (
     MINUTES_ACROSS_ENDS,
     T0,
@@ -46,7 +47,7 @@ pytestmark = pytest.mark.postgres
 
 NODE = NodeInfo("node-pg", "p5.48xlarge", "us-east-1", "EPYC", "0.1.0")
 DEVICES = [DeviceInfo("cpu", "0", "rapl", index=0),
-           DeviceInfo("gpu", "0", "nvml_energy", model="H100", uuid="GPU-9", index=0)]
+           DeviceInfo("accelerator", "0", "nvml_energy", model="H100", uuid="GPU-9", index=0)]
 RETENTION_S = 600.0
 _names = itertools.count()
 
@@ -83,7 +84,7 @@ def test_migrations_reach_head_and_match_the_models(pg_url):
 
 def test_writer_is_idempotent(engine):
     writer = StoreWriter(engine, NODE, DEVICES, raw_retention_s=RETENTION_S)
-    assert node_devices(engine, NODE.node) == DEVICES
+    assert node_devices(engine, NODE.node) == sorted(DEVICES, key=lambda d: d.component)
     writer.add(tick(T0 + 1))
     writer.add(tick(T0 + 1))  # the same tick twice in one batch
     assert writer.flush()
@@ -92,7 +93,7 @@ def test_writer_is_idempotent(engine):
     assert writer.flush()
     assert raw_count(engine) == 4
     assert node_energy_j(engine, NODE.node, T0, T0 + 60) == {("cpu", "0"): 20.0,
-                                                             ("gpu", "0"): 200.0}
+                                                             ("accelerator", "0"): 200.0}
     StoreWriter(engine, NODE, DEVICES, raw_retention_s=RETENTION_S)  # a restart
     assert [n.node for n in list_nodes(engine)] == [NODE.node]
 
@@ -121,7 +122,7 @@ def test_retention_keeps_totals_and_counts_late_rows(engine):
     for b, a in zip(before, after, strict=True):
         assert a == pytest.approx(b, rel=1e-12)
     assert after[0][("cpu", "0")] == pytest.approx(sum(i % 5 for i in range(1, 1201)) + 1000)
-    assert latest_power_w(engine, NODE.node) == {("cpu", "0"): 0.0, ("gpu", "0"): 40.0}
+    assert latest_power_w(engine, NODE.node) == {("cpu", "0"): 0.0, ("accelerator", "0"): 40.0}
 
 
 def test_server_outage_keeps_rows_until_it_returns(pg, engine, caplog):
@@ -141,7 +142,7 @@ def test_server_outage_keeps_rows_until_it_returns(pg, engine, caplog):
         assert pg.start().returncode == 0, pg.log_tail()
     assert writer.flush() and writer.buffered_rows == 0
     assert node_energy_j(engine, NODE.node, T0, T0 + 60) == {("cpu", "0"): 30.0,
-                                                             ("gpu", "0"): 300.0}
+                                                             ("accelerator", "0"): 300.0}
 
 
 def test_db_upgrade_command_against_postgres(pg):
@@ -194,6 +195,27 @@ def test_upgrades_keep_figures(pg_url):
     engine = make_engine(pg_url)
     jobs.check_upgrades_keep_figures(engine)
     engine.dispose()
+
+
+def test_accelerator_rename_keeps_figures_on_partitioned_tables(pg_url):
+    """Migration 0006 renames gpu to accelerator through the day-partitioned raw tables
+    (0005) and back, every figure the same (tests/helpers/rename_store.py)."""
+    engine = make_engine(pg_url)
+    try:
+        check_rename_keeps_figures(engine)
+        with engine.connect() as connection:
+            assert connection.execute(text(
+                "SELECT relkind FROM pg_class WHERE relname = 'tick_energy'")).scalar() == "p"
+    finally:
+        engine.dispose()
+
+
+def test_accelerator_rename_merges_a_key_held_under_both_names(pg_url):
+    engine = make_engine(pg_url)
+    try:
+        check_both_names_merge(engine)
+    finally:
+        engine.dispose()
 
 
 def test_two_nodes_ending_a_job_at_once_leave_it_ended(pg_url, engine):

@@ -62,7 +62,7 @@ class Node:
         return [dict(labels) for (name, labels) in self.scrape()
                 if name == "joulestat_node_device_info"]
 
-    def job_dynamic_j(self, job_id: str, component: str = "gpu") -> float:
+    def job_dynamic_j(self, job_id: str, component: str = "accelerator") -> float:
         return sum(s.dynamic_j for r in self.results if r is not None for s in r.shares
                    if s.job == job_id and s.component == component)
 
@@ -110,18 +110,18 @@ def test_amd_through_the_agent(make_node: Any, monkeypatch: pytest.MonkeyPatch) 
     for _ in range(5):
         gpus[0].add_joules(350.0)
         node.tick()
-    exported = node.energy_j("gpu", "amdgpu0", "amdsmi")
+    exported = node.energy_j("accelerator", "amdgpu0", "amdsmi")
     assert exported == pytest.approx(gpus[0].energy_j - start_j, rel=0.01)
-    assert {"component": "gpu", "device": "amdgpu0", "vendor": "AMD",
+    assert {"component": "accelerator", "device": "amdgpu0", "vendor": "AMD",
             "model": "AMD Instinct MI300X", "uuid": "amd-0000",
             "attribution": ""} in node.device_info()
     gpus.pop()  # the device vanishes: the agent ticks on
     node.tick()
     node.tick()
-    assert node.energy_j("gpu", "amdgpu0", "amdsmi") == pytest.approx(exported)
+    assert node.energy_j("accelerator", "amdgpu0", "amdsmi") == pytest.approx(exported)
     node.built.writer.flush()
     stored = node_devices(node.built.writer.engine, "n1")
-    assert [(d.device, d.model) for d in stored if d.component == "gpu"] == [
+    assert [(d.device, d.model) for d in stored if d.component == "accelerator"] == [
         ("amdgpu0", "AMD Instinct MI300X")]
 
 
@@ -137,7 +137,7 @@ def test_gaudi_through_the_agent_with_a_counter_reset(make_node: Any,
     node.tick()
     hpus[0].energy_mj += 100_000
     node.tick()
-    assert node.energy_j("gpu", "gaudi0", "hlml") == pytest.approx(700.0, rel=0.01)
+    assert node.energy_j("accelerator", "gaudi0", "hlml") == pytest.approx(700.0, rel=0.01)
     assert all(s.energy_j >= 0 for r in node.results for s in r.shares)
     info = node.device_info()
     assert any(d["device"] == "gaudi0" and d["vendor"] == "Intel" and d["model"] == "HL-225"
@@ -152,16 +152,16 @@ def test_neuron_through_the_agent(make_node: Any, tmp_path: Path) -> None:
     fake.set_power(0, 40.0)
     for _ in range(10):
         node.tick()
-    assert node.energy_j("gpu", "neuron0", "neuron") == pytest.approx(400.0, rel=0.01)
+    assert node.energy_j("accelerator", "neuron0", "neuron") == pytest.approx(400.0, rel=0.01)
     fake.set_status(0, "NO_DATA")  # no driver power: estimated from core use when known
     node.tick()
     write_monitor(monitor, monitor_report([(4242, "bert", {0: 50.0, 1: 50.0})]))
     for _ in range(4):
         node.tick()
-    assert node.energy_j("gpu", "neuron0", "neuron") == pytest.approx(400.0, rel=0.01)
-    assert node.energy_j("gpu", "neuron0", "model:neuron-util") == pytest.approx(
+    assert node.energy_j("accelerator", "neuron0", "neuron") == pytest.approx(400.0, rel=0.01)
+    assert node.energy_j("accelerator", "neuron0", "model:neuron-util") == pytest.approx(
         200.0, rel=0.01)
-    assert {"component": "gpu", "device": "neuron0", "vendor": "AWS",
+    assert {"component": "accelerator", "device": "neuron0", "vendor": "AWS",
             "model": "AWS Inferentia2", "uuid": "neuron0", "attribution": ""
             } in node.device_info()
 
@@ -176,7 +176,7 @@ def test_a_node_without_accelerators_says_what_it_looked_for(
         assert vendor in line
     assert not any(labels for (name, labels) in node.scrape()
                    if name == "joulestat_node_energy_joules_total"
-                   and ("component", "gpu") in labels)
+                   and ("component", "accelerator") in labels)
 
 
 def _two_jobs(node: Node) -> None:
@@ -214,9 +214,9 @@ def test_mig_splits_one_gpu_by_slice_size_and_keeps_the_node_total(
         node.tick()
     a, b = node.job_dynamic_j("a"), node.job_dynamic_j("b")
     assert a / b == pytest.approx(3.0, rel=0.01)
-    shares = [s for r in node.results for s in r.shares if s.component == "gpu"]
+    shares = [s for r in node.results for s in r.shares if s.component == "accelerator"]
     assert sum(s.energy_j for s in shares) == pytest.approx(1000.0, rel=1e-9)
-    assert node.energy_j("gpu", "gpu0", "nvml_energy") == pytest.approx(1000.0)
+    assert node.energy_j("accelerator", "gpu0", "nvml_energy") == pytest.approx(1000.0)
     [info] = [d for d in node.device_info() if d["device"] == "gpu0"]
     assert info["attribution"] == "mig_slice_estimate"
 
@@ -234,6 +234,6 @@ def test_nvidia_counter_going_back_starts_a_new_baseline(
         node.tick()
         gpu.energy_mj += 50_000
         node.tick()
-    assert node.energy_j("gpu", "gpu0", "nvml_energy") == pytest.approx(150.0)
+    assert node.energy_j("accelerator", "gpu0", "nvml_energy") == pytest.approx(150.0)
     assert sum("went back" in r.message for r in caplog.records) == 1
     assert all(s.energy_j >= 0 for r in node.results for s in r.shares)

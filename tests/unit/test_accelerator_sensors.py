@@ -55,7 +55,7 @@ def test_amd_energy_accumulator_times_resolution(monkeypatch: pytest.MonkeyPatch
     assert sensor.capabilities == Capabilities(energy_counter=True, per_process=True)
     [info] = sensor.describe()
     assert (info.component, info.device, info.source, info.model) == (
-        "gpu", "amdgpu0", "amdsmi", "AMD Instinct MI300X")
+        "accelerator", "amdgpu0", "amdsmi", "AMD Instinct MI300X")
     start_j = fake.gpus[0].energy_j
     fake.gpus[0].add_joules(1234.5)
     [reading] = sensor.read(1.0)
@@ -105,10 +105,10 @@ def test_amd_process_use_is_the_gfx_delta(monkeypatch: pytest.MonkeyPatch) -> No
                                 {"pid": 11, "engine_usage": {"gfx": 0}}])
     fake = FakeAmdsmi([gpu]).install(monkeypatch)
     sensor = open_amd(0.0, probe=lambda: fake.advance(0.5))
-    assert sensor.device_processes() == {("gpu", "amdgpu0"): ({}, {10, 11})}
+    assert sensor.device_processes() == {("accelerator", "amdgpu0"): ({}, {10, 11})}
     gpu.processes = [{"pid": 10, "engine_usage": {"gfx": 300}},
                      {"pid": 11, "engine_usage": {"gfx": 100}}]
-    use, holders = sensor.device_processes()[("gpu", "amdgpu0")]
+    use, holders = sensor.device_processes()[("accelerator", "amdgpu0")]
     assert use == {10: 300.0, 11: 100.0} and holders == {10, 11}
 
 
@@ -224,7 +224,7 @@ def test_neuron_monitor_estimate_and_processes(tmp_path: Path) -> None:
     # NO_DATA from the driver: estimated from mean core utilisation (40 %) x 100 W
     measured, estimated = sensor.read(10.0)
     assert (measured.energy_j, estimated.energy_j) == (0.0, pytest.approx(400.0))
-    assert sensor.device_processes() == {("gpu", "neuron0"): ({101: 60.0, 102: 20.0},
+    assert sensor.device_processes() == {("accelerator", "neuron0"): ({101: 60.0, 102: 20.0},
                                                               {101, 102})}
     fake.set_power(0, 30.0)  # the driver's figure wins once valid: no double count
     measured, estimated = sensor.read(20.0)
@@ -232,7 +232,7 @@ def test_neuron_monitor_estimate_and_processes(tmp_path: Path) -> None:
                                                        pytest.approx(400.0))
     with open(monitor, "a") as handle:
         handle.write('{"neuron_runtime_data": [')  # a line still being written
-    assert sensor.device_processes()[("gpu", "neuron0")][1] == {101, 102}
+    assert sensor.device_processes()[("accelerator", "neuron0")][1] == {101, 102}
 
 
 def test_neuron_monitor_maps_cores_to_devices() -> None:

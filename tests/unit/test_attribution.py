@@ -46,12 +46,12 @@ def test_lone_job_carries_the_whole_node_under_share() -> None:
 
 
 def test_gpu_split_by_utilization_and_idle_to_holders() -> None:
-    t = tick(("gpu", "gpu0", 300.0), ("gpu", "gpu1", 70.0))
+    t = tick(("accelerator", "gpu0", 300.0), ("accelerator", "gpu1", 70.0))
     usage = TickUsage(
         node_busy_cpu_s=1.0, job_cpu_s={"a": 0.5, "b": 0.5},
-        devices={("gpu", "gpu0"): DeviceUse({"a": 60.0, "b": 20.0}, ("a", "b"))},
+        devices={("accelerator", "gpu0"): DeviceUse({"a": 60.0, "b": 20.0}, ("a", "b"))},
     )
-    shares = attribute(t, usage, {("gpu", "gpu0"): 60.0, ("gpu", "gpu1"): 70.0})
+    shares = attribute(t, usage, {("accelerator", "gpu0"): 60.0, ("accelerator", "gpu1"): 70.0})
     gpu0 = {s.job: s for s in shares if s.device == "gpu0"}
     assert gpu0["a"].dynamic_j == pytest.approx(180.0)
     assert gpu0["b"].dynamic_j == pytest.approx(60.0)
@@ -70,12 +70,12 @@ def test_conservation_on_random_ticks(policy: str) -> None:
     for _ in range(500):
         jobs = [f"j{i}" for i in range(rng.randint(0, 5))]
         entries = [(c, d, rng.uniform(0, 500)) for c, d in
-                   [("cpu", "node"), ("dram", "node"), ("net", "eth0"), ("gpu", "gpu0"),
+                   [("cpu", "node"), ("dram", "node"), ("net", "eth0"), ("accelerator", "gpu0"),
                     ("platform", "psys")]]
         usage = TickUsage(
             node_busy_cpu_s=rng.uniform(0, 4),
             job_cpu_s={j: rng.uniform(0, 2) for j in jobs},
-            devices={("gpu", "gpu0"): DeviceUse({j: rng.uniform(0, 100) for j in jobs[:2]},
+            devices={("accelerator", "gpu0"): DeviceUse({j: rng.uniform(0, 100) for j in jobs[:2]},
                                                 tuple(jobs[:3]))},
             presence={j: rng.random() for j in jobs},
         )

@@ -152,6 +152,6 @@ def test_adapters_from_the_store_shapes() -> None:
         "gpu-0": NodePlacement("p4d.24xlarge", "us-east-1", 7200.0),
         "cpu-0": NodePlacement("n2-standard-8", "europe-west4", 5400.0),
     }
-    rows = [(1000.0, "cpu", 1.0e6, 0.8e6), (1000.0, "gpu", 2.0e6, 1.6e6),
+    rows = [(1000.0, "cpu", 1.0e6, 0.8e6), (1000.0, "accelerator", 2.0e6, 1.6e6),
             (1001.0, "cpu", 0.5e6, 0.4e6)]
     assert energy_points("gpu-0", rows) == [(1000.0, "gpu-0", 5.4e6), (1001.0, "gpu-0", 0.9e6)]

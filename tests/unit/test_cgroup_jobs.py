@@ -210,6 +210,6 @@ def test_an_accelerator_process_belongs_to_the_job_whose_cgroup_holds_it(node: N
     node.process(100, path)
     node.process(150, path, ppid=100)  # the GPU worker: not registered, not walked
     node.register("run", [100])
-    node.devices = {("gpu", "0"): ({150: 80.0}, {150})}
-    use = node.tick().usage.devices[("gpu", "0")]
+    node.devices = {("accelerator", "0"): ({150: 80.0}, {150})}
+    use = node.tick().usage.devices[("accelerator", "0")]
     assert use.utilization == {"run": 80.0} and use.holders == ("run",)

@@ -168,7 +168,7 @@ def test_replay_trace_time_runs_on_through_the_gap(
     got = energies(b.read(111.0))
     assert got == energies(c.read(111.0))
     assert got == pytest.approx({("cpu", "package-0"): 50 * 4 + 80 * 5 + 20 * 2,
-                                 ("gpu", "gpu0"): 300 * 6 + 100 * 5})
+                                 ("accelerator", "gpu0"): 300 * 6 + 100 * 5})
     # Another trace under the same name: the saved energies do not match, so it is ignored.
     path.write_text(TRACE.replace("0,cpu,package-0,50", "0,cpu,package-0,55"))
     other = ReplaySensor(load_trace(path), opened_s=108.0)

@@ -131,7 +131,7 @@ def test_nvml_energy_counter_resumes_across_the_gap(monkeypatch: pytest.MonkeyPa
     at(10.0)
     got, truth = energies(b.read(10.0)), energies(c.read(10.0))
     assert got == pytest.approx(truth, rel=EXACT)
-    assert got == pytest.approx({("gpu", "gpu0"): 3000.0, ("gpu", "gpu1"): 1500.0})
+    assert got == pytest.approx({("accelerator", "gpu0"): 3000.0, ("accelerator", "gpu1"): 1500.0})
 
 
 def test_nvml_power_path_integrates_across_the_gap(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -150,7 +150,7 @@ def test_nvml_power_path_integrates_across_the_gap(monkeypatch: pytest.MonkeyPat
     gpus[0].power_mw = 160_000
     got, truth = energies(b.read(6.0)), energies(c.read(6.0))
     assert got == pytest.approx(truth, rel=EXACT)
-    assert got[("gpu", "gpu0")] == pytest.approx(300.0 + 110.0 + 130.0 + 150.0)
+    assert got[("accelerator", "gpu0")] == pytest.approx(300.0 + 110.0 + 130.0 + 150.0)
 
 
 def test_nvml_restore_matches_by_uuid_and_skips_the_rest(
@@ -174,15 +174,15 @@ def test_nvml_restore_matches_by_uuid_and_skips_the_rest(
     assert warned(caplog, "GPU-c ignored") == 1
     for gpu in survivors:
         gpu.energy_mj = 150_000
-    assert energies(b.read(3.0)) == {("gpu", "gpu0"): pytest.approx(50.0),
-                                    ("gpu", "gpu1"): pytest.approx(50.0)}
+    assert energies(b.read(3.0)) == {("accelerator", "gpu0"): pytest.approx(50.0),
+                                    ("accelerator", "gpu1"): pytest.approx(50.0)}
     # The same GPU at the same index but another measurement path is skipped as well.
     state["gpus"]["GPU-a"]["source"] = "nvml_power"
     d = nvidia_at(monkeypatch, gpus, 3.0)
     d.restore(state)
     assert warned(caplog, "measured via 'nvml_power' then") == 1
     gpus[0].energy_mj = 130_000
-    assert energies(d.read(4.0))[("gpu", "gpu0")] == pytest.approx(30.0)
+    assert energies(d.read(4.0))[("accelerator", "gpu0")] == pytest.approx(30.0)
     for bad in (None, [], {"gpus": []}, {"gpus": {"GPU-a": 3}}):
         d.restore(bad)  # type: ignore[arg-type]
-    assert energies(d.read(5.0))[("gpu", "gpu0")] == pytest.approx(30.0)
+    assert energies(d.read(5.0))[("accelerator", "gpu0")] == pytest.approx(30.0)

@@ -47,8 +47,8 @@ from tests.helpers.dashboard_app import sample_store_url
 
 T0 = 1_700_000_040.0  # a minute boundary
 NODE = NodeInfo("box", "g5.12xlarge", "us-east-1", "EPYC", "test")
-DEVICES = [DeviceInfo("cpu", "0", "rapl"), DeviceInfo("gpu", "0", "nvml_energy"),
-           DeviceInfo("gpu", "1", "nvml_energy")]
+DEVICES = [DeviceInfo("cpu", "0", "rapl"), DeviceInfo("accelerator", "0", "nvml_energy"),
+           DeviceInfo("accelerator", "1", "nvml_energy")]
 
 
 @pytest.fixture(scope="module")
@@ -74,10 +74,10 @@ def steady_store(path: Path, seconds: int = 300) -> str:
     writer.save_job(job)
     for i in range(seconds):
         tick = Tick(T0 + i, T0 + i + 1, (TickEntry("cpu", "0", "rapl", 40.0),
-                                         TickEntry("gpu", "0", "nvml_energy", 100.0),
-                                         TickEntry("gpu", "1", "nvml_energy", 50.0)))
+                                         TickEntry("accelerator", "0", "nvml_energy", 100.0),
+                                         TickEntry("accelerator", "1", "nvml_energy", 50.0)))
         usage = TickUsage(node_busy_cpu_s=1.0, job_cpu_s={"steady": 1.0},
-                          devices={("gpu", d): DeviceUse({"steady": 90}, ("steady",))
+                          devices={("accelerator", d): DeviceUse({"steady": 90}, ("steady",))
                                    for d in ("0", "1")}, running_jobs=("steady",))
         writer.add(tick)
         writer.add_shares(tick, attribute(tick, usage, {}))
@@ -169,7 +169,7 @@ def test_series_add_up_to_the_job_total_across_rollups_and_raw_rows(sample_url, 
     by_source = job_energy_by_source(ro, multi.id)
     assert sum(r.energy_j for r in by_source) == pytest.approx(multi.total_j)
     assert {(r.node, r.component, r.source) for r in by_source} >= {
-        ("trainer-p4d-1", "gpu", "nvml_energy"), ("loader-c5-1", "cpu", "rapl")}
+        ("trainer-p4d-1", "accelerator", "nvml_energy"), ("loader-c5-1", "cpu", "rapl")}
 
 
 def test_node_reads_match_the_shared_node_queries(sample_url, ro):
@@ -183,7 +183,7 @@ def test_node_reads_match_the_shared_node_queries(sample_url, ro):
     assert sources[("cpu-c6i-1", "cpu")] == "model:tdp-curve"
     assert sources[("inf2-1", "accelerator")] == "neuron"
     ranges = node_power_range(ro, "gpu-a10g-1")
-    assert ranges["gpu"][0] < 80 < 250 < ranges["gpu"][1] <= 300 * 1.05
+    assert ranges["accelerator"][0] < 80 < 250 < ranges["accelerator"][1] <= 300 * 1.05
 
 
 def test_power_is_energy_over_covered_time_summed_over_devices(tmp_path):
@@ -191,13 +191,13 @@ def test_power_is_energy_over_covered_time_summed_over_devices(tmp_path):
     engine = open_readonly_engine(url)
     for bucket in (1, 10, 60):
         points = job_power_series(engine, "steady", bucket)
-        gpu = [p for p in points if p.component == "gpu"]
+        gpu = [p for p in points if p.component == "accelerator"]
         assert {round(p.power_w, 9) for p in gpu} == {150.0}
         assert {round(p.power_w, 9) for p in points if p.component == "cpu"} == {40.0}
     units = job_unit_series(engine, "steady", 60)
     assert [n for *_rest, n in units] == [600.0] * 5
     node = node_power_series(engine, "box", T0, T0 + 300, 30)
-    assert {round(p.power_w, 9) for p in node if p.component == "gpu"} == {150.0}
+    assert {round(p.power_w, 9) for p in node if p.component == "accelerator"} == {150.0}
     assert job_min_bucket_s(engine, "steady") == pytest.approx(1.0)
     assert job_units_by_kind(engine) == {"inference": ["request"]}
     assert [c.id for c in job_choices(engine)] == ["steady"]
@@ -262,11 +262,11 @@ def test_load_curve_skips_non_numeric_concurrency(sample_url, ro):
 
 def series(cpu_w: float, gpu_w: float, buckets: int = 10) -> list[SeriesPoint]:
     return [SeriesPoint(float(b), "n", c, w * 60, 0.0, 60.0)
-            for b in range(buckets) for c, w in (("cpu", cpu_w), ("gpu", gpu_w))]
+            for b in range(buckets) for c, w in (("cpu", cpu_w), ("accelerator", gpu_w))]
 
 
 def test_cpu_bottleneck_flag():
-    ranges = {"cpu": (20.0, 100.0), "gpu": (60.0, 300.0)}
+    ranges = {"cpu": (20.0, 100.0), "accelerator": (60.0, 300.0)}
     starved = analysis.cpu_bottleneck("n", series(cpu_w=97, gpu_w=80), ranges)
     assert starved.state == "cpu-bound" and starved.flagged_share == 1.0
     assert starved.cpu_load == pytest.approx(77 / 80)
@@ -274,8 +274,8 @@ def test_cpu_bottleneck_flag():
     assert analysis.cpu_bottleneck("n", series(cpu_w=97, gpu_w=280), ranges).state == "ok"
     assert analysis.cpu_bottleneck("n", series(50, 80), {"cpu": (20, 100)}).state == (
         "no-accelerator")
-    assert analysis.cpu_bottleneck("n", series(50, 80), {"cpu": (20, 21),
-                                                         "gpu": (60, 300)}).state == "unknown"
+    assert analysis.cpu_bottleneck("n", series(50, 80), {
+        "cpu": (20, 21), "accelerator": (60, 300)}).state == "unknown"
     half = series(97, 80, 2) + series(50, 280, 8)
     assert analysis.cpu_bottleneck("n", half, ranges).state == "ok"  # under a quarter
 

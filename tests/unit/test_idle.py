@@ -98,8 +98,8 @@ def test_a_checkpoint_carries_learned_idle_across_a_restart() -> None:
 
 def test_restore_skips_bad_entries() -> None:
     idle = IdleBaselines(min_samples=5)
-    idle.restore([["cpu", "package-0", 20.0], ["cpu", "bad", -1.0], ["gpu", "0", math.nan],
-                  ["gpu", "1", math.inf], ["gpu", "2", "many"], ["too", "short"], 7,
+    idle.restore([["cpu", "package-0", 20.0], ["cpu", "bad", -1.0], ["accelerator", "0", math.nan],
+                  ["accelerator", "1", math.inf], ["accelerator", "2", "many"], ["too", "short"], 7,
                   ["dram", "0", "3.5"]])
     assert sorted(idle.checkpoint()) == [["cpu", "package-0", 20.0], ["dram", "0", 3.5]]
 

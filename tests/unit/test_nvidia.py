@@ -56,13 +56,13 @@ def test_energy_counter_path(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [(d.device, d.uuid, d.index, d.source) for d in infos] == [
         ("gpu0", "GPU-a", 0, "nvml_energy"), ("gpu1", "GPU-b", 1, "nvml_energy"),
     ]
-    assert infos[0].model == "NVIDIA H100 80GB HBM3" and infos[0].component == "gpu"
+    assert infos[0].model == "NVIDIA H100 80GB HBM3" and infos[0].component == "accelerator"
     gpus[0].energy_mj = 5_000_000 + 350_250  # 350.25 J since open
     gpus[1].energy_mj = 700_000
     gpus[0].power_mw = 999_999  # ignored on this path
     readings = sensor.read(1.0)
     assert [(r.component, r.device, r.source) for r in readings] == [
-        ("gpu", "gpu0", "nvml_energy"), ("gpu", "gpu1", "nvml_energy"),
+        ("accelerator", "gpu0", "nvml_energy"), ("accelerator", "gpu1", "nvml_energy"),
     ]
     assert readings[0].energy_j == pytest.approx(350.25)
     assert readings[1].energy_j == pytest.approx(700.0)
@@ -208,14 +208,14 @@ def test_device_processes_reports_contexts_and_mean_sm_utilisation(
     sensor = open_nvidia(now_s=0.0)
     assert sensor is not None
     assert sensor.device_processes() == {
-        ("gpu", "gpu0"): ({10: 50.0, 11: 10.0}, {10, 11, 12}),
-        ("gpu", "gpu1"): ({}, set()),  # NOT_FOUND: no samples, no failure
+        ("accelerator", "gpu0"): ({10: 50.0, 11: 10.0}, {10, 11, 12}),
+        ("accelerator", "gpu1"): ({}, set()),  # NOT_FOUND: no samples, no failure
     }
     # nothing newer than 2000 µs: no utilisation, the context holders still reported
     busy.compute_pids.remove(11)
-    assert sensor.device_processes()[("gpu", "gpu0")] == ({}, {10, 12})
+    assert sensor.device_processes()[("accelerator", "gpu0")] == ({}, {10, 12})
     busy.util_samples.append(FakeUtilSample(pid=12, timeStamp=3_000, smUtil=90))
-    assert sensor.device_processes()[("gpu", "gpu0")] == ({12: 90.0}, {10, 12})
+    assert sensor.device_processes()[("accelerator", "gpu0")] == ({12: 90.0}, {10, 12})
     assert busy.util_asked_us == [0, 2_000, 2_000]
     assert idle.util_asked_us == [0, 0, 0]
 
@@ -227,10 +227,10 @@ def test_device_processes_drops_samples_older_than_asked(monkeypatch: pytest.Mon
     FakeNvml([gpu]).install(monkeypatch)
     sensor = open_nvidia(now_s=0.0)
     assert sensor is not None
-    assert sensor.device_processes()[("gpu", "gpu0")] == ({7: 80.0}, {7})
-    assert sensor.device_processes()[("gpu", "gpu0")] == ({}, {7})
+    assert sensor.device_processes()[("accelerator", "gpu0")] == ({7: 80.0}, {7})
+    assert sensor.device_processes()[("accelerator", "gpu0")] == ({}, {7})
     gpu.util_samples.append(FakeUtilSample(pid=7, timeStamp=200, smUtil=20))
-    assert sensor.device_processes()[("gpu", "gpu0")] == ({7: 20.0}, {7})
+    assert sensor.device_processes()[("accelerator", "gpu0")] == ({7: 20.0}, {7})
 
 
 def test_device_processes_skips_a_failing_device_and_logs_once(
@@ -243,12 +243,12 @@ def test_device_processes_skips_a_failing_device_and_logs_once(
     assert sensor is not None
     gpus[0].fail["nvmlDeviceGetGraphicsRunningProcesses"] = fake.NVML_ERROR_GPU_IS_LOST
     for _ in range(3):
-        assert sensor.device_processes() == {("gpu", "gpu1"): ({}, {2})}
+        assert sensor.device_processes() == {("accelerator", "gpu1"): ({}, {2})}
     warnings = _logged(caplog, logging.WARNING)
     assert len(warnings) == 1 and "GPU is lost" in warnings[0].getMessage()
     del gpus[0].fail["nvmlDeviceGetGraphicsRunningProcesses"]
     gpus[1].fail["nvmlDeviceGetProcessUtilization"] = fake.NVML_ERROR_UNKNOWN
-    assert sensor.device_processes() == {("gpu", "gpu0"): ({}, {1})}
+    assert sensor.device_processes() == {("accelerator", "gpu0"): ({}, {1})}
     assert len(_logged(caplog, logging.WARNING)) == 2
     assert any("work again" in r.getMessage() for r in _logged(caplog, logging.INFO))
 
@@ -263,6 +263,6 @@ def test_device_processes_without_utilisation_support_still_lists_pids(
     sensor = open_nvidia(now_s=0.0)
     assert sensor is not None
     for _ in range(2):
-        assert sensor.device_processes() == {("gpu", "gpu0"): ({}, {5})}
+        assert sensor.device_processes() == {("accelerator", "gpu0"): ({}, {5})}
     assert not _logged(caplog, logging.WARNING)
     assert sum("not supported" in r.getMessage() for r in _logged(caplog, logging.INFO)) == 1

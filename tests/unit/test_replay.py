@@ -12,9 +12,9 @@ HEADER = "t_s,component,device,watts\n"
 
 TRACE = HEADER + (
     "100,cpu,package-0,50\n"
-    "100,gpu,gpu0,300\n"
+    "100,accelerator,gpu0,300\n"
     "102,cpu,package-0,80\n"
-    "103,gpu,gpu0,100\n"
+    "103,accelerator,gpu0,100\n"
     "\n"
     "104,cpu,package-0,20\n"
     "105,dram,package-0,10\n"
@@ -30,7 +30,8 @@ def _trace_file(tmp_path: Path, text: str = TRACE) -> Path:
 def test_load_builds_piecewise_series(tmp_path: Path) -> None:
     trace = load_trace(_trace_file(tmp_path))
     assert trace.start_s == 100.0 and trace.end_s == 105.0
-    assert set(trace.series) == {("cpu", "package-0"), ("gpu", "gpu0"), ("dram", "package-0")}
+    assert set(trace.series) == {("cpu", "package-0"), ("accelerator", "gpu0"),
+                                 ("dram", "package-0")}
     assert trace.series[("cpu", "package-0")].times_s == (100.0, 102.0, 104.0)
     assert trace.series[("cpu", "package-0")].watts_w == (50.0, 80.0, 20.0)
 
@@ -38,9 +39,9 @@ def test_load_builds_piecewise_series(tmp_path: Path) -> None:
 def test_trace_energy_is_the_exact_integral(tmp_path: Path) -> None:
     trace = load_trace(_trace_file(tmp_path))
     energy = trace_energy_j(trace, 100.0, 106.0)
-    # cpu: 50*2 + 80*2 + 20*2 (holds after its last row); gpu: 300*3 + 100*3; dram: 10*1
+    # cpu: 50*2 + 80*2 + 20*2 (holds after its last row); accelerator: 300*3 + 100*3; dram: 10*1
     assert energy[("cpu", "package-0")] == pytest.approx(300.0)
-    assert energy[("gpu", "gpu0")] == pytest.approx(1200.0)
+    assert energy[("accelerator", "gpu0")] == pytest.approx(1200.0)
     assert energy[("dram", "package-0")] == pytest.approx(10.0)
     partial = trace_energy_j(trace, 101.5, 102.5)
     assert partial[("cpu", "package-0")] == pytest.approx(0.5 * 50 + 0.5 * 80)
@@ -54,7 +55,8 @@ def test_sensor_replays_in_monotonic_time(tmp_path: Path) -> None:
     sensor = open_replay(_trace_file(tmp_path), now_s=5000.0)
     trace = sensor.trace
     assert {(d.component, d.device, d.source) for d in sensor.describe()} == {
-        ("cpu", "package-0", "replay"), ("gpu", "gpu0", "replay"), ("dram", "package-0", "replay"),
+        ("cpu", "package-0", "replay"), ("accelerator", "gpu0", "replay"),
+        ("dram", "package-0", "replay"),
     }
     assert all(r.energy_j == 0.0 for r in sensor.read(4999.0))  # before open
     for now_s in (5000.0, 5000.7, 5002.0, 5003.25, 5004.9, 5005.0, 5050.0):

@@ -32,7 +32,7 @@ from tests.helpers.report_store import (
 # The documented, stable CSV header (docs/reports.md): a change here is a breaking change.
 EXPECTED_COLUMNS = (
     "job_id", "name", "kind", "status", "labels", "started_at", "ended_at", "duration_s",
-    "nodes", "instance_types", "regions", "energy_cpu_j", "energy_dram_j", "energy_gpu_j",
+    "nodes", "instance_types", "regions", "energy_cpu_j", "energy_dram_j", "energy_accelerator_j",
     "energy_net_j", "energy_other_j", "energy_total_j", "energy_kwh", "dynamic_energy_j",
     "idle_energy_j", "co2e_g", "embodied_co2e_g", "total_co2e_g",
     "carbon_intensity_g_per_kwh", "pue", "cost_usd", "cost_note", "work_units",
@@ -81,14 +81,14 @@ def test_csv_columns_and_values(reports: dict[str, dict[str, Any]],
     assert list(dist) == list(EXPECTED_COLUMNS)
     assert float(dist["energy_total_j"]) == pytest.approx(job_energy(totals, "dist-1"),
                                                           rel=1e-12)
-    assert float(dist["energy_gpu_j"]) == reports["dist-1"]["energy_j"]["gpu"]
+    assert float(dist["energy_accelerator_j"]) == reports["dist-1"]["energy_j"]["accelerator"]
     assert float(dist["co2e_g"]) == reports["dist-1"]["co2e_g"]  # full precision
     assert float(dist["cost_usd"]) == reports["dist-1"]["cost_usd"]
     assert (dist["nodes"], dist["status"], dist["duration_s"]) == ("2", "ended", "100")
     assert dist["instance_types"] == "loader-1=c5.4xlarge | trainer-1=p4d.24xlarge"
     assert dist["regions"] == "loader-1=eu-west-1 | trainer-1=us-east-1"
     assert dist["work_units"] == "sample=5760; token=409600"
-    assert dist["energy_sources"] == "cpu=model:tdp-curve,rapl; dram=rapl; gpu=nvml_energy"
+    assert dist["energy_sources"] == "accelerator=nvml_energy; cpu=model:tdp-curve,rapl; dram=rapl"
     assert "trainer-1=codecarbon:usa-egrid2023:VA" in dist["intensity_sources"]
     assert "loader-1=codecarbon:energy-mix:IRL" in dist["intensity_sources"]
     assert "trainer-1=ccf:aws" in dist["pue_sources"]

@@ -18,7 +18,7 @@ from agent.reports.model import build_report
 from agent.store.jobs import job_detail, list_jobs
 from agent.store.nodes import unattributed_check
 from agent.store.writer import StoreWriter
-from tests.helpers.report_checks import assert_same, assert_same_figures, dump
+from tests.helpers.report_checks import assert_same, assert_same_figures, dump, renamed
 from tests.helpers.report_store import (
     LOADER,
     NOW,
@@ -71,6 +71,54 @@ def test_export_import_report_again_gives_the_same_figures(
     for node in ("loader-1", "trainer-1", "odd-1"):
         for *_key, node_j, sum_j in unattributed_check(target, node):
             assert sum_j == pytest.approx(node_j)
+
+
+def test_a_schema_1_report_imports_its_gpu_as_accelerator(filled: tuple[Engine, Totals],
+                                                          tmp_path: Path) -> None:
+    """A report written before the rename (schema 1: component gpu) imports with the
+    same figures, series and sources, under the name accelerator."""
+    source, _ = filled
+    original = build_report(source, "dist-1", {}, now_s=NOW)
+    assert original["schema_version"] == 2 and original["energy_j"]["accelerator"] > 0
+    old = {**renamed(original, "accelerator", "gpu"), "schema_version": 1}
+    assert old["energy_j"]["gpu"] == original["energy_j"]["accelerator"]
+    path = tmp_path / "schema1.json"
+    path.write_text(json.dumps(old))
+    target = new_store(tmp_path / "target.db")
+    import_file(target, path)
+    again = build_report(target, "dist-1", {}, now_s=NOW + 5000)
+    assert_same_figures(original, again)
+    trainer = next(n for n in again["nodes"] if n["node"] == "trainer-1")
+    assert trainer["sources"]["accelerator"] == ["import:joulestat/nvml_energy"]
+    with target.connect() as connection:
+        assert connection.execute(text(
+            "SELECT count(*) FROM job_energy WHERE component = 'gpu'")).scalar_one() == 0
+
+
+def test_schema_1_gpu_and_accelerator_of_one_node_are_summed(
+        filled: tuple[Engine, Totals], tmp_path: Path) -> None:
+    """Schema 1 had no component "accelerator" of its own, but a file may hold one (the
+    sample data did): both become one component, their joules and series added."""
+    source, _ = filled
+    report = {**build_report(source, "secretive", {}, now_s=NOW), "schema_version": 1}
+    [node] = report["nodes"]
+    accelerator = node["components"]["accelerator"]
+    node["components"]["gpu"] = {"dynamic_j": 1.5, "idle_j": 0.5}
+    node["sources"]["gpu"] = ["nvml_power"]
+    last = node["energy_series"][-1]
+    node["energy_series"].append({**last, "component": "gpu", "dynamic_j": 1.5,
+                                  "idle_j": 0.5})
+    path = tmp_path / "both.json"
+    path.write_text(json.dumps(report))
+    [job] = parse_file(path)[1]
+    [part] = job.nodes
+    assert part.dynamic_j["accelerator"] == pytest.approx(accelerator["dynamic_j"] + 1.5)
+    assert part.idle_j["accelerator"] == pytest.approx(accelerator["idle_j"] + 0.5)
+    assert "gpu" not in part.dynamic_j and "gpu" not in part.sources
+    assert part.sources["accelerator"] == "import:joulestat/nvml_energy,nvml_power"
+    series = [b for b in part.series if b[2] == "accelerator"]
+    assert sum(b[3] for b in series) == pytest.approx(part.dynamic_j["accelerator"])
+    assert len({(b[0], b[1]) for b in series}) == len(series)  # one bin per time
 
 
 def test_importing_twice_changes_nothing(filled: tuple[Engine, Totals],
@@ -158,7 +206,10 @@ def test_an_import_older_than_a_live_nodes_prune_boundary_still_counts(
 @pytest.mark.parametrize(("content", "expected"), [
     ('{"format": "joulestat-report",\n "job": {', r"line 2 column \d+: not valid JSON"),
     ('[{"format": "something-else"}]', r"entry 0: format: expected 'joulestat-report'"),
-    ('{"format": "joulestat-report", "schema_version": 99}', r"schema_version: .*got 99"),
+    ('{"format": "joulestat-report", "schema_version": 99}',
+     r"schema_version: this joulestat reads versions 1 and 2, got 99"),
+    ('{"format": "joulestat-report", "schema_version": true}', r"reads versions 1 and 2, got true"),
+    ('{"format": "joulestat-report", "schema_version": "2"}', r"reads versions 1 and 2, got \"2\""),
 ])
 def test_bad_json_files_are_named(tmp_path: Path, content: str, expected: str) -> None:
     path = tmp_path / "bad.json"
@@ -168,8 +219,8 @@ def test_bad_json_files_are_named(tmp_path: Path, content: str, expected: str) -
 
 
 @pytest.mark.parametrize(("change", "expected"), [
-    (lambda r: r["nodes"][1]["components"]["gpu"].update(idle_j="lots"),
-     r"entry 1: nodes\[1\]\.components\.gpu\.idle_j: expected a number, got \"lots\""),
+    (lambda r: r["nodes"][1]["components"]["accelerator"].update(idle_j="lots"),
+     r"entry 1: nodes\[1\]\.components\.accelerator\.idle_j: expected a number, got \"lots\""),
     (lambda r: r["nodes"][0]["components"]["cpu"].update(dynamic_j=-1.0),
      r"entry 1: nodes\[0\]\.components\.cpu\.dynamic_j: expected a finite number >= 0"),
     (lambda r: r["nodes"][0].pop("started_s"), r"entry 1: nodes\[0\]\.started_s: missing"),
@@ -228,7 +279,7 @@ def test_codecarbon_rows_become_jobs(tmp_path: Path) -> None:
         "codecarbon:r1", "codecarbon:r2", "codecarbon:r3"]
     one = job_detail(target, "codecarbon:r1")
     assert (one.name, one.kind, one.status) == ("codecarbon:proj-a", "other", "ended")
-    assert one.dynamic_j == pytest.approx({"cpu": 3600.0, "gpu": 7200.0, "dram": 1800.0})
+    assert one.dynamic_j == pytest.approx({"cpu": 3600.0, "accelerator": 7200.0, "dram": 1800.0})
     assert set(one.idle_j.values()) == {0.0}
     assert one.labels["experiment_id"] == "exp-1"
     [part] = one.per_node
@@ -242,7 +293,7 @@ def test_codecarbon_rows_become_jobs(tmp_path: Path) -> None:
     assert three["provenance"][0]["intensity_level"] == "cloud region"
     assert three["cost_usd"] is None and three["sources"] == {
         "cpu": ["import:codecarbon"], "dram": ["import:codecarbon/model:codecarbon-ram"],
-        "gpu": ["import:codecarbon/nvml_energy"]}
+        "accelerator": ["import:codecarbon/nvml_energy"]}
     assert three["external_co2e"][0]["co2e_g"] == pytest.approx(100.0)  # emissions 0.1 kg
     before = dump(target)
     import_file(target, path)

@@ -57,7 +57,7 @@ def test_multi_node_job_figures(filled: tuple[Engine, Totals]) -> None:
     assert report["job"]["duration_s"] == 100
     assert report["job"]["labels"] == {"team": "nlp", "run": "42"}
     assert report["energy_j"]["total"] == pytest.approx(job_energy(totals, "dist-1"), rel=1e-12)
-    for component in ("cpu", "dram", "gpu"):
+    for component in ("cpu", "dram", "accelerator"):
         assert report["energy_j"][component] == pytest.approx(
             job_energy(totals, "dist-1", component=component), rel=1e-12)
     assert report["energy_j"]["net"] == report["energy_j"]["other"] == 0
@@ -174,11 +174,11 @@ def test_power_series_holds_the_jobs_energy(filled: tuple[Engine, Totals]) -> No
     engine, totals = filled
     report = build_report(engine, "dist-1", {}, now_s=NOW)
     series = report["power_series"]
-    assert {p["component"] for p in series} == {"cpu", "dram", "gpu"}
+    assert {p["component"] for p in series} == {"cpu", "dram", "accelerator"}
     assert len({p["t_start_s"] for p in series}) <= 120
     energy = sum(p["power_w"] * (p["t_end_s"] - p["t_start_s"]) for p in series)
     assert energy == pytest.approx(job_energy(totals, "dist-1"), rel=1e-9)
-    gpu = [p for p in series if p["component"] == "gpu"]
+    gpu = [p for p in series if p["component"] == "accelerator"]
     assert all(150 <= p["power_w"] <= 190 for p in gpu)  # 150..190 W, all to this job
 
 

@@ -27,7 +27,7 @@ from tests.helpers.report_store import (
 def test_sources_are_per_component_and_node(filled: tuple[Engine, Totals]) -> None:
     engine, _totals = filled
     assert job_sources(engine, "dist-1") == {
-        "cpu": ["model:tdp-curve", "rapl"], "dram": ["rapl"], "gpu": ["nvml_energy"]}
+        "cpu": ["model:tdp-curve", "rapl"], "dram": ["rapl"], "accelerator": ["nvml_energy"]}
     assert job_sources(engine, "dist-1", "loader-1") == {
         "cpu": ["model:tdp-curve"], "dram": ["rapl"]}
     assert job_sources(engine, "nope") == {}

@@ -56,7 +56,7 @@ def test_ticks_integrate_over_real_elapsed_time() -> None:
 
 def test_a_failing_sensor_does_not_stop_the_others(caplog: pytest.LogCaptureFixture) -> None:
     clock = Clock()
-    good, bad = ConstantPower("good", 5.0), ConstantPower("bad", 7.0, component="gpu")
+    good, bad = ConstantPower("good", 5.0), ConstantPower("bad", 7.0, component="accelerator")
     sampler = Sampler([good, bad], monotonic=clock)
     sampler.start()
     bad.fail = True
@@ -72,7 +72,7 @@ def test_a_failing_sensor_does_not_stop_the_others(caplog: pytest.LogCaptureFixt
     tick = sampler.tick()
     by_component = {e.component: e.energy_j for e in tick.entries}
     # the gap's energy arrives with the first good reading: nothing is lost
-    assert by_component["gpu"] == pytest.approx(7.0 * 4)
+    assert by_component["accelerator"] == pytest.approx(7.0 * 4)
 
 
 def test_counter_going_backwards_counts_zero() -> None:

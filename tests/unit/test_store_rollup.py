@@ -36,7 +36,7 @@ def test_rollup_recomputes_the_latest_minute_and_is_idempotent(engine):
     writer.maintain(T0 + 61)
     writer.maintain(T0 + 61)
     rows = minute_energy_rows(engine, "node-a", T0, T0 + 60)
-    assert [(r.energy_j, r.covered_s) for r in rows] == [(20.0, 2.0), (200.0, 2.0)]
+    assert [(r.energy_j, r.covered_s) for r in rows] == [(200.0, 2.0), (20.0, 2.0)]
 
 
 def test_retention_deletes_only_rolled_up_raw_rows_and_totals_do_not_change(engine):
@@ -104,7 +104,8 @@ def test_latest_power_w_uses_the_newest_tick_then_rollups(engine):
     writer.add(tick(T0 + 1))
     writer.add(tick(T0 + 3, cpu_j=30.0, gpu_j=300.0, length_s=2.0))
     writer.flush()
-    assert latest_power_w(engine, "node-a") == {("cpu", "0"): 15.0, ("gpu", "0"): 150.0}
+    assert latest_power_w(engine, "node-a") == {("cpu", "0"): 15.0, ("accelerator", "0"): 150.0}
     writer.maintain(T0 + 60 + RETENTION_S)  # raw rows pruned: minute average remains
     assert raw_count(engine) == 0
-    assert latest_power_w(engine, "node-a") == {("cpu", "0"): 40.0 / 3, ("gpu", "0"): 400 / 3}
+    assert latest_power_w(engine, "node-a") == {("cpu", "0"): 40.0 / 3,
+                                                ("accelerator", "0"): 400 / 3}

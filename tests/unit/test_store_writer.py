@@ -18,7 +18,7 @@ def test_writer_registers_node_and_devices(engine):
     [summary] = list_nodes(engine)
     assert (summary.node, summary.instance_type, summary.region) == ("node-a", "m5.large",
                                                                      "eu-west-1")
-    assert node_devices(engine, "node-a") == DEVICES
+    assert node_devices(engine, "node-a") == sorted(DEVICES, key=lambda d: d.component)
 
 
 def test_same_tick_twice_is_counted_once(engine):
@@ -31,11 +31,11 @@ def test_same_tick_twice_is_counted_once(engine):
     assert writer.flush()
     assert raw_count(engine) == 4
     assert node_energy_j(engine, "node-a", T0, T0 + 60) == {("cpu", "0"): 20.0,
-                                                            ("gpu", "0"): 200.0}
+                                                            ("accelerator", "0"): 200.0}
     writer.maintain(T0 + 120)
     writer.maintain(T0 + 120)
-    assert [r.energy_j for r in minute_energy_rows(engine, "node-a", T0, T0 + 60)] == [20.0,
-                                                                                     200.0]
+    assert [r.energy_j for r in minute_energy_rows(engine, "node-a", T0, T0 + 60)] == [
+        200.0, 20.0]  # accelerator, cpu
 
 
 def test_locked_database_keeps_rows_and_writes_them_later(db_url, engine, caplog):
@@ -54,7 +54,7 @@ def test_locked_database_keeps_rows_and_writes_them_later(db_url, engine, caplog
     other.close()
     assert writer.flush() and writer.buffered_rows == 0
     assert node_energy_j(engine, "node-a", T0, T0 + 60) == {("cpu", "0"): 100.0,
-                                                            ("gpu", "0"): 1000.0}
+                                                            ("accelerator", "0"): 1000.0}
 
 
 def test_unavailable_database_keeps_rows_and_writes_them_once_it_exists(tmp_path, caplog):
@@ -88,7 +88,7 @@ def test_full_buffer_drops_oldest_rows_and_says_how_many(engine, caplog):
     assert writer.flush()
     assert raw_count(engine) == 90
     energy = node_energy_j(engine, "node-a", T0 + 30, T0 + 75)
-    assert energy == {("cpu", "0"): 450.0, ("gpu", "0"): 4500.0}  # the newest survived
+    assert energy == {("cpu", "0"): 450.0, ("accelerator", "0"): 4500.0}  # the newest survived
 
 
 def test_full_buffer_folds_job_rows_before_dropping_any_node_row(engine, caplog):
@@ -111,9 +111,9 @@ def test_full_buffer_folds_job_rows_before_dropping_any_node_row(engine, caplog)
     assert "node energy is kept whole" in caplog.text
     assert "job rows arrive faster than the store thread writes them" in caplog.text
     assert writer.flush()
-    assert raw_count(engine) == 60  # all 30 ticks, cpu and gpu
+    assert raw_count(engine) == 60  # all 30 ticks, cpu and accelerator
     assert node_energy_j(engine, "node-a", T0, T0 + 31) == {("cpu", "0"): 300.0,
-                                                            ("gpu", "0"): 3000.0}
+                                                            ("accelerator", "0"): 3000.0}
     for _t, component, _d, node_j, sum_j in unattributed_check(engine, "node-a"):
         if component == "cpu":
             assert sum_j == pytest.approx(node_j)
