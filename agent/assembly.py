@@ -32,6 +32,7 @@ from agent.sampler import Sampler
 from agent.sensors.factory import (
     build_sensors,
     device_processes_of,
+    device_state_of,
     estimator_idle_w,
     find_sensor,
 )
@@ -122,7 +123,8 @@ def build_pipeline(settings: Mapping[str, Any], registry: JobRegistry, *,
     if with_metrics:
         from agent.sinks.prometheus import NodeMetrics
 
-        metrics = NodeMetrics(node, sampler.sensor_errors_total)
+        metrics = NodeMetrics(node, sampler.sensor_errors_total,
+                              device_state=device_state_of(sensors))
         metrics.declare([(d.component, d.device, d.source) for d in devices])
         metrics.describe_devices(devices)
     # The node metrics first, as before sinks were a list: a tick is exported before

@@ -92,11 +92,13 @@ def job_costs(jobs: Iterable[JobTotals], now_s: float) -> dict[str, JobCost]:
 
 
 def job_figures(jobs: Iterable[JobTotals], now_s: float,
-                sources: Mapping[str, tuple[str, ...]] | None = None) -> list[JobFigures]:
+                sources: Mapping[str, tuple[str, ...]] | None = None,
+                models: Mapping[str, Mapping[str, int]] | None = None) -> list[JobFigures]:
     """The jobs as :func:`agent.reports.compare.compare` takes them, each built as
     ``joulestat compare`` builds it (:func:`agent.reports.compare_data.job_figures`);
-    ``sources``: node -> sources, read as the command reads them (``node_sources``)."""
+    ``sources``: node -> sources, read as the command reads them (``node_sources``);
+    ``models``: node -> its accelerators' models (``node_accelerators``)."""
     by = pricer()
     return [figures_of_job(job, by.job(job.per_node, now_s), now_s,
-                           sources_of(job, sources) if sources is not None else ())
+                           sources_of(job, sources) if sources is not None else (), models)
             for job in jobs]

@@ -231,6 +231,11 @@ def _lead(label: str, row: Any, by_group: bool) -> list[str]:
     return [label] if not by_group else [label, "+".join(row.instance_types)]
 
 
+def _accelerators(row: Any) -> str:
+    """What the row's nodes compute on ("1 x AWS Inferentia2"), as compare() names it."""
+    return " + ".join(row.accelerators) or UNKNOWN
+
+
 def _delta(value: float | None, comparable: bool, kind: str = "pct") -> str:
     from agent.reports.compare_words import format_pct, format_ratio
 
@@ -284,32 +289,36 @@ def render_text(table: Any, notes: list[str], prices: list[Any] | None = None) -
     if per_unit:
         unit = table.unit
         out.append(f"per {unit}:")
-        headers = [*lead, "runs", f"{plural(unit)}/instance-h",
-                   f"energy/{unit}", f"CO2e/{unit}", f"USD/1M {plural(unit)}", "energy/run",
+        headers = [*lead, "accelerators", "runs", f"{plural(unit)}/instance-h",
+                   f"energy/{unit}", f"accelerator energy/{unit}", f"CO2e/{unit}",
+                   f"USD/1M {plural(unit)}", "energy/run",
                    "throughput", f"energy/{unit}", f"CO2e/{unit}", f"cost/{unit}",
                    "energy is"]
         same = base.basis == PER_UNIT
         out += _grid(headers, [[
-            *_lead(labels[i], r, grouped), str(r.runs), _figure(units.count(r.units_per_hour)),
-            _figure(units.energy(r.energy_per_unit_j)), _figure(units.mass(r.co2e_per_unit_g)),
+            *_lead(labels[i], r, grouped), _accelerators(r), str(r.runs),
+            _figure(units.count(r.units_per_hour)), _figure(units.energy(r.energy_per_unit_j)),
+            _figure(units.energy(r.accelerator_per_unit_j)),
+            _figure(units.mass(r.co2e_per_unit_g)),
             _figure(units.usd(r.cost_per_million_usd)), units.energy(r.energy_per_run_j),
             _delta(r.throughput_x, same, "x"),
             _delta(r.energy_pct, same), _delta(r.co2e_pct, same), _delta(r.cost_pct, same),
             r.energy_class or UNKNOWN,
-        ] for i, r in per_unit], left=len(lead))
+        ] for i, r in per_unit], left=len(lead) + 1)
         out.append("")
     if per_run:
         counted = f" (no {plural(table.unit)} counted)" if table.unit else ""
         out.append(f"per run{counted}:")
-        headers = [*lead, "runs", "energy/run", "CO2e/run", "cost/run",
+        headers = [*lead, "accelerators", "runs", "energy/run", "CO2e/run", "cost/run",
                    "energy/run", "CO2e/run", "cost/run", "energy is"]
         same = base.basis != PER_UNIT
         out += _grid(headers, [[
-            *_lead(labels[i], r, grouped), str(r.runs), units.energy(r.energy_per_run_j),
+            *_lead(labels[i], r, grouped), _accelerators(r), str(r.runs),
+            units.energy(r.energy_per_run_j),
             units.mass(r.co2e_per_run_g), _figure(units.usd(r.cost_per_run_usd)),
             _delta(r.energy_pct, same), _delta(r.co2e_pct, same), _delta(r.cost_pct, same),
             r.energy_class or UNKNOWN,
-        ] for i, r in per_run], left=len(lead))
+        ] for i, r in per_run], left=len(lead) + 1)
         out.append("")
     lines = [f"{labels[i].removesuffix(' *')} vs {base_label}: {headline(r, base)}"
              for i, r in enumerate(table.rows) if not r.is_baseline and r.basis == base.basis]

@@ -7,6 +7,9 @@ dashboard's pages use too: so ``joulestat compare`` and the Compare page print t
 figures, with the same unknowns. :func:`job_figures` is the one place a job record and
 its price become a :class:`JobFigures`. A running job is counted up to ``now_s``
 (energy, units and held time so far), which keeps its ratios consistent while it runs.
+Each job is labelled with its accelerators (:func:`accelerator_names`): the models its
+nodes' agents registered (``node_devices``), else what the catalog says the instance
+type carries, so a row reads "1 x AWS Inferentia2" whether measured or imported.
 """
 
 from __future__ import annotations
@@ -17,12 +20,15 @@ from dataclasses import dataclass, replace
 
 from sqlalchemy.engine import Engine
 
+from agent.carbon.catalog import accelerators_of
 from agent.carbon.footprint import CarbonSettings, energy_points
 from agent.carbon.pricing import JobPrice, Pricer
 from agent.reports.compare import CompareError, JobFigures
+from agent.sensors.base import ACCELERATOR_COMPONENT
 from agent.store.job_refs import JobRefError, resolve_job
 from agent.store.job_totals import JobTotals
 from agent.store.jobs import JobDetail, JobRef, job_detail, job_refs
+from agent.store.nodes import node_accelerators
 from agent.store.provenance import node_sources
 from agent.store.series import job_energy_series
 
@@ -82,18 +88,44 @@ def pick_baseline(engine: Engine, baseline: str, compared: Sequence[JobFigures],
     return chosen.latest.id, chosen.notes("comparing against")
 
 
+def accelerator_names(nodes: Sequence[tuple[str, str]],
+                      models: Mapping[str, Mapping[str, int]]) -> tuple[str, ...]:
+    """What a job's ``nodes`` ((node, instance type)) compute on, each named once: per
+    node the models its agent registered (``models``, :func:`node_accelerators`) as
+    "1 x Tesla T4", else the catalog's for its type ("1 x NVIDIA T4", "none", "unknown")."""
+    names: dict[str, None] = {}
+    for node, instance_type in nodes:
+        found = models.get(node)
+        if found:
+            names.update(dict.fromkeys(f"{n} x {m}" for m, n in sorted(found.items())))
+        else:
+            names[accelerators_of(instance_type)] = None
+    return tuple(names)
+
+
+def accelerator_j_of(job: JobTotals | JobDetail) -> float:
+    """The job's energy on accelerators: a job list's sum, or a detail's split."""
+    if isinstance(job, JobTotals):
+        return job.accelerator_j
+    return job.energy_j(ACCELERATOR_COMPONENT)
+
+
 def job_figures(job: JobTotals | JobDetail, price: JobPrice, now_s: float,
-                sources: Sequence[str] = ()) -> JobFigures:
+                sources: Sequence[str] = (),
+                models: Mapping[str, Mapping[str, int]] | None = None) -> JobFigures:
     """The job as :func:`~agent.reports.compare.compare` takes it: energy is the job's
     attributed energy, CO2e operational with embodied apart, cost and held time per node
     (``price``, from :meth:`Pricer.job`), ``duration_s`` its wall-clock time to ``now_s``
-    while it runs, ``sources`` its nodes' (:func:`node_sources`)."""
+    while it runs, ``sources`` its nodes' (:func:`node_sources`), ``models`` their
+    accelerators (:func:`node_accelerators`; None: the catalog's)."""
     return JobFigures(
         job_id=job.id, name=job.name, kind=job.kind, nodes=price.nodes,
         units=dict(job.units), duration_s=job.held_s(now_s), energy_j=job.total_j,
         operational_co2e_g=price.operational_g, embodied_co2e_g=price.embodied_g,
         cost_usd=price.cost_usd, notes=price.notes, labels=dict(job.labels),
-        started_s=job.started_s, sources=tuple(sorted(set(sources))))
+        started_s=job.started_s, sources=tuple(sorted(set(sources))),
+        accelerator_j=accelerator_j_of(job),
+        accelerators=accelerator_names(job.nodes, models or {}))
 
 
 def sources_of(job: JobTotals | JobDetail, by_node: Mapping[str, Sequence[str]]
@@ -111,8 +143,10 @@ def figures_of(engine: Engine, detail: JobDetail, pricer: Pricer, now_s: float) 
                                            job_energy_series(engine, detail.id, part.node))]
 
     price = pricer.job(detail.per_node, now_s, points)
-    sources = node_sources(engine, [p.node for p in detail.per_node])
-    return job_figures(detail, price, now_s, sources_of(detail, sources))
+    nodes = [p.node for p in detail.per_node]
+    sources = node_sources(engine, nodes)
+    return job_figures(detail, price, now_s, sources_of(detail, sources),
+                       node_accelerators(engine, nodes))
 
 
 def load_job_figures(

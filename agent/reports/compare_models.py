@@ -35,6 +35,7 @@ def _part(job: JobFigures, fraction: float, model: str, units: dict[str, float]
                               n.energy_j * fraction, _scaled(n.cost_usd, fraction))
                   for n in job.nodes)
     return replace(job, nodes=nodes, units=units, energy_j=job.energy_j * fraction,
+                   accelerator_j=job.accelerator_j * fraction,
                    operational_co2e_g=job.operational_co2e_g * fraction,
                    embodied_co2e_g=_scaled(job.embodied_co2e_g, fraction),
                    cost_usd=_scaled(job.cost_usd, fraction), model=model)

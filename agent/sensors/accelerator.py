@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from agent.sensors.base import ACCELERATOR_COMPONENT, DeviceInfo, Reading
+from agent.sensors.resume import BadState, get_float, get_int, restore_each
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,22 @@ class Capabilities:
     energy_counter: bool = False  # a hardware energy counter (exact between reads)
     power_only: bool = False  # power samples integrated here (bounded by the interval)
     per_process: bool = False  # per-process use for attribution (device_processes)
+    live_state: bool = False  # clock and memory in use now (device_state), at a scrape
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceState:
+    """What an accelerator is doing now, for the node's gauges: its compute clock (NVIDIA's
+    SM clock, AMD's GFX clock) in Hz and its memory in use in bytes; None where the vendor
+    API does not say. Read when Prometheus scrapes (``device_state``), never per tick:
+    a tick must stay cheap, and a clock read every second adds nothing to the energy."""
+
+    clock_hz: float | None = None
+    memory_used_bytes: float | None = None
+
+
+# (component, device) -> its state now
+DeviceStates = dict[tuple[str, str], DeviceState]
 
 
 @dataclass
@@ -63,6 +80,9 @@ class EmptySensor:
         return None
 
     def device_processes(self) -> DeviceProcesses:
+        return {}
+
+    def device_state(self) -> DeviceStates:
         return {}
 
 
@@ -125,6 +145,7 @@ class VendorDevice:
     counter: CounterTrack
     power: PowerTrack
     counting: bool
+    power_limit_w: float | None = None  # read once at open (DeviceInfo.power_limit_w)
 
     @property
     def energy_j(self) -> float:
@@ -153,11 +174,48 @@ class OnceLog:
             self.logger.info("%s", message)
 
 
+def _device_state(dev: VendorDevice) -> dict[str, Any]:
+    """What a restart needs of one device: its name and path, the cumulative energy, and
+    the counter baseline or last power sample (JSON types only: a missing one is left
+    out, never null)."""
+    state: dict[str, Any] = {"index": dev.index, "source": dev.source,
+                             "energy_j": dev.energy_j}
+    for key, value in (("last", dev.counter.last), ("last_w", dev.power.last_w),
+                       ("last_s", dev.power.last_s)):
+        if value is not None:
+            state[key] = value
+    return state
+
+
+def _restore_device(dev: VendorDevice, item: dict[str, Any]) -> None:
+    """Continue ``dev`` from its checkpoint item; :class:`BadState` before any change when
+    it measured another way, sat at another index (its readings are keyed by the index)
+    or a field is missing or of the wrong kind. An item without ``index`` (Gaudi before
+    it was saved) is taken at its word."""
+    if item.get("source") != dev.source:
+        raise BadState(f"measured via {item.get('source')!r} then, {dev.source!r} now")
+    if "index" in item and get_int(item, "index") != dev.index:
+        raise BadState(f"was {dev.prefix}{item['index']}, is {dev.device} now")
+    energy_j = get_float(item, "energy_j")
+    if dev.counting:
+        dev.counter.last, dev.counter.energy_j = get_float(item, "last"), energy_j
+        return
+    last_w, last_s = get_float(item, "last_w"), get_float(item, "last_s")
+    dev.power.last_w, dev.power.last_s, dev.power.energy_j = last_w, last_s, energy_j
+
+
 class VendorSensor(ABC):
     """What the sensors over :class:`VendorDevice` share (AMD's amdsmi, Intel's HLML):
     declared capabilities, the devices described, and a read that takes each device's
     counter or power sample, keeps a failing device's last value and logs the failure
-    once until it heals. A vendor supplies its names and the three library calls."""
+    once until it heals. A vendor supplies its names and the three library calls.
+
+    Restart on the same boot, as NVML's sensor does it: ``checkpoint`` keeps each
+    device's counter baseline or last power sample by UUID, ``restore`` puts them back,
+    so the first read after a restart takes the counter's delta over the whole gap, or
+    integrates power across it with the trapezoid rule (as after a failed read). A
+    counter that went back meanwhile (driver reload) is a new baseline, as always.
+    """
 
     name: ClassVar[str]
     vendor: ClassVar[str]  # DeviceInfo.vendor
@@ -166,6 +224,8 @@ class VendorSensor(ABC):
     source_energy: ClassVar[str]
     source_power: ClassVar[str]
     per_process: ClassVar[bool] = False
+    live_state: ClassVar[bool] = False  # the vendor overrides _read_state
+    checkpoint_key: ClassVar[str] = "devices"  # the map of devices in a checkpoint
 
     def __init__(self, devices: Sequence[VendorDevice], logger: logging.Logger) -> None:
         self._devices = devices
@@ -175,7 +235,7 @@ class VendorSensor(ABC):
         self.capabilities = Capabilities(
             energy_counter=any(d.source == self.source_energy for d in devices),
             power_only=all(d.source == self.source_power for d in devices),
-            per_process=self.per_process)
+            per_process=self.per_process, live_state=self.live_state)
 
     @abstractmethod
     def _errors(self) -> tuple[type[Exception], ...]:
@@ -195,8 +255,27 @@ class VendorSensor(ABC):
 
     def describe(self) -> list[DeviceInfo]:
         return [DeviceInfo(ACCELERATOR_COMPONENT, d.device, d.source, model=d.model,
-                           uuid=d.uuid, index=d.index, vendor=self.vendor)
+                           uuid=d.uuid, index=d.index, vendor=self.vendor,
+                           power_limit_w=d.power_limit_w)
                 for d in self._devices]
+
+    def _read_state(self, device: Any) -> DeviceState:
+        """The device's clock and memory in use now (a vendor with ``live_state``)."""
+        return DeviceState()
+
+    def device_state(self) -> DeviceStates:
+        """Per device: :meth:`_read_state`, at a scrape; a device whose library call fails
+        is left out (debug only: a gauge missing for one scrape needs no warning), and a
+        closed sensor answers nothing (its library is shut down)."""
+        if self._closed or not self.live_state:
+            return {}
+        states: DeviceStates = {}
+        for dev in self._devices:
+            try:
+                states[(ACCELERATOR_COMPONENT, dev.device)] = self._read_state(dev)
+            except (*self._errors(), KeyError, TypeError) as exc:
+                self._log.debug("%s %d: state not readable: %s", self.kind, dev.index, exc)
+        return states
 
     def read(self, now_s: float) -> list[Reading]:
         for dev in self._devices:
@@ -215,6 +294,17 @@ class VendorSensor(ABC):
                                       "again")
         return [Reading(ACCELERATOR_COMPONENT, d.device, d.energy_j, d.source)
                 for d in self._devices]
+
+    def checkpoint(self) -> dict:
+        """Per device UUID: :func:`_device_state` (no library call: taken every tick)."""
+        return {self.checkpoint_key: {d.uuid: _device_state(d) for d in self._devices}}
+
+    def restore(self, state: dict) -> None:
+        """Continue each device from its checkpoint, matched by UUID; a device gone, at
+        another index, measured another way or with a damaged item is logged and starts
+        from its baseline (see :func:`agent.sensors.resume.restore_each`)."""
+        restore_each(state, self.checkpoint_key, {d.uuid: d for d in self._devices},
+                     _restore_device, self._log, self.library, self.kind)
 
     def close(self) -> None:
         """Shuts the library down once; a failure there only matters to a debugger."""
@@ -248,6 +338,37 @@ def combined_device_processes(sensors: Iterable[object]
         return merged
 
     return device_processes
+
+
+def combined_device_state(sensors: Iterable[object]) -> Callable[[], DeviceStates] | None:
+    """One ``device_state`` over every sensor that declares ``live_state``; a vendor
+    whose call fails leaves the others' answer (a gauge is a convenience)."""
+    sources: list[Callable[[], DeviceStates]] = []
+    for sensor in sensors:
+        caps = getattr(sensor, "capabilities", None)
+        if isinstance(caps, Capabilities) and caps.live_state:
+            sources.append(sensor.device_state)  # type: ignore[attr-defined]
+    if not sources:
+        return None
+
+    def device_state() -> DeviceStates:
+        merged: DeviceStates = {}
+        for source in sources:
+            try:
+                merged.update(source())
+            except Exception as exc:
+                log.debug("accelerator state query failed: %s", exc)
+        return merged
+
+    return device_state
+
+
+def watts_or_none(value: object, per_watt: float) -> float | None:
+    """A vendor's power limit in W from its unit (``per_watt`` units a watt: mW 1e3, µW
+    1e6); None for 0, 'N/A' and non-numbers. Some pyhlml releases hand back the ctypes
+    integer itself, not its ``.value``: both are read."""
+    number = number_or_none(getattr(value, "value", value))
+    return None if number is None or number <= 0 else number / per_watt
 
 
 def text_of(value: object) -> str:

@@ -14,6 +14,17 @@ Provenance ``amdsmi`` (counter) or ``amdsmi_power``.
 Per-process use: ``amdsmi_get_gpu_process_list(h)`` lists the pids on a device with their
 cumulative ``engine_usage.gfx`` busy time (ns); the delta between two calls is each pid's
 use over the tick, the weight attribution splits dynamic energy by.
+
+Device info and state: ``power_limit`` of ``amdsmi_get_power_info`` (µW) once at open;
+at a scrape (never on the tick) the GFX clock, ``amdsmi_get_clock_info(h,
+AmdSmiClkType.GFX)["clk"]`` (MHz; ``cur_clk`` in older releases), and the VRAM in use,
+``amdsmi_get_gpu_vram_usage(h)["vram_used"]`` (MiB).
+
+Restart on the same boot (:class:`~agent.sensors.accelerator.VendorSensor`'s checkpoint,
+by UUID): the accumulator's delta over the whole gap continues the total, or, for a
+device measured by power, the trapezoid from the last sample before the stop to the first
+after it. The start-up sanity check runs again first; a device that changed path since
+(counter then, power now) starts from a baseline rather than mix the two.
 """
 
 from __future__ import annotations
@@ -29,12 +40,14 @@ from agent.sensors.accelerator import (
     ACCELERATOR_COMPONENT,
     CounterTrack,
     DeviceProcesses,
+    DeviceState,
     EmptySensor,
     PowerTrack,
     VendorDevice,
     VendorSensor,
     number_or_none,
     text_of,
+    watts_or_none,
 )
 
 log = logging.getLogger(__name__)
@@ -46,6 +59,9 @@ PROBE_S = 0.5
 SANE_RATIO = (0.5, 2.0)
 SANE_MIN_POWER_W = 10.0
 _POWER_KEYS = ("socket_power", "current_socket_power", "average_socket_power")
+MIB = 1024 * 1024
+MHZ = 1e6
+UW_PER_W = 1e6  # amdsmi's power_limit is in µW
 
 
 def read_counter_uj(amdsmi: ModuleType, handle: Any) -> float:
@@ -96,6 +112,8 @@ class AmdSensor(VendorSensor):
     source_energy = SOURCE_ENERGY
     source_power = SOURCE_POWER
     per_process = True
+    live_state = True
+    checkpoint_key = "gpus"
 
     def __init__(self, amdsmi: ModuleType, gpus: list[_AmdGpu]) -> None:
         super().__init__(gpus, log)
@@ -116,6 +134,15 @@ class AmdSensor(VendorSensor):
 
     def _shut_down(self) -> None:
         self._amdsmi.amdsmi_shut_down()
+
+    def _read_state(self, device: _AmdGpu) -> DeviceState:
+        clock = self._amdsmi.amdsmi_get_clock_info(device.handle,
+                                                   self._amdsmi.AmdSmiClkType.GFX)
+        mhz = number_or_none(clock.get("clk", clock.get("cur_clk")))
+        vram = self._amdsmi.amdsmi_get_gpu_vram_usage(device.handle)
+        used_mib = number_or_none(vram.get("vram_used"))
+        return DeviceState(None if mhz is None else mhz * MHZ,
+                           None if used_mib is None else used_mib * MIB)
 
     def device_processes(self) -> DeviceProcesses:
         """Per device: {pid: gfx busy ns since the last call}, {pids on the device}."""
@@ -141,12 +168,6 @@ class AmdSensor(VendorSensor):
             result[(ACCELERATOR_COMPONENT, gpu.device)] = (use, set(seen))
         return result
 
-    def checkpoint(self) -> dict:
-        return {}
-
-    def restore(self, state: dict) -> None:
-        """Nothing carried over: the first tick after a restart starts a new baseline."""
-
 
 def _identify(amdsmi: ModuleType, index: int, handle: Any) -> tuple[str, str]:
     try:
@@ -162,8 +183,23 @@ def _identify(amdsmi: ModuleType, index: int, handle: Any) -> tuple[str, str]:
     return uuid, model
 
 
+def _power_limit_w(amdsmi: ModuleType, handle: Any) -> float | None:
+    try:
+        return watts_or_none(amdsmi.amdsmi_get_power_info(handle).get("power_limit"), UW_PER_W)
+    except (amdsmi.AmdSmiException, OSError, AttributeError):
+        return None
+
+
 def _open_device(amdsmi: ModuleType, index: int, handle: Any, now_s: float,
                  probe: Callable[[], None]) -> _AmdGpu | None:
+    gpu = _measured_device(amdsmi, index, handle, now_s, probe)
+    if gpu is not None:
+        gpu.power_limit_w = _power_limit_w(amdsmi, handle)
+    return gpu
+
+
+def _measured_device(amdsmi: ModuleType, index: int, handle: Any, now_s: float,
+                     probe: Callable[[], None]) -> _AmdGpu | None:
     uuid, model = _identify(amdsmi, index, handle)
     label = f"AMD GPU {index} ({model})"
     why = ""

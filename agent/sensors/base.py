@@ -60,6 +60,10 @@ class DeviceInfo:
     vendor: str = ""  # "NVIDIA", "AMD", "Intel", "AWS": with model, what a dashboard shows
     # How its energy is split among processes when not by measured use: "mig_slice_estimate"
     attribution: str = ""
+    # The board's power limit in W as its vendor API reports it, read once at start (NVML:
+    # enforced limit; amdsmi: power_limit; HLML: default limit); None where it has none.
+    # A GPU capped below its rating draws less and runs longer: a comparison should show it.
+    power_limit_w: float | None = None
 
 
 class SensorError(RuntimeError):

@@ -8,7 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import ConfigError
-from agent.sensors.accelerator import DeviceProcesses, combined_device_processes
+from agent.sensors.accelerator import (
+    DeviceProcesses,
+    DeviceStates,
+    combined_device_processes,
+    combined_device_state,
+)
 from agent.sensors.base import Sensor, SensorError
 
 log = logging.getLogger(__name__)
@@ -93,6 +98,12 @@ def device_processes_of(sensors: list[Sensor]) -> Callable[[], DeviceProcesses] 
     """The per-process accelerator use of every sensor that offers it (None: no such)."""
 
     return combined_device_processes(sensors)
+
+
+def device_state_of(sensors: list[Sensor]) -> Callable[[], DeviceStates] | None:
+    """The accelerators' clock and memory in use now, for the node's gauges at a scrape
+    (None: no sensor offers them)."""
+    return combined_device_state(sensors)
 
 
 def estimator_idle_w(sensors: list[Sensor]) -> dict[tuple[str, str], float]:

@@ -14,6 +14,13 @@ HLML mirrors NVML: ``hlmlInit``, ``hlmlDeviceGetCount``, ``hlmlDeviceGetHandleBy
 A device whose call fails in one tick keeps its last value (logged once until it heals).
 HLML gives no per-process use, so Gaudi devices are attributed to the processes the
 caller knows hold them (none here): the capability says so.
+
+Device info: ``hlmlDeviceGetPowerManagementDefaultLimit`` (mW), the default power limit,
+once at open. HLML's clock and memory calls are not read: nothing here checks their
+shapes against a real pyhlml.
+
+Restart on the same boot: :class:`~agent.sensors.accelerator.VendorSensor`'s checkpoint
+(the counter's delta, or power integrated, across the gap), keyed ``hpus`` as before.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from agent.sensors.accelerator import (
     VendorDevice,
     VendorSensor,
     text_of,
+    watts_or_none,
 )
 
 log = logging.getLogger(__name__)
@@ -53,6 +61,7 @@ class GaudiSensor(VendorSensor):
     library = "HLML"
     source_energy = SOURCE_ENERGY
     source_power = SOURCE_POWER
+    checkpoint_key = "hpus"  # what Gaudi checkpoints were keyed by before VendorSensor's
 
     def __init__(self, hlml: ModuleType, hpus: list[_Hpu]) -> None:
         super().__init__(hpus, log)
@@ -71,28 +80,19 @@ class GaudiSensor(VendorSensor):
     def _shut_down(self) -> None:
         self._hlml.hlmlShutdown()
 
-    def checkpoint(self) -> dict:
-        return {"hpus": {h.uuid: {"source": h.source, "last": h.counter.last,
-                                  "energy_j": h.energy_j} for h in self._hpus}}
-
-    def restore(self, state: dict) -> None:
-        """Counter path only: the counter's delta over the gap continues the total."""
-        saved = state.get("hpus") if isinstance(state, dict) else None
-        if not isinstance(saved, dict):
-            return
-        for hpu in self._hpus:
-            item = saved.get(hpu.uuid)
-            if not isinstance(item, dict) or item.get("source") != SOURCE_ENERGY \
-                    or hpu.source != SOURCE_ENERGY:
-                continue
-            try:
-                hpu.counter.last = float(item["last"])
-                hpu.counter.energy_j = float(item["energy_j"])
-            except (KeyError, TypeError, ValueError):
-                log.warning("Gaudi %d: unusable checkpoint item skipped", hpu.index)
-
 
 def _open_device(hlml: ModuleType, index: int, now_s: float) -> _Hpu | None:
+    hpu = _measured_device(hlml, index, now_s)
+    if hpu is not None:
+        try:
+            hpu.power_limit_w = watts_or_none(
+                hlml.hlmlDeviceGetPowerManagementDefaultLimit(hpu.handle), 1000.0)
+        except (hlml.HLMLError, OSError, AttributeError):
+            hpu.power_limit_w = None
+    return hpu
+
+
+def _measured_device(hlml: ModuleType, index: int, now_s: float) -> _Hpu | None:
     try:
         handle = hlml.hlmlDeviceGetHandleByIndex(index)
         uuid = text_of(hlml.hlmlDeviceGetUUID(handle))

@@ -26,6 +26,14 @@ Per-process use for attribution: ``neuron_runtime_data[].report.neuroncore_count
 neuroncores_in_use[<core>].neuroncore_utilization`` per runtime (``pid``, tagged by
 ``NEURON_PROCESS_TAG`` as ``neuron_runtime_tag``), mapped to devices by core index //
 cores per device (``neuron_hardware_info.neuroncore_per_device_count``).
+
+Restart on the same boot: the driver keeps no counter, only the newest minute's average,
+so what happened during the gap is not measured by anything. ``checkpoint`` keeps each
+device's totals, last read and last driver power; after ``restore`` the first read covers
+a gap up to ``STALE_S`` (the age past which a sample no longer counts as "now" on any
+tick) with the trapezoid of the power before the stop and the power after it, an estimate
+logged as such; a longer gap is not estimated: it is logged and adds nothing, and the
+totals carry on from the checkpoint (docs/methodology.md, "AWS Neuron").
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ from agent.sensors.accelerator import (
     OnceLog,
 )
 from agent.sensors.base import DeviceInfo, Reading
+from agent.sensors.resume import BadState, get_float, restore_each
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +61,7 @@ SOURCE_ESTIMATE = "model:neuron-util"
 VENDOR = "AWS"
 STATUS_VALID = "POWER_STATUS_VALID"
 STALE_S = 180.0  # three missed refreshes: the driver's figure no longer describes now
+RESUME_MAX_S = STALE_S  # the longest restart gap estimated from the samples either side
 _ROOTS = ("devices/virtual/neuron_device", "class/neuron_device")
 _MODELS = {"inferentia": "AWS Inferentia", "inferentia1": "AWS Inferentia",
            "inferentia2": "AWS Inferentia2", "trainium": "AWS Trainium",
@@ -97,6 +107,8 @@ class _NeuronDevice:
     measured_j: float = 0.0
     estimated_j: float = 0.0
     last_s: float | None = None
+    last_w: float | None = None  # the driver's power at the last read (None: no valid one)
+    resumed: bool = False  # restored from a checkpoint and not read since
 
     @property
     def device(self) -> str:
@@ -192,6 +204,33 @@ def read_monitor_file(path: Path, devices: int) -> MonitorReport | None:
     return None
 
 
+def _restore_device(dev: _NeuronDevice, item: dict) -> None:
+    """Put ``item``'s totals back on ``dev``; :class:`BadState` before any change when it
+    names another model or was never read (no ``last_s``: nothing to continue from)."""
+    if item.get("model") != dev.model:
+        raise BadState(f"was {item.get('model')!r}, is {dev.model!r} now")
+    measured_j, estimated_j = get_float(item, "measured_j"), get_float(item, "estimated_j")
+    last_s = get_float(item, "last_s")
+    last_w = get_float(item, "last_w") if "last_w" in item else None
+    dev.measured_j, dev.estimated_j, dev.last_s, dev.last_w = (measured_j, estimated_j,
+                                                               last_s, last_w)
+    dev.resumed = True
+
+
+def _gap_to_count(dev: _NeuronDevice, gap_s: float) -> float:
+    """The seconds of a restart gap to integrate: all of it up to ``RESUME_MAX_S`` (an
+    estimate from the averages either side, logged), none beyond (logged: unmeasured)."""
+    if gap_s > RESUME_MAX_S:
+        log.warning("%s: %.0f s passed since its last read before the restart; the driver "
+                    "keeps only the last minute's average power, so that gap is not "
+                    "counted (over %.0f s it is not estimated; docs/methodology.md)",
+                    dev.device, gap_s, RESUME_MAX_S)
+        return 0.0
+    log.info("%s: %.1f s across the restart estimated from the power averages before and "
+             "after it", dev.device, gap_s)
+    return gap_s
+
+
 class NeuronSensor:
     """Cumulative joules per Neuron device: measured where the driver says, else estimated."""
 
@@ -259,6 +298,12 @@ class NeuronSensor:
             elapsed_s = 0.0 if dev.last_s is None else max(now_s - dev.last_s, 0.0)
             dev.last_s = now_s
             watts = self._driver_power_w(dev)
+            before_w, dev.last_w = dev.last_w, watts
+            if dev.resumed:
+                dev.resumed = False
+                elapsed_s = _gap_to_count(dev, elapsed_s)
+                if watts is not None and before_w is not None:
+                    watts = (before_w + watts) / 2.0  # the trapezoid across the gap
             if watts is not None:
                 dev.measured_j += watts * elapsed_s
             elif self._report is not None and dev.index in self._report.device_util_pct:
@@ -281,10 +326,24 @@ class NeuronSensor:
         return None
 
     def checkpoint(self) -> dict:
-        return {}
+        """Per device: totals, last read and last driver power (no file read: every tick)."""
+        devices = {}
+        for dev in self._devices:
+            item: dict[str, object] = {"model": dev.model, "measured_j": dev.measured_j,
+                                       "estimated_j": dev.estimated_j}
+            if dev.last_s is not None:
+                item["last_s"] = dev.last_s
+            if dev.last_w is not None:
+                item["last_w"] = dev.last_w
+            devices[dev.device] = item
+        return {"devices": devices}
 
     def restore(self, state: dict) -> None:
-        """Nothing to resume: power is sampled, the first tick starts from now."""
+        """Continue each device's totals from its checkpoint (see the module docstring for
+        what the first read makes of the gap); a device gone, of another model, never
+        read or with a damaged item is logged and starts from its baseline."""
+        restore_each(state, "devices", {d.device: d for d in self._devices},
+                     _restore_device, log, "Neuron", "device")
 
 
 def open_neuron(sysfs_root: Path, max_power_w: float | None,

@@ -33,6 +33,10 @@ newest sample timestamp seen so far, in µs). NVML answers NOT_FOUND when no sam
 than that timestamp, which is the normal state of an idle GPU, so that means "no
 utilisation", not a failure; so does NOT_SUPPORTED (e.g. MIG-enabled devices), where the
 context holders are still worth knowing.
+
+Device info and state (:mod:`agent.sensors.nvidia_state`): the enforced power limit, read
+once at start, and the SM clock and memory in use, read when Prometheus scrapes, never on
+the tick, which stays as cheap as the energy needs.
 """
 
 from __future__ import annotations
@@ -40,12 +44,18 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from agent.sensors.accelerator import ACCELERATOR_COMPONENT, Capabilities, DeviceProcesses
+from agent.sensors.accelerator import (
+    ACCELERATOR_COMPONENT,
+    Capabilities,
+    DeviceProcesses,
+    DeviceStates,
+)
 from agent.sensors.base import DeviceInfo, Reading
+from agent.sensors.nvidia_state import power_limit_w, read_state
 from agent.sensors.resume import BadState, get_float, get_int, restore_each
 
 log = logging.getLogger(__name__)
@@ -92,6 +102,8 @@ class _Gpu:
     procs_failing: str = ""  # like ``failing``, for device_processes
     util_unsupported: bool = False  # process utilisation NOT_SUPPORTED: logged once
     mig: bool = False  # MIG enabled: processes weighted by their instance's slice count
+    power_limit_w: float | None = None  # enforced limit, read once at open
+    state_unsupported: set[str] = field(default_factory=set)  # device_state calls refused
 
     @property
     def device(self) -> str:
@@ -122,13 +134,14 @@ class NvidiaSensor:
         self.capabilities = Capabilities(
             energy_counter=any(g.source == SOURCE_ENERGY for g in gpus),
             power_only=bool(gpus) and all(g.source == SOURCE_POWER for g in gpus),
-            per_process=True)
+            per_process=True, live_state=True)
 
     def describe(self) -> list[DeviceInfo]:
         return [
             DeviceInfo(component=ACCELERATOR_COMPONENT, device=g.device, source=g.source,
                        model=g.model, uuid=g.uuid, index=g.index, vendor="NVIDIA",
-                       attribution=ATTRIBUTION_MIG if g.mig else "")
+                       attribution=ATTRIBUTION_MIG if g.mig else "",
+                       power_limit_w=g.power_limit_w)
             for g in self._gpus
         ]
 
@@ -177,6 +190,15 @@ class NvidiaSensor:
         """
         restore_each(state, "gpus", {g.uuid: g for g in self._gpus}, _restore_gpu, log,
                      "NVML", "GPU")
+
+    def device_state(self) -> DeviceStates:
+        """Per GPU: SM clock and memory in use now, at a scrape (:func:`read_state`);
+        nothing once closed, NVML being shut down."""
+        if self._closed:
+            return {}
+        return {(ACCELERATOR_COMPONENT, g.device): read_state(self._nvml, g.handle,
+                                                              g.state_unsupported)
+                for g in self._gpus}
 
     def device_processes(self) -> DeviceProcesses:
         """Per device: {pid: mean SM utilisation % since the last call}, {context pids}.
@@ -288,13 +310,14 @@ def _open_device(nvml: ModuleType, index: int, now_s: float) -> _Gpu | None:
         log.warning("GPU %d: cannot identify it through NVML (%s); not measured", index, exc)
         return None
     mig = _mig_enabled(nvml, handle)
+    limit_w = power_limit_w(nvml, handle)
     if mig:
         log.info("GPU %d (%s): MIG enabled; its energy is split among instances with "
                  "processes by slice count (an estimate)", index, model)
     try:
         energy_mj = int(nvml.nvmlDeviceGetTotalEnergyConsumption(handle))
         return _Gpu(index, handle, uuid, model, SOURCE_ENERGY, last_mj=energy_mj, last_s=now_s,
-                    mig=mig)
+                    mig=mig, power_limit_w=limit_w)
     except nvml.NVMLError as exc:
         log.debug("GPU %d: no energy counter (%s); integrating power instead", index, exc)
     try:
@@ -304,7 +327,7 @@ def _open_device(nvml: ModuleType, index: int, now_s: float) -> _Gpu | None:
                     "not measured", index, model, exc)
         return None
     return _Gpu(index, handle, uuid, model, SOURCE_POWER, last_mw=power_mw, last_s=now_s,
-                mig=mig)
+                mig=mig, power_limit_w=limit_w)
 
 
 def _mig_enabled(nvml: ModuleType, handle: Any) -> bool:

@@ -61,6 +61,30 @@ NODE_DEVICE_INFO = MetricSpec(
     "split among jobs by slice count (an estimate; else empty); always 1. Join on "
     "component and device.",
 )
+NODE_DEVICE_POWER_LIMIT = MetricSpec(
+    "joulestat_node_device_power_limit_watts",
+    "gauge",
+    ("component", "device"),
+    "The accelerator's power limit, in watts, read once when the agent starts (NVIDIA: the "
+    "enforced limit; AMD: amdsmi's power_limit; Intel Gaudi: HLML's default limit). A "
+    "board capped below its rating draws less and runs longer for the same work. Absent "
+    "where the vendor API has none (AWS Neuron).",
+)
+NODE_DEVICE_CLOCK = MetricSpec(
+    "joulestat_node_device_clock_hertz",
+    "gauge",
+    ("component", "device"),
+    "The accelerator's compute clock (NVIDIA: SM clock; AMD: GFX clock), in hertz, read "
+    "when Prometheus scrapes, not on the agent's tick (so it costs the tick nothing and is "
+    "as fresh as the scrape).",
+)
+NODE_DEVICE_MEMORY_USED = MetricSpec(
+    "joulestat_node_device_memory_used_bytes",
+    "gauge",
+    ("component", "device"),
+    "Accelerator memory in use (NVIDIA: nvmlDeviceGetMemoryInfo used; AMD: VRAM used), in "
+    "bytes, read when Prometheus scrapes, as the clock is.",
+)
 AGENT_TICKS = MetricSpec(
     "joulestat_agent_ticks_total",
     "counter",
@@ -143,6 +167,9 @@ METRICS: tuple[MetricSpec, ...] = (
     NODE_POWER,
     NODE_INFO,
     NODE_DEVICE_INFO,
+    NODE_DEVICE_POWER_LIMIT,
+    NODE_DEVICE_CLOCK,
+    NODE_DEVICE_MEMORY_USED,
     AGENT_TICKS,
     AGENT_TICK_SECONDS,
     AGENT_SENSOR_ERRORS,

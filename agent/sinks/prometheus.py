@@ -6,6 +6,11 @@ their own, under a lock of their own, and a scrape formats that snapshot. A scra
 never reads objects a tick is changing and never takes a lock the tick loop or the job
 API holds (the job registry's), so a scrape never slows a tick and a slow tick or a
 busy API never blocks a scrape for long.
+
+The one exception is by design: the accelerators' clock and memory gauges are read from
+the vendor library during the scrape (``device_state``, thread-safe in NVML and amdsmi,
+touching no state a tick uses), so that reading them costs the tick loop nothing and
+costs a scrape a few driver calls per device.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from prometheus_client.registry import Collector
 from agent.http_gate import HttpGate, Limits
 from agent.http_request import GatedHandler
 from agent.identity import NodeInfo
+from agent.sensors.accelerator import DeviceStates
 from agent.sensors.base import DeviceInfo
 from agent.sinks import metric_catalog as mc
 from agent.sinks.base import TickRecord
@@ -48,8 +54,11 @@ class NodeMetrics(Collector):
 
     stores_ticks = False  # a sink (agent.sinks.base) that keeps nothing past the process
 
-    def __init__(self, node: NodeInfo, sensor_errors: dict[str, int] | None = None) -> None:
+    def __init__(self, node: NodeInfo, sensor_errors: dict[str, int] | None = None,
+                 device_state: Callable[[], DeviceStates] | None = None) -> None:
         self.node = node
+        self._device_state = device_state
+        self._power_limits: dict[tuple[str, str], float] = {}
         self._lock = threading.Lock()
         self._energy_j: dict[Key, float] = {}
         self._power_w: dict[Key, float] = {}
@@ -65,6 +74,30 @@ class NodeMetrics(Collector):
                 self._devices.setdefault((d.component, d.device), {
                     "component": d.component, "device": d.device, "vendor": d.vendor,
                     "model": d.model, "uuid": d.uuid, "attribution": d.attribution})
+                if d.power_limit_w is not None:
+                    self._power_limits.setdefault((d.component, d.device), d.power_limit_w)
+
+    def _device_gauges(self, limits: list[tuple[tuple[str, str], float]]) -> Iterator[Metric]:
+        """Power limits (from the device info) and each accelerator's clock and memory in
+        use, read now (``device_state``; a failing read leaves its gauges out once)."""
+        gauges = {spec.name: GaugeMetricFamily(spec.family_name, spec.help, labels=spec.labels)
+                  for spec in (mc.NODE_DEVICE_POWER_LIMIT, mc.NODE_DEVICE_CLOCK,
+                               mc.NODE_DEVICE_MEMORY_USED)}
+        for key, watts in limits:
+            gauges[mc.NODE_DEVICE_POWER_LIMIT.name].add_metric(list(key), watts)
+        states: DeviceStates = {}
+        if self._device_state is not None:
+            try:
+                states = self._device_state()
+            except Exception as exc:  # a gauge is a convenience: never fail a scrape
+                log.debug("device state unreadable at this scrape: %s", exc)
+        for key, state in sorted(states.items()):
+            if state.clock_hz is not None:
+                gauges[mc.NODE_DEVICE_CLOCK.name].add_metric(list(key), state.clock_hz)
+            if state.memory_used_bytes is not None:
+                gauges[mc.NODE_DEVICE_MEMORY_USED.name].add_metric(list(key),
+                                                                   state.memory_used_bytes)
+        yield from gauges.values()
 
     def declare(self, keys: list[Key]) -> None:
         """Export known series at 0 from the start, so rate() has a first sample."""
@@ -98,6 +131,7 @@ class NodeMetrics(Collector):
             ticks, tick_sum = self._ticks, self._tick_seconds_sum
             errors = sorted(self._sensor_errors.items())
             devices = [self._devices[key] for key in sorted(self._devices)]
+            limits = sorted(self._power_limits.items())
 
         family = CounterMetricFamily(
             mc.NODE_ENERGY.family_name, mc.NODE_ENERGY.help, labels=mc.NODE_ENERGY.labels
@@ -130,6 +164,7 @@ class NodeMetrics(Collector):
         for labels in devices:
             info.add_metric([], labels)
         yield info
+        yield from self._device_gauges(limits)
 
         yield CounterMetricFamily(mc.AGENT_TICKS.family_name, mc.AGENT_TICKS.help, value=ticks)
         yield SummaryMetricFamily(

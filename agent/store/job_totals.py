@@ -24,10 +24,11 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Select, and_, func, or_, select, union_all
+from sqlalchemy import Select, and_, case, func, or_, select, union_all
 from sqlalchemy.engine import Connection, Engine
 
 from agent.carbon.held import Held
+from agent.sensors.base import ACCELERATOR_COMPONENT
 from agent.store.boundary import settled_until_ms
 from agent.store.model_split import ordinary_units
 from agent.store.tables import (
@@ -103,17 +104,26 @@ def part_energy(
     return energy
 
 
-def part_energy_j(connection: Connection, job_ids: Select[Any]) -> dict[tuple[str, str], float]:
-    """Per (job, node): joules, all components, dynamic and idle (what job lists show;
-    a third of the rows :func:`part_energy` returns)."""
+def part_energy_j(connection: Connection, job_ids: Select[Any]
+                  ) -> dict[tuple[str, str], tuple[float, float]]:
+    """Per (job, node): joules over all components and joules of the accelerators, dynamic
+    and idle (what job lists show, and what Compare's accelerator energy per unit divides:
+    a sum more in the same pass, not the split by component of :func:`part_energy`)."""
     raw, totals = JOB_ENERGY.c, JOB_ENERGY_TOTALS.c
+
+    def sums(rows: Any) -> list[Any]:
+        energy = rows.dynamic_j + rows.idle_j
+        return [func.sum(energy),
+                func.sum(case((rows.component == ACCELERATOR_COMPONENT, energy), else_=0.0))]
+
     query = union_all(
-        _recent_rows(JOB_ENERGY, [], [func.sum(raw.dynamic_j + raw.idle_j)], job_ids, None),
-        _totals(JOB_ENERGY_TOTALS, [func.sum(totals.dynamic_j + totals.idle_j)], job_ids,
-                None).group_by(totals.job_id, totals.node))
-    energy: defaultdict[tuple[str, str], float] = defaultdict(float)
-    for job_id, node, energy_j in connection.execute(query):
-        energy[(job_id, node)] += float(energy_j)
+        _recent_rows(JOB_ENERGY, [], sums(raw), job_ids, None),
+        _totals(JOB_ENERGY_TOTALS, sums(totals), job_ids, None)
+        .group_by(totals.job_id, totals.node))
+    energy: defaultdict[tuple[str, str], tuple[float, float]] = defaultdict(lambda: (0.0, 0.0))
+    for job_id, node, energy_j, accelerator_j in connection.execute(query):
+        total_j, acc_j = energy[(job_id, node)]
+        energy[(job_id, node)] = (total_j + float(energy_j), acc_j + float(accelerator_j))
     return energy
 
 
@@ -210,6 +220,7 @@ class PartTotals(Held):
     ended_s: float | None
     total_j: float
     units: dict[str, float]
+    accelerator_j: float = 0.0  # the part of total_j on accelerators
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +243,7 @@ class JobTotals(Held):
     total_j: float
     units: dict[str, float]
     per_node: tuple[PartTotals, ...]
+    accelerator_j: float = 0.0  # the part of total_j on accelerators, all nodes
 
 
 def job_totals(engine: Engine, where: JobFilter = JobFilter()) -> list[JobTotals]:
@@ -261,7 +273,8 @@ def _sorted_units(counts: dict[str, float]) -> dict[str, float]:
     return counts if len(counts) < 2 else dict(sorted(counts.items()))
 
 
-def _assemble(metas: Any, part_rows: Any, energy: dict[tuple[str, str], float],
+def _assemble(metas: Any, part_rows: Any,
+              energy: dict[tuple[str, str], tuple[float, float]],
               unit_rows: dict[str, dict[tuple[str, str], float]]) -> list[JobTotals]:
     """JobTotals from the rows; one pass each, single-node jobs (most) without merging,
     as this runs for every job on the Jobs and Compare pages."""
@@ -272,9 +285,10 @@ def _assemble(metas: Any, part_rows: Any, energy: dict[tuple[str, str], float],
     by_job: defaultdict[str, list[PartTotals]] = defaultdict(list)
     for job_id, node, instance_type, region, started_s, ended_s in part_rows:
         key = (job_id, node)
+        total_j, accelerator_j = energy.get(key, (0.0, 0.0))
         by_job[job_id].append(PartTotals(node, instance_type, region, started_s, ended_s,
-                                         energy.get(key, 0.0),
-                                         _sorted_units(units.get(key, {}))))
+                                         total_j, _sorted_units(units.get(key, {})),
+                                         accelerator_j))
     result = []
     no_parts: list[PartTotals] = []
     for job_id, name, kind, labels, status, created_s, ended_s in metas:
@@ -291,5 +305,6 @@ def _assemble(metas: Any, part_rows: Any, energy: dict[tuple[str, str], float],
             job_id, name, kind, json.loads(labels) if labels != "{}" else {}, status,
             created_s, ended_s, tuple((p.node, p.instance_type) for p in node_parts),
             sum(p.total_j for p in node_parts), job_units, tuple(node_parts),
+            sum(p.accelerator_j for p in node_parts),
         ))
     return result

@@ -10,13 +10,14 @@ minutes give the same totals before and after pruning.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import and_, func, literal_column, select
 from sqlalchemy.engine import Engine
 
-from agent.sensors.base import DeviceInfo
+from agent.sensors.base import ACCELERATOR_COMPONENT, DeviceInfo
 from agent.store.boundary import (
     ends_within,
     minute_end_ms,
@@ -80,6 +81,27 @@ def node_devices(engine: Engine, node: str) -> list[DeviceInfo]:
     )
     with engine.connect() as connection:
         return [DeviceInfo(*row) for row in connection.execute(query)]
+
+
+def node_accelerators(engine: Engine, nodes: Iterable[str]) -> dict[str, dict[str, int]]:
+    """node -> {accelerator model: how many} as its agent registered them at its last
+    start (one row per device, whatever number of series it has); a node with no named
+    accelerator (none, a sensor that gave no model, or known only from imports) is
+    absent. What Compare labels its rows with: the models measured, not the ones a
+    catalog expects."""
+    wanted = sorted(set(nodes))
+    found: dict[str, dict[str, int]] = {}
+    if not wanted:
+        return found
+    query = (select(NodeDevice.node, NodeDevice.model, func.count())
+             .where(NodeDevice.node.in_(wanted),
+                    NodeDevice.component == ACCELERATOR_COMPONENT, NodeDevice.model != "")
+             .group_by(NodeDevice.node, NodeDevice.model)
+             .order_by(NodeDevice.node, NodeDevice.model))
+    with engine.connect() as connection:
+        for node, model, count in connection.execute(query):
+            found.setdefault(str(node), {})[str(model)] = int(count)
+    return found
 
 
 def node_window_sums(engine: Engine, since_s: float, until_s: float, key: str,

@@ -4,7 +4,9 @@ Same function names, dict keys and units as amdsmi: ``amdsmi_get_energy_count`` 
 ``energy_accumulator`` (or ``power`` with ``old_key=True``, as releases before 6.1 did)
 and ``counter_resolution`` in µJ per count; ``amdsmi_get_power_info`` socket power in W
 ('N/A' where a part lacks it) and ``power_limit`` in µW; ``amdsmi_get_gpu_process_list``
-dicts with ``pid`` and cumulative ``engine_usage.gfx`` ns. Errors are
+dicts with ``pid`` and cumulative ``engine_usage.gfx`` ns; ``amdsmi_get_clock_info(h,
+AmdSmiClkType.GFX)`` ``clk`` in MHz; ``amdsmi_get_gpu_vram_usage`` ``vram_used`` and
+``vram_total`` in MiB. Errors are
 ``AmdSmiException`` (``AmdSmiLibraryException`` carries a code). ``advance(s)`` moves every
 working counter by its power over ``s`` seconds; tests pass it as the start-up probe.
 """
@@ -20,8 +22,15 @@ from tests.fakes.module import FakeModule
 FAKE_FUNCTIONS = (
     "amdsmi_init", "amdsmi_shut_down", "amdsmi_get_processor_handles",
     "amdsmi_get_gpu_device_uuid", "amdsmi_get_gpu_asic_info", "amdsmi_get_energy_count",
-    "amdsmi_get_power_info", "amdsmi_get_gpu_process_list",
+    "amdsmi_get_power_info", "amdsmi_get_gpu_process_list", "amdsmi_get_clock_info",
+    "amdsmi_get_gpu_vram_usage",
 )
+
+
+class AmdSmiClkType:
+    """amdsmi's clock type enum (the member used here)."""
+
+    GFX = 0
 
 
 class AmdSmiException(Exception):
@@ -48,6 +57,9 @@ class FakeAmdGpu:
     old_key: bool = False
     fail: set[str] = field(default_factory=set)  # function names that raise
     processes: list[dict[str, Any]] = field(default_factory=list)
+    power_limit_uw: int | str = 750_000_000
+    gfx_clock_mhz: int | str = 2100
+    vram_used_mib: int = 1024
 
     def add_joules(self, joules: float) -> None:
         self.accumulator += round(joules * 1e6 / self.resolution_uj)
@@ -110,14 +122,27 @@ class FakeAmdsmi(FakeModule):
         def amdsmi_get_power_info(h: int) -> dict[str, Any]:
             gpu = self._gpu(h, "amdsmi_get_power_info")
             return {"current_socket_power": gpu.power_w, "average_socket_power": "N/A",
-                    "power_limit": 750_000_000}
+                    "power_limit": gpu.power_limit_uw}
 
         def amdsmi_get_gpu_process_list(h: int) -> list[dict[str, Any]]:
             return [dict(p) for p in self._gpu(h, "amdsmi_get_gpu_process_list").processes]
 
+        def amdsmi_get_clock_info(h: int, clk_type: int) -> dict[str, Any]:
+            gpu = self._gpu(h, "amdsmi_get_clock_info")
+            if clk_type != AmdSmiClkType.GFX:
+                raise AmdSmiLibraryException(2)
+            return {"clk": gpu.gfx_clock_mhz, "min_clk": 500, "max_clk": 2100,
+                    "clk_locked": False, "clk_deep_sleep": False}
+
+        def amdsmi_get_gpu_vram_usage(h: int) -> dict[str, Any]:
+            gpu = self._gpu(h, "amdsmi_get_gpu_vram_usage")
+            return {"vram_total": 192 * 1024, "vram_used": gpu.vram_used_mib}
+
+        mod.AmdSmiClkType = AmdSmiClkType  # type: ignore[attr-defined]
         for func in (amdsmi_init, amdsmi_shut_down, amdsmi_get_processor_handles,
                      amdsmi_get_gpu_device_uuid, amdsmi_get_gpu_asic_info,
                      amdsmi_get_energy_count, amdsmi_get_power_info,
-                     amdsmi_get_gpu_process_list):
+                     amdsmi_get_gpu_process_list, amdsmi_get_clock_info,
+                     amdsmi_get_gpu_vram_usage):
             setattr(mod, func.__name__, func)
         return mod

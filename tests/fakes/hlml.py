@@ -1,7 +1,8 @@
 """A fake ``pyhlml`` module (Intel Gaudi's HLML binding) with configurable devices.
 
 Same names and units as pyhlml: ``hlmlDeviceGetTotalEnergyConsumption`` in mJ since the
-driver loaded, ``hlmlDeviceGetPowerUsage`` in mW, errors ``HLMLError`` with ``.value``.
+driver loaded, ``hlmlDeviceGetPowerUsage`` and ``hlmlDeviceGetPowerManagementDefaultLimit``
+in mW, errors ``HLMLError`` with ``.value``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ HLML_ERROR_UNKNOWN = 999
 FAKE_FUNCTIONS = (
     "hlmlInit", "hlmlShutdown", "hlmlDeviceGetCount", "hlmlDeviceGetHandleByIndex",
     "hlmlDeviceGetName", "hlmlDeviceGetUUID", "hlmlDeviceGetTotalEnergyConsumption",
-    "hlmlDeviceGetPowerUsage",
+    "hlmlDeviceGetPowerUsage", "hlmlDeviceGetPowerManagementDefaultLimit",
 )
 
 
@@ -32,6 +33,7 @@ class FakeHpu:
     uuid: str = "hl-0000"
     energy_mj: int | None = 0  # None: counter not supported
     power_mw: int = 200_000
+    power_limit_mw: int = 600_000
     fail: set[str] = field(default_factory=set)
 
 
@@ -84,8 +86,11 @@ class FakeHlml(FakeModule):
         def hlmlDeviceGetPowerUsage(h: int) -> int:
             return self._hpu(h, "hlmlDeviceGetPowerUsage").power_mw
 
+        def hlmlDeviceGetPowerManagementDefaultLimit(h: int) -> int:
+            return self._hpu(h, "hlmlDeviceGetPowerManagementDefaultLimit").power_limit_mw
+
         for func in (hlmlInit, hlmlShutdown, hlmlDeviceGetCount, hlmlDeviceGetHandleByIndex,
                      hlmlDeviceGetName, hlmlDeviceGetUUID, hlmlDeviceGetTotalEnergyConsumption,
-                     hlmlDeviceGetPowerUsage):
+                     hlmlDeviceGetPowerUsage, hlmlDeviceGetPowerManagementDefaultLimit):
             setattr(mod, func.__name__, func)
         return mod

@@ -55,7 +55,11 @@ FAKE_FUNCTIONS = (
     "nvmlDeviceGetMaxMigDeviceCount",
     "nvmlDeviceGetMigDeviceHandleByIndex",
     "nvmlDeviceGetAttributes",
+    "nvmlDeviceGetEnforcedPowerLimit",
+    "nvmlDeviceGetClockInfo",
+    "nvmlDeviceGetMemoryInfo",
 )
+NVML_CLOCK_SM = 1  # pynvml's clock type of the SM clock
 NVML_DEVICE_MIG_DISABLE = 0
 NVML_DEVICE_MIG_ENABLE = 1
 
@@ -64,6 +68,7 @@ FAKE_STRUCT_FIELDS = {
     "c_nvmlProcessInfo_t": ("pid", "usedGpuMemory"),
     "c_nvmlProcessUtilizationSample_t": ("pid", "timeStamp", "smUtil", "memUtil"),
     "c_nvmlDeviceAttributes": ("gpuInstanceSliceCount",),
+    "c_nvmlMemory_t": ("total", "free", "used"),
 }
 
 
@@ -115,6 +120,15 @@ class FakeDeviceAttributes:
     gpuInstanceSliceCount: int  # pynvml's field name
 
 
+@dataclass(frozen=True)
+class FakeMemory:
+    """What nvmlDeviceGetMemoryInfo returns (bytes), pynvml's c_nvmlMemory_t fields."""
+
+    total: int
+    free: int
+    used: int
+
+
 @dataclass
 class FakeMigInstance:
     """A MIG instance: its size in GPU slices (1g, 2g, 3g, 4g, 7g) and its processes."""
@@ -145,6 +159,11 @@ class FakeGpu:
     util_asked_us: list[int] = field(default_factory=list)  # timestamps passed, in order
     # None: no MIG (mode disabled). A list: MIG enabled, one slot per entry (None: empty).
     mig_instances: list[FakeMigInstance | None] | None = None
+    # Device info and state; None: the call answers NOT_SUPPORTED.
+    power_limit_mw: int | None = 700_000
+    sm_clock_mhz: int | None = 1980
+    memory_total_bytes: int = 80 * 2**30
+    memory_used_bytes: int | None = 0
 
 
 @dataclass
@@ -172,11 +191,13 @@ class FakeNvml(FakeModule):
         self.bytes_strings = bytes_strings
         self.init_calls = 0
         self.initialised = False
+        self.calls: dict[str, int] = {}  # device function name -> calls, for cost checks
         super().__init__()
 
     def _gpu(self, handle: Any, func: str) -> FakeGpu:
         if not self.initialised:
             raise NVMLError(NVML_ERROR_UNINITIALIZED)
+        self.calls[func] = self.calls.get(func, 0) + 1
         gpu = self.gpus[handle.index]
         if func in gpu.fail:
             raise NVMLError(gpu.fail[func])
@@ -272,12 +293,35 @@ class FakeNvml(FakeModule):
                 raise NVMLError(NVML_ERROR_NOT_FOUND)
             return samples
 
+        def nvmlDeviceGetEnforcedPowerLimit(handle: _Handle) -> int:
+            gpu = self._gpu(handle, "nvmlDeviceGetEnforcedPowerLimit")
+            if gpu.power_limit_mw is None:
+                raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+            return gpu.power_limit_mw
+
+        def nvmlDeviceGetClockInfo(handle: _Handle, type: int) -> int:  # noqa: A002
+            gpu = self._gpu(handle, "nvmlDeviceGetClockInfo")
+            if gpu.sm_clock_mhz is None or type != NVML_CLOCK_SM:
+                raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+            return gpu.sm_clock_mhz
+
+        def nvmlDeviceGetMemoryInfo(handle: _Handle) -> FakeMemory:
+            gpu = self._gpu(handle, "nvmlDeviceGetMemoryInfo")
+            if gpu.memory_used_bytes is None:
+                raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+            return FakeMemory(gpu.memory_total_bytes,
+                              gpu.memory_total_bytes - gpu.memory_used_bytes,
+                              gpu.memory_used_bytes)
+
+        mod.NVML_CLOCK_SM = NVML_CLOCK_SM  # type: ignore[attr-defined]
         mod.NVMLError_NotFound = NVMLError_NotFound  # type: ignore[attr-defined]
         for func in (nvmlInit, nvmlShutdown, nvmlDeviceGetCount, nvmlDeviceGetHandleByIndex,
                      nvmlDeviceGetUUID, nvmlDeviceGetName, nvmlDeviceGetTotalEnergyConsumption,
                      nvmlDeviceGetPowerUsage, nvmlDeviceGetComputeRunningProcesses,
                      nvmlDeviceGetGraphicsRunningProcesses, nvmlDeviceGetProcessUtilization,
                      nvmlDeviceGetMigMode, nvmlDeviceGetMaxMigDeviceCount,
-                     nvmlDeviceGetMigDeviceHandleByIndex, nvmlDeviceGetAttributes):
+                     nvmlDeviceGetMigDeviceHandleByIndex, nvmlDeviceGetAttributes,
+                     nvmlDeviceGetEnforcedPowerLimit, nvmlDeviceGetClockInfo,
+                     nvmlDeviceGetMemoryInfo):
             setattr(mod, func.__name__, func)
         return mod

@@ -52,7 +52,8 @@ def test_amd_energy_accumulator_times_resolution(monkeypatch: pytest.MonkeyPatch
     fake = FakeAmdsmi([FakeAmdGpu(accumulator=10_000, old_key=old_key)]).install(monkeypatch)
     sensor = open_amd(0.0, probe=lambda: fake.advance(0.5))
     assert isinstance(sensor, AmdSensor)
-    assert sensor.capabilities == Capabilities(energy_counter=True, per_process=True)
+    assert sensor.capabilities == Capabilities(energy_counter=True, per_process=True,
+                                               live_state=True)
     [info] = sensor.describe()
     assert (info.component, info.device, info.source, info.model) == (
         "accelerator", "amdgpu0", "amdsmi", "AMD Instinct MI300X")
