@@ -62,15 +62,17 @@ class Comparison:
 
 def figures(found: Sequence[JobTotals], now_s: float,
             picked: Sequence[str] | None = None,
-            sources: Mapping[str, tuple[str, ...]] | None = None) -> list[JobFigures]:
+            sources: Mapping[str, tuple[str, ...]] | None = None,
+            models: Mapping[str, Mapping[str, int]] | None = None) -> list[JobFigures]:
     """``found`` as ``compare()`` takes them, in store order (by start, as the CLI reads
     them), or in the order ``picked`` names them (as ``--jobs`` takes them); ``sources``
-    per node say whether each row's energy was measured."""
+    per node say whether each row's energy was measured, ``models`` per node its
+    accelerators (else the catalog's)."""
     jobs = list(found)
     if picked is not None:
         order = {job_id: i for i, job_id in enumerate(picked)}
         jobs.sort(key=lambda j: order.get(j.id, len(order)))
-    return costing.job_figures(jobs, now_s, sources)
+    return costing.job_figures(jobs, now_s, sources, models)
 
 
 def comparison(jobs: Sequence[JobFigures], unit: str, by: str) -> Comparison | None:

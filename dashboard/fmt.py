@@ -2,7 +2,10 @@
 reports use too, so a figure reads "2.05 mJ" on a page, in ``joulestat run``'s summary
 and in the HTML report alike. Only what is the dashboard's own lives here: the viewer's
 clock. Deltas and ratios ("−92 %", "×6.3") are :mod:`agent.reports.compare_words`', as
-``joulestat compare`` writes them.
+``joulestat compare`` writes them. How a row's energy was obtained ("estimated (model:
+ccf-vcpu)") is :func:`agent.reports.provenance.energy_is`, in the column
+:data:`ENERGY_IS` that every table puts right after the row's name, so an estimate is
+never read as the equal of the measured row beside it.
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ import pandas as pd
 from agent import units
 from agent.carbon.units import J_PER_KWH
 from agent.reports import compare_words
+from agent.reports.provenance import energy_is
 
-__all__ = ["J_PER_KWH", "UNKNOWN", "count", "duration", "energy", "kwh", "local_time",
-           "mass", "plural", "power", "share", "styled", "usd"]
+__all__ = ["ENERGY_IS", "J_PER_KWH", "UNKNOWN", "count", "duration", "energy", "energy_is",
+           "kwh", "local_time", "mass", "plural", "power", "share", "styled", "usd"]
 
 UNKNOWN = units.UNKNOWN
+ENERGY_IS = "energy is"  # the provenance column, right after a row's name
 energy = units.energy
 kwh = units.energy_wh  # electricity-bill units: mWh, Wh, kWh, MWh
 power = units.power

@@ -16,6 +16,10 @@ Latency comes from job labels, where a load test puts what only it can measure
 the highest of their values, the worst its jobs saw, since percentiles of separate runs
 cannot be pooled. A job's latency is the whole server's, so every model of a job shows
 the same.
+
+Each row carries the sources of its jobs' nodes (``rapl``, ``model:ccf-vcpu``), so the
+page can say which lines are estimates: a c6i's modelled energy per request drawn
+beside a g5's measured one reads as their equal unless the line says otherwise.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ class LoadRow:
     energy_j: float
     run_s: float
     latency: tuple[tuple[str, float | None], ...] = ()  # (label key, worst of its jobs)
+    sources: tuple[str, ...] = ()  # of its jobs' nodes: rapl, model:ccf-vcpu...
 
     @property
     def energy_per_unit_j(self) -> float:
@@ -101,25 +106,36 @@ def _worst(jobs: list[JobTotals], keys: list[str]) -> tuple[tuple[str, float | N
     return tuple(values)
 
 
+def _sources(jobs: list[JobTotals], by_node: Mapping[str, Iterable[str]]
+             ) -> tuple[str, ...]:
+    return tuple(sorted({s for job in jobs for node, _t in job.nodes
+                         for s in by_node.get(node, ())}))
+
+
 def _rows(group_of: str | None, points: list[analysis.LoadPoint],
-          members: Mapping[tuple[str, float], list[JobTotals]], keys: list[str]
-          ) -> list[LoadRow]:
+          members: Mapping[tuple[str, float], list[JobTotals]], keys: list[str],
+          by_node: Mapping[str, Iterable[str]]) -> list[LoadRow]:
     return [LoadRow(group_of or p.setup, p.setup, p.level, p.jobs, p.units, p.energy_j,
-                    p.run_s, _worst(members.get((p.setup, p.level), []), keys))
+                    p.run_s, _worst(members.get((p.setup, p.level), []), keys),
+                    _sources(members.get((p.setup, p.level), []), by_node))
             for p in points]
 
 
 def load_rows(jobs: list[JobTotals], unit: str, now_s: float, level_key: str,
               left_out: Collection[str] = (), by: str = BY_SETUP,
-              splits: Mapping[str, ModelSplit] | None = None) -> tuple[list[LoadRow], int]:
+              splits: Mapping[str, ModelSplit] | None = None,
+              sources: Mapping[str, Iterable[str]] | None = None
+              ) -> tuple[list[LoadRow], int]:
     """Rows by setup or by model (``splits``: :func:`dashboard.state.splits` of ``jobs``;
     jobs without one have no model and no row by model), and how many jobs were left out
-    for a level that is not a positive number."""
+    for a level that is not a positive number. ``sources``: node -> its energy's sources
+    (:func:`dashboard.state.energy_sources`), each row's from its jobs' nodes."""
+    by_node = sources or {}
     points, skipped = analysis.load_curve(jobs, unit, now_s, level_key, left_out)
     keys = latency_keys(jobs, level_key)
     members = _members(jobs, unit, level_key, left_out)
     if by != BY_MODEL:
-        return _rows(None, points, members, keys), skipped
+        return _rows(None, points, members, keys, by_node), skipped
     rows: list[LoadRow] = []
     models = sorted({share.model for split in (splits or {}).values() for share in split.models})
     for model in models:
@@ -131,7 +147,7 @@ def load_rows(jobs: list[JobTotals], unit: str, now_s: float, level_key: str,
                 parts.append(replace(job, units={unit: found.units.get(unit, 0.0)},
                                      total_j=found.energy_j))
         model_points, _skipped = analysis.load_curve(parts, unit, now_s, level_key, left_out)
-        rows += _rows(model, model_points, members, keys)
+        rows += _rows(model, model_points, members, keys, by_node)
     return rows, skipped
 
 

@@ -48,7 +48,13 @@ from agent.store.jobs import (
 )
 from agent.store.migrate import HEAD_REVISION, current_revision
 from agent.store.model_split import ModelSplit, model_splits
-from agent.store.nodes import NodeSummary, latest_power_w, list_nodes, node_covered_s
+from agent.store.nodes import (
+    NodeSummary,
+    latest_power_w,
+    list_nodes,
+    node_accelerators,
+    node_covered_s,
+)
 from agent.store.provenance import (
     SourceEnergy,
     energy_by_source,
@@ -66,7 +72,7 @@ from agent.store.series import (
     node_power_range,
     node_power_series,
 )
-from dashboard import analysis, comparison, costing
+from dashboard import analysis, comparison, costing, fmt
 from dashboard.bulk import gc_paused
 
 # The store's records the pages and modules use, taken from here (see the docstring).
@@ -181,6 +187,24 @@ def covered(url: str, since_s: float, until_s: float) -> dict[str, float]:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
+def last_tick_s(url: str, node: str, until_s: float, lookback_s: float) -> float | None:
+    """About when ``node``'s newest tick within ``lookback_s`` before ``until_s`` ended
+    (the end of its minute, at most ``until_s``); None without one. Read from the
+    node's minute series: a node's heartbeat (``last_seen_s``) says its agent runs, not
+    that it still measures, so "silent for" is told from the ticks themselves."""
+    points = node_power_series(engine(url), node, until_s - lookback_s, until_s, 60)
+    ends = [p.bucket_end_s for p in points if p.covered_s > 0]
+    return min(max(ends), until_s) if ends else None
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def energy_sources(url: str, names: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """node -> the sources of its energy (:func:`agent.store.provenance.node_sources`,
+    as ``joulestat compare`` reads them): what a table's "energy is" is said from."""
+    return node_sources(engine(url), names)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
 @gc_paused
 def jobs(url: str, kind: str | None = None, status: str | None = None,
          since_s: float | None = None, until_s: float | None = None, node: str | None = None,
@@ -198,7 +222,15 @@ def job_table(url: str, kind: str | None, status: str | None, since_s: float | N
     a frame is cheap to copy out of the cache, ten thousand job objects are not."""
     where = JobFilter(kind, status, since_s, until_s, node, instance_type)
     found = job_totals(engine(url), where)
-    return pd.DataFrame(analysis.job_rows(found, costing.job_costs(found, at_s), at_s))
+    frame = pd.DataFrame(analysis.job_rows(found, costing.job_costs(found, at_s), at_s))
+    by_node = node_sources(engine(url), {n for job in found for n, _t in job.nodes})
+    said: dict[frozenset[str], str] = {}  # a few distinct node sets among 10,000 jobs
+    column = []
+    for job in found:
+        key = frozenset(s for n, _t in job.nodes for s in by_node.get(n, ()))
+        column.append(said.get(key) or said.setdefault(key, fmt.energy_is(key)))
+    frame.insert(1, fmt.ENERGY_IS, column)
+    return frame
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -213,8 +245,9 @@ def compare(url: str, kind: str, unit: str, since_s: float | None, until_s: floa
     baseline and SLA on the rows alone."""
     where = JobFilter(kind, None, since_s, until_s, job_ids=picked)
     found = job_totals(engine(url), where)
-    sources = node_sources(engine(url), {node for job in found for node, _t in job.nodes})
-    jobs = comparison.figures(found, at_s, picked, sources)
+    nodes = {node for job in found for node, _t in job.nodes}
+    sources = node_sources(engine(url), nodes)
+    jobs = comparison.figures(found, at_s, picked, sources, node_accelerators(engine(url), nodes))
     if by == "model" and picked is None:
         jobs = comparison.by_model(jobs, model_splits(engine(url), [j.id for j in found]))
     return comparison.comparison(jobs, unit, "job" if picked is not None else by)
@@ -267,12 +300,6 @@ def splits(url: str, job_ids: tuple[str, ...]) -> dict[str, ModelSplit]:
     """The energy of each of ``job_ids`` that served several models, split among them
     (:func:`agent.store.model_split.model_splits`)."""
     return model_splits(engine(url), job_ids)
-
-
-def load_points(url: str, unit: str, at_s: float, label_key: str = "concurrency",
-                left_out: tuple[str, ...] = ()) -> tuple[list[analysis.LoadPoint], int]:
-    return analysis.load_curve(load_jobs(url, unit, label_key), unit, at_s, label_key,
-                               set(left_out))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

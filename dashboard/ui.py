@@ -16,7 +16,7 @@ import streamlit as st
 
 from agent.carbon.prices import PricesError
 from agent.redact import redact_text
-from dashboard import costing, state
+from dashboard import costing, fmt, state
 
 PERIODS_S = {"Last hour": 3600.0, "Last 24 hours": 86400.0, "Last 7 days": 7 * 86400.0,
              "Last 30 days": 30 * 86400.0, "All time": None}
@@ -123,6 +123,23 @@ def require_data(url: str) -> None:
     else:
         st.error(f"Cannot read the store `{shown}`: {redact_text(str(found.detail))}")
     st.stop()
+
+
+ENERGY_IS_HELP = ("measured: read from a hardware counter; estimated: computed by the model "
+                  "named (docs/methodology.md); not stated: imported from a file that does "
+                  "not say how it measured")
+
+
+def named_columns(name: str, name_px: int | None = None, energy_is_px: int | None = None
+                  ) -> dict[str, Any]:
+    """``column_config`` for a table's first two columns: the row's name and how its
+    energy was obtained (:data:`dashboard.fmt.ENERGY_IS`), pinned at the left, so they
+    stay on screen however far the reader scrolls to the figures past the screen's
+    edge (the Compare table's provenance was once its 13th column, never seen). Widths
+    in pixels where a wide table must keep room for its figures; None fits the text."""
+    return {name: st.column_config.Column(width=name_px, pinned=True),
+            fmt.ENERGY_IS: st.column_config.Column(width=energy_is_px, pinned=True,
+                                                   help=ENERGY_IS_HELP)}
 
 
 class Page(NamedTuple):

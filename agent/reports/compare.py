@@ -16,12 +16,16 @@ The rules, each chosen so a comparison is fair to the hardware rather than to th
 * Per unit = the job's attributed energy (dynamic + its share of idle), operational
   CO2e (location-based) and cost, divided by the units it counted. Embodied CO2e is
   kept apart (``embodied_per_unit_g``), as in docs/carbon.md.
+  ``accelerator_per_unit_j`` is the accelerators' part of that energy; ``accelerators``
+  names them (the models the nodes' agents registered, else the catalog's).
 * Jobs that did not count the table's unit (a training run next to inference jobs,
   or runs that count nothing) get **per-run** rows: the run's energy, CO2e and cost.
   Deltas compare like with like: per unit against a per-unit baseline, per run against
   a per-run baseline, nothing otherwise.
 * ``by="label:KEY"`` pools the jobs by the value of their label KEY
-  (``concurrency=4``), the same way; jobs without it form ``KEY unset``.
+  (``concurrency=4``), the same way; jobs without it form ``KEY unset``. Jobs that ran
+  on several setups give a row per value and setup (``concurrency=4 · g5.xlarge``), so
+  a delta between two rows is never a change of hardware read as a change of load.
 * ``by="model"`` gives a row per model of multi-model servers, from each job's per-model
   figures (:func:`agent.reports.compare_models.by_model`), plus ``idle``.
 * ``by="instance_type"`` pools the jobs of one setup: sum of units over sum of
@@ -45,14 +49,14 @@ from agent.redact import redact_labels
 from agent.reports.compare_groups import (
     BY_CHOICES,
     LABEL_BY,
-    MODEL_BY,
-    MODEL_ROW,
     UNKNOWN_TYPE,
     CompareError,
     check_by,
+    find_baseline,
     group_of,
     label_key,
     setup_name,
+    split_by_setup,
 )
 from agent.reports.sources import sources_class
 
@@ -90,18 +94,23 @@ class JobFigures:
     sources: tuple[str, ...] = ()  # where its nodes' energy comes from (rapl, model:...)
     # by="model": the model this is the part of its job for ("" its idle part), else None
     model: str | None = None
+    # the part of energy_j on accelerators, and what they are ("1 x AWS Inferentia2")
+    accelerator_j: float = 0.0
+    accelerators: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # Checked without names first: the dashboard builds ten thousand of these a page.
         values = [self.duration_s, self.energy_j, self.operational_co2e_g,
-                  self.embodied_co2e_g, self.cost_usd, *self.units.values()]
+                  self.embodied_co2e_g, self.cost_usd, self.accelerator_j,
+                  *self.units.values()]
         for n in self.nodes:
             values += (n.held_s, n.energy_j, n.cost_usd)
         if all(v is None or (v >= 0 and math.isfinite(v)) for v in values):
             return
         numbers = [("duration_s", self.duration_s), ("energy_j", self.energy_j),
                    ("operational_co2e_g", self.operational_co2e_g),
-                   ("embodied_co2e_g", self.embodied_co2e_g), ("cost_usd", self.cost_usd)]
+                   ("embodied_co2e_g", self.embodied_co2e_g), ("cost_usd", self.cost_usd),
+                   ("accelerator_j", self.accelerator_j)]
         numbers += [(f"units[{u!r}]", c) for u, c in self.units.items()]
         numbers += [(f"node {n.node!r} {name}", value) for n in self.nodes for name, value in
                     (("held_s", n.held_s), ("energy_j", n.energy_j), ("cost_usd", n.cost_usd))]
@@ -179,6 +188,12 @@ class ComparisonRow:
     started_s: float | None = None
     # measured, estimated, unstated, mixed (agent.reports.sources); "" when unknown
     energy_class: str = ""
+    # the sources behind it (rapl, model:ccf-vcpu...), to say from what it was estimated
+    sources: tuple[str, ...] = ()
+    # accelerator energy (a part of energy_j), per unit, and the accelerators it ran on
+    accelerator_j: float = 0.0
+    accelerator_per_unit_j: float | None = None
+    accelerators: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
@@ -231,7 +246,8 @@ def choose_unit(jobs: Sequence[JobFigures], unit: str | None = None) -> str | No
     return min(counts, key=lambda u: (-counts[u], u)) if counts else None
 
 
-def _row(members: list[JobFigures], unit: str | None, by: str) -> ComparisonRow:
+def _row(members: list[JobFigures], unit: str | None, by: str,
+         per_setup: bool = False) -> ComparisonRow:
     basis = PER_UNIT if unit is not None else PER_RUN
     runs = len(members)
     instance_s = sum(n.held_s for job in members for n in job.nodes)
@@ -244,10 +260,13 @@ def _row(members: list[JobFigures], unit: str | None, by: str) -> ComparisonRow:
     count = units or 0.0
     cost_per_unit = _per(cost, count)
     first = members[0]
+    sources = tuple(sorted({s for job in members for s in job.sources}))
+    accelerator_j = sum(job.accelerator_j for job in members)
     return ComparisonRow(
         job=first.name if by == "job" else None,
         job_id=first.job_id if by == "job" else None,
-        group=first.setup if by in BY_CHOICES else group_of(first, by), basis=basis,
+        group=first.setup if by in BY_CHOICES else group_of(first, by, per_setup),
+        basis=basis,
         unit=unit,
         job_ids=tuple(job.job_id for job in members),
         instance_types=tuple(sorted({t for job in members for t in job.instance_types})),
@@ -265,44 +284,22 @@ def _row(members: list[JobFigures], unit: str | None, by: str) -> ComparisonRow:
         cost_per_instance_hour_usd=_per(cost, instance_h),
         labels=tuple(sorted(redact_labels(first.labels).items())) if by == "job" else (),
         started_s=first.started_s if by == "job" else None,
-        energy_class=sources_class({s for job in members for s in job.sources})
-        if any(job.sources for job in members) else "",
+        energy_class=sources_class(sources) if sources else "",
+        sources=sources,
+        accelerator_j=accelerator_j, accelerator_per_unit_j=_per(accelerator_j, count),
+        accelerators=tuple(dict.fromkeys(a for job in members for a in job.accelerators)),
     )
 
 
-def _groups(jobs: Sequence[JobFigures], unit: str | None, by: str
+def _groups(jobs: Sequence[JobFigures], unit: str | None, by: str, per_setup: bool
             ) -> list[tuple[list[JobFigures], str | None]]:
     """Member lists with the unit they are compared per (None: per run), per-unit first."""
     per_unit: dict[str, list[JobFigures]] = {}
     per_run: dict[str, list[JobFigures]] = {}
     for job in jobs:
-        key = group_of(job, by)
+        key = group_of(job, by, per_setup)
         (per_unit if job.counted(unit) > 0 else per_run).setdefault(key, []).append(job)
     return [(m, unit) for m in per_unit.values()] + [(m, None) for m in per_run.values()]
-
-
-def _find_baseline(rows: list[ComparisonRow], baseline: str, by: str) -> int:
-    if by == "job":
-        found = [i for i, r in enumerate(rows) if r.job_id == baseline]
-        found = found or [i for i, r in enumerate(rows) if r.job == baseline]
-        if len(found) > 1:
-            ids = ", ".join(rows[i].job_id or "" for i in found)
-            raise CompareError("baseline", f"{len(found)} jobs are named {baseline!r} "
-                               f"(ids {ids}): give the job id")
-        known = ", ".join(sorted({r.job or "" for r in rows}))
-    else:
-        found = [i for i, r in enumerate(rows) if r.group.lower() == baseline.lower()]
-        prefix = f"{label_key(by)}=" if label_key(by) is not None else (
-            MODEL_ROW if by == MODEL_BY else None)
-        if not found and prefix is not None:  # "4" for "concurrency=4", "bert" for model=
-            found = [i for i, r in enumerate(rows) if r.group == f"{prefix}{baseline}"]
-        known = ", ".join(dict.fromkeys(r.group for r in rows))
-    if not found:
-        what = "jobs" if by == "job" else "instance types" if by in BY_CHOICES else (
-            "models" if by == MODEL_BY else f"values of label {label_key(by)}")
-        raise CompareError("baseline", f"{baseline!r} is none of the compared "
-                           f"{what} ({known or 'none'})")
-    return found[0]  # per-unit rows come first, so a setup present both ways is per unit
 
 
 def _sized(row: ComparisonRow, sla_units_per_hour: float) -> ComparisonRow:
@@ -351,8 +348,9 @@ def compare(
     """Compare ``jobs`` per ``unit`` (default: the unit most jobs counted).
 
     ``by``: ``job`` (a row per job), ``instance_type`` (a row per setup, jobs pooled),
-    ``label:KEY`` (a row per value of the job label KEY, jobs pooled) or ``model`` (a
-    row per model, of :func:`agent.reports.compare_models.by_model`'s figures).
+    ``label:KEY`` (a row per value of the job label KEY, jobs pooled; per value and
+    setup when the jobs ran on several) or ``model`` (a row per model, of
+    :func:`agent.reports.compare_models.by_model`'s figures).
     ``baseline``: a job id or name, or a setup name; default the first row.
     ``sla_units_per_hour``: size a fleet per row for this many units per hour.
     Raises :class:`CompareError` naming the argument that is wrong.
@@ -360,7 +358,9 @@ def compare(
     check_by(by)
     _check_sla(sla_units_per_hour)
     chosen = choose_unit(jobs, unit)
-    rows = tuple(_row(members, row_unit, by) for members, row_unit in _groups(jobs, chosen, by))
+    per_setup = split_by_setup(jobs, by)
+    rows = tuple(_row(members, row_unit, by, per_setup)
+                 for members, row_unit in _groups(jobs, chosen, by, per_setup))
     return rebase(ComparisonTable(by, chosen, None, None, rows), baseline, sla_units_per_hour)
 
 
@@ -380,7 +380,7 @@ def rebase(table: ComparisonTable, baseline: str | None = None,
         if baseline is not None:
             raise CompareError("baseline", f"{baseline!r}: there are no jobs to compare")
         return replace(table, baseline=None, sla_units_per_hour=sla_units_per_hour)
-    index = 0 if baseline is None else _find_baseline(rows, baseline, table.by)
+    index = 0 if baseline is None else find_baseline(rows, baseline, table.by)
     base = rows[index]
     rows = [_against(r, base) for r in rows]
     rows[index] = replace(rows[index], is_baseline=True)

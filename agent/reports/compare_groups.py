@@ -4,9 +4,13 @@ Kept apart from the arithmetic of :mod:`agent.reports.compare` so that pages and
 reports can name a job's setup (:func:`setup_name`) without the rest. ``by="label:KEY"``
 answers "what does concurrency 16 cost per request compared with 4?" directly: the rows
 are ``concurrency=1``, ``concurrency=4``, ``concurrency=16``, each pooling its jobs as an
-instance-type group does. ``by="model"`` rows are the models of multi-model servers
-(``model=bert``), from the per-model figures :mod:`agent.reports.compare_models` makes
-of each job, its idle part (``idle``) and jobs that named no model (``model unset``).
+instance-type group does. When the jobs ran on several setups, a label row is one
+value on one setup (``concurrency=1 · g5.xlarge``, :func:`split_by_setup`): pooled, a
+"concurrency=1" of a c6i and a g5 would read as one setup, and "×7.3 throughput vs
+concurrency=1" would compare hardware while claiming to compare load. ``by="model"``
+rows are the models of multi-model servers (``model=bert``), from the per-model figures
+:mod:`agent.reports.compare_models` makes of each job, its idle part (``idle``) and jobs
+that named no model (``model unset``).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import TYPE_CHECKING
 from agent.redact import redact_labels
 
 if TYPE_CHECKING:
-    from agent.reports.compare import JobFigures
+    from agent.reports.compare import ComparisonRow, JobFigures
 
 BY_CHOICES = ("job", "instance_type")
 LABEL_BY = "label:"  # by="label:KEY": a row per value of the label KEY
@@ -26,6 +30,7 @@ MODEL_BY = "model"  # a row per model of multi-model jobs (JobFigures.model)
 IDLE_MODEL = ""  # JobFigures.model of a job's idle part: no model was busy
 MODEL_ROW, IDLE_ROW, NO_MODEL_ROW = "model=", "idle", "model unset"
 UNKNOWN_TYPE = "unknown"
+SETUP_SEPARATOR = " · "  # "concurrency=1 · g5.xlarge": a label value on one setup
 # The job API's label keys (agent.jobs.registry.LABEL_KEY_RE), without importing jobs.
 _LABEL_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
@@ -61,10 +66,24 @@ def check_by(by: str) -> None:
                        f"label:KEY (a label key), got {by!r}")
 
 
-def group_of(job: JobFigures, by: str) -> str:
+def split_by_setup(jobs: Iterable[JobFigures], by: str) -> bool:
+    """Whether ``by="label:KEY"`` rows must each be one setup: the jobs ran on more than
+    one (see the module's docstring), unless the label names each job's setup itself
+    (``joulestat demo``'s ``setup=demo-1vcpu`` on instance type ``demo-1vcpu``), when its
+    rows are one setup each already. Never for the other groupings."""
+    key = label_key(by)
+    if key is None:
+        return False
+    jobs = list(jobs)
+    return (len({job.setup for job in jobs}) > 1
+            and any(job.labels.get(key) != job.setup for job in jobs))
+
+
+def group_of(job: JobFigures, by: str, per_setup: bool = False) -> str:
     """The row a job joins: its id (``job``), its setup (``instance_type``),
-    ``KEY=value`` of its label (``label:KEY``; ``KEY unset`` without it) or ``model=NAME``
-    (``model``; ``idle`` for a job's idle part, ``model unset`` for a job of no model)."""
+    ``KEY=value`` of its label (``label:KEY``; ``KEY unset`` without it; with
+    ``per_setup``, followed by `` · `` and its setup) or ``model=NAME`` (``model``;
+    ``idle`` for a job's idle part, ``model unset`` for a job of no model)."""
     if by == "job":
         return job.job_id
     if by == MODEL_BY:
@@ -75,5 +94,51 @@ def group_of(job: JobFigures, by: str) -> str:
     if key is None:
         return job.setup
     if key not in job.labels:
-        return f"{key} unset"
-    return f"{key}={redact_labels({key: job.labels[key]})[key]}"  # a row name is shown
+        value = f"{key} unset"
+    else:  # a row name is shown
+        value = f"{key}={redact_labels({key: job.labels[key]})[key]}"
+    return f"{value}{SETUP_SEPARATOR}{job.setup}" if per_setup else value
+
+
+def find_baseline(rows: list[ComparisonRow], baseline: str, by: str) -> int:
+    """The index of the row ``baseline`` names among ``rows`` (a job id or name for
+    ``by="job"``, else a row's group, or a label's bare value: ``4`` for
+    ``concurrency=4``); raises :class:`CompareError` (argument ``baseline``) naming the
+    rows it could have been."""
+    if by == "job":
+        found = [i for i, r in enumerate(rows) if r.job_id == baseline]
+        found = found or [i for i, r in enumerate(rows) if r.job == baseline]
+        if len(found) > 1:
+            ids = ", ".join(rows[i].job_id or "" for i in found)
+            raise CompareError("baseline", f"{len(found)} jobs are named {baseline!r} "
+                               f"(ids {ids}): give the job id")
+        known = ", ".join(sorted({r.job or "" for r in rows}))
+    else:
+        found = [i for i, r in enumerate(rows) if r.group.lower() == baseline.lower()]
+        prefix = f"{label_key(by)}=" if label_key(by) is not None else (
+            MODEL_ROW if by == MODEL_BY else None)
+        if not found and prefix is not None:  # "4" for "concurrency=4", "bert" for model=
+            found = [i for i, r in enumerate(rows) if r.group == f"{prefix}{baseline}"]
+        known = ", ".join(dict.fromkeys(r.group for r in rows))
+        if not found and label_key(by) is not None:  # a value whose rows are per setup
+            found = _one_setup(rows, [baseline, f"{prefix}{baseline}"], known)
+    if not found:
+        what = "jobs" if by == "job" else "instance types" if by in BY_CHOICES else (
+            "models" if by == MODEL_BY else f"values of label {label_key(by)}")
+        raise CompareError("baseline", f"{baseline!r} is none of the compared "
+                           f"{what} ({known or 'none'})")
+    return found[0]  # per-unit rows come first, so a setup present both ways is per unit
+
+
+def _one_setup(rows: list[ComparisonRow], names: list[str], known: str) -> list[int]:
+    """The row of a label value split by setup (``concurrency=1`` for ``concurrency=1 ·
+    g5.xlarge``) when one setup has it; a value on several setups names no row, since
+    picking one would pick the hardware for the reader."""
+    heads = {name.lower() + SETUP_SEPARATOR for name in names}
+    found = [i for i, r in enumerate(rows)
+             if any(r.group.lower().startswith(head) for head in heads)]
+    groups = list(dict.fromkeys(rows[i].group for i in found))
+    if len(groups) > 1:
+        raise CompareError("baseline", f"{names[0]!r} is {len(groups)} rows, one per setup "
+                           f"({', '.join(groups)}): name one of them (known: {known})")
+    return found

@@ -1,8 +1,10 @@
 """A comparison row in words, as ``joulestat compare`` and the dashboard both print it.
 
-``×6.3 throughput, −92 % energy per inference, −92 % CO2e per inference, USD 2.00 vs
-25.00 per million inferences``: the figures are :mod:`agent.reports.compare`'s; this
+``×6.3 throughput, −92 % energy per inference, −92 % CO2e per inference, $2.00 vs
+$25.00 per million inferences``: the figures are :mod:`agent.reports.compare`'s; this
 module only writes them, so every place that shows a delta writes it the same way.
+Money is :func:`agent.units.usd`'s, as in the tables beside the sentences: a page that
+wrote "USD 3.38" above a column of "$3.38" made a reader wonder whether they differ.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 
+from agent import units
 from agent.reports.compare import PER_UNIT, ComparisonRow, pct_change, ratio_of
 
 MINUS = "\u2212"
@@ -41,7 +44,7 @@ def format_usd(value: float) -> str:
 
 def headline(row: ComparisonRow, baseline: ComparisonRow) -> str:
     """``row``'s deltas against ``baseline`` in words, e.g. ``×6.3 throughput, −92 %
-    energy per inference, −92 % CO2e per inference, USD 2.00 vs 25.00 per million
+    energy per inference, −92 % CO2e per inference, $2.00 vs $25.00 per million
     inferences``. Rows on different bases (per unit vs per run) are not comparable."""
     if row.basis != baseline.basis:
         unit = row.unit or baseline.unit
@@ -65,7 +68,7 @@ def headline(row: ComparisonRow, baseline: ComparisonRow) -> str:
         unknown = [r.label for r, c in zip((row, baseline), costs, strict=True) if c is None]
         parts.append(f"cost {cost_per} unknown for {' and '.join(unknown)}")
     else:
-        parts.append(f"USD {format_usd(costs[0])} vs {format_usd(costs[1])} {cost_per}")
+        parts.append(f"{units.usd(costs[0])} vs {units.usd(costs[1])} {cost_per}")
     return ", ".join(parts)
 
 

@@ -40,16 +40,26 @@ def measured_share(report: Report) -> float | None:
 
 
 def _provenance_phrase(report: Report) -> str:
+    """``Energy 60 % estimated (import:codecarbon/model:codecarbon-ram), 40 % unstated
+    (import:codecarbon).``: each class names its own sources right after its share, so
+    a reader never has to pair a list of classes with a list of sources in another
+    order; measured energy needs no names."""
     by_class = report.get("energy_by_class") or {}
     total = sum(by_class.values())
     if total <= 0:
         return "No energy recorded yet."
-    parts = [f"{units.share(joules / total)} {cls}"
-             for cls, joules in sorted(by_class.items(), key=lambda kv: -kv[1]) if joules > 0]
-    guessed = sorted({s for sources in report["sources"].values() for s in sources
-                      if source_class(s) != MEASURED})
-    return (f"Energy {', '.join(parts)}"
-            + (f" ({', '.join(guessed)})." if guessed else "."))
+    named: dict[str, set[str]] = {}
+    for sources in report["sources"].values():
+        for source in sources:
+            named.setdefault(source_class(source), set()).add(source)
+    parts = []
+    for cls, joules in sorted(by_class.items(), key=lambda kv: -kv[1]):
+        if joules <= 0:
+            continue
+        sources = sorted(named.get(cls, ())) if cls != MEASURED else []
+        parts.append(f"{units.share(joules / total)} {cls}"
+                     + (f" ({', '.join(sources)})" if sources else ""))
+    return f"Energy {', '.join(parts)}."
 
 
 def headline(report: Report) -> str:

@@ -4,15 +4,27 @@ A reader of a report must be able to tell a measured location from a fallback: a
 whose region was unknown is charged the world average, and the report has to say that
 in words, not only as a source code. :func:`node_provenance` turns one
 :class:`~agent.carbon.footprint.NodeFootprint` into the ``provenance`` entry of the
-report schema.
+report schema. :func:`energy_is` says how a figure's energy was obtained ("estimated
+(model: ccf-vcpu)"), the one phrase every dashboard table and report shows beside a
+row's name.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from agent.carbon.footprint import NodeFootprint
 from agent.carbon.intensity import Intensity
+from agent.reports.sources import (
+    CLASSES,
+    ESTIMATED,
+    MEASURED,
+    REPLAY,
+    UNSTATED,
+    originals,
+    source_class,
+)
 
 # intensity source prefix -> how specific the figure is, most specific first
 _LEVELS = (
@@ -70,3 +82,40 @@ def node_provenance(node: NodeFootprint) -> dict[str, Any]:
         "embodied_method": node.embodied.method,
         "embodied_note": node.embodied.note,
     }
+
+
+# The order a mixed figure names its classes in, and the word each is written with
+# (``unstated`` reads "not stated", as the dashboard's badges write it).
+_ENERGY_WORDS = {MEASURED: "measured", ESTIMATED: "estimated", UNSTATED: "not stated",
+                 REPLAY: "replayed"}
+
+
+def _named(cls: str, parts: list[str]) -> str:
+    """One class with the sources that make it: models by name (``model: ccf-vcpu``),
+    an unstated import by its tool (``import:codecarbon``); measured needs no names."""
+    if cls == ESTIMATED:
+        models = sorted({atom.removeprefix("model:") for part in parts
+                         for atom in originals(part) if atom.startswith("model:")})
+        return f"estimated (model: {', '.join(models)})" if models else "estimated"
+    if cls == UNSTATED:
+        return f"not stated ({', '.join(sorted(set(parts)))})"
+    return _ENERGY_WORDS.get(cls, cls)
+
+
+def energy_is(sources: Iterable[str]) -> str:
+    """How a figure's energy was obtained, in the words every table puts right after the
+    row's name: ``measured``, ``estimated (model: ccf-vcpu, dram-gib)``, ``not stated
+    (import:codecarbon)``, or the classes of a mixed figure one after the other
+    (``measured, estimated (model: tdp-curve)``); ``unknown`` without a source.
+
+    Why one phrase: a table that said only "estimated" left the reader to find out from
+    what, and an estimated row next to measured ones read as their equal. Classes are
+    :func:`agent.reports.sources.source_class`'s, so this never calls measured what a
+    badge, a report or ``joulestat compare`` calls estimated."""
+    by_class: dict[str, list[str]] = {}
+    for source in sources:
+        for part in (p for p in source.split("+") if p):  # a rollup's "a+b": each apart
+            by_class.setdefault(source_class(part), []).append(part)
+    if not by_class:
+        return "unknown"
+    return ", ".join(_named(cls, by_class[cls]) for cls in CLASSES if cls in by_class)

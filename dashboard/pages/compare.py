@@ -25,7 +25,8 @@ import streamlit as st
 
 from agent import units
 from agent.carbon.catalog import accelerators_of
-from agent.reports.compare_words import format_pct, format_ratio, headline, plural
+from agent.reports.compare_groups import LABEL_BY, SETUP_SEPARATOR
+from agent.reports.compare_words import headline, plural
 from dashboard import charts, comparison, costing, fmt, state, ui
 
 MAX_PICK = 500
@@ -121,6 +122,12 @@ st.caption("Throughput per instance-hour (every node a job held counts), CO2e op
            "(location-based; embodied apart), cost = hourly price × hours held: the figures "
            "and sentences of `joulestat compare` (docs/compare.md). Prices: "
            f"{costing.price_source()}. This view's link keeps its settings.")
+per_setup = result.table.by.startswith(LABEL_BY) and all(
+    SETUP_SEPARATOR in r.group for r in result.table.rows)
+if per_setup:
+    st.caption(f"These jobs ran on several setups, so a row is one value of "
+               f"`{by.removeprefix(LABEL_BY)}` on one setup: a delta between rows of two "
+               "setups is a change of hardware as well as of load.")
 for row in result.per_unit:
     if not row.is_baseline:
         st.markdown(f"**{names[comparison.row_key(row)]}** vs {base_label}: "
@@ -129,48 +136,56 @@ for row in result.per_unit:
 per, million = f"per {unit}", f"per million {units_name}"
 throughput_col = f"throughput ({units_name}/instance-h)"
 energy_col, co2e_col = f"energy {per}", f"CO2e {per} (operational)"
+accel_col = f"accelerator energy {per}"
 embodied_col, cost_col = f"embodied CO2e {per}", f"cost {million}"
-
-
-def delta(value: float | None, ratio: bool = False) -> str:
-    """A delta against the baseline as the CLI prints it; unknown when unknown."""
-    if value is None:
-        return fmt.UNKNOWN
-    return format_ratio(value) if ratio else format_pct(value)
-
-
+# The row's name, how its energy was obtained, then the figures the sentences above
+# compare; counts and the rest after them. The deltas are the sentences' (not repeated
+# here): at a laptop's width the columns past the eighth are off screen, and an
+# estimate read beside measured rows must say so where it is seen.
 table = pd.DataFrame([{
-    "group": names[comparison.row_key(r)], "instance types": "+".join(r.instance_types),
-    # What each setup computes on ("1 x AWS Inferentia2" against "1 x NVIDIA T4").
-    "accelerators": " + ".join(accelerators_of(t) for t in r.instance_types),
+    "group": names[comparison.row_key(r)], fmt.ENERGY_IS: fmt.energy_is(r.sources),
+    energy_col: r.energy_per_unit_j, co2e_col: r.co2e_per_unit_g,
+    cost_col: r.cost_per_million_usd, throughput_col: r.units_per_hour,
+    # What each setup computes on ("1 x AWS Inferentia2" against "1 x NVIDIA T4"): the
+    # models its agents registered, else the catalog's; and their part of the energy.
+    "accelerators": " + ".join(r.accelerators)
+    or " + ".join(accelerators_of(t) for t in r.instance_types),
+    accel_col: r.accelerator_per_unit_j,
+    "instance types": "+".join(r.instance_types),
     "jobs": r.runs, units_name: r.units, "instance-hours": r.instance_hours,
-    throughput_col: r.units_per_hour, energy_col: r.energy_per_unit_j,
-    co2e_col: r.co2e_per_unit_g, embodied_col: r.embodied_per_unit_g,
-    cost_col: r.cost_per_million_usd, "power per instance": r.power_per_instance_w,
-    "energy is": r.energy_class or fmt.UNKNOWN,
-    "throughput vs baseline": delta(r.throughput_x, ratio=True),
-    f"energy {per} vs baseline": delta(r.energy_pct),
-    f"CO2e {per} vs baseline": delta(r.co2e_pct),
-    f"cost {per} vs baseline": delta(r.cost_pct),
+    embodied_col: r.embodied_per_unit_g, "power per instance": r.power_per_instance_w,
 } for r in result.per_unit])
-if result.table.by == "instance_type":
-    table = table.drop(columns="instance types")
+if result.table.by == "instance_type" or per_setup:
+    table = table.drop(columns="instance types")  # the row's name says it already
+NAMED = ui.named_columns("group")
+SHORT = {**NAMED,
+         co2e_col: st.column_config.Column(
+             f"CO2e {per}", help="operational (location-based); embodied CO2e apart"),
+         throughput_col: st.column_config.Column(
+             f"{units_name} per instance-h", help="throughput: units per instance-hour, "
+                                                 "every node a job held counted")}
 st.dataframe(fmt.styled(table, {
     units_name: fmt.count, "instance-hours": units.sig, throughput_col: fmt.count,
     energy_col: fmt.energy, co2e_col: fmt.mass, embodied_col: fmt.mass, cost_col: fmt.usd,
-    "power per instance": fmt.power}), hide_index=True, width="stretch", placeholder=fmt.UNKNOWN)
+    accel_col: fmt.energy,
+    "power per instance": fmt.power}), hide_index=True, width="stretch",
+    placeholder=fmt.UNKNOWN, column_config=SHORT)
+if any(r.energy_class and r.energy_class != "measured" for r in result.per_unit):
+    st.caption("Rows whose energy is not all measured rest on the estimate they name "
+               "(docs/methodology.md): compare them with measured rows with care.")
 
 if result.per_run:
     st.caption(f"These jobs counted no {units_name}: compared per run, as `joulestat compare` "
                "lists them (no deltas against a per-unit baseline).")
     per_run = pd.DataFrame([{
-        "group": names[comparison.row_key(r)], "jobs": r.runs,
+        "group": names[comparison.row_key(r)], fmt.ENERGY_IS: fmt.energy_is(r.sources),
         "energy per run": r.energy_per_run_j, "CO2e per run (operational)": r.co2e_per_run_g,
-        "cost per run": r.cost_per_run_usd, "energy is": r.energy_class or fmt.UNKNOWN,
+        "cost per run": r.cost_per_run_usd, "jobs": r.runs,
     } for r in result.per_run])
     st.dataframe(fmt.styled(per_run, {"energy per run": fmt.energy, "cost per run": fmt.usd,
                                       "CO2e per run (operational)": fmt.mass}),
-                 hide_index=True, width="stretch", placeholder=fmt.UNKNOWN)
+                 hide_index=True, width="stretch", placeholder=fmt.UNKNOWN,
+                 column_config=NAMED)
 
 panels = [(energy_col, "J", fmt.energy), (co2e_col, "g", fmt.mass), (cost_col, "$", fmt.usd),
           (throughput_col, "", fmt.count)]
@@ -204,11 +219,12 @@ sla = st.number_input(f"Required throughput ({units_name} per hour)", min_value=
                       step=default_sla / 10, key="cmp_sla", format="%.0f")
 sized = found.against(base_key, float(sla))
 fleet = pd.DataFrame([{
-    "group": names[comparison.row_key(r)], "instances": r.instances_needed,
+    "group": names[comparison.row_key(r)], fmt.ENERGY_IS: fmt.energy_is(r.sources),
+    "instances": r.instances_needed,
     "fleet power": r.fleet_power_w, "fleet cost per hour": r.fleet_cost_per_hour_usd,
 } for r in sized.per_unit if r.instances_needed is not None])
 st.dataframe(fmt.styled(fleet, {"fleet power": fmt.power, "fleet cost per hour": fmt.usd}),
-             hide_index=True, width="stretch", placeholder=fmt.UNKNOWN)
+             hide_index=True, width="stretch", placeholder=fmt.UNKNOWN, column_config=NAMED)
 st.caption(f"Instances = ⌈SLA ÷ {units_name} per instance-hour⌉; fleet power and cost scale "
            "the measured average power and cost of one instance-hour (its attributed energy "
            "and list price), as `joulestat compare --sla` sizes it.")

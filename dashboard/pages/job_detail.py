@@ -112,7 +112,9 @@ if imported_nodes:
 
 # Provenance: which source each component's energy came from, and what that makes it.
 provenance: defaultdict[str, dict[str, float]] = defaultdict(dict)
+node_sources: defaultdict[str, set[str]] = defaultdict(set)  # for the per-node table
 for row in state.job_sources(url, job.id):
+    node_sources[row.node].add(row.source)
     per = provenance[row.component]
     per[row.source] = per.get(row.source, 0.0) + row.energy_j
 badges = st.container(horizontal=True)
@@ -183,7 +185,8 @@ if len(job.per_node) > 1:
                         key=lambda c: (list(charts.COMPONENT_COLORS).index(c)
                                        if c in charts.COMPONENT_COLORS else 99, c))
     per_node = pd.DataFrame([{
-        "node": p.node, "instance type": p.instance_type, "region": p.region,
+        "node": p.node, fmt.ENERGY_IS: fmt.energy_is(node_sources[p.node]),
+        "instance type": p.instance_type, "region": p.region,
         **{c: p.dynamic_j.get(c, 0.0) + p.idle_j.get(c, 0.0) for c in components},
         "total": p.total_j,
         "share of job": p.total_j / job.total_j if job.total_j else None,
@@ -191,7 +194,8 @@ if len(job.per_node) > 1:
     } for p in job.per_node])
     st.dataframe(fmt.styled(per_node, {**{c: fmt.energy for c in components},
                                        "total": fmt.energy, "share of job": fmt.share}),
-                 hide_index=True, width="stretch", placeholder=fmt.UNKNOWN)
+                 hide_index=True, width="stretch", placeholder=fmt.UNKNOWN,
+                 column_config=ui.named_columns("node"))
 
 # Work: unit rate and energy per unit over time, each bucket over the same rows' time.
 if unit_series:

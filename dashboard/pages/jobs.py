@@ -3,9 +3,11 @@
 Figures are each job's attributed energy (dynamic plus its share of idle, all nodes),
 its operational CO2e with embodied apart (one definition of CO2e on every page:
 :class:`dashboard.analysis.JobCost`) and cost (list price × hours its nodes were held),
-from :mod:`agent.carbon` through :mod:`dashboard.costing`. The name comes first and the
-id last, short; each figure is text from :mod:`agent.units` (``2.05 mJ``), so "Sort
-by" sorts by the numbers behind it.
+from :mod:`agent.carbon` through :mod:`dashboard.costing`. The name comes first, then
+how its energy was obtained (``estimated (model: ccf-vcpu)``), then the figures a reader
+compares, and the id last, short: at a laptop's width the columns past the eighth are
+off screen, so what decides how far to trust a row must never be there. Each figure is
+text from :mod:`agent.units` (``2.05 mJ``), so "Sort by" sorts by the numbers behind it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ ANY = "any"
 SORTS = {"Energy": "_energy_j", "CO2e": "_co2e_g", "Cost": "_cost_usd",
          "Energy per unit": "_energy_per_unit_j", "Start": "_started_s"}
 MAX_PICKER = 500
+# Most read first; the rest keep the table's own order, the short id last.
+FIRST = ("name", fmt.ENERGY_IS, "energy", "CO2e (operational)", "cost", "energy per unit",
+         "units", "instance types", "started", "duration")
+COLUMNS = (*FIRST, *(c for c in analysis.JOB_COLUMNS if c not in (*FIRST, "id")), "id")
 
 url, now, tz = ui.open_page("Jobs")
 nodes = state.nodes(url)
@@ -69,9 +75,13 @@ st.caption(f"{len(frame)} jobs, {fmt.energy(total_j)} ({fmt.kwh(total_j)}) attri
            "Select a row to open the job.")
 event = st.dataframe(
     frame, hide_index=True, width="stretch", height=420, on_select="rerun",
-    selection_mode="single-row", key="jobs_table", column_order=analysis.JOB_COLUMNS,
+    selection_mode="single-row", key="jobs_table", column_order=COLUMNS,
     column_config={
-        "started": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm:ss"),
+        **ui.named_columns("name", 170, 230),
+        "started": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm"),
+        "CO2e (operational)": st.column_config.TextColumn(
+            "CO2e", help="operational: energy × PUE × grid intensity; embodied apart"),
+        "energy per unit": st.column_config.TextColumn("per unit"),
         "id": st.column_config.TextColumn(help="the first 8 characters of the job id; "
                                           "a unique prefix names the job in every command"),
     },

@@ -10,16 +10,23 @@ concurrency 1 is not a load level), so one stray run cannot make a point. Latenc
 labels the load test set (``p50_ms``, ``p99_ms``) are columns beside the energy, so the
 cost of a level and what its users waited are read on one row. Grouped by model, a
 multi-model server's jobs give a line per model, each with its share of the energy by
-busy time (:mod:`dashboard.load_table`).
+busy time (:mod:`dashboard.load_table`). A line whose energy is not all read from a
+counter is dashed and says so in the legend ("c6i.2xlarge (estimated)"), and the table
+says from what, right after the line's name: a modelled curve beside measured ones must
+not read as their equal.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
+
+import altair as alt
 import pandas as pd
 import streamlit as st
 
 from agent import units
 from agent.redact import redact_labels
+from agent.reports.sources import ESTIMATED, MEASURED, MIXED, REPLAY, UNSTATED, sources_class
 from dashboard import analysis, charts, fmt, load_table, state, ui
 
 HOW = ("```sh\nfor c in 1 2 4 8 16 32; do\n  joulestat run --name bert-serve --kind "
@@ -28,6 +35,10 @@ HOW = ("```sh\nfor c in 1 2 4 8 16 32; do\n  joulestat run --name bert-serve --k
        "(`from agent.client import track`); a server of several models counts them with "
        "`job.serving(model)`.")
 GROUPINGS = {load_table.BY_SETUP: "setup", load_table.BY_MODEL: "model"}
+# A line's legend label after its name, by how its energy was obtained.
+MARKS = {MEASURED: "", ESTIMATED: " (estimated)", UNSTATED: " (not stated)",
+         MIXED: " (partly estimated)", REPLAY: " (replayed)"}
+SOLID, DASHED = [1, 0], [6, 4]
 
 url, now, tz = ui.open_page("Load curve")
 
@@ -54,7 +65,9 @@ labels = {j.id: f"{j.name} · {label_key}={redact_labels(j.labels).get(label_key
 left_out = top[3].multiselect("Leave out runs", list(labels), format_func=labels.__getitem__,
                               key="load_left_out", placeholder="e.g. a short smoke test")
 splits = state.splits(url, tuple(j.id for j in runs)) if by == load_table.BY_MODEL else {}
-points, skipped = load_table.load_rows(runs, unit, now, label_key, set(left_out), by, splits)
+node_sources = state.energy_sources(url, tuple(sorted({n for j in runs for n, _t in j.nodes})))
+points, skipped = load_table.load_rows(runs, unit, now, label_key, set(left_out), by, splits,
+                                       node_sources)
 if skipped:
     st.caption(f"{skipped} job(s) left out: their `{label_key}` label is not a positive "
                "number.")
@@ -76,8 +89,14 @@ if by == load_table.BY_MODEL:
 
 group = GROUPINGS[by]
 latency = [key for key, _value in points[0].latency]
-frame = pd.DataFrame([{group: p.group, **({"setup": p.setup} if by != load_table.BY_SETUP
-                                           else {}),
+line_sources: defaultdict[str, set[str]] = defaultdict(set)
+for p in points:
+    line_sources[p.group].update(p.sources)
+line_of = {line: line + MARKS.get(sources_class(found), " (source unknown)")
+           if found else f"{line} (source unknown)" for line, found in line_sources.items()}
+marked = [line for line in line_of if line_of[line] != line]
+frame = pd.DataFrame([{group: p.group, fmt.ENERGY_IS: fmt.energy_is(p.sources),
+                       **({"setup": p.setup} if by != load_table.BY_SETUP else {}),
                        label_key: p.level, "jobs": p.jobs, "run time": p.run_s,
                        "energy_per_unit_j": p.energy_per_unit_j, "rate_per_s": p.rate_per_s,
                        **dict(p.latency)} for p in points])
@@ -89,11 +108,22 @@ frame["rate_text"] = frame["rate_per_s"].map(lambda r: f"{units.sig(r)} {rate_na
 
 
 def curve(title: str, y: str, y_title: str, text: str) -> None:
-    """One figure against the load level, a line per group (log x: levels usually double)."""
+    """One figure against the load level, a line per group (log x: levels usually double);
+    a line not all measured is dashed, and its legend label says how it was obtained."""
     st.subheader(title)
-    st.altair_chart(charts.lines(frame, x=label_key, y=y, color=group,
+    drawn = frame.assign(**{group: frame[group].map(line_of)})
+    # One legend: each line's colour drawn as a short stroke, dashed where the line is
+    # (a dashed circle, the default symbol, reads as a blot), its label saying why.
+    dashes = alt.StrokeDash(f"{group}:N", title=group, scale=alt.Scale(
+        domain=list(line_of.values()),
+        range=[DASHED if line in marked else SOLID for line in line_of]))
+    legend = alt.Legend(orient="right", labelLimit=0, titleLimit=0, symbolType="stroke",
+                        symbolStrokeWidth=2)
+    st.altair_chart(charts.lines(drawn, x=label_key, y=y, color=group,
                                  x_title=f"{label_key} (load level)", y_title=y_title,
-                                 log_x=True, text=text), width="stretch")
+                                 log_x=True, text=text).encode(
+        color=alt.Color(f"{group}:N", title=group, legend=legend), strokeDash=dashes),
+        width="stretch")
 
 
 left, right = st.columns(2)
@@ -103,6 +133,11 @@ with left:
 with right:
     curve(f"Rate ({rate_name})", "rate_per_s", f"rate ({rate_name})", "rate_text")
 
+if marked:
+    how = "; ".join(f"{line}: {fmt.energy_is(line_sources[line])}" for line in marked)
+    st.caption(f"Dashed lines are not read from a hardware counter ({how}), so they rest on "
+               "the named model's assumptions (docs/methodology.md); solid lines are "
+               "measured. Compare a dashed line with a solid one with care.")
 if latency and any(p.jobs > 1 for p in points):
     st.caption(f"{', '.join(latency)}: the highest of a row's jobs, where it sums several "
                "(percentiles of separate runs cannot be pooled).")
@@ -111,4 +146,5 @@ shown = frame.drop(columns=["energy_per_unit", "energy_text", "rate_text"]).rena
 st.dataframe(fmt.styled(shown, {f"energy per {unit}": fmt.energy, "run time": fmt.duration,
                                 rate_name: units.sig, label_key: fmt.count,
                                 **dict.fromkeys(latency, units.sig)}),
-             hide_index=True, width="stretch", placeholder=fmt.UNKNOWN)
+             hide_index=True, width="stretch", placeholder=fmt.UNKNOWN,
+             column_config=ui.named_columns(group))

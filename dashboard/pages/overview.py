@@ -8,7 +8,10 @@ the hourly price × hours each node reported. The measured share counts only ene
 read from a hardware counter (:mod:`agent.reports.sources`): an imported estimate or a
 CodeCarbon CSV that does not say how it measured is not "measured". Nodes that exist
 only through ``joulestat import`` hold exported snapshots: they are marked imported,
-never "reporting", and have no "power now".
+never "reporting", and have no "power now". A node reports while its ticks do: one whose
+newest tick is older than :data:`STALE_S` is "silent", with how long ago it last
+measured, and has no "power now" (its last tick's power is history, not now), whatever
+its agent's heartbeat says: an agent whose sensors hang keeps its heartbeat.
 """
 
 from __future__ import annotations
@@ -23,12 +26,16 @@ from agent import units
 from agent.reports.sources import CLASSES, MEASURED
 from dashboard import analysis, charts, costing, fmt, state, ui
 
-STALE_S = 300.0
+STALE_S = 300.0  # a few flushes of the agent, and its maintenance pass, without a tick
+LOOKBACK_S = 86400.0  # how far back a silent node's last tick is looked for
 
 url, now, tz = ui.open_page("Overview")
 nodes = state.nodes(url)
 imported = state.imported(url)
 live = [n for n in nodes if n.node not in imported]
+recent = state.covered(url, now - STALE_S, now)
+reporting_now = {n.node for n in live if recent.get(n.node, 0.0) > 0}
+node_sources = state.energy_sources(url, tuple(n.node for n in nodes))
 
 label, length_s = ui.period_picker("overview_period")
 since = 0.0 if length_s is None else now - length_s
@@ -87,7 +94,17 @@ if MEASURED not in provenance and energy_j:
     st.warning("None of this period's energy was measured: every figure rests on "
                "documented estimates (see docs/methodology.md).", icon=":material/info:")
 
-power = state.current_power(url)
+power = {node: watts for node, watts in state.current_power(url).items()
+         if node in reporting_now}
+
+
+def silent_for(node: str) -> str:
+    """How long ago a silent node last measured, as the Nodes table says it."""
+    last = state.last_tick_s(url, node, now, LOOKBACK_S)
+    return (f"last tick {fmt.duration(now - last)} ago" if last is not None
+            else f"no tick in {fmt.duration(LOOKBACK_S)}")
+
+
 # One chart per row: their legends sit right of the plot and name sources in full.
 with st.container():
     st.subheader("Power now")
@@ -101,7 +118,11 @@ with st.container():
             value_title="Power (W)", category_title="node (instance type)", text="text"),
             width="stretch")
     else:
-        st.caption("No agent has stored a tick yet.")
+        st.caption(f"No agent has stored a tick in the last {fmt.duration(STALE_S)}.")
+    silent = sorted(n.node for n in live if n.node not in reporting_now)
+    if silent:
+        st.caption(f"Silent nodes (no tick in {fmt.duration(STALE_S)}) have no power now: "
+                   f"{', '.join(silent)}.")
     if imported:
         st.caption(f"Imported nodes have no power now: {', '.join(sorted(imported))}.")
 with st.container():
@@ -122,48 +143,56 @@ with st.container():
         st.caption("No energy in this period.")
 
 
-def reporting(node: str, last_seen_s: float) -> str:
-    """Whether a node's agent still writes; an imported node never does."""
+def reporting(node: str) -> str:
+    """Whether a node still measures (a tick in the last :data:`STALE_S`); an imported
+    node never does."""
     if node in imported:
         return "imported, no agent"
-    return "yes" if now - last_seen_s <= STALE_S else (
-        f"silent for {fmt.duration(now - last_seen_s)}")
+    return "yes" if node in reporting_now else silent_for(node)
 
 
 st.subheader("Nodes")
+period_energy = f"energy ({ui.SHORT[label]})"
+# The name, how its energy was obtained, whether it measures now, then the figures; the
+# CPU model last: at a laptop's width the columns past the eighth are off screen.
 node_frame = pd.DataFrame([{
     "node": n.node,
-    "instance type": n.instance_type,
-    "region": n.region,
-    "reporting": reporting(n.node, n.last_seen_s),
-    "power now": (None if n.node in imported else
-                  sum(w for c, w in power.get(n.node, {}).items()
-                      if c not in analysis.OVERLAPPING)),
-    f"energy, {label.lower()}": node_energy.get(n.node, 0.0),
+    fmt.ENERGY_IS: fmt.energy_is(node_sources.get(n.node, ())),
+    "reporting": reporting(n.node),
+    period_energy: node_energy.get(n.node, 0.0),
     "CO2e (operational)": node_costs[n.node].operational_g,
-    "embodied CO2e": node_costs[n.node].embodied_g,
     "cost": node_costs[n.node].cost_usd,
+    "power now": (sum(w for c, w in power[n.node].items() if c not in analysis.OVERLAPPING)
+                  if n.node in power else None),
+    "instance type": n.instance_type,
+    "embodied CO2e": node_costs[n.node].embodied_g,
+    "region": n.region,
     "CPU": n.cpu_model,
-    "last seen": ui.to_local(n.last_seen_s, tz),
 } for n in nodes])
 st.dataframe(fmt.styled(node_frame, {
-    "power now": fmt.power, f"energy, {label.lower()}": fmt.kwh,
+    "power now": fmt.power, period_energy: fmt.kwh,
     "CO2e (operational)": fmt.mass, "embodied CO2e": fmt.mass, "cost": fmt.usd}),
     hide_index=True, width="stretch", placeholder=fmt.UNKNOWN,
     height=min(36 * (len(node_frame) + 1) + 4, 740),  # every node, imported ones too
-    column_config={"reporting": st.column_config.TextColumn(width="medium")})
+    column_config={**ui.named_columns("node", 150, 230), "CO2e (operational)": st.column_config
+                   .Column("CO2e", help="operational: energy × PUE × grid intensity; "
+                                        "embodied apart")})
 
 st.subheader("Jobs running")
 running = state.jobs(url, status="running")
 if running:
     st.dataframe(pd.DataFrame([{
-        "name": j.name, "kind": j.kind,
-        "nodes": ", ".join(f"{node} ({itype})" for node, itype in j.nodes),
-        "started": ui.to_local(j.started_s, tz),
-        "running for": fmt.duration(now - j.started_s),
+        "name": j.name,
+        fmt.ENERGY_IS: fmt.energy_is(s for node, _t in j.nodes
+                                     for s in node_sources.get(node, ())),
         "energy so far": fmt.energy(j.total_j),
         "units": ", ".join(f"{fmt.count(v)} {fmt.plural(u)}" for u, v in j.units.items()),
+        "running for": fmt.duration(now - j.started_s),
+        "nodes": ", ".join(f"{node} ({itype})" for node, itype in j.nodes),
+        "kind": j.kind,
+        "started": ui.to_local(j.started_s, tz),
         "id": analysis.short_id(j.id),
-    } for j in running]), hide_index=True, width="stretch", placeholder=fmt.UNKNOWN)
+    } for j in running]), hide_index=True, width="stretch", placeholder=fmt.UNKNOWN,
+        column_config=ui.named_columns("name"))
 else:
     st.caption("No job is running.")

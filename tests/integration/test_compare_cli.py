@@ -136,7 +136,7 @@ def test_text_table(store: str) -> None:
     assert ("bert-inf2 vs bert-g5: \u00d76.3 throughput, \u221292 % energy per inference"
             in text)
     cost_inf2, cost_g5 = INF2 * 0.5 / 31_500 * 1e6, G5 / 10_000 * 1e6
-    assert f"USD {cost_inf2:.2f} vs {cost_g5:.2f} per million inferences" in text
+    assert f"${cost_inf2:.2f} vs ${cost_g5:.2f} per million inferences" in text
     assert "to serve 100,000 inferences/h:" in text
     lines = text.splitlines()
     sla_at = lines.index("to serve 100,000 inferences/h:")

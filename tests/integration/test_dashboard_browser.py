@@ -237,11 +237,14 @@ def pages(jobs: dict[str, JobSummary]) -> list[tuple[str, str, list[str]]]:
         ("job-detail", f"/job_detail?job={multi.id}", [
             "llama-7b-finetune · training · ended", "trainer-p4d-1 (p4d.24xlarge)",
             "loader-c5-1 (c5.4xlarge)", "Energy per sample", per_sample,
-            "gpu: measured (nvml_energy)", "Power over time (", "Report (PDF)",
+            "accelerator: measured (nvml_energy)", "Power over time (", "Report (PDF)",
             "CO2e (operational)", "Embodied CO2e"]),
         ("overview", "/", ["Jobs running", "trainer-p4d-1 (p4d.24xlarge)",
                            "inf2-1 (inf2.xlarge)", "kWh", "Power now", "CO2e (operational)",
-                           "Imported nodes have no power now", f"Times in {VIEWER_TZ}"]),
+                           "Imported nodes have no power now", f"Times in {VIEWER_TZ}",
+                           # honest_store's nodes last ticked two hours ago
+                           "Silent nodes (no tick in 5 min) have no power now: gpu-1, "
+                           "laptop-1, vm-1."]),
         ("jobs", "/jobs", [f"{len(jobs)} jobs", "Select a row to open the job",
                            "Open detail", "CO2e is operational"]),
         ("job-detail-cpu-bound", f"/job_detail?job={starved.id}", [
@@ -256,12 +259,16 @@ def pages(jobs: dict[str, JobSummary]) -> list[tuple[str, str, list[str]]]:
             "CO2e (CodeCarbon's own)", "joulestat recomputed",
             "cpu: not stated (import:codecarbon)"]),
         ("compare", "/compare", [" vs ", "throughput", "energy per request",
-                                 "Sizing for a service level"]),
+                                 "Sizing for a service level", "compare them with measured "
+                                 "rows with care", " vs $"]),
         ("compare-by-label", "/compare?kind=inference&unit=request&by=label:concurrency"
-                             "&baseline=concurrency%3D1", [
-            "concurrency=16 vs concurrency=1:", "by label", "Sizing for a service level"]),
+                             "&baseline=concurrency%3D1%20%C2%B7%20g5.xlarge", [
+            "concurrency=16 · g5.xlarge vs concurrency=1 · g5.xlarge:", "by label",
+            "a row is one value of concurrency on one setup", "Sizing for a service level"]),
         ("load-curve", "/load_curve", ["Energy per request (", "Rate (requests/s)",
-                                       "inf2.xlarge", "c6i.2xlarge", "Leave out runs"]),
+                                       "inf2.xlarge", "c6i.2xlarge (estimated)",
+                                       "Dashed lines are not read from a hardware counter",
+                                       "Leave out runs"]),
     ]
 
 
@@ -306,6 +313,19 @@ def test_the_reports_open_as_a_manager_opens_them(filled, browser, tmp_path):
     shot = tmp_path / "report-html.png"
     browser.screenshot(shot)
     shots = [shot]
+    # A CodeCarbon run: each class names its own sources, CodeCarbon's figures once.
+    engine = make_engine(url)
+    codecarbon = build_report(engine, "codecarbon:cc-run-1", {})
+    engine.dispose()
+    page = tmp_path / "report-codecarbon.html"
+    page.write_text(render_html(codecarbon), encoding="utf-8")
+    text = browser.open(page.as_uri(), [
+        "60 % estimated (import:codecarbon/model:codecarbon-ram), 40 % unstated "
+        "(import:codecarbon).", "17.4 mg over 550 mWh"])
+    assert "codecarbon_emissions_kg" not in text and "e-05" not in text
+    shot = tmp_path / "report-html-codecarbon.png"
+    browser.screenshot(shot)
+    shots.append(shot)
     pdftoppm = shutil.which("pdftoppm")
     if pdftoppm is None:
         if os.environ.get("CI", "").lower() == "true":

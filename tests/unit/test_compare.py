@@ -91,7 +91,7 @@ def test_two_instance_types_per_inference_against_the_first() -> None:
 
     assert headline(inf2, g5) == (
         "\u00d76.3 throughput, \u221292 % energy per inference, \u221292 % CO2e per "
-        "inference, USD 12.03 vs 100.60 per million inferences")
+        "inference, $12.03 vs $100.60 per million inferences")
 
 
 def test_sla_sizing_rounds_instances_up() -> None:
@@ -201,8 +201,8 @@ def test_runs_without_any_unit_compare_per_run() -> None:
     assert b.energy_pct == pytest.approx((15 / 20 - 1) * 100)  # -25 %
     assert b.cost_pct == pytest.approx((P4D * 1 / (P4D * 2) - 1) * 100)  # -50 %
     assert headline(b, table.rows[0]) == (
-        f"\u221225 % energy per run, \u221225 % CO2e per run, USD {P4D:.2f} vs "
-        f"{2 * P4D:.2f} per run")
+        f"\u221225 % energy per run, \u221225 % CO2e per run, ${P4D:.2f} vs "
+        f"${2 * P4D:.2f} per run")
 
 
 def test_unknown_price_stays_unknown() -> None:

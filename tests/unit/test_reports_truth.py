@@ -150,7 +150,7 @@ def test_codecarbon_keeps_its_own_co2e_and_says_what_it_measured_with(
                f"joulestat recomputed {units.mass(report['co2e_g'])}" in note
                for note in report["notes"])
     summary = dict(tables.summary(report).rows)
-    assert summary["CodeCarbon's own CO2e"].startswith("17.4 mg (joulestat's: ")
+    assert summary["CodeCarbon's own CO2e"].startswith("17.4 mg over 550 mWh (joulestat's: ")
 
 
 def test_import_name_kind_and_labels(tmp_path: Path) -> None:
