@@ -1,7 +1,7 @@
 """``joulestat compare``: measured jobs side by side, per unit of work, with SLA sizing.
 
 Prints the table a published comparison quotes ("×6.3 throughput, −92 % energy per
-inference, USD 2.00 vs 25.00 per million inferences, 3 instances for 100k/h") from the
+inference, $2.00 vs $25.00 per million inferences, 3 instances for 100k/h") from the
 jobs in the store. The arithmetic is :func:`agent.reports.compare.compare`; this module
 reads the options, loads the figures and lays the table out.
 """
