@@ -19,24 +19,15 @@ browser is a failure.
 
 from __future__ import annotations
 
-import base64
-import contextlib
-import itertools
-import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from websockets.sync.client import ClientConnection, connect
 
 from agent.reports.html_report import render_html
 from agent.reports.importer import import_file
@@ -46,6 +37,7 @@ from agent.store import make_engine
 from agent.store.jobs import JobSummary, list_jobs
 from dashboard import fmt
 from tests.helpers import honest_store
+from tests.helpers.browser import VIEWER_TZ, Browser, chromium, serve
 from tests.helpers.codecarbon_run import codecarbon_script
 from tests.helpers.dashboard_app import sample_store
 
@@ -53,95 +45,6 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 SCREENSHOTS = REPO / "docs" / "screenshots"
-VIEWER_TZ = "Asia/Tokyo"  # not the server's zone: proves times follow the browser
-WIDTH = 1400
-
-
-def chromium_binary() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found:
-        return found
-    reason = "headless Chromium not installed (Debian: apt-get install chromium)"
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"{reason}; CI must provide it")
-    pytest.skip(reason)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def launch(binary: str, profile: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """Start headless Chromium in the viewer's timezone; (process, page websocket URL)."""
-    process = subprocess.Popen(
-        [binary, "--headless", "--no-sandbox", "--disable-gpu",
-         "--disable-background-networking", "--disable-component-update",
-         "--disable-sync", "--no-first-run", "--hide-scrollbars", "--disable-breakpad",
-         "--disable-crash-reporter",
-         f"--user-data-dir={profile}", "--remote-debugging-port=0",
-         f"--window-size={WIDTH},1000", "about:blank"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "TZ": VIEWER_TZ})
-    port_file = profile / "DevToolsActivePort"
-    deadline = time.monotonic() + 30
-    while not (port_file.exists() and port_file.read_text().strip()):
-        if time.monotonic() > deadline or process.poll() is not None:
-            process.kill()
-            raise RuntimeError("Chromium did not open its DevTools port")
-        time.sleep(0.1)
-    port = int(port_file.read_text().split()[0])
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as reply:
-        targets = json.load(reply)
-    return process, next(t for t in targets if t["type"] == "page")["webSocketDebuggerUrl"]
-
-
-class Browser:
-    """One headless Chromium page, driven over the DevTools protocol."""
-
-    def __init__(self, socket: ClientConnection) -> None:
-        self.socket = socket
-        self.ids = itertools.count(1)
-
-    def call(self, method: str, **params: Any) -> dict[str, Any]:
-        request_id = next(self.ids)
-        self.socket.send(json.dumps({"id": request_id, "method": method, "params": params}))
-        while True:
-            message = json.loads(self.socket.recv(timeout=60))
-            if message.get("id") == request_id:
-                if "error" in message:
-                    raise RuntimeError(f"{method}: {message['error']}")
-                return message["result"]
-
-    def evaluate(self, expression: str) -> Any:
-        return self.call("Runtime.evaluate", expression=expression,
-                         returnByValue=True)["result"].get("value")
-
-    def open(self, url: str, expected: list[str], timeout_s: float = 60) -> str:
-        """Load ``url`` and wait until every expected text is on the page; its text."""
-        self.call("Emulation.setDeviceMetricsOverride", width=WIDTH, height=1000,
-                  deviceScaleFactor=1, mobile=False)
-        self.call("Page.navigate", url=url)
-        deadline = time.monotonic() + timeout_s
-        page = ""
-        while time.monotonic() < deadline:
-            page = self.evaluate("document.body ? document.body.innerText : ''") or ""
-            busy = self.evaluate("!!document.querySelector('[data-testid=stStatusWidget]')")
-            if all(t in page for t in expected) and not busy:
-                return page
-            time.sleep(0.25)
-        missing = [t for t in expected if t not in page]
-        raise AssertionError(f"{url}: never showed {missing}; page text:\n{page[:3000]}")
-
-    def screenshot(self, path: Path) -> None:
-        time.sleep(1.0)  # charts animate in after their data arrives
-        height = self.evaluate(
-            "Math.max(...[...document.querySelectorAll('*')].map(e => e.scrollHeight))")
-        self.call("Emulation.setDeviceMetricsOverride", width=WIDTH,
-                  height=min(int(height or 1000), 8000), deviceScaleFactor=1, mobile=False)
-        time.sleep(0.5)
-        data = self.call("Page.captureScreenshot", format="png")["data"]
-        path.write_bytes(base64.b64decode(data))
 
 
 CODECARBON_RUN = codecarbon_script("mlp-train", seconds=4)
@@ -156,15 +59,6 @@ def codecarbon_csv(folder: Path) -> Path:
     return folder / "emissions.csv"
 
 
-def stop(process: subprocess.Popen, wait_s: float) -> None:
-    """Ask ``process`` to stop; kill it if it has not within ``wait_s``."""
-    process.terminate()
-    try:
-        process.wait(wait_s)
-    except subprocess.TimeoutExpired:
-        process.kill()
-
-
 @pytest.fixture(scope="module")
 def filled(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, JobSummary]]:
     folder = tmp_path_factory.mktemp("browser")
@@ -177,35 +71,6 @@ def filled(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, Job
     return url, jobs
 
 
-@contextlib.contextmanager
-def serve(url: str) -> Iterator[str]:
-    """``joulestat dashboard`` on ``url`` and a free port; yields its base URL."""
-    port = free_port()
-    script = Path(sys.executable).with_name("joulestat")
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "agent"]
-    process = subprocess.Popen([*command, "dashboard", "--db", url, "--port", str(port)],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        assert process.stdout is not None
-        first = process.stdout.readline()
-        assert f"joulestat dashboard: {base}" in first and "read-only" in first, first
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/_stcore/health", timeout=2) as reply:
-                    if reply.read().strip() == b"ok":
-                        break
-            except OSError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"dashboard did not start:\n{process.stdout.read()}")
-            time.sleep(0.2)
-        yield base
-    finally:
-        stop(process, 15)
-
-
 @pytest.fixture(scope="module")
 def server(filled: tuple[str, dict[str, JobSummary]]) -> Iterator[str]:
     with serve(filled[0]) as base:
@@ -214,15 +79,8 @@ def server(filled: tuple[str, dict[str, JobSummary]]) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    binary = chromium_binary()
-    with tempfile.TemporaryDirectory(prefix="joulestat-chromium-",
-                                     ignore_cleanup_errors=True) as profile:
-        process, page_url = launch(binary, Path(profile))
-        try:
-            with connect(page_url, max_size=256 * 2**20) as page_socket:
-                yield Browser(page_socket)
-        finally:
-            stop(process, 10)
+    with chromium() as page:
+        yield page
 
 
 def pages(jobs: dict[str, JobSummary]) -> list[tuple[str, str, list[str]]]:

@@ -18,6 +18,7 @@ import pytest
 from agent.store import make_engine
 from agent.store.jobs import list_jobs
 from tests.helpers.agent_process import JOULESTAT, agent_env, free_port, running_agent
+from tests.helpers.browser import chromium, serve
 from tests.helpers.dashboard_app import run_page
 
 pytestmark = pytest.mark.slow
@@ -145,3 +146,23 @@ def test_demo_uses_pytorch_when_it_is_installed(tmp_path):
     engine.dispose()
     assert len(jobs) == 3 and {j.labels["backend"] for j in jobs} == {"torch"}
     assert all(j.total_j > 0 and sum(j.units.values()) > 0 for j in jobs)
+
+
+def test_the_demo_links_open_in_a_real_browser(demo_store, tmp_path):
+    """What a new user does next: open the URL the demo printed in Chromium, then the
+    Load curve page, and see the measured configurations drawn."""
+    url, out, _data_dir = demo_store
+    printed = "http://127.0.0.1:8501/compare?kind=training&unit=sample&by=label:setup"
+    assert printed in out
+    with serve(url) as base, chromium() as browser:
+        page = browser.open(printed.replace("http://127.0.0.1:8501", base),
+                            ["setup=demo-1vcpu", "setup=demo-2vcpu", "energy per sample",
+                             "setup=demo-2vcpu vs setup=demo-1vcpu: ×"])
+        assert "energy is" in page  # measured or estimated, said beside the figures
+        browser.screenshot(tmp_path / "demo-compare.png")
+        # The table is drawn on a canvas; the chart's axes and legend are text.
+        page = browser.open(f"{base}/load_curve",
+                            ["concurrency", "rate (inferences/s)", "demo-1vcpu"])
+        assert "energy per inference" in page.lower()
+        browser.screenshot(tmp_path / "demo-load-curve.png")
+    assert (tmp_path / "demo-compare.png").stat().st_size > 10_000
