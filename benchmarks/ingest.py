@@ -18,6 +18,7 @@ with the server, so the figure is a floor for a server of its own. Prints only.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import statistics
 import sys
@@ -41,9 +42,13 @@ COMPONENTS = (("cpu", "package-0"), ("dram", "package-0"), ("accelerator", "0"),
 JOBS = 5
 
 
-def node_tick(t1_s: float, node_index: int) -> tuple[Tick, TickResult]:
+@functools.cache
+def _node_parts(node_index: int) -> tuple[tuple[TickEntry, ...], list[Share],
+                                          dict[str, dict[str, float]]]:
+    """A node's entries, shares and units, the same every second: made once, so the
+    simulated agents' own attribution (each real agent's work on its own machine) does
+    not crowd the database and the writers out of this shared 2-vCPU machine."""
     entries = tuple(TickEntry(c, d, "rapl", 10.0 + node_index % 7) for c, d in COMPONENTS)
-    tick = Tick(t1_s - 1.0, t1_s, entries)
     shares = []
     for entry in entries:
         for j in range(JOBS):
@@ -52,6 +57,12 @@ def node_tick(t1_s: float, node_index: int) -> tuple[Tick, TickResult]:
         shares.append(Share(None, entry.component, entry.device, entry.source,
                             entry.energy_j * 0.25, 0.0))
     units = {f"job-{node_index}-{j}": {"sample": 32.0} for j in range(JOBS)}
+    return entries, shares, units
+
+
+def node_tick(t1_s: float, node_index: int) -> tuple[Tick, TickResult]:
+    entries, shares, units = _node_parts(node_index)
+    tick = Tick(t1_s - 1.0, t1_s, entries)
     return tick, TickResult(tick, shares, units, [])
 
 
