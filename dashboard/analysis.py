@@ -124,15 +124,13 @@ class JobCost:
         return self.operational_g + self.embodied_g
 
 
-@dataclass(frozen=True, slots=True)
-class LoadPoint:
-    """Inference jobs of one setup at one concurrency, summed."""
+class LoadFigures:
+    """Energy per unit and rate of a load level's summed jobs (its ``energy_j``,
+    ``units`` and ``run_s``), for the points here and the page's rows alike."""
 
-    setup: str
-    level: float  # the load level: the value of the chosen label (concurrency)
-    jobs: int
-    units: float
+    __slots__ = ()
     energy_j: float
+    units: float
     run_s: float
 
     @property
@@ -142,6 +140,18 @@ class LoadPoint:
     @property
     def rate_per_s(self) -> float:
         return self.units / self.run_s if self.run_s > 0 else math.nan
+
+
+@dataclass(frozen=True, slots=True)
+class LoadPoint(LoadFigures):
+    """Inference jobs of one setup at one concurrency, summed."""
+
+    setup: str
+    level: float  # the load level: the value of the chosen label (concurrency)
+    jobs: int
+    units: float
+    energy_j: float
+    run_s: float
 
 
 def load_curve(jobs: Iterable[JobTotals], unit: str, now_s: float,

@@ -41,7 +41,7 @@ LATENCY_KEY = re.compile(r"^p(\d{1,2})(?:_(\d+))?_(ms|s)$")
 
 
 @dataclass(frozen=True, slots=True)
-class LoadRow:
+class LoadRow(analysis.LoadFigures):
     """Jobs of one group (a setup, or a model) on one setup at one level, summed."""
 
     group: str
@@ -53,14 +53,6 @@ class LoadRow:
     run_s: float
     latency: tuple[tuple[str, float | None], ...] = ()  # (label key, worst of its jobs)
     sources: tuple[str, ...] = ()  # of its jobs' nodes: rapl, model:ccf-vcpu...
-
-    @property
-    def energy_per_unit_j(self) -> float:
-        return self.energy_j / self.units if self.units else math.nan
-
-    @property
-    def rate_per_s(self) -> float:
-        return self.units / self.run_s if self.run_s > 0 else math.nan
 
 
 def _number(text: str | None) -> float | None:
