@@ -51,6 +51,7 @@ from agent.store.model_split import ModelSplit, model_splits
 from agent.store.nodes import (
     NodeSummary,
     latest_power_w,
+    latest_tick_end_s,
     list_nodes,
     node_accelerators,
     node_covered_s,
@@ -188,13 +189,14 @@ def covered(url: str, since_s: float, until_s: float) -> dict[str, float]:
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def last_tick_s(url: str, node: str, until_s: float, lookback_s: float) -> float | None:
-    """About when ``node``'s newest tick within ``lookback_s`` before ``until_s`` ended
-    (the end of its minute, at most ``until_s``); None without one. Read from the
-    node's minute series: a node's heartbeat (``last_seen_s``) says its agent runs, not
-    that it still measures, so "silent for" is told from the ticks themselves."""
-    points = node_power_series(engine(url), node, until_s - lookback_s, until_s, 60)
-    ends = [p.bucket_end_s for p in points if p.covered_s > 0]
-    return min(max(ends), until_s) if ends else None
+    """When ``node``'s newest tick within ``lookback_s`` before ``until_s`` ended (at
+    most ``until_s``); None without one. From the ticks themselves
+    (:func:`agent.store.nodes.latest_tick_end_s`): a node's heartbeat (``last_seen_s``)
+    says its agent runs, not that it still measures."""
+    end_s = latest_tick_end_s(engine(url), node)
+    if end_s is None or end_s <= until_s - lookback_s:
+        return None
+    return min(end_s, until_s)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

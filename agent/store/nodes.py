@@ -184,6 +184,21 @@ def latest_power_w(engine: Engine, node: str) -> dict[tuple[str, str], float]:
         }
 
 
+def latest_tick_end_s(engine: Engine, node: str) -> float | None:
+    """When ``node``'s newest stored tick ended: its raw ticks' newest end, else the end
+    of its newest minute rollup; None when it has no data. Two seeks on the primary
+    keys, so a page can tell a silent node from a live one without reading its series."""
+    with engine.connect() as connection:
+        latest_ms = connection.execute(
+            select(func.max(TickEnergy.t_end_ms)).where(TickEnergy.node == node)).scalar()
+        if latest_ms is not None:
+            return latest_ms / 1000
+        latest_minute = connection.execute(
+            select(func.max(MinuteEnergy.minute_start_s))
+            .where(MinuteEnergy.node == node)).scalar()
+    return None if latest_minute is None else float(latest_minute) + 60
+
+
 def minute_energy_rows(
     engine: Engine, node: str, since_s: float, until_s: float
 ) -> list[MinuteRow]:
