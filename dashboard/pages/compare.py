@@ -24,7 +24,6 @@ import pandas as pd
 import streamlit as st
 
 from agent import units
-from agent.carbon.catalog import accelerators_of
 from agent.reports.compare_groups import LABEL_BY, SETUP_SEPARATOR
 from agent.reports.compare_words import headline, plural
 from dashboard import charts, comparison, costing, fmt, state, ui
@@ -147,9 +146,9 @@ table = pd.DataFrame([{
     energy_col: r.energy_per_unit_j, co2e_col: r.co2e_per_unit_g,
     cost_col: r.cost_per_million_usd, throughput_col: r.units_per_hour,
     # What each setup computes on ("1 x AWS Inferentia2" against "1 x NVIDIA T4"): the
-    # models its agents registered, else the catalog's; and their part of the energy.
-    "accelerators": " + ".join(r.accelerators)
-    or " + ".join(accelerators_of(t) for t in r.instance_types),
+    # models its agents registered, else the catalog's (compare_data.accelerator_names,
+    # as the command names them); and their part of the energy.
+    "accelerators": " + ".join(r.accelerators) or fmt.UNKNOWN,
     accel_col: r.accelerator_per_unit_j,
     "instance types": "+".join(r.instance_types),
     "jobs": r.runs, units_name: r.units, "instance-hours": r.instance_hours,
