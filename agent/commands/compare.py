@@ -23,8 +23,6 @@ from agent.jobs.registry import KINDS
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
-    from agent.reports.compare import ComparisonRow
-
 COMPARE_OPTIONS = ("config", "db", "log_level", "carbon_intensity", "pue", "price_per_hour",
                    "prices", "electricity_maps_token", "electricity_maps_url")
 FLAGS = {"by": "--by", "unit": "--unit", "baseline": "--baseline",
@@ -233,14 +231,6 @@ def _lead(label: str, row: Any, by_group: bool) -> list[str]:
     return [label] if not by_group else [label, "+".join(row.instance_types)]
 
 
-def _energy_is(row: ComparisonRow) -> str:
-    """The row's provenance in the dashboard's words (``estimated (model: ccf-vcpu)``),
-    from the one phrase function; the bare class where the row has no sources."""
-    from agent.reports.provenance import energy_is
-
-    return energy_is(row.sources) if row.sources else (row.energy_class or UNKNOWN)
-
-
 def _accelerators(row: Any) -> str:
     """What the row's nodes compute on ("1 x AWS Inferentia2"), as compare() names it."""
     return " + ".join(row.accelerators) or UNKNOWN
@@ -313,7 +303,7 @@ def render_text(table: Any, notes: list[str], prices: list[Any] | None = None) -
             _figure(units.usd(r.cost_per_million_usd)), units.energy(r.energy_per_run_j),
             _delta(r.throughput_x, same, "x"),
             _delta(r.energy_pct, same), _delta(r.co2e_pct, same), _delta(r.cost_pct, same),
-            _energy_is(r),
+            r.energy_class or UNKNOWN,
         ] for i, r in per_unit], left=len(lead) + 1)
         out.append("")
     if per_run:
@@ -327,7 +317,7 @@ def render_text(table: Any, notes: list[str], prices: list[Any] | None = None) -
             units.energy(r.energy_per_run_j),
             units.mass(r.co2e_per_run_g), _figure(units.usd(r.cost_per_run_usd)),
             _delta(r.energy_pct, same), _delta(r.co2e_pct, same), _delta(r.cost_pct, same),
-            _energy_is(r),
+            r.energy_class or UNKNOWN,
         ] for i, r in per_run], left=len(lead) + 1)
         out.append("")
     lines = [f"{labels[i].removesuffix(' *')} vs {base_label}: {headline(r, base)}"
