@@ -4,19 +4,23 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUN_ARGS ?=
 DASHBOARD_ARGS ?=
+# What `make test` and CI install, pinned: the versions the suite last passed with, so a
+# fresh machine resolves what CI did. Users' installs keep pyproject's ranges; `make
+# lock` re-resolves on purpose (then run `make test` and commit the file).
+CONSTRAINTS := constraints.txt
 
-.PHONY: run test install dev lint docs clean
+.PHONY: run test install dev lint docs clean lock
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet --upgrade pip -c $(CONSTRAINTS)
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e .
 	touch $@
 
-$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[dev]'
+$(VENV)/.installed-dev: pyproject.toml $(CONSTRAINTS) | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[dev]' -c $(CONSTRAINTS)
 	touch $@ $(VENV)/.installed
 
 install: $(VENV)/.installed
@@ -43,6 +47,17 @@ lint: dev
 ## Regenerate docs/metrics.md from the metric catalog.
 docs: install
 	$(BIN)/python -m agent.sinks.metric_catalog > docs/metrics.md
+
+## Re-resolve the test environment's pins (newest releases within pyproject's ranges).
+lock:
+	rm -rf .lock-venv
+	$(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/python -m pip install --quiet --upgrade pip
+	.lock-venv/bin/pip install --quiet '.[dev]'
+	{ echo "# Pins for make test and .ci/run (pip constraints), made by make lock on $$(date -u +%F)."; \
+	  echo "# Update on purpose: make lock, make test, commit."; \
+	  .lock-venv/bin/pip freeze --all --exclude joulestat --exclude setuptools; } > $(CONSTRAINTS)
+	rm -rf .lock-venv
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

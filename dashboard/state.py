@@ -121,6 +121,16 @@ def now_s() -> float:
     return math.floor(time.time() / TTL_S) * TTL_S
 
 
+def window_end_s(now: float) -> float:
+    """Where a window "up to now" ends, for ``now`` from :func:`now_s`: the end of the
+    current cache period. ``now`` itself is up to a period in the past, and a window
+    ending there would leave out the jobs and ticks of the last seconds: a job just
+    started was missing from Jobs (and its node from "reporting") until the next
+    period. Nothing is stored past the real now, so ending later adds nothing else,
+    and the cache key still changes once a period."""
+    return now + TTL_S
+
+
 @st.cache_resource(show_spinner=False)
 def engine(url: str) -> Engine:
     return open_readonly_engine(url)

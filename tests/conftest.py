@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import resource
+import sys
 from collections.abc import Iterator
 
+import psutil
 import pytest
 
 
@@ -19,3 +21,46 @@ def many_fds() -> Iterator[None]:
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, wanted), hard))
     yield
     resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@pytest.fixture(autouse=True)
+def fresh_streamlit() -> Iterator[None]:
+    """Every test meets Streamlit as a newly started server would: no cached reads or
+    engines from an earlier test's pages (``st.cache_data``/``st.cache_resource`` live
+    as long as the process, and the dashboard keys them by store URL and time)."""
+    _clear_streamlit_caches()
+    yield
+    _clear_streamlit_caches()
+
+
+def _clear_streamlit_caches() -> None:
+    if "streamlit" not in sys.modules:  # never imported: nothing cached, nothing to pay
+        return
+    import streamlit as st
+
+    st.cache_data.clear()
+    st.cache_resource.clear()
+
+
+@pytest.fixture(autouse=True)
+def no_process_outlives_its_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A process a test starts ends with it: what is left is killed and the test fails,
+    naming it, so no later test meets a server, agent or job an earlier one left."""
+    me = psutil.Process()
+    before = {child.pid for child in me.children(recursive=True)}
+    yield
+    left = [child for child in me.children(recursive=True) if child.pid not in before]
+    if not left:
+        return
+    _gone, alive = psutil.wait_procs(left, timeout=5)  # a process exiting on its own
+    named = []
+    for child in alive:
+        try:
+            named.append(f"{child.pid} {' '.join(child.cmdline()[:6])}")
+            child.kill()
+        except psutil.NoSuchProcess:
+            continue
+    psutil.wait_procs(alive, timeout=5)
+    if named:
+        pytest.fail(f"{request.node.nodeid} left processes running (killed now): "
+                    + "; ".join(named), pytrace=False)

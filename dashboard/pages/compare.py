@@ -70,7 +70,7 @@ mode = top[2].radio("Compare", list(MODES.values()), key="cmp_mode")
 seed("cmp_period", query.get("period"), list(ui.PERIODS_S), "All time")
 with top[3]:
     period, length_s = ui.period_picker("cmp_period", default="All time")
-since, until = (None, None) if length_s is None else (now - length_s, now)
+since, until = (None, None) if length_s is None else (now - length_s, state.window_end_s(now))
 picked: tuple[str, ...] | None = None
 by = "instance_type"
 if mode == MODES["label"]:

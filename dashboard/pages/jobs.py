@@ -45,7 +45,8 @@ descending = row2[3].toggle("Largest first", value=True, key="jobs_desc")
 
 frame = state.job_table(url, None if kind == ANY else kind, None if status == ANY else status,
                         None if length_s is None else now - length_s,
-                        None if length_s is None else now, None if node == ANY else node,
+                        None if length_s is None else state.window_end_s(now),
+                        None if node == ANY else node,
                         None if itype == ANY else itype, now)
 in_period = len(frame)
 if text and "=" in text:

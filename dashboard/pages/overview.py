@@ -33,18 +33,19 @@ url, now, tz = ui.open_page("Overview")
 nodes = state.nodes(url)
 imported = state.imported(url)
 live = [n for n in nodes if n.node not in imported]
-recent = state.covered(url, now - STALE_S, now)
+until = state.window_end_s(now)  # a window up to now ends here
+recent = state.covered(url, now - STALE_S, until)
 reporting_now = {n.node for n in live if recent.get(n.node, 0.0) > 0}
 node_sources = state.energy_sources(url, tuple(n.node for n in nodes))
 
 label, length_s = ui.period_picker("overview_period")
 since = 0.0 if length_s is None else now - length_s
-sources = state.sources(url, since, now)
+sources = state.sources(url, since, until)
 node_energy: defaultdict[str, float] = defaultdict(float)
 for row in sources:
     if row.component not in analysis.OVERLAPPING:
         node_energy[row.node] += row.energy_j
-held_s = state.covered(url, since, now)
+held_s = state.covered(url, since, until)
 node_costs = {n.node: costing.node_cost(n.instance_type, n.region, node_energy.get(n.node, 0.0),
                                         held_s.get(n.node, 0.0)) for n in nodes}
 energy_j = sum(node_energy.values())

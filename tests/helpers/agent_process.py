@@ -78,6 +78,10 @@ class RunningAgent:
     def log(self) -> str:
         return self.log_path.read_text()
 
+    def api_accepts(self) -> None:
+        """Returns once the job API's port takes a connection; raises OSError before."""
+        socket.create_connection(("127.0.0.1", self.api_port), timeout=5).close()
+
     def stop(self, timeout_s: float = 20) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
@@ -104,15 +108,18 @@ def running_agent(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
     agent = RunningAgent(proc, port, db_url, log_path, api_port)
     try:
         deadline = time.monotonic() + 30
-        while True:
+        # Ready once it serves metrics and accepts on the job API (which opens after the
+        # store and the jobs restored from it: on a loaded machine, seconds later).
+        ready = [agent.text] + ([] if "--api-port" in args else [agent.api_accepts])
+        while ready:
             if proc.poll() is not None:
                 raise AssertionError(f"agent exited with {proc.returncode}:\n{agent.log()}")
             try:
-                agent.text()
-                break
+                ready[0]()
+                ready.pop(0)
             except OSError:
                 if time.monotonic() > deadline:
-                    raise AssertionError(f"agent never served metrics:\n{agent.log()}") from None
+                    raise AssertionError(f"agent never became ready:\n{agent.log()}") from None
                 time.sleep(0.1)
         yield agent
     finally:

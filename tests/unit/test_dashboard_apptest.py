@@ -301,3 +301,28 @@ def test_a_missing_or_unmigrated_store_explains_and_is_not_created(tmp_path, pag
     at = run_page(f"sqlite:///{blank}", page, monkeypatch)
     assert "has no joulestat tables yet" in at.info[0].value
     assert blank.stat().st_size == 0
+
+
+def test_a_job_started_seconds_ago_is_on_jobs_and_its_node_reports(tmp_path, monkeypatch):
+    """The pages round "now" down to their ten-second cache period; a window "up to now"
+    must still hold what happened since (issue 29: a job created in the current period
+    was missing from Jobs, "No jobs in this period", whatever the period picked)."""
+    import time
+
+    from tests.helpers.store_jobs import feed, make_job, writer_for
+
+    url = f"sqlite:///{tmp_path / 'fresh.db'}"
+    engine = make_engine(url)
+    migrate.upgrade(engine)
+    now = time.time()
+    writer = writer_for(engine)
+    writer.save_job(make_job("just-now", now - 2.5, {"team": "nlp"}))
+    feed(writer, now - 3, 2, ("just-now",))  # two ticks, the last ending a second ago
+    assert writer.flush()
+    engine.dispose()
+    at = run_page(url, "pages/jobs.py", monkeypatch)
+    names = [name for frame in at.dataframe for name in frame.value.get("name", [])]
+    assert "name-just-now" in names, [i.value for i in at.info]
+    at = run_page(url, "pages/overview.py", monkeypatch)
+    [nodes] = [f.value for f in at.dataframe if "reporting" in f.value.columns]
+    assert list(nodes["reporting"]) == ["yes"]
