@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import resource
 import sys
 from collections.abc import Iterator
@@ -38,8 +39,14 @@ def _clear_streamlit_caches() -> None:
         return
     import streamlit as st
 
-    st.cache_data.clear()
-    st.cache_resource.clear()
+    quiet = logging.getLogger("streamlit.runtime.caching.cache_data_api")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # "No runtime found": outside AppTest there is none
+    try:
+        st.cache_data.clear()
+        st.cache_resource.clear()
+    finally:
+        quiet.setLevel(level)
 
 
 @pytest.fixture(autouse=True)
@@ -49,7 +56,8 @@ def no_process_outlives_its_test(request: pytest.FixtureRequest) -> Iterator[Non
     me = psutil.Process()
     before = {child.pid for child in me.children(recursive=True)}
     yield
-    left = [child for child in me.children(recursive=True) if child.pid not in before]
+    left = [child for child in me.children(recursive=True)
+            if child.pid not in before and not _under(child, before, me.pid)]
     if not left:
         return
     _gone, alive = psutil.wait_procs(left, timeout=5)  # a process exiting on its own
@@ -64,3 +72,17 @@ def no_process_outlives_its_test(request: pytest.FixtureRequest) -> Iterator[Non
     if named:
         pytest.fail(f"{request.node.nodeid} left processes running (killed now): "
                     + "; ".join(named), pytrace=False)
+
+
+def _under(process: psutil.Process, owners: set[int], me: int) -> bool:
+    """Whether ``process`` descends from one of ``owners``: a process a longer-lived
+    fixture started (a module's Chromium starts renderers as pages load), not the test."""
+    try:
+        parent = process.parent()
+        while parent is not None and parent.pid != me:
+            if parent.pid in owners:
+                return True
+            parent = parent.parent()
+    except psutil.NoSuchProcess:
+        return False
+    return False

@@ -16,6 +16,7 @@ import itertools
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -58,12 +59,13 @@ def launch(binary: str, profile: Path) -> tuple[subprocess.Popen[bytes], str]:
          "--disable-crash-reporter",
          f"--user-data-dir={profile}", "--remote-debugging-port=0",
          f"--window-size={WIDTH},1000", "about:blank"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "TZ": VIEWER_TZ})
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "TZ": VIEWER_TZ},
+        start_new_session=True)
     port_file = profile / "DevToolsActivePort"
     deadline = time.monotonic() + 30
     while not (port_file.exists() and port_file.read_text().strip()):
         if time.monotonic() > deadline or process.poll() is not None:
-            process.kill()
+            stop(process, 5)
             raise RuntimeError("Chromium did not open its DevTools port")
         time.sleep(0.1)
     port = int(port_file.read_text().split()[0])
@@ -121,12 +123,25 @@ class Browser:
 
 
 def stop(process: subprocess.Popen, wait_s: float) -> None:
-    """Ask ``process`` to stop; kill it if it has not within ``wait_s``."""
-    process.terminate()
+    """Ask ``process`` and everything it started (its own session: Chromium's renderers,
+    which outlive their browser for a moment) to stop; kill what has not within
+    ``wait_s``, and return once none is left, so nothing outlives the test."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
     try:
         process.wait(wait_s)
     except subprocess.TimeoutExpired:
         process.kill()
+        process.wait(wait_s)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(process.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
 
 
 @contextlib.contextmanager
@@ -136,7 +151,8 @@ def serve(url: str) -> Iterator[str]:
     script = Path(sys.executable).with_name("joulestat")
     command = [str(script)] if script.exists() else [sys.executable, "-m", "agent"]
     process = subprocess.Popen([*command, "dashboard", "--db", url, "--port", str(port)],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
         assert process.stdout is not None
