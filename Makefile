@@ -46,7 +46,7 @@ lint: dev
 
 ## Regenerate docs/metrics.md from the metric catalog.
 docs: install
-	$(BIN)/python -m agent.sinks.metric_catalog > docs/metrics.md
+	$(BIN)/python -m joulestat.outputs.metric_catalog > docs/metrics.md
 
 ## Re-resolve the test environment's pins (newest releases within pyproject's ranges).
 lock:

@@ -1,9 +1,9 @@
-"""``python -m agent`` runs the ``joulestat`` command."""
+"""``python -m joulestat`` runs the ``joulestat`` command."""
 
 from __future__ import annotations
 
 import sys
 
-from agent.cli import main
+from joulestat.cli.main import main
 
 sys.exit(main())

@@ -6,7 +6,7 @@ error between CPU burners at known ratios. One table.
 1. **Integration** (sensor -> sampler -> store -> the store's own query): piecewise
    constant power traces of ten minutes, read at 1 s ticks on a simulated clock, so a
    trace costs milliseconds and its truth is exact (``trace_energy_j``). The stored
-   node energy (``agent.store.nodes.node_energy_j``) is compared with it.
+   node energy (``joulestat.store.nodes.node_energy_j``) is compared with it.
 
    * ``constant``, ``steps`` (levels held 37 s, off the tick grid), ``spikes`` (50 ms
      at 400 W every 3.7 s, far shorter than a tick) through the replay sensor;
@@ -48,16 +48,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from agent import __version__, units  # noqa: E402  (after the path insert)
-from agent.identity import NodeInfo  # noqa: E402
-from agent.pipeline import Pipeline  # noqa: E402
-from agent.sampler import Sampler  # noqa: E402
-from agent.sensors.rapl import open_rapl  # noqa: E402
-from agent.sensors.replay import ReplaySensor, load_trace, trace_energy_j  # noqa: E402
-from agent.store import make_engine  # noqa: E402
-from agent.store import migrate as store_migrate  # noqa: E402
-from agent.store.nodes import node_energy_j  # noqa: E402
-from agent.store.writer import StoreWriter  # noqa: E402
+from joulestat.attribution.sampler import Sampler  # noqa: E402
+from joulestat.core import units  # noqa: E402
+from joulestat.core.version import __version__  # noqa: E402  (after the path insert)
+from joulestat.devices.rapl import open_rapl  # noqa: E402
+from joulestat.devices.replay import ReplaySensor, load_trace, trace_energy_j  # noqa: E402
+from joulestat.host.identity import NodeInfo  # noqa: E402
+from joulestat.runtime.pipeline import Pipeline  # noqa: E402
+from joulestat.store import migrate as store_migrate  # noqa: E402
+from joulestat.store.engine import make_engine  # noqa: E402
+from joulestat.store.nodes import node_energy_j  # noqa: E402
+from joulestat.store.writer import StoreWriter  # noqa: E402
 from tests.fakes.powercap import FakePowercap  # noqa: E402
 
 INTEGRATION_TARGET_PCT = 0.1
@@ -228,7 +229,7 @@ print(time.process_time() - cpu0, flush=True)
 
 def burner_pair(agent_url: str, ratio: int, seconds: float) -> Row:
     """Two burners at 0.4 and 0.4/ratio of a CPU, each a job; energy ratio vs CPU ratio."""
-    from agent.jobs.http_client import AgentClient
+    from joulestat.api.agent_client import AgentClient
 
     client = AgentClient(agent_url, timeout_s=10)
     cpus = sorted(os.sched_getaffinity(0))

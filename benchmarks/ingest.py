@@ -30,13 +30,14 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.attribution import Share  # noqa: E402
-from agent.identity import NodeInfo  # noqa: E402
-from agent.jobs.accounting import TickResult  # noqa: E402
-from agent.sensors.base import DeviceInfo  # noqa: E402
-from agent.store import make_engine, migrate  # noqa: E402
-from agent.store.writer import StoreWriter  # noqa: E402
-from agent.tick import Tick, TickEntry  # noqa: E402
+from joulestat.attribution.accounting import TickResult  # noqa: E402
+from joulestat.attribution.shares import Share  # noqa: E402
+from joulestat.core.tick import Tick, TickEntry  # noqa: E402
+from joulestat.devices.sensor import DeviceInfo  # noqa: E402
+from joulestat.host.identity import NodeInfo  # noqa: E402
+from joulestat.store import migrate
+from joulestat.store.engine import make_engine  # noqa: E402
+from joulestat.store.writer import StoreWriter  # noqa: E402
 
 COMPONENTS = (("cpu", "package-0"), ("dram", "package-0"), ("accelerator", "0"), ("net", "eth0"))
 JOBS = 5
@@ -156,7 +157,7 @@ def main() -> None:
     with running_postgres() as server:
         url = server.create_database("ingest")
         migrate.upgrade(make_engine(url))
-        from agent.store.jobs import list_jobs
+        from joulestat.store.jobs import list_jobs
 
         reader = make_engine(url)
         run(url, args.nodes, args.seconds, args.flush, lambda: list_jobs(reader),

@@ -2,7 +2,7 @@
 
 Pure functions of query results (no Streamlit, no SQL), so each rule is tested on its
 own and reads the same on every page. Comparisons and SLA sizing are not here: the
-Compare page runs :func:`agent.reports.compare.compare`, as ``joulestat compare`` does.
+Compare page runs :func:`joulestat.reports.compare.compare`, as ``joulestat compare`` does.
 
 * a job's "setup" is the set of instance types it ran on, named as the comparison
   groups it (``c5.4xlarge+p4d.24xlarge`` for a trainer fed by a loader);
@@ -23,20 +23,20 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from agent import units
-from agent.redact import redact_labels
-from agent.reports.compare import setup_name
-from agent.reports.external import shown_labels
-from agent.reports.sources import source_class
-from agent.sensors.base import ACCELERATOR_COMPONENT
+from joulestat.core import units
+from joulestat.core.redact import redact_labels
+from joulestat.devices.sensor import ACCELERATOR_COMPONENT
+from joulestat.reports.compare import setup_name
+from joulestat.reports.external import shown_labels
+from joulestat.reports.sources import source_class
 
 if TYPE_CHECKING:  # the store's records, through the dashboard's door (which imports this)
-    from dashboard.state import JobSummary, JobTotals, SeriesPoint, SourceEnergy
+    from joulestat.dashboard.state import JobSummary, JobTotals, SeriesPoint, SourceEnergy
 
     # A job as a list shows it (JobTotals) or as the detail page reads it (JobDetail).
     AnyJob = JobTotals | JobSummary
 # The Jobs table: the name first (what people look for), the id last and short; each
-# figure as text from agent.units, so a cell reads as the same figure elsewhere.
+# figure as text from joulestat.core.units, so a cell reads as the same figure elsewhere.
 JOB_COLUMNS = ("name", "kind", "status", "instance types", "energy", "CO2e (operational)",
                "embodied CO2e", "cost", "energy per unit", "units", "started", "duration",
                "nodes", "labels", "id")
@@ -49,7 +49,7 @@ OVERLAPPING = ("platform",)
 
 
 def provenance_class(source: str) -> str:
-    """:func:`agent.reports.sources.source_class`: the one reading of a source chain."""
+    """:func:`joulestat.reports.sources.source_class`: the one reading of a source chain."""
     return source_class(source)
 
 
@@ -64,7 +64,7 @@ def provenance_totals(rows: Iterable[SourceEnergy]) -> dict[str, float]:
 
 def setup_of(job: AnyJob) -> str:
     """The instance types a job ran on, one name per type: its comparison group, named by
-    :func:`agent.reports.compare.setup_name` so every page and the CLI agree."""
+    :func:`joulestat.reports.compare.setup_name` so every page and the CLI agree."""
     return setup_name(itype for _node, itype in job.nodes)
 
 

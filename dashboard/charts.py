@@ -1,12 +1,12 @@
 """Interactive charts (Altair, which Streamlit ships; plotly is not a dependency).
 
-Every chart names its unit on the axis (scaled with :func:`agent.units.scale_for`, so a
+Every chart names its unit on the axis (scaled with :func:`joulestat.core.units.scale_for`, so a
 millijoule chart says mJ), keeps one colour per component on every page (cpu is always
 blue, accelerator always green), shows its values in the tooltip as the tables print them (a
-``text`` column made by :mod:`agent.units`), and puts legends right of the plot with no
+``text`` column made by :mod:`joulestat.core.units`), and puts legends right of the plot with no
 label limit, so a long source name (``import:joulestat/model:ccf-vcpu``) is never cut. Time
 axes take naive wall-clock times already in the viewer's timezone (see
-:func:`dashboard.ui.to_local`); Vega-Lite reads a naive time as the browser's local
+:func:`joulestat.dashboard.ui.to_local`); Vega-Lite reads a naive time as the browser's local
 time and draws it unchanged, and the browser's zone is the one ``st.context.timezone``
 reported, so axes, tooltips and tables all show the viewer's clock.
 """

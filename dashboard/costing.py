@@ -1,9 +1,9 @@
 """The pages' prices: which prices file is in force, and the pricer that uses it.
 
-Every figure is :class:`agent.carbon.pricing.Pricer`'s, the pricing ``joulestat
+Every figure is :class:`joulestat.carbon.pricing.Pricer`'s, the pricing ``joulestat
 compare`` uses too, so the pages and the command cannot disagree; this module only
 chooses the prices and turns the pricer's answers into what the pages show
-(:class:`~dashboard.analysis.JobCost`, :class:`~agent.reports.compare.JobFigures`).
+(:class:`~joulestat.dashboard.analysis.JobCost`, :class:`~joulestat.reports.compare.JobFigures`).
 
 Prices: ``joulestat dashboard --prices FILE`` hands the file on as ``JOULESTAT_PRICES``
 (absolute path). :func:`pricer` reads it once per path per process and keeps one
@@ -20,16 +20,16 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from agent.carbon.footprint import METHODOLOGY, CarbonSettings
-from agent.carbon.prices import PriceTable, load_prices
-from agent.carbon.pricing import Pricer
-from agent.reports.compare import JobFigures
-from agent.reports.compare_data import job_figures as figures_of_job
-from agent.reports.compare_data import sources_of
-from dashboard.analysis import JobCost
+from joulestat.carbon.footprint import METHODOLOGY, CarbonSettings
+from joulestat.carbon.prices import PriceTable, load_prices
+from joulestat.carbon.pricing import Pricer
+from joulestat.dashboard.analysis import JobCost
+from joulestat.reports.compare import JobFigures
+from joulestat.reports.compare_data import job_figures as figures_of_job
+from joulestat.reports.compare_data import sources_of
 
-if TYPE_CHECKING:  # dashboard.state imports this module
-    from dashboard.state import JobDetail, JobTotals
+if TYPE_CHECKING:  # joulestat.dashboard.state imports this module
+    from joulestat.dashboard.state import JobDetail, JobTotals
 
 ENV_PRICES = "JOULESTAT_PRICES"
 __all__ = ["ENV_PRICES", "METHODOLOGY", "job_cost", "job_costs", "job_figures",
@@ -38,7 +38,7 @@ __all__ = ["ENV_PRICES", "METHODOLOGY", "job_cost", "job_costs", "job_figures",
 
 def pricer() -> Pricer:
     """The pricer of the prices file named by ``JOULESTAT_PRICES`` (the catalog's prices
-    when unset). A bad file raises :class:`agent.carbon.prices.PricesError` naming the
+    when unset). A bad file raises :class:`joulestat.carbon.prices.PricesError` naming the
     file and line (``joulestat dashboard`` checks it before Streamlit starts)."""
     return _pricer(os.environ.get(ENV_PRICES, "").strip())
 
@@ -94,8 +94,8 @@ def job_costs(jobs: Iterable[JobTotals], now_s: float) -> dict[str, JobCost]:
 def job_figures(jobs: Iterable[JobTotals], now_s: float,
                 sources: Mapping[str, tuple[str, ...]] | None = None,
                 models: Mapping[str, Mapping[str, int]] | None = None) -> list[JobFigures]:
-    """The jobs as :func:`agent.reports.compare.compare` takes them, each built as
-    ``joulestat compare`` builds it (:func:`agent.reports.compare_data.job_figures`);
+    """The jobs as :func:`joulestat.reports.compare.compare` takes them, each built as
+    ``joulestat compare`` builds it (:func:`joulestat.reports.compare_data.job_figures`);
     ``sources``: node -> sources, read as the command reads them (``node_sources``);
     ``models``: node -> its accelerators' models (``node_accelerators``)."""
     by = pricer()

@@ -1,10 +1,10 @@
-"""A job's downloads: joulestat's own report (JSON, CSV, HTML, PDF) from ``agent.reports``.
+"""A job's downloads: joulestat's own report (JSON, CSV, HTML, PDF) from ``joulestat.reports``.
 
 The dashboard does not lay out reports of its own: the report a user downloads here is
 byte for byte what ``joulestat report JOB --format …`` writes, built by
-:func:`agent.reports.model.build_report` with the default carbon settings. Files are
+:func:`joulestat.reports.model.build_report` with the default carbon settings. Files are
 rendered only when their button is clicked (Streamlit's deferred ``data``), since a PDF
-takes reportlab a moment. Where ``agent.reports`` is not installed, :func:`available`
+takes reportlab a moment. Where ``joulestat.reports`` is not installed, :func:`available`
 says so and the page offers the JSON of what it shows instead.
 """
 
@@ -27,29 +27,29 @@ FORMATS = {
 
 
 def available() -> bool:
-    """Whether ``agent.reports`` (and so every report format) is installed."""
-    return importlib.util.find_spec("agent.reports") is not None
+    """Whether ``joulestat.reports`` (and so every report format) is installed."""
+    return importlib.util.find_spec("joulestat.reports") is not None
 
 
 def render(engine: Engine, job_id: str, kind: str, now_s: float | None = None) -> str | bytes:
     """The report of ``job_id`` as ``kind`` (json, csv, html or pdf)."""
-    from agent.reports.model import build_report
+    from joulestat.reports.model import build_report
 
     report = build_report(engine, job_id, {}, now_s=time.time() if now_s is None else now_s)
     if kind == "json":
-        from agent.reports.json_report import render_json
+        from joulestat.reports.json_report import render_json
 
         return render_json(report)
     if kind == "csv":
-        from agent.reports.csv_report import render_csv
+        from joulestat.reports.csv_report import render_csv
 
         return render_csv([report])
     if kind == "html":
-        from agent.reports.html_report import render_html
+        from joulestat.reports.html_report import render_html
 
         return render_html(report)
     if kind == "pdf":
-        from agent.reports.pdf_report import render_pdf
+        from joulestat.reports.pdf_report import render_pdf
 
         return render_pdf(report)
     raise ValueError(f"unknown report format {kind!r}; expected one of {', '.join(FORMATS)}")

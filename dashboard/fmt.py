@@ -1,9 +1,9 @@
-"""Numbers as the pages show them: :mod:`agent.units`, the formatter the CLI and the
+"""Numbers as the pages show them: :mod:`joulestat.core.units`, the formatter the CLI and the
 reports use too, so a figure reads "2.05 mJ" on a page, in ``joulestat run``'s summary
 and in the HTML report alike. Only what is the dashboard's own lives here: the viewer's
-clock. Deltas and ratios ("−92 %", "×6.3") are :mod:`agent.reports.compare_words`', as
+clock. Deltas and ratios ("−92 %", "×6.3") are :mod:`joulestat.reports.compare_words`', as
 ``joulestat compare`` writes them. How a row's energy was obtained ("estimated (model:
-ccf-vcpu)") is :func:`agent.reports.provenance.energy_is`, in the column
+ccf-vcpu)") is :func:`joulestat.reports.provenance.energy_is`, in the column
 :data:`ENERGY_IS` that every table puts right after the row's name, so an estimate is
 never read as the equal of the measured row beside it.
 """
@@ -16,10 +16,10 @@ from typing import Any
 
 import pandas as pd
 
-from agent import units
-from agent.carbon.units import J_PER_KWH
-from agent.reports import compare_words
-from agent.reports.provenance import energy_is
+from joulestat.carbon.units import J_PER_KWH
+from joulestat.core import units
+from joulestat.reports import compare_words
+from joulestat.reports.provenance import energy_is
 
 __all__ = ["ENERGY_IS", "J_PER_KWH", "UNKNOWN", "count", "duration", "energy", "energy_is",
            "kwh", "local_time", "mass", "plural", "power", "share", "styled", "usd"]
@@ -45,7 +45,7 @@ def local_time(epoch_s: float | None, tz: tzinfo) -> str:
 
 
 def styled(frame: pd.DataFrame, formats: Mapping[str, Callable[[Any], str]]) -> Any:
-    """``frame`` for ``st.dataframe`` with numbers shown through :mod:`agent.units` but
+    """``frame`` for ``st.dataframe`` with numbers shown through :mod:`joulestat.core.units` but
     kept as numbers underneath, so columns still sort by value (a pandas Styler: cheap
     for the dozens of rows of the Overview, Compare and Load curve tables; the Jobs
     table, thousands of rows, carries text columns instead)."""

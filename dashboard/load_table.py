@@ -1,11 +1,11 @@
 """The Load curve page's rows: energy per unit, rate and latency per load level, grouped
 by setup or by model.
 
-By setup, a row is :func:`dashboard.analysis.load_curve`'s point: the inference jobs of
+By setup, a row is :func:`joulestat.dashboard.analysis.load_curve`'s point: the inference jobs of
 one setup at one level, summed. By model, each job of a multi-model server counts once
 per model, with that model's energy (its share of the job's, by busy time:
-:mod:`agent.store.model_split`) and units, through the same
-:func:`~dashboard.analysis.load_curve`, so both groupings read levels, leave out runs
+:mod:`joulestat.store.model_split`) and units, through the same
+:func:`~joulestat.dashboard.analysis.load_curve`, so both groupings read levels, leave out runs
 and sum jobs alike; a model's rate is its units over the job's wall time. The energy no
 model was busy for (``idle``) has no units and no row; :func:`idle_share` says how much
 of the jobs' energy that is.
@@ -31,10 +31,10 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from dashboard import analysis
+from joulestat.dashboard import analysis
 
 if TYPE_CHECKING:  # the store's records, taken from state as the pages take them
-    from dashboard.state import JobTotals, ModelSplit
+    from joulestat.dashboard.state import JobTotals, ModelSplit
 
 BY_SETUP, BY_MODEL = "setup", "model"
 LATENCY_KEY = re.compile(r"^p(\d{1,2})(?:_(\d+))?_(ms|s)$")
@@ -118,10 +118,10 @@ def load_rows(jobs: list[JobTotals], unit: str, now_s: float, level_key: str,
               splits: Mapping[str, ModelSplit] | None = None,
               sources: Mapping[str, Iterable[str]] | None = None
               ) -> tuple[list[LoadRow], int]:
-    """Rows by setup or by model (``splits``: :func:`dashboard.state.splits` of ``jobs``;
+    """Rows by setup or by model (``splits``: :func:`joulestat.dashboard.state.splits` of ``jobs``;
     jobs without one have no model and no row by model), and how many jobs were left out
     for a level that is not a positive number. ``sources``: node -> its energy's sources
-    (:func:`dashboard.state.energy_sources`), each row's from its jobs' nodes."""
+    (:func:`joulestat.dashboard.state.energy_sources`), each row's from its jobs' nodes."""
     by_node = sources or {}
     points, skipped = analysis.load_curve(jobs, unit, now_s, level_key, left_out)
     keys = latency_keys(jobs, level_key)

@@ -3,9 +3,9 @@
 Pages and the other dashboard modules never build SQL, never hold an engine and import
 no store module: they call the functions here, and take the store's record types from
 here (``state.JobTotals``, ``state.SeriesPoint``...). The functions call the store's
-reads (:mod:`agent.store.nodes`, :mod:`~agent.store.jobs`,
-:mod:`~agent.store.job_totals`, :mod:`~agent.store.series`,
-:mod:`~agent.store.provenance`, the same ones reports and commands use) through one
+reads (:mod:`joulestat.store.nodes`, :mod:`~joulestat.store.jobs`,
+:mod:`~joulestat.store.job_totals`, :mod:`~joulestat.store.series`,
+:mod:`~joulestat.store.provenance`, the same ones reports and commands use) through one
 engine per URL (``st.cache_resource``) and keep results for ten seconds
 (``st.cache_data(ttl=10)``), about two store flushes of the agent: fresh enough to
 watch a job, and a page rerun on every widget change costs no query. Time windows
@@ -33,10 +33,12 @@ import streamlit as st
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from agent.store.engine import StoreError, describe_error, redact_url
-from agent.store.job_refs import JobRefError, resolve_job
-from agent.store.job_totals import JobFilter, JobTotals, PartTotals, job_totals
-from agent.store.jobs import (
+from joulestat.dashboard import analysis, comparison, costing, fmt
+from joulestat.dashboard.bulk import gc_paused
+from joulestat.store.engine import StoreError, describe_error, redact_url
+from joulestat.store.job_refs import JobRefError, resolve_job
+from joulestat.store.job_totals import JobFilter, JobTotals, PartTotals, job_totals
+from joulestat.store.jobs import (
     JobDetail,
     JobRef,
     JobSummary,
@@ -46,9 +48,9 @@ from agent.store.jobs import (
     job_detail,
     job_units_by_kind,
 )
-from agent.store.migrate import HEAD_REVISION, current_revision
-from agent.store.model_split import ModelSplit, model_splits
-from agent.store.nodes import (
+from joulestat.store.migrate import HEAD_REVISION, current_revision
+from joulestat.store.model_split import ModelSplit, model_splits
+from joulestat.store.nodes import (
     NodeSummary,
     latest_power_w,
     latest_tick_end_s,
@@ -56,15 +58,15 @@ from agent.store.nodes import (
     node_accelerators,
     node_covered_s,
 )
-from agent.store.provenance import (
+from joulestat.store.provenance import (
     SourceEnergy,
     energy_by_source,
     imported_nodes,
     job_energy_by_source,
     node_sources,
 )
-from agent.store.readonly import StoreMissingError, open_readonly_engine
-from agent.store.series import (
+from joulestat.store.readonly import StoreMissingError, open_readonly_engine
+from joulestat.store.series import (
     SeriesPoint,
     choose_bucket_s,
     job_min_bucket_s,
@@ -73,8 +75,6 @@ from agent.store.series import (
     node_power_range,
     node_power_series,
 )
-from dashboard import analysis, comparison, costing, fmt
-from dashboard.bulk import gc_paused
 
 # The store's records the pages and modules use, taken from here (see the docstring).
 __all__ = ["HEAD_REVISION", "JobDetail", "JobRef", "JobSummary", "JobTotals", "ModelSplit",
@@ -93,7 +93,7 @@ def db_url() -> str:
         return str(known.db)
     if os.environ.get(ENV_DB, "").strip():
         return os.environ[ENV_DB].strip()
-    from agent.store.engine import default_db_url
+    from joulestat.store.engine import default_db_url
 
     return default_db_url()
 
@@ -112,7 +112,7 @@ def inside_app() -> Iterator[None]:
 
 
 def in_app() -> bool:
-    """Whether this script run went through app.py (see :func:`dashboard.ui.enter`)."""
+    """Whether this script run went through app.py (see :func:`joulestat.dashboard.ui.enter`)."""
     return bool(getattr(_run, "active", False))
 
 
@@ -201,7 +201,7 @@ def covered(url: str, since_s: float, until_s: float) -> dict[str, float]:
 def last_tick_s(url: str, node: str, until_s: float, lookback_s: float) -> float | None:
     """When ``node``'s newest tick within ``lookback_s`` before ``until_s`` ended (at
     most ``until_s``); None without one. From the ticks themselves
-    (:func:`agent.store.nodes.latest_tick_end_s`): a node's heartbeat (``last_seen_s``)
+    (:func:`joulestat.store.nodes.latest_tick_end_s`): a node's heartbeat (``last_seen_s``)
     says its agent runs, not that it still measures."""
     end_s = latest_tick_end_s(engine(url), node)
     if end_s is None or end_s <= until_s - lookback_s:
@@ -211,7 +211,7 @@ def last_tick_s(url: str, node: str, until_s: float, lookback_s: float) -> float
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def energy_sources(url: str, names: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
-    """node -> the sources of its energy (:func:`agent.store.provenance.node_sources`,
+    """node -> the sources of its energy (:func:`joulestat.store.provenance.node_sources`,
     as ``joulestat compare`` reads them): what a table's "energy is" is said from."""
     return node_sources(engine(url), names)
 
@@ -310,14 +310,14 @@ def load_jobs(url: str, unit: str, label_key: str) -> list[JobTotals]:
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def splits(url: str, job_ids: tuple[str, ...]) -> dict[str, ModelSplit]:
     """The energy of each of ``job_ids`` that served several models, split among them
-    (:func:`agent.store.model_split.model_splits`)."""
+    (:func:`joulestat.store.model_split.model_splits`)."""
     return model_splits(engine(url), job_ids)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def imported(url: str) -> set[str]:
     """Nodes known only from imported files
-    (:func:`agent.store.provenance.imported_nodes`)."""
+    (:func:`joulestat.store.provenance.imported_nodes`)."""
     return imported_nodes(engine(url))
 
 
@@ -349,7 +349,7 @@ class JobLookup:
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def lookup_job(url: str, ref: str) -> JobLookup:
     """``ref`` as every command reads a job: id, name (its latest run) or unique id prefix
-    (:func:`agent.store.job_refs.resolve_job`), so a link with a name or a short id works."""
+    (:func:`joulestat.store.job_refs.resolve_job`), so a link with a name or a short id works."""
     try:
         found = resolve_job(engine(url), ref)
     except JobRefError as exc:

@@ -14,16 +14,16 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import streamlit as st
 
-from agent.carbon.prices import PricesError
-from agent.redact import redact_text
-from dashboard import costing, fmt, state
+from joulestat.carbon.prices import PricesError
+from joulestat.core.redact import redact_text
+from joulestat.dashboard import costing, fmt, state
 
 PERIODS_S = {"Last hour": 3600.0, "Last 24 hours": 86400.0, "Last 7 days": 7 * 86400.0,
              "Last 30 days": 30 * 86400.0, "All time": None}
 SHORT = {"Last hour": "1 h", "Last 24 hours": "24 h", "Last 7 days": "7 d",
          "Last 30 days": "30 d", "All time": "all time"}
 SAMPLE_HINT = ("To look around first, fill a sample store and open it:\n\n"
-               "```sh\npython -m agent.sim.sample sqlite:////tmp/joulestat-sample.db\n"
+               "```sh\npython -m joulestat.runtime.sample_store sqlite:////tmp/joulestat-sample.db\n"
                "joulestat dashboard --db sqlite:////tmp/joulestat-sample.db\n```")
 
 
@@ -107,7 +107,7 @@ def require_data(url: str) -> None:
              f"then measure a job:\n\n"
              f"```sh\njoulestat run --name bert-serve --kind inference "
              f"--label concurrency=8 -- python serve.py\n```\n\n"
-             f"(or `from agent.client import track` inside your code; see docs/jobs.md).")
+             f"(or `from joulestat.client.track import track` inside your code; see docs/jobs.md).")
     if found.state in ("missing", "empty"):
         st.info(f"**No measurements yet** in `{shown}`.\n\n{start}\n\nOr measure two "
                 f"minutes of real jobs on this machine: `joulestat demo --db '{shown}'`."
@@ -133,7 +133,7 @@ ENERGY_IS_HELP = ("measured: read from a hardware counter; estimated: computed b
 def named_columns(name: str, name_px: int | None = None, energy_is_px: int | None = None
                   ) -> dict[str, Any]:
     """``column_config`` for a table's first two columns: the row's name and how its
-    energy was obtained (:data:`dashboard.fmt.ENERGY_IS`), pinned at the left, so they
+    energy was obtained (:data:`joulestat.dashboard.fmt.ENERGY_IS`), pinned at the left, so they
     stay on screen however far the reader scrolls to the figures past the screen's
     edge (the Compare table's provenance was once its 13th column, never seen). Widths
     in pixels where a wide table must keep room for its figures; None fits the text."""

@@ -1,6 +1,6 @@
 """Alembic environment for the joulestat store.
 
-Run through :mod:`agent.store.migrate` (``joulestat db upgrade``), which builds the
+Run through :mod:`joulestat.store.migrate` (``joulestat db upgrade``), which builds the
 Alembic config in code and usually hands over an open connection in
 ``config.attributes["connection"]``; a URL in the ``sqlalchemy.url`` option works too
 (for ``command.revision(..., autogenerate=True)`` and offline ``--sql`` output).
@@ -14,8 +14,8 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from agent.store.engine import make_engine
-from agent.store.tables import METADATA
+from joulestat.store.engine import make_engine
+from joulestat.store.tables import METADATA
 
 config = context.config
 target_metadata = METADATA

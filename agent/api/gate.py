@@ -12,7 +12,7 @@ request is whole:
 - a whole request, or one that must be refused (head or body too large, chunked, no
   valid length, cut short, deadline passed mid-body), goes to a small fixed pool of
   workers running the port's own handler over the bytes read
-  (:mod:`agent.http_request`), so routing, validation and error format stay there.
+  (:mod:`joulestat.api.request`), so routing, validation and error format stay there.
 - past ``max_in_flight`` requests queued or in a worker, the selector answers 429.
 - at ``max_connections``, a new connection evicts the oldest one already answered,
   else the oldest silent one, else the oldest still sending its head, so a scrape or
@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from agent.http_request import (
+from joulestat.api.request import (
     EndError,
     GatedHandler,
     Prefetched,

@@ -1,8 +1,8 @@
 """Request handling for the job API: routing, validation, answers.
 
-Split from :mod:`agent.jobs.api` (the server and its admission control); both log
-to the ``agent.jobs.api`` logger so operators filter one name. The handler runs in a
-worker of :mod:`agent.http_gate` over a request already read whole, so it never
+Split from :mod:`joulestat.api.server` (the server and its admission control); both log
+to the ``joulestat.api.server`` logger so operators filter one name. The handler runs in a
+worker of :mod:`joulestat.api.gate` over a request already read whole, so it never
 waits on a client: its ``rfile`` raises ``TimeoutError`` where the deadline passed.
 """
 
@@ -20,15 +20,15 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from agent.http_request import GatedHandler, busy_response
-from agent.jobs.registry import Job, JobError, JobNotFound, JobRegistry, validate_job_id
-from agent.jobs.validation import validate_end_time
-from agent.redact import redact_labels
+from joulestat.api.request import GatedHandler, busy_response
+from joulestat.attribution.registry import Job, JobError, JobNotFound, JobRegistry, validate_job_id
+from joulestat.attribution.validation import validate_end_time
+from joulestat.core.redact import redact_labels
 
 if TYPE_CHECKING:
-    from agent.jobs.api import _Server
+    from joulestat.api.server import _Server
 
-log = logging.getLogger("agent.jobs.api")
+log = logging.getLogger("joulestat.api.server")
 
 MAX_BODY_BYTES = 1 << 20
 MAX_IN_FLIGHT = 64  # complete requests queued for or in a worker; past it: 429
@@ -97,14 +97,14 @@ def _reject_constant(name: str) -> Any:
 
 
 def _answer(job: Job) -> dict[str, Any]:
-    """A job as the API answers it: labels through the one redaction (agent/redact.py),
+    """A job as the API answers it: labels through the one redaction (agent/core/redact.py),
     as in every other output, since anyone who can read the API is not necessarily
     who registered a job with a token or a password in a label."""
     return {**job.to_json(), "labels": redact_labels(job.labels)}
 
 
 class _Handler(GatedHandler):
-    server: _Server  # agent.jobs.api._Server: registry, token digest, settings
+    server: _Server  # joulestat.api.server._Server: registry, token digest, settings
     protocol_version = "HTTP/1.0"  # one request per connection
 
     def version_string(self) -> str:

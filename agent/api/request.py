@@ -1,4 +1,4 @@
-"""What a handler sees of a request the connection gate (:mod:`agent.http_gate`) read.
+"""What a handler sees of a request the connection gate (:mod:`joulestat.api.gate`) read.
 
 The gate reads a request whole in its selector thread before any worker thread is
 involved; a worker then runs the port's ordinary ``BaseHTTPRequestHandler`` over those
@@ -64,7 +64,7 @@ class Prefetched:
 
 
 class GatedHandler(BaseHTTPRequestHandler):
-    """A request handler served by :class:`agent.http_gate.HttpGate`: ``rfile`` holds the
+    """A request handler served by :class:`joulestat.api.gate.HttpGate`: ``rfile`` holds the
     request the gate read, ``wfile`` writes to the socket (under the port's send timeout).
     One request per connection, so a worker never waits for a client's next request."""
 

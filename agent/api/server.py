@@ -6,7 +6,7 @@ same rules as every other way in), and every refusal is a 4xx with a JSON messag
 naming what is wrong. Without a token the API only binds to loopback and refuses
 requests that carry a browser ``Origin`` or a non-loopback ``Host`` (a web page the
 user visits must not be able to register or end jobs, nor read them through DNS
-rebinding). Connections go through :mod:`agent.http_gate`, like the metrics port: an
+rebinding). Connections go through :mod:`joulestat.api.gate`, like the metrics port: an
 idle or slow connection holds a socket, never a thread nor an in-flight slot; each
 client has ``request_timeout_s`` from accept to send its whole request; past
 ``max_in_flight`` complete requests waiting for or in a worker the gate answers 429;
@@ -23,8 +23,8 @@ import logging
 import threading
 from collections.abc import Callable
 
-from agent.http_gate import HttpGate, Limits
-from agent.jobs.api_handler import (  # noqa: F401  (re-exported: the API's public names)
+from joulestat.api.gate import HttpGate, Limits
+from joulestat.api.handler import (  # noqa: F401  (re-exported: the API's public names)
     _BUSY_RESPONSE,
     LINGER_S,
     MAX_BODY_BYTES,
@@ -36,7 +36,7 @@ from agent.jobs.api_handler import (  # noqa: F401  (re-exported: the API's publ
     check_exposure,
     is_loopback,
 )
-from agent.jobs.registry import Job, JobRegistry
+from joulestat.attribution.registry import Job, JobRegistry
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,9 @@
 """Per tick: what each running job gets of the node's energy, and its running totals.
 
-The host-usage layer (:class:`agent.host.usage.HostUsage`) reads what the node and the
+The host-usage layer (:class:`joulestat.host.usage.HostUsage`) reads what the node and the
 jobs did over the tick: node busy time, each job's CPU time from its cgroup or its
 process tree, which job holds each accelerator. This module only turns that snapshot
-into shares (:func:`agent.attribution.attribute`), adds them to the jobs' totals and
+into shares (:func:`joulestat.attribution.shares.attribute`), adds them to the jobs' totals and
 ends jobs none of whose processes is left. Exporters ask :meth:`JobAccounting.snapshot`
 for an immutable copy of the totals, so they never read jobs a tick is changing.
 Both the daemon and embedded mode (``joulestat run`` with no agent) use it, which is
@@ -20,13 +20,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import NamedTuple
 
-from agent.attribution import DeviceUse, Share, TickUsage, attribute
-from agent.host.procfs import CpuTimes
-from agent.host.usage import DeviceProcesses, HostUsage, JobWant, UsageSnapshot
-from agent.idle import IdleBaselines
-from agent.jobs.cgroups import own_cgroup_path
-from agent.jobs.registry import Job, JobRegistry
-from agent.tick import Tick
+from joulestat.attribution.idle import IdleBaselines
+from joulestat.attribution.registry import Job, JobRegistry
+from joulestat.attribution.shares import DeviceUse, Share, TickUsage, attribute
+from joulestat.core.tick import Tick
+from joulestat.host.cgroups import own_cgroup_path
+from joulestat.host.procfs import CpuTimes
+from joulestat.host.usage import DeviceProcesses, HostUsage, JobWant, UsageSnapshot
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Discovery's scans made into jobs: the registry's discovered jobs kept equal to what
-the latest scan (:func:`agent.jobs.discovery.discover`) found, and pods named after the
-pod where the pod list can be read (:mod:`agent.jobs.kube_pods`).
+the latest scan (:func:`joulestat.attribution.discovery.discover`) found, and pods named after the
+pod where the pod list can be read (:mod:`joulestat.attribution.kube_pods`).
 
 Apart from the scan itself because it is the one part that writes to the registry:
 the scan reads ``/proc`` and cgroups and returns plain records, which keeps it
@@ -12,10 +12,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.identity import SAGEMAKER_RESOURCE_CONFIG
-from agent.jobs.discovery import ScanCache, discover
-from agent.jobs.kube_pods import PodDirectory, PodInfo, job_labels
-from agent.jobs.registry import MAX_LABELS, Job, JobError, JobNotFound, JobRegistry, validate_name
+from joulestat.attribution.discovery import ScanCache, discover
+from joulestat.attribution.kube_pods import PodDirectory, PodInfo, job_labels
+from joulestat.attribution.registry import (
+    MAX_LABELS,
+    Job,
+    JobError,
+    JobNotFound,
+    JobRegistry,
+    validate_name,
+)
+from joulestat.host.identity import SAGEMAKER_RESOURCE_CONFIG
 
 
 def sync_registry(registry: JobRegistry, procfs_root: Path, kinds: frozenset[str],
@@ -24,7 +31,7 @@ def sync_registry(registry: JobRegistry, procfs_root: Path, kinds: frozenset[str
     """Make the registry's discovered jobs match one scan: new ones registered, their
     process sets replaced, and the ones that vanished ended.
 
-    With ``pods`` (:mod:`agent.jobs.kube_pods`), a pod not registered yet is named after
+    With ``pods`` (:mod:`joulestat.attribution.kube_pods`), a pod not registered yet is named after
     the pod (``namespace/pod``, as :func:`_registry_name` makes it acceptable) and gets
     its labels (``namespace``, ``pod``, ``label_<key>``: ``kube_pods.job_labels``).
     Only pods not registered yet are looked up, all at once, so the pod list is read

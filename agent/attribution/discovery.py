@@ -1,7 +1,7 @@
 """Find the jobs running on this node by scanning ``<procfs>/<pid>/cgroup`` (and environ).
 
 ``discover`` groups every live process under the job its cgroup names (see
-:mod:`agent.jobs.cgroups`), restricted to the schedulers the user selected with
+:mod:`joulestat.host.cgroups`), restricted to the schedulers the user selected with
 ``--discover docker,k8s,slurm,sagemaker``. Two sources need the environment instead:
 
 - Slurm without a cgroup plugin (``proctrack/linuxproc``, or steps under ``slurmd.service``)
@@ -19,7 +19,7 @@ processes no selected cgroup shape claimed, and only when ``slurm`` or ``sagemak
 selected. ``environ`` is readable only by the process's owner (or root, via ptrace
 rules), so a non-root agent silently sees fewer env-based jobs; unreadable files and
 processes that exit mid-scan are skipped. Files are read with raw ``os.read``
-(:func:`agent.host.kernel_file.read_bytes`), and a cgroup file naming no scheduler is
+(:func:`joulestat.host.kernel_file.read_bytes`), and a cgroup file naming no scheduler is
 dismissed by a substring test before any regex runs.
 
 The agent scans with a :class:`ScanCache`: a process already seen (same pid, same
@@ -52,9 +52,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.host.kernel_file import read_bytes
-from agent.identity import SAGEMAKER_RESOURCE_CONFIG
-from agent.jobs.cgroups import CgroupIdentity, classify_cgroup
+from joulestat.host.cgroups import CgroupIdentity, classify_cgroup
+from joulestat.host.identity import SAGEMAKER_RESOURCE_CONFIG
+from joulestat.host.kernel_file import read_bytes
 
 __all__ = [
     "SCHEDULERS",

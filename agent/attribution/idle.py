@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping
 
-from agent.sensors.base import current_component
-from agent.tick import Tick
+from joulestat.core.tick import Tick
+from joulestat.devices.sensor import current_component
 
 IDLE_PERCENTILE = 5
 NO_IDLE_COMPONENTS = ("net",)  # the network model is per byte: all of it is dynamic

@@ -1,6 +1,6 @@
 """Kubernetes pods by UID: their namespace, name and labels, from a pod list.
 
-A pod's cgroup path names it by UID only (:mod:`agent.jobs.cgroups`), so discovery
+A pod's cgroup path names it by UID only (:mod:`joulestat.host.cgroups`), so discovery
 alone calls it ``pod-<uid8>``. This module maps a UID to the pod's namespace, name and
 labels by reading one pod list, with the standard library only:
 
@@ -46,14 +46,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.jobs.pod_list_source import (
+from joulestat.attribution.pod_list_source import (
     SERVICE_ACCOUNT_DIR,
     PodListError,
     PodListSource,
     apiserver_source,
     kubelet_sources,
 )
-from agent.jobs.registry import LABEL_KEY_RE, MAX_LABELS
+from joulestat.attribution.registry import LABEL_KEY_RE, MAX_LABELS
 
 __all__ = [
     "MODES",

@@ -12,9 +12,9 @@ encoding, ``<unit>@<model>``:
   reserved: it is never a plain unit).
 
 The encoding travels through the API and the store unchanged (``job_units`` rows, no
-schema of their own); :mod:`agent.store.model_split` reads it back and splits the job's
+schema of their own); :mod:`joulestat.store.model_split` reads it back and splits the job's
 energy among the models by busy time. Everything that lists a job's ordinary units
-leaves the encoded keys out (:func:`agent.store.model_split.ordinary_units`), so they
+leaves the encoded keys out (:func:`joulestat.store.model_split.ordinary_units`), so they
 never show as units of their own.
 
 Pure Python, no joulestat imports: the client, the registry and the store all use it.
@@ -31,7 +31,7 @@ MAX_MODELS_PER_JOB = 32
 # Letters, digits and . _ : / + - (Hugging Face "org/name", Ollama "llama3:8b"); no "@",
 # so a key splits at its only separator.
 MODEL_RE = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9._:/+-]{{0,{MAX_MODEL_CHARS - 1}}}$")
-_UNIT_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")  # agent.jobs.registry.UNIT_RE
+_UNIT_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")  # joulestat.attribution.registry.UNIT_RE
 
 
 def validate_model(model: object) -> str:

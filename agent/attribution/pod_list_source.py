@@ -1,6 +1,7 @@
 """Reading one pod list over HTTP: from the API server or the node's kubelet, with the
-pod's service-account token and CA, the standard library only (:mod:`agent.jobs.kube_pods`
-says which list is read, when, and what is made of it).
+pod's service-account token and CA, the standard library only
+(:mod:`joulestat.attribution.kube_pods` says which list is read, when, and what is made
+of it).
 
 A failure of any kind (no token, no CA, refused, a timeout, a 403 and its ``Status``
 message, an answer too large or too slow) is one :class:`PodListError` whose message

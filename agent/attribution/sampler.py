@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from agent.sensors.base import DeviceInfo, Reading, Sensor, current_component
-from agent.tick import Tick, TickEntry
+from joulestat.core.tick import Tick, TickEntry
+from joulestat.devices.sensor import DeviceInfo, Reading, Sensor, current_component
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from agent.sensors.base import ACCELERATOR_COMPONENT
-from agent.tick import Tick
+from joulestat.core.tick import Tick
+from joulestat.devices.sensor import ACCELERATOR_COMPONENT
 
 IDLE_POLICIES = ("share", "exclude")
 CPU_SHARED_COMPONENTS = ("cpu", "dram", "net", "other")

@@ -1,7 +1,7 @@
 """What every way a job comes in must pass: names, kinds, ids, labels, pids and units.
 
 The HTTP API, ``joulestat run``, the in-process client, discovery and report imports
-all validate here (through :mod:`agent.jobs.registry`, which re-exports these), so a
+all validate here (through :mod:`joulestat.attribution.registry`, which re-exports these), so a
 name with a path separator or a label with a control character is refused the same way
 everywhere, with a message saying which field is wrong.
 """
@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from agent.jobs.model_units import BUSY, SEPARATOR, model_key, split_key, validate_model
+from joulestat.attribution.model_units import BUSY, SEPARATOR, model_key, split_key, validate_model
 
 KINDS = ("training", "inference", "other")
 MAX_NAME_CHARS = 200
@@ -143,7 +143,7 @@ def validate_pids(pids: Any) -> set[int]:
 
 
 def validate_units(unit: Any, count: Any) -> tuple[str, float]:
-    """A unit (or a per-model unit, ``inference@model-a``: :mod:`agent.jobs.model_units`)
+    """A unit (or a per-model unit, ``inference@model-a``: :mod:`joulestat.attribution.model_units`)
     and its count."""
     if isinstance(unit, str) and (SEPARATOR in unit or unit == BUSY):
         try:
@@ -164,7 +164,7 @@ def count_keys(unit: Any, count: Any, model: Any = None, busy_s: Any = None
     """The unit keys and amounts that ``count(unit, count, model=, busy_s=)`` adds.
 
     Without ``model``, ``[(unit, count)]``. With it, the per-model keys
-    (:mod:`agent.jobs.model_units`): ``inference@model`` for ``count`` (left out when 0;
+    (:mod:`joulestat.attribution.model_units`): ``inference@model`` for ``count`` (left out when 0;
     the registry adds it to the plain unit too) and ``busy_s@model`` for ``busy_s``. A
     unit holding ``@`` is refused here, so the model is always named apart.
     """

@@ -22,9 +22,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.carbon.datafiles import load_table
-from agent.carbon.prices import PriceTable
-from agent.carbon.regions import PROVIDERS
+from joulestat.carbon.datafiles import load_table
+from joulestat.carbon.prices import PriceTable
+from joulestat.carbon.regions import PROVIDERS
 
 SAGEMAKER_PREFIX = "ml."
 _COLUMNS = ("provider", "instance_type", "vcpus", "memory_gib", "accelerator_model",

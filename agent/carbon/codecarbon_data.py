@@ -1,6 +1,6 @@
 """Grid-intensity tables bundled in the pinned codecarbon wheel, read by path.
 
-Like :mod:`agent.sensors.cpu_tdp`, this never imports ``codecarbon``: its ``__init__``
+Like :mod:`joulestat.devices.cpu_tdp`, this never imports ``codecarbon``: its ``__init__``
 pulls in pandas and the tracker, tens of MiB we do not want in the agent or in a report.
 ``importlib.util.find_spec`` only locates the package directory. codecarbon is pinned
 (==3.3.2) in pyproject because these files move and change shape between releases; the

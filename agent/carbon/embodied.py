@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent.carbon.catalog import InstanceSpec
-from agent.carbon.units import kg_to_g, years_to_s
+from joulestat.carbon.catalog import InstanceSpec
+from joulestat.carbon.units import kg_to_g, years_to_s
 
 METHOD = "sci-m:ccf-vcpu-share"
 

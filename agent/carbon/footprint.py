@@ -1,13 +1,13 @@
-"""A job's carbon and cost: the one function reports and :mod:`agent.carbon.pricing` call.
+"""A job's carbon and cost: the one function reports and :mod:`joulestat.carbon.pricing` call.
 
     operational_co2e_g = Σ_points kWh × PUE(node) × I(node[, time])
     embodied_co2e_g    = Σ_nodes TE × (reserved time / lifetime) × (vCPUs / family max vCPUs)
     cost_usd           = Σ_nodes USD/h × reserved hours
 
 Energy comes in as the job's joules per tick (or per minute once rolled up) per node, as
-:func:`agent.store.series.job_energy_series` returns them; placement (instance type,
+:func:`joulestat.store.series.job_energy_series` returns them; placement (instance type,
 region, how long the node was held) as :class:`NodePlacement`, which
-:func:`agent.carbon.pricing.placements` builds from a job's parts. Each node resolves
+:func:`joulestat.carbon.pricing.placements` builds from a job's parts. Each node resolves
 its own intensity, PUE, price and embodied share, so a job spread over a GPU node in one
 region and a CPU node in another is charged what each actually cost. Operational and
 embodied are kept apart (SCI's O and M): the first rests on measured energy, the second
@@ -23,14 +23,14 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from agent.carbon import live
-from agent.carbon.catalog import Price, lookup, price_per_hour
-from agent.carbon.codecarbon_data import GridData
-from agent.carbon.embodied import Embodied, embodied_g
-from agent.carbon.intensity import Intensity, resolve_intensity
-from agent.carbon.prices import PriceTable
-from agent.carbon.pue import Pue, pue_for
-from agent.carbon.units import j_to_kwh, s_to_hours
+from joulestat.carbon import live
+from joulestat.carbon.catalog import Price, lookup, price_per_hour
+from joulestat.carbon.codecarbon_data import GridData
+from joulestat.carbon.embodied import Embodied, embodied_g
+from joulestat.carbon.intensity import Intensity, resolve_intensity
+from joulestat.carbon.prices import PriceTable
+from joulestat.carbon.pue import Pue, pue_for
+from joulestat.carbon.units import j_to_kwh, s_to_hours
 
 METHODOLOGY = """\
 Operational emissions (SCI's E x I, GHG Protocol Scope 2 location-based): each energy

@@ -25,14 +25,14 @@ import math
 import re
 from dataclasses import dataclass
 
-from agent.carbon.codecarbon_data import (
+from joulestat.carbon.codecarbon_data import (
     CANADA_YEAR,
     GridData,
     canada_province_g_per_kwh,
     default_grid_data,
 )
-from agent.carbon.regions import find_region
-from agent.carbon.units import lbs_per_mwh_to_g_per_kwh
+from joulestat.carbon.regions import find_region
+from joulestat.carbon.units import lbs_per_mwh_to_g_per_kwh
 
 _ISO3 = re.compile(r"^[A-Z]{3}$")
 _US_OR_CA_SUBDIVISION = re.compile(r"^(US|CA)-([A-Z]{2})$")

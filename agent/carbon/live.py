@@ -5,7 +5,7 @@ or more within a day, so a running job can be charged what the grid emits now wh
 user has an Electricity Maps token. This is strictly optional and never blocks a report:
 each request has a timeout of at most 2 s, every failure (network, HTTP status, bad JSON,
 missing field) returns None after one log line, and the caller falls back to the static
-value of :mod:`agent.carbon.intensity`. A failed zone is not asked again for
+value of :mod:`joulestat.carbon.intensity`. A failed zone is not asked again for
 ``failure_cooldown_s``, so an outage costs one timeout, not one per tick.
 
 API (v3): ``GET {base}/v3/carbon-intensity/latest?zone=XX`` with header ``auth-token``;
@@ -13,7 +13,7 @@ the answer carries ``carbonIntensity`` (gCO2e/kWh), ``datetime``, ``emissionFact
 (lifecycle by default) and ``isEstimated``. https://docs.electricitymaps.com/
 
 Only the *latest* value is used, and only for energy measured within ``ttl_s`` of now
-(see :mod:`agent.carbon.footprint`): applying today's intensity to last week's energy
+(see :mod:`joulestat.carbon.footprint`): applying today's intensity to last week's energy
 would be wrong, so older energy keeps the static figure.
 """
 
@@ -30,8 +30,8 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 
-from agent.carbon.intensity import Intensity
-from agent.carbon.regions import find_region
+from joulestat.carbon.intensity import Intensity
+from joulestat.carbon.regions import find_region
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ rate); other columns (a ``note``, say) are allowed and ignored. Every fault is a
 in the middle of a report.
 
 A :class:`PriceTable` is frozen and hashable, so it can sit in
-:class:`~agent.carbon.footprint.CarbonSettings` and in a cache key, and it remembers its
+:class:`~joulestat.carbon.footprint.CarbonSettings` and in a cache key, and it remembers its
 file so every figure priced from it can name where the price came from.
 """
 

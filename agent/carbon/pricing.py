@@ -5,9 +5,9 @@ show the same jobs' CO2e and cost, so they price them here, with the same rules 
 same unknowns, and a figure cannot mean one thing in the terminal and another on a page:
 
 * each node of a job is held from its start to its end, or to now while it runs
-  (:class:`agent.carbon.held.Held`); cost is its hourly price x hours held, embodied
+  (:class:`joulestat.carbon.held.Held`); cost is its hourly price x hours held, embodied
   CO2e linear in the time held, operational CO2e its energy x PUE x grid intensity;
-* the factors are :func:`agent.carbon.footprint.footprint`'s, with its sources and
+* the factors are :func:`joulestat.carbon.footprint.footprint`'s, with its sources and
   fallbacks, and an unknown price or embodied figure on any node leaves the job's total
   unknown (None) with footprint's note saying why, never a silent zero.
 
@@ -28,9 +28,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from agent.carbon.catalog import price_per_hour
-from agent.carbon.footprint import CarbonSettings, NodePlacement, footprint
-from agent.carbon.units import J_PER_KWH, S_PER_HOUR
+from joulestat.carbon.catalog import price_per_hour
+from joulestat.carbon.footprint import CarbonSettings, NodePlacement, footprint
+from joulestat.carbon.units import J_PER_KWH, S_PER_HOUR
 
 # (t_end_s, node, energy_j) points, as footprint() takes them.
 Points = Iterable[tuple[float, str, float]]
@@ -121,7 +121,7 @@ def prices_used(instance_types: Iterable[str], settings: CarbonSettings | None =
                 ) -> list[PriceUsed]:
     """Each of ``instance_types`` (sorted, once) with the hourly price it is charged.
 
-    Asked of :func:`agent.carbon.catalog.price_per_hour` with the settings that price the
+    Asked of :func:`joulestat.carbon.catalog.price_per_hour` with the settings that price the
     figures, the one function ``footprint()`` asks, so the source printed beside a table
     is the source of the table's costs: a reader can tell a negotiated rate from a list
     price.

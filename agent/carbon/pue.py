@@ -18,8 +18,8 @@ import math
 import re
 from dataclasses import dataclass
 
-from agent.carbon.catalog import SAGEMAKER_PREFIX, lookup
-from agent.carbon.regions import find_region
+from joulestat.carbon.catalog import SAGEMAKER_PREFIX, lookup
+from joulestat.carbon.regions import find_region
 
 CCF_METHODOLOGY_URL = "https://www.cloudcarbonfootprint.org/docs/methodology/#power-usage-effectiveness"
 PUE_BY_PROVIDER = {"aws": 1.135, "gcp": 1.1, "azure": 1.185}

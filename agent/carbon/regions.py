@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.carbon.datafiles import load_table
+from joulestat.carbon.datafiles import load_table
 
 PROVIDERS = ("aws", "gcp", "azure")
 _COLUMNS = ("provider", "region", "location", "country_iso3", "subdivision", "emaps_zone",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from agent.config import add_options, resolve
+from joulestat.runtime.settings import add_options, resolve
 
 AGENT_OPTIONS = (
     "config",
@@ -55,8 +55,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from agent.daemon import run_agent
-    from agent.logs import setup_logging
+    from joulestat.core.logs import setup_logging
+    from joulestat.runtime.daemon import run_agent
 
     settings = resolve(args, AGENT_OPTIONS)
     setup_logging(settings["log_level"])

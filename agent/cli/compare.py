@@ -2,7 +2,7 @@
 
 Prints the table a published comparison quotes ("×6.3 throughput, −92 % energy per
 inference, $2.00 vs $25.00 per million inferences, 3 instances for 100k/h") from the
-jobs in the store. The arithmetic is :func:`agent.reports.compare.compare`; this module
+jobs in the store. The arithmetic is :func:`joulestat.reports.compare.compare`; this module
 reads the options, loads the figures and lays the table out.
 """
 
@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from agent.config import add_options, resolve
-from agent.errors import ConfigError
-from agent.jobs.registry import KINDS
+from joulestat.attribution.registry import KINDS
+from joulestat.core.errors import ConfigError
+from joulestat.runtime.settings import add_options, resolve
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -44,8 +44,8 @@ def _number(text: str) -> float:
 
 def _by(text: str) -> str:
     """An argparse ``type`` for ``--by``: job, instance_type, model or label:KEY."""
-    from agent.reports.compare import CompareError
-    from agent.reports.compare_groups import check_by
+    from joulestat.reports.compare import CompareError
+    from joulestat.reports.compare_groups import check_by
 
     try:
         check_by(text)
@@ -91,11 +91,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from agent.carbon.footprint import CarbonSettings
-    from agent.carbon.pricing import prices_used
-    from agent.reports.compare import CompareError, compare
-    from agent.reports.compare_data import figures_for, pick_baseline, pick_jobs
-    from agent.store.bootstrap import open_engine
+    from joulestat.carbon.footprint import CarbonSettings
+    from joulestat.carbon.pricing import prices_used
+    from joulestat.reports.compare import CompareError, compare
+    from joulestat.reports.compare_data import figures_for, pick_baseline, pick_jobs
+    from joulestat.store.bootstrap import open_engine
 
     settings = resolve(args, COMPARE_OPTIONS)
     carbon = CarbonSettings(
@@ -111,8 +111,8 @@ def _run(args: argparse.Namespace) -> int:
         _say("--jobs", [*_runs_notes(engine, args.jobs, args.kind), *picked.notes])
         figures = figures_for(engine, picked.refs, carbon)
         if args.by == "model":
-            from agent.reports.compare_models import by_model
-            from agent.store.model_split import model_splits
+            from joulestat.reports.compare_models import by_model
+            from joulestat.store.model_split import model_splits
 
             figures = by_model(figures, model_splits(engine, [f.job_id for f in figures]))
         baseline = args.baseline
@@ -137,8 +137,8 @@ def _runs_notes(engine: Engine, refs: Sequence[str] | None, kind: str | None) ->
     """Which runs each name in ``--jobs`` brought, where it has several. A name means
     every run of it (comparing runs is what compare is for), where every other command
     takes the latest: never silently, so each such name lists its runs."""
-    from agent.store.job_refs import MAX_LISTED, JobRefError, resolve_job
-    from agent.store.jobs import started_text
+    from joulestat.store.job_refs import MAX_LISTED, JobRefError, resolve_job
+    from joulestat.store.jobs import started_text
 
     notes = []
     for ref in dict.fromkeys(refs or ()):
@@ -169,7 +169,7 @@ def as_json(table: Any, notes: list[str], prices: list[Any] | None = None
     """``{"unit", "by", "baseline", "sla_units_per_hour", "rows", "headlines", "prices",
     "notes"}``; ``prices`` gives each instance type's USD per hour and its source (a
     prices file, the catalog, the override); unknown figures are null, never 0."""
-    from agent.reports.compare_words import headline
+    from joulestat.reports.compare_words import headline
 
     base = table.baseline_row
     return {
@@ -188,14 +188,14 @@ def as_json(table: Any, notes: list[str], prices: list[Any] | None = None
 
 def _sig(value: float | None, digits: int = 3, missing: str = UNKNOWN) -> str:
     """``digits`` significant digits with thousands separators, no exponent."""
-    from agent import units
+    from joulestat.core import units
 
     return missing if value is None else units.sig(value, digits)
 
 
 def _figure(text: str) -> str:
     """A formatted figure; unknown reads ``unknown`` in the text table."""
-    from agent import units
+    from joulestat.core import units
 
     return UNKNOWN if text == units.UNKNOWN else text
 
@@ -220,7 +220,7 @@ def _local(t_s: float) -> str:
 def _labels(rows: Any) -> dict[int, str]:
     """Row labels; runs of one name told apart by the labels that differ between them
     (else their start, else a short id); ``*`` marks the baseline."""
-    from agent.reports.compare_words import row_names
+    from joulestat.reports.compare_words import row_names
 
     return {i: name + (" *" if row.is_baseline else "")
             for i, (name, row) in enumerate(zip(row_names(rows, _local), rows, strict=True))}
@@ -237,7 +237,7 @@ def _accelerators(row: Any) -> str:
 
 
 def _delta(value: float | None, comparable: bool, kind: str = "pct") -> str:
-    from agent.reports.compare_words import format_pct, format_ratio
+    from joulestat.reports.compare_words import format_pct, format_ratio
 
     if not comparable:
         return NOT_APPLICABLE
@@ -248,7 +248,7 @@ def _delta(value: float | None, comparable: bool, kind: str = "pct") -> str:
 
 def _price_lines(prices: list[Any]) -> list[str]:
     """``prices ...:`` and one line per instance type: its USD/h and where that came from."""
-    from agent import units
+    from joulestat.core import units
 
     if not prices:
         return []
@@ -264,11 +264,11 @@ def _price_lines(prices: list[Any]) -> list[str]:
 
 def render_text(table: Any, notes: list[str], prices: list[Any] | None = None) -> str:
     """The tables (per unit, then per run), headlines, SLA sizing, the price of each
-    instance type with its source, and notes. Figures are :mod:`agent.units`' (``2.05
+    instance type with its source, and notes. Figures are :mod:`joulestat.core.units`' (``2.05
     mJ``, ``158 ng``, ``$12.03``), as the dashboard and the reports print them."""
-    from agent import units
-    from agent.reports.compare import PER_UNIT
-    from agent.reports.compare_words import format_usd, headline, plural
+    from joulestat.core import units
+    from joulestat.reports.compare import PER_UNIT
+    from joulestat.reports.compare_words import format_usd, headline, plural
 
     if not table.rows:
         return "no jobs to compare: run some with `joulestat run --name NAME -- CMD`"

@@ -4,7 +4,7 @@ The command replaces itself with ``python -m streamlit run dashboard/app.py`` (e
 a child), so Ctrl-C and SIGTERM reach Streamlit directly and no wrapper is left
 behind. The store URL travels in ``JOULESTAT_DB``, not argv, so a password never shows
 in ``ps``; a ``--prices`` file (validated here, before Streamlit starts) travels as its
-absolute path in ``JOULESTAT_PRICES``, which :mod:`dashboard.costing` reads. Nothing
+absolute path in ``JOULESTAT_PRICES``, which :mod:`joulestat.dashboard.costing` reads. Nothing
 here migrates or creates the store: the dashboard only reads, and tells the user how to
 start the agent when there is nothing to read yet.
 """
@@ -12,12 +12,13 @@ start the agent when there is nothing to read yet.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 from pathlib import Path
 
-from agent.config import add_options, resolve
-from agent.errors import ConfigError
+from joulestat.core.errors import ConfigError
+from joulestat.runtime.settings import add_options, resolve
 
 DASHBOARD_OPTIONS = ("config", "db", "log_level", "prices")
 DEFAULT_PORT = 8501
@@ -52,12 +53,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def app_path() -> Path:
-    import dashboard
-
-    path = Path(dashboard.__file__).resolve().parent / "app.py"
-    if not path.is_file():
-        raise ConfigError(f"dashboard app not found at {path}: install joulestat from its "
-                          "source tree (pip install -e .)")
+    spec = importlib.util.find_spec("joulestat.dashboard")
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    path = Path(locations[0]) / "app.py" if locations else None
+    if path is None or not path.is_file():
+        raise ConfigError(f"the dashboard app is not installed (joulestat.dashboard at {path}): "
+                          "reinstall joulestat")
     return path
 
 
@@ -70,7 +71,7 @@ def streamlit_argv(app: Path, host: str, port: int) -> list[str]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from agent.store.engine import default_db_url, redact_url
+    from joulestat.store.engine import default_db_url, redact_url
 
     settings = resolve(args, DASHBOARD_OPTIONS)
     url = settings["db"] or default_db_url()

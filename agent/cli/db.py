@@ -2,7 +2,7 @@
 
 The agent never creates tables itself; a database is made ready with
 ``joulestat db upgrade`` (Alembic migrations), which is also safe to rerun. Also
-runnable as ``python -m agent.commands.db`` (e.g. in an init container), which loads
+runnable as ``python -m joulestat.cli.db`` (e.g. in an init container), which loads
 only this command.
 """
 
@@ -13,8 +13,8 @@ import logging
 import sys
 from typing import TYPE_CHECKING, Any
 
-from agent.config import add_options, resolve
-from agent.errors import ConfigError
+from joulestat.core.errors import ConfigError
+from joulestat.runtime.settings import add_options, resolve
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from sqlalchemy.engine import Engine
@@ -47,8 +47,8 @@ def register(subparsers: Any) -> None:
 
 def _open(args: argparse.Namespace, action: str) -> Engine | None:
     """The engine for the configured URL, or None after saying why it is unusable."""
-    from agent.logs import setup_logging
-    from agent.store.engine import StoreError, default_db_url, make_engine
+    from joulestat.core.logs import setup_logging
+    from joulestat.store.engine import StoreError, default_db_url, make_engine
 
     settings = resolve(args, OPTIONS)
     setup_logging(settings["log_level"])
@@ -63,8 +63,8 @@ def _open(args: argparse.Namespace, action: str) -> Engine | None:
 
 
 def _upgrade(args: argparse.Namespace) -> int:
-    from agent.store.engine import StoreError, redact_url
-    from agent.store.migrate import HEAD_REVISION, upgrade
+    from joulestat.store.engine import StoreError, redact_url
+    from joulestat.store.migrate import HEAD_REVISION, upgrade
 
     engine = _open(args, "upgrade")
     if engine is None:
@@ -82,8 +82,8 @@ def _upgrade(args: argparse.Namespace) -> int:
 
 
 def _current(args: argparse.Namespace) -> int:
-    from agent.store.engine import StoreError, redact_url
-    from agent.store.migrate import HEAD_REVISION, current_revision
+    from joulestat.store.engine import StoreError, redact_url
+    from joulestat.store.migrate import HEAD_REVISION, current_revision
 
     engine = _open(args, "current")
     if engine is None:
@@ -106,7 +106,7 @@ def _current(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m agent.commands.db ACTION ...``: ``joulestat db`` without the other commands."""
+    """``python -m joulestat.cli.db ACTION ...``: ``joulestat db`` without the other commands."""
     parser = argparse.ArgumentParser(prog="joulestat")
     register(parser.add_subparsers(dest="command", metavar="COMMAND", required=True))
     args = parser.parse_args(["db", *(sys.argv[1:] if argv is None else argv)])

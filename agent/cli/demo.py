@@ -17,7 +17,7 @@ embedded mode each job's instance type is ``demo-1vcpu`` or ``demo-2vcpu`` (an a
 keeps its own), priced at made-up rates in ``<data dir>/demo-prices.csv``. A job is
 registered once its process has imported its libraries and built its data, so a
 comparison reads the work, not the start-up. The workloads are
-:mod:`agent.commands.demo_workers`, each run as a process of its own; they need numpy
+:mod:`joulestat.cli.demo_workers`, each run as a process of its own; they need numpy
 (which the dashboard already brings) or PyTorch, nothing else. A job interrupted
 (Ctrl-C) is ended with what it measured so far, never left running in the store.
 """
@@ -36,10 +36,10 @@ import time
 import uuid
 from typing import Any
 
-from agent.commands.demo_workers import FEATURES
-from agent.config import add_options, resolve
-from agent.embedded import EMBEDDED_OPTIONS
-from agent.errors import ConfigError
+from joulestat.cli.demo_workers import FEATURES
+from joulestat.core.errors import ConfigError
+from joulestat.runtime.embedded import EMBEDDED_OPTIONS
+from joulestat.runtime.settings import add_options, resolve
 
 TRAIN, SERVE = "demo-train", "demo-serve"
 PRICES_USD_PER_H = {"demo-1vcpu": 0.05, "demo-2vcpu": 0.10}  # placeholders, not offers
@@ -109,7 +109,7 @@ class _Job:
         if api is not None:
             api.register(name, kind, [pid], self.labels, self.id)
             return
-        from agent.embedded import EmbeddedJob
+        from joulestat.runtime.embedded import EmbeddedJob
 
         self.embedded = EmbeddedJob(name, kind, self.labels, {pid}, self.id,
                                     {**settings, "instance_type": instance_type},
@@ -144,7 +144,7 @@ def _worker(role: str, backend: str, cpus: list[int], seconds: float) -> subproc
         ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"), "1")}
     env.pop("JOULESTAT_JOB_ID", None)  # the demo registers its workers itself
     return subprocess.Popen(
-        [sys.executable, "-m", "agent.commands.demo_workers", role, backend,
+        [sys.executable, "-m", "joulestat.cli.demo_workers", role, backend,
          ",".join(map(str, cpus)), str(seconds)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
 
@@ -272,8 +272,8 @@ def _serve(api: Any, settings: dict, progress: _Progress, backend: str, cpus: li
 
 def _agent(settings: dict[str, Any], embedded: bool) -> tuple[Any, str]:
     """The agent's API when one answers (and --embedded is not given), else None."""
-    from agent.jobs.context import fallback_warning
-    from agent.jobs.http_client import AgentClient, AgentError, AgentUnavailable
+    from joulestat.api.agent_client import AgentClient, AgentError, AgentUnavailable
+    from joulestat.client.context import fallback_warning
 
     url, token = settings["agent_url"], settings.get("api_token")
     reason = "--embedded"
@@ -318,16 +318,16 @@ def _levels(text: str) -> list[int]:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from agent.cli import main as cli_main
-    from agent.logs import setup_logging
-    from agent.redact import redact_url
-    from agent.store.bootstrap import open_engine
-    from agent.store.engine import data_dir
+    from joulestat.cli.main import main as cli_main
+    from joulestat.core.logs import setup_logging
+    from joulestat.core.redact import redact_url
+    from joulestat.store.bootstrap import open_engine
+    from joulestat.store.engine import data_dir
 
     settings = resolve(args, OPTIONS)
     quiet = "log_level" not in vars(args) and "JOULESTAT_LOG_LEVEL" not in os.environ
     setup_logging("WARNING" if quiet else settings["log_level"])
-    logging.getLogger("agent.identity").setLevel(logging.ERROR)  # demo-1vcpu is no typo
+    logging.getLogger("joulestat.host.identity").setLevel(logging.ERROR)  # demo-1vcpu is no typo
     if not 1 <= args.seconds <= 600:
         raise ConfigError(f"--seconds {args.seconds:g}: expected 1..600")
     levels, backend = _levels(args.concurrency), _backend(args.backend)
@@ -363,7 +363,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _print_jobs(results: list[dict[str, Any]]) -> None:
-    from agent import units
+    from joulestat.core import units
 
     print("\njobs measured (energy attributed to each job's process):")
     for job in results:

@@ -1,5 +1,5 @@
-"""The demo's workloads, run as ``python -m agent.commands.demo_workers ROLE BACKEND CPUS
-SECONDS`` by ``joulestat demo`` (:mod:`agent.commands.demo`), each in a process of its own
+"""The demo's workloads, run as ``python -m joulestat.cli.demo_workers ROLE BACKEND CPUS
+SECONDS`` by ``joulestat demo`` (:mod:`joulestat.cli.demo`), each in a process of its own
 so that a job is exactly one process pinned to its CPUs.
 
 * ``train``: an MLP (64 -> 1024 -> 1024 -> 10) trained by data-parallel SGD on points

@@ -15,10 +15,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from agent.config import add_options, resolve
-from agent.errors import ConfigError
-from agent.sensors.cpu_tdp import TdpMatch, lookup_tdp
-from agent.sensors.power_model import (
+from joulestat.core.errors import ConfigError
+from joulestat.devices.cpu_tdp import TdpMatch, lookup_tdp
+from joulestat.devices.power_model import (
     BYTES_PER_GB,
     BYTES_PER_GIB,
     CPU_METHODS,
@@ -30,6 +29,7 @@ from agent.sensors.power_model import (
     choose_cpu_method,
     load_power_models,
 )
+from joulestat.runtime.settings import add_options, resolve
 
 
 def _bounded(kind: type, low: float, high: float | None = None, unit: str = ""):
@@ -139,7 +139,7 @@ def _citation(c: Citation) -> dict[str, str]:
 
 
 def run_cpu(args: argparse.Namespace) -> int:
-    from agent.host import procfs
+    from joulestat.host import procfs
 
     root = _procfs_root(args)
     models = load_power_models()
@@ -254,7 +254,7 @@ def _cpu_text(r: dict[str, Any]) -> str:
 
 
 def run_dram(args: argparse.Namespace) -> int:
-    from agent.host import procfs
+    from joulestat.host import procfs
 
     models = load_power_models()
     if args.gib:

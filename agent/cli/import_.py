@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agent.config import add_options, resolve
-from agent.errors import ConfigError
-from agent.jobs.registry import KINDS
+from joulestat.attribution.registry import KINDS
+from joulestat.core.errors import ConfigError
+from joulestat.runtime.settings import add_options, resolve
 
 if TYPE_CHECKING:
-    from agent.reports.importer import Overrides
+    from joulestat.reports.importer import Overrides
 
 IMPORT_OPTIONS = ("config", "db", "log_level")
 
@@ -44,8 +44,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _overrides(args: argparse.Namespace) -> Overrides:
-    from agent.jobs.registry import JobError, validate_labels, validate_name
-    from agent.reports.importer import Overrides
+    from joulestat.attribution.registry import JobError, validate_labels, validate_name
+    from joulestat.reports.importer import Overrides
 
     labels: dict[str, str] = {}
     for item in args.label:
@@ -66,9 +66,9 @@ def _overrides(args: argparse.Namespace) -> Overrides:
 def _run(args: argparse.Namespace) -> int:
     from sqlalchemy.exc import SQLAlchemyError
 
-    from agent.reports.importer import ImportFileError, import_file
-    from agent.store.bootstrap import open_engine
-    from agent.store.engine import describe_error
+    from joulestat.reports.importer import ImportFileError, import_file
+    from joulestat.store.bootstrap import open_engine
+    from joulestat.store.engine import describe_error
 
     settings = resolve(args, IMPORT_OPTIONS)
     overrides = _overrides(args)

@@ -20,7 +20,7 @@ import json
 import sys
 from typing import Any
 
-from agent.config import add_options, resolve
+from joulestat.runtime.settings import add_options, resolve
 
 INSTANCES_OPTIONS = ("config", "prices")
 NONE = "-"
@@ -60,7 +60,7 @@ def matches(instance_type: str, pattern: str | None) -> bool:
 def select(pattern: str | None) -> list[Any]:
     """Catalog rows (file order) whose type matches ``pattern``. ``ml.`` patterns match
     ``ml.<type>`` of the AWS rows, SageMaker's names for them."""
-    from agent.carbon.catalog import SAGEMAKER_PREFIX, default_catalog
+    from joulestat.carbon.catalog import SAGEMAKER_PREFIX, default_catalog
 
     specs = list(default_catalog().values())
     if pattern and pattern.strip().lower().startswith(SAGEMAKER_PREFIX):
@@ -72,7 +72,7 @@ def select(pattern: str | None) -> list[Any]:
 def as_record(spec: Any, prices: Any = None) -> dict[str, Any]:
     """One catalog row as JSON; with a prices table, the file's price for the type and
     for its ``ml.`` name (null where the file has no row)."""
-    from agent.carbon.catalog import SAGEMAKER_PREFIX, sagemaker_note_of
+    from joulestat.carbon.catalog import SAGEMAKER_PREFIX, sagemaker_note_of
 
     record = {
         "instance_type": spec.instance_type,
@@ -162,13 +162,13 @@ def render_text(records: list[dict[str, Any]], prices: Any = None) -> str:
 
 def _strays(prices: Any) -> list[str]:
     """Types the prices file prices that the catalog does not know: a typo prices nothing."""
-    from agent.carbon.catalog import lookup
+    from joulestat.carbon.catalog import lookup
 
     return [row.instance_type for row in prices.rows if lookup(row.instance_type) is None]
 
 
 def _run(args: argparse.Namespace) -> int:
-    from agent.carbon.catalog import closest_types
+    from joulestat.carbon.catalog import closest_types
 
     settings = resolve(args, INSTANCES_OPTIONS)
     prices = settings["prices"]

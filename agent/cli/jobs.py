@@ -8,7 +8,7 @@ import sys
 from dataclasses import asdict
 from datetime import datetime
 
-from agent.config import add_options, resolve
+from joulestat.runtime.settings import add_options, resolve
 
 JOBS_OPTIONS = ("config", "db", "log_level")
 
@@ -30,15 +30,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from agent.store.bootstrap import open_engine
-    from agent.store.jobs import list_jobs
+    from joulestat.store.bootstrap import open_engine
+    from joulestat.store.jobs import list_jobs
 
     settings = resolve(args, JOBS_OPTIONS)
     engine = open_engine(settings["db"])
     jobs = list_jobs(engine, running=True if args.running else None)
     jobs.sort(key=lambda j: j.started_s, reverse=True)
     if args.json:
-        from agent.redact import redact_labels
+        from joulestat.core.redact import redact_labels
 
         json.dump([{**asdict(job), "labels": redact_labels(job.labels)} for job in jobs],
                   sys.stdout, indent=1)

@@ -1,4 +1,4 @@
-"""The ``joulestat`` command: one subcommand per module in ``agent.commands``.
+"""The ``joulestat`` command: one subcommand per module in ``joulestat.cli``.
 
 Each command module exposes ``register(subparsers)``, which adds its parser and sets
 ``func(args) -> int`` on it. Imports stay inside the modules so ``joulestat estimate``
@@ -13,9 +13,9 @@ import os
 import sys
 from typing import NoReturn
 
-from agent import __version__
-from agent.errors import ConfigError
-from agent.redact import redact_text
+from joulestat.core.errors import ConfigError
+from joulestat.core.redact import redact_text
+from joulestat.core.version import __version__
 
 COMMANDS = ("agent", "run", "jobs", "estimate", "db", "dashboard", "compare", "report",
             "import_", "instances", "demo")
@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"joulestat {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
-        importlib.import_module(f"agent.commands.{name}").register(subparsers)
+        importlib.import_module(f"joulestat.cli.{name}").register(subparsers)
     return parser
 
 

@@ -10,8 +10,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from agent.config import add_options, parse_duration_s, resolve
-from agent.errors import ConfigError
+from joulestat.core.errors import ConfigError
+from joulestat.runtime.settings import add_options, parse_duration_s, resolve
 
 REPORT_OPTIONS = ("config", "db", "log_level", "carbon_intensity", "pue", "price_per_hour",
                   "prices", "electricity_maps_token", "electricity_maps_url")
@@ -88,18 +88,18 @@ def _check_usage(args: argparse.Namespace, fmt: str) -> None:
 
 def _render(reports: list[dict[str, Any]], fmt: str, many: bool) -> str | bytes:
     if fmt == "csv":
-        from agent.reports.csv_report import render_csv
+        from joulestat.reports.csv_report import render_csv
 
         return render_csv(reports)
     if fmt == "json":
-        from agent.reports.json_report import render_json, render_json_many
+        from joulestat.reports.json_report import render_json, render_json_many
 
         return render_json_many(reports) if many else render_json(reports[0])
     if fmt == "html":
-        from agent.reports.html_report import render_html
+        from joulestat.reports.html_report import render_html
 
         return render_html(reports[0])
-    from agent.reports.pdf_report import render_pdf
+    from joulestat.reports.pdf_report import render_pdf
 
     return render_pdf(reports[0])
 
@@ -124,10 +124,10 @@ def _write(content: str | bytes, output: str | None) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from agent.reports.model import build_report
-    from agent.store.bootstrap import open_engine
-    from agent.store.job_refs import JobRefError, resolve_job
-    from agent.store.jobs import UnknownJobError, job_ids_active_since
+    from joulestat.reports.model import build_report
+    from joulestat.store.bootstrap import open_engine
+    from joulestat.store.job_refs import JobRefError, resolve_job
+    from joulestat.store.jobs import UnknownJobError, job_ids_active_since
 
     if args.include_env:
         raise ConfigError("--include-env is now --no-redact: it never put the environment "

@@ -7,12 +7,12 @@ be attributed and stored, prints that summary on stderr and exits with CMD's exi
 (128 + N when CMD died of signal N, as shells do).
 
 Where the node allows it (a writable cgroup v2 subtree, else v1 cpuacct), CMD runs in
-a cgroup of its own, ``joulestat-job-<id>`` below the wrapper's (:mod:`agent.host.job_cgroup`),
+a cgroup of its own, ``joulestat-job-<id>`` below the wrapper's (:mod:`joulestat.host.job_cgroup`),
 and its CPU time is that cgroup's counter; elsewhere it is read from CMD's process tree.
 Which one is said in the log and in the job's ``cpu_source`` label.
 
 CMD gets ``JOULESTAT_JOB_ID``, ``JOULESTAT_AGENT_URL`` and, where needed,
-``JOULESTAT_API_TOKEN`` (:mod:`agent.jobs.context`): a ``track()`` or ``count()``
+``JOULESTAT_API_TOKEN`` (:mod:`joulestat.client.context`): a ``track()`` or ``count()``
 inside it adds to this job, through the agent or, in embedded mode, through the
 wrapper's own loopback API, and the node is measured once.
 """
@@ -30,11 +30,7 @@ import time
 import uuid
 from typing import Any
 
-from agent.config import add_options, resolve
-from agent.embedded import EMBEDDED_OPTIONS
-from agent.errors import ConfigError
-from agent.host.job_cgroup import Placement
-from agent.jobs.registry import (
+from joulestat.attribution.registry import (
     KINDS,
     MAX_LABELS,
     JobError,
@@ -42,6 +38,10 @@ from agent.jobs.registry import (
     validate_labels,
     validate_name,
 )
+from joulestat.core.errors import ConfigError
+from joulestat.host.job_cgroup import Placement
+from joulestat.runtime.embedded import EMBEDDED_OPTIONS
+from joulestat.runtime.settings import add_options, resolve
 
 log = logging.getLogger("joulestat.run")
 
@@ -138,7 +138,7 @@ def _wait(child: subprocess.Popen) -> tuple[int, float]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from agent.logs import setup_logging
+    from joulestat.core.logs import setup_logging
 
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
@@ -214,7 +214,7 @@ class _Tracker:
         job's CPU time will be read: in the log, and in its ``cpu_source`` label."""
         from pathlib import Path
 
-        from agent.host.job_cgroup import place
+        from joulestat.host.job_cgroup import place
 
         self.placement = place(Path(self.settings["sysfs_root"]) / "fs" / "cgroup",
                                self.job_id, self.settings["procfs_root"])
@@ -243,8 +243,8 @@ class _Tracker:
 
     def prepare(self) -> None:
         """Before CMD starts: find the agent, or get in-process sampling ticking."""
-        from agent.jobs.context import fallback_warning
-        from agent.jobs.http_client import AgentClient, AgentError, AgentUnavailable
+        from joulestat.api.agent_client import AgentClient, AgentError, AgentUnavailable
+        from joulestat.client.context import fallback_warning
 
         url, token = self.settings["agent_url"], self.settings.get("api_token")
         reason = "--embedded"
@@ -262,14 +262,14 @@ class _Tracker:
         warning = fallback_warning(url, token, forced=self.args.embedded)
         if warning:
             log.warning("%s", warning)
-        from agent.embedded import EmbeddedJob
+        from joulestat.runtime.embedded import EmbeddedJob
 
         self.embedded = EmbeddedJob(self.args.name, self.args.kind, self.labels, set(),
                                     job_id=self.job_id, settings=self.settings,
                                     reason=reason).start()
 
     def child_env(self) -> dict[str, str]:
-        from agent.jobs.context import child_env
+        from joulestat.client.context import child_env
 
         if self.embedded is not None:
             return child_env(self.job_id, self.embedded.api_url, self.embedded.api_token)
@@ -278,7 +278,7 @@ class _Tracker:
 
     def start(self, pid: int) -> None:
         """CMD is running: make it the job's process."""
-        from agent.jobs.http_client import AgentError, AgentUnavailable
+        from joulestat.api.agent_client import AgentError, AgentUnavailable
 
         if self.embedded is not None:
             self.embedded.add_pid(pid, labels=self.labels)
@@ -302,7 +302,7 @@ class _Tracker:
             summary = self.embedded.end(cpu_s=cpu_s)
             summary["mode"] = "embedded"
             return summary
-        from agent.jobs.http_client import AgentError, AgentUnavailable, retrying
+        from joulestat.api.agent_client import AgentError, AgentUnavailable, retrying
 
         client, job_id = self.client, self.job_id
         deadline = time.monotonic() + END_RETRY_S
@@ -326,10 +326,10 @@ class _Tracker:
 
 
 def _print_summary(summary: dict[str, Any], cmd: list[str], code: int, as_json: bool) -> None:
-    """The job's summary on stderr; figures through :mod:`agent.units`, the formatter of
+    """The job's summary on stderr; figures through :mod:`joulestat.core.units`, the formatter of
     the dashboard and reports, so "2.05 mJ per sample" here reads so everywhere."""
-    from agent import units
-    from agent.redact import redact_labels
+    from joulestat.core import units
+    from joulestat.core.redact import redact_labels
 
     if isinstance(summary.get("labels"), dict):
         summary = {**summary, "labels": redact_labels(summary["labels"])}

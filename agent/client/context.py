@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from agent.config import OPTIONS
-from agent.jobs.http_client import AgentClient, AgentError, AgentUnavailable
+from joulestat.api.agent_client import AgentClient, AgentError, AgentUnavailable
+from joulestat.runtime.settings import OPTIONS
 
 ENV_JOB_ID = "JOULESTAT_JOB_ID"
 ENV_AGENT_URL = OPTIONS["agent_url"].env  # JOULESTAT_AGENT_URL

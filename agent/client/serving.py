@@ -2,7 +2,7 @@
 
 A server process serving several models has one energy figure; the job's energy is
 split among its models by the seconds each kept the process busy
-(:mod:`agent.store.model_split`). The block's wall time, from
+(:mod:`joulestat.store.model_split`). The block's wall time, from
 :func:`time.perf_counter`, is that busy time: it is what the model held the process
 for, whether it computed, waited on an accelerator or copied tensors, and it costs two
 clock reads, not a thread or a sampler. Concurrent blocks (a threaded server) each count
@@ -22,13 +22,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from agent.jobs.model_units import BUSY, model_key
-from agent.jobs.validation import count_keys
+from joulestat.attribution.model_units import BUSY, model_key
+from joulestat.attribution.validation import count_keys
 
-if TYPE_CHECKING:  # agent.client imports this module
-    from agent.client import TrackedJob
+if TYPE_CHECKING:  # joulestat.client.track imports this module
+    from joulestat.client.track import TrackedJob
 
-log = logging.getLogger("agent.client")
+log = logging.getLogger("joulestat.client.track")
 
 
 @dataclass(frozen=True, slots=True)

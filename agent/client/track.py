@@ -12,11 +12,11 @@ A process belongs to one job at a time, so ``track()`` joins rather than registe
 when it is already inside one: inside another active ``track()`` of this process it
 adds to that job, and in a program started by ``joulestat run`` (or by a process with
 an active ``track()``), whose environment names the job (``JOULESTAT_JOB_ID``, see
-:mod:`agent.jobs.context`), it adds to that job through the API that measures it. A
+:mod:`joulestat.client.context`), it adds to that job through the API that measures it. A
 joined ``track()`` never ends the job it joined. Module-level :func:`count` adds to the
 innermost job of the process the same way, so ``joulestat run -- python train.py``
 with ``count("sample", 32)`` in the loop is all a script needs. A server of several
-models says which did what: ``with job.serving("model-a"):`` (:mod:`agent.serving`).
+models says which did what: ``with job.serving("model-a"):`` (:mod:`joulestat.client.serving`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,15 @@ from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
-from agent.jobs.context import (
+from joulestat.api.agent_client import AgentClient, AgentError, AgentUnavailable
+from joulestat.attribution.registry import (
+    validate_job_id,
+    validate_kind,
+    validate_labels,
+    validate_name,
+)
+from joulestat.attribution.validation import count_keys
+from joulestat.client.context import (
     DEFAULT_AGENT_URL,
     ENV_AGENT_URL,
     ENV_JOB_ID,
@@ -41,15 +49,7 @@ from agent.jobs.context import (
     enclosing_job,
     fallback_warning,
 )
-from agent.jobs.http_client import AgentClient, AgentError, AgentUnavailable
-from agent.jobs.registry import (
-    validate_job_id,
-    validate_kind,
-    validate_labels,
-    validate_name,
-)
-from agent.jobs.validation import count_keys
-from agent.serving import Serving, serving_block
+from joulestat.client.serving import Serving, serving_block
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +172,7 @@ class TrackedJob:
             warning = fallback_warning(self.agent_url, self._client.token, forced=False)
             if warning:
                 log.warning("joulestat: %s", warning)
-            from agent.embedded import EmbeddedJob
+            from joulestat.runtime.embedded import EmbeddedJob
 
             self._embedded = EmbeddedJob(self.name, self.kind, dict(self.labels), {pid},
                                          self.requested_id,

@@ -1,6 +1,6 @@
 """Logging for every long-running command: one format, secrets redacted.
 
-Kept apart from :mod:`agent.cli` so the command modules that set logging up do not
+Kept apart from :mod:`joulestat.cli.main` so the command modules that set logging up do not
 import the CLI that imports them.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-from agent.redact import install_log_redaction
+from joulestat.core.redact import install_log_redaction
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 

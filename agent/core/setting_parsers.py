@@ -1,7 +1,7 @@
 """Parsers for setting values: each takes what a flag, env variable or TOML key gave and
 returns the value, or raises ``ValueError`` with a message a user can act on.
 
-:mod:`agent.config` says which parser each setting uses and adds where the value came
+:mod:`joulestat.runtime.settings` says which parser each setting uses and adds where the value came
 from to the message. Nothing here imports the rest of joulestat, so any module can read a
 duration or a size the way the settings do.
 """

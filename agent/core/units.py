@@ -17,8 +17,8 @@ The rules, the same for every quantity:
   units, where it reads as dollars again;
 * ``None`` (unknown) and NaN read :data:`UNKNOWN`, never ``0``.
 
-Not here: unit conversions of the carbon data (:mod:`agent.carbon.units`) and the
-wording of deltas (``−92 %``, ``×6.3``: :mod:`agent.reports.compare_words`).
+Not here: unit conversions of the carbon data (:mod:`joulestat.carbon.units`) and the
+wording of deltas (``−92 %``, ``×6.3``: :mod:`joulestat.reports.compare_words`).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ Neuron has only a power percentage refreshed about once a minute. Rather than pr
 is an :class:`EmptySensor` that reads nothing, so the factory can say what it looked for.
 
 Every accelerator reports one component, ``ACCELERATOR_COMPONENT`` ("accelerator"),
-defined in :mod:`agent.sensors.base` next to the other component names.
+defined in :mod:`joulestat.devices.sensor` next to the other component names.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from agent.sensors.base import ACCELERATOR_COMPONENT, DeviceInfo, Reading
-from agent.sensors.resume import BadState, get_float, get_int, restore_each
+from joulestat.devices.resume import BadState, get_float, get_int, restore_each
+from joulestat.devices.sensor import ACCELERATOR_COMPONENT, DeviceInfo, Reading
 
 log = logging.getLogger(__name__)
 
@@ -302,7 +302,7 @@ class VendorSensor(ABC):
     def restore(self, state: dict) -> None:
         """Continue each device from its checkpoint, matched by UUID; a device gone, at
         another index, measured another way or with a damaged item is logged and starts
-        from its baseline (see :func:`agent.sensors.resume.restore_each`)."""
+        from its baseline (see :func:`joulestat.devices.resume.restore_each`)."""
         restore_each(state, self.checkpoint_key, {d.uuid: d for d in self._devices},
                      _restore_device, self._log, self.library, self.kind)
 

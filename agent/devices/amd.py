@@ -20,7 +20,7 @@ at a scrape (never on the tick) the GFX clock, ``amdsmi_get_clock_info(h,
 AmdSmiClkType.GFX)["clk"]`` (MHz; ``cur_clk`` in older releases), and the VRAM in use,
 ``amdsmi_get_gpu_vram_usage(h)["vram_used"]`` (MiB).
 
-Restart on the same boot (:class:`~agent.sensors.accelerator.VendorSensor`'s checkpoint,
+Restart on the same boot (:class:`~joulestat.devices.accelerator.VendorSensor`'s checkpoint,
 by UUID): the accumulator's delta over the whole gap continues the total, or, for a
 device measured by power, the trapezoid from the last sample before the stop to the first
 after it. The start-up sanity check runs again first; a device that changed path since
@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from agent.sensors.accelerator import (
+from joulestat.devices.accelerator import (
     ACCELERATOR_COMPONENT,
     CounterTrack,
     DeviceProcesses,

@@ -1,6 +1,6 @@
 """Estimator sensors for nodes without energy counters (most cloud VMs).
 
-They satisfy the same :class:`~agent.sensors.base.Sensor` contract as RAPL or NVML:
+They satisfy the same :class:`~joulestat.devices.sensor.Sensor` contract as RAPL or NVML:
 cumulative joules per (component, device) since open. Being power models, they
 integrate internally: each ``read(now_s)`` turns the /proc/stat busy ratio over the
 interval since the previous read into watts and multiplies by the real elapsed
@@ -26,19 +26,8 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.host.kernel_file import KernelFile
-from agent.host.procfs import (
-    CpuTimes,
-    is_virtual_machine,
-    parse_cpu_times,
-    read_cpu_model,
-    read_cpu_sockets,
-    read_cpu_times,
-    read_mem_total_bytes,
-)
-from agent.sensors.base import DeviceInfo, Reading, Sensor, SensorError
-from agent.sensors.cpu_tdp import TdpMatch, lookup_tdp
-from agent.sensors.power_model import (
+from joulestat.devices.cpu_tdp import TdpMatch, lookup_tdp
+from joulestat.devices.power_model import (
     BYTES_PER_GIB,
     CpuPowerModel,
     PowerModels,
@@ -47,7 +36,18 @@ from agent.sensors.power_model import (
     dram_power_w,
     load_power_models,
 )
-from agent.sensors.resume import BadState, get_float, get_int, get_map
+from joulestat.devices.resume import BadState, get_float, get_int, get_map
+from joulestat.devices.sensor import DeviceInfo, Reading, Sensor, SensorError
+from joulestat.host.kernel_file import KernelFile
+from joulestat.host.procfs import (
+    CpuTimes,
+    is_virtual_machine,
+    parse_cpu_times,
+    read_cpu_model,
+    read_cpu_sockets,
+    read_cpu_times,
+    read_mem_total_bytes,
+)
 
 log = logging.getLogger(__name__)
 

@@ -7,14 +7,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from agent.errors import ConfigError
-from agent.sensors.accelerator import (
+from joulestat.core.errors import ConfigError
+from joulestat.devices.accelerator import (
     DeviceProcesses,
     DeviceStates,
     combined_device_processes,
     combined_device_state,
 )
-from agent.sensors.base import Sensor, SensorError
+from joulestat.devices.sensor import Sensor, SensorError
 
 log = logging.getLogger(__name__)
 
@@ -22,19 +22,19 @@ log = logging.getLogger(__name__)
 def build_sensors(settings: Mapping[str, Any], now_s: float, cloud: str | None = None
                   ) -> list[Sensor]:
     """Measured sources where the hardware has them, honest estimates where it has not."""
-    from agent.sensors.network import NetworkSensor
+    from joulestat.devices.network import NetworkSensor
 
     procfs_root: Path = settings["procfs_root"]
     if settings.get("replay"):
-        from agent.sensors.replay import TraceError, open_replay
+        from joulestat.devices.replay import TraceError, open_replay
 
         try:
             return [open_replay(settings["replay"], now_s)]
         except TraceError as exc:
             raise ConfigError(f"--replay: {exc}") from None
 
-    from agent.sensors.model import open_cpu_estimator, open_dram_estimator
-    from agent.sensors.rapl import open_rapl
+    from joulestat.devices.estimators import open_cpu_estimator, open_dram_estimator
+    from joulestat.devices.rapl import open_rapl
 
     sensors: list[Sensor] = []
     rapl = open_rapl(settings["sysfs_root"], now_s)
@@ -64,11 +64,11 @@ def open_accelerators(settings: Mapping[str, Any], now_s: float) -> list[Sensor]
     Vendor libraries are imported inside each ``open_*`` only: a node without
     ``amdsmi`` or ``pyhlml`` (the extras ``joulestat[amd]``, ``[gaudi]``) runs as before.
     """
-    from agent.sensors.accelerator import EmptySensor
-    from agent.sensors.amd import open_amd
-    from agent.sensors.gaudi import open_gaudi
-    from agent.sensors.neuron import open_neuron
-    from agent.sensors.nvidia import open_nvidia
+    from joulestat.devices.accelerator import EmptySensor
+    from joulestat.devices.amd import open_amd
+    from joulestat.devices.gaudi import open_gaudi
+    from joulestat.devices.neuron import open_neuron
+    from joulestat.devices.nvidia import open_nvidia
 
     found: list[Sensor] = []
     looked: list[str] = []
@@ -108,7 +108,7 @@ def device_state_of(sensors: list[Sensor]) -> Callable[[], DeviceStates] | None:
 
 def estimator_idle_w(sensors: list[Sensor]) -> dict[tuple[str, str], float]:
     """Idle power known by construction: an estimator's model at 0 % load, a replayed
-    trace's lowest level. Measured sources learn theirs (agent/idle.py)."""
+    trace's lowest level. Measured sources learn theirs (agent/attribution/idle.py)."""
     idle: dict[tuple[str, str], float] = {}
     for sensor in sensors:
         by_key = getattr(sensor, "idle_power_by_key", None)

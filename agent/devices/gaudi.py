@@ -19,7 +19,7 @@ Device info: ``hlmlDeviceGetPowerManagementDefaultLimit`` (mW), the default powe
 once at open. HLML's clock and memory calls are not read: nothing here checks their
 shapes against a real pyhlml.
 
-Restart on the same boot: :class:`~agent.sensors.accelerator.VendorSensor`'s checkpoint
+Restart on the same boot: :class:`~joulestat.devices.accelerator.VendorSensor`'s checkpoint
 (the counter's delta, or power integrated, across the gap), keyed ``hpus`` as before.
 """
 
@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from types import ModuleType
 
-from agent.sensors.accelerator import (
+from joulestat.devices.accelerator import (
     CounterTrack,
     EmptySensor,
     PowerTrack,

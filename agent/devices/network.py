@@ -39,9 +39,9 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.host.kernel_file import KernelFile
-from agent.sensors.base import DeviceInfo, Reading
-from agent.sensors.resume import get_float, get_int, restore_each
+from joulestat.devices.resume import get_float, get_int, restore_each
+from joulestat.devices.sensor import DeviceInfo, Reading
+from joulestat.host.kernel_file import KernelFile
 
 log = logging.getLogger(__name__)
 

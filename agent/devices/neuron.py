@@ -44,15 +44,15 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.sensors.accelerator import (
+from joulestat.devices.accelerator import (
     ACCELERATOR_COMPONENT,
     Capabilities,
     DeviceProcesses,
     EmptySensor,
     OnceLog,
 )
-from agent.sensors.base import DeviceInfo, Reading
-from agent.sensors.resume import BadState, get_float, restore_each
+from joulestat.devices.resume import BadState, get_float, restore_each
+from joulestat.devices.sensor import DeviceInfo, Reading
 
 log = logging.getLogger(__name__)
 

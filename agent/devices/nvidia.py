@@ -34,7 +34,7 @@ than that timestamp, which is the normal state of an idle GPU, so that means "no
 utilisation", not a failure; so does NOT_SUPPORTED (e.g. MIG-enabled devices), where the
 context holders are still worth knowing.
 
-Device info and state (:mod:`agent.sensors.nvidia_state`): the enforced power limit, read
+Device info and state (:mod:`joulestat.devices.nvidia_state`): the enforced power limit, read
 once at start, and the SM clock and memory in use, read when Prometheus scrapes, never on
 the tick, which stays as cheap as the energy needs.
 """
@@ -48,15 +48,15 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from agent.sensors.accelerator import (
+from joulestat.devices.accelerator import (
     ACCELERATOR_COMPONENT,
     Capabilities,
     DeviceProcesses,
     DeviceStates,
 )
-from agent.sensors.base import DeviceInfo, Reading
-from agent.sensors.nvidia_state import power_limit_w, read_state
-from agent.sensors.resume import BadState, get_float, get_int, restore_each
+from joulestat.devices.nvidia_state import power_limit_w, read_state
+from joulestat.devices.resume import BadState, get_float, get_int, restore_each
+from joulestat.devices.sensor import DeviceInfo, Reading
 
 log = logging.getLogger(__name__)
 

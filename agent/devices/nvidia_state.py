@@ -1,6 +1,6 @@
 """What an NVIDIA GPU reports besides its energy: its power limit, SM clock and memory use.
 
-Kept apart from :mod:`agent.sensors.nvidia` because none of it is on the energy path: the
+Kept apart from :mod:`joulestat.devices.nvidia` because none of it is on the energy path: the
 enforced power limit (``nvmlDeviceGetEnforcedPowerLimit``, mW) is read once at start for
 the device info, and the SM clock (``nvmlDeviceGetClockInfo(h, NVML_CLOCK_SM)``, MHz) and
 memory in use (``nvmlDeviceGetMemoryInfo(h).used``, bytes) only when Prometheus scrapes.
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from agent.sensors.accelerator import DeviceState
+from joulestat.devices.accelerator import DeviceState
 
 log = logging.getLogger(__name__)
 

@@ -50,8 +50,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.sensors.base import DeviceInfo, Reading
-from agent.sensors.resume import BadState, get_float, get_int, restore_each
+from joulestat.devices.resume import BadState, get_float, get_int, restore_each
+from joulestat.devices.sensor import DeviceInfo, Reading
 
 log = logging.getLogger(__name__)
 

@@ -33,8 +33,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.sensors.base import COMPONENTS, DeviceInfo, Reading, current_component
-from agent.sensors.resume import BadState, get_float
+from joulestat.devices.resume import BadState, get_float
+from joulestat.devices.sensor import COMPONENTS, DeviceInfo, Reading, current_component
 
 log = logging.getLogger(__name__)
 

@@ -1,12 +1,12 @@
 """Host usage: what the node's processes and cgroups did, read apart from attributing it.
 
 This layer reads ``/proc`` and the cgroup filesystem and nothing else: node busy time
-(:mod:`agent.host.procfs`), each job's CPU time from the cheapest exact source (its own
-cgroup's counter, :mod:`agent.host.cgroupfs`, else its process tree walked through
-``/proc/<pid>/task/<tid>/children``, :mod:`agent.host.processes`), and which job each
-accelerator process belongs to. :class:`agent.host.usage.HostUsage` turns one tick of
-that into an immutable :class:`agent.host.usage.UsageSnapshot`; attribution
-(:mod:`agent.jobs.accounting`) only divides energy by it.
+(:mod:`joulestat.host.procfs`), each job's CPU time from the cheapest exact source (its own
+cgroup's counter, :mod:`joulestat.host.cgroupfs`, else its process tree walked through
+``/proc/<pid>/task/<tid>/children``, :mod:`joulestat.host.processes`), and which job each
+accelerator process belongs to. :class:`joulestat.host.usage.HostUsage` turns one tick of
+that into an immutable :class:`joulestat.host.usage.UsageSnapshot`; attribution
+(:mod:`joulestat.attribution.accounting`) only divides energy by it.
 
 The split follows Kepler's ``internal/resource`` (what ran) and ``internal/monitor``
 (what it cost): readers here can be tested against a fake tree (every reader takes its

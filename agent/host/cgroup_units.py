@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agent.host.cgroupfs import CgroupCounter, CgroupFs, CgroupRef
-from agent.host.kernel_file import read_bytes
-from agent.host.proctree import CLOCK_TICKS_PER_S, NS_PER_S, ProcStat
+from joulestat.host.cgroupfs import CgroupCounter, CgroupFs, CgroupRef
+from joulestat.host.kernel_file import read_bytes
+from joulestat.host.proctree import CLOCK_TICKS_PER_S, NS_PER_S, ProcStat
 
 if TYPE_CHECKING:
-    from agent.host.usage import JobWant
+    from joulestat.host.usage import JobWant
 
 log = logging.getLogger(__name__)
 

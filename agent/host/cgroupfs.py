@@ -23,7 +23,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.host.kernel_file import KernelFile
+from joulestat.host.kernel_file import KernelFile
 
 log = logging.getLogger(__name__)
 

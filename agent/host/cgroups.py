@@ -3,7 +3,7 @@
 Schedulers put every job in its own cgroup and encode the job's identity in the cgroup's
 path, so one small file per process says which pod, container or Slurm job it belongs
 to, with no API call and no privileges (the file is world-readable). This module only
-parses that text; :mod:`agent.jobs.discovery` reads the files.
+parses that text; :mod:`joulestat.attribution.discovery` reads the files.
 
 The file has one ``hierarchy-id:controllers:path`` line per hierarchy: many lines on
 cgroup v1, a single ``0::/path`` on v2, both on hybrid hosts. Every path is classified
@@ -35,9 +35,9 @@ which job it is in from this file: that is ``None``, as are user sessions and se
 
 Each answer also carries the job's own cgroup (``cgroup_path``: the path cut after the
 pod, Slurm job or container segment), whose CPU counter
-:mod:`agent.host.cgroup_units` reads instead of walking the job's processes. Cgroups that
+:mod:`joulestat.host.cgroup_units` reads instead of walking the job's processes. Cgroups that
 ``joulestat run`` makes for its command are named ``joulestat-job-<job id>``
-(:mod:`agent.host.job_cgroup`); :func:`own_cgroup_path` knows both.
+(:mod:`joulestat.host.job_cgroup`); :func:`own_cgroup_path` knows both.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from agent.host.job_cgroup import run_cgroup_path
+from joulestat.host.job_cgroup import run_cgroup_path
 
 __all__ = ["CgroupIdentity", "classify_cgroup", "classify_path", "own_cgroup_path"]
 

@@ -185,7 +185,7 @@ def warn_unknown_instance_type(instance_type: object) -> None:
     (``c5.larg``), so the closest catalog types are named now. No type (``local``) says
     nothing: that is the normal case off the cloud.
     """
-    from agent.carbon.catalog import closest_types, is_known_or_unset
+    from joulestat.carbon.catalog import closest_types, is_known_or_unset
 
     if not instance_type or is_known_or_unset(str(instance_type)):
         return

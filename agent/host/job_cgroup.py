@@ -1,7 +1,7 @@
 """A cgroup of its own for a command ``joulestat run`` starts, where the node allows it.
 
 With its command in its own cgroup, a job's CPU time is one counter read per tick
-(:mod:`agent.host.cgroupfs`) instead of a walk of its process tree, and it includes
+(:mod:`joulestat.host.cgroupfs`) instead of a walk of its process tree, and it includes
 every helper the command started, orphans and short-lived ones too. The cgroup is made
 beside nothing and below the wrapper's own cgroup, named ``joulestat-job-<job id>``
 (:func:`run_cgroup_name`), which is how the agent recognises it:
@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.host.cgroupfs import V1_CPUACCT, V2, CgroupFs, CgroupRef, parse_proc_cgroup
+from joulestat.host.cgroupfs import V1_CPUACCT, V2, CgroupFs, CgroupRef, parse_proc_cgroup
 
 log = logging.getLogger(__name__)
 

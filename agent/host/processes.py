@@ -11,7 +11,7 @@ tick finds exactly the processes a whole-node scan would (both follow the kernel
 current parent links), at a cost that follows the jobs' processes, not the node's.
 Where a kernel gives no ``children`` files (built without ``CONFIG_PROC_CHILDREN``, or a
 fake tree in a test), :meth:`ProcessTable.children` says so and the caller falls back to
-a rate-limited scan (:func:`agent.host.proctree.read_all`).
+a rate-limited scan (:func:`joulestat.host.proctree.read_all`).
 
 Most of a busy node's job processes sleep through most ticks. A process's CPU clock
 (``clock_gettime`` on ``CLOCK_PROCESS_CPUTIME`` of another pid: every thread's exact run
@@ -42,8 +42,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.host.kernel_file import read_bytes
-from agent.host.proctree import ProcStat, parse_stat
+from joulestat.host.kernel_file import read_bytes
+from joulestat.host.proctree import ProcStat, parse_stat
 
 log = logging.getLogger(__name__)
 

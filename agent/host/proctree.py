@@ -7,7 +7,7 @@ into its parent's ``cutime``/``cstime``, so nothing vanishes and nothing is coun
 twice. (A process orphaned to init takes its time with it.)
 
 This module holds the pure parts (parsing, the ownership rule) and the whole-node scan
-that :mod:`agent.host.processes` falls back to where a kernel gives no
+that :mod:`joulestat.host.processes` falls back to where a kernel gives no
 ``/proc/<pid>/task/<tid>/children`` files.
 """
 
@@ -60,7 +60,7 @@ def read_all(procfs_root: Path) -> dict[int, ProcStat]:
     """Every process's stat; processes that exit while we read are skipped. A scan of
     the whole node: its cost grows with the node's processes, so callers use it only
     where nothing cheaper can answer."""
-    from agent.host.kernel_file import list_pids, read_bytes
+    from joulestat.host.kernel_file import list_pids, read_bytes
 
     root = os.fspath(procfs_root)
     found: dict[int, ProcStat] = {}

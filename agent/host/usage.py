@@ -4,9 +4,9 @@
 
 - the node's busy CPU time (``/proc/stat``, or the CPU estimator's parse of it);
 - per job, its CPU time from the cheapest exact source: the counter of the job's own
-  cgroup where it has one (:mod:`agent.host.cgroup_units`: one file per job), else the
+  cgroup where it has one (:mod:`joulestat.host.cgroup_units`: one file per job), else the
   ``/proc/<pid>/stat`` of its processes, found from its registered ones through
-  ``/proc/<pid>/task/<tid>/children`` (:mod:`agent.host.processes`). A whole ``/proc``
+  ``/proc/<pid>/task/<tid>/children`` (:mod:`joulestat.host.processes`). A whole ``/proc``
   scan happens only where those files do not exist, and at most every
   :data:`SCAN_EVERY_S`;
 - per accelerator, which jobs its processes belong to.
@@ -35,11 +35,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from agent.host.cgroup_units import CgroupUnits, OwnCgroup
-from agent.host.kernel_file import KernelFile
-from agent.host.processes import ProcessTable
-from agent.host.procfs import CpuTimes, parse_cpu_times
-from agent.host.proctree import CLOCK_TICKS_PER_S, NS_PER_S, NS_PER_TICK, ProcStat, read_all
+from joulestat.host.cgroup_units import CgroupUnits, OwnCgroup
+from joulestat.host.kernel_file import KernelFile
+from joulestat.host.processes import ProcessTable
+from joulestat.host.procfs import CpuTimes, parse_cpu_times
+from joulestat.host.proctree import CLOCK_TICKS_PER_S, NS_PER_S, NS_PER_TICK, ProcStat, read_all
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +209,7 @@ class HostUsage:
                ) -> tuple[dict[str, set[int]], dict[int, ProcStat]]:
         """Each registered process not measured by a cgroup, and its descendants down to
         the next registered process: the job's tree (the rule of
-        :func:`agent.host.proctree.exclusive_trees`, walked through children files)."""
+        :func:`joulestat.host.proctree.exclusive_trees`, walked through children files)."""
         trees: dict[str, set[int]] = {job_id: set() for job_id in job_ids}
         stats: dict[int, ProcStat] = {}
         table = self.table

@@ -10,7 +10,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 from prometheus_client.registry import Collector
 
-from agent.sinks import metric_catalog as mc
+from joulestat.outputs import metric_catalog as mc
 
 
 class AgentHealth(Collector):

@@ -1,7 +1,7 @@
 """The public metric contract, in one place.
 
 The collector takes names, types, labels and help text from here, and
-``docs/metrics.md`` is rendered from here (``python -m agent.sinks.metric_catalog``),
+``docs/metrics.md`` is rendered from here (``python -m joulestat.outputs.metric_catalog``),
 so the documentation cannot drift from what a scrape returns; a test checks both.
 Renaming anything here breaks users' dashboards and alerts: add, never rename.
 """
@@ -188,10 +188,10 @@ def render_markdown() -> str:
     lines = [
         "# Prometheus metrics",
         "",
-        "Generated from `agent/sinks/metric_catalog.py` by",
-        "`python -m agent.sinks.metric_catalog > docs/metrics.md`; a test fails when this file",
-        "and the code disagree. These names are a public contract: they are added to, never",
-        "renamed.",
+        "Generated from `agent/outputs/metric_catalog.py` by",
+        "`python -m joulestat.outputs.metric_catalog > docs/metrics.md`; a test fails when",
+        "this file and the code disagree. These names are a public contract: they are added",
+        "to, never renamed.",
         "",
         "The agent serves them on `--metrics-port` (default 9464) at `/metrics`, bound to",
         "`--metrics-host` (default 127.0.0.1). Standard `process_*` metrics describe the agent",

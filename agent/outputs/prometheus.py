@@ -1,7 +1,7 @@
 """Prometheus exposition: custom collectors that build fresh families on each scrape.
 
 :class:`NodeMetrics` and :class:`JobMetrics` are sinks of the pipeline
-(:mod:`agent.sinks.base`): each tick they copy what they export into a snapshot of
+(:mod:`joulestat.outputs.sink`): each tick they copy what they export into a snapshot of
 their own, under a lock of their own, and a scrape formats that snapshot. A scrape
 never reads objects a tick is changing and never takes a lock the tick loop or the job
 API holds (the job registry's), so a scrape never slows a tick and a slow tick or a
@@ -32,17 +32,17 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from agent.http_gate import HttpGate, Limits
-from agent.http_request import GatedHandler
-from agent.identity import NodeInfo
-from agent.sensors.accelerator import DeviceStates
-from agent.sensors.base import DeviceInfo
-from agent.sinks import metric_catalog as mc
-from agent.sinks.base import TickRecord
-from agent.tick import Tick
+from joulestat.api.gate import HttpGate, Limits
+from joulestat.api.request import GatedHandler
+from joulestat.core.tick import Tick
+from joulestat.devices.accelerator import DeviceStates
+from joulestat.devices.sensor import DeviceInfo
+from joulestat.host.identity import NodeInfo
+from joulestat.outputs import metric_catalog as mc
+from joulestat.outputs.sink import TickRecord
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from agent.jobs.accounting import JobTotals, Snapshot
+    from joulestat.attribution.accounting import JobTotals, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ Key = tuple[str, str, str]  # (component, device, source)
 class NodeMetrics(Collector):
     """Node energy counters, last-tick power, node info and the agent's self-monitoring."""
 
-    stores_ticks = False  # a sink (agent.sinks.base) that keeps nothing past the process
+    stores_ticks = False  # a sink (joulestat.outputs.sink) that keeps nothing past the process
 
     def __init__(self, node: NodeInfo, sensor_errors: dict[str, int] | None = None,
                  device_state: Callable[[], DeviceStates] | None = None) -> None:
@@ -223,7 +223,7 @@ def serve(registry: CollectorRegistry, host: str, port: int) -> HttpGate:
     Our own server rather than client_python's ``start_http_server``: that one polls
     for shutdown twice a second (a large part of an idle agent's CPU time) and, like
     any ``ThreadingHTTPServer``, starts a thread per connection before a byte arrives,
-    so idle connections pile up threads and memory. The gate (:mod:`agent.http_gate`)
+    so idle connections pile up threads and memory. The gate (:mod:`joulestat.api.gate`)
     holds them as sockets, answers from two workers, caps connections (the oldest
     silent one goes first), and sleeps until an event or a deadline. Binding errors
     (OSError) are raised here, before anything runs.
@@ -242,7 +242,7 @@ class JobMetrics(Collector):
     """Per-job energy and work units, with bounded cardinality.
 
     Not a pipeline sink, on purpose: a scrape takes the jobs' figures from ``snapshot`` (normally
-    :meth:`agent.jobs.accounting.JobAccounting.snapshot`: a copy, made under the job
+    :meth:`joulestat.attribution.accounting.JobAccounting.snapshot`: a copy, made under the job
     registry's lock, of every job as of the last tick, never half a tick). Copying
     every tick for scrapes that come every 15 s or so cost a busy node 0.2 ms a tick
     (benchmarks/busy_node.py: 50 jobs), a tenth of the agent's tick. A scrape waits at

@@ -1,9 +1,9 @@
 """What every output of the pipeline is: a sink that sees each tick once, then closes.
 
-The pipeline (:mod:`agent.pipeline`) hands each tick to a list of sinks in order and
+The pipeline (:mod:`joulestat.runtime.pipeline`) hands each tick to a list of sinks in order and
 names none of them, so an output is added by appending to that list, not by teaching
 the pipeline a new field. Today's sinks: the Prometheus node metrics
-(:mod:`agent.sinks.prometheus`) and the store writer (:mod:`agent.store.writer`). The
+(:mod:`joulestat.outputs.prometheus`) and the store writer (:mod:`joulestat.store.writer`). The
 job metrics are not one: they copy the jobs when scraped, not every tick.
 
 One frozen :class:`TickRecord` per tick carries everything any sink needs: the tick,
@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from agent.jobs.accounting import TickResult
-    from agent.tick import Tick
+    from joulestat.attribution.accounting import TickResult
+    from joulestat.core.tick import Tick
 
 # (state, boot id): the sampler's and the accounting's counters after the tick, and the
-# boot they are valid on (see agent.pipeline).
+# boot they are valid on (see joulestat.runtime.pipeline).
 Checkpoint = tuple[Mapping[str, Any], str]
 
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from html import escape
 from typing import Any
 
-from agent.reports.series import component_sort_key
+from joulestat.reports.series import component_sort_key
 
 COLORS = {"cpu": "#1f77b4", "dram": "#2ca02c", "accelerator": "#d62728", "net": "#9467bd"}
 OTHER_COLORS = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")

@@ -15,7 +15,7 @@ Mapping, per row (one tracker run):
   ``codecarbon_emissions_kg`` (its CO2e) and ``codecarbon_energy_kwh``
   (``energy_consumed``, with its PUE). Labels travel with the job into reports and
   exports, so CodeCarbon's figure stays beside joulestat's recomputation
-  (:mod:`agent.reports.external`). Rows of the same ``run_id`` are cumulative
+  (:mod:`joulestat.reports.external`). Rows of the same ``run_id`` are cumulative
   snapshots of one run (CodeCarbon appends one at each flush and at stop): the last
   one wins.
 * one node ``codecarbon:<run_id>`` held from ``timestamp - duration`` to
@@ -36,7 +36,7 @@ Mapping, per row (one tracker run):
   model of installed memory (``import:codecarbon/model:codecarbon-ram``); CPU energy
   is ``import:codecarbon`` alone, because the CSV does not say whether CodeCarbon read
   RAPL or fell back to TDP x CPU load, so it is never called measured
-  (:mod:`agent.reports.sources`).
+  (:mod:`joulestat.reports.sources`).
 """
 
 from __future__ import annotations
@@ -47,12 +47,12 @@ import io
 import math
 from datetime import datetime
 
-from agent.carbon.codecarbon_data import default_grid_data
-from agent.carbon.intensity import CANADA_PROVINCES
-from agent.carbon.units import J_PER_KWH
-from agent.jobs.registry import JOB_ID_RE, JobError, validate_labels, validate_name
-from agent.sensors.base import ACCELERATOR_COMPONENT
-from agent.store.import_writer import ImportedJob, ImportedNode
+from joulestat.attribution.registry import JOB_ID_RE, JobError, validate_labels, validate_name
+from joulestat.carbon.codecarbon_data import default_grid_data
+from joulestat.carbon.intensity import CANADA_PROVINCES
+from joulestat.carbon.units import J_PER_KWH
+from joulestat.devices.sensor import ACCELERATOR_COMPONENT
+from joulestat.store.import_writer import ImportedJob, ImportedNode
 
 SOURCE = "import:codecarbon"
 REQUIRED = ("timestamp", "duration", "cpu_energy", "gpu_energy", "ram_energy")

@@ -2,9 +2,9 @@
 
 "6.3x the throughput, 92 % less energy, USD 2 instead of 25 per million inferences, N
 instances to serve an SLA": :func:`compare` turns one :class:`JobFigures` per job (what
-:func:`agent.reports.compare_data.load_job_figures` reads from the store, or anything a
+:func:`joulestat.reports.compare_data.load_job_figures` reads from the store, or anything a
 caller builds) into a :class:`ComparisonTable` (written out in words by
-:mod:`agent.reports.compare_words`); :func:`rebase` moves a table's baseline and
+:mod:`joulestat.reports.compare_words`); :func:`rebase` moves a table's baseline and
 SLA without the jobs. No SQL, no I/O, no catalog lookups: the CLI, reports and the
 dashboard's Compare page all get the same arithmetic.
 
@@ -27,7 +27,7 @@ The rules, each chosen so a comparison is fair to the hardware rather than to th
   on several setups give a row per value and setup (``concurrency=4 · g5.xlarge``), so
   a delta between two rows is never a change of hardware read as a change of load.
 * ``by="model"`` gives a row per model of multi-model servers, from each job's per-model
-  figures (:func:`agent.reports.compare_models.by_model`), plus ``idle``.
+  figures (:func:`joulestat.reports.compare_models.by_model`), plus ``idle``.
 * ``by="instance_type"`` pools the jobs of one setup: sum of units over sum of
   instance-hours. A multi-node job's setup is its distinct instance types joined with
   ``+`` (``c6i.4xlarge+p4d.24xlarge``), so a loader-fed trainer is never mixed into
@@ -43,10 +43,10 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-from agent.carbon.pricing import NodeFigures
-from agent.carbon.units import S_PER_HOUR
-from agent.redact import redact_labels
-from agent.reports.compare_groups import (
+from joulestat.carbon.pricing import NodeFigures
+from joulestat.carbon.units import S_PER_HOUR
+from joulestat.core.redact import redact_labels
+from joulestat.reports.compare_groups import (
     BY_CHOICES,
     LABEL_BY,
     UNKNOWN_TYPE,
@@ -58,7 +58,7 @@ from agent.reports.compare_groups import (
     setup_name,
     split_by_setup,
 )
-from agent.reports.sources import sources_class
+from joulestat.reports.sources import sources_class
 
 __all__ = ["BY_CHOICES", "LABEL_BY", "PER_MILLION", "PER_RUN", "PER_UNIT", "UNKNOWN_TYPE",
            "CompareError", "ComparisonRow", "ComparisonTable", "JobFigures", "NodeFigures",
@@ -186,7 +186,7 @@ class ComparisonRow:
     # a job row's labels and start, so that runs of one name can be told apart
     labels: tuple[tuple[str, str], ...] = ()
     started_s: float | None = None
-    # measured, estimated, unstated, mixed (agent.reports.sources); "" when unknown
+    # measured, estimated, unstated, mixed (joulestat.reports.sources); "" when unknown
     energy_class: str = ""
     # the sources behind it (rapl, model:ccf-vcpu...), to say from what it was estimated
     sources: tuple[str, ...] = ()
@@ -350,7 +350,7 @@ def compare(
     ``by``: ``job`` (a row per job), ``instance_type`` (a row per setup, jobs pooled),
     ``label:KEY`` (a row per value of the job label KEY, jobs pooled; per value and
     setup when the jobs ran on several) or ``model`` (a row per model, of
-    :func:`agent.reports.compare_models.by_model`'s figures).
+    :func:`joulestat.reports.compare_models.by_model`'s figures).
     ``baseline``: a job id or name, or a setup name; default the first row.
     ``sla_units_per_hour``: size a fleet per row for this many units per hour.
     Raises :class:`CompareError` naming the argument that is wrong.

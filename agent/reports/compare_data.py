@@ -1,8 +1,8 @@
-"""Stored jobs -> :class:`~agent.reports.compare.JobFigures`, for :func:`compare`.
+"""Stored jobs -> :class:`~joulestat.reports.compare.JobFigures`, for :func:`compare`.
 
 Each job's energy, units and node times come from the store's reads
-(:func:`agent.store.jobs.job_detail`; the energy series only where live intensity needs
-it), its CO2e and cost from :class:`agent.carbon.pricing.Pricer`, the pricing the
+(:func:`joulestat.store.jobs.job_detail`; the energy series only where live intensity needs
+it), its CO2e and cost from :class:`joulestat.carbon.pricing.Pricer`, the pricing the
 dashboard's pages use too: so ``joulestat compare`` and the Compare page print the same
 figures, with the same unknowns. :func:`job_figures` is the one place a job record and
 its price become a :class:`JobFigures`. A running job is counted up to ``now_s``
@@ -20,17 +20,17 @@ from dataclasses import dataclass, replace
 
 from sqlalchemy.engine import Engine
 
-from agent.carbon.catalog import accelerators_of
-from agent.carbon.footprint import CarbonSettings, energy_points
-from agent.carbon.pricing import JobPrice, Pricer
-from agent.reports.compare import CompareError, JobFigures
-from agent.sensors.base import ACCELERATOR_COMPONENT
-from agent.store.job_refs import JobRefError, resolve_job
-from agent.store.job_totals import JobTotals
-from agent.store.jobs import JobDetail, JobRef, job_detail, job_refs
-from agent.store.nodes import node_accelerators
-from agent.store.provenance import node_sources
-from agent.store.series import job_energy_series
+from joulestat.carbon.catalog import accelerators_of
+from joulestat.carbon.footprint import CarbonSettings, energy_points
+from joulestat.carbon.pricing import JobPrice, Pricer
+from joulestat.devices.sensor import ACCELERATOR_COMPONENT
+from joulestat.reports.compare import CompareError, JobFigures
+from joulestat.store.job_refs import JobRefError, resolve_job
+from joulestat.store.job_totals import JobTotals
+from joulestat.store.jobs import JobDetail, JobRef, job_detail, job_refs
+from joulestat.store.nodes import node_accelerators
+from joulestat.store.provenance import node_sources
+from joulestat.store.series import job_energy_series
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +46,7 @@ def pick_jobs(engine: Engine, kind: str | None = None,
               jobs: Sequence[str] | None = None) -> PickedJobs:
     """Every job (of ``kind``) by start time, or the ``jobs`` named, in the order given.
 
-    Each reference resolves as everywhere (:func:`agent.store.job_refs.resolve_job`: exact
+    Each reference resolves as everywhere (:func:`joulestat.store.job_refs.resolve_job`: exact
     id, else name, else unique id prefix), except that a name brings every run of that
     name, by start time: comparing runs is what compare is for. A job named twice comes
     once. Raises :class:`CompareError` (argument ``jobs``) for a reference that matches
@@ -113,7 +113,7 @@ def accelerator_j_of(job: JobTotals | JobDetail) -> float:
 def job_figures(job: JobTotals | JobDetail, price: JobPrice, now_s: float,
                 sources: Sequence[str] = (),
                 models: Mapping[str, Mapping[str, int]] | None = None) -> JobFigures:
-    """The job as :func:`~agent.reports.compare.compare` takes it: energy is the job's
+    """The job as :func:`~joulestat.reports.compare.compare` takes it: energy is the job's
     attributed energy, CO2e operational with embodied apart, cost and held time per node
     (``price``, from :meth:`Pricer.job`), ``duration_s`` its wall-clock time to ``now_s``
     while it runs, ``sources`` its nodes' (:func:`node_sources`), ``models`` their
@@ -162,8 +162,8 @@ def load_job_figures(
     ``kind`` keeps one kind (training, inference, other); ``jobs`` names jobs by id,
     unique id prefix or name, in the order wanted (a name brings every run of it); with
     neither, every job by start time (see :func:`pick_jobs`, which also raises its
-    :class:`~agent.reports.compare.CompareError`). ``settings`` overrides intensity,
-    PUE, price or asks for live intensity (:class:`~agent.carbon.footprint.CarbonSettings`).
+    :class:`~joulestat.reports.compare.CompareError`). ``settings`` overrides intensity,
+    PUE, price or asks for live intensity (:class:`~joulestat.carbon.footprint.CarbonSettings`).
     """
     return figures_for(engine, pick_jobs(engine, kind, jobs).refs, settings, now_s=now_s)
 

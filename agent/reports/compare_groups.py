@@ -1,6 +1,6 @@
 """Which row of a comparison a job joins: by job, by setup, or by a label's value.
 
-Kept apart from the arithmetic of :mod:`agent.reports.compare` so that pages and
+Kept apart from the arithmetic of :mod:`joulestat.reports.compare` so that pages and
 reports can name a job's setup (:func:`setup_name`) without the rest. ``by="label:KEY"``
 answers "what does concurrency 16 cost per request compared with 4?" directly: the rows
 are ``concurrency=1``, ``concurrency=4``, ``concurrency=16``, each pooling its jobs as an
@@ -9,7 +9,7 @@ value on one setup (``concurrency=1 · g5.xlarge``, :func:`split_by_setup`): poo
 "concurrency=1" of a c6i and a g5 would read as one setup, and "×7.3 throughput vs
 concurrency=1" would compare hardware while claiming to compare load. ``by="model"``
 rows are the models of multi-model servers (``model=bert``), from the per-model figures
-:mod:`agent.reports.compare_models` makes of each job, its idle part (``idle``) and jobs
+:mod:`joulestat.reports.compare_models` makes of each job, its idle part (``idle``) and jobs
 that named no model (``model unset``).
 """
 
@@ -19,10 +19,10 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from agent.redact import redact_labels
+from joulestat.core.redact import redact_labels
 
 if TYPE_CHECKING:
-    from agent.reports.compare import ComparisonRow, JobFigures
+    from joulestat.reports.compare import ComparisonRow, JobFigures
 
 BY_CHOICES = ("job", "instance_type")
 LABEL_BY = "label:"  # by="label:KEY": a row per value of the label KEY
@@ -31,12 +31,12 @@ IDLE_MODEL = ""  # JobFigures.model of a job's idle part: no model was busy
 MODEL_ROW, IDLE_ROW, NO_MODEL_ROW = "model=", "idle", "model unset"
 UNKNOWN_TYPE = "unknown"
 SETUP_SEPARATOR = " · "  # "concurrency=1 · g5.xlarge": a label value on one setup
-# The job API's label keys (agent.jobs.registry.LABEL_KEY_RE), without importing jobs.
+# The job API's label keys (joulestat.attribution.registry.LABEL_KEY_RE), without importing jobs.
 _LABEL_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
 
 class CompareError(ValueError):
-    """Input :func:`~agent.reports.compare.compare` (or the loader) cannot use.
+    """Input :func:`~joulestat.reports.compare.compare` (or the loader) cannot use.
     ``argument`` names the parameter (``by``, ``unit``, ``baseline``,
     ``sla_units_per_hour``, ``jobs``) so a command can name its own flag."""
 

@@ -1,9 +1,9 @@
 """``compare --by model``: the models of multi-model servers as rows of a comparison.
 
 A job that serves several models (``job.serving("model-a")``, docs/jobs.md) has its
-energy split among them by busy time (:mod:`agent.store.model_split`). Here each such
-job becomes one :class:`~agent.reports.compare.JobFigures` per model, plus one for its
-idle part, which :func:`~agent.reports.compare.compare` then pools by model like any
+energy split among them by busy time (:mod:`joulestat.store.model_split`). Here each such
+job becomes one :class:`~joulestat.reports.compare.JobFigures` per model, plus one for its
+idle part, which :func:`~joulestat.reports.compare.compare` then pools by model like any
 group (``by="model"``). Each part is charged the job's figures in the proportion of
 its energy: energy, CO2e, cost and the instance-hours held, so a model busy three
 quarters of the time carries three quarters of the bill, and its throughput per
@@ -18,10 +18,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from agent.carbon.pricing import NodeFigures
-from agent.reports.compare import JobFigures
-from agent.reports.compare_groups import IDLE_MODEL
-from agent.store.model_split import ModelSplit
+from joulestat.carbon.pricing import NodeFigures
+from joulestat.reports.compare import JobFigures
+from joulestat.reports.compare_groups import IDLE_MODEL
+from joulestat.store.model_split import ModelSplit
 
 
 def _scaled(value: float | None, fraction: float) -> float | None:

@@ -1,9 +1,9 @@
 """A comparison row in words, as ``joulestat compare`` and the dashboard both print it.
 
 ``×6.3 throughput, −92 % energy per inference, −92 % CO2e per inference, $2.00 vs
-$25.00 per million inferences``: the figures are :mod:`agent.reports.compare`'s; this
+$25.00 per million inferences``: the figures are :mod:`joulestat.reports.compare`'s; this
 module only writes them, so every place that shows a delta writes it the same way.
-Money is :func:`agent.units.usd`'s, as in the tables beside the sentences: a page that
+Money is :func:`joulestat.core.units.usd`'s, as in the tables beside the sentences: a page that
 wrote "USD 3.38" above a column of "$3.38" made a reader wonder whether they differ.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 
-from agent import units
-from agent.reports.compare import PER_UNIT, ComparisonRow, pct_change, ratio_of
+from joulestat.core import units
+from joulestat.reports.compare import PER_UNIT, ComparisonRow, pct_change, ratio_of
 
 MINUS = "\u2212"
 TIMES = "\u00d7"

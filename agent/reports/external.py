@@ -4,7 +4,7 @@ Why: a CodeCarbon run that wrote 1.74 mg CO2e showed 13.8 mg in joulestat (joule
 applies its own grid intensity and PUE to CodeCarbon's energy) with no word about it.
 A reader must see both figures, named, and why they differ. The CodeCarbon import keeps
 the tool's result as labels (``codecarbon_emissions_kg``, ``codecarbon_energy_kwh``,
-verbatim from the CSV; see :mod:`agent.reports.codecarbon_import`), so it travels with
+verbatim from the CSV; see :mod:`joulestat.reports.codecarbon_import`), so it travels with
 the job through exports and imports; :func:`external_figures` reads them back for the
 report and the dashboard alike.
 """
@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from agent import units
-from agent.carbon.units import G_PER_KG
+from joulestat.carbon.units import G_PER_KG
+from joulestat.core import units
 
 
 @dataclass(frozen=True, slots=True)

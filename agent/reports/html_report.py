@@ -1,7 +1,7 @@
 """The HTML format: ONE self-contained file to mail, attach or archive.
 
-Inline CSS, the chart as inline SVG (:mod:`agent.reports.chart`), the tables of
-:mod:`agent.reports.tables`, provenance, notes and the methodology; no script, no
+Inline CSS, the chart as inline SVG (:mod:`joulestat.reports.chart`), the tables of
+:mod:`joulestat.reports.tables`, provenance, notes and the methodology; no script, no
 external stylesheet, font or image, so it renders the same offline in any browser in
 ten years. Every text from the store (names, labels, regions) is HTML-escaped: a job
 name is user input.
@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from html import escape
 from typing import Any
 
-from agent.reports import tables
-from agent.reports.chart import svg_chart
+from joulestat.reports import tables
+from joulestat.reports.chart import svg_chart
 
 CSS = """
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto;

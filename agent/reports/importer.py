@@ -35,7 +35,7 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from agent.jobs.registry import (
+from joulestat.attribution.registry import (
     JobError,
     validate_job_id,
     validate_kind,
@@ -43,15 +43,15 @@ from agent.jobs.registry import (
     validate_name,
     validate_units,
 )
-from agent.redact import REDACTED
-from agent.reports.codecarbon_import import (
+from joulestat.core.redact import REDACTED
+from joulestat.devices.sensor import current_component
+from joulestat.reports.codecarbon_import import (
     CodeCarbonError,
     looks_like_codecarbon,
     parse_codecarbon,
 )
-from agent.reports.model import REPORT_FORMAT, SCHEMA_VERSION
-from agent.sensors.base import current_component
-from agent.store.import_writer import (
+from joulestat.reports.model import REPORT_FORMAT, SCHEMA_VERSION
+from joulestat.store.import_writer import (
     EnergyBin,
     ImportConflict,
     ImportedJob,

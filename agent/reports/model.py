@@ -2,14 +2,14 @@
 
 Why one dict: a PDF, an HTML page and a CSV row of the same job must never disagree,
 and the JSON export must carry enough to rebuild the job in another store
-(:mod:`agent.reports.importer`). So the figures are computed once, here, from the
-store's reads and :func:`agent.carbon.footprint.footprint`, and the formats only lay
+(:mod:`joulestat.reports.importer`). So the figures are computed once, here, from the
+store's reads and :func:`joulestat.carbon.footprint.footprint`, and the formats only lay
 them out. The shape is documented by ``docs/report-schema.json`` (a test validates real
 reports against it); every name carries its unit (``_j``, ``_g``, ``_usd``, ``_s``).
 
 What a report never holds unless asked (``keep_secrets=True``, ``--no-redact``):
 secrets. The store has no environment variables or command lines; job labels are
-redacted by :func:`agent.redact.redact_labels` (credential-like keys, and URLs with a
+redacted by :func:`joulestat.core.redact.redact_labels` (credential-like keys, and URLs with a
 password or bearer tokens in any value).
 """
 
@@ -22,8 +22,7 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from agent import __version__
-from agent.carbon.footprint import (
+from joulestat.carbon.footprint import (
     METHODOLOGY,
     CarbonSettings,
     Footprint,
@@ -31,19 +30,20 @@ from agent.carbon.footprint import (
     energy_points,
     footprint,
 )
-from agent.carbon.live import DEFAULT_URL
-from agent.carbon.pricing import placements
-from agent.carbon.units import j_to_kwh
-from agent.redact import redact_labels
-from agent.reports import narrative
-from agent.reports.external import external_figures
-from agent.reports.provenance import node_provenance
-from agent.reports.series import COMPONENT_ORDER, node_series, power_series, unit_series
-from agent.reports.sources import energy_by_class
-from agent.store.jobs import JobDetail, JobNodePart, job_detail
-from agent.store.nodes import node_devices
-from agent.store.provenance import job_energy_by_source, job_sources, untracked_cpu_j
-from agent.store.series import job_energy_parts, job_energy_series, job_unit_rows
+from joulestat.carbon.live import DEFAULT_URL
+from joulestat.carbon.pricing import placements
+from joulestat.carbon.units import j_to_kwh
+from joulestat.core.redact import redact_labels
+from joulestat.core.version import __version__
+from joulestat.reports import narrative
+from joulestat.reports.external import external_figures
+from joulestat.reports.provenance import node_provenance
+from joulestat.reports.series import COMPONENT_ORDER, node_series, power_series, unit_series
+from joulestat.reports.sources import energy_by_class
+from joulestat.store.jobs import JobDetail, JobNodePart, job_detail
+from joulestat.store.nodes import node_devices
+from joulestat.store.provenance import job_energy_by_source, job_sources, untracked_cpu_j
+from joulestat.store.series import job_energy_parts, job_energy_series, job_unit_rows
 
 REPORT_FORMAT = "joulestat-report"
 # 2: the component "gpu" is "accelerator" (issue 14); the importer still reads 1.
@@ -252,7 +252,7 @@ def report_from_detail(engine: Engine, detail: JobDetail, settings: Mapping[str,
 
 def build_report(engine: Engine, job_id: str, settings: Mapping[str, Any],
                  keep_secrets: bool = False, *, now_s: float | None = None) -> dict[str, Any]:
-    """The report of ``job_id``; :class:`~agent.store.jobs.UnknownJobError` if the
+    """The report of ``job_id``; :class:`~joulestat.store.jobs.UnknownJobError` if the
     store has no such job. ``settings``: the carbon overrides as the commands resolve
     them (see :func:`carbon_settings`); ``now_s`` fixes "now" for running jobs (a running
     node is counted as held until then) and for ``generated_at``."""

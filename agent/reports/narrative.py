@@ -7,7 +7,7 @@ energy was measured) and ends with every estimated factor in words: energy from 
 model or a file that does not say, an annual-average grid intensity, an assumed or
 fleet-average PUE, a list price, an embodied estimate, the node's CPU time that no job
 tracked, another tool's own figure. Both are built from the report dict alone, so the
-JSON, HTML and PDF say the same; numbers are :mod:`agent.units`'.
+JSON, HTML and PDF say the same; numbers are :mod:`joulestat.core.units`'.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agent import units
-from agent.reports.external import ExternalFigures, comparison_note
-from agent.reports.sources import (
+from joulestat.core import units
+from joulestat.reports.external import ExternalFigures, comparison_note
+from joulestat.reports.sources import (
     ESTIMATED,
     MEASURED,
     UNSTATED,

@@ -3,8 +3,8 @@
 Built with reportlab (BSD, pure Python, maintained since 2000) rather than by printing
 the HTML through a browser engine: no headless browser to install, and the chart is a
 native vector drawing (:class:`reportlab.graphics.charts.lineplots.LinePlot` over the
-same :func:`agent.reports.chart.lines`, its time axis ending at the job's end).
-Content and order follow :mod:`agent.reports.tables`, as the HTML does, under the same
+same :func:`joulestat.reports.chart.lines`, its time axis ending at the job's end).
+Content and order follow :mod:`joulestat.reports.tables`, as the HTML does, under the same
 headline. Landscape A4; every table spans the text width, so the provenance table's
 long texts wrap in readable columns and line up with the others.
 """
@@ -26,8 +26,8 @@ from reportlab.lib.units import mm
 from reportlab.platypus import KeepTogether, Paragraph, SimpleDocTemplate, Spacer, TableStyle
 from reportlab.platypus import Table as PdfTable
 
-from agent.reports import tables
-from agent.reports.chart import axis_ticks, color, lines, nice_ticks
+from joulestat.reports import tables
+from joulestat.reports.chart import axis_ticks, color, lines, nice_ticks
 
 PAGE = landscape(A4)
 MARGIN = 15 * mm

@@ -3,7 +3,7 @@
 A reader of a report must be able to tell a measured location from a fallback: a node
 whose region was unknown is charged the world average, and the report has to say that
 in words, not only as a source code. :func:`node_provenance` turns one
-:class:`~agent.carbon.footprint.NodeFootprint` into the ``provenance`` entry of the
+:class:`~joulestat.carbon.footprint.NodeFootprint` into the ``provenance`` entry of the
 report schema. :func:`energy_is` says how a figure's energy was obtained ("estimated
 (model: ccf-vcpu)"), the one phrase every dashboard table and report shows beside a
 row's name.
@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from agent.carbon.footprint import NodeFootprint
-from agent.carbon.intensity import Intensity
-from agent.reports.sources import (
+from joulestat.carbon.footprint import NodeFootprint
+from joulestat.carbon.intensity import Intensity
+from joulestat.reports.sources import (
     CLASSES,
     ESTIMATED,
     MEASURED,
@@ -110,7 +110,7 @@ def energy_is(sources: Iterable[str]) -> str:
 
     Why one phrase: a table that said only "estimated" left the reader to find out from
     what, and an estimated row next to measured ones read as their equal. Classes are
-    :func:`agent.reports.sources.source_class`'s, so this never calls measured what a
+    :func:`joulestat.reports.sources.source_class`'s, so this never calls measured what a
     badge, a report or ``joulestat compare`` calls estimated."""
     by_class: dict[str, list[str]] = {}
     for source in sources:

@@ -1,7 +1,7 @@
 """The report as titled tables of display text, shared by the HTML and PDF formats.
 
 Both formats must show the same content; building the rows once here means a figure
-cannot appear in one and be forgotten in the other. Numbers are :mod:`agent.units`'s
+cannot appear in one and be forgotten in the other. Numbers are :mod:`joulestat.core.units`'s
 (three significant digits, SI prefixes: ``2.05 mJ``, ``119 mg``, ``271 mWh``), the
 formatter of the CLI and the dashboard, so a figure reads the same in every view;
 unknowns say "unknown", never 0. The JSON and CSV formats keep full precision.
@@ -15,11 +15,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agent import units as fmt
-from agent.carbon.units import J_PER_KWH
-from agent.reports.external import shown_labels
-from agent.reports.series import COMPONENT_ORDER, component_sort_key
-from agent.reports.sources import WHY, sources_class
+from joulestat.carbon.units import J_PER_KWH
+from joulestat.core import units as fmt
+from joulestat.reports.external import shown_labels
+from joulestat.reports.series import COMPONENT_ORDER, component_sort_key
+from joulestat.reports.sources import WHY, sources_class
 
 UNKNOWN = "unknown"
 Report = Mapping[str, Any]
@@ -56,7 +56,7 @@ def number(value: float | None) -> str:
 
 
 def duration(seconds: float) -> str:
-    """``1 min 01 s``, ``3 h 05 min``: :func:`agent.units.duration`, as every view writes
+    """``1 min 01 s``, ``3 h 05 min``: :func:`joulestat.core.units.duration`, as every view writes
     a duration; the seconds stay in the JSON."""
     return fmt.duration(seconds)
 

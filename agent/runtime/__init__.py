@@ -1,7 +1,6 @@
-"""Simulated stores: data written through the agent's own path, without hardware.
-
-:mod:`agent.sim.sample` (``python -m agent.sim.sample URL``) fills a store with a few
-hours of simulated nodes and jobs for the dashboard, its tests and its benchmark. It lives
-with the agent, not in ``dashboard/``, because it writes (``StoreWriter``) and the
-dashboard only reads.
-"""
+"""What puts the layers below together: a node's pipeline (sensors, sampler,
+attribution, sinks) and its tick loop, how it is assembled from settings, the daemon
+that runs it with its threads, embedded mode (the same pipeline inside a user's
+process), the settings themselves, and the sample store (simulated nodes and jobs
+written through the store's own writer, ``python -m joulestat.runtime.sample_store
+URL``)."""

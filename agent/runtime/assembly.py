@@ -1,11 +1,11 @@
 """Building a node's pipeline from settings: sensors, accounting, sinks and the store.
 
-Both the daemon (:mod:`agent.daemon`) and embedded mode (:mod:`agent.embedded`) build
-their pipeline here, so a job measured by either runs through the same sensors,
-attribution and writer; keeping it below both is what lets embedded mode build one
-without importing the daemon.
+Both the daemon (:mod:`joulestat.runtime.daemon`) and embedded mode
+(:mod:`joulestat.runtime.embedded`) build their pipeline here, so a job measured by
+either runs through the same sensors, attribution and writer; keeping it below both is
+what lets embedded mode build one without importing the daemon.
 
-The pipeline itself names no sink (:mod:`agent.pipeline`); what is built here is
+The pipeline itself names no sink (:mod:`joulestat.runtime.pipeline`); what is built here is
 returned as an :class:`Assembly`, which also names the parts that other threads use
 directly: the store thread flushes the writer, the job API persists new jobs through
 it, the health metrics read its counters, and the Prometheus endpoint serves the node
@@ -21,28 +21,28 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agent import __version__
-from agent.errors import ConfigError
-from agent.identity import detect_cloud, detect_node_info
-from agent.idle import IdleBaselines
-from agent.jobs.accounting import JobAccounting
-from agent.jobs.registry import JobRegistry
-from agent.pipeline import Pipeline, read_boot_id
-from agent.sampler import Sampler
-from agent.sensors.factory import (
+from joulestat.attribution.accounting import JobAccounting
+from joulestat.attribution.idle import IdleBaselines
+from joulestat.attribution.registry import JobRegistry
+from joulestat.attribution.sampler import Sampler
+from joulestat.core.errors import ConfigError
+from joulestat.core.version import __version__
+from joulestat.devices.factory import (
     build_sensors,
     device_processes_of,
     device_state_of,
     estimator_idle_w,
     find_sensor,
 )
+from joulestat.host.identity import detect_cloud, detect_node_info
+from joulestat.runtime.pipeline import Pipeline, read_boot_id
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from agent.sinks.base import Sink
-    from agent.sinks.prometheus import NodeMetrics
-    from agent.store.restart import Checkpoint
-    from agent.store.spool import Spool
-    from agent.store.writer import StoreWriter
+    from joulestat.outputs.prometheus import NodeMetrics
+    from joulestat.outputs.sink import Sink
+    from joulestat.store.restart import Checkpoint
+    from joulestat.store.spool import Spool
+    from joulestat.store.writer import StoreWriter
 
 log = logging.getLogger(__name__)
 
@@ -66,14 +66,14 @@ def build_pipeline(settings: Mapping[str, Any], registry: JobRegistry, *,
     """
     # Imported here: the store and prometheus_client cost start-up time that a command
     # importing this module for its names alone should not pay.
-    from agent.host.procfs import read_cpu_model
-    from agent.jobs.discovered_jobs import sync_registry
-    from agent.jobs.discovery import ScanCache
-    from agent.jobs.kube_pods import pods_from_settings
-    from agent.store.bootstrap import open_engine
-    from agent.store.lease import NodeLease, NodeLeaseError, Writer
-    from agent.store.restart import load_checkpoint, load_running_jobs
-    from agent.store.writer import StoreWriter
+    from joulestat.attribution.discovered_jobs import sync_registry
+    from joulestat.attribution.discovery import ScanCache
+    from joulestat.attribution.kube_pods import pods_from_settings
+    from joulestat.host.procfs import read_cpu_model
+    from joulestat.store.bootstrap import open_engine
+    from joulestat.store.lease import NodeLease, NodeLeaseError, Writer
+    from joulestat.store.restart import load_checkpoint, load_running_jobs
+    from joulestat.store.writer import StoreWriter
 
     procfs_root = settings["procfs_root"]
     sensors = build_sensors(settings, time.monotonic(), detect_cloud(settings["sysfs_root"]))
@@ -121,7 +121,7 @@ def build_pipeline(settings: Mapping[str, Any], registry: JobRegistry, *,
                  job.name, job.id)
     metrics = None
     if with_metrics:
-        from agent.sinks.prometheus import NodeMetrics
+        from joulestat.outputs.prometheus import NodeMetrics
 
         metrics = NodeMetrics(node, sampler.sensor_errors_total,
                               device_state=device_state_of(sensors))
@@ -142,8 +142,8 @@ def build_pipeline(settings: Mapping[str, Any], registry: JobRegistry, *,
 
 def _open_spool(settings: Mapping[str, Any], node: str) -> Spool:
     """The node agent's spool (embedded runs have none: they flush as they end)."""
-    from agent.store.engine import data_dir
-    from agent.store.spool import Spool
+    from joulestat.store.engine import data_dir
+    from joulestat.store.spool import Spool
 
     directory = settings.get("spool_dir") or (
         data_dir() / "spool" / re.sub(r"[^A-Za-z0-9._-]", "_", node))

@@ -1,11 +1,11 @@
 """The agent process: the shared tick loop over the pipeline, plus the threads beside it.
 
 The schedule (start + k * interval, missed slots skipped, a final tick on stop) is
-:mod:`agent.tick_loop`'s, the same as embedded mode's; the daemon adds its per-tick
+:mod:`joulestat.runtime.tick_loop`'s, the same as embedded mode's; the daemon adds its per-tick
 extras as hooks: how long each tick's work took (``joulestat_agent_tick_seconds``) and,
 every minute, forgetting jobs ended longer ago than ``--job-retention``. Beside the
 loop: the Prometheus endpoint, the job API, and a store thread that flushes rows so a
-slow database delays rows, never ticks. The pipeline is built by :mod:`agent.assembly`.
+slow database delays rows, never ticks. The pipeline is built by :mod:`joulestat.runtime.assembly`.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.assembly import build_pipeline
-from agent.errors import ConfigError
-from agent.jobs.registry import JobRegistry
-from agent.pipeline import Pipeline
-from agent.sinks.health import AgentHealth
-from agent.sinks.prometheus import JobMetrics, NodeMetrics, make_registry, serve
-from agent.tick_loop import Every, TickHook, TickLoop
+from joulestat.attribution.registry import JobRegistry
+from joulestat.core.errors import ConfigError
+from joulestat.outputs.health import AgentHealth
+from joulestat.outputs.prometheus import JobMetrics, NodeMetrics, make_registry, serve
+from joulestat.runtime.assembly import build_pipeline
+from joulestat.runtime.pipeline import Pipeline
+from joulestat.runtime.tick_loop import Every, TickHook, TickLoop
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class Daemon:
     interval_s: float
     job_retention_s: float = 300.0
     stop: threading.Event = field(default_factory=threading.Event)
-    writer: Any = None  # agent.store.writer.StoreWriter
+    writer: Any = None  # joulestat.store.writer.StoreWriter
     node_metrics: NodeMetrics | None = None
 
     def run(self) -> None:
@@ -137,7 +137,7 @@ def _limit_malloc_arenas(arenas: int = 1) -> None:
 
 def _raise_open_file_limit(wanted: int = 8192) -> None:
     """Raise the soft RLIMIT_NOFILE toward the hard one: each HTTP port caps its open
-    connections at a quarter of it (agent/http_gate.py), and a 1,024 default halves
+    connections at a quarter of it (agent/api/gate.py), and a 1,024 default halves
     what a flood of idle connections may hold before the oldest are evicted."""
     import resource
 
@@ -151,7 +151,7 @@ def _raise_open_file_limit(wanted: int = 8192) -> None:
 
 
 def run_agent(settings: Mapping[str, Any]) -> int:
-    from agent.jobs.api import ApiServer
+    from joulestat.api.server import ApiServer
 
     _limit_malloc_arenas()
     _raise_open_file_limit()

@@ -1,17 +1,18 @@
 """Embedded mode: measure one job in-process when no agent runs on the node.
 
 ``joulestat run`` and the in-process client fall back to this. It builds the same
-:class:`agent.pipeline.Pipeline` as the daemon (:mod:`agent.assembly`: same sensors,
-attribution and store writer) and ticks it on a background thread with the same loop
-(:mod:`agent.tick_loop`), so a job measured here and one measured by an agent on the
-same trace get the same energy. Having no store thread, it flushes the writer from
+:class:`joulestat.runtime.pipeline.Pipeline` as the daemon
+(:mod:`joulestat.runtime.assembly`: same sensors, attribution and store writer) and
+ticks it on a background thread with the same loop (:mod:`joulestat.runtime.tick_loop`),
+so a job measured here and one measured by an agent on the same trace get the same
+energy. Having no store thread, it flushes the writer from
 that loop. It saves no crash checkpoint: that belongs to the node's agent. It lives at
-the top of the package, not in ``agent.jobs``, because it assembles a whole pipeline
+the top of the package, not in ``joulestat.attribution``, because it assembles a whole pipeline
 with its store.
 
 It also serves the job API on a loopback port of its own, with a random token, so the
 programs the job starts (``JOULESTAT_AGENT_URL``/``JOULESTAT_API_TOKEN``/
-``JOULESTAT_JOB_ID`` in their environment, see :mod:`agent.jobs.context`) count their
+``JOULESTAT_JOB_ID`` in their environment, see :mod:`joulestat.client.context`) count their
 units into this job instead of starting a second in-process measurement.
 """
 
@@ -24,7 +25,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from agent.jobs.registry import (
+from joulestat.attribution.registry import (
     Job,
     JobRegistry,
     validate_job_id,
@@ -33,7 +34,7 @@ from agent.jobs.registry import (
     validate_name,
     validate_pids,
 )
-from agent.tick_loop import Every, TickLoop
+from joulestat.runtime.tick_loop import Every, TickLoop
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ EMBEDDED_OPTIONS = (
 
 def embedded_settings(overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Settings from env and the TOML file (flags come in through ``overrides``)."""
-    from agent.config import resolve
+    from joulestat.runtime.settings import resolve
 
     settings = resolve(dict(overrides or {}), EMBEDDED_OPTIONS)
     settings.setdefault("discover", frozenset())
@@ -84,8 +85,8 @@ class EmbeddedJob:
         self.api_token = secrets.token_urlsafe(24)
 
     def start(self) -> EmbeddedJob:
-        from agent.assembly import build_pipeline
-        from agent.jobs.api import ApiServer
+        from joulestat.api.server import ApiServer
+        from joulestat.runtime.assembly import build_pipeline
 
         built = build_pipeline(self._settings, self._registry, with_metrics=False)
         self._pipeline, self._writer = built.pipeline, built.writer

@@ -2,9 +2,9 @@
 
 The daemon and embedded mode (``joulestat run`` with no agent, or the in-process
 client) both drive a :class:`Pipeline`, so a job measured either way is measured by
-the same code. Its outputs are a list of sinks (:mod:`agent.sinks.base`): the pipeline
+the same code. Its outputs are a list of sinks (:mod:`joulestat.outputs.sink`): the pipeline
 knows none by name, so what the daemon exports and what embedded mode stores differ
-only in the list :mod:`agent.assembly` builds.
+only in the list :mod:`joulestat.runtime.assembly` builds.
 
 The pipeline also carries the crash checkpoint: when it saves checkpoints and a sink
 stores ticks, every tick's record holds the sampler's and the accounting's counters,
@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.identity import NodeInfo
-from agent.jobs.accounting import JobAccounting, TickResult
-from agent.jobs.registry import JobRegistry
-from agent.sampler import Sampler
-from agent.sinks.base import Sink, TickRecord
-from agent.tick import Tick
+from joulestat.attribution.accounting import JobAccounting, TickResult
+from joulestat.attribution.registry import JobRegistry
+from joulestat.attribution.sampler import Sampler
+from joulestat.core.tick import Tick
+from joulestat.host.identity import NodeInfo
+from joulestat.outputs.sink import Sink, TickRecord
 
 log = logging.getLogger(__name__)
 

@@ -1,13 +1,13 @@
 """A sample store, written through the agent's own store API, to try the dashboard on.
 
-``python -m agent.sim.sample sqlite:////tmp/sample.db`` fills a store with a few hours
+``python -m joulestat.runtime.sample_store sqlite:////tmp/sample.db`` fills a store with a few hours
 of five simulated nodes (an A10G, an Inferentia2 and a CPU-only inference box, and a
 p4d trainer fed by a c5 loader as one multi-node job), so the pages can be seen and
 tested without hardware. The tests, the browser test, the benchmark and the
 screenshots in ``docs/screenshots`` all use it.
 
 Nothing here bypasses the agent's path: every tick goes through
-:func:`agent.attribution.attribute` and :class:`~agent.store.writer.StoreWriter`
+:func:`joulestat.attribution.shares.attribute` and :class:`~joulestat.store.writer.StoreWriter`
 (``add``, ``add_shares``, ``add_units``, ``save_job``, ``maintain``), so the sample
 exercises raw rows, minute rollups and pruning exactly as an agent would. The power
 and speed figures are illustrative round numbers, not measurements.
@@ -25,13 +25,13 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.engine import Engine
 
-from agent.attribution import DeviceUse, TickUsage, attribute
-from agent.identity import NodeInfo
-from agent.jobs.registry import Job
-from agent.sensors.base import ACCELERATOR_COMPONENT as ACCELERATOR
-from agent.sensors.base import DeviceInfo
-from agent.store.writer import StoreWriter
-from agent.tick import Tick, TickEntry
+from joulestat.attribution.registry import Job
+from joulestat.attribution.shares import DeviceUse, TickUsage, attribute
+from joulestat.core.tick import Tick, TickEntry
+from joulestat.devices.sensor import ACCELERATOR_COMPONENT as ACCELERATOR
+from joulestat.devices.sensor import DeviceInfo
+from joulestat.host.identity import NodeInfo
+from joulestat.store.writer import StoreWriter
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,10 +258,11 @@ def fill(engine: Engine, *, end_s: float | None = None, hours: float = 3.0, jobs
 
 
 def main(argv: list[str] | None = None) -> int:
-    from agent.store.engine import make_engine
-    from agent.store.migrate import upgrade
+    from joulestat.store.engine import make_engine
+    from joulestat.store.migrate import upgrade
 
-    parser = argparse.ArgumentParser(prog="python -m agent.sim.sample", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m joulestat.runtime.sample_store",
+                                     description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("db", help="SQLAlchemy URL of the store to fill (migrated first)")
     parser.add_argument("--hours", type=float, default=3.0)

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.errors import ConfigError  # still importable from here, as it always was
-from agent.setting_parsers import (
+from joulestat.core.errors import ConfigError  # still importable from here, as it always was
+from joulestat.core.setting_parsers import (
     number_in,
     one_of,
     optional_number_in,
@@ -80,7 +80,7 @@ class Option:
 
 
 def _discover(value: Any) -> frozenset[str]:
-    from agent.jobs.discovery import parse_discover_option
+    from joulestat.attribution.discovery import parse_discover_option
 
     if isinstance(value, list | tuple):
         value = ",".join(str(v) for v in value)
@@ -89,7 +89,7 @@ def _discover(value: Any) -> frozenset[str]:
 
 def _prices(value: Any) -> Any:
     """A ``--prices`` file, read and checked now (imported late, like ``_discover``)."""
-    from agent.carbon.prices import prices_option
+    from joulestat.carbon.prices import prices_option
 
     return prices_option(value)
 
@@ -265,5 +265,5 @@ def _warn_retired(env: Mapping[str, str], names: list[str]) -> None:
     for old, new in RETIRED_ENV.items():
         option = new.removeprefix(ENV_PREFIX).lower()
         if env.get(old) and option in names and not env.get(new):
-            logging.getLogger("agent.config").warning(
+            logging.getLogger("joulestat.runtime.settings").warning(
                 "%s is no longer read (it is %s now); ignoring %s=%s", old, new, old, env[old])

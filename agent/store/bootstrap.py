@@ -14,8 +14,8 @@ import time
 
 from sqlalchemy.engine import Engine
 
-from agent.errors import ConfigError
-from agent.redact import redact_text, redact_url
+from joulestat.core.errors import ConfigError
+from joulestat.core.redact import redact_text, redact_url
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +29,8 @@ def open_engine(url: str | None, setting: str = "--db", wait_s: float = 0.0) -> 
     """
     from sqlalchemy.exc import OperationalError
 
-    from agent.store.engine import StoreError, default_db_url, make_engine
-    from agent.store.migrate import is_at_head
+    from joulestat.store.engine import StoreError, default_db_url, make_engine
+    from joulestat.store.migrate import is_at_head
 
     url = url or default_db_url()
     try:
@@ -60,7 +60,7 @@ def open_engine(url: str | None, setting: str = "--db", wait_s: float = 0.0) -> 
         log.info("migrating the store at %s", shown)
         # The URL travels in the environment, not argv, so a password never shows in ps.
         result = subprocess.run(
-            [sys.executable, "-m", "agent", "db", "upgrade"],
+            [sys.executable, "-m", "joulestat", "db", "upgrade"],
             env={**os.environ, "JOULESTAT_DB": url}, capture_output=True, text=True,
         )
         if result.returncode != 0:

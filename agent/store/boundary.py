@@ -24,7 +24,7 @@ from typing import Any
 from sqlalchemy import BigInteger, CompoundSelect, Select, func, literal_column, or_, union_all
 from sqlalchemy.sql.elements import ColumnElement
 
-from agent.store.tables import MINUTE_MS, MINUTE_S, NODES
+from joulestat.store.tables import MINUTE_MS, MINUTE_S, NODES
 
 
 def ms(t_s: float) -> int:

@@ -18,11 +18,11 @@ from array import array
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from agent.store.tables import UNATTRIBUTED
+from joulestat.store.tables import UNATTRIBUTED
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from agent.attribution import Share
-    from agent.tick import Tick
+    from joulestat.attribution.shares import Share
+    from joulestat.core.tick import Tick
 
 # The kind of a row, first in its key:
 TICK = "tick"  # (TICK, "", component, device, source); energy in dynamic_j

@@ -22,7 +22,7 @@ from sqlalchemy import create_engine, event
 from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
-from agent.redact import redact_url
+from joulestat.core.redact import redact_url
 
 log = logging.getLogger(__name__)
 

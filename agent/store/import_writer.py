@@ -5,7 +5,7 @@ idle), when the node started and ended, and its units of work; a joulestat repor
 carries the node's profile, its energy per time bin and the units counted per bin.
 Each bin becomes one row per component spanning the bin (``t_start_ms`` to
 ``t_end_ms``) in ``job_energy`` and the same energy in ``tick_energy``, so
-:func:`~agent.store.jobs.list_jobs`, :func:`~agent.store.jobs.job_detail`,
+:func:`~joulestat.store.jobs.list_jobs`, :func:`~joulestat.store.jobs.job_detail`,
 the charts, the carbon layer and the reports see the job with its shape, and the
 conservation check still holds (job rows = node rows). A component without a series (a
 CodeCarbon run, a report made before series existed) is one row over the node's whole
@@ -27,7 +27,7 @@ Where a node name already exists with a prune boundary (a live node whose old ra
 rows have been rolled up), a row ending before the boundary goes to the minute tables
 instead (summed per minute), where queries look for rows that old; one ending at or
 before the node's totals boundary is added to the job totals too, which job lists read
-for that time (see :mod:`agent.store.rollup`).
+for that time (see :mod:`joulestat.store.rollup`).
 
 Everything of one call runs in the caller's single transaction
 (:func:`write_imported_jobs`), so a bad file imports nothing.
@@ -44,9 +44,9 @@ from typing import Any
 from sqlalchemy import and_, delete, exists, select, update
 from sqlalchemy.engine import Connection, Engine
 
-from agent.store.engine import dialect_insert
-from agent.store.job_writer import _status_update
-from agent.store.tables import (
+from joulestat.store.engine import dialect_insert
+from joulestat.store.job_writer import _status_update
+from joulestat.store.tables import (
     JOB_ENERGY,
     JOB_ENERGY_TOTALS,
     JOB_MINUTE_ENERGY,

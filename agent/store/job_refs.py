@@ -19,7 +19,7 @@ A name wins over an id prefix (a name is what the user chose to call the job); t
 resolution then lists the jobs whose ids the reference also starts with, so a command
 can say so. Nothing matching is an error that suggests close names (``difflib``).
 
-SQLAlchemy Core on :data:`~agent.store.tables.JOBS`, so it runs on SQLite and
+SQLAlchemy Core on :data:`~joulestat.store.tables.JOBS`, so it runs on SQLite and
 PostgreSQL alike; prefixes compare with ``substr`` (exact, case-sensitive on both),
 guarded by an escaped ``LIKE`` that an index can use.
 """
@@ -33,8 +33,8 @@ from typing import Any, Literal
 from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.engine import Connection, Engine
 
-from agent.store.jobs import JobRef, ref_columns, refs_of, started_text
-from agent.store.tables import JOBS
+from joulestat.store.jobs import JobRef, ref_columns, refs_of, started_text
+from joulestat.store.tables import JOBS
 
 MIN_PREFIX = 4  # characters; a shorter reference is an id or a name, never a prefix
 MAX_LISTED = 20  # candidates an ambiguity error lists before "and N more"

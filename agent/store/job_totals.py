@@ -3,18 +3,18 @@ on them.
 
 A job's energy per component and its unit counts are ``job_energy_totals`` and
 ``job_unit_totals`` (each node's settled past, one row per job, node and component or
-unit; see :mod:`agent.store.rollup`) plus the raw rows after that node's
-``nodes.totals_until_ms`` (:func:`agent.store.boundary.settled_until_ms`), in one
+unit; see :mod:`joulestat.store.rollup`) plus the raw rows after that node's
+``nodes.totals_until_ms`` (:func:`joulestat.store.boundary.settled_until_ms`), in one
 ``UNION ALL`` statement: one row per part for the past and a few minutes of raw rows for
 the present, whatever the retention. The unattributed ``''`` rows never count toward a
 job.
 
 :func:`job_totals` lists jobs with those totals (filters applied in SQL, no split by
 component), so the Jobs and Compare pages stay fast with tens of thousands of jobs;
-:func:`agent.store.jobs.job_detail` adds the split per component for one job.
+:func:`joulestat.store.jobs.job_detail` adds the split per component for one job.
 
 Core table clauses only: :func:`part_energy` and :func:`part_units` also run in the
-agent at start-up (:mod:`agent.store.restart`), within its memory budget.
+agent at start-up (:mod:`joulestat.store.restart`), within its memory budget.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from typing import Any
 from sqlalchemy import Select, and_, case, func, or_, select, union_all
 from sqlalchemy.engine import Connection, Engine
 
-from agent.carbon.held import Held
-from agent.sensors.base import ACCELERATOR_COMPONENT
-from agent.store.boundary import settled_until_ms
-from agent.store.model_split import ordinary_units
-from agent.store.tables import (
+from joulestat.carbon.held import Held
+from joulestat.devices.sensor import ACCELERATOR_COMPONENT
+from joulestat.store.boundary import settled_until_ms
+from joulestat.store.model_split import ordinary_units
+from joulestat.store.tables import (
     JOB_ENERGY,
     JOB_ENERGY_TOTALS,
     JOB_NODES,
@@ -129,7 +129,7 @@ def part_energy_j(connection: Connection, job_ids: Select[Any]
 
 def part_units(connection: Connection, job_ids: Select[Any] | None, node: str | None) -> Units:
     """Per (job, node, unit): the unit totals plus the raw counts after them; plain
-    units only (per-model keys are :mod:`agent.store.model_split`'s)."""
+    units only (per-model keys are :mod:`joulestat.store.model_split`'s)."""
     units, totals = JOB_UNITS.c, JOB_UNIT_TOTALS.c
     query = union_all(
         _recent_rows(JOB_UNITS, [units.unit], [func.sum(units.count)], job_ids, node)
@@ -227,9 +227,9 @@ class PartTotals(Held):
 class JobTotals(Held):
     """A job with its totals over all nodes, as the Jobs and Compare pages list it.
 
-    The totals of :class:`~agent.store.jobs.JobSummary` without the split by
+    The totals of :class:`~joulestat.store.jobs.JobSummary` without the split by
     component, which costs a sort of every energy row; the Job detail page reads that
-    split per job with :func:`~agent.store.jobs.job_detail`.
+    split per job with :func:`~joulestat.store.jobs.job_detail`.
     """
 
     id: str
@@ -249,7 +249,7 @@ class JobTotals(Held):
 def job_totals(engine: Engine, where: JobFilter = JobFilter()) -> list[JobTotals]:
     """Matching jobs with per-node parts, energy and units, by start time.
 
-    The same totals as :func:`~agent.store.jobs.list_jobs` (the same
+    The same totals as :func:`~joulestat.store.jobs.list_jobs` (the same
     :func:`part_energy_j` and :func:`part_units` reads: settled totals plus the raw
     rows after them), with the job ids chosen in SQL.
     """

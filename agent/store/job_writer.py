@@ -1,7 +1,7 @@
 """Job metadata and the agent's checkpoint on their way to the store.
 
-:class:`~agent.store.writer.StoreWriter` keeps a :class:`PendingJobs` next to its row
-buffer (ticks, shares, unit counts: :mod:`agent.store.buffer`) and writes both in one
+:class:`~joulestat.store.writer.StoreWriter` keeps a :class:`PendingJobs` next to its row
+buffer (ticks, shares, unit counts: :mod:`joulestat.store.buffer`) and writes both in one
 transaction (:func:`write_pending`), so a crash or a lost connection never leaves a
 half-written flush behind. Everything here is upserted, so a retried flush whose
 commit did reach the server changes nothing:
@@ -33,13 +33,13 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import case, exists, func, literal_column, select, update
 from sqlalchemy.engine import Connection
 
-from agent.store.tables import JOB_NODES, JOBS, NODE_CHECKPOINTS
+from joulestat.store.tables import JOB_NODES, JOBS, NODE_CHECKPOINTS
 
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from agent.identity import NodeInfo
-    from agent.jobs.registry import Job
+    from joulestat.attribution.registry import Job
+    from joulestat.host.identity import NodeInfo
 
 
 class PendingJobs:

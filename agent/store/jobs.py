@@ -3,16 +3,16 @@
 Three shapes of a job, each for what its readers need and no more:
 
 * :class:`JobRef`: who a job is (id, name, kind, status, start and end, instance
-  types): what resolving a reference (:mod:`agent.store.job_refs`), a picker or
+  types): what resolving a reference (:mod:`joulestat.store.job_refs`), a picker or
   ``joulestat compare``'s job list reads, without touching energy;
 * :class:`JobSummary` / :class:`JobDetail`: a job's energy per component and its units,
   over all nodes, and (detail) per node (:class:`JobNodePart`);
-* :class:`agent.store.job_totals.JobTotals`: the lists' totals without the split by
+* :class:`joulestat.store.job_totals.JobTotals`: the lists' totals without the split by
   component.
 
-Energy and units come from :mod:`agent.store.job_totals` (settled totals plus the raw
+Energy and units come from :mod:`joulestat.store.job_totals` (settled totals plus the raw
 rows after them). Every record with a start and an end inherits
-:class:`~agent.carbon.held.Held`: the one "ended, or now while running" rule.
+:class:`~joulestat.carbon.held.Held`: the one "ended, or now while running" rule.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from typing import Any
 from sqlalchemy import Select, func, or_, select
 from sqlalchemy.engine import Connection, Engine
 
-from agent.carbon.held import Held
-from agent.store.job_totals import by_component, by_unit, part_energy, part_units
-from agent.store.model_split import ordinary_units
-from agent.store.tables import JOB_NODES, JOB_UNITS, JOBS
+from joulestat.carbon.held import Held
+from joulestat.store.job_totals import by_component, by_unit, part_energy, part_units
+from joulestat.store.model_split import ordinary_units
+from joulestat.store.tables import JOB_NODES, JOB_UNITS, JOBS
 
 
 class UnknownJobError(KeyError):
@@ -79,7 +79,7 @@ def refs_of(connection: Connection, query: Select[Any]) -> list[JobRef]:
 
 def job_refs(engine: Engine, kind: str | None = None) -> list[JobRef]:
     """Jobs by start time (then id): all, or those of ``kind``. (Jobs a user named are
-    resolved by :func:`agent.store.job_refs.resolve_job`.)"""
+    resolved by :func:`joulestat.store.job_refs.resolve_job`.)"""
     query = ref_columns()
     if kind is not None:
         query = query.where(JOBS.c.kind == kind)

@@ -26,7 +26,7 @@ from pathlib import Path
 from sqlalchemy import select, update
 from sqlalchemy.engine import Connection
 
-from agent.store.tables import NODES
+from joulestat.store.tables import NODES
 
 log = logging.getLogger(__name__)
 

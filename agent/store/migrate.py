@@ -3,8 +3,8 @@
 The schema is created and changed only by the Alembic revisions in ``migrations/``
 (never ``create_all``), so every database, SQLite or PostgreSQL, old or new, reaches
 the same schema by the same steps. There is no ``alembic.ini``: :func:`alembic_config`
-builds the configuration, pointing at the ``migrations`` folder next to the ``agent``
-package (the project is installed editable, so that is the source tree).
+builds the configuration, pointing at the ``joulestat.migrations`` package (the
+repository's ``migrations/``, which the wheel carries).
 
 The agent must not pay for Alembic (about 10 MiB of RSS) just to ask whether the
 schema is current, so :func:`is_at_head` compares the ``alembic_version`` table with
@@ -12,7 +12,7 @@ schema is current, so :func:`is_at_head` compares the ``alembic_version`` table 
 
 Adding a revision (developers)::
 
-    python -c "from alembic import command; from agent.store.migrate import alembic_config;
+    python -c "from alembic import command; from joulestat.store.migrate import alembic_config;
     command.revision(alembic_config('sqlite:////tmp/dev.db'), message='jobs',
     rev_id='0002', autogenerate=True)"
 
@@ -21,6 +21,7 @@ then set :data:`HEAD_REVISION` to the new id.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,8 +30,7 @@ from sqlalchemy import inspect, text
 from sqlalchemy.engine import URL, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-import agent
-from agent.store.engine import StoreError, describe_error, make_engine, redact_url
+from joulestat.store.engine import StoreError, describe_error, make_engine, redact_url
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from alembic.config import Config
@@ -45,12 +45,16 @@ VERSION_TABLE = "alembic_version"
 
 
 def migrations_dir() -> Path:
-    """The ``migrations`` folder of the source tree; a clear error when it is missing."""
-    path = Path(agent.__file__).resolve().parents[1] / "migrations"
-    if not (path / "env.py").is_file():
+    """Where the Alembic scripts are: the ``joulestat.migrations`` package, which the
+    wheel carries (``migrations/`` of the source tree in an editable install); a clear
+    error when an install lost it."""
+    spec = importlib.util.find_spec("joulestat.migrations")
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    path = Path(locations[0]) if locations else None
+    if path is None or not (path / "env.py").is_file() or not (path / "versions").is_dir():
         raise StoreError(
-            f"Alembic migrations not found at {path}: joulestat must run from its source "
-            "tree (pip install -e .) so that migrations/ sits next to the agent package"
+            f"Alembic migrations not found (joulestat.migrations at {path}): this joulestat "
+            "install is incomplete; reinstall it (pip install --force-reinstall joulestat)"
         )
     return path
 

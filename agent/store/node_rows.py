@@ -1,5 +1,5 @@
 """The SQL of a node's writer: its node and device rows, and its batches of tick, share
-and unit rows. Kept apart from :mod:`agent.store.writer`, which decides when and what to
+and unit rows. Kept apart from :mod:`joulestat.store.writer`, which decides when and what to
 write (buffering, spool, lease, retries); this module only says how.
 """
 
@@ -12,10 +12,17 @@ from typing import Any
 from sqlalchemy import Table, select
 from sqlalchemy.engine import Connection, Engine
 
-from agent.identity import NodeInfo
-from agent.sensors.base import DeviceInfo
-from agent.store.buffer import SHARE_COLUMNS, TICK_COLUMNS, UNIT_COLUMNS, RowBuffer
-from agent.store.tables import JOB_ENERGY, JOB_UNITS, NODE_DEVICES, NODES, TICK_ENERGY, UNATTRIBUTED
+from joulestat.devices.sensor import DeviceInfo
+from joulestat.host.identity import NodeInfo
+from joulestat.store.buffer import SHARE_COLUMNS, TICK_COLUMNS, UNIT_COLUMNS, RowBuffer
+from joulestat.store.tables import (
+    JOB_ENERGY,
+    JOB_UNITS,
+    NODE_DEVICES,
+    NODES,
+    TICK_ENERGY,
+    UNATTRIBUTED,
+)
 
 # Column types for PostgreSQL's unnest() arrays, by SQLAlchemy type name.
 _PG_ARRAY_TYPES = {"BigInteger": "bigint", "Integer": "integer", "String": "text",

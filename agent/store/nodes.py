@@ -1,9 +1,9 @@
 """Reads about nodes: which nodes there are, their devices, their energy and coverage.
 
 Every energy figure combines raw ticks and minute rollups by the rule of
-:mod:`agent.store.boundary` (raw rows after the node's prune boundary, rollups up to it,
+:mod:`joulestat.store.boundary` (raw rows after the node's prune boundary, rollups up to it,
 in one statement), so it is consistent even while the agent's
-:meth:`~agent.store.writer.StoreWriter.maintain` prunes in between, and windows on whole
+:meth:`~joulestat.store.writer.StoreWriter.maintain` prunes in between, and windows on whole
 minutes give the same totals before and after pruning.
 """
 
@@ -17,15 +17,15 @@ from typing import Any
 from sqlalchemy import and_, func, literal_column, select
 from sqlalchemy.engine import Engine
 
-from agent.sensors.base import ACCELERATOR_COMPONENT, DeviceInfo
-from agent.store.boundary import (
+from joulestat.devices.sensor import ACCELERATOR_COMPONENT, DeviceInfo
+from joulestat.store.boundary import (
     ends_within,
     minute_end_ms,
     minute_ends_within,
     ms,
     raw_and_rolled,
 )
-from agent.store.tables import (
+from joulestat.store.tables import (
     JOB_ENERGY,
     JOB_MINUTE_ENERGY,
     MINUTE_ENERGY,

@@ -1,6 +1,6 @@
 """What the store writer does while the database does not take its writes.
 
-Split from :mod:`agent.store.writer`, which decides when to write; this module keeps
+Split from :mod:`joulestat.store.writer`, which decides when to write; this module keeps
 the outage's state and policy in one place: how many writes failed in a row and how
 long to wait before the next (doubling, up to a minute), where a refused batch waits
 (the spool when the agent has one, so a restart keeps it; else back at the front of
@@ -18,16 +18,16 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from agent.store.buffer import RowBuffer
-from agent.store.engine import describe_error
-from agent.store.job_writer import PendingJobs
-from agent.store.row_queue import RowQueue
-from agent.store.spool import Spool
+from joulestat.store.buffer import RowBuffer
+from joulestat.store.engine import describe_error
+from joulestat.store.job_writer import PendingJobs
+from joulestat.store.row_queue import RowQueue
+from joulestat.store.spool import Spool
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from agent.jobs.registry import Job
+    from joulestat.attribution.registry import Job
 
-log = logging.getLogger("agent.store.writer")  # operators filter the writer's one name
+log = logging.getLogger("joulestat.store.writer")  # operators filter the writer's one name
 
 MAX_RETRY_DELAY_S = 60.0
 WARN_EVERY_S = 60.0

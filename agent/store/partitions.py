@@ -4,10 +4,10 @@ On PostgreSQL ``tick_energy`` and ``job_energy`` are ``PARTITION BY RANGE (t_end
 (migration 0005): one partition per UTC day, ``<table>_pYYYYMMDD`` holding the rows with
 ``t_end_ms`` in ``[day, day + 1)`` (epoch milliseconds), plus ``<table>_default`` for
 rows no day partition covers; all of them in the schema :data:`PARTITION_SCHEMA`.
-SQLite has none of this: there retention deletes rows (:mod:`agent.store.rollup`).
+SQLite has none of this: there retention deletes rows (:mod:`joulestat.store.rollup`).
 
 Raw rows ending at or before their node's ``raw_pruned_until_ms`` are invisible to
-every read (:mod:`agent.store.boundary`), so on PostgreSQL pruning only moves that
+every read (:mod:`joulestat.store.boundary`), so on PostgreSQL pruning only moves that
 boundary and the rows stay until their whole day goes:
 
 * :func:`ensure_partitions` makes today's partition and the next :data:`DAYS_AHEAD`
@@ -21,7 +21,7 @@ boundary and the rows stay until their whole day goes:
   a node whose boundary is still NULL does where it has rows). A node that stopped
   writing keeps its last raw rows, and so the partitions holding them; the other
   nodes' rows there are then deleted row by row once :data:`OVERDUE_MS` late
-  (:func:`agent.store.rollup.prune`), so such a partition shrinks to those rows.
+  (:func:`joulestat.store.rollup.prune`), so such a partition shrinks to those rows.
 * :class:`PartitionKeeper` is what a writer calls: at its start and after each
   maintain pass. It costs no SQL while the partitions it knows of cover the days ahead
   (bar an hourly look for its node's rows in DEFAULT); it looks for droppable
@@ -47,8 +47,8 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.sql.expression import TableClause
 
-from agent.store.engine import describe_error
-from agent.store.tables import JOB_ENERGY, TICK_ENERGY
+from joulestat.store.engine import describe_error
+from joulestat.store.tables import JOB_ENERGY, TICK_ENERGY
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ PARTITIONED_TABLES = (TICK_ENERGY.name, JOB_ENERGY.name)
 DAY_MS = 86_400_000
 DAYS_AHEAD = 3
 # A node's raw rows still stored this long after its boundary passed them sit in a day
-# partition some other node holds back; pruning then deletes them (agent.store.rollup).
+# partition some other node holds back; pruning then deletes them (joulestat.store.rollup).
 # A day, since a row may be a day older than its partition's end, plus 6 hours in which
 # the partition would normally have been dropped.
 OVERDUE_MS = DAY_MS + 6 * 3600 * 1000

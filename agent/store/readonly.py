@@ -20,7 +20,7 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import QueuePool
 
-from agent.store.engine import SUPPORTED_DIALECTS, StoreError, redact_url
+from joulestat.store.engine import SUPPORTED_DIALECTS, StoreError, redact_url
 
 log = logging.getLogger(__name__)
 

@@ -1,10 +1,10 @@
 """What the agent reads back when it starts: its running jobs and its last checkpoint.
 
 A module of its own so that the agent's path stays light: it imports Core table clauses
-and :mod:`agent.store.job_totals` only (no ORM, no Alembic, none of the dashboard's or
+and :mod:`joulestat.store.job_totals` only (no ORM, no Alembic, none of the dashboard's or
 reports' reads), and runs within the agent's memory budget
 (``test_agent_path_imports_neither_alembic_nor_the_orm``). Both reads raise
-:class:`~agent.store.engine.StoreError` when the store cannot be read, so a restart can
+:class:`~joulestat.store.engine.StoreError` when the store cannot be read, so a restart can
 tell "nothing saved" from "store away".
 """
 
@@ -18,10 +18,10 @@ from sqlalchemy import select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from agent.jobs.registry import Job
-from agent.store.engine import StoreError, describe_error, redact_url
-from agent.store.job_totals import by_component, by_unit, part_energy, part_units
-from agent.store.tables import JOB_NODES, JOBS, NODE_CHECKPOINTS
+from joulestat.attribution.registry import Job
+from joulestat.store.engine import StoreError, describe_error, redact_url
+from joulestat.store.job_totals import by_component, by_unit, part_energy, part_units
+from joulestat.store.tables import JOB_NODES, JOBS, NODE_CHECKPOINTS
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def load_running_jobs(engine: Engine, node: str) -> list[Job]:
 
     Energy and units are what ``node`` recorded (a :class:`Job` holds this node's
     view); pids and start are this node's too. Raises
-    :class:`~agent.store.engine.StoreError` when the store cannot be read.
+    :class:`~joulestat.store.engine.StoreError` when the store cannot be read.
     """
     jobs, parts = JOBS.c, JOB_NODES.c
     query = (
@@ -72,7 +72,7 @@ def load_running_jobs(engine: Engine, node: str) -> list[Job]:
 def load_checkpoint(engine: Engine, node: str) -> Checkpoint | None:
     """The checkpoint ``node`` saved last, or None (never saved, or unreadable state).
 
-    Raises :class:`~agent.store.engine.StoreError` when the database cannot be read,
+    Raises :class:`~joulestat.store.engine.StoreError` when the database cannot be read,
     so a restart can tell "no checkpoint" from "store away".
     """
     query = select(NODE_CHECKPOINTS.c.saved_s, NODE_CHECKPOINTS.c.boot_id,

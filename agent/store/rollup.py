@@ -1,6 +1,6 @@
 """Minute rollups and raw-row retention, for node ticks and job shares alike.
 
-Both follow one rule (see :mod:`agent.store.tables`): the minute ``m`` holds the rows
+Both follow one rule (see :mod:`joulestat.store.tables`): the minute ``m`` holds the rows
 ending in ``(m, m + 60]``, and ``nodes.raw_pruned_until_ms`` is the one boundary
 before which only rollups remain. Ticks and job shares are pruned in the same
 transaction at the same boundary, so queries pick rollups or raw rows for both by
@@ -20,14 +20,14 @@ maintaining and refuses rows ending at or before the boundary afterwards (only a
 clock stepped back produces them), so a row is either in the totals or after the
 boundary, never both or neither.
 
-On PostgreSQL the raw tables are partitioned by day (:mod:`agent.store.partitions`):
+On PostgreSQL the raw tables are partitioned by day (:mod:`joulestat.store.partitions`):
 pruning there rolls up and moves the boundary like everywhere, but leaves the raw rows
 behind it (no read counts them) to go with their day's partition; it deletes only rows
 in the DEFAULT partition, which is never dropped, and rows still stored
-:data:`~agent.store.partitions.OVERDUE_MS` after the boundary passed them (a partition
+:data:`~joulestat.store.partitions.OVERDUE_MS` after the boundary passed them (a partition
 some other node holds back). SQLite deletes at the boundary, as always.
 
-Called by :meth:`agent.store.writer.StoreWriter.maintain` inside one transaction.
+Called by :meth:`joulestat.store.writer.StoreWriter.maintain` inside one transaction.
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
-from agent.store.partitions import OVERDUE_MS, default_partition
-from agent.store.tables import (
+from joulestat.store.partitions import OVERDUE_MS, default_partition
+from joulestat.store.tables import (
     JOB_ENERGY,
     JOB_ENERGY_TOTALS,
     JOB_MINUTE_ENERGY,
@@ -303,7 +303,7 @@ def _delete_partitioned(connection: Connection, table: Any, node: str,
     """The raw rows of ``node`` no partition drop will take, now behind the boundary:
     those in the DEFAULT partition (never dropped), and those the boundary passed
     :data:`OVERDUE_MS` ago, whose day partition some other node still holds (see
-    :func:`agent.store.partitions.drop_settled_partitions`). Both are index range
+    :func:`joulestat.store.partitions.drop_settled_partitions`). Both are index range
     scans; the second touches only the partitions of that slice of time."""
     default = default_partition(table.name)
     deleted = connection.execute(delete(default).where(

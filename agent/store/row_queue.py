@@ -2,7 +2,7 @@
 
 The tick loop adds to it (no SQL, a few microseconds a tick); the store thread takes
 everything at once and puts back what the store refused. Split from
-:mod:`agent.store.writer`, which decides when and where that goes (store, spool,
+:mod:`joulestat.store.writer`, which decides when and where that goes (store, spool,
 retries). The bound lives here: over ``max_rows`` the job shares of the oldest ticks
 are folded into their unattributed rows first (who used the energy is lost, how much
 is not), and only a queue of node ticks alone drops its oldest ticks, each time with
@@ -16,16 +16,16 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from agent.identity import NodeInfo
-from agent.store.buffer import RowBuffer
-from agent.store.job_writer import PendingJobs
+from joulestat.host.identity import NodeInfo
+from joulestat.store.buffer import RowBuffer
+from joulestat.store.job_writer import PendingJobs
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from agent.jobs.accounting import TickResult
-    from agent.jobs.registry import Job
-    from agent.tick import Tick
+    from joulestat.attribution.accounting import TickResult
+    from joulestat.attribution.registry import Job
+    from joulestat.core.tick import Tick
 
-log = logging.getLogger("agent.store.writer")  # operators filter the writer's one name
+log = logging.getLogger("joulestat.store.writer")  # operators filter the writer's one name
 
 
 class RowQueue:

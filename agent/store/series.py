@@ -1,7 +1,7 @@
 """Reads of energy and units over time: a job's or a node's rows, and chart series.
 
 Every read takes raw rows after each node's prune boundary and minute rollups up to it
-(:mod:`agent.store.boundary`), so a chart, a report's series and the totals never
+(:mod:`joulestat.store.boundary`), so a chart, a report's series and the totals never
 disagree about which rows count.
 
 Charts: a week of 1 s ticks is 600,000 rows a component and a chart needs a few hundred
@@ -26,7 +26,7 @@ from typing import Any
 from sqlalchemy import BigInteger, case, func, literal_column, select
 from sqlalchemy.engine import Engine
 
-from agent.store.boundary import (
+from joulestat.store.boundary import (
     ends_within,
     minute_end_ms,
     minute_ends_within,
@@ -34,8 +34,8 @@ from agent.store.boundary import (
     raw_and_rolled,
     rolled_side,
 )
-from agent.store.model_split import ordinary_units
-from agent.store.tables import (
+from joulestat.store.model_split import ordinary_units
+from joulestat.store.tables import (
     JOB_ENERGY,
     JOB_MINUTE_ENERGY,
     JOB_NODES,

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.sensors.base import current_component
-from agent.store.buffer import SHARE, TICK, Key, RowBuffer
-from agent.store.job_writer import PendingJobs
+from joulestat.devices.sensor import current_component
+from joulestat.store.buffer import SHARE, TICK, Key, RowBuffer
+from joulestat.store.job_writer import PendingJobs
 
 log = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ from sqlalchemy import (
     Table,
 )
 
-# Job ids are at most 128 characters (agent.jobs.registry.JOB_ID_RE).
+# Job ids are at most 128 characters (joulestat.attribution.registry.JOB_ID_RE).
 JOB_ID_LENGTH = 128
 # job_energy.job_id of the share no job received (system, idle under `exclude`).
 UNATTRIBUTED = ""

@@ -2,25 +2,25 @@
 
 Costs on the agent's hot path: :meth:`StoreWriter.add` and :meth:`~StoreWriter.add_shares`
 append a tick's numbers and its job shares to parallel ``array`` columns (about 36
-bytes a row, no SQL, no dicts; see :mod:`agent.store.buffer`); every
+bytes a row, no SQL, no dicts; see :mod:`joulestat.store.buffer`); every
 ``flush_interval_s`` everything buffered goes to the database in ONE transaction:
 tick rows and job shares as executemany ``INSERT … ON CONFLICT DO NOTHING`` (keyed on
 ``(node, t_end_ms, component, device)``, plus ``job_id`` for shares), job metadata,
-unit counts and the checkpoint as upserts (:mod:`agent.store.job_writer`). A tick
+unit counts and the checkpoint as upserts (:mod:`joulestat.store.job_writer`). A tick
 written twice (a retried batch whose commit did reach the server) is stored once, and
 a crash never leaves job rows without their tick.
 
 When the database is unreachable or locked the batch goes to the spool
-(:mod:`agent.store.spool`), else back to the front of the memory queue
-(:mod:`agent.store.row_queue`, bounded, folding job detail before it drops a tick), and
-is retried with backoff (up to a minute); :mod:`agent.store.outage` holds that policy.
+(:mod:`joulestat.store.spool`), else back to the front of the memory queue
+(:mod:`joulestat.store.row_queue`, bounded, folding job detail before it drops a tick), and
+is retried with backoff (up to a minute); :mod:`joulestat.store.outage` holds that policy.
 Nothing recorded is lost silently.
 
-The writer is a sink of the pipeline (:mod:`agent.sinks.base`): it stores ticks, so it
+The writer is a sink of the pipeline (:mod:`joulestat.outputs.sink`): it stores ticks, so it
 receives each tick's checkpoint and makes finished jobs final once stored.
 
 :meth:`StoreWriter.maintain` rolls raw rows up into minutes, adds settled rows to the
-job totals and prunes raw rows past the retention (:mod:`agent.store.rollup`); rows
+job totals and prunes raw rows past the retention (:mod:`joulestat.store.rollup`); rows
 ending at or before the totals boundary (a clock stepped back) are dropped with an
 error, never half counted.
 
@@ -40,31 +40,31 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from agent.identity import NodeInfo
-from agent.sensors.base import DeviceInfo
-from agent.store.buffer import (
+from joulestat.core.tick import Tick
+from joulestat.devices.sensor import DeviceInfo
+from joulestat.host.identity import NodeInfo
+from joulestat.store.buffer import (
     RowBuffer,
 )
-from agent.store.engine import describe_error, dialect_insert, redact_url
-from agent.store.job_writer import PendingJobs, write_pending
-from agent.store.lease import NodeLease
-from agent.store.node_rows import insert_rows, insert_statements, upsert_node
-from agent.store.outage import Outage
-from agent.store.partitions import PartitionKeeper
-from agent.store.rollup import MaintainResult, maintain_node
-from agent.store.row_queue import RowQueue
-from agent.store.spool import Spool
-from agent.store.tables import (
+from joulestat.store.engine import describe_error, dialect_insert, redact_url
+from joulestat.store.job_writer import PendingJobs, write_pending
+from joulestat.store.lease import NodeLease
+from joulestat.store.node_rows import insert_rows, insert_statements, upsert_node
+from joulestat.store.outage import Outage
+from joulestat.store.partitions import PartitionKeeper
+from joulestat.store.rollup import MaintainResult, maintain_node
+from joulestat.store.row_queue import RowQueue
+from joulestat.store.spool import Spool
+from joulestat.store.tables import (
     CORE_TABLES,
     MINUTE_MS,
 )
-from agent.tick import Tick
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from agent.attribution import Share
-    from agent.jobs.accounting import TickResult
-    from agent.jobs.registry import Job
-    from agent.sinks.base import TickRecord
+    from joulestat.attribution.accounting import TickResult
+    from joulestat.attribution.registry import Job
+    from joulestat.attribution.shares import Share
+    from joulestat.outputs.sink import TickRecord
 
 __all__ = ["CORE_TABLES", "MaintainResult", "StoreWriter"]
 
@@ -89,7 +89,7 @@ class StoreWriter:
     :meth:`close` at exit. Only flush and maintain do SQL.
     """
 
-    stores_ticks = True  # agent.sinks.base: checkpoints come with the ticks
+    stores_ticks = True  # joulestat.outputs.sink: checkpoints come with the ticks
 
     def __init__(
         self,
@@ -174,7 +174,7 @@ class StoreWriter:
     # -- hot path ---------------------------------------------------------------------
 
     def on_tick(self, record: TickRecord) -> None:
-        """The pipeline's sink call (:mod:`agent.sinks.base`): :meth:`record` the tick."""
+        """The pipeline's sink call (:mod:`joulestat.outputs.sink`): :meth:`record` the tick."""
         self.record(record.tick, record.result, record.checkpoint)
 
     def record(self, tick: Tick, result: TickResult | None,
@@ -198,7 +198,8 @@ class StoreWriter:
         self._report_bad_entries()
 
     def add_shares(self, tick: Tick, shares: list[Share]) -> None:
-        """Buffer the attribution of ``tick`` (from :func:`agent.attribution.attribute`)."""
+        """Buffer the attribution of ``tick``
+        (from :func:`joulestat.attribution.shares.attribute`)."""
         self.queue.add(lambda rows: rows.append_shares(tick, shares))
         self._report_bad_entries()
 
@@ -353,7 +354,7 @@ class StoreWriter:
         """Everything of one flush, in the caller's transaction: (rows written, stale)."""
         node, floor_ms = self.node.node, self._settled_until_ms
         # Job metadata first: on PostgreSQL the jobs upsert takes the row locks that
-        # order concurrent agents (see agent.store.job_writer).
+        # order concurrent agents (see joulestat.store.job_writer).
         write_pending(connection, self._insert, pending, node)
         if self.lease is not None:
             self.lease.keep(connection, time.time())

@@ -1,10 +1,10 @@
 """Compare: energy, CO2e and cost per unit of work across instance types, label values
 or hand-picked jobs.
 
-The figures and sentences are ``joulestat compare``'s: :func:`dashboard.state.compare`
-runs :func:`agent.reports.compare.compare` on the same figures the command loads, a new
-baseline or SLA is :func:`~agent.reports.compare.rebase` of its rows, and the deltas
-are :func:`~agent.reports.compare_words.headline`. So throughput is units per
+The figures and sentences are ``joulestat compare``'s: :func:`joulestat.dashboard.state.compare`
+runs :func:`joulestat.reports.compare.compare` on the same figures the command loads, a new
+baseline or SLA is :func:`~joulestat.reports.compare.rebase` of its rows, and the deltas
+are :func:`~joulestat.reports.compare_words.headline`. So throughput is units per
 instance-hour (a two-node setup is charged both nodes), a group pools its jobs (sum of
 units over sum of instance-hours), CO2e is operational with embodied apart, and an
 unknown price stays unknown. Rows of one job name are told apart by the labels that
@@ -23,10 +23,10 @@ import math
 import pandas as pd
 import streamlit as st
 
-from agent import units
-from agent.reports.compare_groups import LABEL_BY, SETUP_SEPARATOR
-from agent.reports.compare_words import headline, plural
-from dashboard import charts, comparison, costing, fmt, state, ui
+from joulestat.core import units
+from joulestat.dashboard import charts, comparison, costing, fmt, state, ui
+from joulestat.reports.compare_groups import LABEL_BY, SETUP_SEPARATOR
+from joulestat.reports.compare_words import headline, plural
 
 MAX_PICK = 500
 MODES = {"instance_type": "by instance type", "label": "by label", "model": "by model",
@@ -38,7 +38,7 @@ units_by_kind = state.units_by_kind(url)
 if not units_by_kind:
     st.info("No job has counted units of work yet, so there is nothing per unit to compare. "
             "Count them from your code with `job.count('request', n)` "
-            "(`from agent.client import track`) or `POST /v1/jobs/{id}/units` (docs/jobs.md).")
+            "(`from joulestat import track`) or `POST /v1/jobs/{id}/units` (docs/jobs.md).")
     st.stop()
 
 # The URL seeds the widgets when the page opens; the widgets then write it back. Every

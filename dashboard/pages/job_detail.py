@@ -2,14 +2,14 @@
 
 The job comes from the ``job`` query parameter (the Jobs page links here with it, and
 the URL can be shared; an id, a unique id prefix or a name, read as every command reads
-a job: :func:`agent.store.job_refs.resolve_job`) or the picker ("name · started ·
+a job: :func:`joulestat.store.job_refs.resolve_job`) or the picker ("name · started ·
 instance type"). Power is the job's attributed power: its dynamic share plus its share
 of idle, per component, from the same rows the totals sum, so the area under the curve
 is the energy in the header; each bucket's power is the average of the rows that ended
 in it, so a steady job draws a flat line to its end. CO2e is operational, embodied
 apart; an imported CodeCarbon run shows CodeCarbon's own figure beside it. Each
 component's badge says measured, estimated or not stated, by the one rule of
-:mod:`agent.reports.sources`.
+:mod:`joulestat.reports.sources`.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from dataclasses import asdict
 import pandas as pd
 import streamlit as st
 
-from agent import units
-from agent.redact import redact_labels
-from agent.reports.external import comparison_note, external_figures, shown_labels
-from agent.reports.sources import WHY, sources_class
-from dashboard import analysis, charts, costing, downloads, fmt, state, ui
+from joulestat.core import units
+from joulestat.core.redact import redact_labels
+from joulestat.dashboard import analysis, charts, costing, downloads, fmt, state, ui
+from joulestat.reports.external import comparison_note, external_figures, shown_labels
+from joulestat.reports.sources import WHY, sources_class
 
 BADGE_COLORS = {"measured": "green", "estimated": "orange", "unstated": "red",
                 "replay": "gray", "mixed": "violet"}
@@ -254,7 +254,7 @@ else:
               "methodology": costing.METHODOLOGY}
     buttons.download_button("Job (JSON)", json.dumps(record, indent=1, default=str),
                             file_name=f"{job.id}.json", mime="application/json")
-    st.caption("CSV, HTML and PDF reports need `agent.reports`, which this installation "
+    st.caption("CSV, HTML and PDF reports need `joulestat.reports`, which this installation "
                "lacks; the JSON holds every figure shown here.")
 series_csv = pd.DataFrame([{"bucket_end_s": p.bucket_end_s, "node": p.node,
                             "component": p.component, "dynamic_j": p.dynamic_j,

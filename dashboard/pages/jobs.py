@@ -2,12 +2,12 @@
 
 Figures are each job's attributed energy (dynamic plus its share of idle, all nodes),
 its operational CO2e with embodied apart (one definition of CO2e on every page:
-:class:`dashboard.analysis.JobCost`) and cost (list price × hours its nodes were held),
-from :mod:`agent.carbon` through :mod:`dashboard.costing`. The name comes first, then
+:class:`joulestat.dashboard.analysis.JobCost`) and cost (list price × hours its nodes were held),
+from :mod:`joulestat.carbon` through :mod:`joulestat.dashboard.costing`. The name comes first, then
 how its energy was obtained (``estimated (model: ccf-vcpu)``), then the figures a reader
 compares, and the id last, short: at a laptop's width the columns past the eighth are
 off screen, so what decides how far to trust a row must never be there. Each figure is
-text from :mod:`agent.units` (``2.05 mJ``), so "Sort by" sorts by the numbers behind it.
+text from :mod:`joulestat.core.units` (``2.05 mJ``), so "Sort by" sorts by the numbers behind it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import analysis, fmt, state, ui
+from joulestat.dashboard import analysis, fmt, state, ui
 
 ANY = "any"
 SORTS = {"Energy": "_energy_j", "CO2e": "_co2e_g", "Cost": "_cost_usd",

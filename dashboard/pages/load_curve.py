@@ -10,7 +10,7 @@ concurrency 1 is not a load level), so one stray run cannot make a point. Latenc
 labels the load test set (``p50_ms``, ``p99_ms``) are columns beside the energy, so the
 cost of a level and what its users waited are read on one row. Grouped by model, a
 multi-model server's jobs give a line per model, each with its share of the energy by
-busy time (:mod:`dashboard.load_table`). A line whose energy is not all read from a
+busy time (:mod:`joulestat.dashboard.load_table`). A line whose energy is not all read from a
 counter is dashed and says so in the legend ("c6i.2xlarge (estimated)"), and the table
 says from what, right after the line's name: a modelled curve beside measured ones must
 not read as their equal.
@@ -24,15 +24,15 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from agent import units
-from agent.redact import redact_labels
-from agent.reports.sources import ESTIMATED, MEASURED, MIXED, REPLAY, UNSTATED, sources_class
-from dashboard import analysis, charts, fmt, load_table, state, ui
+from joulestat.core import units
+from joulestat.core.redact import redact_labels
+from joulestat.dashboard import analysis, charts, fmt, load_table, state, ui
+from joulestat.reports.sources import ESTIMATED, MEASURED, MIXED, REPLAY, UNSTATED, sources_class
 
 HOW = ("```sh\nfor c in 1 2 4 8 16 32; do\n  joulestat run --name bert-serve --kind "
        "inference --label concurrency=$c -- python load_test.py --concurrency $c\ndone\n```"
        "\n\nand count requests in the server with `job.count('request', n)` "
-       "(`from agent.client import track`); a server of several models counts them with "
+       "(`from joulestat.client.track import track`); a server of several models counts them with "
        "`job.serving(model)`.")
 GROUPINGS = {load_table.BY_SETUP: "setup", load_table.BY_MODEL: "model"}
 # A line's legend label after its name, by how its energy was obtained.

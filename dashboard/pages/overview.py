@@ -5,7 +5,7 @@ so they answer "what did the fleet cost", not "what did the jobs cost" (see Jobs
 CO2e is operational (energy × PUE × grid intensity of each node's region), known
 whenever the energy is; embodied emissions are shown apart, never folded in. Cost is
 the hourly price × hours each node reported. The measured share counts only energy
-read from a hardware counter (:mod:`agent.reports.sources`): an imported estimate or a
+read from a hardware counter (:mod:`joulestat.reports.sources`): an imported estimate or a
 CodeCarbon CSV that does not say how it measured is not "measured". Nodes that exist
 only through ``joulestat import`` hold exported snapshots: they are marked imported,
 never "reporting", and have no "power now". A node reports while its ticks do: one whose
@@ -22,9 +22,9 @@ from collections.abc import Callable
 import pandas as pd
 import streamlit as st
 
-from agent import units
-from agent.reports.sources import CLASSES, MEASURED
-from dashboard import analysis, charts, costing, fmt, state, ui
+from joulestat.core import units
+from joulestat.dashboard import analysis, charts, costing, fmt, state, ui
+from joulestat.reports.sources import CLASSES, MEASURED
 
 STALE_S = 300.0  # a few flushes of the agent, and its maintenance pass, without a tick
 LOOKBACK_S = 86400.0  # how far back a silent node's last tick is looked for

@@ -13,7 +13,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.host.proctree import CLOCK_TICKS_PER_S
+from joulestat.host.proctree import CLOCK_TICKS_PER_S
 
 HZ = CLOCK_TICKS_PER_S
 

@@ -149,7 +149,7 @@ def serve(url: str) -> Iterator[str]:
     """``joulestat dashboard`` on ``url`` and a free port; yields its base URL."""
     port = free_port()
     script = Path(sys.executable).with_name("joulestat")
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "agent"]
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "joulestat"]
     process = subprocess.Popen([*command, "dashboard", "--db", url, "--port", str(port)],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                start_new_session=True)

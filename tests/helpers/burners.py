@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from agent.store.engine import make_engine
-from agent.store.nodes import unattributed_check
+from joulestat.store.engine import make_engine
+from joulestat.store.nodes import unattributed_check
 from tests.helpers.agent_process import JOULESTAT, start_run, stored_jobs, summary_of, wait_for
 
 BURN_FULL = "import time\ne = time.time() + {s}\nwhile time.time() < e: pass"

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from agent.sensors.base import Reading
-from agent.sensors.model import CpuModelSensor
-from agent.sensors.nvidia import NvidiaSensor, open_nvidia
-from agent.sensors.power_model import METHOD_CCF_VCPU, build_cpu_model
-from agent.sensors.rapl import RaplSensor, open_rapl
+from joulestat.devices.estimators import CpuModelSensor
+from joulestat.devices.nvidia import NvidiaSensor, open_nvidia
+from joulestat.devices.power_model import METHOD_CCF_VCPU, build_cpu_model
+from joulestat.devices.rapl import RaplSensor, open_rapl
+from joulestat.devices.sensor import Reading
 from tests.fakes.nvml import FakeGpu, FakeNvml
 from tests.fakes.powercap import FakePowercap
 from tests.fakes.proc_stat import FakeProc

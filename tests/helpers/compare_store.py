@@ -10,15 +10,16 @@ from __future__ import annotations
 
 from sqlalchemy.engine import Engine
 
-from agent.attribution import Share
-from agent.carbon.catalog import lookup
-from agent.carbon.footprint import CarbonSettings
-from agent.identity import NodeInfo
-from agent.jobs.registry import Job
-from agent.sensors.base import DeviceInfo
-from agent.store import make_engine, migrate
-from agent.store.writer import StoreWriter
-from agent.tick import Tick, TickEntry
+from joulestat.attribution.registry import Job
+from joulestat.attribution.shares import Share
+from joulestat.carbon.catalog import lookup
+from joulestat.carbon.footprint import CarbonSettings
+from joulestat.core.tick import Tick, TickEntry
+from joulestat.devices.sensor import DeviceInfo
+from joulestat.host.identity import NodeInfo
+from joulestat.store import migrate
+from joulestat.store.engine import make_engine
+from joulestat.store.writer import StoreWriter
 from tests.helpers.agent_process import run_cli
 
 T0 = 1_700_000_040.0

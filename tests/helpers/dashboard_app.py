@@ -9,8 +9,9 @@ import pytest
 from sqlalchemy.engine import Engine
 from streamlit.testing.v1 import AppTest
 
-from agent.sim import sample
-from agent.store import make_engine, migrate
+from joulestat.runtime import sample_store as sample
+from joulestat.store import migrate
+from joulestat.store.engine import make_engine
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
 PAGES = ("pages/overview.py", "pages/jobs.py", "pages/job_detail.py", "pages/compare.py",
@@ -33,7 +34,7 @@ def run_page(url: str, page: str, monkeypatch: pytest.MonkeyPatch, **query: str)
 
 
 def sample_store(folder: Path) -> tuple[str, Engine]:
-    """A migrated SQLite store in ``folder`` holding the sample data (agent/sim), ended a
+    """A migrated SQLite store in ``folder`` holding the sample data (joulestat.runtime.sample_store), ended a
     minute ago so every "up to now" window holds all of it: its URL and an engine the
     caller disposes of."""
     url = f"sqlite:///{folder / 'sample.db'}"

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from agent import cli
-from agent.commands import dashboard
+from joulestat.cli import dashboard
+from joulestat.cli import main as cli
 
 
 class Exec(Exception):

@@ -1,7 +1,7 @@
 """A store that holds what a new user's first week holds, for the tests of issue 11.
 
-Written through the agent's own path (:func:`agent.attribution.attribute` and
-:class:`~agent.store.writer.StoreWriter`) and ``joulestat import``, with ticks off the
+Written through the agent's own path (:func:`joulestat.attribution.shares.attribute` and
+:class:`~joulestat.store.writer.StoreWriter`) and ``joulestat import``, with ticks off the
 second grid as real ticks are:
 
 * ``steady``: a training job alone on a laptop (instance type ``local``, France: embodied
@@ -26,16 +26,17 @@ from pathlib import Path
 
 from sqlalchemy.engine import Engine
 
-from agent.attribution import DeviceUse, TickUsage, attribute
-from agent.identity import NodeInfo
-from agent.jobs.registry import Job
-from agent.reports.importer import import_file
-from agent.reports.json_report import render_json
-from agent.reports.model import build_report
-from agent.sensors.base import DeviceInfo
-from agent.store import make_engine, migrate
-from agent.store.writer import StoreWriter
-from agent.tick import Tick, TickEntry
+from joulestat.attribution.registry import Job
+from joulestat.attribution.shares import DeviceUse, TickUsage, attribute
+from joulestat.core.tick import Tick, TickEntry
+from joulestat.devices.sensor import DeviceInfo
+from joulestat.host.identity import NodeInfo
+from joulestat.reports.importer import import_file
+from joulestat.reports.json_report import render_json
+from joulestat.reports.model import build_report
+from joulestat.store import migrate
+from joulestat.store.engine import make_engine
+from joulestat.store.writer import StoreWriter
 
 LAPTOP = NodeInfo("laptop-1", "local", "FRA", "Intel Core i7", "0.1.0")
 GPU = NodeInfo("gpu-1", "g5.xlarge", "us-east-1", "AMD EPYC 7R32", "0.1.0")

@@ -1,6 +1,6 @@
-"""The job reference resolver's whole scenario (:mod:`agent.store.job_refs`), for any store.
+"""The job reference resolver's whole scenario (:mod:`joulestat.store.job_refs`), for any store.
 
-Jobs are written through the store API (:class:`~agent.store.writer.StoreWriter`);
+Jobs are written through the store API (:class:`~joulestat.store.writer.StoreWriter`);
 :func:`check_resolver` runs on SQLite in tests/unit/test_job_refs.py and unchanged against
 PostgreSQL in tests/integration/test_store_postgres.py.
 """
@@ -10,13 +10,13 @@ from __future__ import annotations
 import pytest
 from sqlalchemy.engine import Engine
 
-from agent.store.job_refs import (
+from joulestat.store.job_refs import (
     MIN_PREFIX,
     AmbiguousJobRef,
     UnknownJobRef,
     resolve_job,
 )
-from agent.store.writer import StoreWriter
+from joulestat.store.writer import StoreWriter
 from tests.helpers.report_store import LOADER, T0, make_job, node_devices
 
 OLD, MID, NEW = ("3f2a9c1e5b7d4e2f8a6c0b1d3e5f7a9c", "3f2a77005b7d4e2f8a6c0b1d3e5f7a9c",

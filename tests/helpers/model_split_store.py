@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 from sqlalchemy.engine import Engine
 
-from agent.store.jobs import list_jobs
-from agent.store.model_split import SplitRow, model_splits, split_rows
-from agent.store.writer import StoreWriter
+from joulestat.store.jobs import list_jobs
+from joulestat.store.model_split import SplitRow, model_splits, split_rows
+from joulestat.store.writer import StoreWriter
 from tests.helpers.store_jobs import RETENTION_S, T0, TRAINER, feed, make_job, writer_for
 
 # Per 1 s tick: model a busy 0.6 s, model b 0.2 s, nothing 0.2 s; as the registry stores

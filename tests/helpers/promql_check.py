@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agent.sinks.metric_catalog import METRICS
+from joulestat.outputs.metric_catalog import METRICS
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "rules.yml"
@@ -25,7 +25,7 @@ needs_promtool = pytest.mark.skipif(
     reason="promtool is not installed (apt-get install prometheus; .ci/run installs it)",
 )
 
-# The agent's store and API health (agent/sinks/health.py), written alongside these
+# The agent's store and API health (agent/outputs/health.py), written alongside these
 # files: the alerts and the agent-health dashboard query them whether or not the catalog
 # this checkout has lists them yet. Redundant once it does.
 PENDING = frozenset({

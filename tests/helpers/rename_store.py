@@ -18,13 +18,13 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
-from agent.sensors.base import DeviceInfo
-from agent.store import migrate
-from agent.store.jobs import list_jobs
-from agent.store.nodes import minute_energy_rows, node_devices, node_energy_j
-from agent.store.restart import load_checkpoint
-from agent.store.series import job_energy_series
-from agent.store.writer import StoreWriter
+from joulestat.devices.sensor import DeviceInfo
+from joulestat.store import migrate
+from joulestat.store.jobs import list_jobs
+from joulestat.store.nodes import minute_energy_rows, node_devices, node_energy_j
+from joulestat.store.restart import load_checkpoint
+from joulestat.store.series import job_energy_series
+from joulestat.store.writer import StoreWriter
 from tests.helpers.report_checks import assert_same
 from tests.helpers.store_jobs import (
     DEVICES,

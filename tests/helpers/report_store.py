@@ -1,7 +1,7 @@
 """Stores filled through the real store API for the report tests.
 
-:func:`fill_store` writes, through :class:`~agent.store.writer.StoreWriter` and
-:func:`agent.attribution.attribute` exactly as the agent does, three jobs:
+:func:`fill_store` writes, through :class:`~joulestat.store.writer.StoreWriter` and
+:func:`joulestat.attribution.shares.attribute` exactly as the agent does, three jobs:
 
 * ``dist-1``: a multi-node training job, a ``c5.4xlarge`` loader in ``eu-west-1``
   (estimated CPU, ``model:tdp-curve``) and a ``p4d.24xlarge`` trainer in ``us-east-1``
@@ -21,13 +21,14 @@ from pathlib import Path
 
 from sqlalchemy.engine import Engine
 
-from agent.attribution import DeviceUse, TickUsage, attribute
-from agent.identity import NodeInfo
-from agent.jobs.registry import Job
-from agent.sensors.base import DeviceInfo
-from agent.store import make_engine, migrate
-from agent.store.writer import StoreWriter
-from agent.tick import Tick, TickEntry
+from joulestat.attribution.registry import Job
+from joulestat.attribution.shares import DeviceUse, TickUsage, attribute
+from joulestat.core.tick import Tick, TickEntry
+from joulestat.devices.sensor import DeviceInfo
+from joulestat.host.identity import NodeInfo
+from joulestat.store import migrate
+from joulestat.store.engine import make_engine
+from joulestat.store.writer import StoreWriter
 
 T0 = 1_700_000_040.0  # a minute boundary
 NOW = T0 + 200

@@ -2,7 +2,7 @@
 
 Each scenario takes an engine; they run on SQLite in tests/unit/test_store_jobs.py and on
 a real PostgreSQL in tests/integration/test_store_postgres.py. Expected values are
-computed from :func:`agent.attribution.attribute`'s own shares, never from the store.
+computed from :func:`joulestat.attribution.shares.attribute`'s own shares, never from the store.
 """
 
 from __future__ import annotations
@@ -13,18 +13,18 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
-from agent.attribution import DeviceUse, Share, TickUsage, attribute
-from agent.identity import NodeInfo
-from agent.jobs.registry import Job, JobRegistry
-from agent.sensors.base import DeviceInfo
-from agent.store import migrate
-from agent.store.jobs import JobSummary, job_detail, list_jobs
-from agent.store.nodes import node_energy_j, unattributed_check
-from agent.store.restart import Checkpoint, load_checkpoint, load_running_jobs
-from agent.store.rollup import SETTLE_MS
-from agent.store.series import job_energy_series
-from agent.store.writer import StoreWriter
-from agent.tick import Tick, TickEntry
+from joulestat.attribution.registry import Job, JobRegistry
+from joulestat.attribution.shares import DeviceUse, Share, TickUsage, attribute
+from joulestat.core.tick import Tick, TickEntry
+from joulestat.devices.sensor import DeviceInfo
+from joulestat.host.identity import NodeInfo
+from joulestat.store import migrate
+from joulestat.store.jobs import JobSummary, job_detail, list_jobs
+from joulestat.store.nodes import node_energy_j, unattributed_check
+from joulestat.store.restart import Checkpoint, load_checkpoint, load_running_jobs
+from joulestat.store.rollup import SETTLE_MS
+from joulestat.store.series import job_energy_series
+from joulestat.store.writer import StoreWriter
 
 LOADER = NodeInfo("loader-1", "c5.4xlarge", "eu-west-1", "Xeon", "0.1.0")
 TRAINER = NodeInfo("trainer-1", "p4d.24xlarge", "eu-west-1", "EPYC", "0.1.0")

@@ -9,12 +9,13 @@ from contextlib import contextmanager
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
-from agent.identity import NodeInfo
-from agent.sensors.base import DeviceInfo
-from agent.store import make_engine, migrate
-from agent.store.nodes import minute_energy_rows
-from agent.store.writer import StoreWriter
-from agent.tick import Tick, TickEntry
+from joulestat.core.tick import Tick, TickEntry
+from joulestat.devices.sensor import DeviceInfo
+from joulestat.host.identity import NodeInfo
+from joulestat.store import migrate
+from joulestat.store.engine import make_engine
+from joulestat.store.nodes import minute_energy_rows
+from joulestat.store.writer import StoreWriter
 
 NODE = NodeInfo("node-a", "m5.large", "eu-west-1", "Xeon", "0.1.0")
 DEVICES = [DeviceInfo("cpu", "0", "rapl", model="Xeon", index=0),

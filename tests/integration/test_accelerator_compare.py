@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agent import units
+from joulestat.core import units
 from tests.fakes.nvml_file import ENV_STATE
 from tests.helpers.accelerator_fleet import (
     NEURON_MAX_W,

@@ -155,8 +155,8 @@ def test_malformed_sysfs_zone_does_not_stop_the_others(tmp_path: Path) -> None:
 
 def test_sigterm_flushes_the_store(tmp_path: Path) -> None:
     """Acceptance 1 (daemon part): serves metrics, writes the store, exits cleanly."""
-    from agent.store.engine import make_engine
-    from agent.store.nodes import node_energy_j
+    from joulestat.store.engine import make_engine
+    from joulestat.store.nodes import node_energy_j
 
     with running_agent(tmp_path, "--sysfs-root", str(tmp_path), "--interval", "0.2",
                        "--node", "test-node") as agent:

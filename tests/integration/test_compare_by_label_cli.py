@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.jobs.registry import Job
-from agent.store import make_engine, migrate
+from joulestat.attribution.registry import Job
+from joulestat.store import migrate
+from joulestat.store.engine import make_engine
 from tests.helpers.compare_store import PINNED, T0, compare_cli, node, run_job
 
 

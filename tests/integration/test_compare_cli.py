@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.reports.compare import CompareError
-from agent.reports.compare_data import load_job_figures
-from agent.store import make_engine
+from joulestat.reports.compare import CompareError
+from joulestat.reports.compare_data import load_job_figures
+from joulestat.store.engine import make_engine
 from tests.helpers.compare_store import (
     C6I,
     G5,
@@ -130,7 +130,7 @@ def test_text_table(store: str) -> None:
     for header in ("inferences/instance-h", "energy/inference", "CO2e/inference",
                    "USD/1M inferences", "energy/run", "fleet power", "fleet cost/h"):
         assert header in text, header
-    assert "36.0 J" in text and "2.86 J" in text  # per inference, through agent.units
+    assert "36.0 J" in text and "2.86 J" in text  # per inference, through joulestat.core.units
     assert "e-0" not in text and "0.000" not in text
     assert "bert-g5 *" in text
     assert ("bert-inf2 vs bert-g5: \u00d76.3 throughput, \u221292 % energy per inference"

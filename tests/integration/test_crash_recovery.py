@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.jobs.http_client import AgentClient
+from joulestat.api.agent_client import AgentClient
 from tests.fakes.powercap import FakePowercap
 from tests.helpers.agent_process import (
     agent_env,

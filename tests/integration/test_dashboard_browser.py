@@ -6,7 +6,7 @@ so a one-shot ``--dump-dom`` or ``--screenshot`` may capture an empty shell. The
 therefore drives Chromium through its DevTools protocol (the ``websockets`` client
 Streamlit already depends on): load a page, poll the rendered text until the expected
 figures appear, then take a full-page screenshot. The store is the sample
-(:mod:`agent.sim.sample`) plus :mod:`tests.helpers.honest_store` (a steady laptop job,
+(:mod:`joulestat.runtime.sample_store`) plus :mod:`tests.helpers.honest_store` (a steady laptop job,
 runs told apart by a label, an imported VM estimate with its profile) and a CodeCarbon
 CSV written by CodeCarbon's own tracker, imported with its CO2e kept. The HTML report is
 opened in Chromium and the PDF rasterised with ``pdftoppm``. Screenshots go to the
@@ -29,13 +29,13 @@ from pathlib import Path
 
 import pytest
 
-from agent.reports.html_report import render_html
-from agent.reports.importer import import_file
-from agent.reports.model import build_report
-from agent.reports.pdf_report import render_pdf
-from agent.store import make_engine
-from agent.store.jobs import JobSummary, list_jobs
-from dashboard import fmt
+from joulestat.dashboard import fmt
+from joulestat.reports.html_report import render_html
+from joulestat.reports.importer import import_file
+from joulestat.reports.model import build_report
+from joulestat.reports.pdf_report import render_pdf
+from joulestat.store.engine import make_engine
+from joulestat.store.jobs import JobSummary, list_jobs
 from tests.helpers import honest_store
 from tests.helpers.browser import VIEWER_TZ, Browser, chromium, serve
 from tests.helpers.codecarbon_run import codecarbon_script
@@ -90,7 +90,7 @@ def pages(jobs: dict[str, JobSummary]) -> list[tuple[str, str, list[str]]]:
                     and j.id != "codecarbon:cc-run-1"]  # the tracker's own run
     per_sample = fmt.energy(multi.total_j / multi.units["sample"])
     # A fresh server's first request deep-links a page with a query parameter: it must
-    # still run inside the app's navigation (see dashboard.ui.enter).
+    # still run inside the app's navigation (see joulestat.dashboard.ui.enter).
     return [
         ("job-detail", f"/job_detail?job={multi.id}", [
             "llama-7b-finetune · training · ended", "trainer-p4d-1 (p4d.24xlarge)",

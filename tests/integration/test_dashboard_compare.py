@@ -3,7 +3,7 @@
 Expected figures and sentences come from the command itself (``joulestat compare
 --json`` run as a process) or from its loader (``load_job_figures`` + ``compare()``),
 never from the dashboard's code: the page builds its figures from the dashboard's own
-reads (``JobTotals``; both price through :class:`agent.carbon.pricing.Pricer`, whose
+reads (``JobTotals``; both price through :class:`joulestat.carbon.pricing.Pricer`, whose
 figures ``tests/unit/test_pricing.py`` checks), so a field that meant something else
 there would show here.
 
@@ -25,12 +25,13 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from agent.reports.compare import compare
-from agent.reports.compare_data import load_job_figures
-from agent.reports.compare_words import headline
-from agent.sim import sample
-from agent.store import make_engine, migrate
-from dashboard import state
+from joulestat.dashboard import state
+from joulestat.reports.compare import compare
+from joulestat.reports.compare_data import load_job_figures
+from joulestat.reports.compare_words import headline
+from joulestat.runtime import sample_store as sample
+from joulestat.store import migrate
+from joulestat.store.engine import make_engine
 from tests.helpers.agent_process import run_cli
 from tests.helpers.compare_store import fill_compare_store
 
@@ -87,7 +88,7 @@ def frame(at: AppTest, first_column: str, holding: str) -> pd.DataFrame:
 
 def column(table: pd.DataFrame, prefix: str) -> tuple[str, float]:
     """The column whose header starts with ``prefix``; its numbers are in base units (the
-    page shows them through agent.units, as the command prints them)."""
+    page shows them through joulestat.core.units, as the command prints them)."""
     [name] = [c for c in table.columns if c.startswith(prefix)]
     return name, 1.0
 

@@ -15,12 +15,13 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from streamlit.testing.v1 import AppTest
 
-from agent.sim import sample
-from agent.store import make_engine, migrate
-from agent.store.job_totals import job_totals
-from agent.store.jobs import list_jobs
-from agent.store.readonly import open_readonly_engine
-from dashboard import fmt
+from joulestat.dashboard import fmt
+from joulestat.runtime import sample_store as sample
+from joulestat.store import migrate
+from joulestat.store.engine import make_engine
+from joulestat.store.job_totals import job_totals
+from joulestat.store.jobs import list_jobs
+from joulestat.store.readonly import open_readonly_engine
 from tests.helpers.dashboard_app import APP, PAGES, TITLES
 from tests.helpers.pg import PostgresServer
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.store import make_engine
-from agent.store.jobs import list_jobs
+from joulestat.store.engine import make_engine
+from joulestat.store.jobs import list_jobs
 from tests.helpers.agent_process import JOULESTAT, agent_env, free_port, running_agent
 from tests.helpers.browser import chromium, serve
 from tests.helpers.dashboard_app import run_page

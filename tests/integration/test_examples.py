@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from agent.store import make_engine
-from agent.store.jobs import list_jobs
-from agent.store.model_split import model_splits
+from joulestat.store.engine import make_engine
+from joulestat.store.jobs import list_jobs
+from joulestat.store.model_split import model_splits
 from tests.helpers.agent_process import JOULESTAT, agent_env, free_port, running_agent
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import Engine
 
-from agent.reports.importer import ImportFileError, import_file
-from agent.reports.json_report import render_json_many
-from agent.reports.model import build_report
-from agent.store import make_engine, migrate
-from agent.store.jobs import job_detail, job_ids_active_since
-from agent.store.provenance import job_sources
-from agent.store.writer import StoreWriter
+from joulestat.reports.importer import ImportFileError, import_file
+from joulestat.reports.json_report import render_json_many
+from joulestat.reports.model import build_report
+from joulestat.store import migrate
+from joulestat.store.engine import make_engine
+from joulestat.store.jobs import job_detail, job_ids_active_since
+from joulestat.store.provenance import job_sources
+from joulestat.store.writer import StoreWriter
 from tests.helpers.pg import PostgresServer
 from tests.helpers.report_checks import assert_same_figures, dump
 from tests.helpers.report_store import (
@@ -87,8 +88,8 @@ def test_issue_11_reads_on_postgres(engine: Engine, tmp_path: Path) -> None:
     """The reads issue 11 added, on PostgreSQL: imported nodes, profiles kept by import,
     a re-import found unchanged, CodeCarbon's own CO2e, the untracked CPU share and a
     flat series of a steady job."""
-    from agent.store.provenance import imported_nodes
-    from agent.store.series import job_power_series
+    from joulestat.store.provenance import imported_nodes
+    from joulestat.store.series import job_power_series
     from tests.helpers.honest_store import STEADY_W, fill
 
     files = fill(engine, tmp_path)

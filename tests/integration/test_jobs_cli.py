@@ -143,7 +143,7 @@ def test_api_under_bad_input_keeps_the_agent_ticking(tmp_path: Path) -> None:
 
 def test_kill_9_agent_during_a_job_loses_and_doubles_nothing(tmp_path: Path) -> None:
     """Acceptance 5: the job keeps accruing across a kill -9; the gap comes from counters."""
-    from agent.store.engine import make_engine
+    from joulestat.store.engine import make_engine
 
     args = ("--sysfs-root", str(tmp_path), "--interval", "0.25", "--node", "n1")
     with running_agent(tmp_path, *args) as first:

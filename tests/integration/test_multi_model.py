@@ -1,6 +1,6 @@
 """One server process, two models: the real agent on fake RAPL at a known wattage, a
 program under ``joulestat run`` serving model A three times as long as model B through
-``agent.client.serving``, then the store and ``joulestat compare --by model`` read as a
+``joulestat.client.track.serving``, then the store and ``joulestat compare --by model`` read as a
 user would read them."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.store import make_engine
-from agent.store.jobs import list_jobs
-from agent.store.model_split import model_splits, split_rows
+from joulestat.store.engine import make_engine
+from joulestat.store.jobs import list_jobs
+from joulestat.store.model_split import model_splits, split_rows
 from tests.fakes.powercap import FakePowercap
 from tests.helpers.agent_process import run_cli, running_agent, start_run, summary_of
 
@@ -22,7 +22,7 @@ POWER_W = 50.0
 # machine may stretch any block by a few milliseconds, which must stay small beside it.
 SERVER = """
 import time
-from agent.client import serving
+from joulestat.client.track import serving
 
 def work(seconds):
     until = time.perf_counter() + seconds

@@ -64,7 +64,7 @@ def test_twenty_thousand_jobs_are_capped_and_cost_the_node_nothing(tmp_path: Pat
         time.sleep(1.0)
         assert agent.stop() == 0
     assert "buffer full" not in agent.log()
-    from agent.store.engine import make_engine
+    from joulestat.store.engine import make_engine
 
     with make_engine(agent.db_url).connect() as conn:
         rows = conn.exec_driver_sql(

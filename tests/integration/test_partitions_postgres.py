@@ -20,9 +20,11 @@ from alembic import command
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
-from agent.identity import NodeInfo
-from agent.store import make_engine, migrate, partitions
-from agent.store.partitions import (
+from joulestat.core.tick import Tick, TickEntry
+from joulestat.host.identity import NodeInfo
+from joulestat.store import migrate, partitions
+from joulestat.store.engine import make_engine
+from joulestat.store.partitions import (
     DAY_MS,
     OVERDUE_MS,
     PARTITION_SCHEMA,
@@ -31,8 +33,7 @@ from agent.store.partitions import (
     partition_name,
     visible_nodes,
 )
-from agent.store.writer import StoreWriter
-from agent.tick import Tick, TickEntry
+from joulestat.store.writer import StoreWriter
 from tests.helpers.pg import PostgresServer
 from tests.helpers.store_jobs import DEVICES, downgrade, make_job, shares_for
 
@@ -300,7 +301,7 @@ def test_rows_outside_every_day_partition_go_to_default_and_are_pruned_there(eng
     migrate.upgrade(engine)
     expected = Expected()
     writer = writer_for(engine, "stray-clock", retention_s=DAY_S)
-    with caplog.at_level(logging.WARNING, logger="agent.store.partitions"):
+    with caplog.at_level(logging.WARNING, logger="joulestat.store.partitions"):
         feed(writer, D0, D0 + 6 * HOUR_S, expected)  # no partition for 2025 yet
         assert scalar(engine, f"SELECT count(*) FROM {PARTITION_SCHEMA}.tick_energy_default"
                       ) == 6 * HOUR_S // STEP_S * 2
@@ -356,7 +357,7 @@ def test_a_partition_that_cannot_be_made_now_is_tried_again(engine, monkeypatch,
         transaction = holder.begin()  # a new partition must scan DEFAULT: held up here
         holder.exec_driver_sql(
             f"LOCK TABLE {PARTITION_SCHEMA}.tick_energy_default IN SHARE MODE")
-        with caplog.at_level(logging.WARNING, logger="agent.store.partitions"):
+        with caplog.at_level(logging.WARNING, logger="joulestat.store.partitions"):
             assert writer.maintain(now) is not None
         transaction.rollback()
     assert f"cannot create partition {PARTITION_SCHEMA}.{name_of(20)} now" in caplog.text

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from agent.carbon.catalog import lookup
+from joulestat.carbon.catalog import lookup
 from tests.helpers.agent_process import JOULESTAT, agent_env, run_cli, running_agent
 from tests.helpers.compare_store import PINNED, compare_cli
 

@@ -19,9 +19,9 @@ import jsonschema
 import pytest
 from pypdf import PdfReader
 
-from agent import units
-from agent.store import make_engine
-from agent.store.writer import StoreWriter
+from joulestat.core import units
+from joulestat.store.engine import make_engine
+from joulestat.store.writer import StoreWriter
 from tests.helpers.agent_process import JOULESTAT, agent_env, run_cli
 from tests.helpers.codecarbon_run import codecarbon_script
 from tests.helpers.report_checks import (

@@ -14,21 +14,21 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
-from agent.identity import NodeInfo
-from agent.sensors.base import DeviceInfo
-from agent.store import make_engine, migrate
-from agent.store.engine import dialect_insert
-from agent.store.job_writer import PendingJobs, write_pending
-from agent.store.jobs import job_detail, list_jobs
-from agent.store.nodes import (
+from joulestat.core.tick import Tick, TickEntry
+from joulestat.devices.sensor import DeviceInfo
+from joulestat.host.identity import NodeInfo
+from joulestat.store import migrate
+from joulestat.store.engine import dialect_insert, make_engine
+from joulestat.store.job_writer import PendingJobs, write_pending
+from joulestat.store.jobs import job_detail, list_jobs
+from joulestat.store.nodes import (
     latest_power_w,
     list_nodes,
     node_devices,
     node_energy_j,
 )
-from agent.store.tables import METADATA
-from agent.store.writer import StoreWriter
-from agent.tick import Tick, TickEntry
+from joulestat.store.tables import METADATA
+from joulestat.store.writer import StoreWriter
 from tests.helpers import store_jobs as jobs
 from tests.helpers.job_refs import check_resolver
 from tests.helpers.pg import PostgresServer
@@ -133,7 +133,7 @@ def test_server_outage_keeps_rows_until_it_returns(pg, engine, caplog):
     try:
         writer.add(tick(T0 + 2))
         writer.add(tick(T0 + 3))
-        with caplog.at_level(logging.WARNING, logger="agent.store.writer"):
+        with caplog.at_level(logging.WARNING, logger="joulestat.store.writer"):
             assert not writer.flush()
             assert writer.maintain(T0 + 700) is None
         assert "keeping 4 rows in memory" in caplog.text
@@ -147,11 +147,11 @@ def test_server_outage_keeps_rows_until_it_returns(pg, engine, caplog):
 
 def test_db_upgrade_command_against_postgres(pg):
     url = pg.create_database("joulestat_cli")
-    others = ("agent.commands.agent", "agent.commands.estimate")
+    others = ("joulestat.cli.agent", "joulestat.cli.estimate")
     if all(importlib.util.find_spec(name) for name in others):
-        command = [sys.executable, "-m", "agent.cli", "db"]
+        command = [sys.executable, "-m", "joulestat.cli.main", "db"]
     else:  # the other commands are not written yet: run db on its own
-        command = [sys.executable, "-m", "agent.commands.db"]
+        command = [sys.executable, "-m", "joulestat.cli.db"]
     done = subprocess.run([*command, "upgrade", "--db", url], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import Engine
 
-from agent.jobs.api import ApiServer
-from agent.jobs.registry import JobRegistry
+from joulestat.api.server import ApiServer
+from joulestat.attribution.registry import JobRegistry
 from tests.helpers.kube import Clock, FakeKube, PodNode, directory
 from tests.helpers.report_store import Totals, filled_store
 from tests.helpers.store_rows import migrated_engine

@@ -17,13 +17,13 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.assembly import Assembly, build_pipeline
-from agent.commands.agent import AGENT_OPTIONS
-from agent.config import resolve
-from agent.jobs.registry import JobRegistry
-from agent.pipeline import Pipeline
-from agent.sinks.prometheus import make_registry
-from agent.store.nodes import node_devices
+from joulestat.attribution.registry import JobRegistry
+from joulestat.cli.agent import AGENT_OPTIONS
+from joulestat.outputs.prometheus import make_registry
+from joulestat.runtime.assembly import Assembly, build_pipeline
+from joulestat.runtime.pipeline import Pipeline
+from joulestat.runtime.settings import resolve
+from joulestat.store.nodes import node_devices
 from tests.fakes.amdsmi import FakeAmdGpu, FakeAmdsmi
 from tests.fakes.hlml import FakeHlml, FakeHpu
 from tests.fakes.neuron import FakeNeuron, monitor_report, write_monitor
@@ -103,8 +103,8 @@ def make_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 def test_amd_through_the_agent(make_node: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     gpus = [FakeAmdGpu(accumulator=1_000_000, power_w=0.0)]  # no power: counter trusted
     FakeAmdsmi(gpus).install(monkeypatch)
-    monkeypatch.setattr("agent.sensors.amd.PROBE_S", 0.0)
-    monkeypatch.setattr("agent.sensors.amd.time.sleep", lambda s: gpus[0].add_joules(1.0))
+    monkeypatch.setattr("joulestat.devices.amd.PROBE_S", 0.0)
+    monkeypatch.setattr("joulestat.devices.amd.time.sleep", lambda s: gpus[0].add_joules(1.0))
     node = make_node()
     start_j = gpus[0].energy_j
     for _ in range(5):
@@ -168,7 +168,7 @@ def test_neuron_through_the_agent(make_node: Any, tmp_path: Path) -> None:
 
 def test_a_node_without_accelerators_says_what_it_looked_for(
         make_node: Any, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level("INFO", logger="agent.sensors.factory"):
+    with caplog.at_level("INFO", logger="joulestat.devices.factory"):
         node = make_node()
     node.tick()
     line = next(r.message for r in caplog.records if r.message.startswith("accelerators:"))

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from agent.idle import IdleBaselines
-from agent.sampler import Sampler
-from agent.sensors.base import ACCELERATOR_COMPONENT, COMPONENTS, current_component
-from agent.sensors.replay import ReplaySensor, load_trace, trace_energy_j
-from agent.store import make_engine
-from agent.store.buffer import SHARE, TICK, UNIT
-from agent.store.spool import Spool
-from agent.tick import Tick, TickEntry
+from joulestat.attribution.idle import IdleBaselines
+from joulestat.attribution.sampler import Sampler
+from joulestat.core.tick import Tick, TickEntry
+from joulestat.devices.replay import ReplaySensor, load_trace, trace_energy_j
+from joulestat.devices.sensor import ACCELERATOR_COMPONENT, COMPONENTS, current_component
+from joulestat.store.buffer import SHARE, TICK, UNIT
+from joulestat.store.engine import make_engine
+from joulestat.store.spool import Spool
 from tests.helpers.checkpoint import TRACE, warned
 from tests.helpers.rename_store import check_both_names_merge, check_rename_keeps_figures
 

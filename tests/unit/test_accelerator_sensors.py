@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.sensors.accelerator import Capabilities, CounterTrack, EmptySensor
-from agent.sensors.amd import AmdSensor, open_amd
-from agent.sensors.gaudi import GaudiSensor, open_gaudi
-from agent.sensors.neuron import (
+from joulestat.devices.accelerator import Capabilities, CounterTrack, EmptySensor
+from joulestat.devices.amd import AmdSensor, open_amd
+from joulestat.devices.gaudi import GaudiSensor, open_gaudi
+from joulestat.devices.neuron import (
     NeuronSensor,
     open_neuron,
     parse_monitor_report,
@@ -244,7 +244,7 @@ def test_neuron_monitor_maps_cores_to_devices() -> None:
 
 
 def test_neuron_monitor_file_is_read_from_its_tail(tmp_path: Path) -> None:
-    from agent.sensors.neuron import read_monitor_file
+    from joulestat.devices.neuron import read_monitor_file
 
     monitor = tmp_path / "neuron-monitor.jsonl"
     for pid in range(1, 400):  # a file far longer than the first tail read

@@ -9,12 +9,12 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.identity import NodeInfo
-from agent.sensors.accelerator import DeviceState, combined_device_state
-from agent.sensors.amd import AmdSensor, open_amd
-from agent.sensors.gaudi import GaudiSensor, open_gaudi
-from agent.sensors.nvidia import NvidiaSensor, open_nvidia
-from agent.sinks.prometheus import NodeMetrics, make_registry
+from joulestat.devices.accelerator import DeviceState, combined_device_state
+from joulestat.devices.amd import AmdSensor, open_amd
+from joulestat.devices.gaudi import GaudiSensor, open_gaudi
+from joulestat.devices.nvidia import NvidiaSensor, open_nvidia
+from joulestat.host.identity import NodeInfo
+from joulestat.outputs.prometheus import NodeMetrics, make_registry
 from tests.fakes.amdsmi import FakeAmdGpu, FakeAmdsmi
 from tests.fakes.hlml import FakeHlml, FakeHpu
 from tests.fakes.nvml import NVML_ERROR_GPU_IS_LOST, FakeGpu, FakeNvml

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from agent.host import proctree
-from agent.host.usage import SCAN_EVERY_S
-from agent.idle import IdleBaselines
-from agent.jobs.accounting import JobAccounting, TickResult
-from agent.jobs.registry import Job, JobRegistry
-from agent.tick import Tick, TickEntry
+from joulestat.attribution.accounting import JobAccounting, TickResult
+from joulestat.attribution.idle import IdleBaselines
+from joulestat.attribution.registry import Job, JobRegistry
+from joulestat.core.tick import Tick, TickEntry
+from joulestat.host import proctree
+from joulestat.host.usage import SCAN_EVERY_S
 from tests.fakes.procfs import HZ, FakeProc
 
 NODE_W = 10.0

@@ -4,8 +4,8 @@ import random
 
 import pytest
 
-from agent.attribution import DeviceUse, TickUsage, attribute, cpu_shares
-from agent.tick import Tick, TickEntry
+from joulestat.attribution.shares import DeviceUse, TickUsage, attribute, cpu_shares
+from joulestat.core.tick import Tick, TickEntry
 
 
 def tick(*entries: tuple[str, str, float], duration_s: float = 1.0) -> Tick:

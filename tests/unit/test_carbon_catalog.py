@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.carbon.catalog import default_catalog, load_catalog, lookup, price_per_hour
-from agent.carbon.embodied import embodied_g
-from agent.carbon.pue import infer_provider, pue_for
+from joulestat.carbon.catalog import default_catalog, load_catalog, lookup, price_per_hour
+from joulestat.carbon.embodied import embodied_g
+from joulestat.carbon.pue import infer_provider, pue_for
 
 # Published specs (provider instance pages), independent of the catalog file.
 KNOWN_SPECS = [
@@ -258,7 +258,7 @@ def test_catalog_reads_a_valid_row(tmp_path: Path) -> None:
 
 def test_accelerator_instance_types_name_their_devices() -> None:
     """Issue 14: each accelerator family the catalog lists says what it carries."""
-    from agent.carbon.catalog import accelerators_of
+    from joulestat.carbon.catalog import accelerators_of
 
     expected = {"inf1.xlarge": "1 x AWS Inferentia", "inf2.xlarge": "1 x AWS Inferentia2",
                 "trn1.32xlarge": "16 x AWS Trainium", "trn2.48xlarge": "16 x AWS Trainium2",

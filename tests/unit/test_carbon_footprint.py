@@ -8,16 +8,16 @@ import json
 
 import pytest
 
-from agent.carbon.catalog import lookup
-from agent.carbon.codecarbon_data import codecarbon_package_dir
-from agent.carbon.footprint import (
+from joulestat.carbon.catalog import lookup
+from joulestat.carbon.codecarbon_data import codecarbon_package_dir
+from joulestat.carbon.footprint import (
     CarbonSettings,
     NodePlacement,
     energy_points,
     footprint,
 )
-from agent.carbon.pricing import placements
-from agent.store.jobs import JobDetail, JobNodePart
+from joulestat.carbon.pricing import placements
+from joulestat.store.jobs import JobDetail, JobNodePart
 
 J_PER_KWH = 3.6e6
 FOUR_YEARS_S = 4 * 365.25 * 86400

@@ -1,7 +1,7 @@
 """Grid-intensity resolution against codecarbon 3.3.2's real bundled tables.
 
 Expected values are computed here from the JSON/CSV files themselves (read independently
-of agent.carbon), so a wrong key, unit or fallback in the resolver shows up as a mismatch.
+of joulestat.carbon), so a wrong key, unit or fallback in the resolver shows up as a mismatch.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.carbon.codecarbon_data import codecarbon_package_dir, load_grid_data
-from agent.carbon.intensity import Intensity, resolve_intensity
-from agent.carbon.regions import default_regions, load_regions
+from joulestat.carbon.codecarbon_data import codecarbon_package_dir, load_grid_data
+from joulestat.carbon.intensity import Intensity, resolve_intensity
+from joulestat.carbon.regions import default_regions, load_regions
 
 LB_G = 453.59237  # grams per avoirdupois pound
 
@@ -221,7 +221,7 @@ def test_region_table_rejects_rows_without_source(tmp_path: Path) -> None:
 def test_resolving_never_imports_codecarbon_or_pandas() -> None:
     """codecarbon's __init__ pulls in pandas (tens of MiB); we read its files by path."""
     code = ("import sys\n"
-            "from agent.carbon.footprint import NodePlacement, footprint\n"
+            "from joulestat.carbon.footprint import NodePlacement, footprint\n"
             "placement = NodePlacement('p4d.24xlarge', 'us-east-1', 60)\n"
             "footprint([(1.0, 'n', 3.6e6)], {'n': placement})\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('codecarbon', 'pandas')))")

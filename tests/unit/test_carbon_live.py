@@ -12,9 +12,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from agent.carbon.footprint import CarbonSettings, NodePlacement, footprint
-from agent.carbon.intensity import resolve_intensity
-from agent.carbon.live import ElectricityMapsClient, emaps_zone_for
+from joulestat.carbon.footprint import CarbonSettings, NodePlacement, footprint
+from joulestat.carbon.intensity import resolve_intensity
+from joulestat.carbon.live import ElectricityMapsClient, emaps_zone_for
 
 TOKEN = "secret-token-123"
 
@@ -124,11 +124,11 @@ def test_failures_return_none_with_one_log_line(api: tuple[FakeApi, str], setup:
     fake.set("PL", **setup)
     clock = Clock()
     client = ElectricityMapsClient(TOKEN, url, clock=clock, failure_cooldown_s=60)
-    with caplog.at_level(logging.WARNING, logger="agent.carbon.live"):
+    with caplog.at_level(logging.WARNING, logger="joulestat.carbon.live"):
         assert client.latest("PL") is None
         clock.now += 30
         assert client.latest("PL") is None  # within the cooldown: not asked, not logged
-    records = [r for r in caplog.records if r.name == "agent.carbon.live"]
+    records = [r for r in caplog.records if r.name == "joulestat.carbon.live"]
     assert len(records) == 1
     assert "PL" in records[0].getMessage() and TOKEN not in caplog.text
     assert len(fake.requests) == 1

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.idle import IdleBaselines
-from agent.jobs.accounting import JobAccounting, TickResult
-from agent.jobs.registry import JobRegistry
-from agent.tick import Tick, TickEntry
+from joulestat.attribution.accounting import JobAccounting, TickResult
+from joulestat.attribution.idle import IdleBaselines
+from joulestat.attribution.registry import JobRegistry
+from joulestat.core.tick import Tick, TickEntry
 from tests.fakes.procfs import HZ, FakeCgroups, FakeProc
 
 HEX = "3f4e1b2c9d8a7f6e5d4c3b2a1908f7e6d5c4b3a29180f7e6d5c4b3a291807f6e"

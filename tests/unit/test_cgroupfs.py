@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.host.cgroupfs import CgroupFs, CgroupRef, parse_proc_cgroup
-from agent.host.job_cgroup import place, run_cgroup_path
-from agent.jobs.cgroups import own_cgroup_path
+from joulestat.host.cgroupfs import CgroupFs, CgroupRef, parse_proc_cgroup
+from joulestat.host.cgroups import own_cgroup_path
+from joulestat.host.job_cgroup import place, run_cgroup_path
 from tests.fakes.procfs import FakeCgroups
 
 HEX = "a" * 64

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.jobs.cgroups import CgroupIdentity, classify_cgroup, classify_path
+from joulestat.host.cgroups import CgroupIdentity, classify_cgroup, classify_path
 
 CID = "3f4e1b2c9d8a7f6e5d4c3b2a1908f7e6d5c4b3a29180f7e6d5c4b3a291807f6e"
 CID2 = "a" * 64

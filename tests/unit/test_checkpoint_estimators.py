@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from agent.sensors.model import DramModelSensor
-from agent.sensors.network import NetworkSensor
-from agent.sensors.replay import ReplaySensor, load_trace
+from joulestat.devices.estimators import DramModelSensor
+from joulestat.devices.network import NetworkSensor
+from joulestat.devices.replay import ReplaySensor, load_trace
 from tests.fakes.net_dev import write_net_dev
 from tests.fakes.nvml import FakeGpu
 from tests.fakes.proc_stat import FakeProc

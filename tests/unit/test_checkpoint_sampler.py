@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from agent.sampler import Sampler
-from agent.sensors.base import DeviceInfo, Reading
-from agent.sensors.model import DramModelSensor
-from agent.sensors.replay import ReplaySensor, load_trace, trace_energy_j
+from joulestat.attribution.sampler import Sampler
+from joulestat.devices.estimators import DramModelSensor
+from joulestat.devices.replay import ReplaySensor, load_trace, trace_energy_j
+from joulestat.devices.sensor import DeviceInfo, Reading
 from tests.fakes.proc_stat import FakeProc
 from tests.helpers.checkpoint import TRACE, json_only, warned
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from agent.client import ENV_AGENT_URL, ENV_TOKEN, agent_url_from_env, track
-from agent.jobs.api import ApiServer
-from agent.jobs.http_client import AgentClient, AgentError, AgentUnavailable
-from agent.jobs.registry import JobError, JobRegistry
+from joulestat.api.agent_client import AgentClient, AgentError, AgentUnavailable
+from joulestat.api.server import ApiServer
+from joulestat.attribution.registry import JobError, JobRegistry
+from joulestat.client.track import ENV_AGENT_URL, ENV_TOKEN, agent_url_from_env, track
 
 
 class CountingRegistry(JobRegistry):
@@ -168,9 +168,9 @@ class FakeEmbeddedJob:
 
 @pytest.fixture
 def fake_embedded(monkeypatch: pytest.MonkeyPatch) -> type[FakeEmbeddedJob]:
-    module = types.ModuleType("agent.embedded")
+    module = types.ModuleType("joulestat.runtime.embedded")
     module.EmbeddedJob = FakeEmbeddedJob  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "agent.embedded", module)
+    monkeypatch.setitem(sys.modules, "joulestat.runtime.embedded", module)
     FakeEmbeddedJob.instances = []
     return FakeEmbeddedJob
 

@@ -12,10 +12,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from agent.client import ENV_AGENT_URL, ENV_JOB_ID, ENV_TOKEN, track
-from agent.jobs.api import ApiServer
-from agent.jobs.model_units import MAX_MODELS_PER_JOB
-from agent.jobs.registry import MAX_LABELS, JobError, JobRegistry
+from joulestat.api.server import ApiServer
+from joulestat.attribution.model_units import MAX_MODELS_PER_JOB
+from joulestat.attribution.registry import MAX_LABELS, JobError, JobRegistry
+from joulestat.client.track import ENV_AGENT_URL, ENV_JOB_ID, ENV_TOKEN, track
 
 
 @pytest.fixture(autouse=True)

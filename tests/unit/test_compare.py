@@ -10,8 +10,8 @@ import math
 
 import pytest
 
-from agent.carbon.catalog import lookup
-from agent.reports.compare import (
+from joulestat.carbon.catalog import lookup
+from joulestat.reports.compare import (
     CompareError,
     JobFigures,
     NodeFigures,
@@ -19,7 +19,7 @@ from agent.reports.compare import (
     rebase,
     setup_name,
 )
-from agent.reports.compare_words import format_pct, format_ratio, headline
+from joulestat.reports.compare_words import format_pct, format_ratio, headline
 
 H = 3600.0
 G_PER_J = 400 / 3_600_000  # 400 gCO2e/kWh, PUE 1.0: grams per joule

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import yaml
 
-from agent.cli import build_parser
-from agent.commands.agent import AGENT_OPTIONS
-from agent.config import resolve
+from joulestat.cli.agent import AGENT_OPTIONS
+from joulestat.cli.main import build_parser
+from joulestat.runtime.settings import resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 

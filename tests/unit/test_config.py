@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import ConfigError, add_options, parse_duration_s, resolve
+from joulestat.runtime.settings import ConfigError, add_options, parse_duration_s, resolve
 
 NAMES = ["config", "interval", "db", "metrics_port", "raw_retention", "node"]
 
@@ -78,7 +78,7 @@ def test_durations() -> None:
 def test_config_error_is_the_shared_one() -> None:
     """Raised below config (sensor factory, store bootstrap) and caught by the CLI as one
     class, whichever module a caller imports it from."""
-    from agent import errors, setting_parsers
+    from joulestat.core import errors, setting_parsers
 
     assert ConfigError is errors.ConfigError
     assert parse_duration_s is setting_parsers.parse_duration_s

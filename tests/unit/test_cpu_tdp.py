@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.sensors.cpu_tdp import codecarbon_table_path, lookup_tdp, normalise_cpu_name
+from joulestat.devices.cpu_tdp import codecarbon_table_path, lookup_tdp, normalise_cpu_name
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +102,7 @@ def test_unreadable_tdp_rows_are_skipped(tmp_path: Path) -> None:
 def test_lookup_does_not_import_codecarbon_or_pandas() -> None:
     """The agent's 50 MiB budget: the table must be read without importing codecarbon."""
     code = (
-        "import sys; from agent.sensors.cpu_tdp import lookup_tdp; "
+        "import sys; from joulestat.devices.cpu_tdp import lookup_tdp; "
         "assert lookup_tdp('Intel Xeon Gold 6148') is not None; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('codecarbon', 'pandas')))"
     )

@@ -7,10 +7,10 @@ import threading
 import time
 from typing import Any
 
-from agent.daemon import Daemon
-from agent.identity import NodeInfo
-from agent.jobs.registry import JobRegistry
-from agent.sinks.prometheus import NodeMetrics
+from joulestat.attribution.registry import JobRegistry
+from joulestat.host.identity import NodeInfo
+from joulestat.outputs.prometheus import NodeMetrics
+from joulestat.runtime.daemon import Daemon
 
 NODE = NodeInfo("n1", "test.xlarge", "us-east-1", "Test CPU", "0.1.0")
 

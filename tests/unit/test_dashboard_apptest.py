@@ -4,7 +4,7 @@ AppTest runs each page file as Streamlit's file-based pages (it resets the page 
 before every run); app.py's navigation around them, and deep links into a fresh
 server, are covered in a real browser by tests/integration/test_dashboard_browser.py.
 
-Stores are filled through the agent's own path (:mod:`agent.sim.sample` drives
+Stores are filled through the agent's own path (:mod:`joulestat.runtime.sample_store` drives
 ``attribute()`` and ``StoreWriter``); expected figures come from the shared store
 queries (``list_jobs``, ``job_detail``, ``node_energy_j``), never from the dashboard's
 own code, so a page that shows a wrong number fails here.
@@ -18,12 +18,13 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from agent.reports import compare_words
-from agent.sim import sample
-from agent.store import make_engine, migrate
-from agent.store.jobs import JobSummary, job_detail, list_jobs
-from agent.store.nodes import list_nodes, node_energy_j
-from dashboard import downloads, fmt
+from joulestat.dashboard import downloads, fmt
+from joulestat.reports import compare_words
+from joulestat.runtime import sample_store as sample
+from joulestat.store import migrate
+from joulestat.store.engine import make_engine
+from joulestat.store.jobs import JobSummary, job_detail, list_jobs
+from joulestat.store.nodes import list_nodes, node_energy_j
 from tests.helpers.dashboard_app import APP, PAGES, TITLES, sample_store_url
 
 
@@ -157,7 +158,7 @@ def test_job_detail_offers_its_own_json_without_agent_reports(sample_url, jobs, 
     at = run_page(sample_url, "pages/job_detail.py", monkeypatch,
                   job=one_job(jobs, "resnet50-finetune").id)
     assert [b.label for b in at.get("download_button")] == ["Job (JSON)", "Power series (CSV)"]
-    assert any("need `agent.reports`" in c.value for c in at.caption)
+    assert any("need `joulestat.reports`" in c.value for c in at.caption)
 
 
 def test_job_detail_flags_a_cpu_bound_gpu_job_and_not_a_gpu_bound_one(

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from dashboard.bulk import gc_paused
+from joulestat.dashboard.bulk import gc_paused
 
 
 @pytest.fixture(autouse=True)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agent import cli
-from agent.commands import dashboard
+from joulestat.cli import dashboard
+from joulestat.cli import main as cli
 from tests.helpers.dashboard_command import run
 
 

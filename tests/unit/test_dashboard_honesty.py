@@ -3,7 +3,7 @@
 One test per numbered item of the issue, on :mod:`tests.helpers.honest_store` (a laptop job of
 constant power, same-name inference runs told apart by a label, estimated VM jobs, a
 job imported from another store's report, a CodeCarbon run). Expected figures come
-from ``joulestat report``'s model and :mod:`agent.units`, never from the page's code.
+from ``joulestat report``'s model and :mod:`joulestat.core.units`, never from the page's code.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import pytest
 from streamlit.dataframe_util import convert_arrow_bytes_to_pandas_df
 from streamlit.testing.v1 import AppTest
 
-from agent import units
-from agent.reports.model import build_report
-from agent.store import make_engine
+from joulestat.core import units
+from joulestat.reports.model import build_report
+from joulestat.store.engine import make_engine
 from tests.helpers.dashboard_app import run_page
 from tests.helpers.honest_store import STEADY_W, fill, new_store
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from agent.store.jobs import list_jobs
+from joulestat.store.jobs import list_jobs
 from tests.helpers.dashboard_app import run_page
 from tests.helpers.store_jobs import T0, feed, make_job, writer_for
 

@@ -2,7 +2,7 @@
 
 ``JOULESTAT_PRICES`` (what the command sets) must change every cost the pages show, be
 named where cost is shown, and never leave a rate cached from other prices: the table is
-part of ``dashboard.costing``'s cache keys.
+part of ``joulestat.dashboard.costing``'s cache keys.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from agent.carbon.catalog import lookup
-from dashboard import costing
+from joulestat.carbon.catalog import lookup
+from joulestat.dashboard import costing
 from tests.helpers.dashboard_app import sample_store_url
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")

@@ -20,7 +20,8 @@ import pytest
 from streamlit.dataframe_util import convert_arrow_bytes_to_pandas_df
 from streamlit.testing.v1 import AppTest
 
-from agent.store import make_engine, migrate
+from joulestat.store import migrate
+from joulestat.store.engine import make_engine
 from tests.helpers.compare_store import TICK_S, job, node, run_job
 from tests.helpers.dashboard_app import run_page
 from tests.helpers.honest_store import fill, new_store

@@ -17,20 +17,22 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
-from agent.attribution import DeviceUse, TickUsage, attribute
-from agent.carbon.footprint import energy_points, footprint
-from agent.carbon.pricing import placements
-from agent.identity import NodeInfo
-from agent.jobs.registry import Job
-from agent.sensors.base import DeviceInfo
-from agent.store import make_engine, migrate
-from agent.store.engine import StoreError
-from agent.store.job_totals import JobFilter, job_totals
-from agent.store.jobs import job_choices, job_detail, job_units_by_kind, list_jobs
-from agent.store.nodes import list_nodes, node_covered_s, node_energy_j
-from agent.store.provenance import SourceEnergy, energy_by_source, job_energy_by_source
-from agent.store.readonly import StoreMissingError, open_readonly_engine
-from agent.store.series import (
+from joulestat.attribution.registry import Job
+from joulestat.attribution.shares import DeviceUse, TickUsage, attribute
+from joulestat.carbon.footprint import energy_points, footprint
+from joulestat.carbon.pricing import placements
+from joulestat.core.tick import Tick, TickEntry
+from joulestat.dashboard import analysis, costing, downloads, fmt
+from joulestat.devices.sensor import DeviceInfo
+from joulestat.host.identity import NodeInfo
+from joulestat.store import migrate
+from joulestat.store.engine import StoreError, make_engine
+from joulestat.store.job_totals import JobFilter, job_totals
+from joulestat.store.jobs import job_choices, job_detail, job_units_by_kind, list_jobs
+from joulestat.store.nodes import list_nodes, node_covered_s, node_energy_j
+from joulestat.store.provenance import SourceEnergy, energy_by_source, job_energy_by_source
+from joulestat.store.readonly import StoreMissingError, open_readonly_engine
+from joulestat.store.series import (
     SeriesPoint,
     choose_bucket_s,
     job_energy_series,
@@ -40,9 +42,7 @@ from agent.store.series import (
     node_power_range,
     node_power_series,
 )
-from agent.store.writer import StoreWriter
-from agent.tick import Tick, TickEntry
-from dashboard import analysis, costing, downloads, fmt
+from joulestat.store.writer import StoreWriter
 from tests.helpers.dashboard_app import sample_store_url
 
 T0 = 1_700_000_040.0  # a minute boundary
@@ -281,7 +281,7 @@ def test_cpu_bottleneck_flag():
 
 
 def test_formatting():
-    """The pages format through agent.units (tests/unit/test_units.py has the rules)."""
+    """The pages format through joulestat.core.units (tests/unit/test_units.py has the rules)."""
     assert fmt.energy(312) == "312 J" and fmt.energy(4513) == "4.51 kJ"
     assert fmt.energy(30_602_617) == "30.6 MJ" and fmt.energy(0.00205) == "2.05 mJ"
     assert fmt.kwh(3_600_000 * 9.93) == "9.93 kWh" and fmt.kwh(1800) == "500 mWh"
@@ -330,7 +330,7 @@ def test_a_wal_store_in_a_read_only_directory_is_read_as_a_snapshot(caplog):
     import sqlite3
     import tempfile
 
-    from agent.store.readonly import open_readonly_engine
+    from joulestat.store.readonly import open_readonly_engine
 
     if os.geteuid() != 0:
         pytest.skip("needs root to switch to an unprivileged user")

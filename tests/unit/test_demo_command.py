@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent.cli import main
-from agent.commands import demo
+from joulestat.cli import demo
+from joulestat.cli.main import main
 
 
 @pytest.mark.parametrize(("argv", "message"), [

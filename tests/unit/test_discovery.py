@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.jobs import discovery
-from agent.jobs.discovery import (
+from joulestat.attribution import discovery
+from joulestat.attribution.discovery import (
     SCHEDULERS,
     DiscoveredJob,
     discover,
@@ -273,8 +273,8 @@ def test_parse_discover_option_names_the_unknown_word_and_the_valid_ones() -> No
 def test_sync_registry_registers_updates_and_ends_discovered_jobs(node: Path) -> None:
     import shutil
 
-    from agent.jobs.discovered_jobs import sync_registry
-    from agent.jobs.registry import JobRegistry
+    from joulestat.attribution.discovered_jobs import sync_registry
+    from joulestat.attribution.registry import JobRegistry
 
     registry = JobRegistry()
     manual = registry.register("by-hand", "training", pids=[400])
@@ -293,7 +293,7 @@ def test_sync_registry_registers_updates_and_ends_discovered_jobs(node: Path) ->
 
 
 def test_a_scan_cache_reads_only_processes_new_since_the_last_scan(node: Path) -> None:
-    from agent.jobs.discovery import ScanCache
+    from joulestat.attribution.discovery import ScanCache
 
     now = [0.0]
     cache = ScanCache(revalidate_every_s=60.0, clock=lambda: now[0])

@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from agent.config import resolve
-from agent.embedded import EMBEDDED_OPTIONS, EmbeddedJob
-from agent.jobs.http_client import AgentClient
-from agent.jobs.registry import JobError
-from agent.store.engine import make_engine
-from agent.store.jobs import job_detail
-from agent.store.restart import load_checkpoint
-from agent.store.tables import TICK_ENERGY
+from joulestat.api.agent_client import AgentClient
+from joulestat.attribution.registry import JobError
+from joulestat.runtime.embedded import EMBEDDED_OPTIONS, EmbeddedJob
+from joulestat.runtime.settings import resolve
+from joulestat.store.engine import make_engine
+from joulestat.store.jobs import job_detail
+from joulestat.store.restart import load_checkpoint
+from joulestat.store.tables import TICK_ENERGY
 from tests.fakes.procfs import FakeProc
 
 PID = 4242

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from agent import identity
-from agent.identity import (
+from joulestat.host import identity
+from joulestat.host.identity import (
     azure_placement,
     detect_cloud,
     detect_node_info,

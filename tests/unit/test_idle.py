@@ -12,8 +12,8 @@ import math
 
 import pytest
 
-from agent.idle import IdleBaselines
-from agent.tick import Tick, TickEntry
+from joulestat.attribution.idle import IdleBaselines
+from joulestat.core.tick import Tick, TickEntry
 
 KEY = ("cpu", "package-0")
 

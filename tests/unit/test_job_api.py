@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from agent.jobs.api import ApiServer
-from agent.jobs.registry import JobRegistry
+from joulestat.api.server import ApiServer
+from joulestat.attribution.registry import JobRegistry
 from tests.helpers.job_api import JOB, call, register
 
 

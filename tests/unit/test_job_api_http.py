@@ -9,8 +9,8 @@ import socket
 
 import pytest
 
-from agent.jobs.api import MAX_BODY_BYTES, ApiServer, check_exposure, is_loopback
-from agent.jobs.registry import JobRegistry
+from joulestat.api.server import MAX_BODY_BYTES, ApiServer, check_exposure, is_loopback
+from joulestat.attribution.registry import JobRegistry
 from tests.helpers.job_api import JOB, call, post_head, raw, register
 
 
@@ -83,7 +83,7 @@ def test_unexpected_errors_are_logged_and_500(
         raise RuntimeError("bug in the registry")
 
     monkeypatch.setattr(registry, "jobs", broken)
-    with caplog.at_level(logging.ERROR, logger="agent.jobs.api"):
+    with caplog.at_level(logging.ERROR, logger="joulestat.api.server"):
         status, _, answer = call(api.port, "GET", "/v1/jobs")
     assert status == 500 and answer == {"error": "internal error"}
     assert any("bug in the registry" in (r.exc_text or "") for r in caplog.records)

@@ -1,6 +1,6 @@
 """The job API's labels and explicit end times over real sockets, as a client meets them:
 credential-looking label values never come back out of the API (the one redaction of
-agent/redact.py), the label limits are refused with 400 naming the limit, and
+agent/core/redact.py), the label limits are refused with 400 naming the limit, and
 ``POST /v1/jobs/{id}/end`` takes the time the job's command exited (``ended_at``)."""
 
 from __future__ import annotations
@@ -9,15 +9,15 @@ import time
 
 import pytest
 
-from agent.jobs.api import ApiServer
-from agent.jobs.registry import JobRegistry
-from agent.jobs.validation import (
+from joulestat.api.server import ApiServer
+from joulestat.attribution.registry import JobRegistry
+from joulestat.attribution.validation import (
     END_FUTURE_SLACK_S,
     MAX_LABEL_KEY_CHARS,
     MAX_LABEL_VALUE_CHARS,
     MAX_LABELS,
 )
-from agent.redact import REDACTED
+from joulestat.core.redact import REDACTED
 from tests.helpers.job_api import JOB, call, register
 
 SECRETS = {

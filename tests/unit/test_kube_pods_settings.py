@@ -10,12 +10,8 @@ from typing import Any
 
 import pytest
 
-from agent.cli import build_parser
-from agent.commands.agent import AGENT_OPTIONS
-from agent.config import resolve
-from agent.errors import ConfigError
-from agent.jobs import kube_pods
-from agent.jobs.kube_pods import (
+from joulestat.attribution import kube_pods
+from joulestat.attribution.kube_pods import (
     PodDirectory,
     PodListError,
     PodListSource,
@@ -23,6 +19,10 @@ from agent.jobs.kube_pods import (
     kubelet_sources,
     pods_from_settings,
 )
+from joulestat.cli.agent import AGENT_OPTIONS
+from joulestat.cli.main import build_parser
+from joulestat.core.errors import ConfigError
+from joulestat.runtime.settings import resolve
 from tests.helpers.kube import (
     LOG,
     ROOT,

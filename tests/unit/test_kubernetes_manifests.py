@@ -19,9 +19,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from agent.cli import build_parser
-from agent.commands.agent import AGENT_OPTIONS
-from agent.config import OPTIONS, resolve
+from joulestat.cli.agent import AGENT_OPTIONS
+from joulestat.cli.main import build_parser
+from joulestat.runtime.settings import OPTIONS, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBE = ROOT / "deploy" / "kubernetes"

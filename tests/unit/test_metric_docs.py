@@ -9,22 +9,22 @@ from types import SimpleNamespace
 
 from prometheus_client import generate_latest
 
-from agent.identity import NodeInfo
-from agent.idle import IdleBaselines
-from agent.jobs.accounting import JobAccounting
-from agent.jobs.registry import JobRegistry
-from agent.sinks.base import TickRecord
-from agent.sinks.health import AgentHealth
-from agent.sinks.metric_catalog import METRICS, render_markdown
-from agent.sinks.prometheus import JobMetrics, NodeMetrics, make_registry
-from agent.tick import Tick, TickEntry
+from joulestat.attribution.accounting import JobAccounting
+from joulestat.attribution.idle import IdleBaselines
+from joulestat.attribution.registry import JobRegistry
+from joulestat.core.tick import Tick, TickEntry
+from joulestat.host.identity import NodeInfo
+from joulestat.outputs.health import AgentHealth
+from joulestat.outputs.metric_catalog import METRICS, render_markdown
+from joulestat.outputs.prometheus import JobMetrics, NodeMetrics, make_registry
+from joulestat.outputs.sink import TickRecord
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
 
 def test_docs_metrics_md_is_generated_from_the_catalog() -> None:
     assert DOC.read_text() == render_markdown(), (
-        "docs/metrics.md is stale: run `make docs` (python -m agent.sinks.metric_catalog)"
+        "docs/metrics.md is stale: run `make docs` (python -m joulestat.outputs.metric_catalog)"
     )
 
 

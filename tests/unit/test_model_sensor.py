@@ -6,20 +6,20 @@ from pathlib import Path
 
 import pytest
 
-from agent.sensors.base import SensorError
-from agent.sensors.model import (
+from joulestat.devices.estimators import (
     DEVICE_NODE,
     CpuModelSensor,
     DramModelSensor,
     open_cpu_estimator,
     open_estimators,
 )
-from agent.sensors.power_model import (
+from joulestat.devices.power_model import (
     METHOD_CCF_VCPU,
     METHOD_TDP_CURVE,
     build_cpu_model,
     load_power_models,
 )
+from joulestat.devices.sensor import SensorError
 from tests.fakes.proc_stat import FakeProc
 
 KNOWN_CPU = "Intel(R) Xeon(R) Gold 6148 CPU @ 2.40GHz"  # in CodeCarbon's table

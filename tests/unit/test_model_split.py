@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from agent.store.jobs import job_detail, job_units_by_kind, list_jobs
-from agent.store.model_split import model_splits, split_energy, split_rows
-from agent.store.series import job_unit_rows, job_unit_series
+from joulestat.store.jobs import job_detail, job_units_by_kind, list_jobs
+from joulestat.store.model_split import model_splits, split_energy, split_rows
+from joulestat.store.series import job_unit_rows, job_unit_series
 from tests.helpers.model_split_store import (
     assert_rows_conserved,
     check_split_by_busy_time_and_after_rollup,

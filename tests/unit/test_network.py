@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.sensors.network import DEFAULT_J_PER_BYTE, NetworkSensor, parse_net_dev
+from joulestat.devices.network import DEFAULT_J_PER_BYTE, NetworkSensor, parse_net_dev
 from tests.fakes.net_dev import HEADER, net_dev_line, write_net_dev
 
 
@@ -105,7 +105,7 @@ def test_unreadable_at_open_counts_from_first_good_read(tmp_path: Path) -> None:
 
 
 def test_kernel_file_rereads_and_survives_replacement(tmp_path) -> None:
-    from agent.host.kernel_file import KernelFile
+    from joulestat.host.kernel_file import KernelFile
 
     path = tmp_path / "dev"
     path.write_text("one")

@@ -10,11 +10,11 @@ import sys
 
 import pytest
 
-from agent.sensors.nvidia import open_nvidia
+from joulestat.devices.nvidia import open_nvidia
 from tests.fakes import nvml as fake
 from tests.fakes.nvml import FakeGpu, FakeNvml, FakeUtilSample
 
-LOGGER = "agent.sensors.nvidia"
+LOGGER = "joulestat.devices.nvidia"
 
 
 def _logged(caplog: pytest.LogCaptureFixture, level: int) -> list[logging.LogRecord]:
@@ -137,7 +137,7 @@ def test_no_driver_library_means_pynvml_is_never_imported() -> None:
     """A node without the NVIDIA driver does not pay for pynvml's module (about 1 MiB of
     the agent's RSS): the library nvmlInit would load is tried first. In a fresh
     interpreter, so no other test's import of pynvml hides it."""
-    code = ("import sys, agent.sensors.nvidia as n\n"
+    code = ("import sys, joulestat.devices.nvidia as n\n"
             "n.NVML_LIBRARY = 'libjoulestat-absent-nvml.so.1'\n"
             "assert n.open_nvidia(now_s=0.0) is None\n"
             "assert 'pynvml' not in sys.modules, 'pynvml imported'\n")

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from agent.identity import NodeInfo
-from agent.jobs.accounting import TickResult
-from agent.jobs.registry import Job, JobRegistry
-from agent.pipeline import Pipeline
-from agent.sensors.base import DeviceInfo
-from agent.sinks.base import TickRecord
-from agent.tick import Tick, TickEntry
+from joulestat.attribution.accounting import TickResult
+from joulestat.attribution.registry import Job, JobRegistry
+from joulestat.core.tick import Tick, TickEntry
+from joulestat.devices.sensor import DeviceInfo
+from joulestat.host.identity import NodeInfo
+from joulestat.outputs.sink import TickRecord
+from joulestat.runtime.pipeline import Pipeline
 
 NODE = NodeInfo("n1", "test.xlarge", "us-east-1", "Test CPU", "0.1.0")
 T0 = 1_700_000_000.0
@@ -175,10 +175,10 @@ def test_a_sink_failing_to_close_does_not_keep_the_others_open() -> None:
 
 
 def test_the_store_writer_stores_each_tick_with_its_checkpoint(tmp_path: Path) -> None:
-    from agent.store import migrate
-    from agent.store.engine import make_engine
-    from agent.store.restart import load_checkpoint
-    from agent.store.writer import StoreWriter
+    from joulestat.store import migrate
+    from joulestat.store.engine import make_engine
+    from joulestat.store.restart import load_checkpoint
+    from joulestat.store.writer import StoreWriter
 
     engine = make_engine(f"sqlite:///{tmp_path / 'store.db'}")
     migrate.upgrade(engine)

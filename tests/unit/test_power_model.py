@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agent.sensors.power_model import (
+from joulestat.devices.power_model import (
     METHOD_CCF_VCPU,
     METHOD_TDP_CURVE,
     choose_cpu_method,

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.carbon.catalog import lookup, price_per_hour
-from agent.carbon.footprint import CarbonSettings, NodePlacement, footprint
-from agent.carbon.prices import PricesError, load_prices, parse_prices, prices_option
+from joulestat.carbon.catalog import lookup, price_per_hour
+from joulestat.carbon.footprint import CarbonSettings, NodePlacement, footprint
+from joulestat.carbon.prices import PricesError, load_prices, parse_prices, prices_option
 
 GOOD = """\
 # negotiated rates, us-east-1

@@ -1,7 +1,7 @@
-"""A job's figures from :class:`agent.carbon.pricing.Pricer`, what ``joulestat compare``
+"""A job's figures from :class:`joulestat.carbon.pricing.Pricer`, what ``joulestat compare``
 and the dashboard both show, against ``footprint()`` on the job's whole series (the
 reference) and numbers written out by hand; and the one "ended, or now" rule of
-:class:`agent.carbon.held.Held` that every job record uses."""
+:class:`joulestat.carbon.held.Held` that every job record uses."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from dataclasses import replace
 
 import pytest
 
-from agent.carbon import live
-from agent.carbon.catalog import lookup
-from agent.carbon.footprint import CarbonSettings, footprint
-from agent.carbon.intensity import resolve_intensity
-from agent.carbon.prices import parse_prices
-from agent.carbon.pricing import NodeFigures, Pricer, placements, prices_used
-from agent.store.job_totals import PartTotals
-from agent.store.jobs import JobNodePart, JobRef
+from joulestat.carbon import live
+from joulestat.carbon.catalog import lookup
+from joulestat.carbon.footprint import CarbonSettings, footprint
+from joulestat.carbon.intensity import resolve_intensity
+from joulestat.carbon.prices import parse_prices
+from joulestat.carbon.pricing import NodeFigures, Pricer, placements, prices_used
+from joulestat.store.job_totals import PartTotals
+from joulestat.store.jobs import JobNodePart, JobRef
 
 NOW = 1_800_000_000.0
 PARTS = (  # a GPU node that ended, a CPU node still running, one nobody can price

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.host.processes import ProcessTable
+from joulestat.host.processes import ProcessTable
 from tests.fakes.procfs import FakeProc
 
 PROC = Path("/proc")

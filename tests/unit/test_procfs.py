@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.host.procfs import (
+from joulestat.host.procfs import (
     is_virtual_machine,
     read_cpu_model,
     read_cpu_sockets,

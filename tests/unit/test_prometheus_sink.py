@@ -14,14 +14,14 @@ from types import SimpleNamespace
 import pytest
 from prometheus_client import generate_latest
 
-from agent.identity import NodeInfo
-from agent.idle import IdleBaselines
-from agent.jobs.accounting import JobAccounting
-from agent.jobs.registry import JobRegistry
-from agent.sinks.base import TickRecord
-from agent.sinks.health import AgentHealth
-from agent.sinks.prometheus import JobMetrics, NodeMetrics, make_registry
-from agent.tick import Tick, TickEntry
+from joulestat.attribution.accounting import JobAccounting
+from joulestat.attribution.idle import IdleBaselines
+from joulestat.attribution.registry import JobRegistry
+from joulestat.core.tick import Tick, TickEntry
+from joulestat.host.identity import NodeInfo
+from joulestat.outputs.health import AgentHealth
+from joulestat.outputs.prometheus import JobMetrics, NodeMetrics, make_registry
+from joulestat.outputs.sink import TickRecord
 
 NODE = NodeInfo("n1", "g5.xlarge", "us-east-1", "Xeon", "0.1.0")
 TICK = TickRecord(Tick(0.0, 2.0, (TickEntry("cpu", "package-0", "rapl", 50.0),)))
@@ -144,7 +144,7 @@ def test_the_cap_keeps_running_jobs_first_and_warns_once_per_crossing(
     clock[0] += 1
     running = [jobs.register(f"r{i}", "inference") for i in range(2)]
     exported = job_metrics(jobs, max_jobs=2, clock=lambda: clock[0])
-    with caplog.at_level(logging.WARNING, logger="agent.sinks.prometheus"):
+    with caplog.at_level(logging.WARNING, logger="joulestat.outputs.prometheus"):
         for _ in range(3):
             assert {j.id for j in exported.exported_jobs()} == {j.id for j in running}
         assert len(caplog.records) == 1 and "--max-job-series 2" in caplog.text

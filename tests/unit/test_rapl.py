@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.sensors import rapl
-from agent.sensors.rapl import RaplSensor, open_rapl, wrap_delta_uj
+from joulestat.devices import rapl
+from joulestat.devices.rapl import RaplSensor, open_rapl, wrap_delta_uj
 from tests.fakes.powercap import FakePowercap
 
-LOGGER = "agent.sensors.rapl"
+LOGGER = "joulestat.devices.rapl"
 
 
 @pytest.fixture
@@ -316,7 +316,7 @@ def test_a_zone_unreadable_for_ten_seconds_is_one_long_entry_not_a_spike(
 ) -> None:
     """The defect: a RAPL file missing for 10 s showed as zeros, then one spike of 10 s
     of energy in a 1 s tick. Now the tick after the gap holds one entry covering it."""
-    from agent.sampler import Sampler
+    from joulestat.attribution.sampler import Sampler
 
     tree.add_zone("intel-rapl:0", "package-0")
     clock = {"t": 100.0}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.sensors.replay import TraceError, load_trace, open_replay, trace_energy_j
+from joulestat.devices.replay import TraceError, load_trace, open_replay, trace_energy_j
 
 HEADER = "t_s,component,device,watts\n"
 

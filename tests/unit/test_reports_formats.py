@@ -15,11 +15,11 @@ import pytest
 from pypdf import PdfReader
 from sqlalchemy.engine import Engine
 
-from agent.reports.csv_report import COLUMN_NAMES, render_csv
-from agent.reports.html_report import render_html
-from agent.reports.json_report import render_json, render_json_many
-from agent.reports.model import build_report
-from agent.reports.pdf_report import render_pdf
+from joulestat.reports.csv_report import COLUMN_NAMES, render_csv
+from joulestat.reports.html_report import render_html
+from joulestat.reports.json_report import render_json, render_json_many
+from joulestat.reports.model import build_report
+from joulestat.reports.pdf_report import render_pdf
 from tests.helpers.report_checks import SCHEMA, html_text
 from tests.helpers.report_store import (
     NOW,
@@ -156,7 +156,7 @@ def test_pdf_says_what_is_unknown(reports: dict[str, dict[str, Any]]) -> None:
 
 def test_no_energy_yet_renders_in_every_format(filled: tuple[Engine, Totals]) -> None:
     engine, _ = filled
-    from agent.store.writer import StoreWriter
+    from joulestat.store.writer import StoreWriter
     from tests.helpers.report_store import ODD, make_job, node_devices
 
     writer = StoreWriter(engine, ODD, node_devices(ODD), raw_retention_s=3600)

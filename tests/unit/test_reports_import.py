@@ -12,12 +12,12 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
-from agent.reports.importer import ImportFileError, import_file, parse_file
-from agent.reports.json_report import render_json, render_json_many
-from agent.reports.model import build_report
-from agent.store.jobs import job_detail, list_jobs
-from agent.store.nodes import unattributed_check
-from agent.store.writer import StoreWriter
+from joulestat.reports.importer import ImportFileError, import_file, parse_file
+from joulestat.reports.json_report import render_json, render_json_many
+from joulestat.reports.model import build_report
+from joulestat.store.jobs import job_detail, list_jobs
+from joulestat.store.nodes import unattributed_check
+from joulestat.store.writer import StoreWriter
 from tests.helpers.report_checks import assert_same, assert_same_figures, dump, renamed
 from tests.helpers.report_store import (
     LOADER,

@@ -12,12 +12,12 @@ import jsonschema
 import pytest
 from sqlalchemy.engine import Engine
 
-from agent.carbon.catalog import price_per_hour
-from agent.carbon.intensity import resolve_intensity
-from agent.carbon.pue import pue_for
-from agent.redact import REDACTED, redact_labels
-from agent.reports.model import build_report, carbon_settings
-from agent.store.jobs import UnknownJobError
+from joulestat.carbon.catalog import price_per_hour
+from joulestat.carbon.intensity import resolve_intensity
+from joulestat.carbon.pue import pue_for
+from joulestat.core.redact import REDACTED, redact_labels
+from joulestat.reports.model import build_report, carbon_settings
+from joulestat.store.jobs import UnknownJobError
 from tests.helpers.report_checks import SCHEMA, validate
 from tests.helpers.report_store import (
     LOADER,

@@ -1,5 +1,5 @@
-"""The report reads (:mod:`agent.store.series`, :mod:`~agent.store.provenance`,
-:mod:`~agent.store.jobs`) on the stores of :mod:`tests.helpers.report_store`: sources
+"""The report reads (:mod:`joulestat.store.series`, :mod:`~joulestat.store.provenance`,
+:mod:`~joulestat.store.jobs`) on the stores of :mod:`tests.helpers.report_store`: sources
 per component and node, energy rows, jobs active since a time."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import Engine
 
-from agent.store.jobs import job_ids_active_since
-from agent.store.provenance import job_sources
-from agent.store.series import job_energy_rows
-from agent.store.writer import StoreWriter
+from joulestat.store.jobs import job_ids_active_since
+from joulestat.store.provenance import job_sources
+from joulestat.store.series import job_energy_rows
+from joulestat.store.writer import StoreWriter
 from tests.helpers.report_store import (
     LOADER,
     T0,

@@ -13,16 +13,16 @@ import pytest
 from reportlab.lib.styles import getSampleStyleSheet
 from sqlalchemy.engine import Engine
 
-from agent import units
-from agent.commands.compare import render_text
-from agent.reports import tables
-from agent.reports.compare import compare
-from agent.reports.compare_data import load_job_figures
-from agent.reports.html_report import render_html
-from agent.reports.importer import import_file
-from agent.reports.json_report import render_json
-from agent.reports.model import build_report
-from agent.reports.pdf_report import MARGIN, PAGE, _pdf_table, chart_drawing
+from joulestat.cli.compare import render_text
+from joulestat.core import units
+from joulestat.reports import tables
+from joulestat.reports.compare import compare
+from joulestat.reports.compare_data import load_job_figures
+from joulestat.reports.html_report import render_html
+from joulestat.reports.importer import import_file
+from joulestat.reports.json_report import render_json
+from joulestat.reports.model import build_report
+from joulestat.reports.pdf_report import MARGIN, PAGE, _pdf_table, chart_drawing
 from tests.helpers.honest_store import CODECARBON_HEADER, codecarbon_row, fill, new_store
 from tests.helpers.report_checks import validate
 from tests.helpers.report_store import NOW, Totals, filled_store
@@ -154,7 +154,7 @@ def test_codecarbon_keeps_its_own_co2e_and_says_what_it_measured_with(
 
 
 def test_import_name_kind_and_labels(tmp_path: Path) -> None:
-    from agent.reports.importer import Overrides
+    from joulestat.reports.importer import Overrides
 
     path = tmp_path / "emissions.csv"
     path.write_text(CODECARBON_HEADER + codecarbon_row("r1", "2024-05-01T12:00:00"))
@@ -179,14 +179,14 @@ def test_compare_by_a_label_and_same_name_runs_by_their_labels(
     text = render_text(by_job, [])
     for level in ("1", "4", "16"):
         assert f"mlp-serve concurrency={level}" in text, text
-    for row in by_job.rows:  # each figure as agent.units writes it, with its unit
+    for row in by_job.rows:  # each figure as joulestat.core.units writes it, with its unit
         assert units.energy(row.energy_per_unit_j) in text
         assert units.mass(row.co2e_per_unit_g) in text
     assert "e-0" not in text and "0.0000" not in text
 
 
 def test_compare_says_which_rows_were_measured(honest: tuple[Engine, Any]) -> None:
-    """The one rule of agent.reports.sources, in joulestat compare too."""
+    """The one rule of joulestat.reports.sources, in joulestat compare too."""
     engine, _ = honest
     table = compare(load_job_figures(engine, kind="training"), by="instance_type",
                     unit="sample")

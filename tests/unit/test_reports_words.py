@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 
-from agent.reports import tables
-from agent.reports.html_report import render_html
-from agent.reports.importer import import_file
-from agent.reports.model import build_report
-from agent.reports.narrative import headline
-from agent.reports.pdf_report import render_pdf
-from agent.reports.sources import source_class
+from joulestat.reports import tables
+from joulestat.reports.html_report import render_html
+from joulestat.reports.importer import import_file
+from joulestat.reports.model import build_report
+from joulestat.reports.narrative import headline
+from joulestat.reports.pdf_report import render_pdf
+from joulestat.reports.sources import source_class
 from tests.helpers.honest_store import CODECARBON_HEADER, codecarbon_row, new_store
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.jobs.http_client import AgentClient, AgentError, AgentUnavailable, retrying
-from agent.jobs.registry import JobRegistry
-from agent.pipeline import await_run_ends
+from joulestat.api.agent_client import AgentClient, AgentError, AgentUnavailable, retrying
+from joulestat.attribution.registry import JobRegistry
+from joulestat.runtime.pipeline import await_run_ends
 
 
 class FakeTime:
@@ -68,7 +68,7 @@ def test_the_retry_is_bounded() -> None:
 def test_an_end_sent_while_nothing_listens_lands_once_the_api_is_back(
         registry: JobRegistry) -> None:
     """Over real sockets: the port refuses for a second, then an API comes up on it."""
-    from agent.jobs.api import ApiServer
+    from joulestat.api.server import ApiServer
     from tests.helpers.agent_process import free_port
 
     port = free_port()

@@ -11,14 +11,14 @@ import re
 
 import pytest
 
-from agent.carbon.catalog import (
+from joulestat.carbon.catalog import (
     SAGEMAKER_PREFIX,
     default_catalog,
     lookup,
     price_per_hour,
     sagemaker_note_of,
 )
-from agent.commands.instances import as_record, render_text, select
+from joulestat.cli.instances import as_record, render_text, select
 
 FMB = "aws-samples/foundation-model-benchmarking-tool"
 PRICING = f"{FMB}@00ef155d0f9c6b999d796f915159d3d622f8233d:src/fmbench/configs/pricing.yml"

@@ -4,8 +4,8 @@ import logging
 
 import pytest
 
-from agent.sampler import Sampler
-from agent.sensors.base import DeviceInfo, Reading, SensorError
+from joulestat.attribution.sampler import Sampler
+from joulestat.devices.sensor import DeviceInfo, Reading, SensorError
 
 
 class Clock:

@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from agent.attribution import Share
-from agent.identity import NodeInfo
-from agent.sensors.base import DeviceInfo
-from agent.store import make_engine, migrate
-from agent.store.spool import Spool
-from agent.store.writer import StoreWriter
-from agent.tick import Tick, TickEntry
+from joulestat.attribution.shares import Share
+from joulestat.core.tick import Tick, TickEntry
+from joulestat.devices.sensor import DeviceInfo
+from joulestat.host.identity import NodeInfo
+from joulestat.store import migrate
+from joulestat.store.engine import make_engine
+from joulestat.store.spool import Spool
+from joulestat.store.writer import StoreWriter
 
 NODE = NodeInfo("node-a", "g5.xlarge", "us-east-1", "Xeon", "0.1.0")
 DEVICES = [DeviceInfo("cpu", "0", "rapl")]

@@ -1,4 +1,4 @@
-"""The reading rule of :mod:`agent.store.boundary`: raw rows after the node's prune
+"""The reading rule of :mod:`joulestat.store.boundary`: raw rows after the node's prune
 boundary, minute rollups up to it, each tick counted once wherever the boundary sits.
 
 The store is written by the agent's own StoreWriter and rolled up (both copies of every
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sqlalchemy import func, select, text, update
 
-from agent.store.boundary import (
+from joulestat.store.boundary import (
     ends_within,
     minute_end_ms,
     minute_ends_within,
@@ -19,8 +19,8 @@ from agent.store.boundary import (
     raw_side,
     rolled_side,
 )
-from agent.store.nodes import node_energy_j
-from agent.store.tables import JOB_MINUTE_ENERGY, MINUTE_ENERGY, NODES, TICK_ENERGY
+from joulestat.store.nodes import node_energy_j
+from joulestat.store.tables import JOB_MINUTE_ENERGY, MINUTE_ENERGY, NODES, TICK_ENERGY
 from tests.helpers.store_rows import T0, tick, writer_for
 
 TICKS, MINUTES = TICK_ENERGY.c, MINUTE_ENERGY.c

@@ -10,11 +10,11 @@ import sqlite3
 import pytest
 from sqlalchemy import text
 
-from agent.attribution import Share
-from agent.store import make_engine
-from agent.store.jobs import UnknownJobError, job_detail
-from agent.store.restart import load_checkpoint, load_running_jobs
-from agent.store.rollup import SETTLE_MS
+from joulestat.attribution.shares import Share
+from joulestat.store.engine import make_engine
+from joulestat.store.jobs import UnknownJobError, job_detail
+from joulestat.store.restart import load_checkpoint, load_running_jobs
+from joulestat.store.rollup import SETTLE_MS
 from tests.helpers.store_jobs import (
     T0,
     TRAINER,
@@ -123,7 +123,7 @@ def test_locked_database_keeps_shares_and_jobs_for_later(db_url, engine, caplog)
     writer.save_job(make_job("a", T0))
     writer.save_checkpoint({"n": 1}, "boot", T0)
     totals = feed(writer, T0, 10, ("a",), units={"tokens": 2.0})
-    with caplog.at_level(logging.WARNING, logger="agent.store.writer"):
+    with caplog.at_level(logging.WARNING, logger="joulestat.store.writer"):
         assert not writer.flush()
     assert "keeping 70 rows in memory" in caplog.text  # 2 entries, 4 shares, 1 unit a tick
     writer.save_job(make_job("a", T0, {"late": "label"}))  # saved while the DB is away
@@ -141,7 +141,7 @@ def test_full_buffer_folds_job_shares_then_drops_whole_ticks(engine, caplog):
     # ticks first lose their job detail (folded into unattributed: 4 rows a tick);
     # only when every buffered tick is folded do whole ticks go, never a part of one.
     writer = writer_for(engine, max_batch_rows=10, max_buffered_rows=50)
-    with caplog.at_level(logging.ERROR, logger="agent.store.writer"):
+    with caplog.at_level(logging.ERROR, logger="joulestat.store.writer"):
         feed(writer, T0, 40, ("a",))  # 240 rows, never flushed
     assert "folded the job shares of the ticks ending" in caplog.text
     assert "node energy is kept whole" in caplog.text

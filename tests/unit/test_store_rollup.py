@@ -8,9 +8,9 @@ import logging
 import pytest
 from sqlalchemy import text
 
-from agent.store.nodes import latest_power_w, minute_energy_rows, node_energy_j
-from agent.store.rollup import SETTLE_MS
-from agent.tick import Tick, TickEntry
+from joulestat.core.tick import Tick, TickEntry
+from joulestat.store.nodes import latest_power_w, minute_energy_rows, node_energy_j
+from joulestat.store.rollup import SETTLE_MS
 from tests.helpers.store_rows import (
     MINUTES_ACROSS_ENDS,
     RETENTION_S,
@@ -90,7 +90,7 @@ def test_rows_ending_before_the_settled_boundary_are_refused_whole(engine, caplo
     before = node_energy_j(engine, "node-a", T0, T0 + 300)
     # A clock stepped back: this tick ends before the boundary the totals cover.
     writer.add(Tick(T0 + 10.5, T0 + 10.75, (TickEntry("cpu", "0", "rapl", 1000.0),)))
-    with caplog.at_level(logging.ERROR, logger="agent.store.writer"):
+    with caplog.at_level(logging.ERROR, logger="joulestat.store.writer"):
         assert writer.flush()
     assert "dropped 1 rows ending at or before the node's settled boundary" in caplog.text
     assert writer.dropped_rows == 1

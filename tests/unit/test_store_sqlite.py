@@ -12,10 +12,10 @@ import sys
 
 import pytest
 
-import agent
-from agent.store import StoreError, default_db_url, make_engine, migrate
-from agent.store.tables import METADATA
-from agent.store.writer import CORE_TABLES
+from joulestat.store import migrate
+from joulestat.store.engine import StoreError, default_db_url, make_engine
+from joulestat.store.tables import METADATA
+from joulestat.store.writer import CORE_TABLES
 
 # -- engine -------------------------------------------------------------------------------
 
@@ -100,8 +100,16 @@ def test_core_tables_used_by_the_writer_match_the_models():
 
 
 def test_missing_migrations_dir_is_a_clear_error(tmp_path, monkeypatch):
-    monkeypatch.setattr(agent, "__file__", str(tmp_path / "agent" / "__init__.py"))
-    with pytest.raises(StoreError, match="migrations not found at .*pip install -e"):
+    """An install that lost its migrations says so, naming the package and the fix."""
+    import importlib.machinery
+    import importlib.util
+
+    real = importlib.util.find_spec
+    lost = importlib.machinery.ModuleSpec("joulestat.migrations", None, is_package=True)
+    lost.submodule_search_locations = [str(tmp_path / "gone")]
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: lost if name == "joulestat.migrations" else real(name, *a))
+    with pytest.raises(StoreError, match="migrations not found .*gone.*reinstall"):
         migrate.migrations_dir()
 
 
@@ -111,14 +119,14 @@ def test_agent_path_imports_neither_alembic_nor_the_orm(tmp_path):
     migrate.upgrade(f"sqlite:///{db}")
     script = f"""
 import sys
-from agent.identity import NodeInfo
-from agent.store import make_engine
-from agent.store.migrate import is_at_head
-from agent.store.writer import StoreWriter
-from agent.tick import Tick, TickEntry
-from agent.attribution import Share
-from agent.jobs.registry import Job
-from agent.store.restart import load_checkpoint, load_running_jobs
+from joulestat.host.identity import NodeInfo
+from joulestat.store.engine import make_engine
+from joulestat.store.migrate import is_at_head
+from joulestat.store.writer import StoreWriter
+from joulestat.core.tick import Tick, TickEntry
+from joulestat.attribution.shares import Share
+from joulestat.attribution.registry import Job
+from joulestat.store.restart import load_checkpoint, load_running_jobs
 engine = make_engine("sqlite:///{db}")
 assert is_at_head(engine)
 writer = StoreWriter(engine, NodeInfo("n", "t", "r", "c", "v"), [], raw_retention_s=600)
@@ -153,10 +161,10 @@ print(peak_kib // 1024, heavy)
 
 def db_command() -> list[str]:
     """``joulestat db`` when the full CLI imports, else the db command on its own."""
-    others = ("agent.commands.agent", "agent.commands.estimate")
+    others = ("joulestat.cli.agent", "joulestat.cli.estimate")
     if all(importlib.util.find_spec(name) for name in others):
-        return [sys.executable, "-m", "agent.cli", "db"]
-    return [sys.executable, "-m", "agent.commands.db"]
+        return [sys.executable, "-m", "joulestat.cli.main", "db"]
+    return [sys.executable, "-m", "joulestat.cli.db"]
 
 
 def test_db_upgrade_and_current_commands_on_sqlite(tmp_path):

@@ -8,8 +8,9 @@ import sqlite3
 
 import pytest
 
-from agent.store import make_engine, migrate
-from agent.store.nodes import list_nodes, minute_energy_rows, node_devices, node_energy_j
+from joulestat.store import migrate
+from joulestat.store.engine import make_engine
+from joulestat.store.nodes import list_nodes, minute_energy_rows, node_devices, node_energy_j
 from tests.helpers.store_rows import DEVICES, T0, raw_count, tick, writer_for
 
 
@@ -45,7 +46,7 @@ def test_locked_database_keeps_rows_and_writes_them_later(db_url, engine, caplog
     other.execute("BEGIN EXCLUSIVE")
     for i in range(1, 11):
         writer.add(tick(T0 + i))
-    with caplog.at_level(logging.WARNING, logger="agent.store.writer"):
+    with caplog.at_level(logging.WARNING, logger="joulestat.store.writer"):
         assert not writer.flush()
         assert writer.maintain(T0 + 600) is None
     assert writer.buffered_rows == 20
@@ -63,7 +64,7 @@ def test_unavailable_database_keeps_rows_and_writes_them_once_it_exists(tmp_path
     url = f"sqlite:///{directory / 'store.db'}"
     engine = make_engine(url)
     directory.rmdir()  # the volume went away after the agent started
-    with caplog.at_level(logging.WARNING, logger="agent.store.writer"):
+    with caplog.at_level(logging.WARNING, logger="joulestat.store.writer"):
         writer = writer_for(engine)
         writer.add(tick(T0 + 1))
         assert not writer.flush()
@@ -78,7 +79,7 @@ def test_unavailable_database_keeps_rows_and_writes_them_once_it_exists(tmp_path
 
 def test_full_buffer_drops_oldest_rows_and_says_how_many(engine, caplog):
     writer = writer_for(engine, max_batch_rows=10, max_buffered_rows=100)
-    with caplog.at_level(logging.ERROR, logger="agent.store.writer"):
+    with caplog.at_level(logging.ERROR, logger="joulestat.store.writer"):
         for i in range(1, 76):  # 150 rows and no flush, as while the store is away
             writer.add(tick(T0 + i))
     # Over the bound (102 rows) it drops down to 90 (10 % headroom), five times here.
@@ -94,12 +95,12 @@ def test_full_buffer_drops_oldest_rows_and_says_how_many(engine, caplog):
 def test_full_buffer_folds_job_rows_before_dropping_any_node_row(engine, caplog):
     """Twenty jobs' shares fill the buffer: who used the oldest ticks' energy is folded
     into their unattributed rows, but every tick of node energy is kept."""
-    from agent.attribution import Share
-    from agent.store.nodes import unattributed_check
+    from joulestat.attribution.shares import Share
+    from joulestat.store.nodes import unattributed_check
 
     writer = writer_for(engine, max_batch_rows=50, max_buffered_rows=400)
     jobs = [f"job-{n}" for n in range(20)]
-    with caplog.at_level(logging.ERROR, logger="agent.store.writer"):
+    with caplog.at_level(logging.ERROR, logger="joulestat.store.writer"):
         for i in range(1, 31):
             t = tick(T0 + i)
             writer.add(t)
@@ -140,7 +141,7 @@ def test_maybe_flush_waits_for_the_interval_and_backs_off_on_failure(db_url, eng
 
 def test_non_finite_energy_is_skipped_not_written(engine, caplog):
     writer = writer_for(engine)
-    with caplog.at_level(logging.WARNING, logger="agent.store.writer"):
+    with caplog.at_level(logging.WARNING, logger="joulestat.store.writer"):
         writer.add(tick(T0 + 1, cpu_j=float("nan")))
     assert writer.buffered_rows == 1 and "non-finite" in caplog.text
     assert writer.flush()

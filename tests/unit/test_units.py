@@ -1,5 +1,5 @@
-"""The one number formatter (agent.units) and the one reading of a source chain
-(agent.reports.sources), which the CLI, the dashboard and the reports all use."""
+"""The one number formatter (joulestat.core.units) and the one reading of a source chain
+(joulestat.reports.sources), which the CLI, the dashboard and the reports all use."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from contextlib import redirect_stderr
 
 import pytest
 
-from agent import units
-from agent.reports.sources import (
+from joulestat.core import units
+from joulestat.reports.sources import (
     energy_by_class,
     originals,
     source_class,
@@ -61,14 +61,14 @@ def test_scale_for_charts() -> None:
 
 
 def test_the_dashboard_formats_through_the_same_module() -> None:
-    from dashboard import fmt
+    from joulestat.dashboard import fmt
 
     assert fmt.energy is units.energy and fmt.mass is units.mass and fmt.usd is units.usd
     assert fmt.kwh(1800) == units.energy_wh(1800) == "500 mWh"
 
 
 def test_run_summary_prints_readable_energy_per_unit() -> None:
-    from agent.commands.run import _print_summary
+    from joulestat.cli.run import _print_summary
 
     out = io.StringIO()
     summary = {"name": "mlp", "id": "j1", "mode": "through the agent", "started_at": 1.0,
