@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from joulestat.core.version import __version__
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from joulestat.client.track import TrackedJob, count, current_job, serving, track
+    from joulestat.client.tracking import TrackedJob, count, current_job, serving, track
 
 __all__ = ["TrackedJob", "__version__", "count", "current_job", "serving", "track"]
 
@@ -26,7 +26,7 @@ _PUBLIC = {"track", "count", "serving", "current_job", "TrackedJob"}
 
 def __getattr__(name: str) -> Any:
     if name in _PUBLIC:
-        from joulestat.client import track as _track
+        from joulestat.client import tracking
 
-        return getattr(_track, name)
+        return getattr(tracking, name)
     raise AttributeError(f"module 'joulestat' has no attribute {name!r}")

@@ -2,7 +2,7 @@
 
 Pure functions of query results (no Streamlit, no SQL), so each rule is tested on its
 own and reads the same on every page. Comparisons and SLA sizing are not here: the
-Compare page runs :func:`joulestat.reports.compare.compare`, as ``joulestat compare`` does.
+Compare page runs :func:`joulestat.reports.compare.table.compare`, as ``joulestat compare`` does.
 
 * a job's "setup" is the set of instance types it ran on, named as the comparison
   groups it (``c5.4xlarge+p4d.24xlarge`` for a trainer fed by a loader);
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from joulestat.core import units
 from joulestat.core.redact import redact_labels
 from joulestat.devices.sensor import ACCELERATOR_COMPONENT
-from joulestat.reports.compare import setup_name
+from joulestat.reports.compare.table import setup_name
 from joulestat.reports.external import shown_labels
 from joulestat.reports.sources import source_class
 
@@ -64,7 +64,7 @@ def provenance_totals(rows: Iterable[SourceEnergy]) -> dict[str, float]:
 
 def setup_of(job: AnyJob) -> str:
     """The instance types a job ran on, one name per type: its comparison group, named by
-    :func:`joulestat.reports.compare.setup_name` so every page and the CLI agree."""
+    :func:`joulestat.reports.compare.table.setup_name` so every page and the CLI agree."""
     return setup_name(itype for _node, itype in job.nodes)
 
 

@@ -1,15 +1,17 @@
 """The Compare page's figures: ``joulestat compare``'s arithmetic on the dashboard's reads.
 
 The page must say what the command says about the same jobs, so nothing here computes a
-figure: jobs read as :class:`~joulestat.store.job_totals.JobTotals` become
-:class:`~joulestat.reports.compare.JobFigures` priced as the command prices them
-(:func:`joulestat.dashboard.costing.job_figures`: :class:`joulestat.carbon.pricing.Pricer` and
-:func:`joulestat.reports.compare_data.job_figures`), and :func:`joulestat.reports.compare.compare`
-groups them, takes the deltas and sizes the fleet. This module only picks the options
-the page offers (the grouping, the default baseline) and collects the notes the command
-prints under its table. ``by="model"`` takes the command's per-model figures too
-(:func:`~joulestat.reports.compare_models.by_model`, re-exported here for
-:mod:`joulestat.dashboard.state`).
+figure: jobs read as :class:`~joulestat.store.jobs.JobTotals` become
+:class:`~joulestat.reports.compare.table.JobFigures` priced as the command prices them
+(:func:`joulestat.dashboard.costing.job_figures`:
+:class:`joulestat.carbon.pricing.Pricer` and
+:func:`joulestat.reports.compare.figures.job_figures`), and
+:func:`joulestat.reports.compare.table.compare` groups them, takes the deltas and sizes
+the fleet. This module only picks the options the page offers (the grouping, the default
+baseline) and collects the notes the command prints under its table. ``by="model"``
+takes the command's per-model figures too
+(:func:`~joulestat.reports.compare.table.by_model`, which :mod:`joulestat.dashboard.state`
+calls).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from joulestat.dashboard import costing
-from joulestat.reports.compare import (
+from joulestat.reports.compare.table import (
     PER_UNIT,
     ComparisonRow,
     ComparisonTable,
@@ -27,13 +29,12 @@ from joulestat.reports.compare import (
     compare,
     rebase,
 )
-from joulestat.reports.compare_models import by_model
-from joulestat.reports.compare_words import row_names
+from joulestat.reports.compare.words import row_names
 
 if TYPE_CHECKING:  # joulestat.dashboard.state imports this module
     from joulestat.dashboard.state import JobTotals
 
-__all__ = ["Comparison", "by_model", "comparison", "figures", "row_key", "row_labels",
+__all__ = ["Comparison", "comparison", "figures", "row_key", "row_labels",
            "slowest"]
 
 
@@ -48,7 +49,7 @@ class Comparison:
     def against(self, baseline: str | None = None,
                 sla_units_per_hour: float | None = None) -> Comparison:
         """The same rows against ``baseline``, sized for ``sla_units_per_hour``
-        (:func:`~joulestat.reports.compare.rebase`: what ``compare()`` gives with them)."""
+        (:func:`~joulestat.reports.compare.table.rebase`: what ``compare()`` gives with them)."""
         return Comparison(rebase(self.table, baseline, sla_units_per_hour), self.notes)
 
     @property
@@ -95,7 +96,7 @@ def row_labels(rows: Sequence[ComparisonRow],
     """:func:`row_key` -> the name the page shows: a setup or label row its group, a job
     row its name, told apart from runs of the same name by the labels that differ
     between them (``mlp-serve concurrency=4``), else by ``when(started_s)``
-    (:func:`joulestat.reports.compare_words.row_names`, as ``joulestat compare`` does)."""
+    (:func:`joulestat.reports.compare.words.row_names`, as ``joulestat compare`` does)."""
     return {row_key(r): name for r, name in zip(rows, row_names(rows, when), strict=True)}
 
 

@@ -3,7 +3,8 @@
 Every figure is :class:`joulestat.carbon.pricing.Pricer`'s, the pricing ``joulestat
 compare`` uses too, so the pages and the command cannot disagree; this module only
 chooses the prices and turns the pricer's answers into what the pages show
-(:class:`~joulestat.dashboard.analysis.JobCost`, :class:`~joulestat.reports.compare.JobFigures`).
+(:class:`~joulestat.dashboard.analysis.JobCost`,
+:class:`~joulestat.reports.compare.table.JobFigures`).
 
 Prices: ``joulestat dashboard --prices FILE`` hands the file on as ``JOULESTAT_PRICES``
 (absolute path). :func:`pricer` reads it once per path per process and keeps one
@@ -24,9 +25,9 @@ from joulestat.carbon.footprint import METHODOLOGY, CarbonSettings
 from joulestat.carbon.prices import PriceTable, load_prices
 from joulestat.carbon.pricing import Pricer
 from joulestat.dashboard.analysis import JobCost
-from joulestat.reports.compare import JobFigures
-from joulestat.reports.compare_data import job_figures as figures_of_job
-from joulestat.reports.compare_data import sources_of
+from joulestat.reports.compare.figures import job_figures as figures_of_job
+from joulestat.reports.compare.figures import sources_of
+from joulestat.reports.compare.table import JobFigures
 
 if TYPE_CHECKING:  # joulestat.dashboard.state imports this module
     from joulestat.dashboard.state import JobDetail, JobTotals
@@ -94,8 +95,8 @@ def job_costs(jobs: Iterable[JobTotals], now_s: float) -> dict[str, JobCost]:
 def job_figures(jobs: Iterable[JobTotals], now_s: float,
                 sources: Mapping[str, tuple[str, ...]] | None = None,
                 models: Mapping[str, Mapping[str, int]] | None = None) -> list[JobFigures]:
-    """The jobs as :func:`joulestat.reports.compare.compare` takes them, each built as
-    ``joulestat compare`` builds it (:func:`joulestat.reports.compare_data.job_figures`);
+    """The jobs as :func:`joulestat.reports.compare.table.compare` takes them, each built as
+    ``joulestat compare`` builds it (:func:`joulestat.reports.compare.figures.job_figures`);
     ``sources``: node -> sources, read as the command reads them (``node_sources``);
     ``models``: node -> its accelerators' models (``node_accelerators``)."""
     by = pricer()

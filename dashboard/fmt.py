@@ -1,7 +1,7 @@
 """Numbers as the pages show them: :mod:`joulestat.core.units`, the formatter the CLI and the
 reports use too, so a figure reads "2.05 mJ" on a page, in ``joulestat run``'s summary
 and in the HTML report alike. Only what is the dashboard's own lives here: the viewer's
-clock. Deltas and ratios ("−92 %", "×6.3") are :mod:`joulestat.reports.compare_words`', as
+clock. Deltas and ratios ("−92 %", "×6.3") are :mod:`joulestat.reports.compare.words`', as
 ``joulestat compare`` writes them. How a row's energy was obtained ("estimated (model:
 ccf-vcpu)") is :func:`joulestat.reports.provenance.energy_is`, in the column
 :data:`ENERGY_IS` that every table puts right after the row's name, so an estimate is
@@ -18,7 +18,7 @@ import pandas as pd
 
 from joulestat.carbon.units import J_PER_KWH
 from joulestat.core import units
-from joulestat.reports import compare_words
+from joulestat.reports.compare import words as compare_words
 from joulestat.reports.provenance import energy_is
 
 __all__ = ["ENERGY_IS", "J_PER_KWH", "UNKNOWN", "count", "duration", "energy", "energy_is",

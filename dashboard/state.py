@@ -4,7 +4,7 @@ Pages and the other dashboard modules never build SQL, never hold an engine and 
 no store module: they call the functions here, and take the store's record types from
 here (``state.JobTotals``, ``state.SeriesPoint``...). The functions call the store's
 reads (:mod:`joulestat.store.nodes`, :mod:`~joulestat.store.jobs`,
-:mod:`~joulestat.store.job_totals`, :mod:`~joulestat.store.series`,
+:mod:`~joulestat.store.jobs`, :mod:`~joulestat.store.series`,
 :mod:`~joulestat.store.provenance`, the same ones reports and commands use) through one
 engine per URL (``st.cache_resource``) and keep results for ten seconds
 (``st.cache_data(ttl=10)``), about two store flushes of the agent: fresh enough to
@@ -35,18 +35,29 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from joulestat.dashboard import analysis, comparison, costing, fmt
 from joulestat.dashboard.bulk import gc_paused
-from joulestat.store.engine import StoreError, describe_error, redact_url
-from joulestat.store.job_refs import JobRefError, resolve_job
-from joulestat.store.job_totals import JobFilter, JobTotals, PartTotals, job_totals
+from joulestat.reports.compare.table import by_model
+from joulestat.store.engine import (
+    StoreError,
+    StoreMissingError,
+    describe_error,
+    open_readonly_engine,
+    redact_url,
+)
 from joulestat.store.jobs import (
     JobDetail,
+    JobFilter,
     JobRef,
+    JobRefError,
     JobSummary,
+    JobTotals,
+    PartTotals,
     UnknownJobError,
     count_jobs,
     job_choices,
     job_detail,
+    job_totals,
     job_units_by_kind,
+    resolve_job,
 )
 from joulestat.store.migrate import HEAD_REVISION, current_revision
 from joulestat.store.model_split import ModelSplit, model_splits
@@ -65,7 +76,6 @@ from joulestat.store.provenance import (
     job_energy_by_source,
     node_sources,
 )
-from joulestat.store.readonly import StoreMissingError, open_readonly_engine
 from joulestat.store.series import (
     SeriesPoint,
     choose_bucket_s,
@@ -261,7 +271,7 @@ def compare(url: str, kind: str, unit: str, since_s: float | None, until_s: floa
     sources = node_sources(engine(url), nodes)
     jobs = comparison.figures(found, at_s, picked, sources, node_accelerators(engine(url), nodes))
     if by == "model" and picked is None:
-        jobs = comparison.by_model(jobs, model_splits(engine(url), [j.id for j in found]))
+        jobs = by_model(jobs, model_splits(engine(url), [j.id for j in found]))
     return comparison.comparison(jobs, unit, "job" if picked is not None else by)
 
 
@@ -349,7 +359,7 @@ class JobLookup:
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def lookup_job(url: str, ref: str) -> JobLookup:
     """``ref`` as every command reads a job: id, name (its latest run) or unique id prefix
-    (:func:`joulestat.store.job_refs.resolve_job`), so a link with a name or a short id works."""
+    (:func:`joulestat.store.jobs.resolve_job`), so a link with a name or a short id works."""
     try:
         found = resolve_job(engine(url), ref)
     except JobRefError as exc:

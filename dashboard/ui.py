@@ -107,7 +107,7 @@ def require_data(url: str) -> None:
              f"then measure a job:\n\n"
              f"```sh\njoulestat run --name bert-serve --kind inference "
              f"--label concurrency=8 -- python serve.py\n```\n\n"
-             f"(or `from joulestat.client.track import track` inside your code; see docs/jobs.md).")
+             f"(or `from joulestat import track` inside your code; see docs/jobs.md).")
     if found.state in ("missing", "empty"):
         st.info(f"**No measurements yet** in `{shown}`.\n\n{start}\n\nOr measure two "
                 f"minutes of real jobs on this machine: `joulestat demo --db '{shown}'`."

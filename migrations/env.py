@@ -15,7 +15,7 @@ from alembic import context
 from sqlalchemy.engine import Connection
 
 from joulestat.store.engine import make_engine
-from joulestat.store.tables import METADATA
+from joulestat.store.schema import METADATA
 
 config = context.config
 target_metadata = METADATA

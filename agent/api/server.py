@@ -1,4 +1,5 @@
-"""The local HTTP API through which jobs become known to the agent.
+"""The local HTTP API through which jobs become known to the agent: the server, and its
+request handling (routing, validation, answers).
 
 Anything on the node can reach this port, so every input is treated as hostile: bodies
 are size-checked before they are read, every field is validated by the registry (the
@@ -10,7 +11,9 @@ rebinding). Connections go through :mod:`joulestat.api.gate`, like the metrics p
 idle or slow connection holds a socket, never a thread nor an in-flight slot; each
 client has ``request_timeout_s`` from accept to send its whole request; past
 ``max_in_flight`` complete requests waiting for or in a worker the gate answers 429;
-past ``max_connections`` open the oldest silent one is closed.
+past ``max_connections`` open the oldest silent one is closed. The handler runs in a
+worker of the gate over a request already read whole, so it never waits on a client:
+its ``rfile`` raises ``TimeoutError`` where the deadline passed.
 
 Stdlib ``http.server`` handlers only, like the metrics endpoint; one request per
 connection.
@@ -19,27 +22,323 @@ connection.
 from __future__ import annotations
 
 import hashlib
+import hmac
+import ipaddress
+import json
 import logging
+import re
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable, Mapping
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
 
-from joulestat.api.gate import HttpGate, Limits
-from joulestat.api.handler import (  # noqa: F401  (re-exported: the API's public names)
-    _BUSY_RESPONSE,
-    LINGER_S,
-    MAX_BODY_BYTES,
-    MAX_CONNECTIONS,
-    MAX_IN_FLIGHT,
-    REQUEST_TIMEOUT_S,
-    WORKERS,
-    _Handler,
-    check_exposure,
-    is_loopback,
-)
-from joulestat.attribution.registry import Job, JobRegistry
+from joulestat.api.gate import GatedHandler, HttpGate, Limits, busy_response
+from joulestat.attribution.registry import Job, JobError, JobNotFound, JobRegistry, validate_job_id
+from joulestat.attribution.validation import validate_end_time
+from joulestat.core.redact import redact_labels
 
 log = logging.getLogger(__name__)
 
+
+# -- Request handling for the job API: routing, validation, answers --------------------
+
+MAX_BODY_BYTES = 1 << 20
+MAX_IN_FLIGHT = 64  # complete requests queued for or in a worker; past it: 429
+MAX_CONNECTIONS = 512  # open at once; past it the oldest silent connection is closed
+WORKERS = 4
+REQUEST_TIMEOUT_S = 5.0  # from accept to the whole request
+LINGER_S = 1.0  # after an early answer, read what the client still sends, so it sees it
+API_ORIGINS = ("api", "run", "client")  # the origins a caller may claim; discovery's are ours
+# field -> required
+JOB_FIELDS = {"name": True, "kind": True, "pids": False, "labels": False, "job_id": False,
+              "origin": False}
+UNIT_FIELDS = {"unit": True, "count": True}
+# cpu_s: the wrapper's total CPU seconds of the job, from wait4(); ended_at: when its
+# command exited (epoch s), so an end that arrives late (an agent restart) keeps its time.
+END_FIELDS = {"cpu_s": False, "ended_at": False}
+_CONTENT_LENGTH_RE = re.compile(r"[0-9]{1,18}")
+_BUSY_BODY = b'{"error":"busy: too many requests in flight, retry shortly"}\n'
+_BUSY_RESPONSE = busy_response("application/json", _BUSY_BODY)
+
+
+def is_loopback(host: str) -> bool:
+    """True for localhost and 127.0.0.0/8 or ::1 literals; other names may resolve anywhere."""
+    host = host.strip().strip("[]").rstrip(".").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(host: str, token: str | None) -> None:
+    """Anything on a reachable address can register jobs, so that needs a token."""
+    if not token and not is_loopback(host):
+        raise ValueError(f"--api-host {host} is not loopback: set --api-token")
+
+
+def _host_header_name(value: str) -> str:
+    value = value.strip()
+    if value.startswith("["):
+        return value[1 : value.find("]")] if "]" in value else value
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
+class _HttpError(Exception):
+    def __init__(self, status: int, message: str, headers: Iterable[tuple[str, str]] = ()):
+        super().__init__(message)
+        self.status, self.message, self.headers = status, message, list(headers)
+
+
+def _names(keys: Iterable[str]) -> str:
+    shown = [repr(k[:40]) if len(k) > 40 else k for k in sorted(keys)]
+    return ", ".join(shown[:10]) + (f" and {len(shown) - 10} more" if len(shown) > 10 else "")
+
+
+def _known(registry: JobRegistry, job_id: str) -> bool:
+    try:
+        registry.get(job_id)
+    except JobNotFound:
+        return False
+    return True
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _answer(job: Job) -> dict[str, Any]:
+    """A job as the API answers it: labels through the one redaction (agent/core/redact.py),
+    as in every other output, since anyone who can read the API is not necessarily
+    who registered a job with a token or a password in a label."""
+    return {**job.to_json(), "labels": redact_labels(job.labels)}
+
+
+class _Handler(GatedHandler):
+    server: _Server  # joulestat.api.server._Server: registry, token digest, settings
+    protocol_version = "HTTP/1.0"  # one request per connection
+
+    def version_string(self) -> str:
+        return "joulestat"
+
+    def setup(self) -> None:
+        super().setup()
+        self.timeout = self.server.request_timeout_s  # also the send timeout of answers
+
+    def _dispatch(self) -> None:
+        headers: list[tuple[str, str]] = []
+        try:
+            self._authorize()
+            handler, args, query = self._route()
+            status, payload = handler(*args, **query)
+        except _HttpError as exc:
+            status, payload, headers = exc.status, {"error": exc.message}, exc.headers
+        except JobError as exc:
+            status, payload = exc.status, {"error": str(exc)}
+        except TimeoutError:
+            status = HTTPStatus.REQUEST_TIMEOUT
+            payload = {"error": f"request not received within {self.timeout:g} s"}
+        except ConnectionError:
+            raise
+        except Exception:
+            log.exception("job API: unexpected error on %s %s", self.command, self.path[:200])
+            status, payload = HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "internal error"}
+        self._send_json(status, payload, headers)
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _dispatch
+
+    def _authorize(self) -> None:
+        digest = self.server.token_digest
+        if digest is None:
+            if "Origin" in self.headers:
+                raise _HttpError(403, "requests from web pages (with an Origin header) are "
+                                      "refused; set --api-token to expose the API")
+            host = self.headers.get("Host")
+            if host is not None and not is_loopback(_host_header_name(host)):
+                raise _HttpError(403, f"Host {host[:100]!r} is not a loopback name; use "
+                                      "127.0.0.1 or localhost, or set --api-token")
+            return
+        challenge = [("WWW-Authenticate", 'Bearer realm="joulestat"')]
+        header = self.headers.get("Authorization")
+        if header is None:
+            raise _HttpError(401, "missing Authorization: Bearer <token>", challenge)
+        scheme, _, given = header.strip().partition(" ")
+        given_digest = hashlib.sha256(given.strip().encode("latin-1", "replace")).digest()
+        # Comparing digests keeps the time independent of the token's length and content.
+        if not (hmac.compare_digest(given_digest, digest) and scheme.lower() == "bearer"):
+            raise _HttpError(401, "invalid token", challenge)
+
+    def _route(self) -> tuple[Callable[..., tuple[int, Any]], list[str], dict[str, Any]]:
+        target = self.path if self.path.startswith("/") else urlsplit(self.path).path
+        path, _, query = target.partition("?")
+        path = path.partition("#")[0]
+        parts = path.split("/")
+        routes: dict[str, Callable[..., tuple[int, Any]]]
+        args: list[str] = []
+        if parts == ["", "v1", "health"]:
+            routes = {"GET": self._health}
+        elif parts == ["", "v1", "jobs"]:
+            routes = {"GET": self._list, "POST": self._register}
+        elif len(parts) in (4, 5) and parts[:3] == ["", "v1", "jobs"] and parts[3]:
+            if len(parts) == 4:
+                routes = {"GET": self._get}
+            elif parts[4] in ("units", "end"):
+                routes = {"POST": self._units if parts[4] == "units" else self._end}
+            else:
+                raise _HttpError(404, f"no such path: {path[:200]}")
+            try:
+                args = [unquote(parts[3], errors="strict")]
+            except UnicodeDecodeError:
+                raise _HttpError(404, f"no job with id {parts[3][:200]!r}") from None
+        else:
+            raise _HttpError(404, f"no such path: {path[:200]}")
+        handler = routes.get(self.command)
+        if handler is None:
+            allow = ", ".join(routes)
+            raise _HttpError(405, f"{self.command} not allowed here; allowed: {allow}",
+                             [("Allow", allow)])
+        listing = parts == ["", "v1", "jobs"] and self.command == "GET"
+        return handler, args, self._query(query, listing)
+
+    def _query(self, query: str, listing: bool) -> dict[str, Any]:
+        try:
+            params = parse_qsl(query, keep_blank_values=True, max_num_fields=8)
+        except ValueError:
+            raise _HttpError(400, "query: too many parameters") from None
+        unknown = {key for key, _ in params if not (listing and key == "running")}
+        if unknown:
+            raise _HttpError(400, f"query: unknown parameter(s) {_names(unknown)}")
+        result: dict[str, Any] = {}
+        for _, value in params:
+            if value.lower() not in ("", "0", "1", "true", "false"):
+                raise _HttpError(400, f"running: expected 1 or 0, got {value[:40]!r}")
+            result["running"] = value.lower() in ("", "1", "true")
+        return result
+
+    def _read_body(self, required: bool) -> bytes:
+        if "Transfer-Encoding" in self.headers:
+            raise _HttpError(411, "chunked bodies are not accepted; send Content-Length")
+        values = {v.strip() for v in self.headers.get_all("Content-Length") or []}
+        if not values:
+            if required:
+                raise _HttpError(411, "Content-Length required (a JSON object body)")
+            return b""
+        value = values.pop()
+        if values or not _CONTENT_LENGTH_RE.fullmatch(value):
+            raise _HttpError(400, "Content-Length: expected one non-negative integer")
+        length = int(value)
+        if length > MAX_BODY_BYTES:
+            raise _HttpError(413, f"body: at most {MAX_BODY_BYTES} bytes, got {length}")
+        body = self.rfile.read(length)
+        if len(body) < length:
+            raise _HttpError(400, f"body: connection closed after {len(body)} of {length} bytes")
+        return body
+
+    def _read_object(self, fields: Mapping[str, bool], required: bool = True) -> dict[str, Any]:
+        raw = self._read_body(required)
+        if not raw.strip():
+            if required:
+                raise _HttpError(400, "body: expected a JSON object, got an empty body")
+            return {}
+        try:
+            data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+        except UnicodeDecodeError as exc:
+            raise _HttpError(400, f"body: not UTF-8 (bad byte at {exc.start})") from None
+        except RecursionError:
+            raise _HttpError(400, "body: JSON nested too deeply") from None
+        except ValueError as exc:
+            raise _HttpError(400, f"body: not valid JSON: {str(exc)[:200]}") from None
+        if not isinstance(data, dict):
+            raise _HttpError(400, f"body: expected a JSON object, got {type(data).__name__}")
+        unknown = set(data) - set(fields)
+        if unknown:
+            raise _HttpError(400, f"unknown field(s) {_names(unknown)}; expected "
+                                  f"{', '.join(fields) or 'no fields'}")
+        missing = [name for name, needed in fields.items() if needed and name not in data]
+        if missing:
+            raise _HttpError(400, f"{missing[0]}: required")
+        return data
+
+    def _health(self) -> tuple[int, Any]:
+        return 200, {"status": "ok", "node": self.server.node, "mode": self.server.mode,
+                     "interval_s": self.server.interval_s}
+
+    def _list(self, running: bool = False) -> tuple[int, Any]:
+        jobs = sorted(self.server.registry.jobs(running_only=running), key=lambda j: j.started_s)
+        return 200, {"jobs": [_answer(job) for job in jobs]}
+
+    def _get(self, job_id: str) -> tuple[int, Any]:
+        return 200, _answer(self.server.registry.get(job_id))
+
+    def _register(self) -> tuple[int, Any]:
+        data = self._read_object(JOB_FIELDS)
+        job_id = data.get("job_id")
+        if job_id is not None:
+            validate_job_id(job_id)
+        origin = data.get("origin", "api")
+        if origin not in API_ORIGINS:
+            raise _HttpError(400, f"origin: expected one of {', '.join(API_ORIGINS)}")
+        registry = self.server.registry
+        with self.server.register_lock:  # so exactly one of two racing registrations gets 201
+            existed = job_id is not None and _known(registry, job_id)
+            job = registry.register(data["name"], data["kind"], data.get("pids"),
+                                    data.get("labels"), job_id, origin=origin)
+            answer = _answer(job)
+            if self.server.persist is not None and not existed:
+                # On disk before the 201, or the answer says it is not (yet): the
+                # client registers again (same job_id) if the agent restarts without it.
+                answer["durable"] = bool(self.server.persist(job))
+        return (200 if existed else 201), answer
+
+    def _units(self, job_id: str) -> tuple[int, Any]:
+        data = self._read_object(UNIT_FIELDS)
+        return 200, _answer(self.server.registry.count(job_id, data["unit"], data["count"]))
+
+    def _end(self, job_id: str) -> tuple[int, Any]:
+        data = self._read_object(END_FIELDS, required=False)
+        registry, at_s = self.server.registry, None
+        if data.get("ended_at") is not None:
+            at_s = validate_end_time(data["ended_at"], registry.get(job_id).started_s,
+                                     time.time())
+        return 200, _answer(registry.end(job_id, at_s=at_s, cpu_s=data.get("cpu_s")))
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own refusals (bad request line, huge headers) as JSON 4xx too."""
+        self.close_connection = True
+        if code == HTTPStatus.NOT_IMPLEMENTED:  # a method with no do_*: 405 like the others
+            self._dispatch()
+            return
+        code = HTTPStatus.BAD_REQUEST if code >= 500 else code  # 505: bad input all the same
+        try:
+            phrase = HTTPStatus(code).phrase
+        except ValueError:
+            phrase = "error"
+        self._send_json(code, {"error": message or phrase})
+
+    def _send_json(
+        self, status: int, payload: Any, headers: Iterable[tuple[str, str]] = ()
+    ) -> None:
+        body = json.dumps(payload).encode() + b"\n"
+        self.request_version = "HTTP/1.0"  # even to HTTP/0.9 or garbage: headers say why
+        self.connection.settimeout(self.timeout)
+        self.send_response(status)
+        for name, value in (("Content-Type", "application/json"),
+                            ("Content-Length", str(len(body))), ("Cache-Control", "no-store"),
+                            ("X-Content-Type-Options", "nosniff"), ("Connection", "close"),
+                            *headers):
+            self.send_header(name, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        log.debug("job API %s: " + format, self.client_address[0], *args)
+
+
+# -- The local HTTP API through which jobs become known to the agent -------------------
 
 class _Server:
     """What the handlers read as ``self.server``: the registry and the API's settings."""

@@ -321,8 +321,7 @@ def _demo(args: argparse.Namespace) -> int:
     from joulestat.cli.main import main as cli_main
     from joulestat.core.logs import setup_logging
     from joulestat.core.redact import redact_url
-    from joulestat.store.bootstrap import open_engine
-    from joulestat.store.engine import data_dir
+    from joulestat.store.engine import data_dir, open_engine
 
     settings = resolve(args, OPTIONS)
     quiet = "log_level" not in vars(args) and "JOULESTAT_LOG_LEVEL" not in os.environ

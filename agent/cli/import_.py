@@ -67,8 +67,7 @@ def _run(args: argparse.Namespace) -> int:
     from sqlalchemy.exc import SQLAlchemyError
 
     from joulestat.reports.importer import ImportFileError, import_file
-    from joulestat.store.bootstrap import open_engine
-    from joulestat.store.engine import describe_error
+    from joulestat.store.engine import describe_error, open_engine
 
     settings = resolve(args, IMPORT_OPTIONS)
     overrides = _overrides(args)

@@ -30,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from joulestat.store.bootstrap import open_engine
+    from joulestat.store.engine import open_engine
     from joulestat.store.jobs import list_jobs
 
     settings = resolve(args, JOBS_OPTIONS)

@@ -125,9 +125,8 @@ def _write(content: str | bytes, output: str | None) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from joulestat.reports.model import build_report
-    from joulestat.store.bootstrap import open_engine
-    from joulestat.store.job_refs import JobRefError, resolve_job
-    from joulestat.store.jobs import UnknownJobError, job_ids_active_since
+    from joulestat.store.engine import open_engine
+    from joulestat.store.jobs import JobRefError, UnknownJobError, job_ids_active_since, resolve_job
 
     if args.include_env:
         raise ConfigError("--include-env is now --no-redact: it never put the environment "

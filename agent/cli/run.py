@@ -7,7 +7,7 @@ be attributed and stored, prints that summary on stderr and exits with CMD's exi
 (128 + N when CMD died of signal N, as shells do).
 
 Where the node allows it (a writable cgroup v2 subtree, else v1 cpuacct), CMD runs in
-a cgroup of its own, ``joulestat-job-<id>`` below the wrapper's (:mod:`joulestat.host.job_cgroup`),
+a cgroup of its own, ``joulestat-job-<id>`` below the wrapper's (:mod:`joulestat.host.cgroup_jobs`),
 and its CPU time is that cgroup's counter; elsewhere it is read from CMD's process tree.
 Which one is said in the log and in the job's ``cpu_source`` label.
 
@@ -39,7 +39,7 @@ from joulestat.attribution.registry import (
     validate_name,
 )
 from joulestat.core.errors import ConfigError
-from joulestat.host.job_cgroup import Placement
+from joulestat.host.cgroup_jobs import Placement
 from joulestat.runtime.embedded import EMBEDDED_OPTIONS
 from joulestat.runtime.settings import add_options, resolve
 
@@ -214,7 +214,7 @@ class _Tracker:
         job's CPU time will be read: in the log, and in its ``cpu_source`` label."""
         from pathlib import Path
 
-        from joulestat.host.job_cgroup import place
+        from joulestat.host.cgroup_jobs import place
 
         self.placement = place(Path(self.settings["sysfs_root"]) / "fs" / "cgroup",
                                self.job_id, self.settings["procfs_root"])

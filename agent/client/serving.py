@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING
 from joulestat.attribution.model_units import BUSY, model_key
 from joulestat.attribution.validation import count_keys
 
-if TYPE_CHECKING:  # joulestat.client.track imports this module
-    from joulestat.client.track import TrackedJob
+if TYPE_CHECKING:  # joulestat.client.tracking imports this module
+    from joulestat.client.tracking import TrackedJob
 
-log = logging.getLogger("joulestat.client.track")
+log = logging.getLogger("joulestat.client.tracking")
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ The rules, the same for every quantity:
 * ``None`` (unknown) and NaN read :data:`UNKNOWN`, never ``0``.
 
 Not here: unit conversions of the carbon data (:mod:`joulestat.carbon.units`) and the
-wording of deltas (``−92 %``, ``×6.3``: :mod:`joulestat.reports.compare_words`).
+wording of deltas (``−92 %``, ``×6.3``: :mod:`joulestat.reports.compare.words`).
 """
 
 from __future__ import annotations

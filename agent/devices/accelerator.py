@@ -18,8 +18,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from joulestat.devices.resume import BadState, get_float, get_int, restore_each
-from joulestat.devices.sensor import ACCELERATOR_COMPONENT, DeviceInfo, Reading
+from joulestat.devices.sensor import (
+    ACCELERATOR_COMPONENT,
+    BadState,
+    DeviceInfo,
+    Reading,
+    get_float,
+    get_int,
+    restore_each,
+)
 
 log = logging.getLogger(__name__)
 
@@ -302,7 +309,7 @@ class VendorSensor(ABC):
     def restore(self, state: dict) -> None:
         """Continue each device from its checkpoint, matched by UUID; a device gone, at
         another index, measured another way or with a damaged item is logged and starts
-        from its baseline (see :func:`joulestat.devices.resume.restore_each`)."""
+        from its baseline (see :func:`joulestat.devices.sensor.restore_each`)."""
         restore_each(state, self.checkpoint_key, {d.uuid: d for d in self._devices},
                      _restore_device, self._log, self.library, self.kind)
 

@@ -36,8 +36,16 @@ from joulestat.devices.power_model import (
     dram_power_w,
     load_power_models,
 )
-from joulestat.devices.resume import BadState, get_float, get_int, get_map
-from joulestat.devices.sensor import DeviceInfo, Reading, Sensor, SensorError
+from joulestat.devices.sensor import (
+    BadState,
+    DeviceInfo,
+    Reading,
+    Sensor,
+    SensorError,
+    get_float,
+    get_int,
+    get_map,
+)
 from joulestat.host.kernel_file import KernelFile
 from joulestat.host.procfs import (
     CpuTimes,

@@ -39,8 +39,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from joulestat.devices.resume import get_float, get_int, restore_each
-from joulestat.devices.sensor import DeviceInfo, Reading
+from joulestat.devices.sensor import DeviceInfo, Reading, get_float, get_int, restore_each
 from joulestat.host.kernel_file import KernelFile
 
 log = logging.getLogger(__name__)

@@ -51,8 +51,7 @@ from joulestat.devices.accelerator import (
     EmptySensor,
     OnceLog,
 )
-from joulestat.devices.resume import BadState, get_float, restore_each
-from joulestat.devices.sensor import DeviceInfo, Reading
+from joulestat.devices.sensor import BadState, DeviceInfo, Reading, get_float, restore_each
 
 log = logging.getLogger(__name__)
 

@@ -34,9 +34,12 @@ than that timestamp, which is the normal state of an idle GPU, so that means "no
 utilisation", not a failure; so does NOT_SUPPORTED (e.g. MIG-enabled devices), where the
 context holders are still worth knowing.
 
-Device info and state (:mod:`joulestat.devices.nvidia_state`): the enforced power limit, read
-once at start, and the SM clock and memory in use, read when Prometheus scrapes, never on
-the tick, which stays as cheap as the energy needs.
+Device info and state, besides the energy: the enforced power limit
+(``nvmlDeviceGetEnforcedPowerLimit``, mW), read once at start, and the SM clock
+(``nvmlDeviceGetClockInfo(h, NVML_CLOCK_SM)``, MHz) and memory in use
+(``nvmlDeviceGetMemoryInfo(h).used``, bytes), read when Prometheus scrapes, never on the
+tick, which stays as cheap as the energy needs. A failed read leaves the figure out; it
+never fails the sensor.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -52,13 +56,55 @@ from joulestat.devices.accelerator import (
     ACCELERATOR_COMPONENT,
     Capabilities,
     DeviceProcesses,
+    DeviceState,
     DeviceStates,
 )
-from joulestat.devices.nvidia_state import power_limit_w, read_state
-from joulestat.devices.resume import BadState, get_float, get_int, restore_each
-from joulestat.devices.sensor import DeviceInfo, Reading
+from joulestat.devices.sensor import BadState, DeviceInfo, Reading, get_float, get_int, restore_each
 
 log = logging.getLogger(__name__)
+
+
+# -- What an NVIDIA GPU reports besides its energy -------------------------------------
+
+_NVML_ERROR_NOT_SUPPORTED = 3  # pynvml's NVML_ERROR_NOT_SUPPORTED
+MHZ = 1e6
+
+
+def power_limit_w(nvml: ModuleType, handle: Any) -> float | None:
+    """The enforced power limit in W (NVML answers mW); None where NVML cannot say."""
+    try:
+        limit_mw = float(nvml.nvmlDeviceGetEnforcedPowerLimit(handle))
+    except (nvml.NVMLError, AttributeError) as exc:
+        log.debug("no enforced power limit: %s", exc)
+        return None
+    return limit_mw / 1000.0 if limit_mw > 0 else None
+
+
+def read_state(nvml: ModuleType, handle: Any, unsupported: set[str]) -> DeviceState:
+    """SM clock in Hz and memory in use in bytes now. A call the GPU refuses with
+    NOT_SUPPORTED is added to ``unsupported`` and not made again (a scrape should not pay
+    for a refusal it already had); any other failure leaves the figure None this once."""
+    clock_mhz = _call(nvml, handle, "clock", unsupported,
+                      lambda h: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM))
+    memory = _call(nvml, handle, "memory", unsupported,
+                   lambda h: nvml.nvmlDeviceGetMemoryInfo(h).used)
+    return DeviceState(None if clock_mhz is None else clock_mhz * MHZ, memory)
+
+
+def _call(nvml: ModuleType, handle: Any, what: str, unsupported: set[str],
+          call: Callable[[Any], Any]) -> float | None:
+    if what in unsupported:
+        return None
+    try:
+        return float(call(handle))
+    except nvml.NVMLError as exc:
+        if getattr(exc, "value", None) == _NVML_ERROR_NOT_SUPPORTED:
+            unsupported.add(what)
+        log.debug("GPU %s not readable: %s", what, exc)
+        return None
+
+
+# -- NVIDIA GPU energy through NVML (the ``nvidia-ml-py`` distribution, imported as ` ----
 
 SOURCE_ENERGY = "nvml_energy"
 SOURCE_POWER = "nvml_power"
@@ -69,7 +115,6 @@ NVML_LIBRARY = "libnvidia-ml.so.1"
 # nvmlDeviceGetProcessUtilization answers when there is no sample newer than asked for,
 # and pynvml raises SUCCESS itself when the driver reports zero samples without an error.
 _NVML_SUCCESS = 0
-_NVML_ERROR_NOT_SUPPORTED = 3
 _NVML_ERROR_NOT_FOUND = 6
 _NVML_DEVICE_MIG_ENABLE = 1
 ATTRIBUTION_MIG = "mig_slice_estimate"

@@ -50,8 +50,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from joulestat.devices.resume import BadState, get_float, get_int, restore_each
-from joulestat.devices.sensor import DeviceInfo, Reading
+from joulestat.devices.sensor import BadState, DeviceInfo, Reading, get_float, get_int, restore_each
 
 log = logging.getLogger(__name__)
 

@@ -33,8 +33,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from joulestat.devices.resume import BadState, get_float
-from joulestat.devices.sensor import COMPONENTS, DeviceInfo, Reading, current_component
+from joulestat.devices.sensor import (
+    COMPONENTS,
+    BadState,
+    DeviceInfo,
+    Reading,
+    current_component,
+    get_float,
+)
 
 log = logging.getLogger(__name__)
 

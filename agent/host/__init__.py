@@ -2,7 +2,7 @@
 
 This layer reads ``/proc`` and the cgroup filesystem and nothing else: node busy time
 (:mod:`joulestat.host.procfs`), each job's CPU time from the cheapest exact source (its own
-cgroup's counter, :mod:`joulestat.host.cgroupfs`, else its process tree walked through
+cgroup's counter, :mod:`joulestat.host.cgroups`, else its process tree walked through
 ``/proc/<pid>/task/<tid>/children``, :mod:`joulestat.host.processes`), and which job each
 accelerator process belongs to. :class:`joulestat.host.usage.HostUsage` turns one tick of
 that into an immutable :class:`joulestat.host.usage.UsageSnapshot`; attribution

@@ -4,7 +4,7 @@
 
 - the node's busy CPU time (``/proc/stat``, or the CPU estimator's parse of it);
 - per job, its CPU time from the cheapest exact source: the counter of the job's own
-  cgroup where it has one (:mod:`joulestat.host.cgroup_units`: one file per job), else the
+  cgroup where it has one (:mod:`joulestat.host.cgroup_jobs`: one file per job), else the
   ``/proc/<pid>/stat`` of its processes, found from its registered ones through
   ``/proc/<pid>/task/<tid>/children`` (:mod:`joulestat.host.processes`). A whole ``/proc``
   scan happens only where those files do not exist, and at most every
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from joulestat.host.cgroup_units import CgroupUnits, OwnCgroup
+from joulestat.host.cgroup_jobs import CgroupUnits, OwnCgroup
 from joulestat.host.kernel_file import KernelFile
 from joulestat.host.processes import ProcessTable
 from joulestat.host.procfs import CpuTimes, parse_cpu_times

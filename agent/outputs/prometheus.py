@@ -32,8 +32,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from joulestat.api.gate import HttpGate, Limits
-from joulestat.api.request import GatedHandler
+from joulestat.api.gate import GatedHandler, HttpGate, Limits
 from joulestat.core.tick import Tick
 from joulestat.devices.accelerator import DeviceStates
 from joulestat.devices.sensor import DeviceInfo

@@ -40,8 +40,7 @@ from joulestat.runtime.pipeline import Pipeline, read_boot_id
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from joulestat.outputs.prometheus import NodeMetrics
     from joulestat.outputs.sink import Sink
-    from joulestat.store.restart import Checkpoint
-    from joulestat.store.spool import Spool
+    from joulestat.store.durability import Checkpoint, Spool
     from joulestat.store.writer import StoreWriter
 
 log = logging.getLogger(__name__)
@@ -66,13 +65,17 @@ def build_pipeline(settings: Mapping[str, Any], registry: JobRegistry, *,
     """
     # Imported here: the store and prometheus_client cost start-up time that a command
     # importing this module for its names alone should not pay.
-    from joulestat.attribution.discovered_jobs import sync_registry
-    from joulestat.attribution.discovery import ScanCache
-    from joulestat.attribution.kube_pods import pods_from_settings
+    from joulestat.attribution.discovery import ScanCache, sync_registry
+    from joulestat.attribution.kube import pods_from_settings
     from joulestat.host.procfs import read_cpu_model
-    from joulestat.store.bootstrap import open_engine
-    from joulestat.store.lease import NodeLease, NodeLeaseError, Writer
-    from joulestat.store.restart import load_checkpoint, load_running_jobs
+    from joulestat.store.durability import (
+        NodeLease,
+        NodeLeaseError,
+        Writer,
+        load_checkpoint,
+        load_running_jobs,
+    )
+    from joulestat.store.engine import open_engine
     from joulestat.store.writer import StoreWriter
 
     procfs_root = settings["procfs_root"]
@@ -142,8 +145,8 @@ def build_pipeline(settings: Mapping[str, Any], registry: JobRegistry, *,
 
 def _open_spool(settings: Mapping[str, Any], node: str) -> Spool:
     """The node agent's spool (embedded runs have none: they flush as they end)."""
+    from joulestat.store.durability import Spool
     from joulestat.store.engine import data_dir
-    from joulestat.store.spool import Spool
 
     directory = settings.get("spool_dir") or (
         data_dir() / "spool" / re.sub(r"[^A-Za-z0-9._-]", "_", node))

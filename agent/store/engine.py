@@ -1,13 +1,23 @@
-"""Where the store lives and how to connect to it.
+"""Where the store lives and how to connect to it: read-write, read-only, and for a
+long-running process.
 
 The store is SQLite by default (one file in the user's data directory, nothing to set
 up) and PostgreSQL when several nodes share one database. Both are reached through a
 SQLAlchemy :class:`~sqlalchemy.engine.Engine`; the only backend-specific SQL in the
 project is the ``INSERT … ON CONFLICT`` that :func:`dialect_insert` hands out.
 
-SQLite connections get WAL (the dashboard can read while the agent writes),
-a busy timeout (a reader holding a lock delays a write instead of failing it at
-once) and enforced foreign keys (SQLite leaves them off by default).
+SQLite connections get WAL (the dashboard can read while the agent writes), a busy
+timeout (a reader holding a lock delays a write instead of failing it at once) and
+enforced foreign keys (SQLite leaves them off by default).
+
+Readers that must never write (the dashboard) take :func:`open_readonly_engine`:
+SQLite opens with a ``mode=ro`` URI (plus ``PRAGMA query_only``) and PostgreSQL with
+``default_transaction_read_only=on``, so a role with nothing but ``SELECT`` is enough.
+
+A long-running process (the agent, an embedded run) takes :func:`open_engine`, which
+waits for a store that does not answer yet and migrates it out of process first
+(``joulestat db upgrade`` in a child): Alembic and the ORM cost ~16 MiB that the agent
+would otherwise keep as its peak RSS for its whole life.
 """
 
 from __future__ import annotations
@@ -15,16 +25,29 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import sqlite3
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
-from sqlalchemy import create_engine, event
+from sqlalchemy import (
+    create_engine,
+    event,
+)
 from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+from sqlalchemy.pool import QueuePool
 
-from joulestat.core.redact import redact_url
+from joulestat.core.errors import ConfigError
+from joulestat.core.redact import redact_text, redact_url
 
 log = logging.getLogger(__name__)
+
+
+# -- Where the store lives and how to connect to it ------------------------------------
 
 SUPPORTED_DIALECTS = ("sqlite", "postgresql")
 
@@ -159,3 +182,121 @@ def describe_error(exc: BaseException) -> str:
     original = getattr(exc, "orig", None) or exc
     message = str(original).strip()
     return message.splitlines()[0] if message else type(original).__name__
+
+
+# -- A read-only engine for readers that must never write (the dashboard) --------------
+
+class StoreMissingError(StoreError):
+    """The SQLite file does not exist yet: no agent has written to this store."""
+
+
+def open_readonly_engine(url: str, *, busy_timeout_s: float = 5.0) -> Engine:
+    """An engine that cannot write: SQLite ``mode=ro``, PostgreSQL read-only transactions.
+
+    Raises :class:`StoreMissingError` for a SQLite file that does not exist (read-only
+    mode would not create it) and :class:`StoreError` for an unusable URL.
+    """
+    shown = redact_url(url)
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise StoreError(f"{shown!r} is not a database URL") from None
+    backend = parsed.get_backend_name()
+    if backend not in SUPPORTED_DIALECTS:
+        raise StoreError(f"{shown}: unsupported database {backend!r}")
+    if backend == "postgresql":
+        query = dict(parsed.query)
+        options = " ".join(filter(None, [str(query.pop("options", "")),
+                                          "-c default_transaction_read_only=on"]))
+        connect_args: dict[str, Any] = {"options": options}
+        if "connect_timeout" not in query:
+            connect_args["connect_timeout"] = 5
+        return create_engine(parsed.set(query=query), pool_pre_ping=True,
+                             connect_args=connect_args)
+    database = parsed.database or ""
+    if database in ("", ":memory:") or database.startswith("file:"):
+        raise StoreError(f"{shown}: the dashboard needs a SQLite file path")
+    path = Path(database).expanduser().resolve()
+    if not path.is_file():
+        raise StoreMissingError(f"{path} does not exist yet")
+    # A URI keeps SQLite from creating or writing the file; the creator bypasses URL
+    # parsing so paths with spaces, '?' or '#' survive.
+    uri = f"file:{quote(str(path), safe='/')}?mode=ro"
+    busy_ms = max(0, int(busy_timeout_s * 1000))
+    warned: list[bool] = []
+
+    def connect() -> sqlite3.Connection:
+        connection = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        connection.execute(f"PRAGMA busy_timeout = {busy_ms}")
+        connection.execute("PRAGMA query_only = ON")
+        try:
+            connection.execute("PRAGMA schema_version").fetchone()
+        except sqlite3.OperationalError as exc:
+            # A WAL store whose agent is not running has no -shm file, and a reader
+            # that may not create one (a read-only directory or volume) cannot open it
+            # (SQLite's "readonly WAL" rule). Nothing writes it then: read it as an
+            # immutable file rather than refuse.
+            if os.access(path.parent, os.W_OK) or path.with_name(path.name + "-wal").exists():
+                raise
+            connection.close()
+            if not warned:
+                warned.append(True)
+                log.warning("%s: %s (a WAL store in a directory this reader cannot write); "
+                            "reading it as an immutable snapshot: restart the dashboard "
+                            "to see rows written after now", path, exc)
+            connection = sqlite3.connect(f"{uri}&immutable=1", uri=True,
+                                         check_same_thread=False)
+            connection.execute("PRAGMA query_only = ON")
+        return connection
+
+    return create_engine("sqlite://", creator=connect, poolclass=QueuePool)
+
+
+# -- Open the store for a long-running process: migrate out of process, then connect ----
+
+def open_engine(url: str | None, setting: str = "--db", wait_s: float = 0.0) -> Engine:
+    """An engine on a store at the head revision; bad URLs stop the command.
+
+    ``wait_s``: how long to keep trying a store that does not answer (a database
+    starting beside the agent, a network blip at boot), saying so in the log; a URL
+    that can never work (bad syntax, unknown driver) fails at once.
+    """
+    from sqlalchemy.exc import OperationalError
+
+    from joulestat.store.migrate import is_at_head  # it imports this module
+
+    url = url or default_db_url()
+    try:
+        engine = make_engine(url)
+    except Exception as exc:
+        raise ConfigError(f"{setting} {redact_url(url)}: cannot open the store: "
+                          f"{redact_text(str(exc))}") from None
+    deadline, delay_s = time.monotonic() + wait_s, 1.0
+    while True:
+        try:
+            at_head = is_at_head(engine)
+            break
+        except StoreError as exc:
+            unreachable = isinstance(exc.__cause__, OperationalError)
+            left_s = deadline - time.monotonic()
+            if not unreachable or left_s <= 0:
+                waited = f" (waited {wait_s:g} s)" if unreachable and wait_s else ""
+                raise ConfigError(f"{setting} {redact_url(url)}: cannot open the store"
+                                  f"{waited}: {redact_text(str(exc))}") from None
+            log.warning("store %s does not answer (%s); retrying for up to %.0f s more",
+                        redact_url(url), redact_text(str(exc.__cause__)).splitlines()[0],
+                        left_s)
+            time.sleep(min(delay_s, left_s))
+            delay_s = min(delay_s * 2, 30.0)
+    if not at_head:
+        shown = engine.url.render_as_string(hide_password=True)
+        log.info("migrating the store at %s", shown)
+        # The URL travels in the environment, not argv, so a password never shows in ps.
+        result = subprocess.run(
+            [sys.executable, "-m", "joulestat", "db", "upgrade"],
+            env={**os.environ, "JOULESTAT_DB": url}, capture_output=True, text=True,
+        )
+        if result.returncode != 0:
+            detail = result.stderr.strip().splitlines()[-1:] or ["no message"]
+            raise ConfigError(f"{setting} {shown}: migration failed: {redact_text(detail[0])}")
+    return engine

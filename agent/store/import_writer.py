@@ -27,7 +27,7 @@ Where a node name already exists with a prune boundary (a live node whose old ra
 rows have been rolled up), a row ending before the boundary goes to the minute tables
 instead (summed per minute), where queries look for rows that old; one ending at or
 before the node's totals boundary is added to the job totals too, which job lists read
-for that time (see :mod:`joulestat.store.rollup`).
+for that time (see :mod:`joulestat.store.maintenance`).
 
 Everything of one call runs in the caller's single transaction
 (:func:`write_imported_jobs`), so a bad file imports nothing.
@@ -45,8 +45,8 @@ from sqlalchemy import and_, delete, exists, select, update
 from sqlalchemy.engine import Connection, Engine
 
 from joulestat.store.engine import dialect_insert
-from joulestat.store.job_writer import _status_update
-from joulestat.store.tables import (
+from joulestat.store.rows import _status_update
+from joulestat.store.schema import (
     JOB_ENERGY,
     JOB_ENERGY_TOTALS,
     JOB_MINUTE_ENERGY,

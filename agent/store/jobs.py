@@ -1,36 +1,349 @@
-"""Reads about jobs: the job records, job lists and details, and which jobs there are.
+"""Reads about jobs: the job records, their totals, job lists and details, and what job a
+user means.
 
 Three shapes of a job, each for what its readers need and no more:
 
 * :class:`JobRef`: who a job is (id, name, kind, status, start and end, instance
-  types): what resolving a reference (:mod:`joulestat.store.job_refs`), a picker or
-  ``joulestat compare``'s job list reads, without touching energy;
+  types): what resolving a reference, a picker or ``joulestat compare``'s job list
+  reads, without touching energy;
 * :class:`JobSummary` / :class:`JobDetail`: a job's energy per component and its units,
   over all nodes, and (detail) per node (:class:`JobNodePart`);
-* :class:`joulestat.store.job_totals.JobTotals`: the lists' totals without the split by
-  component.
+* :class:`JobTotals`: the lists' totals without the split by component.
 
-Energy and units come from :mod:`joulestat.store.job_totals` (settled totals plus the raw
-rows after them). Every record with a start and an end inherits
-:class:`~joulestat.carbon.held.Held`: the one "ended, or now while running" rule.
+**Totals.** A job's energy per component and its unit counts are ``job_energy_totals``
+and ``job_unit_totals`` (each node's settled past, one row per job, node and component
+or unit; see :mod:`joulestat.store.maintenance`) plus the raw rows after that node's
+``nodes.totals_until_ms`` (:func:`joulestat.store.schema.settled_until_ms`), in one
+``UNION ALL`` statement: one row per part for the past and a few minutes of raw rows for
+the present, whatever the retention. The unattributed ``''`` rows never count toward a
+job. :func:`job_totals` lists jobs with those totals (filters applied in SQL, no split
+by component), so the Jobs and Compare pages stay fast with tens of thousands of jobs;
+:func:`job_detail` adds the split per component for one job. :func:`part_energy` and
+:func:`part_units` also run in the agent at start-up
+(:mod:`joulestat.store.durability`), within its memory budget: Core table clauses only.
+Every record with a start and an end inherits :class:`~joulestat.carbon.held.Held`:
+the one "ended, or now while running" rule.
+
+**What job a user means**: an id, a unique id prefix, or a name, resolved in one place
+(:func:`resolve_job`). Job ids are 32 hex digits unless a job was given one
+(``--job-id``), so people type names or the first few digits. Every command that takes
+a job (``joulestat report``, ``joulestat compare --jobs/--baseline``, the dashboard's
+``?job=``) resolves it here, so they all read a reference the same way and fail the
+same way. Precedence, first match wins:
+
+1. **exact id**: the job with that id (a job's id never changes, so what worked in a
+   script keeps working);
+2. **exact name**: every run of that name, by start time; a command wanting one job
+   takes the latest and says so;
+3. **unique id prefix** of at least :data:`MIN_PREFIX` characters: the one job whose id
+   starts with it; several such jobs are an error listing them (shorter prefixes are
+   not tried: ``ab`` would match a different job as the store grows).
+
+A name wins over an id prefix (a name is what the user chose to call the job); the
+resolution then lists the jobs whose ids the reference also starts with, so a command
+can say so. Nothing matching is an error that suggests close names (``difflib``).
+Prefixes compare with ``substr`` (exact, case-sensitive on SQLite and PostgreSQL
+alike), guarded by an escaped ``LIKE`` that an index can use.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
-from sqlalchemy import Select, func, or_, select
+from sqlalchemy import ColumnElement, Select, and_, case, func, or_, select, union_all
 from sqlalchemy.engine import Connection, Engine
 
 from joulestat.carbon.held import Held
-from joulestat.store.job_totals import by_component, by_unit, part_energy, part_units
+from joulestat.devices.sensor import ACCELERATOR_COMPONENT
 from joulestat.store.model_split import ordinary_units
-from joulestat.store.tables import JOB_NODES, JOB_UNITS, JOBS
+from joulestat.store.schema import (
+    JOB_ENERGY,
+    JOB_ENERGY_TOTALS,
+    JOB_NODES,
+    JOB_UNIT_TOTALS,
+    JOB_UNITS,
+    JOBS,
+    NODES,
+    UNATTRIBUTED,
+    settled_until_ms,
+)
 
+# -- Per-job totals --------------------------------------------------------------------
+
+# job_id -> (node, component) -> [dynamic_j, idle_j]; job_id -> (node, unit) -> count.
+# Keyed by job first: a list of ten thousand jobs looks each one up, never scans.
+Energy = dict[str, dict[tuple[str, str], list[float]]]
+Units = dict[str, dict[tuple[str, str], float]]
+
+
+def _recent_rows(table: Any, keys: list[Any], sums: list[Any], job_ids: Select[Any] | None,
+                 node: str | None) -> Select[Any]:
+    """The raw rows of ``table`` that each (job, node) part has after its node's totals
+    boundary: ``sums`` per job, node and ``keys``.
+
+    The parts are a MATERIALIZED common table expression so that SQLite (which keeps no
+    statistics) loops over them and seeks each part's few recent rows by primary key;
+    as a plain join it moves the job filter onto ``table`` and walks every raw row of
+    the wanted jobs, the whole retention.
+    """
+    parts = (select(JOB_NODES.c.job_id, JOB_NODES.c.node,
+                    settled_until_ms().label("after_ms"))
+             .select_from(JOB_NODES.join(NODES, NODES.c.node == JOB_NODES.c.node)))
+    if job_ids is not None:
+        parts = parts.where(JOB_NODES.c.job_id.in_(job_ids))
+    if node is not None:
+        parts = parts.where(JOB_NODES.c.node == node)
+    cte = parts.cte("parts").prefix_with("MATERIALIZED")
+    rows = table.c
+    return (select(rows.job_id, rows.node, *keys, *sums)
+            .select_from(cte.join(table, and_(rows.job_id == cte.c.job_id,
+                                              rows.node == cte.c.node,
+                                              rows.t_end_ms > cte.c.after_ms)))
+            .group_by(rows.job_id, rows.node, *keys))
+
+
+def _totals(table: Any, columns: list[Any], job_ids: Select[Any] | None,
+            node: str | None) -> Select[Any]:
+    """``columns`` of the totals ``table`` for the wanted jobs (and node); without a job
+    filter, every job but the unattributed remainder (``jobs`` never holds it)."""
+    query = select(table.c.job_id, table.c.node, *columns)
+    query = query.where(table.c.job_id != UNATTRIBUTED if job_ids is None
+                        else table.c.job_id.in_(job_ids))
+    if node is not None:
+        query = query.where(table.c.node == node)
+    return query
+
+
+def part_energy(
+    connection: Connection, job_ids: Select[Any] | None, node: str | None
+) -> Energy:
+    """Per (job, node, component): the job totals plus the raw shares after them."""
+    raw, totals = JOB_ENERGY.c, JOB_ENERGY_TOTALS.c
+    query = union_all(
+        _recent_rows(JOB_ENERGY, [raw.component],
+                     [func.sum(raw.dynamic_j), func.sum(raw.idle_j)], job_ids, node),
+        _totals(JOB_ENERGY_TOTALS, [totals.component, totals.dynamic_j, totals.idle_j],
+                job_ids, node))
+    energy: Energy = defaultdict(dict)
+    for job_id, row_node, component, dynamic_j, idle_j in connection.execute(query):
+        total = energy[job_id].setdefault((row_node, component), [0.0, 0.0])
+        total[0] += float(dynamic_j)
+        total[1] += float(idle_j)
+    return energy
+
+
+def part_energy_j(connection: Connection, job_ids: Select[Any]
+                  ) -> dict[tuple[str, str], tuple[float, float]]:
+    """Per (job, node): joules over all components and joules of the accelerators, dynamic
+    and idle (what job lists show, and what Compare's accelerator energy per unit divides:
+    a sum more in the same pass, not the split by component of :func:`part_energy`)."""
+    raw, totals = JOB_ENERGY.c, JOB_ENERGY_TOTALS.c
+
+    def sums(rows: Any) -> list[Any]:
+        energy = rows.dynamic_j + rows.idle_j
+        return [func.sum(energy),
+                func.sum(case((rows.component == ACCELERATOR_COMPONENT, energy), else_=0.0))]
+
+    query = union_all(
+        _recent_rows(JOB_ENERGY, [], sums(raw), job_ids, None),
+        _totals(JOB_ENERGY_TOTALS, sums(totals), job_ids, None)
+        .group_by(totals.job_id, totals.node))
+    energy: defaultdict[tuple[str, str], tuple[float, float]] = defaultdict(lambda: (0.0, 0.0))
+    for job_id, node, energy_j, accelerator_j in connection.execute(query):
+        total_j, acc_j = energy[(job_id, node)]
+        energy[(job_id, node)] = (total_j + float(energy_j), acc_j + float(accelerator_j))
+    return energy
+
+
+def part_units(connection: Connection, job_ids: Select[Any] | None, node: str | None) -> Units:
+    """Per (job, node, unit): the unit totals plus the raw counts after them; plain
+    units only (per-model keys are :mod:`joulestat.store.model_split`'s)."""
+    units, totals = JOB_UNITS.c, JOB_UNIT_TOTALS.c
+    query = union_all(
+        _recent_rows(JOB_UNITS, [units.unit], [func.sum(units.count)], job_ids, node)
+        .where(ordinary_units(units.unit)),
+        _totals(JOB_UNIT_TOTALS, [totals.unit, totals.count], job_ids, node)
+        .where(ordinary_units(totals.unit)))
+    counts: Units = defaultdict(dict)
+    for job_id, row_node, unit, count in connection.execute(query):
+        per_job = counts[job_id]
+        per_job[(row_node, unit)] = per_job.get((row_node, unit), 0.0) + float(count)
+    return counts
+
+
+def by_component(energy: Energy, job_id: str, node: str | None = None) -> tuple[
+        dict[str, float], dict[str, float]]:
+    """(dynamic, idle) joules per component of ``job_id`` (on ``node``, or all nodes)."""
+    dynamic: defaultdict[str, float] = defaultdict(float)
+    idle: defaultdict[str, float] = defaultdict(float)
+    for (n, component), (d, i) in energy.get(job_id, {}).items():
+        if node is None or n == node:
+            dynamic[component] += d
+            idle[component] += i
+    return dict(sorted(dynamic.items())), dict(sorted(idle.items()))
+
+
+def by_unit(units: Units, job_id: str, node: str | None = None) -> dict[str, float]:
+    """Counts per unit of ``job_id`` (on ``node``, or all nodes)."""
+    totals: defaultdict[str, float] = defaultdict(float)
+    for (n, unit), count in units.get(job_id, {}).items():
+        if node is None or n == node:
+            totals[unit] += count
+    return dict(sorted(totals.items()))
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """What the Jobs and Compare pages ask for; ``None`` means "any".
+
+    A job matches the window when it overlaps ``(since_s, until_s]``.
+    """
+
+    kind: str | None = None
+    status: str | None = None
+    since_s: float | None = None
+    until_s: float | None = None
+    node: str | None = None
+    instance_type: str | None = None
+    job_ids: tuple[str, ...] | None = None
+    label_key: str | None = None  # jobs carrying this label (any value)
+
+
+def _job_id_select(where: JobFilter) -> Select[Any]:
+    jobs, parts = JOBS.c, JOB_NODES.c
+    query = select(jobs.id)
+    if where.kind is not None:
+        query = query.where(jobs.kind == where.kind)
+    if where.status is not None:
+        query = query.where(jobs.status == where.status)
+    if where.until_s is not None:
+        query = query.where(jobs.created_s <= where.until_s)
+    if where.since_s is not None:
+        query = query.where(or_(jobs.ended_s.is_(None), jobs.ended_s > where.since_s))
+    if where.job_ids is not None:
+        query = query.where(jobs.id.in_(list(where.job_ids)))
+    if where.label_key is not None:
+        # labels is JSON text written with sort_keys: '{"concurrency": "8", ...}'. A
+        # quoted key followed by ':' cannot occur inside a value, where quotes are
+        # escaped; callers still read the parsed labels.
+        query = query.where(jobs.labels.contains(f'"{where.label_key}":', autoescape=True))
+    if where.node is not None or where.instance_type is not None:
+        on_node = select(parts.job_id)
+        if where.node is not None:
+            on_node = on_node.where(parts.node == where.node)
+        if where.instance_type is not None:
+            on_node = on_node.where(parts.instance_type == where.instance_type)
+        query = query.where(jobs.id.in_(on_node))
+    return query
+
+
+@dataclass(frozen=True, slots=True)
+class PartTotals(Held):
+    """One node's part in a job: where, when, and the job's energy and units there."""
+
+    node: str
+    instance_type: str
+    region: str
+    started_s: float
+    ended_s: float | None
+    total_j: float
+    units: dict[str, float]
+    accelerator_j: float = 0.0  # the part of total_j on accelerators
+
+
+@dataclass(frozen=True, slots=True)
+class JobTotals(Held):
+    """A job with its totals over all nodes, as the Jobs and Compare pages list it.
+
+    The totals of :class:`~joulestat.store.jobs.JobSummary` without the split by
+    component, which costs a sort of every energy row; the Job detail page reads that
+    split per job with :func:`~joulestat.store.jobs.job_detail`.
+    """
+
+    id: str
+    name: str
+    kind: str
+    labels: dict[str, str]
+    status: str
+    started_s: float
+    ended_s: float | None
+    nodes: tuple[tuple[str, str], ...]  # (node, instance_type), by node
+    total_j: float
+    units: dict[str, float]
+    per_node: tuple[PartTotals, ...]
+    accelerator_j: float = 0.0  # the part of total_j on accelerators, all nodes
+
+
+def job_totals(engine: Engine, where: JobFilter = JobFilter()) -> list[JobTotals]:
+    """Matching jobs with per-node parts, energy and units, by start time.
+
+    The same totals as :func:`~joulestat.store.jobs.list_jobs` (the same
+    :func:`part_energy_j` and :func:`part_units` reads: settled totals plus the raw
+    rows after them), with the job ids chosen in SQL.
+    """
+    job_ids = _job_id_select(where)
+    jobs, parts = JOBS.c, JOB_NODES.c
+    meta_query = (select(jobs.id, jobs.name, jobs.kind, jobs.labels, jobs.status,
+                         jobs.created_s, jobs.ended_s)
+                  .where(jobs.id.in_(job_ids)).order_by(jobs.created_s, jobs.id))
+    parts_query = (select(parts.job_id, parts.node, parts.instance_type, parts.region,
+                          parts.started_s, parts.ended_s)
+                   .where(parts.job_id.in_(job_ids)).order_by(parts.job_id, parts.node))
+    with engine.connect() as connection:
+        metas = connection.execute(meta_query).all()
+        part_rows = connection.execute(parts_query).all()
+        energy = part_energy_j(connection, job_ids)
+        unit_rows = part_units(connection, job_ids, None)
+    return _assemble(metas, part_rows, energy, unit_rows)
+
+
+def _sorted_units(counts: dict[str, float]) -> dict[str, float]:
+    return counts if len(counts) < 2 else dict(sorted(counts.items()))
+
+
+def _assemble(metas: Any, part_rows: Any,
+              energy: dict[tuple[str, str], tuple[float, float]],
+              unit_rows: dict[str, dict[tuple[str, str], float]]) -> list[JobTotals]:
+    """JobTotals from the rows; one pass each, single-node jobs (most) without merging,
+    as this runs for every job on the Jobs and Compare pages."""
+    units: dict[tuple[str, str], dict[str, float]] = {}
+    for job_id, per_job in unit_rows.items():
+        for (node, unit), count in per_job.items():
+            units.setdefault((job_id, node), {})[unit] = count
+    by_job: defaultdict[str, list[PartTotals]] = defaultdict(list)
+    for job_id, node, instance_type, region, started_s, ended_s in part_rows:
+        key = (job_id, node)
+        total_j, accelerator_j = energy.get(key, (0.0, 0.0))
+        by_job[job_id].append(PartTotals(node, instance_type, region, started_s, ended_s,
+                                         total_j, _sorted_units(units.get(key, {})),
+                                         accelerator_j))
+    result = []
+    no_parts: list[PartTotals] = []
+    for job_id, name, kind, labels, status, created_s, ended_s in metas:
+        node_parts = by_job.get(job_id, no_parts)
+        if len(node_parts) == 1:
+            job_units = dict(node_parts[0].units)
+        else:
+            merged: defaultdict[str, float] = defaultdict(float)
+            for part in node_parts:
+                for unit, count in part.units.items():
+                    merged[unit] += count
+            job_units = _sorted_units(dict(merged))
+        result.append(JobTotals(
+            job_id, name, kind, json.loads(labels) if labels != "{}" else {}, status,
+            created_s, ended_s, tuple((p.node, p.instance_type) for p in node_parts),
+            sum(p.total_j for p in node_parts), job_units, tuple(node_parts),
+            sum(p.accelerator_j for p in node_parts),
+        ))
+    return result
+
+
+# -- Reads about jobs ------------------------------------------------------------------
 
 class UnknownJobError(KeyError):
     """No job with this id in the store. A KeyError, with a readable message."""
@@ -79,7 +392,7 @@ def refs_of(connection: Connection, query: Select[Any]) -> list[JobRef]:
 
 def job_refs(engine: Engine, kind: str | None = None) -> list[JobRef]:
     """Jobs by start time (then id): all, or those of ``kind``. (Jobs a user named are
-    resolved by :func:`joulestat.store.job_refs.resolve_job`.)"""
+    resolved by :func:`joulestat.store.jobs.resolve_job`.)"""
     query = ref_columns()
     if kind is not None:
         query = query.where(JOBS.c.kind == kind)
@@ -249,3 +562,159 @@ def job_units_by_kind(engine: Engine) -> dict[str, list[str]]:
         for kind, unit, jobs in connection.execute(query):
             found[kind].append((-int(jobs), unit))
     return {kind: [unit for _n, unit in sorted(units)] for kind, units in sorted(found.items())}
+
+
+# -- What job a user means -------------------------------------------------------------
+
+MIN_PREFIX = 4  # characters; a shorter reference is an id or a name, never a prefix
+MAX_LISTED = 20  # candidates an ambiguity error lists before "and N more"
+MAX_SUGGESTIONS = 3
+
+How = Literal["id", "name", "prefix"]
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    """What a reference resolved to.
+
+    ``jobs``: the job (by id or prefix), or every run of the name by start time.
+    ``shadowed``: other jobs the reference could have meant and lost to the precedence
+    (another job's id prefix under a name; a name's runs under an exact id).
+    """
+
+    ref: str
+    how: How
+    jobs: tuple[JobRef, ...]
+    shadowed: tuple[JobRef, ...] = ()
+
+    @property
+    def latest(self) -> JobRef:
+        """The one job a single-job command uses: the latest run of a name."""
+        return self.jobs[-1]
+
+    def notes(self, doing: str) -> list[str]:
+        """What a single-job command should tell the user on stderr: which run of a
+        name it took (``doing``: "reporting"), and what the precedence set aside."""
+        notes = []
+        if self.how == "name" and len(self.jobs) > 1:
+            job = self.latest
+            notes.append(f"{self.ref!r} names {len(self.jobs)} runs; {doing} the latest, "
+                         f"{job.id} started {started_text(job.started_s)} "
+                         "(give an id for another)")
+        notes += self.shadow_notes()
+        return notes
+
+    def shadow_notes(self) -> list[str]:
+        """The precedence's choice, said when another job could have been meant."""
+        if not self.shadowed:
+            return []
+        others = ", ".join(job.id for job in self.shadowed[:MAX_LISTED])
+        more = len(self.shadowed) - MAX_LISTED
+        others += f" and {more} more" if more > 0 else ""
+        if self.how == "id":
+            return [f"{self.ref!r} is a job id and also the name of {others}; using the id"]
+        return [f"{self.ref!r} is a job name and also the start of the id of {others}; "
+                "using the name (give more of the id for the other)"]
+
+
+class JobRefError(LookupError):
+    """A reference that names no job, or no single one. ``str()`` is the message a
+    command prints; ``candidates`` and ``suggestions`` are there for other front ends."""
+
+    def __init__(self, message: str, ref: str, candidates: tuple[JobRef, ...] = (),
+                 suggestions: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.ref = ref
+        self.candidates = candidates
+        self.suggestions = suggestions
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class UnknownJobRef(JobRefError):
+    """No job has this id, id prefix or name."""
+
+
+class AmbiguousJobRef(JobRefError):
+    """Several jobs' ids start with this prefix (and no job has it as id or name)."""
+
+
+def _select(where: ColumnElement[bool], kind: str | None) -> Any:
+    query = ref_columns().where(where)
+    return query.where(JOBS.c.kind == kind) if kind is not None else query
+
+
+def _prefix_of(prefix: str) -> ColumnElement[bool]:
+    """Ids starting with ``prefix``: LIKE for an index, ``substr`` for exactness (SQLite's
+    LIKE ignores ASCII case; ``_`` is a wildcard, hence the escape)."""
+    ids = JOBS.c.id
+    return (ids.startswith(prefix, autoescape=True)
+            & (func.substr(ids, 1, len(prefix)) == prefix) & (ids != prefix))
+
+
+def _of_kind(kind: str | None) -> str:
+    return f"{kind} " if kind is not None else ""
+
+
+def _unknown(connection: Connection, ref: str, kind: str | None) -> UnknownJobRef:
+    names_query = select(JOBS.c.name).distinct()
+    if kind is not None:
+        names_query = names_query.where(JOBS.c.kind == kind)
+    names = [str(n) for n in connection.execute(names_query).scalars()]
+    close = tuple(difflib.get_close_matches(ref, names, n=MAX_SUGGESTIONS, cutoff=0.6))
+    message = f"no {_of_kind(kind)}job with id, id prefix or name {ref!r} in the store"
+    if 0 < len(ref) < MIN_PREFIX:
+        starting = connection.execute(
+            select(func.count()).select_from(_select(_prefix_of(ref), kind).subquery())
+        ).scalar_one()
+        if starting:
+            message += (f" ({starting} id(s) start with it: give at least {MIN_PREFIX} "
+                        "characters of an id)")
+    if close:
+        message += "; did you mean " + " or ".join(repr(name) for name in close) + "?"
+    message += " (joulestat jobs lists them)"
+    return UnknownJobRef(message, ref, suggestions=close)
+
+
+def _ambiguous(connection: Connection, ref: str, kind: str | None,
+               found: list[JobRef]) -> AmbiguousJobRef:
+    listed = found[:MAX_LISTED]
+    total = len(found)
+    if total > MAX_LISTED:
+        total = connection.execute(
+            select(func.count()).select_from(_select(_prefix_of(ref), kind).subquery())
+        ).scalar_one()
+    lines = [f"{ref!r} is the start of {total} {_of_kind(kind)}job ids; give more of "
+             "the id (or the whole id, or the name):", *(f"  {job.line()}" for job in listed)]
+    if total > len(listed):
+        lines.append(f"  ... and {total - len(listed)} more")
+    return AmbiguousJobRef("\n".join(lines), ref, candidates=tuple(listed))
+
+
+def resolve_job(engine: Engine, ref: str, kind: str | None = None) -> Resolution:
+    """Resolve ``ref`` (an id, a unique id prefix, or a name) among the stored jobs, or
+    those of ``kind``, by the precedence of this module's doc.
+
+    Raises :class:`UnknownJobRef` (nothing matches; close names suggested) or
+    :class:`AmbiguousJobRef` (a prefix of several ids; the candidates listed).
+    """
+    jobs = JOBS.c
+    with engine.connect() as connection:
+        by_id = refs_of(connection, _select(jobs.id == ref, kind))
+        by_name = refs_of(connection, _select(jobs.name == ref, kind))
+        if by_id:
+            return Resolution(ref, "id", tuple(by_id),
+                              tuple(j for j in by_name if j.id != ref))
+        by_prefix: list[JobRef] = []
+        if len(ref) >= MIN_PREFIX:
+            by_prefix = refs_of(connection, _select(_prefix_of(ref), kind).limit(MAX_LISTED + 1))
+        if by_name:
+            named = {j.id for j in by_name}
+            return Resolution(ref, "name", tuple(by_name),
+                              tuple(j for j in by_prefix if j.id not in named))
+        if len(by_prefix) == 1:
+            return Resolution(ref, "prefix", tuple(by_prefix))
+        if by_prefix:
+            raise _ambiguous(connection, ref, kind, by_prefix)
+        raise _unknown(connection, ref, kind)

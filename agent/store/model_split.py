@@ -21,7 +21,7 @@ time and the next none; over a minute those lumps even out, and minutes are what
 left once raw rows are pruned, so one formula serves both. Raw rows after the node's
 prune boundary are read per tick (``measured_s``: the sum of the job's tick durations
 in the minute), minute rollups before it (``measured_s``: the node's covered seconds
-in the minute, within the job's time on the node), by :mod:`joulestat.store.boundary`'s
+in the minute, within the job's time on the node), by :mod:`joulestat.store.schema`'s
 rule, so each tick counts once.
 
 :func:`ordinary_units` is the one filter that keeps the per-model keys out of every
@@ -40,8 +40,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
 from joulestat.attribution.model_units import BUSY, SEPARATOR, split_key
-from joulestat.store.boundary import raw_side, rolled_side, settled_until_ms
-from joulestat.store.tables import (
+from joulestat.store.schema import (
     JOB_ENERGY,
     JOB_MINUTE_ENERGY,
     JOB_NODES,
@@ -51,6 +50,9 @@ from joulestat.store.tables import (
     MINUTE_MS,
     MINUTE_S,
     NODES,
+    raw_side,
+    rolled_side,
+    settled_until_ms,
 )
 
 Key = tuple[str, str, int]  # (job id, node, minute_start_s)
@@ -128,7 +130,7 @@ def split_energy(energy_j: float, measured_s: float, busy: Mapping[str, float]
 
 def _minute(t_end_ms: Any) -> Any:
     """SQL: ``minute_start_s`` of the minute a row ending at ``t_end_ms`` belongs to
-    (as :mod:`joulestat.store.rollup` files it)."""
+    (as :mod:`joulestat.store.maintenance` files it)."""
     return (t_end_ms - literal_column("1")).op("/", return_type=BigInteger, precedence=8)(
         literal_column(str(MINUTE_MS))) * literal_column(str(MINUTE_S))
 
@@ -237,7 +239,7 @@ def _assemble(job_id: str, windows: Iterable[_Window]) -> ModelSplit:
 
 def _with_models(connection: Connection, job_ids: Sequence[str]) -> set[str]:
     """Which of ``job_ids`` counted per-model units: from the unit totals and each part's
-    few raw rows after them (as :mod:`joulestat.store.job_totals` reads), so the Compare page
+    few raw rows after them (as :mod:`joulestat.store.jobs` reads), so the Compare page
     by model over ten thousand jobs does not walk every unit row they ever stored."""
     totals, units, parts = JOB_UNIT_TOTALS.c, JOB_UNITS.c, JOB_NODES.c
     settled = select(totals.job_id).where(_ids(totals.job_id, job_ids),

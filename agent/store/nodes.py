@@ -1,7 +1,7 @@
 """Reads about nodes: which nodes there are, their devices, their energy and coverage.
 
 Every energy figure combines raw ticks and minute rollups by the rule of
-:mod:`joulestat.store.boundary` (raw rows after the node's prune boundary, rollups up to it,
+:mod:`joulestat.store.schema` (raw rows after the node's prune boundary, rollups up to it,
 in one statement), so it is consistent even while the agent's
 :meth:`~joulestat.store.writer.StoreWriter.maintain` prunes in between, and windows on whole
 minutes give the same totals before and after pruning.
@@ -18,20 +18,18 @@ from sqlalchemy import and_, func, literal_column, select
 from sqlalchemy.engine import Engine
 
 from joulestat.devices.sensor import ACCELERATOR_COMPONENT, DeviceInfo
-from joulestat.store.boundary import (
-    ends_within,
-    minute_end_ms,
-    minute_ends_within,
-    ms,
-    raw_and_rolled,
-)
-from joulestat.store.tables import (
+from joulestat.store.schema import (
     JOB_ENERGY,
     JOB_MINUTE_ENERGY,
     MINUTE_ENERGY,
     NODE_DEVICES,
     NODES,
     TICK_ENERGY,
+    ends_within,
+    minute_end_ms,
+    minute_ends_within,
+    ms,
+    raw_and_rolled,
 )
 
 Node, NodeDevice = NODES.c, NODE_DEVICES.c

@@ -5,7 +5,7 @@ Every stored row names its source: measured (``rapl``, ``nvml_energy``...), esti
 dashboard say per component which it was, so these reads return energy by source, the
 sources of a job or a node, the share of a node's CPU energy no job tracked, and which
 nodes hold only imported snapshots. Energy follows the rule of
-:mod:`joulestat.store.boundary` (raw rows after each node's prune boundary, rollups up to
+:mod:`joulestat.store.schema` (raw rows after each node's prune boundary, rollups up to
 it), the rows the totals sum.
 
 ``job_minute_energy`` has no ``source`` column; a rolled-up minute's provenance is the
@@ -24,9 +24,8 @@ from typing import Any
 from sqlalchemy import and_, case, exists, func, literal_column, or_, select
 from sqlalchemy.engine import Engine
 
-from joulestat.store.boundary import ends_within, minute_ends_within, ms, raw_and_rolled
 from joulestat.store.nodes import node_window_sums
-from joulestat.store.tables import (
+from joulestat.store.schema import (
     JOB_ENERGY,
     JOB_MINUTE_ENERGY,
     MINUTE_ENERGY,
@@ -34,6 +33,10 @@ from joulestat.store.tables import (
     NODES,
     TICK_ENERGY,
     UNATTRIBUTED,
+    ends_within,
+    minute_ends_within,
+    ms,
+    raw_and_rolled,
 )
 
 

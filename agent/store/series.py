@@ -1,7 +1,7 @@
 """Reads of energy and units over time: a job's or a node's rows, and chart series.
 
 Every read takes raw rows after each node's prune boundary and minute rollups up to it
-(:mod:`joulestat.store.boundary`), so a chart, a report's series and the totals never
+(:mod:`joulestat.store.schema`), so a chart, a report's series and the totals never
 disagree about which rows count.
 
 Charts: a week of 1 s ticks is 600,000 rows a component and a chart needs a few hundred
@@ -26,16 +26,8 @@ from typing import Any
 from sqlalchemy import BigInteger, case, func, literal_column, select
 from sqlalchemy.engine import Engine
 
-from joulestat.store.boundary import (
-    ends_within,
-    minute_end_ms,
-    minute_ends_within,
-    ms,
-    raw_and_rolled,
-    rolled_side,
-)
 from joulestat.store.model_split import ordinary_units
-from joulestat.store.tables import (
+from joulestat.store.schema import (
     JOB_ENERGY,
     JOB_MINUTE_ENERGY,
     JOB_NODES,
@@ -44,6 +36,12 @@ from joulestat.store.tables import (
     MINUTE_MS,
     TICK_ENERGY,
     UNATTRIBUTED,
+    ends_within,
+    minute_end_ms,
+    minute_ends_within,
+    ms,
+    raw_and_rolled,
+    rolled_side,
 )
 
 NICE_BUCKETS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800,

@@ -2,39 +2,48 @@
 
 Costs on the agent's hot path: :meth:`StoreWriter.add` and :meth:`~StoreWriter.add_shares`
 append a tick's numbers and its job shares to parallel ``array`` columns (about 36
-bytes a row, no SQL, no dicts; see :mod:`joulestat.store.buffer`); every
-``flush_interval_s`` everything buffered goes to the database in ONE transaction:
-tick rows and job shares as executemany ``INSERT … ON CONFLICT DO NOTHING`` (keyed on
-``(node, t_end_ms, component, device)``, plus ``job_id`` for shares), job metadata,
-unit counts and the checkpoint as upserts (:mod:`joulestat.store.job_writer`). A tick
-written twice (a retried batch whose commit did reach the server) is stored once, and
-a crash never leaves job rows without their tick.
+bytes a row, no SQL, no dicts; see :class:`joulestat.store.rows.RowBuffer`) in the
+:class:`RowQueue`, under one lock (a few microseconds a tick); every ``flush_interval_s``
+the store thread takes everything at once and writes it in ONE transaction: tick rows
+and job shares as ``INSERT … ON CONFLICT DO NOTHING`` (keyed on ``(node, t_end_ms,
+component, device)``, plus ``job_id`` for shares), job metadata, unit counts and the
+checkpoint as upserts (:mod:`joulestat.store.rows`). A tick written twice (a retried
+batch whose commit did reach the server) is stored once, and a crash never leaves job
+rows without their tick.
 
-When the database is unreachable or locked the batch goes to the spool
-(:mod:`joulestat.store.spool`), else back to the front of the memory queue
-(:mod:`joulestat.store.row_queue`, bounded, folding job detail before it drops a tick), and
-is retried with backoff (up to a minute); :mod:`joulestat.store.outage` holds that policy.
-Nothing recorded is lost silently.
+The queue is bounded: over ``max_rows`` the job shares of the oldest ticks are folded
+into their unattributed rows first (who used the energy is lost, how much is not), and
+only a queue of node ticks alone drops its oldest ticks, each time with an error saying
+what went and why.
 
-The writer is a sink of the pipeline (:mod:`joulestat.outputs.sink`): it stores ticks, so it
-receives each tick's checkpoint and makes finished jobs final once stored.
+While the database does not take its writes, :class:`Outage` keeps the outage's state
+and policy in one place: how many writes failed in a row and how long to wait before
+the next (doubling, up to a minute), where a refused batch waits (the spool when the
+agent has one, so a restart keeps it: :class:`joulestat.store.durability.Spool`; else
+back at the front of the memory queue), replaying the spool oldest first once the store
+answers, warnings at most once a minute, and what a shutdown during an outage says is
+kept or lost. Nothing recorded is lost silently.
 
+The writer is a sink of the pipeline (:mod:`joulestat.outputs.sink`): it stores ticks,
+so it receives each tick's checkpoint and makes finished jobs final once stored.
 :meth:`StoreWriter.maintain` rolls raw rows up into minutes, adds settled rows to the
-job totals and prunes raw rows past the retention (:mod:`joulestat.store.rollup`); rows
-ending at or before the totals boundary (a clock stepped back) are dropped with an
+job totals and prunes raw rows past the retention (:mod:`joulestat.store.maintenance`);
+rows ending at or before the totals boundary (a clock stepped back) are dropped with an
 error, never half counted.
 
 This module uses Core table clauses rather than the ORM models (the ORM costs the agent
 about 6 MiB of RSS); ``test_core_tables_match_models`` keeps them in step. One writer
-per node: two agents writing the same node name would race on the rollups.
+per node (:class:`joulestat.store.durability.NodeLease`): two agents writing the same
+node name would race on the rollups.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Connection, Engine
@@ -43,19 +52,18 @@ from sqlalchemy.exc import SQLAlchemyError
 from joulestat.core.tick import Tick
 from joulestat.devices.sensor import DeviceInfo
 from joulestat.host.identity import NodeInfo
-from joulestat.store.buffer import (
-    RowBuffer,
-)
+from joulestat.store.durability import NodeLease, Spool
 from joulestat.store.engine import describe_error, dialect_insert, redact_url
-from joulestat.store.job_writer import PendingJobs, write_pending
-from joulestat.store.lease import NodeLease
-from joulestat.store.node_rows import insert_rows, insert_statements, upsert_node
-from joulestat.store.outage import Outage
-from joulestat.store.partitions import PartitionKeeper
-from joulestat.store.rollup import MaintainResult, maintain_node
-from joulestat.store.row_queue import RowQueue
-from joulestat.store.spool import Spool
-from joulestat.store.tables import (
+from joulestat.store.maintenance import MaintainResult, PartitionKeeper, maintain_node
+from joulestat.store.rows import (
+    PendingJobs,
+    RowBuffer,
+    insert_rows,
+    insert_statements,
+    upsert_node,
+    write_pending,
+)
+from joulestat.store.schema import (
     CORE_TABLES,
     MINUTE_MS,
 )
@@ -64,11 +72,195 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from joulestat.attribution.accounting import TickResult
     from joulestat.attribution.registry import Job
     from joulestat.attribution.shares import Share
+    from joulestat.core.tick import Tick
     from joulestat.outputs.sink import TickRecord
+
+log = logging.getLogger(__name__)
+
+
+# -- What waits in memory for the node's next store write, under one lock --------------
+
+class RowQueue:
+    """Rows, job metadata, a checkpoint and jobs to mark final, waiting for a flush.
+
+    ``cause()`` says why the queue filled, for the error when it does.
+    """
+
+    def __init__(self, node: NodeInfo, max_rows: int, cause: Callable[[], str]) -> None:
+        self.node, self.max_rows, self._cause = node, int(max_rows), cause
+        self.lock = threading.Lock()
+        self.rows = RowBuffer()
+        self.pending = PendingJobs()
+        self.finishing: list[Job] = []  # ended jobs: final once their last tick is stored
+        self.bad_entries = 0  # non-finite numbers skipped since the writer last said so
+        self.folded_rows = 0
+        self.dropped_rows = 0
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def record(self, tick: Tick, result: TickResult | None,
+               checkpoint: tuple[Mapping[str, Any], str] | None) -> None:
+        """A whole tick under one lock (see StoreWriter.record)."""
+        with self.lock:
+            self.bad_entries += self.rows.append_tick(tick)
+            if result is not None:
+                self.bad_entries += self.rows.append_shares(tick, result.shares)
+                for job_id, deltas in result.units.items():
+                    self.bad_entries += self.rows.append_units(job_id, tick.t1_s, deltas)
+                for job in result.changed_jobs:
+                    self.pending.save_job(job, self.node)
+                self.finishing.extend(result.finished_jobs)
+            if checkpoint is not None:
+                self.pending.save_checkpoint(checkpoint[0], checkpoint[1], tick.t1_s)
+            self._bound_locked()
+
+    def add(self, append: Callable[[RowBuffer], int]) -> None:
+        """Rows one ``append`` call on the buffer makes (it returns the bad count)."""
+        with self.lock:
+            self.bad_entries += append(self.rows)
+            self._bound_locked()
+
+    def save_job(self, job: Job, node: NodeInfo | None = None) -> None:
+        with self.lock:
+            self.pending.save_job(job, node or self.node)
+
+    def save_checkpoint(self, state: Mapping[str, Any], boot_id: str, saved_s: float) -> None:
+        with self.lock:
+            self.pending.save_checkpoint(state, boot_id, saved_s)
+
+    def finish(self, jobs: list[Job]) -> None:
+        with self.lock:
+            self.finishing.extend(jobs)
+
+    def take(self) -> tuple[RowBuffer, PendingJobs, list[Job]]:
+        """Everything waiting, leaving the queue empty."""
+        with self.lock:
+            taken = self.rows, self.pending, self.finishing
+            self.rows, self.pending, self.finishing = RowBuffer(), PendingJobs(), []
+        return taken
+
+    def put_back(self, batch: RowBuffer, pending: PendingJobs, finishing: list[Job]) -> None:
+        """What the store did not take, in front of what came since."""
+        with self.lock:
+            self.rows.prepend(batch)
+            self.pending.merge_back(pending)
+            self.finishing[:0] = finishing
+            self._bound_locked()
+
+    def _bound_locked(self) -> None:
+        """Over the bound: make room for 10 % more (so this is not per tick)."""
+        rows = self.rows
+        if len(rows) <= self.max_rows:
+            return
+        count = len(rows) - self.max_rows + self.max_rows // 10
+        cause = self._cause()
+        folded, first_s, last_s = rows.fold_jobs(count)
+        if folded:
+            self.folded_rows += folded
+            log.error(
+                "row buffer full (%d rows; %s): folded the job shares of the ticks ending "
+                "%.3f..%.3f into their unattributed rows and dropped their unit counts "
+                "(%d rows); node energy is kept whole; %d job rows folded in total",
+                self.max_rows, cause, first_s, last_s, folded, self.folded_rows)
+            count -= folded
+        if count <= 0 or len(rows) <= self.max_rows:
+            return
+        count, first_s, last_s = rows.drop_oldest(count)
+        self.dropped_rows += count
+        log.error(
+            "row buffer full (%d rows of node ticks alone; %s): dropped the %d oldest "
+            "rows (ticks ending %.3f..%.3f); %d dropped in total",
+            self.max_rows, cause, count, first_s, last_s, self.dropped_rows,
+        )
+
+
+# -- What the store writer does while the database does not take its writes ------------
+
+MAX_RETRY_DELAY_S = 60.0
+WARN_EVERY_S = 60.0
+
+
+class Outage:
+    """Failures in a row, throttled warnings and the spool of one node's writer."""
+
+    def __init__(self, url: str, queue: RowQueue, spool: Spool | None) -> None:
+        self.url = url  # redacted: it goes into logs
+        self.queue = queue
+        self.spool = spool
+        self.failures = 0
+        self.spooled_rows = 0  # rows handed to the spool while the store was away
+        self._last_warning = -math.inf
+
+    def retry_delay_s(self, flush_interval_s: float) -> float:
+        """How long to wait after the latest failure: doubling, capped at a minute."""
+        return min(MAX_RETRY_DELAY_S, flush_interval_s * 2 ** min(self.failures, 10))
+
+    def keep(self, batch: RowBuffer, pending: PendingJobs, finishing: list[Job]) -> None:
+        """A batch the store did not take: to the spool, else back into memory."""
+        if self.spool is not None and (len(batch) or pending):
+            try:
+                self.spool.append(batch, pending)
+                self.spooled_rows += len(batch)
+                batch, pending = RowBuffer(), PendingJobs()
+            except OSError as exc:
+                log.error("cannot spool %d rows to %s (%s); keeping them in memory",
+                          len(batch), self.spool.directory, exc)
+        self.queue.put_back(batch, pending, finishing)
+
+    def replay(self, write: Callable[[RowBuffer, PendingJobs], tuple[int, int]]
+               ) -> tuple[int, int]:
+        """Spooled batches into the store, oldest first, each through ``write`` (one
+        transaction, returning rows written and stale); a segment is deleted only once
+        its transaction committed."""
+        assert self.spool is not None
+        written = stale = replayed = 0
+        for segment, batch, pending in self.spool.replay():
+            seg_written, seg_stale = write(batch, pending)
+            self.spool.done(segment)
+            written, stale, replayed = written + seg_written, stale + seg_stale, replayed + 1
+        if replayed:
+            log.info("store %s: wrote %d spooled batch(es) (%d rows) back", self.url,
+                     replayed, written)
+        return written, stale
+
+    def failed(self, exc: SQLAlchemyError, action: str) -> None:
+        self.failures += 1
+        if self.failures == 1 or self.may_warn():
+            kept = f"keeping {len(self.queue)} rows in memory"
+            if self.spool is not None:
+                kept += f" and {self.spool.bytes} bytes in the spool {self.spool.directory}"
+            self.warn(f"cannot {action} the store {self.url} ({describe_error(exc)}); "
+                      f"{kept} and retrying (attempt {self.failures})")
+
+    def recovered(self) -> None:
+        if self.failures:
+            log.info("store %s reachable again after %d failed attempt(s)",
+                     self.url, self.failures)
+            self.failures = 0
+
+    def report_shutdown(self) -> None:
+        """The store is still away at exit: say where rows wait, or how many are lost."""
+        if self.spool is not None and not len(self.queue):
+            log.warning("store %s unreachable at shutdown: %d bytes of rows wait in the "
+                        "spool %s and go to the store at the next start", self.url,
+                        self.spool.bytes, self.spool.directory)
+            return
+        log.error("store %s unreachable at shutdown: %d buffered rows and %d job "
+                  "updates are lost", self.url, len(self.queue), len(self.queue.pending.jobs))
+
+    def may_warn(self) -> bool:
+        return time.monotonic() - self._last_warning >= WARN_EVERY_S
+
+    def warn(self, message: str) -> None:
+        self._last_warning = time.monotonic()
+        log.warning("%s", message)
+
+
+# -- The agent's SQL writer: batched, idempotent, patient when the database is away ----
 
 __all__ = ["CORE_TABLES", "MaintainResult", "StoreWriter"]
 
-log = logging.getLogger(__name__)
 
 # The agent's whole RSS budget is 50 MiB, so the outage buffer is sized in memory, not
 # time: ~36 bytes a row, 200k rows ~7 MiB, i.e. 14 h of 1 s ticks with four entries
@@ -120,7 +312,7 @@ class StoreWriter:
         self.flushes = 0  # successful flushes, and the seconds they took (health metrics)
         self.flush_seconds_sum = 0.0
         self.spool = spool
-        self.lease = lease  # one writer per node (agent/store/lease.py); None: no check
+        self.lease = lease  # one writer per node (agent/store/durability.py); None: no check
         self._url = redact_url(engine.url)
         self._insert = dialect_insert(engine)
         # Plain SQL for the driver's executemany: the rows are tuples already, and
@@ -354,7 +546,7 @@ class StoreWriter:
         """Everything of one flush, in the caller's transaction: (rows written, stale)."""
         node, floor_ms = self.node.node, self._settled_until_ms
         # Job metadata first: on PostgreSQL the jobs upsert takes the row locks that
-        # order concurrent agents (see joulestat.store.job_writer).
+        # order concurrent agents (see joulestat.store.rows).
         write_pending(connection, self._insert, pending, node)
         if self.lease is not None:
             self.lease.keep(connection, time.time())

@@ -2,9 +2,9 @@
 or hand-picked jobs.
 
 The figures and sentences are ``joulestat compare``'s: :func:`joulestat.dashboard.state.compare`
-runs :func:`joulestat.reports.compare.compare` on the same figures the command loads, a new
-baseline or SLA is :func:`~joulestat.reports.compare.rebase` of its rows, and the deltas
-are :func:`~joulestat.reports.compare_words.headline`. So throughput is units per
+runs :func:`joulestat.reports.compare.table.compare` on the same figures the command loads, a new
+baseline or SLA is :func:`~joulestat.reports.compare.table.rebase` of its rows, and the deltas
+are :func:`~joulestat.reports.compare.words.headline`. So throughput is units per
 instance-hour (a two-node setup is charged both nodes), a group pools its jobs (sum of
 units over sum of instance-hours), CO2e is operational with embodied apart, and an
 unknown price stays unknown. Rows of one job name are told apart by the labels that
@@ -25,8 +25,8 @@ import streamlit as st
 
 from joulestat.core import units
 from joulestat.dashboard import charts, comparison, costing, fmt, state, ui
-from joulestat.reports.compare_groups import LABEL_BY, SETUP_SEPARATOR
-from joulestat.reports.compare_words import headline, plural
+from joulestat.reports.compare.table import LABEL_BY, SETUP_SEPARATOR
+from joulestat.reports.compare.words import headline, plural
 
 MAX_PICK = 500
 MODES = {"instance_type": "by instance type", "label": "by label", "model": "by model",

@@ -32,7 +32,7 @@ from joulestat.reports.sources import ESTIMATED, MEASURED, MIXED, REPLAY, UNSTAT
 HOW = ("```sh\nfor c in 1 2 4 8 16 32; do\n  joulestat run --name bert-serve --kind "
        "inference --label concurrency=$c -- python load_test.py --concurrency $c\ndone\n```"
        "\n\nand count requests in the server with `job.count('request', n)` "
-       "(`from joulestat.client.track import track`); a server of several models counts them with "
+       "(`from joulestat import track`); a server of several models counts them with "
        "`job.serving(model)`.")
 GROUPINGS = {load_table.BY_SETUP: "setup", load_table.BY_MODEL: "model"}
 # A line's legend label after its name, by how its energy was obtained.

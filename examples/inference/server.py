@@ -154,7 +154,7 @@ def joulestat_counter() -> Callable[[str, int, float], None] | None:
     if not os.environ.get("JOULESTAT_JOB_ID"):
         return None
     try:
-        from joulestat.client.track import count
+        from joulestat import count
     except ImportError:
         print("server: JOULESTAT_JOB_ID is set but joulestat is not importable; "
               "inferences are counted in /v1/stats only", file=sys.stderr)

@@ -27,7 +27,7 @@ except ImportError:
     sys.exit("train.py needs PyTorch: pip install 'joulestat[examples]' (the CPU build: "
              "pip install torch==2.13.0)")
 
-from joulestat.client.track import track
+from joulestat import track
 
 FEATURES, CLASSES = 64, 10
 

@@ -6,7 +6,7 @@ Create Date: 2025-01-15
 
 Only new tables, so existing tick rows are untouched and the upgrade is quick on a
 populated database. Written by hand so constraint and index names follow the naming
-convention in agent/store/tables.py; a test compares the migrated schema with it.
+convention in agent/store/schema.py; a test compares the migrated schema with it.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Create Date: 2026-11-29
 
 Adds ``nodes.totals_until_ms`` and the tables ``job_energy_totals`` (per job, node and
 component) and ``job_unit_totals`` (per job, node and unit); see
-agent/store/tables.py. Backfilled from what is final already: for each node with a
+agent/store/schema.py. Backfilled from what is final already: for each node with a
 prune boundary, the job minute rollups and (compacted) unit rows up to it, and the
 boundary becomes ``totals_until_ms``. The agent's next maintain pass advances it over
 the raw rows after that; until then queries read those raw rows, so figures are the

@@ -7,7 +7,7 @@ Create Date: 2026-11-30
 Adds ``nodes.writer_id`` (who writes the node's ticks: ``<boot id>:<pid>``),
 ``nodes.writer_host`` and ``nodes.writer_mode`` (agent or embedded, for messages and
 preemption) and ``nodes.lease_until_s`` (epoch seconds the lease holds until). See
-agent/store/lease.py. Existing nodes start with no lease: the next writer takes it.
+agent/store/durability.py. Existing nodes start with no lease: the next writer takes it.
 """
 
 from __future__ import annotations

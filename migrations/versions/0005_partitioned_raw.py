@@ -6,13 +6,13 @@ Create Date: 2026-12-01
 
 On PostgreSQL ``tick_energy`` and ``job_energy`` become ``PARTITION BY RANGE (t_end_ms)``
 tables with the same names, columns, primary keys, foreign keys and indexes (so the
-schema still matches agent/store/tables.py), one partition per UTC day plus a DEFAULT
+schema still matches agent/store/schema.py), one partition per UTC day plus a DEFAULT
 partition, all in the schema ``joulestat_partitions`` (kept out of the main schema so
 that Alembic's autogenerate, which compares only that one, does not take the partitions
 for tables it should drop). Existing rows are copied into partitions for the days they
 end in, in this one transaction: old table renamed, partitioned table created, rows
 copied, old table dropped. Partitions for today and the next few days are made too;
-from then on the writers make them (agent/store/partitions.py, which names and bounds
+from then on the writers make them (agent/store/maintenance.py, which names and bounds
 partitions exactly as here). ``job_units`` stays as it is: its rows before the prune
 boundary are the kept, minute-compacted record of units, never dropped wholesale.
 

@@ -3,12 +3,12 @@ an inf2.xlarge (a fake Inferentia2's sysfs tree and neuron-monitor file) and a
 g4dn.xlarge (a fake T4 behind the file-backed fake NVML, :mod:`tests.fakes.nvml_file`).
 
 Each workload is a real program under ``joulestat run`` that counts its inferences with
-``joulestat.client.track.count`` and drives its fake device as the hardware would: the T4's energy
-counter moves by ``T4_J_PER_INFERENCE`` per inference while the program holds the GPU;
-the Inferentia2 draws ``NEURON_PCT`` % of its maximum power for a window the program
-times itself and reports (the driver's power file has no counter: a window is what it
-can say). So each one's accelerator energy per inference is known independently of the
-agent: what the fakes imply.
+``joulestat.client.tracking.count`` and drives its fake device as the hardware would:
+the T4's energy counter moves by ``T4_J_PER_INFERENCE`` per inference while the program
+holds the GPU; the Inferentia2 draws ``NEURON_PCT`` % of its maximum power for a window
+the program times itself and reports (the driver's power file has no counter: a window
+is what it can say). So each one's accelerator energy per inference is known
+independently of the agent: what the fakes imply.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ T4_SERVICE = f"""
 import os, sys, time
 sys.path.insert(0, {str(REPO)!r})
 from pathlib import Path
-from joulestat.client.track import count
+from joulestat.client.tracking import count
 from tests.fakes.nvml_file import update
 state, me = Path(os.environ[{ENV_STATE!r}]), os.getpid()
 update(state, lambda gpus: gpus[0]["compute_pids"].append(me))
@@ -54,7 +54,7 @@ NEURON_SERVICE = """
 import json, os, sys, time
 sys.path.insert(0, {repo!r})
 from pathlib import Path
-from joulestat.client.track import count
+from joulestat.client.tracking import count
 from tests.fakes.neuron import FakeNeuron, monitor_report, write_monitor
 fake = FakeNeuron(Path({sysfs!r}))
 fake.power_files[0] = Path({power!r})

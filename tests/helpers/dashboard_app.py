@@ -34,9 +34,9 @@ def run_page(url: str, page: str, monkeypatch: pytest.MonkeyPatch, **query: str)
 
 
 def sample_store(folder: Path) -> tuple[str, Engine]:
-    """A migrated SQLite store in ``folder`` holding the sample data (joulestat.runtime.sample_store), ended a
-    minute ago so every "up to now" window holds all of it: its URL and an engine the
-    caller disposes of."""
+    """A migrated SQLite store in ``folder`` holding the sample data
+    (:mod:`joulestat.runtime.sample_store`), ended a minute ago so every "up to now"
+    window holds all of it: its URL and an engine the caller disposes of."""
     url = f"sqlite:///{folder / 'sample.db'}"
     engine = make_engine(url)
     migrate.upgrade(engine)

@@ -1,4 +1,4 @@
-"""The job reference resolver's whole scenario (:mod:`joulestat.store.job_refs`), for any store.
+"""The job reference resolver's whole scenario (:mod:`joulestat.store.jobs`), for any store.
 
 Jobs are written through the store API (:class:`~joulestat.store.writer.StoreWriter`);
 :func:`check_resolver` runs on SQLite in tests/unit/test_job_refs.py and unchanged against
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy.engine import Engine
 
-from joulestat.store.job_refs import (
+from joulestat.store.jobs import (
     MIN_PREFIX,
     AmbiguousJobRef,
     UnknownJobRef,

@@ -20,9 +20,9 @@ from sqlalchemy.engine import Engine
 
 from joulestat.devices.sensor import DeviceInfo
 from joulestat.store import migrate
+from joulestat.store.durability import load_checkpoint
 from joulestat.store.jobs import list_jobs
 from joulestat.store.nodes import minute_energy_rows, node_devices, node_energy_j
-from joulestat.store.restart import load_checkpoint
 from joulestat.store.series import job_energy_series
 from joulestat.store.writer import StoreWriter
 from tests.helpers.report_checks import assert_same

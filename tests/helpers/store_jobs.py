@@ -19,10 +19,10 @@ from joulestat.core.tick import Tick, TickEntry
 from joulestat.devices.sensor import DeviceInfo
 from joulestat.host.identity import NodeInfo
 from joulestat.store import migrate
+from joulestat.store.durability import Checkpoint, load_checkpoint, load_running_jobs
 from joulestat.store.jobs import JobSummary, job_detail, list_jobs
+from joulestat.store.maintenance import SETTLE_MS
 from joulestat.store.nodes import node_energy_j, unattributed_check
-from joulestat.store.restart import Checkpoint, load_checkpoint, load_running_jobs
-from joulestat.store.rollup import SETTLE_MS
 from joulestat.store.series import job_energy_series
 from joulestat.store.writer import StoreWriter
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from joulestat.host.job_cgroup import place
+from joulestat.host.cgroup_jobs import place
 from tests.helpers.agent_process import (
     running_agent,
     start_run,

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from joulestat.reports.compare import CompareError
-from joulestat.reports.compare_data import load_job_figures
+from joulestat.reports.compare.figures import load_job_figures
+from joulestat.reports.compare.table import CompareError
 from joulestat.store.engine import make_engine
 from tests.helpers.compare_store import (
     C6I,

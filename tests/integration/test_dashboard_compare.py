@@ -26,9 +26,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from joulestat.dashboard import state
-from joulestat.reports.compare import compare
-from joulestat.reports.compare_data import load_job_figures
-from joulestat.reports.compare_words import headline
+from joulestat.reports.compare.figures import load_job_figures
+from joulestat.reports.compare.table import compare
+from joulestat.reports.compare.words import headline
 from joulestat.runtime import sample_store as sample
 from joulestat.store import migrate
 from joulestat.store.engine import make_engine

@@ -18,10 +18,8 @@ from streamlit.testing.v1 import AppTest
 from joulestat.dashboard import fmt
 from joulestat.runtime import sample_store as sample
 from joulestat.store import migrate
-from joulestat.store.engine import make_engine
-from joulestat.store.job_totals import job_totals
-from joulestat.store.jobs import list_jobs
-from joulestat.store.readonly import open_readonly_engine
+from joulestat.store.engine import make_engine, open_readonly_engine
+from joulestat.store.jobs import job_totals, list_jobs
 from tests.helpers.dashboard_app import APP, PAGES, TITLES
 from tests.helpers.pg import PostgresServer
 

@@ -1,6 +1,6 @@
 """One server process, two models: the real agent on fake RAPL at a known wattage, a
 program under ``joulestat run`` serving model A three times as long as model B through
-``joulestat.client.track.serving``, then the store and ``joulestat compare --by model`` read as a
+``joulestat.client.tracking.serving``, then the store and ``joulestat compare --by model`` read as a
 user would read them."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ POWER_W = 50.0
 # machine may stretch any block by a few milliseconds, which must stay small beside it.
 SERVER = """
 import time
-from joulestat.client.track import serving
+from joulestat.client.tracking import serving
 
 def work(seconds):
     until = time.perf_counter() + seconds

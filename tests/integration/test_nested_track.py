@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import select
 
 from joulestat.store.engine import make_engine
-from joulestat.store.tables import JOB_ENERGY, JOBS, TICK_ENERGY
+from joulestat.store.schema import JOB_ENERGY, JOBS, TICK_ENERGY
 from tests.fakes.powercap import FakePowercap
 from tests.helpers.agent_process import agent_env, running_agent, start_run, stored_jobs
 
@@ -29,7 +29,7 @@ EXPECTED_UNITS = {"sample": 3.0 * STEPS, "step": float(STEPS), "epoch": 1.0}
 # steps into the same job; what each track() says of itself goes to stdout as JSON.
 NESTED = f"""
 import json, time
-from joulestat.client.track import track
+from joulestat.client.tracking import track
 
 with track("outer", kind="training") as a:
     with track("inner", kind="training") as b:

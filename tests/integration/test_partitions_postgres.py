@@ -1,8 +1,8 @@
-"""PostgreSQL's daily partitions of the raw tables (migration 0005, agent/store/partitions.py):
+"""PostgreSQL's daily partitions of the raw tables (migration 0005, agent/store/maintenance.py):
 rows survive the migration, writers make partitions ahead and drop settled ones, a node
 still counting rows in a partition keeps it, figures never change, and back down to 0004.
 
-Figures are read with plain SQL that follows the reading rule of agent/store/boundary.py
+Figures are read with plain SQL that follows the reading rule of agent/store/schema.py
 (raw rows after each node's boundary, rollups and totals up to it), so the store's read
 modules are not what is tested here."""
 
@@ -22,9 +22,10 @@ from sqlalchemy.engine import Engine
 
 from joulestat.core.tick import Tick, TickEntry
 from joulestat.host.identity import NodeInfo
-from joulestat.store import migrate, partitions
+from joulestat.store import maintenance as partitions
+from joulestat.store import migrate
 from joulestat.store.engine import make_engine
-from joulestat.store.partitions import (
+from joulestat.store.maintenance import (
     DAY_MS,
     OVERDUE_MS,
     PARTITION_SCHEMA,
@@ -301,7 +302,7 @@ def test_rows_outside_every_day_partition_go_to_default_and_are_pruned_there(eng
     migrate.upgrade(engine)
     expected = Expected()
     writer = writer_for(engine, "stray-clock", retention_s=DAY_S)
-    with caplog.at_level(logging.WARNING, logger="joulestat.store.partitions"):
+    with caplog.at_level(logging.WARNING, logger="joulestat.store.maintenance"):
         feed(writer, D0, D0 + 6 * HOUR_S, expected)  # no partition for 2025 yet
         assert scalar(engine, f"SELECT count(*) FROM {PARTITION_SCHEMA}.tick_energy_default"
                       ) == 6 * HOUR_S // STEP_S * 2
@@ -357,7 +358,7 @@ def test_a_partition_that_cannot_be_made_now_is_tried_again(engine, monkeypatch,
         transaction = holder.begin()  # a new partition must scan DEFAULT: held up here
         holder.exec_driver_sql(
             f"LOCK TABLE {PARTITION_SCHEMA}.tick_energy_default IN SHARE MODE")
-        with caplog.at_level(logging.WARNING, logger="joulestat.store.partitions"):
+        with caplog.at_level(logging.WARNING, logger="joulestat.store.maintenance"):
             assert writer.maintain(now) is not None
         transaction.rollback()
     assert f"cannot create partition {PARTITION_SCHEMA}.{name_of(20)} now" in caplog.text

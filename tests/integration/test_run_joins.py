@@ -27,7 +27,7 @@ STEPS = 300
 # A training script as a user writes it: track() for its samples, count() for steps.
 TRAIN = f"""
 import time
-from joulestat.client.track import count, track
+from joulestat.client.tracking import count, track
 with track("trainer", kind="training") as job:
     assert job.joined, "track() under joulestat run must join the run's job"
     for _ in range({STEPS}):
@@ -42,7 +42,7 @@ with track("trainer", kind="training") as job:
 def _node_ticks_ms(db_url: str) -> list[tuple[int, int]]:
     """(start, end) of every stored cpu tick, in order."""
     from joulestat.store.engine import make_engine
-    from joulestat.store.tables import TICK_ENERGY
+    from joulestat.store.schema import TICK_ENERGY
 
     engine = make_engine(db_url)
     with engine.connect() as connection:
@@ -151,7 +151,7 @@ def test_falling_back_to_embedded_beside_an_agent_is_never_silent(tmp_path: Path
 def test_count_outside_any_job_says_so() -> None:
     env = agent_env()
     result = subprocess.run(
-        [sys.executable, "-c", "from joulestat.client.track import count; count('sample', 1)"],
+        [sys.executable, "-c", "from joulestat.client.tracking import count; count('sample', 1)"],
         env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     assert "count() outside a job" in result.stderr

@@ -19,7 +19,6 @@ from joulestat.devices.sensor import DeviceInfo
 from joulestat.host.identity import NodeInfo
 from joulestat.store import migrate
 from joulestat.store.engine import dialect_insert, make_engine
-from joulestat.store.job_writer import PendingJobs, write_pending
 from joulestat.store.jobs import job_detail, list_jobs
 from joulestat.store.nodes import (
     latest_power_w,
@@ -27,7 +26,8 @@ from joulestat.store.nodes import (
     node_devices,
     node_energy_j,
 )
-from joulestat.store.tables import METADATA
+from joulestat.store.rows import PendingJobs, write_pending
+from joulestat.store.schema import METADATA
 from joulestat.store.writer import StoreWriter
 from tests.helpers import store_jobs as jobs
 from tests.helpers.job_refs import check_resolver

@@ -15,9 +15,9 @@ from joulestat.attribution.sampler import Sampler
 from joulestat.core.tick import Tick, TickEntry
 from joulestat.devices.replay import ReplaySensor, load_trace, trace_energy_j
 from joulestat.devices.sensor import ACCELERATOR_COMPONENT, COMPONENTS, current_component
-from joulestat.store.buffer import SHARE, TICK, UNIT
+from joulestat.store.durability import Spool
 from joulestat.store.engine import make_engine
-from joulestat.store.spool import Spool
+from joulestat.store.rows import SHARE, TICK, UNIT
 from tests.helpers.checkpoint import TRACE, warned
 from tests.helpers.rename_store import check_both_names_merge, check_rename_keeps_figures
 

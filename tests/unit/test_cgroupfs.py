@@ -11,9 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from joulestat.host.cgroupfs import CgroupFs, CgroupRef, parse_proc_cgroup
-from joulestat.host.cgroups import own_cgroup_path
-from joulestat.host.job_cgroup import place, run_cgroup_path
+from joulestat.host.cgroup_jobs import place
+from joulestat.host.cgroups import (
+    CgroupFs,
+    CgroupRef,
+    own_cgroup_path,
+    parse_proc_cgroup,
+    run_cgroup_path,
+)
 from tests.fakes.procfs import FakeCgroups
 
 HEX = "a" * 64

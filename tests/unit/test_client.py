@@ -16,7 +16,7 @@ import pytest
 from joulestat.api.agent_client import AgentClient, AgentError, AgentUnavailable
 from joulestat.api.server import ApiServer
 from joulestat.attribution.registry import JobError, JobRegistry
-from joulestat.client.track import ENV_AGENT_URL, ENV_TOKEN, agent_url_from_env, track
+from joulestat.client.tracking import ENV_AGENT_URL, ENV_TOKEN, agent_url_from_env, track
 
 
 class CountingRegistry(JobRegistry):

@@ -11,7 +11,7 @@ import math
 import pytest
 
 from joulestat.carbon.catalog import lookup
-from joulestat.reports.compare import (
+from joulestat.reports.compare.table import (
     CompareError,
     JobFigures,
     NodeFigures,
@@ -19,7 +19,7 @@ from joulestat.reports.compare import (
     rebase,
     setup_name,
 )
-from joulestat.reports.compare_words import format_pct, format_ratio, headline
+from joulestat.reports.compare.words import format_pct, format_ratio, headline
 
 H = 3600.0
 G_PER_J = 400 / 3_600_000  # 400 gCO2e/kWh, PUE 1.0: grams per joule

@@ -26,12 +26,17 @@ from joulestat.dashboard import analysis, costing, downloads, fmt
 from joulestat.devices.sensor import DeviceInfo
 from joulestat.host.identity import NodeInfo
 from joulestat.store import migrate
-from joulestat.store.engine import StoreError, make_engine
-from joulestat.store.job_totals import JobFilter, job_totals
-from joulestat.store.jobs import job_choices, job_detail, job_units_by_kind, list_jobs
+from joulestat.store.engine import StoreError, StoreMissingError, make_engine, open_readonly_engine
+from joulestat.store.jobs import (
+    JobFilter,
+    job_choices,
+    job_detail,
+    job_totals,
+    job_units_by_kind,
+    list_jobs,
+)
 from joulestat.store.nodes import list_nodes, node_covered_s, node_energy_j
 from joulestat.store.provenance import SourceEnergy, energy_by_source, job_energy_by_source
-from joulestat.store.readonly import StoreMissingError, open_readonly_engine
 from joulestat.store.series import (
     SeriesPoint,
     choose_bucket_s,
@@ -330,7 +335,7 @@ def test_a_wal_store_in_a_read_only_directory_is_read_as_a_snapshot(caplog):
     import sqlite3
     import tempfile
 
-    from joulestat.store.readonly import open_readonly_engine
+    from joulestat.store.engine import open_readonly_engine
 
     if os.geteuid() != 0:
         pytest.skip("needs root to switch to an unprivileged user")

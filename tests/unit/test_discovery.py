@@ -273,7 +273,7 @@ def test_parse_discover_option_names_the_unknown_word_and_the_valid_ones() -> No
 def test_sync_registry_registers_updates_and_ends_discovered_jobs(node: Path) -> None:
     import shutil
 
-    from joulestat.attribution.discovered_jobs import sync_registry
+    from joulestat.attribution.discovery import sync_registry
     from joulestat.attribution.registry import JobRegistry
 
     registry = JobRegistry()

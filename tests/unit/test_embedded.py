@@ -18,10 +18,10 @@ from joulestat.api.agent_client import AgentClient
 from joulestat.attribution.registry import JobError
 from joulestat.runtime.embedded import EMBEDDED_OPTIONS, EmbeddedJob
 from joulestat.runtime.settings import resolve
+from joulestat.store.durability import load_checkpoint
 from joulestat.store.engine import make_engine
 from joulestat.store.jobs import job_detail
-from joulestat.store.restart import load_checkpoint
-from joulestat.store.tables import TICK_ENERGY
+from joulestat.store.schema import TICK_ENERGY
 from tests.fakes.procfs import FakeProc
 
 PID = 4242

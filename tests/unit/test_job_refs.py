@@ -1,4 +1,4 @@
-"""The job reference resolver (:mod:`joulestat.store.job_refs`) on a SQLite store; the
+"""The job reference resolver (:mod:`joulestat.store.jobs`) on a SQLite store; the
 scenario is :func:`tests.helpers.job_refs.check_resolver`, which
 tests/integration/test_store_postgres.py runs unchanged against PostgreSQL.
 """

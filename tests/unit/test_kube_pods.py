@@ -1,4 +1,4 @@
-"""Pods named after the pod: agent/attribution/kube_pods.py and sync_registry's use of it.
+"""Pods named after the pod: agent/attribution/kube.py and sync_registry's use of it.
 
 The pod list is served by a local http.server on 127.0.0.1 (the module takes an
 ``http://`` base URL in place of the API server's https one), the service account is a
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from joulestat.attribution.discovered_jobs import sync_registry
-from joulestat.attribution.kube_pods import (
+from joulestat.attribution.discovery import sync_registry
+from joulestat.attribution.kube import (
     PodInfo,
     PodListError,
     apiserver_source,

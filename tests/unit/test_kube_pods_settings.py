@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from joulestat.attribution import kube_pods
-from joulestat.attribution.kube_pods import (
+from joulestat.attribution import kube as kube_pods
+from joulestat.attribution.kube import (
     PodDirectory,
     PodListError,
     PodListSource,

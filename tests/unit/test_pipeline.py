@@ -176,8 +176,8 @@ def test_a_sink_failing_to_close_does_not_keep_the_others_open() -> None:
 
 def test_the_store_writer_stores_each_tick_with_its_checkpoint(tmp_path: Path) -> None:
     from joulestat.store import migrate
+    from joulestat.store.durability import load_checkpoint
     from joulestat.store.engine import make_engine
-    from joulestat.store.restart import load_checkpoint
     from joulestat.store.writer import StoreWriter
 
     engine = make_engine(f"sqlite:///{tmp_path / 'store.db'}")

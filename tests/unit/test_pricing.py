@@ -15,8 +15,7 @@ from joulestat.carbon.footprint import CarbonSettings, footprint
 from joulestat.carbon.intensity import resolve_intensity
 from joulestat.carbon.prices import parse_prices
 from joulestat.carbon.pricing import NodeFigures, Pricer, placements, prices_used
-from joulestat.store.job_totals import PartTotals
-from joulestat.store.jobs import JobNodePart, JobRef
+from joulestat.store.jobs import JobNodePart, JobRef, PartTotals
 
 NOW = 1_800_000_000.0
 PARTS = (  # a GPU node that ended, a CPU node still running, one nobody can price

@@ -13,11 +13,11 @@ import pytest
 from reportlab.lib.styles import getSampleStyleSheet
 from sqlalchemy.engine import Engine
 
-from joulestat.cli.compare import render_text
 from joulestat.core import units
 from joulestat.reports import tables
-from joulestat.reports.compare import compare
-from joulestat.reports.compare_data import load_job_figures
+from joulestat.reports.compare.figures import load_job_figures
+from joulestat.reports.compare.table import compare
+from joulestat.reports.compare.words import render_text
 from joulestat.reports.html_report import render_html
 from joulestat.reports.importer import import_file
 from joulestat.reports.json_report import render_json

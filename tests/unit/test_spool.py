@@ -14,8 +14,8 @@ from joulestat.core.tick import Tick, TickEntry
 from joulestat.devices.sensor import DeviceInfo
 from joulestat.host.identity import NodeInfo
 from joulestat.store import migrate
+from joulestat.store.durability import Spool
 from joulestat.store.engine import make_engine
-from joulestat.store.spool import Spool
 from joulestat.store.writer import StoreWriter
 
 NODE = NodeInfo("node-a", "g5.xlarge", "us-east-1", "Xeon", "0.1.0")

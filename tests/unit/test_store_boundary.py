@@ -1,4 +1,4 @@
-"""The reading rule of :mod:`joulestat.store.boundary`: raw rows after the node's prune
+"""The reading rule of :mod:`joulestat.store.schema`: raw rows after the node's prune
 boundary, minute rollups up to it, each tick counted once wherever the boundary sits.
 
 The store is written by the agent's own StoreWriter and rolled up (both copies of every
@@ -9,7 +9,12 @@ from __future__ import annotations
 
 from sqlalchemy import func, select, text, update
 
-from joulestat.store.boundary import (
+from joulestat.store.nodes import node_energy_j
+from joulestat.store.schema import (
+    JOB_MINUTE_ENERGY,
+    MINUTE_ENERGY,
+    NODES,
+    TICK_ENERGY,
     ends_within,
     minute_end_ms,
     minute_ends_within,
@@ -19,8 +24,6 @@ from joulestat.store.boundary import (
     raw_side,
     rolled_side,
 )
-from joulestat.store.nodes import node_energy_j
-from joulestat.store.tables import JOB_MINUTE_ENERGY, MINUTE_ENERGY, NODES, TICK_ENERGY
 from tests.helpers.store_rows import T0, tick, writer_for
 
 TICKS, MINUTES = TICK_ENERGY.c, MINUTE_ENERGY.c

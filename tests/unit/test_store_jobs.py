@@ -11,10 +11,10 @@ import pytest
 from sqlalchemy import text
 
 from joulestat.attribution.shares import Share
+from joulestat.store.durability import load_checkpoint, load_running_jobs
 from joulestat.store.engine import make_engine
 from joulestat.store.jobs import UnknownJobError, job_detail
-from joulestat.store.restart import load_checkpoint, load_running_jobs
-from joulestat.store.rollup import SETTLE_MS
+from joulestat.store.maintenance import SETTLE_MS
 from tests.helpers.store_jobs import (
     T0,
     TRAINER,

@@ -9,8 +9,8 @@ import pytest
 from sqlalchemy import text
 
 from joulestat.core.tick import Tick, TickEntry
+from joulestat.store.maintenance import SETTLE_MS
 from joulestat.store.nodes import latest_power_w, minute_energy_rows, node_energy_j
-from joulestat.store.rollup import SETTLE_MS
 from tests.helpers.store_rows import (
     MINUTES_ACROSS_ENDS,
     RETENTION_S,

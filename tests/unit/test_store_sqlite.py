@@ -14,7 +14,7 @@ import pytest
 
 from joulestat.store import migrate
 from joulestat.store.engine import StoreError, default_db_url, make_engine
-from joulestat.store.tables import METADATA
+from joulestat.store.schema import METADATA
 from joulestat.store.writer import CORE_TABLES
 
 # -- engine -------------------------------------------------------------------------------
@@ -126,7 +126,7 @@ from joulestat.store.writer import StoreWriter
 from joulestat.core.tick import Tick, TickEntry
 from joulestat.attribution.shares import Share
 from joulestat.attribution.registry import Job
-from joulestat.store.restart import load_checkpoint, load_running_jobs
+from joulestat.store.durability import load_checkpoint, load_running_jobs
 engine = make_engine("sqlite:///{db}")
 assert is_at_head(engine)
 writer = StoreWriter(engine, NodeInfo("n", "t", "r", "c", "v"), [], raw_retention_s=600)

@@ -1,10 +1,10 @@
-"""Compare measured jobs the way published comparisons are written, from plain numbers.
+"""The arithmetic of a comparison, from plain numbers: rows, deltas, groups, SLA sizing.
 
 "6.3x the throughput, 92 % less energy, USD 2 instead of 25 per million inferences, N
 instances to serve an SLA": :func:`compare` turns one :class:`JobFigures` per job (what
-:func:`joulestat.reports.compare_data.load_job_figures` reads from the store, or anything a
+:func:`joulestat.reports.compare.figures.load_job_figures` reads from the store, or anything a
 caller builds) into a :class:`ComparisonTable` (written out in words by
-:mod:`joulestat.reports.compare_words`); :func:`rebase` moves a table's baseline and
+:mod:`joulestat.reports.compare.words`); :func:`rebase` moves a table's baseline and
 SLA without the jobs. No SQL, no I/O, no catalog lookups: the CLI, reports and the
 dashboard's Compare page all get the same arithmetic.
 
@@ -27,38 +27,54 @@ The rules, each chosen so a comparison is fair to the hardware rather than to th
   on several setups give a row per value and setup (``concurrency=4 · g5.xlarge``), so
   a delta between two rows is never a change of hardware read as a change of load.
 * ``by="model"`` gives a row per model of multi-model servers, from each job's per-model
-  figures (:func:`joulestat.reports.compare_models.by_model`), plus ``idle``.
+  figures (:func:`by_model`), plus ``idle``.
 * ``by="instance_type"`` pools the jobs of one setup: sum of units over sum of
   instance-hours. A multi-node job's setup is its distinct instance types joined with
   ``+`` (``c6i.4xlarge+p4d.24xlarge``), so a loader-fed trainer is never mixed into
   the single-type groups; two nodes of one type pool with that type.
 * An unknown cost stays None (printed "unknown"), never 0: one unpriced job makes its
   group's cost unknown.
+
+Which row a job joins (by job, by setup, by a label's value or by model): pages and
+reports name a job's setup with :func:`setup_name` too. ``by="label:KEY"`` answers "what
+does concurrency 16 cost per request compared with 4?" directly: the rows are
+``concurrency=1``, ``concurrency=4``, ``concurrency=16``, each pooling its jobs as an
+instance-type group does. When the jobs ran on several setups, a label row is one value
+on one setup (``concurrency=1 · g5.xlarge``, :func:`split_by_setup`): pooled, a
+"concurrency=1" of a c6i and a g5 would read as one setup, and "×7.3 throughput vs
+concurrency=1" would compare hardware while claiming to compare load. ``by="model"``
+rows are the models of multi-model servers (``model=bert``), from the per-model figures
+:func:`by_model` makes of each job, its idle part (``idle``) and jobs that named no
+model (``model unset``).
+
+``compare --by model`` (:func:`by_model`): a job that serves several models
+(``job.serving("model-a")``, docs/jobs.md) has its energy split among them by busy time
+(:mod:`joulestat.store.model_split`). Here each such job becomes one :class:`JobFigures`
+per model, plus one for its idle part, which :func:`compare` then pools by model like
+any group (``by="model"``). Each part is charged the job's figures in the proportion of
+its energy: energy, CO2e, cost and the instance-hours held, so a model busy three
+quarters of the time carries three quarters of the bill, and its throughput per
+instance-hour is what it did with that share. The parts add up to the job: models + idle
+= the job's energy, cost and hours. A job that named no model stays whole (``model
+unset``). One proportion for every node of a multi-node job; the split itself is per
+node and minute.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from joulestat.carbon.pricing import NodeFigures
 from joulestat.carbon.units import S_PER_HOUR
 from joulestat.core.redact import redact_labels
-from joulestat.reports.compare_groups import (
-    BY_CHOICES,
-    LABEL_BY,
-    UNKNOWN_TYPE,
-    CompareError,
-    check_by,
-    find_baseline,
-    group_of,
-    label_key,
-    setup_name,
-    split_by_setup,
-)
 from joulestat.reports.sources import sources_class
+from joulestat.store.model_split import ModelSplit
+
+# -- Compare measured jobs the way published comparisons are written, from plain numb ----
 
 __all__ = ["BY_CHOICES", "LABEL_BY", "PER_MILLION", "PER_RUN", "PER_UNIT", "UNKNOWN_TYPE",
            "CompareError", "ComparisonRow", "ComparisonTable", "JobFigures", "NodeFigures",
@@ -350,7 +366,7 @@ def compare(
     ``by``: ``job`` (a row per job), ``instance_type`` (a row per setup, jobs pooled),
     ``label:KEY`` (a row per value of the job label KEY, jobs pooled; per value and
     setup when the jobs ran on several) or ``model`` (a row per model, of
-    :func:`joulestat.reports.compare_models.by_model`'s figures).
+    :func:`joulestat.reports.compare.table.by_model`'s figures).
     ``baseline``: a job id or name, or a setup name; default the first row.
     ``sla_units_per_hour``: size a fleet per row for this many units per hour.
     Raises :class:`CompareError` naming the argument that is wrong.
@@ -388,3 +404,161 @@ def rebase(table: ComparisonTable, baseline: str | None = None,
         rows = [_sized(r, sla_units_per_hour) for r in rows]
     return replace(table, baseline=base.label, sla_units_per_hour=sla_units_per_hour,
                    rows=tuple(rows))
+
+
+# -- Which row of a comparison a job joins: by job, by setup, or by a label's value ----
+
+BY_CHOICES = ("job", "instance_type")
+LABEL_BY = "label:"  # by="label:KEY": a row per value of the label KEY
+MODEL_BY = "model"  # a row per model of multi-model jobs (JobFigures.model)
+IDLE_MODEL = ""  # JobFigures.model of a job's idle part: no model was busy
+MODEL_ROW, IDLE_ROW, NO_MODEL_ROW = "model=", "idle", "model unset"
+UNKNOWN_TYPE = "unknown"
+SETUP_SEPARATOR = " · "  # "concurrency=1 · g5.xlarge": a label value on one setup
+# The job API's label keys (joulestat.attribution.registry.LABEL_KEY_RE), without importing jobs.
+_LABEL_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+
+
+class CompareError(ValueError):
+    """Input :func:`~joulestat.reports.compare.table.compare` (or the loader) cannot use.
+    ``argument`` names the parameter (``by``, ``unit``, ``baseline``,
+    ``sla_units_per_hour``, ``jobs``) so a command can name its own flag."""
+
+    def __init__(self, argument: str, message: str) -> None:
+        super().__init__(message)
+        self.argument = argument
+
+
+def setup_name(instance_types: Iterable[str]) -> str:
+    """A setup's name: its distinct instance types, sorted, joined by ``+`` (an empty type
+    reads ``unknown``). Public so every page and report that names a job's setup names it
+    as the comparison groups it."""
+    return "+".join(sorted({t or UNKNOWN_TYPE for t in instance_types})) or UNKNOWN_TYPE
+
+
+def label_key(by: str) -> str | None:
+    """KEY of ``by="label:KEY"``; None for the other groupings."""
+    return by[len(LABEL_BY):] if by.startswith(LABEL_BY) else None
+
+
+def check_by(by: str) -> None:
+    """Raise :class:`CompareError` (argument ``by``) unless ``by`` is a grouping."""
+    key = label_key(by)
+    if by in BY_CHOICES or by == MODEL_BY or (key is not None and _LABEL_KEY.match(key)):
+        return
+    raise CompareError("by", f"expected one of {', '.join(BY_CHOICES)}, {MODEL_BY} or "
+                       f"label:KEY (a label key), got {by!r}")
+
+
+def split_by_setup(jobs: Iterable[JobFigures], by: str) -> bool:
+    """Whether ``by="label:KEY"`` rows must each be one setup: the jobs ran on more than
+    one (see the module's docstring), unless the label names each job's setup itself
+    (``joulestat demo``'s ``setup=demo-1vcpu`` on instance type ``demo-1vcpu``), when its
+    rows are one setup each already. Never for the other groupings."""
+    key = label_key(by)
+    if key is None:
+        return False
+    jobs = list(jobs)
+    return (len({job.setup for job in jobs}) > 1
+            and any(job.labels.get(key) != job.setup for job in jobs))
+
+
+def group_of(job: JobFigures, by: str, per_setup: bool = False) -> str:
+    """The row a job joins: its id (``job``), its setup (``instance_type``),
+    ``KEY=value`` of its label (``label:KEY``; ``KEY unset`` without it; with
+    ``per_setup``, followed by `` · `` and its setup) or ``model=NAME`` (``model``;
+    ``idle`` for a job's idle part, ``model unset`` for a job of no model)."""
+    if by == "job":
+        return job.job_id
+    if by == MODEL_BY:
+        if job.model is None:
+            return NO_MODEL_ROW
+        return IDLE_ROW if job.model == IDLE_MODEL else f"{MODEL_ROW}{job.model}"
+    key = label_key(by)
+    if key is None:
+        return job.setup
+    if key not in job.labels:
+        value = f"{key} unset"
+    else:  # a row name is shown
+        value = f"{key}={redact_labels({key: job.labels[key]})[key]}"
+    return f"{value}{SETUP_SEPARATOR}{job.setup}" if per_setup else value
+
+
+def find_baseline(rows: list[ComparisonRow], baseline: str, by: str) -> int:
+    """The index of the row ``baseline`` names among ``rows`` (a job id or name for
+    ``by="job"``, else a row's group, or a label's bare value: ``4`` for
+    ``concurrency=4``); raises :class:`CompareError` (argument ``baseline``) naming the
+    rows it could have been."""
+    if by == "job":
+        found = [i for i, r in enumerate(rows) if r.job_id == baseline]
+        found = found or [i for i, r in enumerate(rows) if r.job == baseline]
+        if len(found) > 1:
+            ids = ", ".join(rows[i].job_id or "" for i in found)
+            raise CompareError("baseline", f"{len(found)} jobs are named {baseline!r} "
+                               f"(ids {ids}): give the job id")
+        known = ", ".join(sorted({r.job or "" for r in rows}))
+    else:
+        found = [i for i, r in enumerate(rows) if r.group.lower() == baseline.lower()]
+        prefix = f"{label_key(by)}=" if label_key(by) is not None else (
+            MODEL_ROW if by == MODEL_BY else None)
+        if not found and prefix is not None:  # "4" for "concurrency=4", "bert" for model=
+            found = [i for i, r in enumerate(rows) if r.group == f"{prefix}{baseline}"]
+        known = ", ".join(dict.fromkeys(r.group for r in rows))
+        if not found and label_key(by) is not None:  # a value whose rows are per setup
+            found = _one_setup(rows, [baseline, f"{prefix}{baseline}"], known)
+    if not found:
+        what = "jobs" if by == "job" else "instance types" if by in BY_CHOICES else (
+            "models" if by == MODEL_BY else f"values of label {label_key(by)}")
+        raise CompareError("baseline", f"{baseline!r} is none of the compared "
+                           f"{what} ({known or 'none'})")
+    return found[0]  # per-unit rows come first, so a setup present both ways is per unit
+
+
+def _one_setup(rows: list[ComparisonRow], names: list[str], known: str) -> list[int]:
+    """The row of a label value split by setup (``concurrency=1`` for ``concurrency=1 ·
+    g5.xlarge``) when one setup has it; a value on several setups names no row, since
+    picking one would pick the hardware for the reader."""
+    heads = {name.lower() + SETUP_SEPARATOR for name in names}
+    found = [i for i, r in enumerate(rows)
+             if any(r.group.lower().startswith(head) for head in heads)]
+    groups = list(dict.fromkeys(rows[i].group for i in found))
+    if len(groups) > 1:
+        raise CompareError("baseline", f"{names[0]!r} is {len(groups)} rows, one per setup "
+                           f"({', '.join(groups)}): name one of them (known: {known})")
+    return found
+
+
+# -- ``compare --by model`` ------------------------------------------------------------
+
+def _scaled(value: float | None, fraction: float) -> float | None:
+    return None if value is None else value * fraction
+
+
+def _part(job: JobFigures, fraction: float, model: str, units: dict[str, float]
+          ) -> JobFigures:
+    """``fraction`` of ``job`` (energy, CO2e, cost, hours held), counting ``units``."""
+    nodes = tuple(NodeFigures(n.node, n.instance_type, n.held_s * fraction,
+                              n.energy_j * fraction, _scaled(n.cost_usd, fraction))
+                  for n in job.nodes)
+    return replace(job, nodes=nodes, units=units, energy_j=job.energy_j * fraction,
+                   accelerator_j=job.accelerator_j * fraction,
+                   operational_co2e_g=job.operational_co2e_g * fraction,
+                   embodied_co2e_g=_scaled(job.embodied_co2e_g, fraction),
+                   cost_usd=_scaled(job.cost_usd, fraction), model=model)
+
+
+def by_model(jobs: Sequence[JobFigures], splits: Mapping[str, ModelSplit]
+             ) -> list[JobFigures]:
+    """``jobs`` as per-model parts (in model order, then idle), each job in turn; a job
+    without a split (no per-model units) as it is."""
+    parts: list[JobFigures] = []
+    for job in jobs:
+        split = splits.get(job.job_id)
+        if split is None or split.energy_j <= 0:
+            parts.append(job)
+            continue
+        for share in split.models:
+            parts.append(_part(job, share.energy_j / split.energy_j, share.model,
+                               dict(share.units)))
+        parts.append(_part(job, max(split.idle_j, 0.0) / split.energy_j, IDLE_MODEL, {}))
+    return parts

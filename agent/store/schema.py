@@ -1,9 +1,9 @@
-"""The store's schema, declared once: SQLAlchemy Core tables on one :data:`METADATA`.
+"""The store's schema, declared once, and the one rule for reading it.
 
-The writer, the readers and Alembic (``migrations/env.py``: autogenerate compares the
-migrated database with this metadata, and a test says it finds no difference on SQLite
-and PostgreSQL) all use these tables. Core only: the ORM would cost the agent about
-6 MiB of RSS for nothing it needs.
+SQLAlchemy Core tables on one :data:`METADATA`: the writer, the readers and Alembic
+(``migrations/env.py``: autogenerate compares the migrated database with this metadata,
+and a test says it finds no difference on SQLite and PostgreSQL) all use these tables.
+Core only: the ORM would cost the agent about 6 MiB of RSS for nothing it needs.
 
 Times:
   * raw ticks keep their interval ``(t_start_ms, t_end_ms]`` as BIGINT epoch
@@ -21,21 +21,47 @@ sum to ``tick_energy.energy_j``; ``job_minute_energy`` rolls them up by the same
 minutes and is pruned at the same ``nodes.raw_pruned_until_ms``. The raw job tables
 carry no foreign key to ``jobs``: a share may reach the store before its job's
 metadata does, and the unattributed ``''`` rows belong to no job at all.
+
+The reading rule (the second half of this module): the agent rolls raw rows
+(``tick_energy``, ``job_energy``) up into minutes (``minute_energy``,
+``job_minute_energy``) and later prunes the raw rows, each node on its own schedule, up
+to ``nodes.raw_pruned_until_ms`` (minute-aligned; NULL while nothing is pruned). Both
+copies of a pruned minute's ticks may be in the store for a while, so every reader
+takes **raw rows after the node's boundary and minute rollups up to it**: each tick
+then counts exactly once, before, during and after a prune, and windows on whole
+minutes give the same totals either way. Job totals follow the same rule with their
+own boundary, ``nodes.totals_until_ms`` (:func:`settled_until_ms`). Readers build their
+raw and rolled halves with the columns and filters they need and hand them to
+:func:`raw_and_rolled` (or :func:`raw_side` / :func:`rolled_side`), which join each half
+to its node and add the boundary, so the rule is written here only. Time windows are
+``(since_s, until_s]``, matching ticks' ``(t0, t1]``: a tick counts when its end lies
+in the window, a minute ``m`` when its end ``m + 60`` does.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     BigInteger,
     Column,
+    CompoundSelect,
     Double,
     ForeignKey,
     Index,
     Integer,
     MetaData,
+    Select,
     String,
     Table,
+    func,
+    literal_column,
+    or_,
+    union_all,
 )
+from sqlalchemy.sql.elements import ColumnElement
+
+# -- The store's schema, declared once -------------------------------------------------
 
 # Job ids are at most 128 characters (joulestat.attribution.registry.JOB_ID_RE).
 JOB_ID_LENGTH = 128
@@ -59,7 +85,7 @@ METADATA = MetaData(naming_convention=NAMING_CONVENTION)
 # stored once instead of as a rowid table plus a key index.
 _NO_ROWID = {"sqlite_with_rowid": False}
 # On PostgreSQL, tick_energy and job_energy are partitioned by UTC day of t_end_ms
-# (migration 0005, agent/store/partitions.py), so retention drops whole days instead of
+# (migration 0005, agent/store/maintenance.py), so retention drops whole days instead of
 # deleting rows. Not declared here (``postgresql_partition_by``): that option makes
 # SQLAlchemy load its PostgreSQL dialect, about 1 MiB of the agent's RSS on every
 # node, SQLite ones included; and autogenerate does not compare partitioning anyway.
@@ -91,14 +117,14 @@ NODES = Table(
     # Raw ticks of this node ending at or before this instant are rolled up into
     # minute_energy and no read counts them (SQLite deletes them; PostgreSQL drops their
     # day's partition later); NULL while nothing has been pruned. Queries use it to
-    # choose rollups before it and raw ticks after it (agent/store/boundary.py).
+    # choose rollups before it and raw ticks after it (agent/store/schema.py).
     _col("raw_pruned_until_ms", BigInteger, null=True),
     # Job shares and unit counts ending at or before this instant are summed in
     # job_energy_totals and job_unit_totals (migration 0003); NULL while nothing is.
     # Never before raw_pruned_until_ms, so the rows it sums still exist when it
     # advances; the node's writer refuses rows that end at or before it.
     _col("totals_until_ms", BigInteger, null=True),
-    # The one process writing this node's ticks (migration 0004, agent/store/lease.py):
+    # The one process writing this node's ticks (migration 0004, agent/store/durability.py):
     # ``<boot id>:<pid>``, its host and mode (agent or embedded), and until when its
     # lease holds; a second live writer of the node is refused.
     _col("writer_id", String, null=True), _col("writer_host", String, null=True),
@@ -186,7 +212,7 @@ JOB_UNITS = Table(
 # the node's totals_until_ms. Job lists sum ten thousand jobs at once; summing minute
 # rollups would scan millions of rows, so each node's settled past is one row per
 # (job, node, component) and queries add the raw shares after the boundary. Advanced by
-# the node's writer in its maintain transaction (agent/store/rollup.py) and by imports.
+# the node's writer in its maintain transaction (agent/store/maintenance.py) and by imports.
 JOB_ENERGY_TOTALS = Table(
     "job_energy_totals", METADATA,
     _job_key(), _node_key(), _key("component", String),
@@ -208,3 +234,81 @@ NODE_CHECKPOINTS = Table(
 )
 # Every table, in dependency order (parents first).
 CORE_TABLES = tuple(METADATA.sorted_tables)
+
+
+# -- Where raw rows end and rollups begin ----------------------------------------------
+
+def ms(t_s: float) -> int:
+    """Epoch seconds as the store's integer milliseconds."""
+    return round(t_s * 1000)
+
+
+def ends_within(t_end_ms: Any, since_ms: int, until_ms: int) -> tuple[ColumnElement[bool], ...]:
+    """A raw row's end in ``(since, until]``."""
+    return t_end_ms > since_ms, t_end_ms <= until_ms
+
+
+def minute_ends_within(minute_start_s: Any, since_ms: int, until_ms: int
+                       ) -> tuple[ColumnElement[bool], ...]:
+    """``minute_start_s + 60`` in ``(since, until]``, as integer bounds on the key column.
+
+    Integers, not floats: PostgreSQL would cast the BIGINT column to compare it with a
+    float and could no longer use the primary key index.
+    """
+    return (minute_start_s > (since_ms - MINUTE_MS) // 1000,
+            minute_start_s <= (until_ms - MINUTE_MS) // 1000)
+
+
+def minute_end_ms(minute_start_s: Any) -> Any:
+    """The end of the minute ``minute_start_s`` in milliseconds (where a rolled row sits
+    on a time axis, like a raw row's ``t_end_ms``)."""
+    return (minute_start_s + literal_column(str(MINUTE_S))) * literal_column("1000")
+
+
+def pruned_last_minute_s(pruned_ms: Any = NODES.c.raw_pruned_until_ms) -> Any:
+    """``minute_start_s`` of the last pruned minute: of the joined node by default, or of
+    ``pruned_ms`` (a node's boundary as a scalar subquery). Exact integer division: the
+    boundary is minute-aligned. NULL (no rollup counts) while nothing is pruned."""
+    return (pruned_ms - literal_column(str(MINUTE_MS))).op(
+        "/", precedence=8, return_type=BigInteger)(literal_column("1000"))
+
+
+def after_boundary(t_end_ms: Any, pruned_ms: Any = NODES.c.raw_pruned_until_ms
+                   ) -> ColumnElement[bool]:
+    """A raw row that counts: its node has pruned nothing, or the row ends after the
+    boundary (of the joined node by default, or ``pruned_ms``)."""
+    return or_(pruned_ms.is_(None), t_end_ms > pruned_ms)
+
+
+def settled_until_ms() -> Any:
+    """The joined node's job-totals boundary (``job_energy_totals`` and
+    ``job_unit_totals`` hold everything up to it); -1 where nothing is summed yet, so
+    that every raw row is after it."""
+    return func.coalesce(NODES.c.totals_until_ms, literal_column("-1"))
+
+
+def _joined(query: Select[Any], table: Any) -> Select[Any]:
+    """``query`` with ``table``'s node joined, whatever else its FROM already joins."""
+    return query.join_from(table, NODES, NODES.c.node == table.c.node)
+
+
+def raw_side(query: Select[Any], table: Any) -> Select[Any]:
+    """``query`` over the raw ``table`` (``tick_energy``, ``job_energy``) kept to the rows
+    after each node's prune boundary."""
+    return _joined(query, table).where(after_boundary(table.c.t_end_ms))
+
+
+def rolled_side(query: Select[Any], table: Any) -> Select[Any]:
+    """``query`` over the rollup ``table`` (``minute_energy``, ``job_minute_energy``) kept
+    to the minutes up to each node's prune boundary. Written on ``minute_start_s`` so
+    that the primary key serves it."""
+    return _joined(query, table).where(table.c.minute_start_s <= pruned_last_minute_s())
+
+
+def raw_and_rolled(raw: Select[Any], raw_table: Any, rolled: Select[Any], rolled_table: Any
+                   ) -> CompoundSelect:
+    """``raw`` UNION ALL ``rolled``, each half on its side of its node's boundary: one
+    statement, so it is consistent even while the agent prunes in between (SQLite holds
+    no snapshot across statements). The halves must select the same column types;
+    callers add up rows that share a key."""
+    return union_all(raw_side(raw, raw_table), rolled_side(rolled, rolled_table))

@@ -1,4 +1,4 @@
-"""Stored jobs -> :class:`~joulestat.reports.compare.JobFigures`, for :func:`compare`.
+"""Stored jobs -> :class:`~joulestat.reports.compare.table.JobFigures`, for :func:`compare`.
 
 Each job's energy, units and node times come from the store's reads
 (:func:`joulestat.store.jobs.job_detail`; the energy series only where live intensity needs
@@ -24,10 +24,16 @@ from joulestat.carbon.catalog import accelerators_of
 from joulestat.carbon.footprint import CarbonSettings, energy_points
 from joulestat.carbon.pricing import JobPrice, Pricer
 from joulestat.devices.sensor import ACCELERATOR_COMPONENT
-from joulestat.reports.compare import CompareError, JobFigures
-from joulestat.store.job_refs import JobRefError, resolve_job
-from joulestat.store.job_totals import JobTotals
-from joulestat.store.jobs import JobDetail, JobRef, job_detail, job_refs
+from joulestat.reports.compare.table import CompareError, JobFigures
+from joulestat.store.jobs import (
+    JobDetail,
+    JobRef,
+    JobRefError,
+    JobTotals,
+    job_detail,
+    job_refs,
+    resolve_job,
+)
 from joulestat.store.nodes import node_accelerators
 from joulestat.store.provenance import node_sources
 from joulestat.store.series import job_energy_series
@@ -46,7 +52,7 @@ def pick_jobs(engine: Engine, kind: str | None = None,
               jobs: Sequence[str] | None = None) -> PickedJobs:
     """Every job (of ``kind``) by start time, or the ``jobs`` named, in the order given.
 
-    Each reference resolves as everywhere (:func:`joulestat.store.job_refs.resolve_job`: exact
+    Each reference resolves as everywhere (:func:`joulestat.store.jobs.resolve_job`: exact
     id, else name, else unique id prefix), except that a name brings every run of that
     name, by start time: comparing runs is what compare is for. A job named twice comes
     once. Raises :class:`CompareError` (argument ``jobs``) for a reference that matches
@@ -113,7 +119,7 @@ def accelerator_j_of(job: JobTotals | JobDetail) -> float:
 def job_figures(job: JobTotals | JobDetail, price: JobPrice, now_s: float,
                 sources: Sequence[str] = (),
                 models: Mapping[str, Mapping[str, int]] | None = None) -> JobFigures:
-    """The job as :func:`~joulestat.reports.compare.compare` takes it: energy is the job's
+    """The job as :func:`~joulestat.reports.compare.table.compare` takes it: energy is the job's
     attributed energy, CO2e operational with embodied apart, cost and held time per node
     (``price``, from :meth:`Pricer.job`), ``duration_s`` its wall-clock time to ``now_s``
     while it runs, ``sources`` its nodes' (:func:`node_sources`), ``models`` their
@@ -162,7 +168,7 @@ def load_job_figures(
     ``kind`` keeps one kind (training, inference, other); ``jobs`` names jobs by id,
     unique id prefix or name, in the order wanted (a name brings every run of it); with
     neither, every job by start time (see :func:`pick_jobs`, which also raises its
-    :class:`~joulestat.reports.compare.CompareError`). ``settings`` overrides intensity,
+    :class:`~joulestat.reports.compare.table.CompareError`). ``settings`` overrides intensity,
     PUE, price or asks for live intensity (:class:`~joulestat.carbon.footprint.CarbonSettings`).
     """
     return figures_for(engine, pick_jobs(engine, kind, jobs).refs, settings, now_s=now_s)

@@ -1,0 +1,274 @@
+"""A comparison in words: the sentences ``joulestat compare`` and the dashboard both
+print, and the table as the command prints it (text and JSON).
+
+``×6.3 throughput, −92 % energy per inference, −92 % CO2e per inference, $2.00 vs
+$25.00 per million inferences``: the figures are :mod:`joulestat.reports.compare.table`'s;
+this module only writes them, so every place that shows a delta writes it the same way.
+Money is :func:`joulestat.core.units.usd`'s, as in the tables beside the sentences: a
+page that wrote "USD 3.38" above a column of "$3.38" made a reader wonder whether they
+differ. :func:`render_text` and :func:`as_json` are what ``joulestat compare`` prints:
+the tables (per unit, then per run), headlines, SLA sizing, prices with their sources,
+and notes; unknown figures read ``unknown`` (null in JSON), never 0.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from typing import Any
+
+from joulestat.core import units
+from joulestat.reports.compare.table import PER_UNIT, ComparisonRow, pct_change, ratio_of
+
+MINUS = "\u2212"
+TIMES = "\u00d7"
+
+
+def plural(unit: str) -> str:
+    """``inference`` -> ``inferences``; a unit counted as ``tokens`` stays as it is."""
+    return unit if unit.endswith("s") else unit + "s"
+
+
+def format_ratio(value: float) -> str:
+    """``×6.3``; below 1, two significant digits (``×0.16``)."""
+    return f"{TIMES}{value:.1f}" if value >= 0.995 else f"{TIMES}{value:.2g}"
+
+
+def format_pct(value: float) -> str:
+    """``−92 %``, ``+4.5 %``, ``±0 %`` (U+2212 minus, as typesetting wants)."""
+    if abs(value) < 0.05:
+        return "\u00b10 %"
+    text = f"{abs(value):.0f}" if abs(value) >= 10 else f"{abs(value):.1f}"
+    return f"{MINUS if value < 0 else '+'}{text} %"
+
+
+def format_usd(value: float) -> str:
+    """``2.00``, ``1,234.50``; sub-cent amounts with two significant digits."""
+    return f"{value:,.2f}" if abs(value) >= 0.01 or value == 0 else f"{value:.2g}"
+
+
+def headline(row: ComparisonRow, baseline: ComparisonRow) -> str:
+    """``row``'s deltas against ``baseline`` in words, e.g. ``×6.3 throughput, −92 %
+    energy per inference, −92 % CO2e per inference, $2.00 vs $25.00 per million
+    inferences``. Rows on different bases (per unit vs per run) are not comparable."""
+    if row.basis != baseline.basis:
+        unit = row.unit or baseline.unit
+        return f"not comparable: only one of them counted {plural(unit or 'units')}"
+    if row.basis == PER_UNIT and row.unit is not None:
+        per, cost_per = f"per {row.unit}", f"per million {plural(row.unit)}"
+        costs = (row.cost_per_million_usd, baseline.cost_per_million_usd)
+        pairs = [(pct_change(row.energy_per_unit_j, baseline.energy_per_unit_j), "energy"),
+                 (pct_change(row.co2e_per_unit_g, baseline.co2e_per_unit_g), "CO2e")]
+        ratio = ratio_of(row.units_per_hour, baseline.units_per_hour)
+        parts = [f"{format_ratio(ratio)} throughput" if ratio is not None
+                 else "throughput not comparable"]
+    else:
+        per, cost_per = "per run", "per run"
+        costs = (row.cost_per_run_usd, baseline.cost_per_run_usd)
+        pairs = [(pct_change(row.energy_per_run_j, baseline.energy_per_run_j), "energy"),
+                 (pct_change(row.co2e_per_run_g, baseline.co2e_per_run_g), "CO2e")]
+        parts = []
+    parts += [f"{format_pct(pct)} {what} {per}" for pct, what in pairs if pct is not None]
+    if costs[0] is None or costs[1] is None:
+        unknown = [r.label for r, c in zip((row, baseline), costs, strict=True) if c is None]
+        parts.append(f"cost {cost_per} unknown for {' and '.join(unknown)}")
+    else:
+        parts.append(f"{units.usd(costs[0])} vs {units.usd(costs[1])} {cost_per}")
+    return ", ".join(parts)
+
+
+def row_names(rows: Sequence[ComparisonRow], when: Callable[[float], str] | None = None
+              ) -> list[str]:
+    """Each row's name, told apart where several job rows share one: by the labels that
+    differ between those runs (``mlp-serve concurrency=4``), else by their start
+    (``when(started_s)``, e.g. local time), else by a short id. A setup or label row is
+    its group."""
+    names = Counter(row.label for row in rows)
+    result = []
+    for row in rows:
+        if names[row.label] < 2 or row.job_id is None:
+            result.append(row.label)
+            continue
+        twins = [r for r in rows if r.label == row.label and r.job_id is not None]
+        keys = sorted({k for r in twins for k, _v in r.labels})
+        differing = [k for k in keys
+                     if len({dict(r.labels).get(k) for r in twins}) > 1]
+        mine = dict(row.labels)
+        if differing:
+            result.append(f"{row.label} " + " ".join(
+                f"{k}={mine[k]}" if k in mine else f"{k} unset" for k in differing))
+        elif when is not None and row.started_s is not None:
+            result.append(f"{row.label} · {when(row.started_s)}")
+        else:
+            result.append(f"{row.label} [{row.job_id[:8]}]")
+    repeated = Counter(result)
+    return [name if repeated[name] < 2 or row.job_id is None else
+            f"{name} · {when(row.started_s)}" if when is not None and row.started_s is not None
+            and f"{when(row.started_s)}" not in name else f"{name} [{row.job_id[:8]}]"
+            for name, row in zip(result, rows, strict=True)]
+
+
+# -- the comparison as `joulestat compare` prints it -----------------------------------
+
+NOT_APPLICABLE = "-"
+UNKNOWN = "unknown"
+
+
+def as_json(table: Any, notes: list[str], prices: list[Any] | None = None
+            ) -> dict[str, Any]:
+    """``{"unit", "by", "baseline", "sla_units_per_hour", "rows", "headlines", "prices",
+    "notes"}``; ``prices`` gives each instance type's USD per hour and its source (a
+    prices file, the catalog, the override); unknown figures are null, never 0."""
+
+    base = table.baseline_row
+    return {
+        "unit": table.unit, "by": table.by, "baseline": table.baseline,
+        "sla_units_per_hour": table.sla_units_per_hour,
+        "rows": [asdict(row) for row in table.rows],
+        "headlines": [{"row": row.label, "job_id": row.job_id, "text": headline(row, base)}
+                      for row in table.rows if not row.is_baseline],
+        "prices": [asdict(p) for p in prices or []],
+        "notes": notes,
+    }
+
+
+
+
+def _sig(value: float | None, digits: int = 3, missing: str = UNKNOWN) -> str:
+    """``digits`` significant digits with thousands separators, no exponent."""
+    return missing if value is None else units.sig(value, digits)
+
+
+def _figure(text: str) -> str:
+    """A formatted figure; unknown reads ``unknown`` in the text table."""
+    return UNKNOWN if text == units.UNKNOWN else text
+
+
+def _grid(headers: list[str], rows: list[list[str]], left: int) -> list[str]:
+    """Columns padded to width; the first ``left`` columns flush left, numbers right."""
+    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows, strict=True)]
+    lines = []
+    for cells in [headers, *rows]:
+        parts = [c.ljust(w) if i < left else c.rjust(w)
+                 for i, (c, w) in enumerate(zip(cells, widths, strict=True))]
+        lines.append("  ".join(parts).rstrip())
+    return lines
+
+
+def _local(t_s: float) -> str:
+    from datetime import datetime
+
+    return datetime.fromtimestamp(t_s).strftime("%Y-%m-%d %H:%M")
+
+
+def _labels(rows: Any) -> dict[int, str]:
+    """Row labels; runs of one name told apart by the labels that differ between them
+    (else their start, else a short id); ``*`` marks the baseline."""
+    return {i: name + (" *" if row.is_baseline else "")
+            for i, (name, row) in enumerate(zip(row_names(rows, _local), rows, strict=True))}
+
+
+def _lead(label: str, row: Any, by_group: bool) -> list[str]:
+    """The label, and the row's instance types unless the label already is them."""
+    return [label] if not by_group else [label, "+".join(row.instance_types)]
+
+
+def _accelerators(row: Any) -> str:
+    """What the row's nodes compute on ("1 x AWS Inferentia2"), as compare() names it."""
+    return " + ".join(row.accelerators) or UNKNOWN
+
+
+def _delta(value: float | None, comparable: bool, kind: str = "pct") -> str:
+
+    if not comparable:
+        return NOT_APPLICABLE
+    if value is None:
+        return UNKNOWN
+    return format_ratio(value) if kind == "x" else format_pct(value)
+
+
+def _price_lines(prices: list[Any]) -> list[str]:
+    """``prices ...:`` and one line per instance type: its USD/h and where that came from."""
+    if not prices:
+        return []
+    width = max(len(p.instance_type or "unknown") for p in prices)
+    usds = [_figure(units.price_per_hour(p.usd_per_hour)) for p in prices]
+    usd_width = max(len(u) for u in usds)
+    lines = ["prices (USD per instance-hour):"]
+    for p, usd in zip(prices, usds, strict=True):
+        lines.append(f"  {(p.instance_type or 'unknown').ljust(width)}  {usd.rjust(usd_width)}"
+                     f"  {p.source}: {p.note}")
+    return [*lines, ""]
+
+
+def render_text(table: Any, notes: list[str], prices: list[Any] | None = None) -> str:
+    """The tables (per unit, then per run), headlines, SLA sizing, the price of each
+    instance type with its source, and notes. Figures are :mod:`joulestat.core.units`' (``2.05
+    mJ``, ``158 ng``, ``$12.03``), as the dashboard and the reports print them."""
+    if not table.rows:
+        return "no jobs to compare: run some with `joulestat run --name NAME -- CMD`"
+    base = table.baseline_row
+    labels = _labels(table.rows)
+    base_label = next(labels[i] for i, r in enumerate(table.rows) if r.is_baseline)
+    base_label = base_label.removesuffix(" *")
+    by_job = table.by == "job"
+    first = ("job" if by_job else "instance type" if table.by == "instance_type"
+             else table.by.removeprefix("label:"))
+    lead = [first] if table.by == "instance_type" else [first, "instance types"]
+    grouped = table.by != "instance_type"
+    per_unit = [(i, r) for i, r in enumerate(table.rows) if r.basis == PER_UNIT]
+    per_run = [(i, r) for i, r in enumerate(table.rows) if r.basis != PER_UNIT]
+    out = [f"{len(table.rows)} row(s) by {table.by.replace('_', ' ')}, baseline (*) "
+           f"{base_label}: throughput per instance-hour, CO2e operational (location-based), "
+           "cost = hourly price x hours held (prices below)", ""]
+    if per_unit:
+        unit = table.unit
+        out.append(f"per {unit}:")
+        headers = [*lead, "accelerators", "runs", f"{plural(unit)}/instance-h",
+                   f"energy/{unit}", f"accelerator energy/{unit}", f"CO2e/{unit}",
+                   f"USD/1M {plural(unit)}", "energy/run",
+                   "throughput", f"energy/{unit}", f"CO2e/{unit}", f"cost/{unit}",
+                   "energy is"]
+        same = base.basis == PER_UNIT
+        out += _grid(headers, [[
+            *_lead(labels[i], r, grouped), _accelerators(r), str(r.runs),
+            _figure(units.count(r.units_per_hour)), _figure(units.energy(r.energy_per_unit_j)),
+            _figure(units.energy(r.accelerator_per_unit_j)),
+            _figure(units.mass(r.co2e_per_unit_g)),
+            _figure(units.usd(r.cost_per_million_usd)), units.energy(r.energy_per_run_j),
+            _delta(r.throughput_x, same, "x"),
+            _delta(r.energy_pct, same), _delta(r.co2e_pct, same), _delta(r.cost_pct, same),
+            r.energy_class or UNKNOWN,
+        ] for i, r in per_unit], left=len(lead) + 1)
+        out.append("")
+    if per_run:
+        counted = f" (no {plural(table.unit)} counted)" if table.unit else ""
+        out.append(f"per run{counted}:")
+        headers = [*lead, "accelerators", "runs", "energy/run", "CO2e/run", "cost/run",
+                   "energy/run", "CO2e/run", "cost/run", "energy is"]
+        same = base.basis != PER_UNIT
+        out += _grid(headers, [[
+            *_lead(labels[i], r, grouped), _accelerators(r), str(r.runs),
+            units.energy(r.energy_per_run_j),
+            units.mass(r.co2e_per_run_g), _figure(units.usd(r.cost_per_run_usd)),
+            _delta(r.energy_pct, same), _delta(r.co2e_pct, same), _delta(r.cost_pct, same),
+            r.energy_class or UNKNOWN,
+        ] for i, r in per_run], left=len(lead) + 1)
+        out.append("")
+    lines = [f"{labels[i].removesuffix(' *')} vs {base_label}: {headline(r, base)}"
+             for i, r in enumerate(table.rows) if not r.is_baseline and r.basis == base.basis]
+    if lines:
+        out += [*lines, ""]
+    if table.sla_units_per_hour is not None and per_unit:
+        out.append(f"to serve {_sig(table.sla_units_per_hour, 6)} {plural(table.unit)}/h:")
+        out += _grid([first, "instances", "fleet power", "fleet cost/h"], [[
+            labels[i], str(r.instances_needed), _figure(units.power(r.fleet_power_w)),
+            UNKNOWN if r.fleet_cost_per_hour_usd is None
+            else f"${format_usd(r.fleet_cost_per_hour_usd)}",
+        ] for i, r in per_unit if r.instances_needed is not None], left=1)
+        out.append("")
+    out += _price_lines(prices or [])
+    if notes:
+        out += ["notes:", *(f"  {note}" for note in notes)]
+    return "\n".join(out).rstrip()

@@ -1,0 +1,403 @@
+"""What makes the store's rows survive the agent: the spool, the node's lease, and what a
+restart reads back.
+
+**The spool.** When a flush fails, the writer hands its batch to :class:`Spool` instead
+of holding it in memory: each batch becomes one segment file (``<seq>.json``, written to
+a temporary name, fsynced and renamed, so a ``kill -9`` leaves whole segments or none).
+When the database answers again the segments are written back oldest first, each in
+one transaction; the inserts are ``ON CONFLICT DO NOTHING`` and the job and checkpoint
+rows upserts, so a segment replayed twice (a crash between its commit and its deletion)
+is stored once. The spool is bounded (``max_bytes``): past it the oldest segments go,
+with an error saying which ticks were lost. At start-up the agent replays the spool
+before it reads its checkpoint, so a crash during an outage resumes from the last
+checkpoint it took, not from the last one the database saw. A segment an agent wrote
+before the component ``gpu`` became ``accelerator`` (issue 14, migration 0006) is
+written back under the new name, so an upgrade during an outage stores no row under
+the old one.
+
+**One writer per node.** Two processes writing one node's ticks (an agent started twice
+with one ``--node``, or a ``joulestat run`` that missed the agent's address and
+measured in-process beside it) would make that node's stored energy overlap in time:
+27.6 s of ticks over 17.6 s was seen. So the node's row names its writer (``<boot
+id>:<pid>``, host, mode) and until when its :class:`NodeLease` holds; the writer renews
+it with every flush and gives it up at a clean stop.
+
+* An agent finding a live lease of another agent is refused, with a message naming it.
+  A lease of an embedded run is taken over: the agent is the node's writer.
+* An embedded run finding a live lease writes its job's rows only, never the node's
+  ticks, so the node is measured once and the job counted once.
+* A holder is live while its lease has not expired; one on this machine's boot whose
+  process is gone is dead at once (an agent restarted after ``kill -9`` takes its node
+  back without waiting).
+
+**What a restart reads back**: its running jobs (:func:`load_running_jobs`) and its
+last checkpoint (:func:`load_checkpoint`), with Core table clauses only, within the
+agent's memory budget (``test_agent_path_imports_neither_alembic_nor_the_orm``). Both
+raise :class:`~joulestat.store.engine.StoreError` when the store cannot be read, so a
+restart can tell "nothing saved" from "store away".
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from sqlalchemy import select, update
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from joulestat.attribution.registry import Job
+from joulestat.devices.sensor import current_component
+from joulestat.store.engine import StoreError, describe_error, redact_url
+from joulestat.store.jobs import by_component, by_unit, part_energy, part_units
+from joulestat.store.rows import SHARE, TICK, Key, PendingJobs, RowBuffer
+from joulestat.store.schema import JOB_NODES, JOBS, NODE_CHECKPOINTS, NODES
+
+log = logging.getLogger(__name__)
+
+
+# -- Rows waiting for the database, on local disk: an outage survives a restart --------
+
+FORMAT = 1
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    path: Path
+    size_bytes: int
+
+
+class Spool:
+    """Segments of one node's unwritten batches under ``directory``."""
+
+    def __init__(self, directory: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self.directory = Path(directory)
+        self.max_bytes = int(max_bytes)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        segments = self.segments()
+        self._next = (int(segments[-1].path.stem) + 1) if segments else 1
+        self.bytes = sum(s.size_bytes for s in segments)
+        self.dropped_batches = 0
+
+    def segments(self) -> list[Segment]:
+        found = []
+        for path in self.directory.glob("*.json"):
+            if path.stem.isdigit():
+                try:
+                    found.append(Segment(path, path.stat().st_size))
+                except FileNotFoundError:
+                    continue
+        return sorted(found, key=lambda s: int(s.path.stem))
+
+    def __bool__(self) -> bool:
+        return self.bytes > 0
+
+    def append(self, batch: RowBuffer, pending: PendingJobs) -> None:
+        """Write one batch as a segment; OSError (disk full, ...) is the caller's."""
+        data = json.dumps(_encode(batch, pending), separators=(",", ":")).encode()
+        path = self.directory / f"{self._next:012d}.json"
+        tmp = path.with_suffix(".tmp")
+        with tmp.open("wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(self.directory)
+        self._next += 1
+        self.bytes += len(data)
+        self._bound()
+
+    def replay(self) -> Iterator[tuple[Segment, RowBuffer, PendingJobs]]:
+        """Each segment, oldest first, decoded; :meth:`done` it once it is stored.
+        A segment that cannot be read is set aside (renamed ``.bad``), never retried."""
+        for segment in self.segments():
+            try:
+                batch, pending = _decode(json.loads(segment.path.read_bytes()))
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                log.error("spool segment %s is unreadable (%s); set aside as .bad",
+                          segment.path, exc)
+                self._forget(segment, rename_to=segment.path.with_suffix(".bad"))
+                continue
+            yield segment, batch, pending
+
+    def done(self, segment: Segment) -> None:
+        self._forget(segment)
+
+    def _forget(self, segment: Segment, rename_to: Path | None = None) -> None:
+        try:
+            if rename_to is None:
+                segment.path.unlink()
+            else:
+                segment.path.replace(rename_to)
+        except FileNotFoundError:
+            pass
+        self.bytes = max(0, self.bytes - segment.size_bytes)
+
+    def _bound(self) -> None:
+        while self.bytes > self.max_bytes:
+            segments = self.segments()
+            if len(segments) <= 1:
+                return
+            oldest = segments[0]
+            try:
+                batch, _ = _decode(json.loads(oldest.path.read_bytes()))
+                span = (f"ticks ending {batch.t_end_ms[0] / 1000:.3f}.."
+                        f"{batch.t_end_ms[-1] / 1000:.3f}" if len(batch) else "no rows")
+            except (OSError, ValueError, KeyError, TypeError, IndexError):
+                span = "unreadable"
+            self._forget(oldest)
+            self.dropped_batches += 1
+            log.error("spool %s over its %d bytes: dropped its oldest batch (%s); the "
+                      "store has been away too long", self.directory, self.max_bytes, span)
+
+
+def _encode(batch: RowBuffer, pending: PendingJobs) -> dict[str, Any]:
+    return {
+        "format": FORMAT,
+        "keys": [list(k) for k in batch.keys],
+        "rows": [[batch.t_end_ms[i], batch.t_start_ms[i], batch.dynamic_j[i], batch.idle_j[i],
+                  batch.key[i]] for i in range(len(batch))],
+        "jobs": {job_id: list(rows) for job_id, rows in pending.jobs.items()},
+        "checkpoint": pending.checkpoint,
+    }
+
+
+def _decode(data: dict[str, Any]) -> tuple[RowBuffer, PendingJobs]:
+    if data.get("format") != FORMAT:
+        raise ValueError(f"unknown spool format {data.get('format')!r}")
+    batch = RowBuffer()
+    keys = [_renamed(tuple(k)) for k in data["keys"]]
+    for t_end, t_start, dynamic_j, idle_j, key in data["rows"]:
+        batch.append(int(t_end), int(t_start), float(dynamic_j), float(idle_j), keys[key])
+    pending = PendingJobs()
+    pending.jobs = {job_id: (rows[0], rows[1]) for job_id, rows in data["jobs"].items()}
+    pending.checkpoint = data["checkpoint"]
+    return batch, pending
+
+
+def _renamed(key: tuple[Any, ...]) -> Key:
+    """A tick's or share's key with its component's name today (units keep theirs)."""
+    kind, who, component, device, source = key
+    if kind in (TICK, SHARE):
+        component = current_component(component)
+    return (kind, who, component, device, source)
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+# -- One writer per node: a lease on the node's row that its writer renews -------------
+
+LEASE_S = 60.0  # renewed with every flush (default 10 s); expires this long after
+
+
+class NodeLeaseError(RuntimeError):
+    """Another live writer holds this node's lease."""
+
+
+@dataclass(frozen=True, slots=True)
+class Writer:
+    writer_id: str
+    host: str
+    mode: str  # "agent" or "embedded"
+
+    @classmethod
+    def this_process(cls, boot_id: str, mode: str) -> Writer:
+        return cls(f"{boot_id or 'unknown-boot'}:{os.getpid()}", socket.gethostname(), mode)
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    writer: Writer
+    until_s: float | None
+
+    def describe(self) -> str:
+        boot, _, pid = self.writer.writer_id.rpartition(":")
+        return (f"{self.writer.mode} pid {pid} on host {self.writer.host} "
+                f"(lease until {self.until_s:.0f})")
+
+
+def current_holder(connection: Connection, node: str) -> Holder | None:
+    row = connection.execute(
+        select(NODES.c.writer_id, NODES.c.writer_host, NODES.c.writer_mode,
+               NODES.c.lease_until_s).where(NODES.c.node == node)
+    ).first()
+    if row is None or row.writer_id is None:
+        return None
+    return Holder(Writer(row.writer_id, row.writer_host or "?", row.writer_mode or "agent"),
+                  row.lease_until_s)
+
+
+def is_live(holder: Holder, now_s: float, boot_id: str, procfs_root: Path) -> bool:
+    if holder.until_s is None or holder.until_s < now_s:
+        return False
+    boot, _, pid = holder.writer.writer_id.rpartition(":")
+    if boot == boot_id and pid.isdigit():
+        return (Path(procfs_root) / pid).exists()
+    return True  # another machine or boot: trust the lease until it expires
+
+
+def acquire(connection: Connection, node: str, me: Writer, now_s: float, boot_id: str,
+            procfs_root: Path) -> Holder | None:
+    """Take ``node``'s lease for ``me`` (the node row must exist). Returns the live
+    holder that keeps it (``me`` must not write the node's ticks), else None."""
+    holder = current_holder(connection, node)
+    if (holder is not None and holder.writer.writer_id != me.writer_id
+            and is_live(holder, now_s, boot_id, procfs_root)
+            and not (me.mode == "agent" and holder.writer.mode == "embedded")):
+        return holder
+    connection.execute(update(NODES).where(NODES.c.node == node).values(
+        writer_id=me.writer_id, writer_host=me.host, writer_mode=me.mode,
+        lease_until_s=now_s + LEASE_S))
+    return None
+
+
+def renew(connection: Connection, node: str, me: Writer, now_s: float) -> bool:
+    """Extend ``me``'s lease; False when it is no longer ``me``'s."""
+    result = connection.execute(update(NODES).where(
+        NODES.c.node == node, NODES.c.writer_id == me.writer_id,
+    ).values(lease_until_s=now_s + LEASE_S))
+    return result.rowcount == 1
+
+
+def release(connection: Connection, node: str, me: Writer) -> None:
+    connection.execute(update(NODES).where(
+        NODES.c.node == node, NODES.c.writer_id == me.writer_id,
+    ).values(lease_until_s=None))
+
+
+class NodeLease:
+    """A writer's side of the lease: take it, keep it with every flush, give it up.
+
+    ``ticks_allowed`` says whether this writer may write the node's ticks (and the
+    unattributed remainder); when not, it writes its jobs' rows only. ``replaced`` is
+    the other writer whose lease this one took, if any (an agent does not resume a
+    checkpoint across ticks an embedded run wrote meanwhile).
+    """
+
+    def __init__(self, node: str, me: Writer, boot_id: str, procfs_root: Path) -> None:
+        self.node, self.me, self.boot_id, self.procfs_root = node, me, boot_id, procfs_root
+        self.ticks_allowed = True
+        self.replaced: Holder | None = None
+
+    def take(self, connection: Connection, now_s: float) -> None:
+        before = current_holder(connection, self.node)
+        other = acquire(connection, self.node, self.me, now_s, self.boot_id, self.procfs_root)
+        if other is None:
+            self.ticks_allowed = True
+            if before is not None and before.writer.writer_id != self.me.writer_id:
+                self.replaced = before
+            return
+        if self.me.mode == "agent":
+            raise NodeLeaseError(
+                f"node {self.node!r} is written by {other.describe()}: a second writer of "
+                "one node would store its energy twice; stop that one, or give this agent "
+                "another --node")
+        self.ticks_allowed = False
+        log.warning("node %r is written by %s: this run records its job only and leaves "
+                    "the node's ticks to it (the node is measured once)", self.node,
+                    other.describe())
+
+    def keep(self, connection: Connection, now_s: float) -> None:
+        if not self.ticks_allowed or renew(connection, self.node, self.me, now_s):
+            return
+        other = acquire(connection, self.node, self.me, now_s, self.boot_id, self.procfs_root)
+        if other is not None:
+            self.ticks_allowed = False
+            log.warning("node %r is now written by %s: from now on this %s writes its jobs' "
+                        "rows only, never the node's ticks a second time", self.node,
+                        other.describe(), self.me.mode)
+
+    def give_up(self, connection: Connection) -> None:
+        if self.ticks_allowed:
+            release(connection, self.node, self.me)
+
+
+# -- What the agent reads back when it starts ------------------------------------------
+
+class Checkpoint(NamedTuple):
+    """What :func:`load_checkpoint` returns: the state a node saved, and when."""
+
+    saved_s: float
+    boot_id: str
+    state: dict[str, Any]
+
+
+def load_running_jobs(engine: Engine, node: str) -> list[Job]:
+    """This node's running jobs as registry :class:`Job` objects, for a restart.
+
+    Energy and units are what ``node`` recorded (a :class:`Job` holds this node's
+    view); pids and start are this node's too. Raises
+    :class:`~joulestat.store.engine.StoreError` when the store cannot be read.
+    """
+    jobs, parts = JOBS.c, JOB_NODES.c
+    query = (
+        select(jobs.id, jobs.name, jobs.kind, jobs.labels, jobs.origin, parts.pids,
+               parts.started_s)
+        .select_from(JOBS.join(JOB_NODES, parts.job_id == jobs.id))
+        .where(parts.node == node, parts.ended_s.is_(None))
+        .order_by(parts.started_s, jobs.id)
+    )
+    job_ids = select(parts.job_id).where(parts.node == node, parts.ended_s.is_(None))
+    try:
+        with engine.connect() as connection:
+            rows = connection.execute(query).all()
+            energy = part_energy(connection, job_ids, node)
+            units = part_units(connection, job_ids, node)
+    except SQLAlchemyError as exc:
+        raise StoreError(f"{redact_url(engine.url)}: cannot load the running jobs of node "
+                         f"{node!r}: {describe_error(exc)}") from exc
+    result = []
+    for job_id, name, kind, labels, origin, pids, started_s in rows:
+        dynamic, idle = by_component(energy, job_id, node)
+        result.append(Job(
+            id=job_id, name=name, kind=kind, labels=json.loads(labels),
+            pids=set(json.loads(pids)), started_s=started_s, origin=origin, ended_s=None,
+            units=by_unit(units, job_id, node), dynamic_j=dynamic, idle_j=idle,
+        ))
+    return result
+
+
+def load_checkpoint(engine: Engine, node: str) -> Checkpoint | None:
+    """The checkpoint ``node`` saved last, or None (never saved, or unreadable state).
+
+    Raises :class:`~joulestat.store.engine.StoreError` when the database cannot be read,
+    so a restart can tell "no checkpoint" from "store away".
+    """
+    query = select(NODE_CHECKPOINTS.c.saved_s, NODE_CHECKPOINTS.c.boot_id,
+                   NODE_CHECKPOINTS.c.state).where(NODE_CHECKPOINTS.c.node == node)
+    try:
+        with engine.connect() as connection:
+            row = connection.execute(query).first()
+    except SQLAlchemyError as exc:
+        raise StoreError(f"{redact_url(engine.url)}: cannot read the checkpoint of node "
+                         f"{node!r}: {describe_error(exc)}") from exc
+    if row is None:
+        return None
+    saved_s, boot_id, text = row
+    try:
+        state = json.loads(text)
+    except ValueError as exc:
+        log.warning("checkpoint of node %r is not valid JSON (%s); ignoring it", node, exc)
+        return None
+    if not isinstance(state, dict):
+        log.warning("checkpoint of node %r is not a JSON object; ignoring it", node)
+        return None
+    return Checkpoint(float(saved_s), str(boot_id), state)
