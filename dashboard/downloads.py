@@ -35,7 +35,7 @@ def render(engine: Engine, job_id: str, kind: str, now_s: float | None = None) -
     """The report of ``job_id`` as ``kind`` (json, csv, html or pdf)."""
     from joulestat.reports.model import build_report
 
-    report = build_report(engine, job_id, {}, now_s=time.time() if now_s is None else now_s)
+    report = build_report(engine, job_id, now_s=time.time() if now_s is None else now_s)
     if kind == "json":
         from joulestat.reports.json_report import render_json
 

@@ -16,6 +16,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
 
@@ -43,6 +44,15 @@ class AgentError(RuntimeError):
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, *args: Any, **kwargs: Any) -> None:
         return None  # the 3xx becomes an HTTPError, hence an AgentError
+
+
+@dataclass(frozen=True, slots=True)
+class AgentAddress:
+    """Where a client finds the node agent's job API, from the options of the same
+    names: its URL and the token it may require."""
+
+    agent_url: str
+    api_token: str | None
 
 
 class AgentClient:

@@ -30,6 +30,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -350,6 +351,17 @@ class _Server:
         self.request_timeout_s = api.request_timeout_s
         self.token_digest = hashlib.sha256(api.token.encode()).digest() if api.token else None
         self.register_lock = threading.Lock()
+
+
+@dataclass(frozen=True, slots=True)
+class ApiSettings:
+    """The job API's port, from the options of the same names: where it listens
+    (``api_port`` 0: nowhere) and the bearer token it requires (None: none, loopback
+    only)."""
+
+    api_port: int
+    api_host: str
+    api_token: str | None
 
 
 class ApiServer:

@@ -21,8 +21,9 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 from joulestat.attribution.idle import IdleBaselines
+from joulestat.attribution.kube import PodNames
 from joulestat.attribution.registry import Job, JobRegistry
-from joulestat.attribution.shares import DeviceUse, Share, TickUsage, attribute
+from joulestat.attribution.shares import DeviceUse, IdlePolicy, Share, TickUsage, attribute
 from joulestat.core.tick import Tick
 from joulestat.host.cgroups import own_cgroup_path
 from joulestat.host.procfs import CpuTimes
@@ -30,7 +31,21 @@ from joulestat.host.usage import DeviceProcesses, HostUsage, JobWant, UsageSnaps
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DeviceProcesses", "JobAccounting", "JobTotals", "Snapshot", "TickResult"]
+__all__ = ["AttributionSettings", "DeviceProcesses", "JobAccounting", "JobTotals", "Snapshot",
+           "TickResult"]
+
+
+@dataclass(frozen=True, slots=True)
+class AttributionSettings:
+    """How this layer divides the node's energy, from the options of the same names:
+    the idle policy, which schedulers' processes become jobs (``--discover``) and where
+    their pods' names come from (``--kube-pods``), and how many running jobs the
+    registry tracks at once (``--max-jobs``)."""
+
+    idle_policy: IdlePolicy
+    discover: frozenset[str]
+    kube_pods: PodNames
+    max_jobs: int
 
 
 @dataclass
@@ -79,7 +94,7 @@ class JobAccounting:
         registry: JobRegistry,
         procfs_root: Path,
         idle: IdleBaselines,
-        idle_policy: str = "share",
+        idle_policy: IdlePolicy = IdlePolicy.SHARE,
         device_processes: Callable[[], DeviceProcesses] | None = None,
         discover: Callable[[], None] | None = None,
         discover_every_s: float = 5.0,

@@ -48,11 +48,15 @@ import ssl
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
 
 from joulestat.attribution.registry import LABEL_KEY_RE, MAX_LABELS
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from joulestat.attribution.accounting import AttributionSettings
 
 log = logging.getLogger(__name__)
 
@@ -229,11 +233,22 @@ __all__ = [
     "kubelet_sources",
     "parse_pod_list",
     "pod_directory",
-    "pods_from_settings",
+    "pods_for",
 ]
 
 
-MODES = ("auto", "apiserver", "kubelet", "off")
+class PodNames(StrEnum):
+    """Where discovered pods' names come from (``--kube-pods``): the API server's pod
+    list, the kubelet's, ``auto`` (the API server when running in a pod), or ``off``
+    (``pod-<uid8>``)."""
+
+    AUTO = "auto"
+    APISERVER = "apiserver"
+    KUBELET = "kubelet"
+    OFF = "off"
+
+
+MODES = tuple(mode.value for mode in PodNames)
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 _LABEL_PREFIX = "label_"
 _NOT_A_KEY_CHAR = re.compile(r"[^A-Za-z0-9_]")
@@ -409,10 +424,10 @@ def pod_directory(mode: str, node: str, *, env: Mapping[str, str] | None = None,
     env = os.environ if env is None else env
     if mode not in MODES:
         raise ValueError(f"unknown pod naming mode {mode!r}; valid: {', '.join(MODES)}")
-    if mode == "off":
+    if mode == PodNames.OFF:
         log.info("pods keep their pod-<uid8> names (--kube-pods off)")
         return None
-    if mode == "auto":
+    if mode == PodNames.AUTO:
         if base_url is None and not (sa_dir / "token").is_file():
             log.info("pods keep their pod-<uid8> names: not in a Kubernetes pod (no "
                      "service-account token at %s); --kube-pods apiserver or kubelet to "
@@ -422,8 +437,8 @@ def pod_directory(mode: str, node: str, *, env: Mapping[str, str] | None = None,
             log.info("pods keep their pod-<uid8> names: not in a Kubernetes pod "
                      "(KUBERNETES_SERVICE_HOST is not set)")
             return None
-        mode = "apiserver"
-    if mode == "kubelet":
+        mode = PodNames.APISERVER
+    if mode == PodNames.KUBELET:
         return PodDirectory(kubelet_sources(node, sa_dir, base_url), **kwargs)
     try:
         return PodDirectory([apiserver_source(node, env, sa_dir, base_url)], **kwargs)
@@ -432,11 +447,11 @@ def pod_directory(mode: str, node: str, *, env: Mapping[str, str] | None = None,
         return None
 
 
-def pods_from_settings(settings: Mapping[str, Any], *, env: Mapping[str, str] | None = None,
-                       sa_dir: Path = SERVICE_ACCOUNT_DIR) -> PodDirectory | None:
-    """The directory for the agent's settings (``kube_pods``, ``node``), or None when
+def pods_for(settings: AttributionSettings, node: str, *,
+             env: Mapping[str, str] | None = None, sa_dir: Path = SERVICE_ACCOUNT_DIR
+             ) -> PodDirectory | None:
+    """The pod directory ``--kube-pods`` asks for on ``node``, or None when
     ``--discover`` does not include ``k8s``."""
-    if "k8s" not in (settings.get("discover") or ()):
+    if "k8s" not in settings.discover:
         return None
-    node = settings.get("node") or socket.gethostname()
-    return pod_directory(settings.get("kube_pods") or "auto", node, env=env, sa_dir=sa_dir)
+    return pod_directory(settings.kube_pods, node, env=env, sa_dir=sa_dir)

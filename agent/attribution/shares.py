@@ -22,11 +22,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from joulestat.core.tick import Tick
 from joulestat.devices.sensor import ACCELERATOR_COMPONENT
 
-IDLE_POLICIES = ("share", "exclude")
+
+class IdlePolicy(StrEnum):
+    """What becomes of idle CPU, DRAM and network power (``--idle-policy``): ``share``d
+    among the running jobs by their dynamic share, or ``exclude``d (it stays
+    unattributed, so a job carries only what its work added)."""
+
+    SHARE = "share"
+    EXCLUDE = "exclude"
+
+
+IDLE_POLICIES = tuple(policy.value for policy in IdlePolicy)
 CPU_SHARED_COMPONENTS = ("cpu", "dram", "net", "other")
 
 
@@ -93,7 +104,7 @@ def attribute(
     tick: Tick,
     usage: TickUsage,
     idle_power_w: Mapping[tuple[str, str], float],
-    idle_policy: str = "share",
+    idle_policy: IdlePolicy | str = IdlePolicy.SHARE,
 ) -> list[Share]:
     """Split every entry of ``tick`` among jobs; one unattributed share per entry."""
     if idle_policy not in IDLE_POLICIES:
@@ -121,7 +132,7 @@ def attribute(
             idle_by_job = _split(idle_j, {job: 1.0 for job in use.holders})
         elif entry.component in CPU_SHARED_COMPONENTS:
             dynamic_by_job = {job: dynamic_j * s for job, s in shares_by_job.items() if s > 0}
-            if idle_policy == "share":
+            if idle_policy == IdlePolicy.SHARE:
                 idle_by_job = {job: part * usage.presence.get(job, 1.0)
                                for job, part in _split(idle_j, idle_weights).items()}
         for job in sorted(set(dynamic_by_job) | set(idle_by_job)):

@@ -56,8 +56,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from joulestat.core.logs import setup_logging
-    from joulestat.runtime.daemon import run_agent
+    from joulestat.runtime.daemon import AgentSettings, run_agent
 
     settings = resolve(args, AGENT_OPTIONS)
     setup_logging(settings["log_level"])
-    return run_agent(settings)
+    return run_agent(AgentSettings.of(settings))

@@ -95,11 +95,7 @@ def _run(args: argparse.Namespace) -> int:
     from joulestat.store.engine import open_engine
 
     settings = resolve(args, COMPARE_OPTIONS)
-    carbon = CarbonSettings(
-        carbon_intensity_g_per_kwh=settings["carbon_intensity"], pue=settings["pue"],
-        price_per_hour_usd=settings["price_per_hour"], prices=settings["prices"],
-        electricity_maps_token=settings["electricity_maps_token"],
-        electricity_maps_url=settings["electricity_maps_url"])
+    carbon = settings.section(CarbonSettings)
     if args.sla is not None and args.sla <= 0:  # before reading the store
         raise ConfigError(f"--sla: must be a number of units per hour above 0, got {args.sla:g}")
     engine = open_engine(settings["db"])

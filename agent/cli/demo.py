@@ -34,12 +34,17 @@ import sys
 import threading
 import time
 import uuid
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from joulestat.cli.demo_workers import FEATURES
 from joulestat.core.errors import ConfigError
 from joulestat.runtime.embedded import EMBEDDED_OPTIONS
 from joulestat.runtime.settings import add_options, resolve
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from joulestat.api.agent_client import AgentAddress
+    from joulestat.runtime.assembly import PipelineSettings
 
 TRAIN, SERVE = "demo-train", "demo-serve"
 PRICES_USD_PER_H = {"demo-1vcpu": 0.05, "demo-2vcpu": 0.10}  # placeholders, not offers
@@ -102,7 +107,7 @@ class _Progress:
 class _Job:
     """One demo job on one process, through the agent's API or measured in-process."""
 
-    def __init__(self, api: Any, settings: dict[str, Any], name: str, kind: str,
+    def __init__(self, api: Any, settings: PipelineSettings, name: str, kind: str,
                  labels: dict[str, str], pid: int, instance_type: str) -> None:
         self.api, self.name, self.kind, self.pid = api, name, kind, pid
         self.labels, self.id, self.embedded = dict(labels), uuid.uuid4().hex, None
@@ -111,9 +116,9 @@ class _Job:
             return
         from joulestat.runtime.embedded import EmbeddedJob
 
+        node = replace(settings.node, instance_type=instance_type)
         self.embedded = EmbeddedJob(name, kind, self.labels, {pid}, self.id,
-                                    {**settings, "instance_type": instance_type},
-                                    reason="demo").start()
+                                    replace(settings, node=node), reason="demo").start()
 
     def count(self, unit: str, n: float) -> None:
         if n <= 0:
@@ -157,7 +162,7 @@ def _ready(child: subprocess.Popen) -> dict[str, Any]:
     return json.loads(line)
 
 
-def _train(api: Any, settings: dict, progress: _Progress, backend: str, setup: str,
+def _train(api: Any, settings: PipelineSettings, progress: _Progress, backend: str, setup: str,
            cpus: list[int], seconds: float) -> dict[str, Any]:
     progress.step(f"training on {len(cpus)} vCPU ({setup})")
     child = _worker("train", backend, cpus, seconds)
@@ -238,7 +243,7 @@ def _rank(ordered: list[float], percent: int) -> float:
     return ordered[min(len(ordered) - 1, max(0, -(-percent * len(ordered) // 100) - 1))]
 
 
-def _serve(api: Any, settings: dict, progress: _Progress, backend: str, cpus: list[int],
+def _serve(api: Any, settings: PipelineSettings, progress: _Progress, backend: str, cpus: list[int],
            levels: list[int], seconds: float) -> list[dict[str, Any]]:
     """The server pinned to the last CPU, the clients to the others (when there are)."""
     child = _worker("serve", backend, cpus[-1:], 0)
@@ -270,12 +275,12 @@ def _serve(api: Any, settings: dict, progress: _Progress, backend: str, cpus: li
     return summaries
 
 
-def _agent(settings: dict[str, Any], embedded: bool) -> tuple[Any, str]:
+def _agent(address: AgentAddress, embedded: bool) -> tuple[Any, str]:
     """The agent's API when one answers (and --embedded is not given), else None."""
     from joulestat.api.agent_client import AgentClient, AgentError, AgentUnavailable
     from joulestat.client.context import fallback_warning
 
-    url, token = settings["agent_url"], settings.get("api_token")
+    url, token = address.agent_url, address.api_token
     reason = "--embedded"
     if not embedded:
         client = AgentClient(url, token)
@@ -335,14 +340,18 @@ def _demo(args: argparse.Namespace) -> int:
     open_engine(settings.get("db")).dispose()
     cpus = sorted(os.sched_getaffinity(0))
     configs = [("demo-1vcpu", cpus[:1])] + ([("demo-2vcpu", cpus[:2])] if len(cpus) > 1 else [])
-    api, where = _agent(settings, args.embedded)
+    from joulestat.api.agent_client import AgentAddress
+    from joulestat.runtime.embedded import embedded_settings
+
+    api, where = _agent(settings.section(AgentAddress), args.embedded)
+    pipeline = embedded_settings(settings)  # what jobs measured in this process use
     print(f"joulestat demo: {len(configs) + len(levels)} jobs of {args.seconds:g} s on "
           f"{backend}, measured {where}" + ("" if len(cpus) > 1 else
           "; one CPU available, so no 2-vCPU configuration"), file=sys.stderr)
     progress = _Progress(len(configs) + len(levels))
-    results = [_train(api, settings, progress, backend, setup, use, args.seconds)
+    results = [_train(api, pipeline, progress, backend, setup, use, args.seconds)
                for setup, use in configs]
-    results += _serve(api, settings, progress, backend, cpus, levels, args.seconds)
+    results += _serve(api, pipeline, progress, backend, cpus, levels, args.seconds)
     progress.done()
     _print_jobs(results)
     prices = data_dir() / "demo-prices.csv"

@@ -124,6 +124,7 @@ def _write(content: str | bytes, output: str | None) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from joulestat.carbon.footprint import CarbonSettings
     from joulestat.reports.model import build_report
     from joulestat.store.engine import open_engine
     from joulestat.store.jobs import JobRefError, UnknownJobError, job_ids_active_since, resolve_job
@@ -134,6 +135,7 @@ def _run(args: argparse.Namespace) -> int:
     fmt = _format(args)
     _check_usage(args, fmt)
     settings = resolve(args, REPORT_OPTIONS)
+    carbon = settings.section(CarbonSettings)
     since_s = parse_since(args.since) if args.since is not None else None
     engine = open_engine(settings["db"])
     now_s = time.time()
@@ -141,7 +143,7 @@ def _run(args: argparse.Namespace) -> int:
         reports = []
         for job_id in job_ids_active_since(engine, since_s):
             try:
-                reports.append(build_report(engine, job_id, settings, args.no_redact,
+                reports.append(build_report(engine, job_id, carbon, args.no_redact,
                                             now_s=now_s))
             except UnknownJobError:  # deleted between the two reads
                 continue
@@ -154,7 +156,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"joulestat report: {note}", file=sys.stderr)
         job_id = found.latest.id
         try:
-            reports = [build_report(engine, job_id, settings, args.no_redact, now_s=now_s)]
+            reports = [build_report(engine, job_id, carbon, args.no_redact, now_s=now_s)]
         except UnknownJobError:  # deleted since it was resolved
             print(f"joulestat report: no job with id {job_id!r} in the store "
                   "(joulestat jobs lists them)", file=sys.stderr)

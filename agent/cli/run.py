@@ -41,7 +41,7 @@ from joulestat.attribution.registry import (
 from joulestat.core.errors import ConfigError
 from joulestat.host.cgroup_jobs import Placement
 from joulestat.runtime.embedded import EMBEDDED_OPTIONS
-from joulestat.runtime.settings import add_options, resolve
+from joulestat.runtime.settings import ResolvedSettings, add_options, resolve
 
 log = logging.getLogger("joulestat.run")
 
@@ -201,8 +201,14 @@ def _spawn(cmd: list[str], env: dict[str, str], tracker: _Tracker) -> subprocess
 class _Tracker:
     """Registers with the agent when one answers, else measures in-process."""
 
-    def __init__(self, args: argparse.Namespace, settings: dict, labels: dict[str, str]) -> None:
+    def __init__(self, args: argparse.Namespace, settings: ResolvedSettings,
+                 labels: dict[str, str]) -> None:
+        from joulestat.api.agent_client import AgentAddress
+        from joulestat.host.usage import HostSettings
+
         self.args, self.settings, self.labels = args, settings, labels
+        self.host = settings.section(HostSettings)
+        self.address = settings.section(AgentAddress)
         self.client: Any = None
         self.embedded: Any = None
         # Chosen before CMD starts, so CMD's environment can name it.
@@ -216,8 +222,8 @@ class _Tracker:
 
         from joulestat.host.cgroup_jobs import place
 
-        self.placement = place(Path(self.settings["sysfs_root"]) / "fs" / "cgroup",
-                               self.job_id, self.settings["procfs_root"])
+        self.placement = place(Path(self.host.sysfs_root) / "fs" / "cgroup",
+                               self.job_id, self.host.procfs_root)
         # DEBUG: the label says it in the summary and the store, the agent's log per job.
         if self.placement.cgroup is not None:
             log.debug("job %s: CMD runs %s; its CPU time is read from that cgroup",
@@ -246,7 +252,7 @@ class _Tracker:
         from joulestat.api.agent_client import AgentClient, AgentError, AgentUnavailable
         from joulestat.client.context import fallback_warning
 
-        url, token = self.settings["agent_url"], self.settings.get("api_token")
+        url, token = self.address.agent_url, self.address.api_token
         reason = "--embedded"
         if not self.args.embedded:
             client = AgentClient(url, token=token)
@@ -262,10 +268,10 @@ class _Tracker:
         warning = fallback_warning(url, token, forced=self.args.embedded)
         if warning:
             log.warning("%s", warning)
-        from joulestat.runtime.embedded import EmbeddedJob
+        from joulestat.runtime.embedded import EmbeddedJob, embedded_settings
 
         self.embedded = EmbeddedJob(self.args.name, self.args.kind, self.labels, set(),
-                                    job_id=self.job_id, settings=self.settings,
+                                    job_id=self.job_id, settings=embedded_settings(self.settings),
                                     reason=reason).start()
 
     def child_env(self) -> dict[str, str]:
@@ -273,8 +279,7 @@ class _Tracker:
 
         if self.embedded is not None:
             return child_env(self.job_id, self.embedded.api_url, self.embedded.api_token)
-        return child_env(self.job_id, self.settings["agent_url"],
-                         self.settings.get("api_token"))
+        return child_env(self.job_id, self.address.agent_url, self.address.api_token)
 
     def start(self, pid: int) -> None:
         """CMD is running: make it the job's process."""

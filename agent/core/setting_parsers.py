@@ -8,6 +8,7 @@ duration or a size the way the settings do.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +169,17 @@ def one_of(*choices: str):
         if text not in choices:
             raise ValueError(f"expected one of {', '.join(choices)}, got {value!r}")
         return text
+
+    return parse
+
+
+def member_of(choices: type[StrEnum]):
+    """A parser of one member of the string enum ``choices`` (a closed set, such as the
+    idle policy), by its value in any case; the error lists the values."""
+    text = one_of(*(member.value for member in choices))
+
+    def parse(value: Any) -> StrEnum:
+        return choices(text(value))
 
     return parse
 

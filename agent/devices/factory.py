@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from joulestat.core.errors import ConfigError
 from joulestat.devices.accelerator import (
@@ -19,17 +19,32 @@ from joulestat.devices.sensor import Sensor, SensorError
 log = logging.getLogger(__name__)
 
 
-def build_sensors(settings: Mapping[str, Any], now_s: float, cloud: str | None = None
+@dataclass(frozen=True, slots=True)
+class DeviceSettings:
+    """What the devices layer is told, from the options of the same names: where sysfs and
+    procfs are (a fake tree in tests), a recorded trace to replay instead of hardware,
+    and what to know of the vendor sources (NVML on or off, the Neuron device's maximum
+    power that its driver's percent is of, neuron-monitor's output file)."""
+
+    sysfs_root: Path
+    procfs_root: Path
+    replay: Path | None
+    nvml: bool
+    neuron_max_power_w: float | None
+    neuron_monitor: Path | None
+
+
+def build_sensors(settings: DeviceSettings, now_s: float, cloud: str | None = None
                   ) -> list[Sensor]:
     """Measured sources where the hardware has them, honest estimates where it has not."""
     from joulestat.devices.network import NetworkSensor
 
-    procfs_root: Path = settings["procfs_root"]
-    if settings.get("replay"):
+    procfs_root = settings.procfs_root
+    if settings.replay:
         from joulestat.devices.replay import TraceError, open_replay
 
         try:
-            return [open_replay(settings["replay"], now_s)]
+            return [open_replay(settings.replay, now_s)]
         except TraceError as exc:
             raise ConfigError(f"--replay: {exc}") from None
 
@@ -37,7 +52,7 @@ def build_sensors(settings: Mapping[str, Any], now_s: float, cloud: str | None =
     from joulestat.devices.rapl import open_rapl
 
     sensors: list[Sensor] = []
-    rapl = open_rapl(settings["sysfs_root"], now_s)
+    rapl = open_rapl(settings.sysfs_root, now_s)
     measured: set[str] = set()
     if rapl is not None:
         sensors.append(rapl)
@@ -54,11 +69,11 @@ def build_sensors(settings: Mapping[str, Any], now_s: float, cloud: str | None =
         except (SensorError, OSError, ValueError) as exc:
             log.warning("no DRAM power estimate: %s", exc)
     sensors.extend(open_accelerators(settings, now_s))
-    sensors.append(NetworkSensor(procfs_root, sysfs_root=settings["sysfs_root"]))
+    sensors.append(NetworkSensor(procfs_root, sysfs_root=settings.sysfs_root))
     return sensors
 
 
-def open_accelerators(settings: Mapping[str, Any], now_s: float) -> list[Sensor]:
+def open_accelerators(settings: DeviceSettings, now_s: float) -> list[Sensor]:
     """Every vendor's accelerators this node has; says once which it looked for.
 
     Vendor libraries are imported inside each ``open_*`` only: a node without
@@ -72,7 +87,7 @@ def open_accelerators(settings: Mapping[str, Any], now_s: float) -> list[Sensor]
 
     found: list[Sensor] = []
     looked: list[str] = []
-    if settings.get("nvml", True):
+    if settings.nvml:
         nvidia = open_nvidia(now_s)
         if nvidia is not None:
             found.append(nvidia)
@@ -81,8 +96,8 @@ def open_accelerators(settings: Mapping[str, Any], now_s: float) -> list[Sensor]
     else:
         looked.append("nvidia (--nvml false)")
     opened = [open_amd(now_s), open_gaudi(now_s),
-              open_neuron(settings["sysfs_root"], settings.get("neuron_max_power_w"),
-                          settings.get("neuron_monitor"))]
+              open_neuron(settings.sysfs_root, settings.neuron_max_power_w,
+                          settings.neuron_monitor)]
     for sensor in opened:
         if isinstance(sensor, EmptySensor):
             looked.append(f"{sensor.name} ({sensor.why})")

@@ -147,8 +147,21 @@ def cloud_placement(cloud: str | None) -> CloudPlacement | None:
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class NodeSettings:
+    """What the user said of the node, from the options of the same names: its name,
+    instance type and region (each None: detected), whether the cloud metadata service
+    may be asked, and where sysfs is (DMI says which cloud, if any)."""
+
+    node: str | None
+    instance_type: str | None
+    region: str | None
+    cloud_metadata: bool
+    sysfs_root: Path
+
+
 def detect_node_info(
-    settings: Mapping[str, object],
+    settings: NodeSettings,
     cpu_model: str,
     agent_version: str,
     env: Mapping[str, str] | None = None,
@@ -156,19 +169,19 @@ def detect_node_info(
 ) -> NodeInfo:
     """Resolve identity from settings first, then SageMaker, then the cloud metadata service."""
     env = os.environ if env is None else env
-    instance_type = settings.get("instance_type")
-    region = settings.get("region")
+    instance_type = settings.instance_type
+    region = settings.region
     if not instance_type or not region:
         placement = sagemaker_placement(env, resource_config)
-        if placement is None and settings.get("cloud_metadata", True):
-            placement = cloud_placement(detect_cloud(Path(str(settings["sysfs_root"]))))
+        if placement is None and settings.cloud_metadata:
+            placement = cloud_placement(detect_cloud(Path(settings.sysfs_root)))
         if placement is not None:
             log.info("instance type and region from %s", placement.source)
             instance_type = instance_type or placement.instance_type
             region = region or placement.region
     warn_unknown_instance_type(instance_type)
     return NodeInfo(
-        node=str(settings.get("node") or socket.gethostname()),
+        node=str(settings.node or socket.gethostname()),
         instance_type=str(instance_type or "local"),
         region=str(region or ""),
         cpu_model=cpu_model,

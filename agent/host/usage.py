@@ -79,6 +79,16 @@ class UsageSnapshot:
     pid_to_job: Mapping[int, str]  # the processes followed by tree this tick
 
 
+@dataclass(frozen=True, slots=True)
+class HostSettings:
+    """Where this layer reads, from the options of the same names: procfs (processes,
+    node busy time) and sysfs (the cgroup filesystem at ``<sysfs>/fs/cgroup``); a fake
+    tree of each in tests."""
+
+    procfs_root: Path
+    sysfs_root: Path
+
+
 class HostUsage:
     """Reads a tick's usage for the jobs it is given; keeps the baselines between ticks."""
 

@@ -19,6 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -46,6 +47,18 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 log = logging.getLogger(__name__)
 
 Key = tuple[str, str, str]  # (component, device, source)
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSettings:
+    """The Prometheus endpoint, from the options of the same names: where it listens
+    (``metrics_port`` 0: nowhere), how long an ended job stays exported, and how many
+    jobs are exported at once."""
+
+    metrics_port: int
+    metrics_host: str
+    job_retention_s: float
+    max_job_series: int
 
 
 class NodeMetrics(Collector):

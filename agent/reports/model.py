@@ -30,7 +30,6 @@ from joulestat.carbon.footprint import (
     energy_points,
     footprint,
 )
-from joulestat.carbon.live import DEFAULT_URL
 from joulestat.carbon.pricing import placements
 from joulestat.carbon.units import j_to_kwh
 from joulestat.core.redact import redact_labels
@@ -49,20 +48,7 @@ REPORT_FORMAT = "joulestat-report"
 # 2: the component "gpu" is "accelerator" (issue 14); the importer still reads 1.
 SCHEMA_VERSION = 2
 PER_MILLION = 1_000_000.0
-
-def carbon_settings(settings: Mapping[str, Any]) -> CarbonSettings:
-    """:class:`CarbonSettings` from resolved command settings (``carbon_intensity``,
-    ``pue``, ``price_per_hour``, ``prices``, ``electricity_maps_token``,
-    ``electricity_maps_url``); missing keys mean "use the data"."""
-    return CarbonSettings(
-        carbon_intensity_g_per_kwh=settings.get("carbon_intensity"),
-        pue=settings.get("pue"),
-        price_per_hour_usd=settings.get("price_per_hour"),
-        prices=settings.get("prices"),
-        electricity_maps_token=settings.get("electricity_maps_token"),
-        electricity_maps_url=settings.get("electricity_maps_url") or DEFAULT_URL,
-    )
-
+NO_OVERRIDES = CarbonSettings()  # every factor from the data
 
 def iso_time(t_s: float | None) -> str | None:
     """Epoch seconds as ISO 8601 UTC (``2024-05-01T12:00:00.250Z``), None stays None."""
@@ -170,15 +156,14 @@ def _devices(engine: Engine, node: str) -> list[dict[str, str]]:
              "source": d.source} for d in node_devices(engine, node)]
 
 
-def report_from_detail(engine: Engine, detail: JobDetail, settings: Mapping[str, Any],
-                       keep_secrets: bool = False, now_s: float | None = None
-                       ) -> dict[str, Any]:
+def report_from_detail(engine: Engine, detail: JobDetail,
+                       carbon: CarbonSettings = NO_OVERRIDES, keep_secrets: bool = False,
+                       now_s: float | None = None) -> dict[str, Any]:
     """The report of an already loaded job (see :func:`build_report`)."""
     now = time.time() if now_s is None else float(now_s)
     points = [p for part in detail.per_node
               for p in energy_points(part.node, job_energy_series(engine, detail.id, part.node))]
-    result = footprint(points, placements(detail.per_node, now), carbon_settings(settings),
-                       now_s=now)
+    result = footprint(points, placements(detail.per_node, now), carbon, now_s=now)
     by_node = {n.node: n for n in result.nodes}
     end_s = detail.end_s(now)
     duration_s = detail.held_s(now)
@@ -250,11 +235,12 @@ def report_from_detail(engine: Engine, detail: JobDetail, settings: Mapping[str,
     return report
 
 
-def build_report(engine: Engine, job_id: str, settings: Mapping[str, Any],
+def build_report(engine: Engine, job_id: str, carbon: CarbonSettings = NO_OVERRIDES,
                  keep_secrets: bool = False, *, now_s: float | None = None) -> dict[str, Any]:
     """The report of ``job_id``; :class:`~joulestat.store.jobs.UnknownJobError` if the
-    store has no such job. ``settings``: the carbon overrides as the commands resolve
-    them (see :func:`carbon_settings`); ``now_s`` fixes "now" for running jobs (a running
-    node is counted as held until then) and for ``generated_at``."""
-    return report_from_detail(engine, job_detail(engine, job_id), settings, keep_secrets,
+    store has no such job. ``carbon``: the user's carbon and price overrides (the
+    commands' section; none by default: the data's figures); ``now_s`` fixes "now" for
+    running jobs (a running node is counted as held until then) and for
+    ``generated_at``."""
+    return report_from_detail(engine, job_detail(engine, job_id), carbon, keep_secrets,
                               now_s)

@@ -17,9 +17,8 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from joulestat.attribution.accounting import JobAccounting
 from joulestat.attribution.idle import IdleBaselines
@@ -34,16 +33,48 @@ from joulestat.devices.factory import (
     estimator_idle_w,
     find_sensor,
 )
-from joulestat.host.identity import detect_cloud, detect_node_info
+from joulestat.host.identity import NodeSettings, detect_cloud, detect_node_info
 from joulestat.runtime.pipeline import Pipeline, read_boot_id
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
+    from joulestat.attribution.accounting import AttributionSettings
+    from joulestat.devices.factory import DeviceSettings
+    from joulestat.host.usage import HostSettings
     from joulestat.outputs.prometheus import NodeMetrics
     from joulestat.outputs.sink import Sink
+    from joulestat.runtime.settings import ResolvedSettings
+    from joulestat.runtime.tick_loop import TickSettings
     from joulestat.store.durability import Checkpoint, Spool
-    from joulestat.store.writer import StoreWriter
+    from joulestat.store.writer import StoreSettings, StoreWriter
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineSettings:
+    """Everything a node's pipeline is built from: each layer's own section, so a layer
+    is handed its section and nothing else (the daemon and embedded mode alike)."""
+
+    devices: DeviceSettings
+    host: HostSettings
+    node: NodeSettings
+    attribution: AttributionSettings
+    store: StoreSettings
+    tick: TickSettings
+
+    @classmethod
+    def of(cls, resolved: ResolvedSettings, **store: float) -> PipelineSettings:
+        """The sections of a command's resolved settings; ``store`` overrides fields of
+        the store's section (embedded mode waits for no store: ``db_wait_s=0``)."""
+        from joulestat.attribution.accounting import AttributionSettings
+        from joulestat.devices.factory import DeviceSettings
+        from joulestat.host.usage import HostSettings
+        from joulestat.runtime.tick_loop import TickSettings
+        from joulestat.store.writer import StoreSettings
+
+        return cls(resolved.section(DeviceSettings), resolved.section(HostSettings),
+                   resolved.section(NodeSettings), resolved.section(AttributionSettings),
+                   resolved.section(StoreSettings, **store), resolved.section(TickSettings))
 
 
 @dataclass
@@ -56,7 +87,7 @@ class Assembly:
     checkpoint: Checkpoint | None  # found in the store; pass to pipeline.start()
 
 
-def build_pipeline(settings: Mapping[str, Any], registry: JobRegistry, *,
+def build_pipeline(settings: PipelineSettings, registry: JobRegistry, *,
                    with_metrics: bool) -> Assembly:
     """The node's pipeline with its store; shared by the daemon and embedded mode.
 
@@ -66,7 +97,7 @@ def build_pipeline(settings: Mapping[str, Any], registry: JobRegistry, *,
     # Imported here: the store and prometheus_client cost start-up time that a command
     # importing this module for its names alone should not pay.
     from joulestat.attribution.discovery import ScanCache, sync_registry
-    from joulestat.attribution.kube import pods_from_settings
+    from joulestat.attribution.kube import pods_for
     from joulestat.host.procfs import read_cpu_model
     from joulestat.store.durability import (
         NodeLease,
@@ -78,10 +109,11 @@ def build_pipeline(settings: Mapping[str, Any], registry: JobRegistry, *,
     from joulestat.store.engine import open_engine
     from joulestat.store.writer import StoreWriter
 
-    procfs_root = settings["procfs_root"]
-    sensors = build_sensors(settings, time.monotonic(), detect_cloud(settings["sysfs_root"]))
+    procfs_root = settings.host.procfs_root
+    sensors = build_sensors(settings.devices, time.monotonic(),
+                            detect_cloud(settings.devices.sysfs_root))
     sampler = Sampler(sensors)
-    node = detect_node_info(settings, read_cpu_model(procfs_root), __version__)
+    node = detect_node_info(settings.node, read_cpu_model(procfs_root), __version__)
     devices = sampler.describe()
     log.info(
         "node %s (%s, region %s, cpu %s); sensors: %s",
@@ -89,30 +121,32 @@ def build_pipeline(settings: Mapping[str, Any], registry: JobRegistry, *,
         ", ".join(f"{d.component}/{d.device}={d.source}" for d in devices),
     )
     cpu_model = find_sensor(sensors, "model-cpu")
-    kinds = settings.get("discover") or frozenset()
+    kinds = settings.attribution.discover
     scan_cache = ScanCache()  # a scan reads only processes new since the last one
-    pods = pods_from_settings(settings)  # names pods namespace/pod (None: pod-<uid8>)
+    # names pods namespace/pod (None: pod-<uid8>)
+    pods = pods_for(settings.attribution, node.node)
     accounting = JobAccounting(
         registry,
         procfs_root,
         IdleBaselines(estimator_idle_w(sensors)),
-        settings.get("idle_policy", "share"),
+        settings.attribution.idle_policy,
         device_processes=device_processes_of(sensors),
         discover=(lambda: sync_registry(registry, procfs_root, kinds, cache=scan_cache,
                                         pods=pods))
         if kinds else None,
         node_cpu_times=(lambda: cpu_model.last_times) if cpu_model is not None else None,
         # Jobs in cgroups of their own are read from <sysfs>/fs/cgroup (agent/host/).
-        sysfs_root=settings["sysfs_root"],
+        sysfs_root=settings.host.sysfs_root,
     )
-    engine = open_engine(settings.get("db"), wait_s=float(settings.get("db_wait") or 0.0))
+    store = settings.store
+    engine = open_engine(store.db, wait_s=store.db_wait_s)
     boot_id = read_boot_id(procfs_root)
     lease = NodeLease(node.node, Writer.this_process(boot_id, "agent" if with_metrics
                                                      else "embedded"), boot_id, procfs_root)
     try:
-        writer = StoreWriter(engine, node, devices, raw_retention_s=settings["raw_retention"],
-                             flush_interval_s=settings.get("flush_interval", 10.0),
-                             spool=_open_spool(settings, node.node) if with_metrics else None,
+        writer = StoreWriter(engine, node, devices, raw_retention_s=store.raw_retention_s,
+                             flush_interval_s=store.flush_interval_s,
+                             spool=_open_spool(store, node.node) if with_metrics else None,
                              lease=lease)
     except NodeLeaseError as exc:
         raise ConfigError(str(exc)) from None
@@ -143,15 +177,15 @@ def build_pipeline(settings: Mapping[str, Any], registry: JobRegistry, *,
     return Assembly(pipeline, writer, metrics, checkpoint)
 
 
-def _open_spool(settings: Mapping[str, Any], node: str) -> Spool:
+def _open_spool(settings: StoreSettings, node: str) -> Spool:
     """The node agent's spool (embedded runs have none: they flush as they end)."""
     from joulestat.store.durability import Spool
     from joulestat.store.engine import data_dir
 
-    directory = settings.get("spool_dir") or (
+    directory = settings.spool_dir or (
         data_dir() / "spool" / re.sub(r"[^A-Za-z0-9._-]", "_", node))
     try:
-        spool = Spool(directory, int(settings.get("spool_max") or 256 * 1024**2))
+        spool = Spool(directory, settings.spool_max_bytes)
     except OSError as exc:
         raise ConfigError(f"--spool-dir {directory}: {exc.strerror or exc}") from None
     log.info("spool for store outages: %s (up to %d MiB)%s", directory,

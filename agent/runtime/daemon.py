@@ -14,27 +14,52 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from joulestat.attribution.registry import JobRegistry
 from joulestat.core.errors import ConfigError
 from joulestat.outputs.health import AgentHealth
-from joulestat.outputs.prometheus import JobMetrics, NodeMetrics, make_registry, serve
-from joulestat.runtime.assembly import build_pipeline
+from joulestat.outputs.prometheus import (
+    JobMetrics,
+    MetricsSettings,
+    NodeMetrics,
+    make_registry,
+    serve,
+)
+from joulestat.runtime.assembly import PipelineSettings, build_pipeline
 from joulestat.runtime.pipeline import Pipeline
 from joulestat.runtime.tick_loop import Every, TickHook, TickLoop
 
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from joulestat.api.server import ApiSettings
+    from joulestat.runtime.settings import ResolvedSettings
+
 log = logging.getLogger(__name__)
 
-__all__ = ["Daemon", "StoreWorker", "run_agent"]
+__all__ = ["AgentSettings", "Daemon", "StoreWorker", "run_agent"]
 
 MAINTAIN_EVERY_S = 60.0  # forgetting ended jobs
 # Rollups and pruning cost ~11 ms of CPU a run here; queries combine raw rows and
 # rollups, so running them every 5 minutes changes no figure, only the table sizes.
 ROLLUP_EVERY_S = 300.0
 _M_ARENA_MAX = -8  # glibc's mallopt() parameter (malloc.h)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSettings:
+    """What ``joulestat agent`` runs with: its pipeline's sections, and the two ports'."""
+
+    pipeline: PipelineSettings
+    metrics: MetricsSettings
+    api: ApiSettings
+
+    @classmethod
+    def of(cls, resolved: ResolvedSettings) -> AgentSettings:
+        from joulestat.api.server import ApiSettings
+
+        return cls(PipelineSettings.of(resolved), resolved.section(MetricsSettings),
+                   resolved.section(ApiSettings))
 
 
 class StoreWorker(threading.Thread):
@@ -150,7 +175,7 @@ def _raise_open_file_limit(wanted: int = 8192) -> None:
             log.debug("cannot raise the open-file limit from %d: %s", soft, exc)
 
 
-def run_agent(settings: Mapping[str, Any]) -> int:
+def run_agent(settings: AgentSettings) -> int:
     from joulestat.api.server import ApiServer
 
     _limit_malloc_arenas()
@@ -159,8 +184,10 @@ def run_agent(settings: Mapping[str, Any]) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
 
-    registry = JobRegistry(max_live_jobs=int(settings["max_jobs"]))
-    built = build_pipeline(settings, registry, with_metrics=True)
+    registry = JobRegistry(max_live_jobs=settings.pipeline.attribution.max_jobs)
+    built = build_pipeline(settings.pipeline, registry, with_metrics=True)
+    metrics, api_settings = settings.metrics, settings.api
+    interval_s = settings.pipeline.tick.interval_s
     pipeline, writer = built.pipeline, built.writer
     servers: list[Any] = []
     apis: list[Any] = []
@@ -170,14 +197,14 @@ def run_agent(settings: Mapping[str, Any]) -> int:
         return {"busy": busy, "max_jobs": registry.limit_rejections}
 
     try:
-        port = int(settings["metrics_port"])
+        port = metrics.metrics_port
         if port and built.node_metrics is not None:
             job_metrics = None
             if pipeline.accounting is not None:  # copies the jobs when scraped
                 job_metrics = JobMetrics(pipeline.accounting.snapshot,
-                                         settings["job_retention"], settings["max_job_series"])
+                                         metrics.job_retention_s, metrics.max_job_series)
             health = AgentHealth(writer, api_rejections)
-            host = settings["metrics_host"]
+            host = metrics.metrics_host
             try:
                 servers.append(serve(make_registry(built.node_metrics, job_metrics, health),
                                      host, port))
@@ -185,22 +212,21 @@ def run_agent(settings: Mapping[str, Any]) -> int:
                 raise ConfigError(f"--metrics-port {port} on {host}: "
                                   f"{exc.strerror or exc}") from None
             log.info("metrics on http://%s:%d/metrics", host, port)
-        api_port = int(settings["api_port"])
+        api_port = api_settings.api_port
         if api_port:
-            api = ApiServer(registry, settings["api_host"], api_port,
-                            token=settings.get("api_token"), node=pipeline.node.node,
-                            interval_s=float(settings["interval"]),
-                            persist=writer.save_job_now)
+            api = ApiServer(registry, api_settings.api_host, api_port,
+                            token=api_settings.api_token, node=pipeline.node.node,
+                            interval_s=interval_s, persist=writer.save_job_now)
             try:
                 api.start()
             except ValueError as exc:
                 raise ConfigError(str(exc)) from None
             except OSError as exc:
-                raise ConfigError(f"--api-port {api_port} on {settings['api_host']}: "
+                raise ConfigError(f"--api-port {api_port} on {api_settings.api_host}: "
                                   f"{exc.strerror or exc}") from None
             servers.append(api)
             apis.append(api)
-            log.info("job API on http://%s:%d/v1/jobs", settings["api_host"], api.port)
+            log.info("job API on http://%s:%d/v1/jobs", api_settings.api_host, api.port)
     except ConfigError:
         pipeline.close()
         for server in servers:
@@ -208,7 +234,7 @@ def run_agent(settings: Mapping[str, Any]) -> int:
         raise
 
     pipeline.start(built.checkpoint, now_s=time.time())
-    Daemon(pipeline, float(settings["interval"]), settings["job_retention"], stop,
+    Daemon(pipeline, interval_s, metrics.job_retention_s, stop,
            writer=writer, node_metrics=built.node_metrics).run()
     for server in servers:
         _close(server)

@@ -22,8 +22,7 @@ import logging
 import secrets
 import threading
 import uuid
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from joulestat.attribution.registry import (
     Job,
@@ -36,6 +35,10 @@ from joulestat.attribution.registry import (
 )
 from joulestat.runtime.tick_loop import Every, TickLoop
 
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from joulestat.runtime.assembly import PipelineSettings
+    from joulestat.runtime.settings import ResolvedSettings
+
 log = logging.getLogger(__name__)
 
 EMBEDDED_OPTIONS = (
@@ -45,13 +48,17 @@ EMBEDDED_OPTIONS = (
 )
 
 
-def embedded_settings(overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Settings from env and the TOML file (flags come in through ``overrides``)."""
+def embedded_settings(resolved: ResolvedSettings | None = None) -> PipelineSettings:
+    """An embedded run's pipeline sections: from ``resolved`` (a command's own settings,
+    flags included), else from env and the TOML file. An embedded run discovers no jobs
+    (the options it does not offer keep their defaults) and waits for no store (its
+    program is waiting: a store that does not answer is said at once)."""
+    from joulestat.runtime.assembly import PipelineSettings
     from joulestat.runtime.settings import resolve
 
-    settings = resolve(dict(overrides or {}), EMBEDDED_OPTIONS)
-    settings.setdefault("discover", frozenset())
-    return settings
+    if resolved is None:
+        resolved = resolve({}, EMBEDDED_OPTIONS)
+    return PipelineSettings.of(resolved, db_wait_s=0.0)
 
 
 class EmbeddedJob:
@@ -62,7 +69,7 @@ class EmbeddedJob:
         labels: dict[str, str] | None,
         pids: set[int],
         job_id: str | None = None,
-        settings: Mapping[str, Any] | None = None,
+        settings: PipelineSettings | None = None,
         reason: str = "no agent answered",
     ) -> None:
         self._registry = JobRegistry()
@@ -74,7 +81,7 @@ class EmbeddedJob:
                         validate_job_id(job_id) if job_id is not None else uuid.uuid4().hex)
         self.id = self._fields[4]
         self.job: Job | None = None
-        self._settings = dict(settings) if settings is not None else embedded_settings()
+        self._settings = settings if settings is not None else embedded_settings()
         self._pipeline: Any = None
         self._writer: Any = None
         self._stop = threading.Event()
@@ -98,7 +105,7 @@ class EmbeddedJob:
         self.job = self._registry.register(name, kind, pids, labels, job_id, origin="embedded")
         self._api = ApiServer(self._registry, "127.0.0.1", 0, token=self.api_token,
                               node=self._pipeline.node.node,
-                              interval_s=float(self._settings["interval"]), mode="embedded")
+                              interval_s=self._settings.tick.interval_s, mode="embedded")
         self._api.start()
         self.api_url = f"http://127.0.0.1:{self._api.port}"
         self._thread = threading.Thread(target=self._loop, name="joulestat-embedded",
@@ -117,7 +124,7 @@ class EmbeddedJob:
         # Flush every flush interval, or at once when the writer asks (a job ended and
         # its final figures should be stored before anyone reads them).
         flush_hook = Every(writer.flush_interval_s, flush, asked=writer.wake.is_set)
-        TickLoop(self._pipeline.tick, float(self._settings["interval"]), self._stop,
+        TickLoop(self._pipeline.tick, self._settings.tick.interval_s, self._stop,
                  [flush_hook]).run()
 
     def add_pid(self, pid: int, labels: dict[str, str] | None = None) -> None:

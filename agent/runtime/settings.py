@@ -5,23 +5,38 @@ validated the same way whether it comes from ``--db``, ``JOULESTAT_DB`` or ``db 
 in the file named by ``--config`` / ``JOULESTAT_CONFIG``. Validation happens once, when
 the command starts; a bad value stops it with a message naming the setting and where
 the value came from.
+
+What a command resolved reaches each layer as that layer's own frozen, typed section
+(:class:`joulestat.devices.factory.DeviceSettings`,
+:class:`joulestat.store.writer.WriterSettings`, ...), never as a dict:
+:meth:`ResolvedSettings.section` builds one from this table. A section is declared in the
+layer that reads it (a layer may import only itself and the layers below, and this
+module sits above them all), with no defaults of its own: each field is filled by the
+option of the same name (or the one whose ``field`` names it, where the field carries
+its unit: ``interval`` fills ``interval_s``), so a default is written once, here, and a
+field no option fills is an error (``tests/unit/test_config.py`` checks every section).
+An option a command does not offer takes its default in the sections it builds.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import tomllib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Any, TypeVar
 
+from joulestat.attribution.kube import PodNames
+from joulestat.attribution.shares import IdlePolicy
 from joulestat.core.errors import ConfigError  # still importable from here, as it always was
 from joulestat.core.setting_parsers import (
+    member_of,
     number_in,
-    one_of,
     optional_number_in,
     parse_bool,
     parse_db_url,
@@ -53,6 +68,11 @@ class Option:
     help: str
     metavar: str | None = None
     shown: str | None = None  # the default as a user would write it, for --help
+    field: str | None = None  # the section field it fills, when not its name (units)
+
+    @property
+    def field_name(self) -> str:
+        return self.field or self.name
 
     @property
     def shown_default(self) -> str | None:
@@ -103,10 +123,10 @@ OPTIONS: dict[str, Option] = {
                "user data dir)", "URL"),
         Option("db_wait", parse_duration_s, 300.0,
                "how long the agent keeps trying a store that does not answer at start-up",
-               "AGE", "5m"),
+               "AGE", "5m", field="db_wait_s"),
         Option("log_level", parse_log_level, "INFO", "DEBUG, INFO, WARNING or ERROR", "LEVEL"),
         Option("interval", number_in(float, 0.05, 60, " s"), 1.0,
-               "seconds between ticks, 0.05..60", "S"),
+               "seconds between ticks, 0.05..60", "S", field="interval_s"),
         Option("sysfs_root", parse_directory, Path("/sys"), "where sysfs is mounted", "DIR"),
         Option("procfs_root", parse_directory, Path("/proc"), "where procfs is mounted", "DIR"),
         Option("node", parse_text, None, "node name (default: hostname)", "NAME"),
@@ -122,9 +142,11 @@ OPTIONS: dict[str, Option] = {
                "HOST"),
         Option("flush_interval", number_in(float, 0.2, 300, " s"), 10.0,
                "seconds between store writes; a crash loses nothing (the next start covers "
-               "the gap from its checkpoint), so this only sets how fresh the store is", "S"),
+               "the gap from its checkpoint), so this only sets how fresh the store is", "S",
+               field="flush_interval_s"),
         Option("raw_retention", parse_retention_s, 7 * 86400.0,
-               "how long raw ticks are kept before only minute rollups remain", "AGE", "7d"),
+               "how long raw ticks are kept before only minute rollups remain", "AGE", "7d",
+               field="raw_retention_s"),
         Option("replay", parse_existing_file, None,
                "replay a CSV trace (t_s,component,device,watts) instead of hardware", "FILE"),
         Option("nvml", parse_bool, True, "read NVIDIA GPUs through NVML when a driver is present",
@@ -143,36 +165,39 @@ OPTIONS: dict[str, Option] = {
                "bearer token the job API requires on every request", "TOKEN"),
         Option("agent_url", parse_http_url, "http://127.0.0.1:9465",
                "URL of the node agent's job API, for `joulestat run` and track()", "URL"),
-        Option("idle_policy", one_of("share", "exclude"), "share",
+        Option("idle_policy", member_of(IdlePolicy), IdlePolicy.SHARE,
                "share: idle CPU/DRAM power goes to running jobs by their dynamic share; "
                "exclude: it stays unattributed", "POLICY"),
         Option("discover", _discover, frozenset(),
                "turn processes of these schedulers into jobs: docker,k8s,slurm,sagemaker",
                "KINDS"),
-        Option("kube_pods", one_of("auto", "apiserver", "kubelet", "off"), "auto",
+        Option("kube_pods", member_of(PodNames), PodNames.AUTO,
                "name discovered pods' jobs after the pod (namespace, name, labels) from a "
                "pod list: apiserver (needs RBAC list on pods), kubelet (its port 10250, "
                "needs nodes/proxy; else read-only 10255), auto (apiserver when running in "
                "a pod with a service account) or off (pod-<uid8>)", "MODE"),
         Option("job_retention", parse_duration_s, 300.0,
-               "how long ended jobs stay exported to Prometheus", "AGE", "5m"),
+               "how long ended jobs stay exported to Prometheus", "AGE", "5m",
+               field="job_retention_s"),
         Option("spool_dir", parse_optional_path, None,
                "where rows wait on disk while the store is away (default: the data dir's "
                "spool/<node>); kept across restarts", "DIR"),
         Option("spool_max", parse_size_bytes, 256 * 1024**2,
                "cap on the spool; past it the oldest batches go, with an error", "SIZE",
-               "256MiB"),
+               "256MiB", field="spool_max_bytes"),
         Option("max_jobs", number_in(int, 1, 100_000), 1000,
                "cap on running jobs the agent tracks; past it registering answers 429",
                "N"),
         Option("max_job_series", number_in(int, 1, 100_000), 500,
                "cap on jobs exported to Prometheus at once (a warning when reached)", "N"),
         Option("carbon_intensity", optional_number_in(0, 5000), None,
-               "grid carbon intensity in gCO2e/kWh, instead of the region's", "G"),
+               "grid carbon intensity in gCO2e/kWh, instead of the region's", "G",
+               field="carbon_intensity_g_per_kwh"),
         Option("pue", optional_number_in(1.0, 5.0), None,
                "power usage effectiveness, instead of the provider default", "PUE"),
         Option("price_per_hour", optional_number_in(0, 10_000), None,
-               "instance price in USD/hour, instead of the catalog's", "USD"),
+               "instance price in USD/hour, instead of the catalog's", "USD",
+               field="price_per_hour_usd"),
         Option("prices", _prices, None,
                "CSV of instance_type,usd_per_hour: your own hourly price per instance type "
                "(negotiated, Savings Plan, spot, SageMaker); --price-per-hour still wins",
@@ -183,6 +208,45 @@ OPTIONS: dict[str, Option] = {
                "Electricity Maps API base URL", "URL"),
     )
 }
+
+
+FIELD_OPTIONS: dict[str, Option] = {opt.field_name: opt for opt in OPTIONS.values()}
+Section = TypeVar("Section")
+
+
+class ResolvedSettings(Mapping[str, Any]):
+    """What one command resolved: option name -> value (read-only), and the typed
+    sections built from it for the layers (:meth:`section`)."""
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        self._values = MappingProxyType(dict(values))
+
+    def __getitem__(self, name: str) -> Any:
+        return self._values[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def section(self, cls: type[Section], **given: Any) -> Section:
+        """``cls`` (a frozen dataclass of a layer) with each field from the option that
+        fills it: this command's value, else the option's default. ``given`` fills fields
+        no option does (the node's detected name, say) or overrides one on purpose."""
+        values: dict[str, Any] = {}
+        for field in dataclasses.fields(cls):  # type: ignore[arg-type]
+            if field.name in given:
+                values[field.name] = given[field.name]
+                continue
+            option = FIELD_OPTIONS.get(field.name)
+            if option is None:
+                if field.default is dataclasses.MISSING \
+                        and field.default_factory is dataclasses.MISSING:
+                    raise TypeError(f"{cls.__name__}.{field.name}: no option fills it")
+                continue
+            values[field.name] = self._values.get(option.name, option.default)
+        return cls(**values)
 
 
 def add_options(parser: argparse.ArgumentParser, names: Iterable[str]) -> None:
@@ -219,7 +283,7 @@ def resolve(
     args: argparse.Namespace | Mapping[str, Any],
     names: Iterable[str],
     env: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
+) -> ResolvedSettings:
     """Settings for ``names``, each from the first of flag, env, TOML file, default."""
     env = os.environ if env is None else env
     given = vars(args) if isinstance(args, argparse.Namespace) else dict(args)
@@ -258,7 +322,7 @@ def resolve(
             settings[name] = opt.parse(raw)
         except ValueError as exc:
             raise ConfigError(f"{origin}: {exc}") from None
-    return settings
+    return ResolvedSettings(settings)
 
 
 def _warn_retired(env: Mapping[str, str], names: list[str]) -> None:

@@ -33,6 +33,13 @@ class StopEvent(Protocol):
     def wait(self, timeout: float | None = None) -> bool: ...
 
 
+@dataclass(frozen=True, slots=True)
+class TickSettings:
+    """How often the pipeline ticks (``--interval``), the daemon's and embedded mode's."""
+
+    interval_s: float
+
+
 class Every:
     """A hook that runs ``action(now_s)`` once ``period_s`` has passed since it last ran
     (the first time, since it was made), or at once when ``asked()`` is true.

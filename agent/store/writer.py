@@ -44,6 +44,8 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Connection, Engine
@@ -267,6 +269,21 @@ __all__ = ["CORE_TABLES", "MaintainResult", "StoreWriter"]
 # and no jobs; each running job adds a share row per entry (and a row per unit it
 # counts), so two jobs cut that to about 5 h. Pass more where memory allows.
 DEFAULT_MAX_BUFFERED_ROWS = 200_000
+
+
+@dataclass(frozen=True, slots=True)
+class StoreSettings:
+    """A long-running writer's store, from the options of the same names: where it is
+    (``db``: None is SQLite in the user's data dir), how long to keep trying it at start,
+    how often to flush, how long raw rows stay, and where and how much to spool while it
+    is away (``spool_dir`` None: the data dir's ``spool/<node>``)."""
+
+    db: str | None
+    db_wait_s: float
+    flush_interval_s: float
+    raw_retention_s: float
+    spool_dir: Path | None
+    spool_max_bytes: int
 
 
 class StoreWriter:

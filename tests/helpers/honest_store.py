@@ -160,7 +160,7 @@ def fill(engine: Engine, tmp: Path, start_s: float | None = None) -> dict[str, P
                           {"cpu": 20.0, "dram": 3.0}, {"team": "vision"}, "sample", 30.0,
                           ramp_w=4.0))
     exported = tmp / "vm-ramp.json"
-    exported.write_text(render_json(build_report(remote, "vm-ramp", {},
+    exported.write_text(render_json(build_report(remote, "vm-ramp",
                                                  now_s=start + 2400)))
     remote.dispose()
     import_file(engine, exported)

@@ -161,7 +161,7 @@ def test_the_reports_open_as_a_manager_opens_them(filled, browser, tmp_path):
     (estimated energy, its power profile, every estimated factor in the notes)."""
     url, _jobs = filled
     engine = make_engine(url)
-    report = build_report(engine, "vm-ramp", {})
+    report = build_report(engine, "vm-ramp")
     engine.dispose()
     page = tmp_path / "report.html"
     page.write_text(render_html(report), encoding="utf-8")
@@ -173,7 +173,7 @@ def test_the_reports_open_as_a_manager_opens_them(filled, browser, tmp_path):
     shots = [shot]
     # A CodeCarbon run: each class names its own sources, CodeCarbon's figures once.
     engine = make_engine(url)
-    codecarbon = build_report(engine, "codecarbon:cc-run-1", {})
+    codecarbon = build_report(engine, "codecarbon:cc-run-1")
     engine.dispose()
     page = tmp_path / "report-codecarbon.html"
     page.write_text(render_html(codecarbon), encoding="utf-8")

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from joulestat.attribution.registry import JobRegistry
 from joulestat.cli.agent import AGENT_OPTIONS
 from joulestat.outputs.prometheus import make_registry
-from joulestat.runtime.assembly import Assembly, build_pipeline
+from joulestat.runtime.assembly import Assembly, PipelineSettings, build_pipeline
 from joulestat.runtime.pipeline import Pipeline
 from joulestat.runtime.settings import resolve
 from joulestat.store.nodes import node_devices
@@ -86,7 +86,7 @@ def make_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
                             "cloud_metadata": False, "spool_dir": str(tmp_path / "spool"),
                             **overrides}, AGENT_OPTIONS, env={})
         registry = JobRegistry()
-        built = build_pipeline(settings, registry, with_metrics=True)
+        built = build_pipeline(PipelineSettings.of(settings), registry, with_metrics=True)
         pipeline = built.pipeline
         node = Node(pipeline, proc, registry, built)
         pipeline.sampler._monotonic = lambda: node.now_s

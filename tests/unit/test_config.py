@@ -82,3 +82,83 @@ def test_config_error_is_the_shared_one() -> None:
 
     assert ConfigError is errors.ConfigError
     assert parse_duration_s is setting_parsers.parse_duration_s
+
+
+# -- typed sections: each layer's settings, generated from the one option table ----------
+
+def sections() -> list[type]:
+    from joulestat.api.agent_client import AgentAddress
+    from joulestat.api.server import ApiSettings
+    from joulestat.attribution.accounting import AttributionSettings
+    from joulestat.carbon.footprint import CarbonSettings
+    from joulestat.devices.factory import DeviceSettings
+    from joulestat.host.identity import NodeSettings
+    from joulestat.host.usage import HostSettings
+    from joulestat.outputs.prometheus import MetricsSettings
+    from joulestat.runtime.tick_loop import TickSettings
+    from joulestat.store.writer import StoreSettings
+
+    return [DeviceSettings, HostSettings, NodeSettings, AttributionSettings, StoreSettings,
+            MetricsSettings, ApiSettings, AgentAddress, CarbonSettings, TickSettings]
+
+
+def test_every_section_field_is_filled_by_one_option_and_defaults_live_there() -> None:
+    import dataclasses
+
+    from joulestat.runtime.settings import FIELD_OPTIONS, OPTIONS
+
+    filled: set[str] = set()
+    for cls in sections():
+        assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, cls
+        for field in dataclasses.fields(cls):
+            option = FIELD_OPTIONS.get(field.name)
+            if option is None:  # a constant of its layer, never a setting
+                assert field.default is not dataclasses.MISSING, (cls, field.name)
+                continue
+            filled.add(option.name)
+            if field.default is not dataclasses.MISSING:  # one default, the table's
+                assert field.default == option.default, (cls, field.name)
+    # What no section takes is read by the command line itself.
+    assert set(OPTIONS) - filled == {"config", "log_level"}
+
+
+def test_sections_hold_parsed_values_of_their_declared_types() -> None:
+    """Every option at its default, and at a value a user writes, lands in its section
+    as the type the section declares (a Path, an enum member, seconds as a float)."""
+    import dataclasses
+    import types
+    import typing
+
+    from joulestat.runtime.settings import OPTIONS
+
+    given = {"idle_policy": "EXCLUDE", "kube_pods": "kubelet", "interval": "0.5",
+             "discover": "k8s,docker", "spool_max": "1GiB", "raw_retention": "2h",
+             "replay": __file__, "neuron_monitor": "/tmp/nm.json", "region": "eu-west-1"}
+    for values in ({}, given):
+        resolved = resolve(values, [n for n in OPTIONS if n != "config"], env={})
+        for cls in sections():
+            section = resolved.section(cls)
+            hints = typing.get_type_hints(cls)
+            for field in dataclasses.fields(cls):
+                value, hint = getattr(section, field.name), hints[field.name]
+                allowed = typing.get_args(hint) if isinstance(hint, types.UnionType) \
+                    else (hint,)
+                allowed = tuple(typing.get_origin(a) or a for a in allowed)
+                assert isinstance(value, allowed), (cls.__name__, field.name, value, hint)
+    resolved = resolve(given, list(given), env={})
+    assert str(resolved.section(sections()[3]).idle_policy) == "exclude"
+
+
+def test_a_section_takes_the_commands_value_else_the_tables_default() -> None:
+    from joulestat.store.writer import StoreSettings
+
+    store = resolve({"flush_interval": "3"}, ["flush_interval"], env={}).section(StoreSettings)
+    assert (store.flush_interval_s, store.raw_retention_s, store.db) == (3.0, 7 * 86400, None)
+    with pytest.raises(TypeError, match="no option fills it"):
+        from dataclasses import dataclass
+
+        @dataclass(frozen=True)
+        class Stray:
+            not_an_option: int
+
+        resolve({}, [], env={}).section(Stray)

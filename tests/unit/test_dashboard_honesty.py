@@ -35,7 +35,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def report(url: str, job_id: str) -> dict:
     engine = make_engine(url)
     try:
-        return build_report(engine, job_id, {})
+        return build_report(engine, job_id)
     finally:
         engine.dispose()
 

@@ -16,7 +16,8 @@ from sqlalchemy import func, select
 
 from joulestat.api.agent_client import AgentClient
 from joulestat.attribution.registry import JobError
-from joulestat.runtime.embedded import EMBEDDED_OPTIONS, EmbeddedJob
+from joulestat.runtime.assembly import PipelineSettings
+from joulestat.runtime.embedded import EMBEDDED_OPTIONS, EmbeddedJob, embedded_settings
 from joulestat.runtime.settings import resolve
 from joulestat.store.durability import load_checkpoint
 from joulestat.store.engine import make_engine
@@ -39,12 +40,12 @@ def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     (tmp_path / "sys").mkdir()
     db_url = f"sqlite:///{tmp_path / 'store.db'}"
 
-    def settings(**overrides: Any) -> dict[str, Any]:
+    def settings(**overrides: Any) -> PipelineSettings:
         values = {"sysfs_root": str(tmp_path / "sys"), "procfs_root": str(proc.root),
                   "db": db_url, "node": "n1", "instance_type": "test.xlarge",
                   "region": "us-east-1", "cloud_metadata": False, "nvml": False,
                   **overrides}
-        return {**resolve(values, EMBEDDED_OPTIONS, env={}), "discover": frozenset()}
+        return embedded_settings(resolve(values, EMBEDDED_OPTIONS, env={}))
 
     engines: list[Any] = []
 

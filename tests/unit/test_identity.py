@@ -5,6 +5,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 
 from joulestat.host import identity
 from joulestat.host.identity import (
+    NodeSettings,
     azure_placement,
     detect_cloud,
     detect_node_info,
@@ -136,10 +138,11 @@ def test_settings_win_and_default_is_local(tmp_path: Path, monkeypatch) -> None:
 
     monkeypatch.setattr(identity, "cloud_placement", lambda cloud: None if cloud is None
                         else must_not_probe(cloud))
-    settings = {"sysfs_root": tmp_path, "node": None, "instance_type": None, "region": None}
+    settings = NodeSettings(node=None, instance_type=None, region=None, cloud_metadata=True,
+                            sysfs_root=tmp_path)
     info = detect_node_info(settings, "cpu", "0.1", env={}, resource_config=tmp_path / "x")
     assert info.instance_type == "local" and info.region == ""
-    settings.update(instance_type="c6i.large", region="us-east-1", node="n7")
+    settings = replace(settings, instance_type="c6i.large", region="us-east-1", node="n7")
     info = detect_node_info(settings, "cpu", "0.1", env={}, resource_config=tmp_path / "x")
     assert (info.node, info.instance_type, info.region) == ("n7", "c6i.large", "us-east-1")
 
@@ -150,6 +153,7 @@ def test_dmi_hint_leads_to_one_provider(tmp_path: Path, monkeypatch) -> None:
                         lambda cloud: asked.append(cloud) or identity.CloudPlacement(
                             "g5.xlarge", "us-east-1", "fake"))
     root = write_dmi(tmp_path, sys_vendor="Amazon EC2")
-    settings = {"sysfs_root": root, "cloud_metadata": True}
+    settings = NodeSettings(node=None, instance_type=None, region=None, cloud_metadata=True,
+                            sysfs_root=root)
     info = detect_node_info(settings, "cpu", "0.1", env={}, resource_config=tmp_path / "x")
     assert asked == ["aws"] and info.instance_type == "g5.xlarge"

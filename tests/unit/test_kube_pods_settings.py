@@ -5,24 +5,27 @@ from __future__ import annotations
 
 import logging
 import re
+import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from joulestat.attribution import kube as kube_pods
+from joulestat.attribution.accounting import AttributionSettings
 from joulestat.attribution.kube import (
     PodDirectory,
     PodListError,
     PodListSource,
     apiserver_source,
     kubelet_sources,
-    pods_from_settings,
+    pods_for,
 )
 from joulestat.cli.agent import AGENT_OPTIONS
 from joulestat.cli.main import build_parser
 from joulestat.core.errors import ConfigError
-from joulestat.runtime.settings import resolve
+from joulestat.host.identity import NodeSettings
+from joulestat.runtime.settings import ResolvedSettings, resolve
 from tests.helpers.kube import (
     LOG,
     ROOT,
@@ -66,9 +69,16 @@ def test_kubelet_mode_tries_the_read_only_port_after_the_secure_one(
 
 # The setting, as the docs write it.
 
-def settings_of(argv: list[str], env: dict[str, str]) -> dict[str, Any]:
+def settings_of(argv: list[str], env: dict[str, str]) -> ResolvedSettings:
     args = build_parser().parse_args(["agent", *argv])
     return resolve(args, AGENT_OPTIONS, env)
+
+
+def pods_from_settings(settings: ResolvedSettings, **kwargs: Any):
+    """What the agent builds from its settings (joulestat.runtime.assembly): the pod
+    directory for its attribution section, on the node it is told (else its host)."""
+    node = settings.section(NodeSettings).node or socket.gethostname()
+    return pods_for(settings.section(AttributionSettings), node, **kwargs)
 
 
 def test_the_documented_flag_and_env_work_as_written(

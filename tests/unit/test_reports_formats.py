@@ -53,7 +53,7 @@ def filled(tmp_path: Path) -> tuple[Engine, Totals]:
 @pytest.fixture
 def reports(filled: tuple[Engine, Totals]) -> dict[str, dict[str, Any]]:
     engine, _ = filled
-    return {job: build_report(engine, job, {}, now_s=NOW)
+    return {job: build_report(engine, job, now_s=NOW)
             for job in ("dist-1", "solo", "secretive")}
 
 
@@ -162,7 +162,7 @@ def test_no_energy_yet_renders_in_every_format(filled: tuple[Engine, Totals]) ->
     writer = StoreWriter(engine, ODD, node_devices(ODD), raw_retention_s=3600)
     writer.save_job(make_job("fresh", "just-started", "training", T0 + 300))
     assert writer.flush()
-    report = build_report(engine, "fresh", {}, now_s=T0 + 301)
+    report = build_report(engine, "fresh", now_s=T0 + 301)
     jsonschema.Draft202012Validator(SCHEMA).validate(report)
     assert report["energy_j"]["total"] == 0 and report["power_series"] == []
     assert "No energy recorded" in html_text(render_html(report)).text

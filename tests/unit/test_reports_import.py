@@ -43,7 +43,7 @@ def filled(tmp_path: Path) -> tuple[Engine, Totals]:
 
 
 def export(engine: Engine, path: Path, jobs: tuple[str, ...] = JOBS) -> Path:
-    reports = [build_report(engine, job, {}, now_s=NOW) for job in jobs]
+    reports = [build_report(engine, job, now_s=NOW) for job in jobs]
     path.write_text(render_json_many(reports))
     return path
 
@@ -56,8 +56,8 @@ def test_export_import_report_again_gives_the_same_figures(
     result = import_file(target, exported)
     assert (result.kind, result.jobs, result.nodes) == ("joulestat", list(JOBS), 4)
     for job in JOBS:
-        original = build_report(source, job, {}, now_s=NOW)
-        again = build_report(target, job, {}, now_s=NOW + 5000)
+        original = build_report(source, job, now_s=NOW)
+        again = build_report(target, job, now_s=NOW + 5000)
         assert_same_figures(original, again)
         originals = {n["node"]: n["sources"] for n in original["nodes"]}
         for node in again["nodes"]:
@@ -78,7 +78,7 @@ def test_a_schema_1_report_imports_its_gpu_as_accelerator(filled: tuple[Engine, 
     """A report written before the rename (schema 1: component gpu) imports with the
     same figures, series and sources, under the name accelerator."""
     source, _ = filled
-    original = build_report(source, "dist-1", {}, now_s=NOW)
+    original = build_report(source, "dist-1", now_s=NOW)
     assert original["schema_version"] == 2 and original["energy_j"]["accelerator"] > 0
     old = {**renamed(original, "accelerator", "gpu"), "schema_version": 1}
     assert old["energy_j"]["gpu"] == original["energy_j"]["accelerator"]
@@ -86,7 +86,7 @@ def test_a_schema_1_report_imports_its_gpu_as_accelerator(filled: tuple[Engine, 
     path.write_text(json.dumps(old))
     target = new_store(tmp_path / "target.db")
     import_file(target, path)
-    again = build_report(target, "dist-1", {}, now_s=NOW + 5000)
+    again = build_report(target, "dist-1", now_s=NOW + 5000)
     assert_same_figures(original, again)
     trainer = next(n for n in again["nodes"] if n["node"] == "trainer-1")
     assert trainer["sources"]["accelerator"] == ["import:joulestat/nvml_energy"]
@@ -100,7 +100,7 @@ def test_schema_1_gpu_and_accelerator_of_one_node_are_summed(
     """Schema 1 had no component "accelerator" of its own, but a file may hold one (the
     sample data did): both become one component, their joules and series added."""
     source, _ = filled
-    report = {**build_report(source, "secretive", {}, now_s=NOW), "schema_version": 1}
+    report = {**build_report(source, "secretive", now_s=NOW), "schema_version": 1}
     [node] = report["nodes"]
     accelerator = node["components"]["accelerator"]
     node["components"]["gpu"] = {"dynamic_j": 1.5, "idle_j": 0.5}
@@ -139,7 +139,7 @@ def test_importing_twice_changes_nothing(filled: tuple[Engine, Totals],
 def test_entries_of_one_job_merge_into_one_multi_node_job(
         filled: tuple[Engine, Totals], tmp_path: Path) -> None:
     source, _ = filled
-    report = build_report(source, "dist-1", {}, now_s=NOW)
+    report = build_report(source, "dist-1", now_s=NOW)
     loader_only = {**report, "nodes": [report["nodes"][0]],
                    "job": {**report["job"], "labels": {"team": "nlp"}}}
     trainer_only = {**report, "nodes": [report["nodes"][1]],
@@ -151,12 +151,12 @@ def test_entries_of_one_job_merge_into_one_multi_node_job(
     [only] = list_jobs(target)
     assert only.nodes == (("loader-1", "c5.4xlarge"),)
     import_file(target, tmp_path / "b.json")
-    assert_same_figures(report, build_report(target, "dist-1", {}, now_s=NOW))
+    assert_same_figures(report, build_report(target, "dist-1", now_s=NOW))
     # both halves in one file merge the same way
     (tmp_path / "both.json").write_text(render_json_many([loader_only, trainer_only]))
     other = new_store(tmp_path / "other.db")
     import_file(other, tmp_path / "both.json")
-    assert_same_figures(report, build_report(other, "dist-1", {}, now_s=NOW))
+    assert_same_figures(report, build_report(other, "dist-1", now_s=NOW))
 
 
 def test_importing_into_the_measuring_store_never_counts_twice(
@@ -176,7 +176,7 @@ def test_an_import_older_than_a_live_nodes_prune_boundary_still_counts(
     """A node name that is live (and pruned) in the target store: the aggregate goes to
     the minute tables, where queries look for rows that old."""
     source, _ = filled
-    report = build_report(source, "dist-1", {}, now_s=NOW)
+    report = build_report(source, "dist-1", now_s=NOW)
     report = {**report, "job": {**report["job"], "id": "dist-copy"}}
     (tmp_path / "copy.json").write_text(render_json(report))
     target = new_store(tmp_path / "target.db")
@@ -186,7 +186,7 @@ def test_an_import_older_than_a_live_nodes_prune_boundary_still_counts(
     write_ticks(writer, LOADER, T0 - 600, 30, (), {})  # nothing attributed, just ticks
     assert writer.flush() and writer.maintain(T0 + 3600).raw_pruned_until_ms > T0 * 1000
     import_file(target, tmp_path / "copy.json")
-    again = build_report(target, "dist-copy", {}, now_s=NOW)
+    again = build_report(target, "dist-copy", now_s=NOW)
     for key in ("energy_j", "co2e_g", "cost_usd", "work_units"):
         assert_same(report[key], again[key], key)
     with target.connect() as connection:
@@ -200,7 +200,7 @@ def test_an_import_older_than_a_live_nodes_prune_boundary_still_counts(
     import_file(target, tmp_path / "copy.json")
     assert writer.maintain(T0 + 7200) is not None
     for key in ("energy_j", "co2e_g", "cost_usd", "work_units"):
-        assert_same(report[key], build_report(target, "dist-copy", {}, now_s=NOW)[key], key)
+        assert_same(report[key], build_report(target, "dist-copy", now_s=NOW)[key], key)
 
 
 @pytest.mark.parametrize(("content", "expected"), [
@@ -231,8 +231,8 @@ def test_bad_json_files_are_named(tmp_path: Path, content: str, expected: str) -
 def test_a_bad_entry_imports_nothing_of_its_file(
         filled: tuple[Engine, Totals], tmp_path: Path, change: Any, expected: str) -> None:
     source, _ = filled
-    good = build_report(source, "solo", {}, now_s=NOW)
-    bad = build_report(source, "dist-1", {}, now_s=NOW)
+    good = build_report(source, "solo", now_s=NOW)
+    bad = build_report(source, "dist-1", now_s=NOW)
     change(bad)
     path = tmp_path / "mixed.json"
     path.write_text(json.dumps([good, bad]))
@@ -249,10 +249,10 @@ def test_a_conflicting_job_imports_nothing(filled: tuple[Engine, Totals],
     target = new_store(tmp_path / "target.db")
     import_file(target, export(source, tmp_path / "dist.json", ("dist-1",)))
     before = dump(target)
-    report = build_report(source, "solo", {}, now_s=NOW)
+    report = build_report(source, "solo", now_s=NOW)
     renamed = {**report, "job": {**report["job"], "id": "dist-1"}}  # another job's id
     path = tmp_path / "clash.json"
-    path.write_text(render_json_many([build_report(source, "secretive", {}, now_s=NOW),
+    path.write_text(render_json_many([build_report(source, "secretive", now_s=NOW),
                                       renamed]))
     with pytest.raises(ImportFileError, match="already in the store as training job"):
         import_file(target, path)
@@ -289,7 +289,7 @@ def test_codecarbon_rows_become_jobs(tmp_path: Path) -> None:
     two = job_detail(target, "codecarbon:r2")
     assert two.per_node[0].region == "US-VA"  # the state's eGRID figure, not the country's
     assert two.total_j == pytest.approx(0.0035 * 3.6e6 / 1.25)  # CodeCarbon's PUE divided out
-    three = build_report(target, "codecarbon:r3", {}, now_s=NOW)
+    three = build_report(target, "codecarbon:r3", now_s=NOW)
     assert three["provenance"][0]["intensity_level"] == "cloud region"
     assert three["cost_usd"] is None and three["sources"] == {
         "cpu": ["import:codecarbon"], "dram": ["import:codecarbon/model:codecarbon-ram"],

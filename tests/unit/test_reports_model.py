@@ -13,10 +13,13 @@ import pytest
 from sqlalchemy.engine import Engine
 
 from joulestat.carbon.catalog import price_per_hour
+from joulestat.carbon.footprint import CarbonSettings
 from joulestat.carbon.intensity import resolve_intensity
 from joulestat.carbon.pue import pue_for
+from joulestat.cli.report import REPORT_OPTIONS
 from joulestat.core.redact import REDACTED, redact_labels
-from joulestat.reports.model import build_report, carbon_settings
+from joulestat.reports.model import build_report
+from joulestat.runtime.settings import resolve
 from joulestat.store.jobs import UnknownJobError
 from tests.helpers.report_checks import SCHEMA, validate
 from tests.helpers.report_store import (
@@ -34,14 +37,14 @@ from tests.helpers.report_store import (
 def test_every_stored_job_makes_a_valid_report(filled: tuple[Engine, Totals]) -> None:
     engine, _ = filled
     for job_id in ("dist-1", "solo", "secretive"):
-        report = build_report(engine, job_id, {}, now_s=NOW)
+        report = build_report(engine, job_id, now_s=NOW)
         validate(report)
         json.dumps(report, allow_nan=False)  # plain JSON, nothing exotic
 
 
 def test_schema_rejects_what_it_should(filled: tuple[Engine, Totals]) -> None:
     engine, _ = filled
-    report = build_report(engine, "dist-1", {}, now_s=NOW)
+    report = build_report(engine, "dist-1", now_s=NOW)
     for broken in ({**report, "co2e_g": "1.2"}, {**report, "surprise": 1},
                    {**report, "energy_j": {"cpu": 1.0}},
                    {**report, "job": {**report["job"], "kind": "batch"}}):
@@ -51,7 +54,7 @@ def test_schema_rejects_what_it_should(filled: tuple[Engine, Totals]) -> None:
 
 def test_multi_node_job_figures(filled: tuple[Engine, Totals]) -> None:
     engine, totals = filled
-    report = build_report(engine, "dist-1", {}, now_s=NOW)
+    report = build_report(engine, "dist-1", now_s=NOW)
     assert report["job"]["status"] == "ended"
     assert (report["job"]["started_s"], report["job"]["ended_s"]) == (T0, T0 + 100)
     assert report["job"]["duration_s"] == 100
@@ -97,7 +100,7 @@ def test_multi_node_job_figures(filled: tuple[Engine, Totals]) -> None:
 
 def test_derived_per_unit_figures(filled: tuple[Engine, Totals]) -> None:
     engine, _ = filled
-    report = build_report(engine, "dist-1", {}, now_s=NOW)
+    report = build_report(engine, "dist-1", now_s=NOW)
     energy, co2e, cost = report["energy_j"]["total"], report["co2e_g"], report["cost_usd"]
     for unit, count in report["work_units"].items():
         per = report["per_unit"][unit]
@@ -114,7 +117,7 @@ def test_derived_per_unit_figures(filled: tuple[Engine, Totals]) -> None:
 
 def test_unknown_region_and_type_fall_back_and_say_so(filled: tuple[Engine, Totals]) -> None:
     engine, totals = filled
-    report = build_report(engine, "solo", {}, now_s=NOW)
+    report = build_report(engine, "solo", now_s=NOW)
     [provenance] = report["provenance"]
     assert provenance["region"] == ODD.region
     assert provenance["intensity_level"] == "world average"
@@ -134,7 +137,7 @@ def test_unknown_region_and_type_fall_back_and_say_so(filled: tuple[Engine, Tota
 
 def test_running_job_is_counted_until_now(filled: tuple[Engine, Totals]) -> None:
     engine, _ = filled
-    report = build_report(engine, "solo", {}, now_s=NOW)
+    report = build_report(engine, "solo", now_s=NOW)
     assert report["job"]["status"] == "running" and report["job"]["ended_s"] is None
     assert report["job"]["duration_s"] == pytest.approx(NOW - (T0 + 10))
     assert report["nodes"][0]["duration_s"] == pytest.approx(NOW - (T0 + 10))
@@ -143,7 +146,7 @@ def test_running_job_is_counted_until_now(filled: tuple[Engine, Totals]) -> None
 
 def test_overrides_come_from_settings(filled: tuple[Engine, Totals]) -> None:
     engine, _ = filled
-    settings = {"carbon_intensity": 100.0, "pue": 1.5, "price_per_hour": 3.6}
+    settings = carbon_settings({"carbon_intensity": 100.0, "pue": 1.5, "price_per_hour": 3.6})
     report = build_report(engine, "solo", settings, now_s=NOW)
     assert report["co2e_g"] == pytest.approx(report["energy_kwh"] * 1.5 * 100.0)
     assert report["cost_usd"] == pytest.approx(3.6 * (NOW - T0 - 10) / 3600)
@@ -155,16 +158,17 @@ def test_overrides_come_from_settings(filled: tuple[Engine, Totals]) -> None:
 
 def test_secrets_are_redacted_unless_asked(filled: tuple[Engine, Totals]) -> None:
     engine, _ = filled
-    report = build_report(engine, "secretive", {}, now_s=NOW)
+    report = build_report(engine, "secretive", now_s=NOW)
     assert report["job"]["labels"] == {"team": "nlp", "api_token": REDACTED,
                                        "db_password": REDACTED}
     text = json.dumps(report)
     assert "tok-123" not in text and "hunter2" not in text
     # a token in the settings never reaches the report (the override keeps it offline)
-    settings = {"carbon_intensity": 100.0, "electricity_maps_token": "emaps-secret-1"}
+    settings = carbon_settings({"carbon_intensity": 100.0,
+                                "electricity_maps_token": "emaps-secret-1"})
     assert "emaps-secret-1" not in json.dumps(
         build_report(engine, "secretive", settings, now_s=NOW))
-    full = build_report(engine, "secretive", {}, keep_secrets=True, now_s=NOW)
+    full = build_report(engine, "secretive", keep_secrets=True, now_s=NOW)
     assert full["job"]["labels"] == SECRET_LABELS
     assert redact_labels({"AUTH_header": "x", "SessionKey": "y", "user": "z"}) == {
         "AUTH_header": REDACTED, "SessionKey": REDACTED, "user": "z"}
@@ -172,7 +176,7 @@ def test_secrets_are_redacted_unless_asked(filled: tuple[Engine, Totals]) -> Non
 
 def test_power_series_holds_the_jobs_energy(filled: tuple[Engine, Totals]) -> None:
     engine, totals = filled
-    report = build_report(engine, "dist-1", {}, now_s=NOW)
+    report = build_report(engine, "dist-1", now_s=NOW)
     series = report["power_series"]
     assert {p["component"] for p in series} == {"cpu", "dram", "accelerator"}
     assert len({p["t_start_s"] for p in series}) <= 120
@@ -185,4 +189,9 @@ def test_power_series_holds_the_jobs_energy(filled: tuple[Engine, Totals]) -> No
 def test_unknown_job(filled: tuple[Engine, Totals]) -> None:
     engine, _ = filled
     with pytest.raises(UnknownJobError, match="nope"):
-        build_report(engine, "nope", {})
+        build_report(engine, "nope")
+
+
+def carbon_settings(values: dict) -> CarbonSettings:
+    """The carbon section ``joulestat report`` builds from these settings."""
+    return resolve(values, REPORT_OPTIONS, env={}).section(CarbonSettings)

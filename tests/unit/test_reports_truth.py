@@ -42,7 +42,7 @@ def shared(tmp_path: Path) -> tuple[Engine, Totals]:
 
 def test_a_report_opens_with_a_headline(honest: tuple[Engine, Any]) -> None:
     engine, _ = honest
-    report = build_report(engine, "steady", {})
+    report = build_report(engine, "steady")
     validate(report)
     per_sample = report["per_unit"]["sample"]
     assert report["headline"] == (
@@ -53,7 +53,7 @@ def test_a_report_opens_with_a_headline(honest: tuple[Engine, Any]) -> None:
         "per sample. Energy 100 % measured.")
     page = render_html(report)
     assert f'<p class="headline">{report["headline"]}</p>' in page
-    vm = build_report(engine, "vm-ramp", {})
+    vm = build_report(engine, "vm-ramp")
     assert vm["headline"].endswith(
         "Energy 100 % estimated (import:joulestat/model:ccf-vcpu, "
         "import:joulestat/model:dram-gib).")
@@ -61,7 +61,7 @@ def test_a_report_opens_with_a_headline(honest: tuple[Engine, Any]) -> None:
 
 def test_notes_list_every_estimated_factor(honest: tuple[Engine, Any]) -> None:
     engine, _ = honest
-    report = build_report(engine, "vm-ramp", {})
+    report = build_report(engine, "vm-ramp")
     notes = "\n".join(report["notes"])
     assert ("node vm-remote-1: cpu energy is estimated (import:joulestat/model:ccf-vcpu)"
             in notes)
@@ -77,7 +77,7 @@ def test_notes_list_every_estimated_factor(honest: tuple[Engine, Any]) -> None:
 
 def test_the_untracked_cpu_share_of_the_node(shared: tuple[Engine, Totals]) -> None:
     engine, _ = shared
-    report = build_report(engine, "dist-1", {}, now_s=NOW)
+    report = build_report(engine, "dist-1", now_s=NOW)
     # fill_store: the node was busy 2 CPU-s a tick, the job used 0.3-0.5 of them
     for node in report["nodes"]:
         assert node["untracked_cpu_share"] == pytest.approx(0.8, abs=0.01), node["node"]
@@ -90,7 +90,7 @@ def test_the_untracked_cpu_share_of_the_node(shared: tuple[Engine, Totals]) -> N
 def test_pdf_tables_share_one_width_and_the_axis_ends_with_the_job(
         honest: tuple[Engine, Any]) -> None:
     engine, _ = honest
-    report = build_report(engine, "steady", {})
+    report = build_report(engine, "steady")
     width = PAGE[0] - 2 * MARGIN
     cell = getSampleStyleSheet()["BodyText"]
     for table in [tables.summary(report), *tables.all_tables(report)]:
@@ -105,7 +105,7 @@ def test_import_keeps_the_profile_and_a_reexport_gives_it_back(
         honest: tuple[Engine, Any], tmp_path: Path) -> None:
     engine, files = honest
     original = json.loads(files["report"].read_text())
-    again = build_report(engine, "vm-ramp", {}, now_s=original["generated_s"])
+    again = build_report(engine, "vm-ramp", now_s=original["generated_s"])
     assert len(again["power_series"]) == len(original["power_series"]) > 20
     for before, after in zip(original["power_series"], again["power_series"], strict=True):
         assert after["t_start_s"] == pytest.approx(before["t_start_s"], abs=1e-6)
@@ -137,7 +137,7 @@ def test_a_second_import_is_unchanged(tmp_path: Path, honest: tuple[Engine, Any]
 def test_codecarbon_keeps_its_own_co2e_and_says_what_it_measured_with(
         honest: tuple[Engine, Any]) -> None:
     engine, _ = honest
-    report = build_report(engine, "codecarbon:cc-run-1", {})
+    report = build_report(engine, "codecarbon:cc-run-1")
     validate(report)
     assert report["job"]["name"] == "codecarbon:mlp-train"
     assert report["job"]["labels"]["project_name"] == "mlp-train"
@@ -160,7 +160,7 @@ def test_import_name_kind_and_labels(tmp_path: Path) -> None:
     path.write_text(CODECARBON_HEADER + codecarbon_row("r1", "2024-05-01T12:00:00"))
     target = new_store(tmp_path / "target.db")
     import_file(target, path, Overrides("mlp-train-cc", "training", {"team": "vision"}))
-    report = build_report(target, "codecarbon:r1", {})
+    report = build_report(target, "codecarbon:r1")
     assert (report["job"]["name"], report["job"]["kind"]) == ("mlp-train-cc", "training")
     assert report["job"]["labels"]["team"] == "vision"
 

@@ -38,7 +38,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     engine = new_store(tmp / "store.db")
     import_file(engine, csv)
     try:
-        return build_report(engine, "codecarbon:cc-words", {})
+        return build_report(engine, "codecarbon:cc-words")
     finally:
         engine.dispose()
 
