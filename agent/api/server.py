@@ -36,8 +36,13 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from joulestat.api.gate import GatedHandler, HttpGate, Limits, busy_response
-from joulestat.attribution.registry import Job, JobError, JobNotFound, JobRegistry, validate_job_id
-from joulestat.attribution.validation import validate_end_time
+from joulestat.attribution.registry import Job, JobRegistry
+from joulestat.attribution.validation import (
+    JobError,
+    JobNotFound,
+    validate_end_time,
+    validate_job_id,
+)
 from joulestat.core.redact import redact_labels
 
 log = logging.getLogger(__name__)

@@ -60,14 +60,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from joulestat.attribution.kube import PodDirectory, PodInfo, job_labels
-from joulestat.attribution.registry import (
-    MAX_LABELS,
-    Job,
-    JobError,
-    JobNotFound,
-    JobRegistry,
-    validate_name,
-)
+from joulestat.attribution.registry import Job, JobRegistry
+from joulestat.attribution.validation import MAX_LABELS, JobError, JobNotFound, validate_name
 from joulestat.host.cgroups import CgroupIdentity, classify_cgroup
 from joulestat.host.identity import SAGEMAKER_RESOURCE_CONFIG
 from joulestat.host.kernel_file import read_bytes

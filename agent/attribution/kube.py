@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
 
-from joulestat.attribution.registry import LABEL_KEY_RE, MAX_LABELS
+from joulestat.attribution.validation import LABEL_KEY_RE, MAX_LABELS
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from joulestat.attribution.accounting import AttributionSettings

@@ -2,7 +2,7 @@
 
 A job arrives through the HTTP API, ``joulestat run``, the in-process client or
 discovery; whichever way, it passes through :func:`JobRegistry.register`, which checks
-it with :mod:`joulestat.attribution.validation` (re-exported here), so it is refused the same way
+it with :mod:`joulestat.attribution.validation`, so it is refused the same way
 everywhere, with a message saying which field is wrong.
 """
 
@@ -18,16 +18,9 @@ from typing import Any
 
 from joulestat.attribution.model_units import BUSY, MAX_MODELS_PER_JOB, split_key
 from joulestat.attribution.validation import (
-    JOB_ID_RE,
-    KINDS,
-    LABEL_KEY_RE,
     MAX_LABELS,
-    MAX_NAME_CHARS,
-    MAX_PIDS,
     MAX_UNIT_COUNT,
     MAX_UNITS_PER_JOB,
-    PID_MAX,
-    UNIT_RE,
     JobConflict,
     JobError,
     JobLimit,
@@ -40,12 +33,7 @@ from joulestat.attribution.validation import (
     validate_units,
 )
 
-# Re-exported: callers take the validation from the registry, as they always have.
-__all__ = ["JOB_ID_RE", "Job", "JobConflict", "JobError", "JobLimit", "JobNotFound",
-           "JobRegistry", "KINDS", "LABEL_KEY_RE", "MAX_LABELS", "MAX_NAME_CHARS",
-           "MAX_PIDS", "MAX_UNITS_PER_JOB", "MAX_UNIT_COUNT", "PID_MAX", "UNIT_RE",
-           "validate_job_id", "validate_kind", "validate_labels", "validate_name",
-           "validate_pids", "validate_units"]
+__all__ = ["Job", "JobRegistry"]
 
 
 @dataclass

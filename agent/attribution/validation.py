@@ -1,7 +1,7 @@
 """What every way a job comes in must pass: names, kinds, ids, labels, pids and units.
 
 The HTTP API, ``joulestat run``, the in-process client, discovery and report imports
-all validate here (through :mod:`joulestat.attribution.registry`, which re-exports these), so a
+all validate here (the registry calls these), so a
 name with a path separator or a label with a control character is refused the same way
 everywhere, with a message saying which field is wrong.
 """

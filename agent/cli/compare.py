@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from joulestat.attribution.registry import KINDS
+from joulestat.attribution.validation import KINDS
 from joulestat.core.errors import ConfigError
 from joulestat.runtime.settings import add_options, resolve
 

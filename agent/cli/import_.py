@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from joulestat.attribution.registry import KINDS
+from joulestat.attribution.validation import KINDS
 from joulestat.core.errors import ConfigError
 from joulestat.runtime.settings import add_options, resolve
 
@@ -44,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _overrides(args: argparse.Namespace) -> Overrides:
-    from joulestat.attribution.registry import JobError, validate_labels, validate_name
+    from joulestat.attribution.validation import JobError, validate_labels, validate_name
     from joulestat.reports.importer import Overrides
 
     labels: dict[str, str] = {}

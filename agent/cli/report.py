@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from joulestat.core.errors import ConfigError
-from joulestat.runtime.settings import add_options, parse_duration_s, resolve
+from joulestat.core.setting_parsers import parse_duration_s
+from joulestat.runtime.settings import add_options, resolve
 
 REPORT_OPTIONS = ("config", "db", "log_level", "carbon_intensity", "pue", "price_per_hour",
                   "prices", "electricity_maps_token", "electricity_maps_url")

@@ -30,7 +30,7 @@ import time
 import uuid
 from typing import Any
 
-from joulestat.attribution.registry import (
+from joulestat.attribution.validation import (
     KINDS,
     MAX_LABELS,
     JobError,

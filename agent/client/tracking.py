@@ -31,13 +31,13 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from joulestat.api.agent_client import AgentClient, AgentError, AgentUnavailable
-from joulestat.attribution.registry import (
+from joulestat.attribution.validation import (
+    count_keys,
     validate_job_id,
     validate_kind,
     validate_labels,
     validate_name,
 )
-from joulestat.attribution.validation import count_keys
 from joulestat.client.context import (
     DEFAULT_AGENT_URL,
     ENV_AGENT_URL,

@@ -47,7 +47,7 @@ import io
 import math
 from datetime import datetime
 
-from joulestat.attribution.registry import JOB_ID_RE, JobError, validate_labels, validate_name
+from joulestat.attribution.validation import JOB_ID_RE, JobError, validate_labels, validate_name
 from joulestat.carbon.codecarbon_data import default_grid_data
 from joulestat.carbon.intensity import CANADA_PROVINCES
 from joulestat.carbon.units import J_PER_KWH

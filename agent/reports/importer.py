@@ -35,7 +35,7 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from joulestat.attribution.registry import (
+from joulestat.attribution.validation import (
     JobError,
     validate_job_id,
     validate_kind,

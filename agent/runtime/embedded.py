@@ -24,9 +24,8 @@ import threading
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from joulestat.attribution.registry import (
-    Job,
-    JobRegistry,
+from joulestat.attribution.registry import Job, JobRegistry
+from joulestat.attribution.validation import (
     validate_job_id,
     validate_kind,
     validate_labels,

@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 
 from joulestat.attribution.kube import PodNames
 from joulestat.attribution.shares import IdlePolicy
-from joulestat.core.errors import ConfigError  # still importable from here, as it always was
+from joulestat.core.errors import ConfigError
 from joulestat.core.setting_parsers import (
     member_of,
     number_in,

@@ -15,7 +15,8 @@ import pytest
 
 from joulestat.api.agent_client import AgentClient, AgentError, AgentUnavailable
 from joulestat.api.server import ApiServer
-from joulestat.attribution.registry import JobError, JobRegistry
+from joulestat.attribution.registry import JobRegistry
+from joulestat.attribution.validation import JobError
 from joulestat.client.tracking import ENV_AGENT_URL, ENV_TOKEN, agent_url_from_env, track
 
 

@@ -14,7 +14,8 @@ import pytest
 
 from joulestat.api.server import ApiServer
 from joulestat.attribution.model_units import MAX_MODELS_PER_JOB
-from joulestat.attribution.registry import MAX_LABELS, JobError, JobRegistry
+from joulestat.attribution.registry import JobRegistry
+from joulestat.attribution.validation import MAX_LABELS, JobError
 from joulestat.client.tracking import ENV_AGENT_URL, ENV_JOB_ID, ENV_TOKEN, track
 
 

@@ -5,7 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from joulestat.runtime.settings import ConfigError, add_options, parse_duration_s, resolve
+from joulestat.core.errors import ConfigError
+from joulestat.core.setting_parsers import parse_duration_s
+from joulestat.runtime.settings import add_options, resolve
 
 NAMES = ["config", "interval", "db", "metrics_port", "raw_retention", "node"]
 

@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import func, select
 
 from joulestat.api.agent_client import AgentClient
-from joulestat.attribution.registry import JobError
+from joulestat.attribution.validation import JobError
 from joulestat.runtime.assembly import PipelineSettings
 from joulestat.runtime.embedded import EMBEDDED_OPTIONS, EmbeddedJob, embedded_settings
 from joulestat.runtime.settings import resolve

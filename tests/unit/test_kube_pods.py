@@ -24,7 +24,8 @@ from joulestat.attribution.kube import (
     parse_pod_list,
     pod_directory,
 )
-from joulestat.attribution.registry import MAX_LABELS, Job, JobRegistry
+from joulestat.attribution.registry import Job, JobRegistry
+from joulestat.attribution.validation import MAX_LABELS
 from tests.helpers.kube import (
     CID,
     KINDS,

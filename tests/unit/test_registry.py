@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from joulestat.attribution.registry import JobConflict, JobRegistry
+from joulestat.attribution.registry import JobRegistry
+from joulestat.attribution.validation import JobConflict
 
 
 def test_take_changes_reports_each_change_once() -> None:
@@ -30,7 +31,7 @@ def test_take_changes_reports_each_change_once() -> None:
 
 
 def test_units_after_the_end_and_past_the_total_cap_are_refused() -> None:
-    from joulestat.attribution.registry import MAX_UNIT_COUNT, JobConflict, JobError, JobLimit
+    from joulestat.attribution.validation import MAX_UNIT_COUNT, JobConflict, JobError, JobLimit
 
     registry = JobRegistry(max_live_jobs=2)
     job = registry.register("a", "training", job_id="a")

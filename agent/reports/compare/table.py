@@ -415,7 +415,7 @@ IDLE_MODEL = ""  # JobFigures.model of a job's idle part: no model was busy
 MODEL_ROW, IDLE_ROW, NO_MODEL_ROW = "model=", "idle", "model unset"
 UNKNOWN_TYPE = "unknown"
 SETUP_SEPARATOR = " · "  # "concurrency=1 · g5.xlarge": a label value on one setup
-# The job API's label keys (joulestat.attribution.registry.LABEL_KEY_RE), without importing jobs.
+# The job API's label keys (joulestat.attribution.validation.LABEL_KEY_RE), without importing jobs.
 _LABEL_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
 
