@@ -23,11 +23,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from joulestat.core.tick import Tick
-from joulestat.devices.sensor import ACCELERATOR_COMPONENT
+from joulestat.core.tick import Component, Tick
 
 IDLE_POLICIES = ("share", "exclude")
-CPU_SHARED_COMPONENTS = ("cpu", "dram", "net", "other")
+CPU_SHARED_COMPONENTS = (Component.CPU, Component.DRAM, Component.NET, Component.OTHER)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +111,7 @@ def attribute(
         dynamic_j = energy_j - idle_j
         dynamic_by_job: dict[str, float] = {}
         idle_by_job: dict[str, float] = {}
-        if entry.component == ACCELERATOR_COMPONENT:
+        if entry.component == Component.ACCELERATOR:
             use = usage.devices.get(key, DeviceUse())
             weights = {j: u for j, u in use.utilization.items() if u > 0}
             if not weights:
