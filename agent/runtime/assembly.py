@@ -29,10 +29,10 @@ from joulestat.core.errors import ConfigError
 from joulestat.core.version import __version__
 from joulestat.devices.factory import (
     build_sensors,
+    cpu_estimator_of,
     device_processes_of,
     device_state_of,
-    estimator_idle_w,
-    find_sensor,
+    known_idle_w_of,
 )
 from joulestat.host.identity import detect_cloud, detect_node_info
 from joulestat.runtime.pipeline import Pipeline, read_boot_id
@@ -88,14 +88,14 @@ def build_pipeline(settings: Mapping[str, Any], registry: JobRegistry, *,
         node.node, node.instance_type, node.region or "unknown", node.cpu_model,
         ", ".join(f"{d.component}/{d.device}={d.source}" for d in devices),
     )
-    cpu_model = find_sensor(sensors, "model-cpu")
+    cpu_model = cpu_estimator_of(sensors)
     kinds = settings.get("discover") or frozenset()
     scan_cache = ScanCache()  # a scan reads only processes new since the last one
     pods = pods_from_settings(settings)  # names pods namespace/pod (None: pod-<uid8>)
     accounting = JobAccounting(
         registry,
         procfs_root,
-        IdleBaselines(estimator_idle_w(sensors)),
+        IdleBaselines(known_idle_w_of(sensors)),
         settings.get("idle_policy", "share"),
         device_processes=device_processes_of(sensors),
         discover=(lambda: sync_registry(registry, procfs_root, kinds, cache=scan_cache,
