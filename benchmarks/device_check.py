@@ -164,13 +164,13 @@ def shared_gpu(device: int, seconds: float, size: int, duty_a: float, duty_b: fl
     """Two workers on one GPU, attributed by joulestat's own sensor and attribution."""
     from joulestat.attribution.sampler import Sampler
     from joulestat.attribution.shares import DeviceUse, TickUsage, attribute
+    from joulestat.core.tick import Component
     from joulestat.devices.nvidia import open_nvidia
-    from joulestat.devices.sensor import ACCELERATOR_COMPONENT
 
     sensor = open_nvidia()
     if sensor is None:
         raise SystemExit("NVML opened for the first check but joulestat's sensor found no GPU")
-    key = (ACCELERATOR_COMPONENT, f"gpu{device}")
+    key = (Component.ACCELERATOR, f"gpu{device}")
     sampler = Sampler([sensor])
     ctx = mp.get_context("spawn")
     results = ctx.Queue()

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from joulestat.core import units
 from joulestat.core.redact import redact_labels
-from joulestat.devices.sensor import ACCELERATOR_COMPONENT
+from joulestat.core.tick import Component
 from joulestat.reports.compare.table import setup_name
 from joulestat.reports.external import shown_labels
 from joulestat.reports.sources import source_class
@@ -45,7 +45,7 @@ SORT_COLUMNS = ("_job_id", "_energy_j", "_co2e_g", "_cost_usd", "_energy_per_uni
                 "_started_s")
 SHORT_ID = 8
 # Overlaps cpu and dram (RAPL psys): reported, never added to a total.
-OVERLAPPING = ("platform",)
+OVERLAPPING = (Component.PLATFORM,)
 
 
 def provenance_class(source: str) -> str:
@@ -216,20 +216,21 @@ class Bottleneck:
 ACCEL_UNDERUSED = 0.35
 CPU_SATURATED = 0.8
 FLAG_SHARE = 0.25
-MIN_RANGE_W = {"cpu": 5.0, "accel": 10.0}
+MIN_RANGE_W = {Component.CPU: 5.0, Component.ACCELERATOR: 10.0}
 
 
 def cpu_bottleneck(node: str, series: Iterable[SeriesPoint],
                    ranges: Mapping[str, tuple[float, float]]) -> Bottleneck:
     """Flag a node where accelerators idle while the CPU runs near its top, for at least
     a quarter of the time: the pattern of a data-loading or preprocessing bottleneck."""
-    accel = [c for c in (ACCELERATOR_COMPONENT,) if c in ranges]
+    accel = [c for c in (Component.ACCELERATOR,) if c in ranges]
     if not accel:
         return Bottleneck(node, "no-accelerator", reason="no accelerator on this node")
-    cpu_low, cpu_high = ranges.get("cpu", (0.0, 0.0))
+    cpu_low, cpu_high = ranges.get(Component.CPU, (0.0, 0.0))
     acc_low = sum(ranges[c][0] for c in accel)
     acc_high = sum(ranges[c][1] for c in accel)
-    if cpu_high - cpu_low < MIN_RANGE_W["cpu"] or acc_high - acc_low < MIN_RANGE_W["accel"]:
+    if (cpu_high - cpu_low < MIN_RANGE_W[Component.CPU]
+            or acc_high - acc_low < MIN_RANGE_W[Component.ACCELERATOR]):
         return Bottleneck(node, "unknown", reason="not enough power history on this node "
                           "to know its idle and busy levels")
     buckets: defaultdict[float, dict[str, float]] = defaultdict(dict)
@@ -240,9 +241,9 @@ def cpu_bottleneck(node: str, series: Iterable[SeriesPoint],
             slot["_s"] = max(slot.get("_s", 0.0), point.covered_s)
     total_s = flagged_s = cpu_sum = acc_sum = 0.0
     for slot in buckets.values():
-        if "cpu" not in slot or not any(c in slot for c in accel):
+        if Component.CPU not in slot or not any(c in slot for c in accel):
             continue
-        cpu = _clip((slot["cpu"] - cpu_low) / (cpu_high - cpu_low))
+        cpu = _clip((slot[Component.CPU] - cpu_low) / (cpu_high - cpu_low))
         acc = _clip((sum(slot.get(c, 0.0) for c in accel) - acc_low) / (acc_high - acc_low))
         seconds = slot["_s"]
         total_s += seconds

@@ -16,8 +16,11 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-COMPONENT_COLORS = {"cpu": "#4C78A8", "dram": "#F58518", "accelerator": "#54A24B",
-                    "net": "#B279A2", "platform": "#9D755D", "other": "#BAB0AC"}
+from joulestat.core.tick import Component
+
+COMPONENT_COLORS = {Component.CPU: "#4C78A8", Component.DRAM: "#F58518",
+                    Component.ACCELERATOR: "#54A24B", Component.NET: "#B279A2",
+                    Component.PLATFORM: "#9D755D", Component.OTHER: "#BAB0AC"}
 
 
 def component_scale(components: list[str]) -> alt.Scale:

@@ -18,11 +18,11 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping
 
-from joulestat.core.tick import Tick
+from joulestat.core.tick import Component, Tick
 from joulestat.devices.sensor import current_component
 
 IDLE_PERCENTILE = 5
-NO_IDLE_COMPONENTS = ("net",)  # the network model is per byte: all of it is dynamic
+NO_IDLE_COMPONENTS = (Component.NET,)  # the network model is per byte: all of it is dynamic
 
 
 class IdleBaselines:

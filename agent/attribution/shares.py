@@ -24,8 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from joulestat.core.tick import Tick
-from joulestat.devices.sensor import ACCELERATOR_COMPONENT
+from joulestat.core.tick import Component, Tick
 
 
 class IdlePolicy(StrEnum):
@@ -38,7 +37,7 @@ class IdlePolicy(StrEnum):
 
 
 IDLE_POLICIES = tuple(policy.value for policy in IdlePolicy)
-CPU_SHARED_COMPONENTS = ("cpu", "dram", "net", "other")
+CPU_SHARED_COMPONENTS = (Component.CPU, Component.DRAM, Component.NET, Component.OTHER)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +122,7 @@ def attribute(
         dynamic_j = energy_j - idle_j
         dynamic_by_job: dict[str, float] = {}
         idle_by_job: dict[str, float] = {}
-        if entry.component == ACCELERATOR_COMPONENT:
+        if entry.component == Component.ACCELERATOR:
             use = usage.devices.get(key, DeviceUse())
             weights = {j: u for j, u in use.utilization.items() if u > 0}
             if not weights:

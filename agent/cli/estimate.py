@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from joulestat.core.errors import ConfigError
+from joulestat.core.tick import Component
 from joulestat.devices.cpu_tdp import TdpMatch, lookup_tdp
 from joulestat.devices.power_model import (
     BYTES_PER_GB,
@@ -76,7 +77,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     components = parser.add_subparsers(dest="component", metavar="COMPONENT", required=True)
 
     cpu = components.add_parser(
-        "cpu",
+        Component.CPU,
         help="CPU power at a given load",
         description="Estimated CPU power at --load. Method: tdp-curve (bare metal with the "
         "CPU in CodeCarbon's TDP table: sockets x TDP x Boavizta curve) or ccf-vcpu "
@@ -110,7 +111,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cpu.set_defaults(func=run_cpu)
 
     dram = components.add_parser(
-        "dram",
+        Component.DRAM,
         help="DRAM power for an amount of memory",
         description="Estimated DRAM power: a constant W/GiB (Cloud Carbon Footprint's "
         "0.392 W/GB converted to GiB) times the memory size.",
@@ -194,7 +195,7 @@ def _cpu_report(args: argparse.Namespace, model: CpuPowerModel, models: PowerMod
                "matched_name": table.matched_name, "exact": table.exact,
                "used": model.method == METHOD_TDP_CURVE}
     return {
-        "component": "cpu",
+        "component": Component.CPU,
         "watts": model.power_w(load),
         "idle_watts": model.idle_power_w,
         "method": model.method,
@@ -269,7 +270,7 @@ def run_dram(args: argparse.Namespace) -> int:
                f"(= {dram.w_per_gb:g} W/GB x {BYTES_PER_GIB / BYTES_PER_GB:.9g} GB/GiB) "
                f"= {watts:.2f} W")
     report = {
-        "component": "dram",
+        "component": Component.DRAM,
         "watts": watts,
         "idle_watts": watts,
         "method": "dram-gib",

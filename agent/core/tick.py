@@ -1,8 +1,32 @@
-"""What one tick of the sampler produced: the node's energy over (t0, t1]."""
+"""What one tick of the sampler produced: the node's energy over (t0, t1], and the
+components that energy is reported by."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Component(StrEnum):
+    """What part of a node a series measures: the closed set every layer keys on.
+
+    A ``StrEnum`` so a member *is* its string: it compares and hashes equal to ``"cpu"``,
+    formats as ``cpu`` and is written as ``cpu`` by JSON, SQL drivers and Prometheus, so
+    stored rows, metrics and reports are what they were when components were strings, and
+    a row read back as a plain string still finds its member's entries.
+
+    Every accelerator, whatever its vendor (NVIDIA, AMD, Gaudi, Neuron), is ``ACCELERATOR``:
+    its device names (gpu0, amdgpu0, neuron0) say which hardware it is. ``PLATFORM`` (RAPL
+    psys) overlaps cpu and dram and is reported for reference only: nothing downstream sums
+    it with the others.
+    """
+
+    CPU = "cpu"
+    DRAM = "dram"
+    ACCELERATOR = "accelerator"
+    NET = "net"
+    PLATFORM = "platform"
+    OTHER = "other"
 
 
 @dataclass(frozen=True, slots=True)

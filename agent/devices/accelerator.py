@@ -1,13 +1,26 @@
-"""What every accelerator sensor shares: capabilities, counters, power integration, Empty.
+"""What every accelerator sensor shares: counters, power integration, checkpoints by UUID,
+per-device failures, and the Empty stand-in for absent hardware.
 
 Vendors differ in what they can say (Zeus's ``zeus/device/`` layer makes the same split):
 NVIDIA and Gaudi have an energy counter, AMD has one that is not always trustworthy, AWS
-Neuron has only a power percentage refreshed about once a minute. Rather than probe with
-``getattr`` downstream, each sensor declares a :class:`Capabilities`, and absent hardware
-is an :class:`EmptySensor` that reads nothing, so the factory can say what it looked for.
+Neuron has only a power percentage refreshed about once a minute. What does not depend on
+the vendor lives here, once:
 
-Every accelerator reports one component, ``ACCELERATOR_COMPONENT`` ("accelerator"),
-defined in :mod:`joulestat.devices.sensor` next to the other component names.
+* :class:`VendorSensor`: the devices described, a read that keeps a failing device's last
+  value and says the failure once until it heals, checkpoints keyed by the device's
+  stable id, a close that shuts the library down once, the live-state gauges, and the
+  :class:`~joulestat.devices.sensor.Capabilities` declared, so nothing downstream probes;
+* :class:`MeteredSensor`: a :class:`VendorSensor` whose devices are measured by an energy
+  counter (:class:`CounterTrack`), or by power integrated with the trapezoid rule
+  (:class:`PowerTrack`) where there is none: NVIDIA, AMD and Gaudi;
+* :class:`EmptySensor`: what a vendor's ``open_*`` returns when its hardware or library
+  is absent, so the factory can say what it looked for.
+
+A vendor's module keeps only its library's calls, each hook one call (or two) into NVML,
+amdsmi, HLML or the Neuron driver's sysfs, and what only it knows (NVIDIA's MIG, AMD's
+counter check, Neuron's estimate from neuron-monitor).
+
+Every accelerator reports one component, ``Component.ACCELERATOR`` ("accelerator").
 """
 
 from __future__ import annotations
@@ -16,13 +29,20 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
+from joulestat.core.logs import LogOnce
+from joulestat.core.tick import Component
 from joulestat.devices.sensor import (
-    ACCELERATOR_COMPONENT,
     BadState,
+    Capabilities,
     DeviceInfo,
+    DeviceProcesses,
+    DeviceState,
+    DeviceStates,
     Reading,
+    Sensor,
+    SeriesKey,
     get_float,
     get_int,
     restore_each,
@@ -30,38 +50,11 @@ from joulestat.devices.sensor import (
 
 log = logging.getLogger(__name__)
 
-# (component, device) -> ({pid: utilisation %}, {pids holding the device})
-DeviceProcesses = dict[tuple[str, str], tuple[dict[int, float], set[int]]]
-
-
-@dataclass(frozen=True, slots=True)
-class Capabilities:
-    """What a sensor can measure, said once, so nothing downstream has to probe."""
-
-    energy_counter: bool = False  # a hardware energy counter (exact between reads)
-    power_only: bool = False  # power samples integrated here (bounded by the interval)
-    per_process: bool = False  # per-process use for attribution (device_processes)
-    live_state: bool = False  # clock and memory in use now (device_state), at a scrape
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceState:
-    """What an accelerator is doing now, for the node's gauges: its compute clock (NVIDIA's
-    SM clock, AMD's GFX clock) in Hz and its memory in use in bytes; None where the vendor
-    API does not say. Read when Prometheus scrapes (``device_state``), never per tick:
-    a tick must stay cheap, and a clock read every second adds nothing to the energy."""
-
-    clock_hz: float | None = None
-    memory_used_bytes: float | None = None
-
-
-# (component, device) -> its state now
-DeviceStates = dict[tuple[str, str], DeviceState]
-
 
 @dataclass
-class EmptySensor:
-    """Stand-in for a vendor whose hardware or library is absent: reads nothing.
+class EmptySensor(Sensor):
+    """Stand-in for a vendor whose hardware or library is absent: reads nothing, and
+    answers every question of the protocol with nothing.
 
     It keeps ``why`` so the agent can say once which accelerators it looked for and why
     each was not there; the factory does not add it to the sampler's list.
@@ -92,6 +85,9 @@ class EmptySensor:
     def device_state(self) -> DeviceStates:
         return {}
 
+    def known_idle_w(self) -> dict[SeriesKey, float]:
+        return {}
+
 
 @dataclass
 class CounterTrack:
@@ -100,7 +96,9 @@ class CounterTrack:
     A counter that goes backwards (driver reload, device reset) is not a wrap: vendors'
     accelerator counters are 64-bit. The new value becomes the baseline, the interval
     across the reset adds nothing (never a negative delta), and the event is logged
-    once per reset. ``scale_j`` turns counter units into joules (mJ: 1e-3, µJ: 1e-6).
+    once per reset. A delta in counter units is ``* scale_j / units_per_j`` joules: AMD's
+    µJ times its resolution multiply by ``scale_j`` (1e-6), NVML's mJ divide by
+    ``units_per_j`` (1000), each as its sensor always computed it, to the last bit.
     """
 
     label: str
@@ -108,6 +106,7 @@ class CounterTrack:
     last: float | None = None
     energy_j: float = 0.0
     resets: int = 0
+    units_per_j: float = 1.0
 
     def update(self, value: float) -> float:
         if self.last is not None:
@@ -117,46 +116,41 @@ class CounterTrack:
                             "reset?); new baseline, nothing counted across it",
                             self.label, self.last, value)
             else:
-                self.energy_j += (value - self.last) * self.scale_j
+                self.energy_j += (value - self.last) * self.scale_j / self.units_per_j
         self.last = value
         return self.energy_j
 
 
 @dataclass
 class PowerTrack:
-    """Cumulative joules from power samples: the trapezoid rule over monotonic time."""
+    """Cumulative joules from power samples: the trapezoid rule over monotonic time.
 
-    last_w: float | None = None
+    ``last`` is the previous sample in the vendor's unit: watts, or ``units_per_w`` of
+    them a watt (NVML's mW: 1000), so a checkpoint keeps exactly what the library said.
+    """
+
+    last: float | None = None
     last_s: float | None = None
     energy_j: float = 0.0
+    units_per_w: float = 1.0
 
-    def update(self, power_w: float, now_s: float) -> float:
-        if self.last_w is not None and self.last_s is not None:
+    def update(self, power: float, now_s: float) -> float:
+        if self.last is not None and self.last_s is not None:
             elapsed_s = max(now_s - self.last_s, 0.0)
-            self.energy_j += (self.last_w + max(power_w, 0.0)) / 2.0 * elapsed_s
-        self.last_w, self.last_s = max(power_w, 0.0), now_s
+            self.energy_j += (self.last + max(power, 0.0)) / 2.0 / self.units_per_w * elapsed_s
+        self.last, self.last_s = max(power, 0.0), now_s
         return self.energy_j
 
 
 @dataclass
-class VendorDevice:
-    """One accelerator read through a vendor library: its energy counter, or its power
-    integrated where the counter cannot be trusted (``counting`` says which)."""
+class Accelerator:
+    """One accelerator as its vendor names it: the index its API counts it by, the stable
+    id that names the board (a checkpoint is matched by it), and its model."""
 
     prefix: ClassVar[str]  # a vendor's device names: "amdgpu" for amdgpu0
     index: int
-    handle: Any
     uuid: str
     model: str
-    source: str
-    counter: CounterTrack
-    power: PowerTrack
-    counting: bool
-    power_limit_w: float | None = None  # read once at open (DeviceInfo.power_limit_w)
-
-    @property
-    def energy_j(self) -> float:
-        return self.counter.energy_j if self.counting else self.power.energy_j
 
     @property
     def device(self) -> str:
@@ -165,20 +159,151 @@ class VendorDevice:
 
 
 @dataclass
-class OnceLog:
-    """Logs a problem once per key until it clears, so a broken device does not flood."""
+class VendorDevice(Accelerator):
+    """One accelerator read through a vendor library: its energy counter, or its power
+    integrated where the counter cannot be trusted (``counting`` says which)."""
 
-    logger: logging.Logger
-    active: dict[str, str] = field(default_factory=dict)
+    handle: Any
+    source: str
+    counter: CounterTrack
+    power: PowerTrack
+    counting: bool
+    power_limit_w: float | None = None  # read once at open (DeviceInfo.power_limit_w)
+    attribution: str = ""  # DeviceInfo.attribution (NVIDIA's MIG: "mig_slice_estimate")
 
-    def problem(self, key: str, message: str) -> None:
-        if self.active.get(key) != message:
-            self.logger.warning("%s", message)
-            self.active[key] = message
+    @property
+    def energy_j(self) -> float:
+        return self.counter.energy_j if self.counting else self.power.energy_j
 
-    def clear(self, key: str, message: str) -> None:
-        if self.active.pop(key, None) is not None:
-            self.logger.info("%s", message)
+
+D = TypeVar("D", bound=Accelerator)
+M = TypeVar("M", bound=VendorDevice)
+
+
+class VendorSensor(Sensor, ABC, Generic[D]):
+    """What every sensor over a vendor's accelerators shares, whatever it measures.
+
+    The capabilities, the devices described, a read that asks each device and, when one
+    fails, keeps its last value and says so once until it heals (the others go on), a
+    checkpoint of each device keyed by its stable id (an index names a slot, the UUID
+    names the board) with a ``restore`` that skips what no longer matches, the live-state
+    gauges at a scrape, and a close that shuts the library down once.
+
+    A vendor supplies its names and hooks: what a failed call raises (``_errors``), how a
+    device is read (``_update``) and reported (``_readings``, ``_describe_device``), what a
+    restart needs of it (``_save``, ``_restore_device``), its state (``_read_state``), and
+    how its library is released (``_shut_down``).
+    """
+
+    name: ClassVar[str]
+    vendor: ClassVar[str]  # DeviceInfo.vendor
+    kind: ClassVar[str]  # a device in log lines: "AMD GPU 0"
+    library: ClassVar[str]  # the binding in log lines: "amdsmi read failed"
+    checkpoint_key: ClassVar[str] = "devices"  # the map of devices in a checkpoint
+
+    def __init__(self, devices: Sequence[D], logger: logging.Logger,
+                 capabilities: Capabilities) -> None:
+        self._devices = devices
+        self._closed = False
+        self._log = logger
+        self._problems = LogOnce(logger)
+        self.capabilities = capabilities
+
+    # -- what a vendor supplies ----------------------------------------------------------
+
+    @abstractmethod
+    def _errors(self) -> tuple[type[Exception], ...]:
+        """What a failed read raises: the device keeps its last value."""
+
+    @abstractmethod
+    def _update(self, device: D, now_s: float) -> None:
+        """Take ``device``'s measurement now; raises one of :meth:`_errors` when it
+        cannot be read."""
+
+    @abstractmethod
+    def _readings(self, device: D) -> list[Reading]:
+        """``device``'s cumulative series now (no library call)."""
+
+    @abstractmethod
+    def _describe_device(self, device: D) -> list[DeviceInfo]:
+        """What ``device``'s series are, recorded once per agent start."""
+
+    @abstractmethod
+    def _save(self, device: D) -> dict[str, Any]:
+        """What a restart needs of ``device``, in JSON types (no library call)."""
+
+    @abstractmethod
+    def _restore_device(self, device: D, item: dict[str, Any]) -> None:
+        """Continue ``device`` from its saved ``item``; :class:`BadState` before any
+        change when the item does not fit it."""
+
+    @abstractmethod
+    def _shut_down(self) -> None:
+        """Release the vendor library."""
+
+    def _read_state(self, device: D) -> DeviceState:
+        """The device's clock and memory in use now (a vendor with ``live_state``)."""
+        return DeviceState()
+
+    def _checkpoint_id(self, device: D) -> str:
+        """What names ``device`` in a checkpoint: its stable id."""
+        return device.uuid
+
+    # -- the same for every vendor -------------------------------------------------------
+
+    def describe(self) -> list[DeviceInfo]:
+        return [info for dev in self._devices for info in self._describe_device(dev)]
+
+    def read(self, now_s: float) -> list[Reading]:
+        for dev in self._devices:
+            try:
+                self._update(dev, now_s)
+            except self._errors() as exc:
+                self._problems.problem(
+                    dev.device, f"{type(exc).__name__}: {exc}",
+                    "%s %d (%s): %s read failed: %s; keeping its last value",
+                    self.kind, dev.index, dev.uuid, self.library, exc)
+                continue
+            self._problems.recovered(dev.device, "%s %d (%s): %s reads work again",
+                                     self.kind, dev.index, dev.uuid, self.library)
+        return [r for dev in self._devices for r in self._readings(dev)]
+
+    def device_state(self) -> DeviceStates:
+        """Per device: :meth:`_read_state`, at a scrape; a device whose library call fails
+        is left out (debug only: a gauge missing for one scrape needs no warning), and a
+        closed sensor answers nothing (its library is shut down)."""
+        if self._closed or not self.capabilities.live_state:
+            return {}
+        states: DeviceStates = {}
+        for dev in self._devices:
+            try:
+                states[(Component.ACCELERATOR, dev.device)] = self._read_state(dev)
+            except (*self._errors(), KeyError, TypeError) as exc:
+                self._log.debug("%s %d: state not readable: %s", self.kind, dev.index, exc)
+        return states
+
+    def checkpoint(self) -> dict:
+        """Per device id: :meth:`_save` (no library call: taken every tick)."""
+        return {self.checkpoint_key: {self._checkpoint_id(d): self._save(d)
+                                      for d in self._devices}}
+
+    def restore(self, state: dict) -> None:
+        """Continue each device from its checkpoint, matched by its id; a device gone, at
+        another index, measured another way or with a damaged item is logged and starts
+        from its baseline (see :func:`joulestat.devices.sensor.restore_each`)."""
+        restore_each(state, self.checkpoint_key,
+                     {self._checkpoint_id(d): d for d in self._devices},
+                     self._restore_device, self._log, self.library, self.kind)
+
+    def close(self) -> None:
+        """Shuts the library down once; a failure there only matters to a debugger."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._shut_down()
+        except self._errors() as exc:
+            self._log.debug("%s shutdown failed: %s", self.library, exc)
 
 
 def _device_state(dev: VendorDevice) -> dict[str, Any]:
@@ -187,7 +312,7 @@ def _device_state(dev: VendorDevice) -> dict[str, Any]:
     out, never null)."""
     state: dict[str, Any] = {"index": dev.index, "source": dev.source,
                              "energy_j": dev.energy_j}
-    for key, value in (("last", dev.counter.last), ("last_w", dev.power.last_w),
+    for key, value in (("last", dev.counter.last), ("last_w", dev.power.last),
                        ("last_s", dev.power.last_s)):
         if value is not None:
             state[key] = value
@@ -208,130 +333,71 @@ def _restore_device(dev: VendorDevice, item: dict[str, Any]) -> None:
         dev.counter.last, dev.counter.energy_j = get_float(item, "last"), energy_j
         return
     last_w, last_s = get_float(item, "last_w"), get_float(item, "last_s")
-    dev.power.last_w, dev.power.last_s, dev.power.energy_j = last_w, last_s, energy_j
+    dev.power.last, dev.power.last_s, dev.power.energy_j = last_w, last_s, energy_j
 
 
-class VendorSensor(ABC):
-    """What the sensors over :class:`VendorDevice` share (AMD's amdsmi, Intel's HLML):
-    declared capabilities, the devices described, and a read that takes each device's
-    counter or power sample, keeps a failing device's last value and logs the failure
-    once until it heals. A vendor supplies its names and the three library calls.
+class MeteredSensor(VendorSensor[M]):
+    """A :class:`VendorSensor` over devices measured by an energy counter, or by power
+    integrated where the counter is missing or cannot be trusted: NVIDIA (NVML), AMD
+    (amdsmi), Intel Gaudi (HLML). A vendor adds its two reads, ``_read_counter`` and
+    ``_read_power``, in the units of the device's tracks.
 
-    Restart on the same boot, as NVML's sensor does it: ``checkpoint`` keeps each
-    device's counter baseline or last power sample by UUID, ``restore`` puts them back,
-    so the first read after a restart takes the counter's delta over the whole gap, or
-    integrates power across it with the trapezoid rule (as after a failed read). A
-    counter that went back meanwhile (driver reload) is a new baseline, as always.
+    Restart on the same boot: ``checkpoint`` keeps each device's counter baseline or last
+    power sample by UUID, ``restore`` puts them back, so the first read after a restart
+    takes the counter's delta over the whole gap, or integrates power across it with the
+    trapezoid rule (as after a failed read). A counter that went back meanwhile (driver
+    reload) is a new baseline, as always.
     """
 
-    name: ClassVar[str]
-    vendor: ClassVar[str]  # DeviceInfo.vendor
-    kind: ClassVar[str]  # a device in log lines: "AMD GPU 0"
-    library: ClassVar[str]  # the binding in log lines: "amdsmi read failed"
     source_energy: ClassVar[str]
     source_power: ClassVar[str]
-    per_process: ClassVar[bool] = False
+    per_process: ClassVar[bool] = False  # the vendor overrides device_processes
     live_state: ClassVar[bool] = False  # the vendor overrides _read_state
-    checkpoint_key: ClassVar[str] = "devices"  # the map of devices in a checkpoint
 
-    def __init__(self, devices: Sequence[VendorDevice], logger: logging.Logger) -> None:
-        self._devices = devices
-        self._closed = False
-        self._log = logger
-        self._problems = OnceLog(logger)
-        self.capabilities = Capabilities(
+    def __init__(self, devices: Sequence[M], logger: logging.Logger) -> None:
+        super().__init__(devices, logger, Capabilities(
             energy_counter=any(d.source == self.source_energy for d in devices),
-            power_only=all(d.source == self.source_power for d in devices),
-            per_process=self.per_process, live_state=self.live_state)
+            power_only=bool(devices) and all(d.source == self.source_power for d in devices),
+            per_process=self.per_process, live_state=self.live_state))
 
     @abstractmethod
-    def _errors(self) -> tuple[type[Exception], ...]:
-        """What a failed read raises: the device keeps its last value."""
-
-    @abstractmethod
-    def _read_counter(self, device: Any) -> float:
+    def _read_counter(self, device: M) -> float:
         """The device's energy counter, in its ``CounterTrack``'s units."""
 
     @abstractmethod
-    def _read_power_w(self, device: Any) -> float:
-        """The device's power now, in W."""
+    def _read_power(self, device: M) -> float:
+        """The device's power now, in its ``PowerTrack``'s units (W unless it says)."""
 
-    @abstractmethod
-    def _shut_down(self) -> None:
-        """Release the vendor library."""
+    def _update(self, device: M, now_s: float) -> None:
+        if device.source == self.source_energy:
+            device.counter.update(self._read_counter(device))
+        else:
+            device.power.update(self._read_power(device), now_s)
 
-    def describe(self) -> list[DeviceInfo]:
-        return [DeviceInfo(ACCELERATOR_COMPONENT, d.device, d.source, model=d.model,
-                           uuid=d.uuid, index=d.index, vendor=self.vendor,
-                           power_limit_w=d.power_limit_w)
-                for d in self._devices]
+    def _readings(self, device: M) -> list[Reading]:
+        return [Reading(Component.ACCELERATOR, device.device, device.energy_j, device.source)]
 
-    def _read_state(self, device: Any) -> DeviceState:
-        """The device's clock and memory in use now (a vendor with ``live_state``)."""
-        return DeviceState()
+    def _describe_device(self, device: M) -> list[DeviceInfo]:
+        return [DeviceInfo(Component.ACCELERATOR, device.device, device.source,
+                           model=device.model, uuid=device.uuid, index=device.index,
+                           vendor=self.vendor, attribution=device.attribution,
+                           power_limit_w=device.power_limit_w)]
 
-    def device_state(self) -> DeviceStates:
-        """Per device: :meth:`_read_state`, at a scrape; a device whose library call fails
-        is left out (debug only: a gauge missing for one scrape needs no warning), and a
-        closed sensor answers nothing (its library is shut down)."""
-        if self._closed or not self.live_state:
-            return {}
-        states: DeviceStates = {}
-        for dev in self._devices:
-            try:
-                states[(ACCELERATOR_COMPONENT, dev.device)] = self._read_state(dev)
-            except (*self._errors(), KeyError, TypeError) as exc:
-                self._log.debug("%s %d: state not readable: %s", self.kind, dev.index, exc)
-        return states
+    def _save(self, device: M) -> dict[str, Any]:
+        """:func:`_device_state`."""
+        return _device_state(device)
 
-    def read(self, now_s: float) -> list[Reading]:
-        for dev in self._devices:
-            key = dev.device
-            try:
-                if dev.source == self.source_energy:
-                    dev.counter.update(self._read_counter(dev))
-                else:
-                    dev.power.update(self._read_power_w(dev), now_s)
-            except self._errors() as exc:
-                self._problems.problem(key, f"{self.kind} {dev.index} ({dev.uuid}): "
-                                       f"{self.library} read failed: {exc}; keeping its "
-                                       "last value")
-                continue
-            self._problems.clear(key, f"{self.kind} {dev.index}: {self.library} reads work "
-                                      "again")
-        return [Reading(ACCELERATOR_COMPONENT, d.device, d.energy_j, d.source)
-                for d in self._devices]
-
-    def checkpoint(self) -> dict:
-        """Per device UUID: :func:`_device_state` (no library call: taken every tick)."""
-        return {self.checkpoint_key: {d.uuid: _device_state(d) for d in self._devices}}
-
-    def restore(self, state: dict) -> None:
-        """Continue each device from its checkpoint, matched by UUID; a device gone, at
-        another index, measured another way or with a damaged item is logged and starts
-        from its baseline (see :func:`joulestat.devices.sensor.restore_each`)."""
-        restore_each(state, self.checkpoint_key, {d.uuid: d for d in self._devices},
-                     _restore_device, self._log, self.library, self.kind)
-
-    def close(self) -> None:
-        """Shuts the library down once; a failure there only matters to a debugger."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self._shut_down()
-        except self._errors() as exc:
-            self._log.debug("%s shutdown failed: %s", self.library, exc)
+    def _restore_device(self, device: M, item: dict[str, Any]) -> None:
+        """:func:`_restore_device`."""
+        _restore_device(device, item)
 
 
-def combined_device_processes(sensors: Iterable[object]
+def combined_device_processes(sensors: Iterable[Sensor]
                               ) -> Callable[[], DeviceProcesses] | None:
-    """One ``device_processes`` over every sensor that declares per-process use."""
-    sources: list[Callable[[], DeviceProcesses]] = []
-    for sensor in sensors:
-        caps = getattr(sensor, "capabilities", None)
-        if isinstance(caps, Capabilities) and caps.per_process:
-            sources.append(sensor.device_processes)  # type: ignore[attr-defined]
+    """One ``device_processes`` over every sensor whose capabilities say ``per_process``
+    (None: no sensor has it)."""
+    sources = [sensor.device_processes for sensor in sensors
+               if sensor.capabilities.per_process]
     if not sources:
         return None
 
@@ -347,14 +413,10 @@ def combined_device_processes(sensors: Iterable[object]
     return device_processes
 
 
-def combined_device_state(sensors: Iterable[object]) -> Callable[[], DeviceStates] | None:
-    """One ``device_state`` over every sensor that declares ``live_state``; a vendor
-    whose call fails leaves the others' answer (a gauge is a convenience)."""
-    sources: list[Callable[[], DeviceStates]] = []
-    for sensor in sensors:
-        caps = getattr(sensor, "capabilities", None)
-        if isinstance(caps, Capabilities) and caps.live_state:
-            sources.append(sensor.device_state)  # type: ignore[attr-defined]
+def combined_device_state(sensors: Iterable[Sensor]) -> Callable[[], DeviceStates] | None:
+    """One ``device_state`` over every sensor whose capabilities say ``live_state``; a
+    vendor whose call fails leaves the others' answer (a gauge is a convenience)."""
+    sources = [sensor.device_state for sensor in sensors if sensor.capabilities.live_state]
     if not sources:
         return None
 

@@ -20,7 +20,7 @@ at a scrape (never on the tick) the GFX clock, ``amdsmi_get_clock_info(h,
 AmdSmiClkType.GFX)["clk"]`` (MHz; ``cur_clk`` in older releases), and the VRAM in use,
 ``amdsmi_get_gpu_vram_usage(h)["vram_used"]`` (MiB).
 
-Restart on the same boot (:class:`~joulestat.devices.accelerator.VendorSensor`'s checkpoint,
+Restart on the same boot (:class:`~joulestat.devices.accelerator.MeteredSensor`'s checkpoint,
 by UUID): the accumulator's delta over the whole gap continues the total, or, for a
 device measured by power, the trapezoid from the last sample before the stop to the first
 after it. The start-up sanity check runs again first; a device that changed path since
@@ -36,19 +36,18 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from joulestat.core.tick import Component
 from joulestat.devices.accelerator import (
-    ACCELERATOR_COMPONENT,
     CounterTrack,
-    DeviceProcesses,
-    DeviceState,
     EmptySensor,
+    MeteredSensor,
     PowerTrack,
     VendorDevice,
-    VendorSensor,
     number_or_none,
     text_of,
     watts_or_none,
 )
+from joulestat.devices.sensor import DeviceProcesses, DeviceState
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +101,7 @@ class _AmdGpu(VendorDevice):
     gfx_ns: dict[int, float] = field(default_factory=dict)
 
 
-class AmdSensor(VendorSensor):
+class AmdSensor(MeteredSensor[_AmdGpu]):
     """Cumulative joules per AMD GPU since the sensor opened; per-process gfx use."""
 
     name = "amd"
@@ -126,7 +125,7 @@ class AmdSensor(VendorSensor):
     def _read_counter(self, device: _AmdGpu) -> float:
         return read_counter_uj(self._amdsmi, device.handle)
 
-    def _read_power_w(self, device: _AmdGpu) -> float:
+    def _read_power(self, device: _AmdGpu) -> float:
         watts = read_power_w(self._amdsmi, device.handle)
         if watts is None:
             raise ValueError("socket power is N/A")
@@ -151,9 +150,12 @@ class AmdSensor(VendorSensor):
             try:
                 entries = self._amdsmi.amdsmi_get_gpu_process_list(gpu.handle)
             except (self._amdsmi.AmdSmiException, OSError) as exc:
-                self._problems.problem(f"{gpu.device}/procs", f"AMD GPU {gpu.index}: process "
-                                       f"list failed: {exc}; no process data for it")
+                self._problems.problem(f"{gpu.device}/procs", f"{type(exc).__name__}: {exc}",
+                                       "AMD GPU %d: process list failed: %s; no process "
+                                       "data for it", gpu.index, exc)
                 continue
+            self._problems.recovered(f"{gpu.device}/procs",
+                                     "AMD GPU %d: process list works again", gpu.index)
             seen: dict[int, float] = {}
             use: dict[int, float] = {}
             for entry in entries:
@@ -165,7 +167,7 @@ class AmdSensor(VendorSensor):
                 if pid in gpu.gfx_ns and gfx >= gpu.gfx_ns[pid]:
                     use[pid] = gfx - gpu.gfx_ns[pid]
             gpu.gfx_ns = seen
-            result[(ACCELERATOR_COMPONENT, gpu.device)] = (use, set(seen))
+            result[(Component.ACCELERATOR, gpu.device)] = (use, set(seen))
         return result
 
 
@@ -215,7 +217,7 @@ def _measured_device(amdsmi: ModuleType, index: int, handle: Any, now_s: float,
     if not why:
         counter = CounterTrack(label, 1e-6)
         counter.update(second_uj)
-        return _AmdGpu(index, handle, uuid, model, SOURCE_ENERGY, counter, PowerTrack(),
+        return _AmdGpu(index, uuid, model, handle, SOURCE_ENERGY, counter, PowerTrack(),
                        counting=True)
     log.warning("%s: %s; integrating socket power instead", label, why)
     try:
@@ -227,7 +229,7 @@ def _measured_device(amdsmi: ModuleType, index: int, handle: Any, now_s: float,
         return None
     power = PowerTrack()
     power.update(watts, now_s)
-    return _AmdGpu(index, handle, uuid, model, SOURCE_POWER, CounterTrack(label, 1e-6), power,
+    return _AmdGpu(index, uuid, model, handle, SOURCE_POWER, CounterTrack(label, 1e-6), power,
                    counting=False)
 
 

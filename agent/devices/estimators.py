@@ -26,6 +26,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from joulestat.core.tick import Component
 from joulestat.devices.cpu_tdp import TdpMatch, lookup_tdp
 from joulestat.devices.power_model import (
     BYTES_PER_GIB,
@@ -38,10 +39,12 @@ from joulestat.devices.power_model import (
 )
 from joulestat.devices.sensor import (
     BadState,
+    Capabilities,
     DeviceInfo,
     Reading,
     Sensor,
     SensorError,
+    SeriesKey,
     get_float,
     get_int,
     get_map,
@@ -67,7 +70,7 @@ DEVICE_NODE = "node"
 DRAM_SOURCE = "model:dram-gib"
 
 
-class CpuModelSensor:
+class CpuModelSensor(Sensor):
     """Node CPU energy from the busy ratio of /proc/stat and a :class:`CpuPowerModel`.
 
     The first ``read`` only records the baseline and reports 0 J. Each later read
@@ -77,6 +80,7 @@ class CpuModelSensor:
     """
 
     name = "model-cpu"
+    capabilities = Capabilities(estimate=True, known_idle=True)
 
     def __init__(
         self,
@@ -110,6 +114,10 @@ class CpuModelSensor:
         """Estimated CPU power at 0 % load; attribution keeps this share unattributed."""
         return self.model.idle_power_w
 
+    def known_idle_w(self) -> dict[SeriesKey, float]:
+        """The model at 0 % load, for the node's one CPU series."""
+        return {(Component.CPU, DEVICE_NODE): float(self.idle_power_w)}
+
     @property
     def last_load(self) -> float:
         """Busy ratio (0..1) of the most recent interval."""
@@ -117,7 +125,8 @@ class CpuModelSensor:
 
     def describe(self) -> list[DeviceInfo]:
         return [
-            DeviceInfo(component="cpu", device=DEVICE_NODE, source=self.source, model=self.cpu_name)
+            DeviceInfo(component=Component.CPU, device=DEVICE_NODE, source=self.source,
+                       model=self.cpu_name)
         ]
 
     def read(self, now_s: float) -> list[Reading]:
@@ -146,7 +155,7 @@ class CpuModelSensor:
         return [self._reading()]
 
     def _reading(self) -> Reading:
-        return Reading(component="cpu", device=DEVICE_NODE, energy_j=self._energy_j,
+        return Reading(component=Component.CPU, device=DEVICE_NODE, energy_j=self._energy_j,
                        source=self.source)
 
     def checkpoint(self) -> dict:
@@ -191,7 +200,7 @@ class CpuModelSensor:
         self._stat.close()
 
 
-class DramModelSensor:
+class DramModelSensor(Sensor):
     """Node DRAM energy: a constant W/GiB × MemTotal, integrated over elapsed time.
 
     There is no load term: DRAM power depends on bandwidth, which procfs does not
@@ -201,6 +210,7 @@ class DramModelSensor:
     """
 
     name = "model-dram"
+    capabilities = Capabilities(estimate=True, known_idle=True)
 
     def __init__(self, procfs_root: Path, models: PowerModels | None = None) -> None:
         self.mem_total_bytes = read_mem_total_bytes(Path(procfs_root))
@@ -217,10 +227,14 @@ class DramModelSensor:
         """The whole DRAM estimate: constant, so all of it is idle power."""
         return self.power_w
 
+    def known_idle_w(self) -> dict[SeriesKey, float]:
+        """All of the estimate, for the node's one DRAM series."""
+        return {(Component.DRAM, DEVICE_NODE): float(self.idle_power_w)}
+
     def describe(self) -> list[DeviceInfo]:
         gib = self.mem_total_bytes / BYTES_PER_GIB
         return [
-            DeviceInfo(component="dram", device=DEVICE_NODE, source=self.source,
+            DeviceInfo(component=Component.DRAM, device=DEVICE_NODE, source=self.source,
                        model=f"{gib:.2f} GiB MemTotal")
         ]
 
@@ -230,7 +244,7 @@ class DramModelSensor:
         elif now_s > self._prev_s:
             self._energy_j += self.power_w * (now_s - self._prev_s)
             self._prev_s = now_s
-        return [Reading(component="dram", device=DEVICE_NODE, energy_j=self._energy_j,
+        return [Reading(component=Component.DRAM, device=DEVICE_NODE, energy_j=self._energy_j,
                         source=self.source)]
 
     def checkpoint(self) -> dict:

@@ -1,4 +1,10 @@
-"""Which sensors this node gets: measured where the hardware allows, estimated elsewhere."""
+"""Which sensors this node gets: measured where the hardware allows, estimated elsewhere;
+and what the rest of the agent asks of them, by their declared capabilities.
+
+Nothing here (or downstream) probes a sensor for a method: each says what it can do in its
+:class:`~joulestat.devices.sensor.Capabilities`, and every sensor has every method of the
+:class:`~joulestat.devices.sensor.Sensor` protocol, answering ``{}`` where it cannot.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +12,21 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from joulestat.core.errors import ConfigError
-from joulestat.devices.accelerator import (
+from joulestat.core.tick import Component
+from joulestat.devices.accelerator import combined_device_processes, combined_device_state
+from joulestat.devices.sensor import (
     DeviceProcesses,
     DeviceStates,
-    combined_device_processes,
-    combined_device_state,
+    Sensor,
+    SensorError,
+    SeriesKey,
 )
-from joulestat.devices.sensor import Sensor, SensorError
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from joulestat.devices.estimators import CpuModelSensor
 
 log = logging.getLogger(__name__)
 
@@ -58,12 +70,12 @@ def build_sensors(settings: DeviceSettings, now_s: float, cloud: str | None = No
         sensors.append(rapl)
         measured = {device.component for device in rapl.describe()}
     # Estimate only what is not measured (many CPUs expose no RAPL dram domain).
-    if "cpu" not in measured:
+    if Component.CPU not in measured:
         try:
             sensors.append(open_cpu_estimator(procfs_root, cloud=cloud))
         except (SensorError, OSError, ValueError) as exc:
             log.error("no CPU power: no RAPL and the CPU estimator cannot run: %s", exc)
-    if "dram" not in measured:
+    if Component.DRAM not in measured:
         try:
             sensors.append(open_dram_estimator(procfs_root))
         except (SensorError, OSError, ValueError) as exc:
@@ -110,33 +122,31 @@ def open_accelerators(settings: DeviceSettings, now_s: float) -> list[Sensor]:
 
 
 def device_processes_of(sensors: list[Sensor]) -> Callable[[], DeviceProcesses] | None:
-    """The per-process accelerator use of every sensor that offers it (None: no such)."""
-
+    """The per-process device use of every sensor whose capabilities say ``per_process``
+    (None: no such sensor, so attribution splits accelerators by CPU time)."""
     return combined_device_processes(sensors)
 
 
 def device_state_of(sensors: list[Sensor]) -> Callable[[], DeviceStates] | None:
-    """The accelerators' clock and memory in use now, for the node's gauges at a scrape
-    (None: no sensor offers them)."""
+    """The accelerators' clock and memory in use now, for the node's gauges at a scrape,
+    from every sensor whose capabilities say ``live_state`` (None: no such sensor)."""
     return combined_device_state(sensors)
 
 
-def estimator_idle_w(sensors: list[Sensor]) -> dict[tuple[str, str], float]:
-    """Idle power known by construction: an estimator's model at 0 % load, a replayed
-    trace's lowest level. Measured sources learn theirs (agent/attribution/idle.py)."""
-    idle: dict[tuple[str, str], float] = {}
+def known_idle_w_of(sensors: list[Sensor]) -> dict[SeriesKey, float]:
+    """Idle power known by construction, from every sensor whose capabilities say
+    ``known_idle``: an estimator's model at 0 % load, a replayed trace's lowest level.
+    Measured sources learn theirs (agent/attribution/idle.py)."""
+    idle: dict[SeriesKey, float] = {}
     for sensor in sensors:
-        by_key = getattr(sensor, "idle_power_by_key", None)
-        if by_key is not None:
-            idle.update(by_key())
-            continue
-        idle_w = getattr(sensor, "idle_power_w", None)
-        if idle_w is None:
-            continue
-        for device in sensor.describe():
-            idle[(device.component, device.device)] = float(idle_w)
+        if sensor.capabilities.known_idle:
+            idle.update(sensor.known_idle_w())
     return idle
 
 
-def find_sensor(sensors: list[Sensor], name: str) -> Sensor | None:
-    return next((s for s in sensors if s.name == name), None)
+def cpu_estimator_of(sensors: list[Sensor]) -> CpuModelSensor | None:
+    """The CPU estimator, when the node has one: it reads /proc/stat every tick, and job
+    accounting takes the node's CPU times from that read rather than parse it again."""
+    from joulestat.devices.estimators import CpuModelSensor
+
+    return next((s for s in sensors if isinstance(s, CpuModelSensor)), None)

@@ -19,7 +19,7 @@ Device info: ``hlmlDeviceGetPowerManagementDefaultLimit`` (mW), the default powe
 once at open. HLML's clock and memory calls are not read: nothing here checks their
 shapes against a real pyhlml.
 
-Restart on the same boot: :class:`~joulestat.devices.accelerator.VendorSensor`'s checkpoint
+Restart on the same boot: :class:`~joulestat.devices.accelerator.MeteredSensor`'s checkpoint
 (the counter's delta, or power integrated, across the gap), keyed ``hpus`` as before.
 """
 
@@ -33,9 +33,9 @@ from types import ModuleType
 from joulestat.devices.accelerator import (
     CounterTrack,
     EmptySensor,
+    MeteredSensor,
     PowerTrack,
     VendorDevice,
-    VendorSensor,
     text_of,
     watts_or_none,
 )
@@ -52,7 +52,7 @@ class _Hpu(VendorDevice):
     prefix = "gaudi"
 
 
-class GaudiSensor(VendorSensor):
+class GaudiSensor(MeteredSensor[_Hpu]):
     """Cumulative joules per Gaudi device since the sensor opened."""
 
     name = "gaudi"
@@ -74,7 +74,7 @@ class GaudiSensor(VendorSensor):
     def _read_counter(self, device: _Hpu) -> float:
         return float(self._hlml.hlmlDeviceGetTotalEnergyConsumption(device.handle))
 
-    def _read_power_w(self, device: _Hpu) -> float:
+    def _read_power(self, device: _Hpu) -> float:
         return float(self._hlml.hlmlDeviceGetPowerUsage(device.handle)) / 1000.0
 
     def _shut_down(self) -> None:
@@ -104,8 +104,8 @@ def _measured_device(hlml: ModuleType, index: int, now_s: float) -> _Hpu | None:
     try:
         counter = CounterTrack(label, 1e-3)
         counter.update(float(hlml.hlmlDeviceGetTotalEnergyConsumption(handle)))
-        return _Hpu(index, handle, uuid, model, SOURCE_ENERGY, counter, PowerTrack(),
-                       counting=True)
+        return _Hpu(index, uuid, model, handle, SOURCE_ENERGY, counter, PowerTrack(),
+                    counting=True)
     except (hlml.HLMLError, OSError) as exc:
         log.info("%s: no energy counter (%s); integrating power instead", label, exc)
     try:
@@ -114,7 +114,7 @@ def _measured_device(hlml: ModuleType, index: int, now_s: float) -> _Hpu | None:
     except (hlml.HLMLError, OSError) as exc:
         log.warning("%s: neither energy nor power readable (%s); not measured", label, exc)
         return None
-    return _Hpu(index, handle, uuid, model, SOURCE_POWER, CounterTrack(label, 1e-3), power,
+    return _Hpu(index, uuid, model, handle, SOURCE_POWER, CounterTrack(label, 1e-3), power,
                 counting=False)
 
 

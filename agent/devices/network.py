@@ -39,7 +39,16 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from joulestat.devices.sensor import DeviceInfo, Reading, get_float, get_int, restore_each
+from joulestat.core.tick import Component
+from joulestat.devices.sensor import (
+    Capabilities,
+    DeviceInfo,
+    Reading,
+    Sensor,
+    get_float,
+    get_int,
+    restore_each,
+)
 from joulestat.host.kernel_file import KernelFile
 
 log = logging.getLogger(__name__)
@@ -102,10 +111,14 @@ def _restore_iface(current: _Iface, item: dict) -> None:
         current.last_bytes = last_bytes
 
 
-class NetworkSensor:
-    """Cumulative estimated NIC joules per physical interface since the sensor opened."""
+class NetworkSensor(Sensor):
+    """Cumulative estimated NIC joules per physical interface since the sensor opened.
+
+    No idle power is declared: the model is per byte, so all of it is dynamic.
+    """
 
     name = "network"
+    capabilities = Capabilities(estimate=True)
 
     def __init__(
         self,
@@ -150,7 +163,7 @@ class NetworkSensor:
         return {k: v for k, v in totals.items() if self._is_physical(k)}
 
     def describe(self) -> list[DeviceInfo]:
-        return [DeviceInfo(component="net", device=i, source=SOURCE) for i in self._ifaces]
+        return [DeviceInfo(component=Component.NET, device=i, source=SOURCE) for i in self._ifaces]
 
     def read(self, now_s: float) -> list[Reading]:
         """``now_s`` is unused: the energy follows bytes, not time."""
@@ -179,7 +192,7 @@ class NetworkSensor:
                 log.info("network interface %s vanished; keeping its total", iface)
                 state.present = False
         return [
-            Reading("net", iface, state.energy_j(self.j_per_byte), SOURCE)
+            Reading(Component.NET, iface, state.energy_j(self.j_per_byte), SOURCE)
             for iface, state in self._ifaces.items()
         ]
 

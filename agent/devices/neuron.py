@@ -41,17 +41,22 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from joulestat.devices.accelerator import (
-    ACCELERATOR_COMPONENT,
+from joulestat.core.tick import Component
+from joulestat.devices.accelerator import Accelerator, EmptySensor, VendorSensor
+from joulestat.devices.sensor import (
+    BadState,
     Capabilities,
+    DeviceInfo,
     DeviceProcesses,
-    EmptySensor,
-    OnceLog,
+    Reading,
+    get_float,
 )
-from joulestat.devices.sensor import BadState, DeviceInfo, Reading, get_float, restore_each
 
 log = logging.getLogger(__name__)
 
@@ -98,20 +103,18 @@ def model_name(raw: str) -> str:
 
 
 @dataclass
-class _NeuronDevice:
-    index: int
+class _NeuronDevice(Accelerator):
+    """One Neuron device; ``uuid`` is its sysfs directory's name (the driver has no other
+    stable id)."""
+
+    prefix = "neuron"
     path: Path  # the device's directory
     power_file: Path | None
-    model: str
     measured_j: float = 0.0
     estimated_j: float = 0.0
     last_s: float | None = None
     last_w: float | None = None  # the driver's power at the last read (None: no valid one)
     resumed: bool = False  # restored from a checkpoint and not read since
-
-    @property
-    def device(self) -> str:
-        return f"neuron{self.index}"
 
 
 def _read_text(path: Path) -> str:
@@ -134,7 +137,8 @@ def discover(sysfs_root: Path) -> list[_NeuronDevice]:
             name_file = next((p for p in entry.rglob("device_name") if p.is_file()), None)
             raw = _read_text(name_file).strip() if name_file is not None else ""
             found[int(match.group(1))] = _NeuronDevice(
-                int(match.group(1)), entry, power[0] if power else None, model_name(raw))
+                int(match.group(1)), entry.name, model_name(raw), entry,
+                power[0] if power else None)
     return [found[i] for i in sorted(found)]
 
 
@@ -203,7 +207,7 @@ def read_monitor_file(path: Path, devices: int) -> MonitorReport | None:
     return None
 
 
-def _restore_device(dev: _NeuronDevice, item: dict) -> None:
+def _restore_device(dev: _NeuronDevice, item: dict[str, Any]) -> None:
     """Put ``item``'s totals back on ``dev``; :class:`BadState` before any change when it
     names another model or was never read (no ``last_s``: nothing to continue from)."""
     if item.get("model") != dev.model:
@@ -230,32 +234,47 @@ def _gap_to_count(dev: _NeuronDevice, gap_s: float) -> float:
     return gap_s
 
 
-class NeuronSensor:
-    """Cumulative joules per Neuron device: measured where the driver says, else estimated."""
+class NeuronSensor(VendorSensor[_NeuronDevice]):
+    """Cumulative joules per Neuron device: measured where the driver says, else estimated.
+
+    The vendor-neutral part (devices described, checkpoints by device, problems said once
+    until they clear) is :class:`~joulestat.devices.accelerator.VendorSensor`'s. What is
+    Neuron's own is how a device is read: there is no counter and no failing call to keep
+    a last value across, only the driver's minute average, applied to each tick until the
+    next, or the neuron-monitor estimate where the driver gives none.
+    """
 
     name = "neuron"
+    vendor = VENDOR
+    kind = "Neuron device"
+    library = "Neuron"
 
     def __init__(self, devices: list[_NeuronDevice], max_power_w: float,
-                 monitor_file: Path | None = None, wall_s: object = None) -> None:
-        import time
-
-        self._devices = devices
+                 monitor_file: Path | None = None,
+                 wall_s: Callable[[], float] | None = None) -> None:
+        estimated = monitor_file is not None
+        super().__init__(devices, log, Capabilities(power_only=True, estimate=estimated,
+                                                    per_process=estimated))
         self._max_w = max_power_w
         self._monitor_file = monitor_file
-        self._wall = wall_s if callable(wall_s) else time.time
-        self._problems = OnceLog(log)
+        self._wall = wall_s if wall_s is not None else time.time
         self._report: MonitorReport | None = None
-        self.capabilities = Capabilities(power_only=True, per_process=monitor_file is not None)
 
-    def describe(self) -> list[DeviceInfo]:
+    def _errors(self) -> tuple[type[Exception], ...]:
+        return ()  # a file that cannot be read is a power figure missing, not a failure
+
+    def _shut_down(self) -> None:
+        return None  # sysfs files are opened per read
+
+    def _checkpoint_id(self, device: _NeuronDevice) -> str:
+        return device.device
+
+    def _describe_device(self, device: _NeuronDevice) -> list[DeviceInfo]:
         # The estimate's series first: the store keeps one row per device, the last.
-        infos = []
         sources = ([SOURCE_ESTIMATE] if self._monitor_file is not None else []) + [SOURCE]
-        for dev in self._devices:
-            infos.extend(DeviceInfo(ACCELERATOR_COMPONENT, dev.device, source, model=dev.model,
-                                    uuid=str(dev.path.name), index=dev.index, vendor=VENDOR)
-                         for source in sources)
-        return infos
+        return [DeviceInfo(Component.ACCELERATOR, device.device, source, model=device.model,
+                           uuid=device.uuid, index=device.index, vendor=VENDOR)
+                for source in sources]
 
     def _refresh_monitor(self) -> None:
         if self._monitor_file is None:
@@ -263,86 +282,85 @@ class NeuronSensor:
         try:
             report = read_monitor_file(self._monitor_file, len(self._devices))
         except OSError as exc:
-            self._problems.problem("monitor", f"neuron-monitor output {self._monitor_file} "
-                                              f"unreadable: {exc}")
+            self._problems.problem("monitor", "unreadable", "neuron-monitor output %s "
+                                   "unreadable: %s", self._monitor_file, exc)
             self._report = None
             return
-        self._problems.clear("monitor", "neuron-monitor output readable again")
+        self._problems.recovered("monitor", "neuron-monitor output readable again")
         self._report = report
 
     def _driver_power_w(self, dev: _NeuronDevice) -> float | None:
         if dev.power_file is None:
             return None
+        key = f"{dev.device}/power"
         try:
             sample = parse_power_utilization(_read_text(dev.power_file))
         except OSError as exc:
-            self._problems.problem(dev.device, f"{dev.device}: power file unreadable ({exc}); "
-                                               "device gone?")
+            self._problems.problem(key, "unreadable", "%s: power file unreadable (%s); "
+                                   "device gone?", dev.device, exc)
             return None
         if sample is None or sample.status != STATUS_VALID:
             status = sample.status if sample is not None else "malformed"
-            self._problems.problem(dev.device, f"{dev.device}: driver power status {status}; "
-                                   "no measured power until it is valid")
+            self._problems.problem(key, f"status {status}", "%s: driver power status %s; "
+                                   "no measured power until it is valid", dev.device, status)
             return None
         if self._wall() - sample.unix_s > STALE_S:
-            self._problems.problem(dev.device, f"{dev.device}: driver power sample is stale")
+            self._problems.problem(key, "stale", "%s: driver power sample is stale",
+                                   dev.device)
             return None
-        self._problems.clear(dev.device, f"{dev.device}: driver power valid again")
+        self._problems.recovered(key, "%s: driver power valid again", dev.device)
         return max(sample.avg_pct, 0.0) / 100.0 * self._max_w
 
     def read(self, now_s: float) -> list[Reading]:
         self._refresh_monitor()
-        readings: list[Reading] = []
-        for dev in self._devices:
-            elapsed_s = 0.0 if dev.last_s is None else max(now_s - dev.last_s, 0.0)
-            dev.last_s = now_s
-            watts = self._driver_power_w(dev)
-            before_w, dev.last_w = dev.last_w, watts
-            if dev.resumed:
-                dev.resumed = False
-                elapsed_s = _gap_to_count(dev, elapsed_s)
-                if watts is not None and before_w is not None:
-                    watts = (before_w + watts) / 2.0  # the trapezoid across the gap
-            if watts is not None:
-                dev.measured_j += watts * elapsed_s
-            elif self._report is not None and dev.index in self._report.device_util_pct:
-                util = self._report.device_util_pct[dev.index]
-                dev.estimated_j += util / 100.0 * self._max_w * elapsed_s
-            readings.append(Reading(ACCELERATOR_COMPONENT, dev.device, dev.measured_j, SOURCE))
-            if self._monitor_file is not None:
-                readings.append(Reading(ACCELERATOR_COMPONENT, dev.device, dev.estimated_j,
-                                        SOURCE_ESTIMATE))
+        return super().read(now_s)
+
+    def _update(self, dev: _NeuronDevice, now_s: float) -> None:
+        """The driver's power (or, without one, the monitor's estimate) over the time since
+        the last read; after a restore, the gap the restart left (:func:`_gap_to_count`)."""
+        elapsed_s = 0.0 if dev.last_s is None else max(now_s - dev.last_s, 0.0)
+        dev.last_s = now_s
+        watts = self._driver_power_w(dev)
+        before_w, dev.last_w = dev.last_w, watts
+        if dev.resumed:
+            dev.resumed = False
+            elapsed_s = _gap_to_count(dev, elapsed_s)
+            if watts is not None and before_w is not None:
+                watts = (before_w + watts) / 2.0  # the trapezoid across the gap
+        if watts is not None:
+            dev.measured_j += watts * elapsed_s
+        elif self._report is not None and dev.index in self._report.device_util_pct:
+            util = self._report.device_util_pct[dev.index]
+            dev.estimated_j += util / 100.0 * self._max_w * elapsed_s
+
+    def _readings(self, device: _NeuronDevice) -> list[Reading]:
+        readings = [Reading(Component.ACCELERATOR, device.device, device.measured_j, SOURCE)]
+        if self._monitor_file is not None:
+            readings.append(Reading(Component.ACCELERATOR, device.device, device.estimated_j,
+                                    SOURCE_ESTIMATE))
         return readings
 
     def device_processes(self) -> DeviceProcesses:
         """Per device: {pid: neuroncore utilisation %}, {pids with a runtime on it}."""
         if self._report is None:
             return {}
-        return {(ACCELERATOR_COMPONENT, f"neuron{dev}"): (dict(use), set(holders))
+        return {(Component.ACCELERATOR, f"neuron{dev}"): (dict(use), set(holders))
                 for dev, (use, holders) in self._report.processes.items()}
 
-    def close(self) -> None:
-        return None
+    def _save(self, device: _NeuronDevice) -> dict[str, Any]:
+        """Totals, last read and last driver power (no file read: every tick)."""
+        item: dict[str, Any] = {"model": device.model, "measured_j": device.measured_j,
+                                "estimated_j": device.estimated_j}
+        if device.last_s is not None:
+            item["last_s"] = device.last_s
+        if device.last_w is not None:
+            item["last_w"] = device.last_w
+        return item
 
-    def checkpoint(self) -> dict:
-        """Per device: totals, last read and last driver power (no file read: every tick)."""
-        devices = {}
-        for dev in self._devices:
-            item: dict[str, object] = {"model": dev.model, "measured_j": dev.measured_j,
-                                       "estimated_j": dev.estimated_j}
-            if dev.last_s is not None:
-                item["last_s"] = dev.last_s
-            if dev.last_w is not None:
-                item["last_w"] = dev.last_w
-            devices[dev.device] = item
-        return {"devices": devices}
-
-    def restore(self, state: dict) -> None:
-        """Continue each device's totals from its checkpoint (see the module docstring for
-        what the first read makes of the gap); a device gone, of another model, never
-        read or with a damaged item is logged and starts from its baseline."""
-        restore_each(state, "devices", {d.device: d for d in self._devices},
-                     _restore_device, log, "Neuron", "device")
+    def _restore_device(self, device: _NeuronDevice, item: dict[str, Any]) -> None:
+        """Continue the device's totals (see the module docstring for what the first read
+        makes of the gap); :func:`_restore_device`."""
+        _restore_device(device, item)
 
 
 def open_neuron(sysfs_root: Path, max_power_w: float | None,

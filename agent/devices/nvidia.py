@@ -15,8 +15,11 @@ accepted), and one of two measurements:
   Integrated here with the trapezoid rule over the monotonic ``now_s`` of successive
   reads. Provenance ``nvml_power``. Its accuracy is bounded by the tick interval.
 
-A device whose call fails in one tick keeps its last cumulative value (logged once per
-device and error until it recovers); the other devices go on. After a failed tick the
+What does not depend on NVML (the reads, a failing device's last value kept and said once
+per device and error until it recovers, checkpoints by UUID) is
+:class:`~joulestat.devices.accelerator.MeteredSensor`'s; the hooks here are one NVML call
+each, as in Zeus's ``zeus/device/gpu/nvidia.py``. A device whose call fails in one tick
+keeps its last cumulative value; the other devices go on. After a failed tick the
 power path integrates straight across the gap from the last good sample, which assumes
 power moved linearly between them. ``close()`` calls ``nvmlShutdown()``.
 
@@ -52,14 +55,21 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from joulestat.core.tick import Component
 from joulestat.devices.accelerator import (
-    ACCELERATOR_COMPONENT,
-    Capabilities,
+    CounterTrack,
+    MeteredSensor,
+    PowerTrack,
+    VendorDevice,
+    text_of,
+)
+from joulestat.devices.sensor import (
+    BadState,
     DeviceProcesses,
     DeviceState,
-    DeviceStates,
+    get_float,
+    get_int,
 )
-from joulestat.devices.sensor import BadState, DeviceInfo, Reading, get_float, get_int, restore_each
 
 log = logging.getLogger(__name__)
 
@@ -119,131 +129,94 @@ _NVML_ERROR_NOT_FOUND = 6
 _NVML_DEVICE_MIG_ENABLE = 1
 ATTRIBUTION_MIG = "mig_slice_estimate"
 
-# DeviceProcesses: (component, device) -> ({pid: mean SM utilisation %}, {context pids})
-
-
-def _text(value: str | bytes) -> str:
-    """NVML strings arrive as bytes from older pynvml, str from newer."""
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    return str(value)
+MJ_PER_J = 1000.0  # nvmlDeviceGetTotalEnergyConsumption counts mJ
+MW_PER_W = 1000.0  # nvmlDeviceGetPowerUsage answers mW
 
 
 @dataclass
-class _Gpu:
-    """One device and its running state; ``energy_j`` is cumulative since open."""
+class _Gpu(VendorDevice):
+    """One GPU and its running state: its tracks count NVML's own units (mJ, mW), so a
+    checkpoint keeps exactly what NVML said."""
 
-    index: int
-    handle: Any
-    uuid: str
-    model: str
-    source: str
-    last_mj: int = 0  # energy path: counter at the previous good read
-    last_mw: float = 0.0  # power path: power at the previous good read
-    last_s: float = 0.0
-    energy_j: float = 0.0
-    failing: str = ""  # the error currently logged for this device, "" when healthy
+    prefix = "gpu"
+    last_s: float = 0.0  # monotonic time of the last good read (kept in the checkpoint)
     util_seen_us: int = 0  # newest process-utilisation sample timestamp already consumed
-    procs_failing: str = ""  # like ``failing``, for device_processes
     util_unsupported: bool = False  # process utilisation NOT_SUPPORTED: logged once
     mig: bool = False  # MIG enabled: processes weighted by their instance's slice count
-    power_limit_w: float | None = None  # enforced limit, read once at open
     state_unsupported: set[str] = field(default_factory=set)  # device_state calls refused
 
-    @property
-    def device(self) -> str:
-        return f"gpu{self.index}"
 
+class NvidiaSensor(MeteredSensor[_Gpu]):
+    """Cumulative joules per NVIDIA GPU since the sensor opened.
 
-def _restore_gpu(gpu: _Gpu, item: dict) -> None:
-    if item.get("source") != gpu.source:
-        raise BadState(f"measured via {item.get('source')!r} then, {gpu.source!r} now")
-    if get_int(item, "index") != gpu.index:
-        raise BadState(f"was gpu{item['index']}, is gpu{gpu.index} now")
-    last_mj = get_int(item, "last_mj")
-    last_mw = get_float(item, "last_mw")
-    last_s = get_float(item, "last_s")
-    energy_j = get_float(item, "energy_j")
-    gpu.last_mj, gpu.last_mw, gpu.last_s, gpu.energy_j = last_mj, last_mw, last_s, energy_j
-
-
-class NvidiaSensor:
-    """Cumulative joules per NVIDIA GPU since the sensor opened."""
+    The vendor-neutral part (reads that keep a failing GPU's last value, checkpoints by
+    UUID, the capabilities) is :class:`~joulestat.devices.accelerator.MeteredSensor`'s;
+    each hook here is one NVML call. The checkpoint keeps the ``gpus`` map and fields
+    (``last_mj``, ``last_mw``, ``last_s``) NVIDIA checkpoints have always had, so an agent
+    restarted across an upgrade continues its GPUs.
+    """
 
     name = "nvidia"
+    vendor = "NVIDIA"
+    kind = "GPU"
+    library = "NVML"
+    source_energy = SOURCE_ENERGY
+    source_power = SOURCE_POWER
+    per_process = True
+    live_state = True
+    checkpoint_key = "gpus"
 
     def __init__(self, nvml: ModuleType, gpus: list[_Gpu]) -> None:
+        super().__init__(gpus, log)
         self._nvml = nvml
         self._gpus = gpus
-        self._closed = False
-        self.capabilities = Capabilities(
-            energy_counter=any(g.source == SOURCE_ENERGY for g in gpus),
-            power_only=bool(gpus) and all(g.source == SOURCE_POWER for g in gpus),
-            per_process=True, live_state=True)
 
-    def describe(self) -> list[DeviceInfo]:
-        return [
-            DeviceInfo(component=ACCELERATOR_COMPONENT, device=g.device, source=g.source,
-                       model=g.model, uuid=g.uuid, index=g.index, vendor="NVIDIA",
-                       attribution=ATTRIBUTION_MIG if g.mig else "",
-                       power_limit_w=g.power_limit_w)
-            for g in self._gpus
-        ]
+    def _errors(self) -> tuple[type[Exception], ...]:
+        return (self._nvml.NVMLError,)
 
-    def read(self, now_s: float) -> list[Reading]:
-        for gpu in self._gpus:
-            try:
-                self._update(gpu, now_s)
-            except self._nvml.NVMLError as exc:
-                problem = f"{type(exc).__name__}: {exc}"
-                if gpu.failing != problem:
-                    log.warning("GPU %d (%s): NVML read failed: %s; keeping its last value",
-                                gpu.index, gpu.uuid, problem)
-                    gpu.failing = problem
-                continue
-            if gpu.failing:
-                log.info("GPU %d (%s): NVML reads work again", gpu.index, gpu.uuid)
-                gpu.failing = ""
-        return [Reading(ACCELERATOR_COMPONENT, g.device, g.energy_j, g.source)
-                for g in self._gpus]
+    def _read_counter(self, device: _Gpu) -> float:
+        return int(self._nvml.nvmlDeviceGetTotalEnergyConsumption(device.handle))
 
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self._nvml.nvmlShutdown()
-        except self._nvml.NVMLError as exc:
-            log.debug("nvmlShutdown failed: %s", exc)
+    def _read_power(self, device: _Gpu) -> float:
+        return float(self._nvml.nvmlDeviceGetPowerUsage(device.handle))
 
-    def checkpoint(self) -> dict:
-        """Per GPU UUID: the last good sample and the cumulative energy (no NVML call)."""
-        return {
-            "gpus": {
-                g.uuid: {"index": g.index, "source": g.source, "last_mj": g.last_mj,
-                         "last_mw": g.last_mw, "last_s": g.last_s, "energy_j": g.energy_j}
-                for g in self._gpus
-            }
-        }
+    def _update(self, device: _Gpu, now_s: float) -> None:
+        super()._update(device, now_s)
+        device.last_s = now_s
 
-    def restore(self, state: dict) -> None:
-        """Continue each GPU from its checkpoint, matched by UUID; mismatches are skipped.
+    def _shut_down(self) -> None:
+        self._nvml.nvmlShutdown()
 
-        A GPU whose index or measurement path changed is skipped: its readings are keyed
-        by ``gpu<index>`` and source, so continuing under another key would hand one
-        board's total to another series.
-        """
-        restore_each(state, "gpus", {g.uuid: g for g in self._gpus}, _restore_gpu, log,
-                     "NVML", "GPU")
+    def _read_state(self, device: _Gpu) -> DeviceState:
+        """SM clock and memory in use now, at a scrape (:func:`read_state`)."""
+        return read_state(self._nvml, device.handle, device.state_unsupported)
 
-    def device_state(self) -> DeviceStates:
-        """Per GPU: SM clock and memory in use now, at a scrape (:func:`read_state`);
-        nothing once closed, NVML being shut down."""
-        if self._closed:
-            return {}
-        return {(ACCELERATOR_COMPONENT, g.device): read_state(self._nvml, g.handle,
-                                                              g.state_unsupported)
-                for g in self._gpus}
+    def _save(self, device: _Gpu) -> dict[str, Any]:
+        """The last good sample (counter and power, 0 where that path is not used), its
+        time and the cumulative energy."""
+        return {"index": device.index, "source": device.source,
+                "last_mj": device.counter.last if device.counter.last is not None else 0,
+                "last_mw": device.power.last if device.power.last is not None else 0.0,
+                "last_s": device.last_s, "energy_j": device.energy_j}
+
+    def _restore_device(self, device: _Gpu, item: dict[str, Any]) -> None:
+        """A GPU whose index or measurement path changed is refused: its readings are
+        keyed by ``gpu<index>`` and source, so continuing under another key would hand one
+        board's total to another series."""
+        if item.get("source") != device.source:
+            raise BadState(f"measured via {item.get('source')!r} then, {device.source!r} now")
+        if get_int(item, "index") != device.index:
+            raise BadState(f"was gpu{item['index']}, is {device.device} now")
+        last_mj = get_int(item, "last_mj")
+        last_mw = get_float(item, "last_mw")
+        last_s = get_float(item, "last_s")
+        energy_j = get_float(item, "energy_j")
+        device.counter.last, device.power.last, device.power.last_s = last_mj, last_mw, last_s
+        device.last_s = last_s
+        if device.counting:
+            device.counter.energy_j = energy_j
+        else:
+            device.power.energy_j = energy_j
 
     def device_processes(self) -> DeviceProcesses:
         """Per device: {pid: mean SM utilisation % since the last call}, {context pids}.
@@ -263,16 +236,14 @@ class NvidiaSensor:
                                 self._nvml.nvmlDeviceGetGraphicsRunningProcesses(gpu.handle))
                     util = self._process_utilization(gpu)
             except self._nvml.NVMLError as exc:
-                problem = f"{type(exc).__name__}: {exc}"
-                if gpu.procs_failing != problem:
-                    log.warning("GPU %d (%s): NVML process query failed: %s; no process "
-                                "data for it", gpu.index, gpu.uuid, problem)
-                    gpu.procs_failing = problem
+                self._problems.problem(f"{gpu.device}/procs", f"{type(exc).__name__}: {exc}",
+                                       "GPU %d (%s): NVML process query failed: %s; no "
+                                       "process data for it", gpu.index, gpu.uuid, exc)
                 continue
-            if gpu.procs_failing:
-                log.info("GPU %d (%s): NVML process queries work again", gpu.index, gpu.uuid)
-                gpu.procs_failing = ""
-            result[(ACCELERATOR_COMPONENT, gpu.device)] = (util, pids)
+            self._problems.recovered(f"{gpu.device}/procs",
+                                     "GPU %d (%s): NVML process queries work again",
+                                     gpu.index, gpu.uuid)
+            result[(Component.ACCELERATOR, gpu.device)] = (util, pids)
         return result
 
     def _mig_slices(self, gpu: _Gpu) -> tuple[dict[int, float], set[int]]:
@@ -327,30 +298,13 @@ class NvidiaSensor:
         gpu.util_seen_us = newest_us
         return {pid: sums[pid] / counts[pid] for pid in sums}
 
-    def _update(self, gpu: _Gpu, now_s: float) -> None:
-        if gpu.source == SOURCE_ENERGY:
-            cur_mj = int(self._nvml.nvmlDeviceGetTotalEnergyConsumption(gpu.handle))
-            if cur_mj < gpu.last_mj:
-                # Counts from driver load: going back means the driver reloaded.
-                log.warning("GPU %d: energy counter went back from %d to %d mJ (driver "
-                            "reload?); restarting from the new value",
-                            gpu.index, gpu.last_mj, cur_mj)
-            else:
-                gpu.energy_j += (cur_mj - gpu.last_mj) / 1000.0
-            gpu.last_mj, gpu.last_s = cur_mj, now_s
-            return
-        cur_mw = float(self._nvml.nvmlDeviceGetPowerUsage(gpu.handle))
-        elapsed_s = max(now_s - gpu.last_s, 0.0)
-        gpu.energy_j += (gpu.last_mw + cur_mw) / 2.0 / 1000.0 * elapsed_s
-        gpu.last_mw, gpu.last_s = cur_mw, now_s
-
 
 def _open_device(nvml: ModuleType, index: int, now_s: float) -> _Gpu | None:
     """Identify one GPU and pick its measurement; None when it cannot be measured."""
     try:
         handle = nvml.nvmlDeviceGetHandleByIndex(index)
-        uuid = _text(nvml.nvmlDeviceGetUUID(handle))
-        model = _text(nvml.nvmlDeviceGetName(handle))
+        uuid = text_of(nvml.nvmlDeviceGetUUID(handle))
+        model = text_of(nvml.nvmlDeviceGetName(handle))
     except nvml.NVMLError as exc:
         log.warning("GPU %d: cannot identify it through NVML (%s); not measured", index, exc)
         return None
@@ -359,20 +313,24 @@ def _open_device(nvml: ModuleType, index: int, now_s: float) -> _Gpu | None:
     if mig:
         log.info("GPU %d (%s): MIG enabled; its energy is split among instances with "
                  "processes by slice count (an estimate)", index, model)
+    label = f"GPU {index}"
+    counter = CounterTrack(label, 1.0, units_per_j=MJ_PER_J)
+    power = PowerTrack(units_per_w=MW_PER_W)
+    source = SOURCE_ENERGY
     try:
-        energy_mj = int(nvml.nvmlDeviceGetTotalEnergyConsumption(handle))
-        return _Gpu(index, handle, uuid, model, SOURCE_ENERGY, last_mj=energy_mj, last_s=now_s,
-                    mig=mig, power_limit_w=limit_w)
+        counter.update(int(nvml.nvmlDeviceGetTotalEnergyConsumption(handle)))
     except nvml.NVMLError as exc:
         log.debug("GPU %d: no energy counter (%s); integrating power instead", index, exc)
-    try:
-        power_mw = float(nvml.nvmlDeviceGetPowerUsage(handle))
-    except nvml.NVMLError as exc:
-        log.warning("GPU %d (%s): neither energy nor power readable through NVML (%s); "
-                    "not measured", index, model, exc)
-        return None
-    return _Gpu(index, handle, uuid, model, SOURCE_POWER, last_mw=power_mw, last_s=now_s,
-                mig=mig, power_limit_w=limit_w)
+        source = SOURCE_POWER
+        try:
+            power.update(float(nvml.nvmlDeviceGetPowerUsage(handle)), now_s)
+        except nvml.NVMLError as exc:
+            log.warning("GPU %d (%s): neither energy nor power readable through NVML (%s); "
+                        "not measured", index, model, exc)
+            return None
+    return _Gpu(index, uuid, model, handle, source, counter, power,
+                counting=source == SOURCE_ENERGY, power_limit_w=limit_w,
+                attribution=ATTRIBUTION_MIG if mig else "", last_s=now_s, mig=mig)
 
 
 def _mig_enabled(nvml: ModuleType, handle: Any) -> bool:

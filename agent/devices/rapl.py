@@ -50,7 +50,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from joulestat.devices.sensor import BadState, DeviceInfo, Reading, get_float, get_int, restore_each
+from joulestat.core.logs import LogOnce
+from joulestat.core.tick import Component
+from joulestat.devices.sensor import (
+    BadState,
+    Capabilities,
+    DeviceInfo,
+    Reading,
+    Sensor,
+    get_float,
+    get_int,
+    restore_each,
+)
 
 log = logging.getLogger(__name__)
 
@@ -76,28 +87,6 @@ PERMISSION_HINT = (
 )
 
 
-class ProblemLog:
-    """Logs a problem once per (key, kind) until that key reads cleanly again.
-
-    A zone that stays unreadable would otherwise log every tick (once a second, forever);
-    one line when it breaks and one when it recovers is what an operator needs.
-    """
-
-    def __init__(self, logger: logging.Logger) -> None:
-        self._log = logger
-        self._active: dict[str, set[str]] = {}
-
-    def report(self, key: str, kind: str, msg: str, *args: object) -> None:
-        kinds = self._active.setdefault(key, set())
-        if kind not in kinds:
-            kinds.add(kind)
-            self._log.warning(msg, *args)
-
-    def recovered(self, key: str) -> None:
-        if self._active.pop(key, None):
-            self._log.info("%s: reading normally again", key)
-
-
 @dataclass
 class _Zone:
     """One reported RAPL zone and its running state (µJ kept as int: no float drift)."""
@@ -105,7 +94,7 @@ class _Zone:
     zone_id: str
     path: Path
     name: str
-    component: str
+    component: Component
     device: str
     index: int | None
     max_range_uj: int | None
@@ -156,20 +145,21 @@ def _discover(powercap: Path) -> dict[str, Path]:
     return found
 
 
-def _map_zone(zone_id: str, name: str, names: dict[str, str]) -> tuple[str, str, int | None] | None:
+def _map_zone(zone_id: str, name: str, names: dict[str, str]
+              ) -> tuple[Component, str, int | None] | None:
     """(component, device, index) for a zone, or None when it must not be reported."""
     numbers = _natural_key(zone_id)
     package = _PACKAGE_RE.match(name)
     if package:
-        return "cpu", name, int(package.group(1))
+        return Component.CPU, name, int(package.group(1))
     if name == "dram":
         parent_name = names.get(zone_id.rsplit(":", 1)[0], "") if len(numbers) > 1 else ""
         parent_pkg = _PACKAGE_RE.match(parent_name)
         if parent_pkg:
-            return "dram", parent_name, int(parent_pkg.group(1))
-        return "dram", f"dram-{numbers[-1]}", numbers[-1]
+            return Component.DRAM, parent_name, int(parent_pkg.group(1))
+        return Component.DRAM, f"dram-{numbers[-1]}", numbers[-1]
     if name == "psys":
-        return "platform", "psys", None
+        return Component.PLATFORM, "psys", None
     if name not in _SKIPPED_NAMES:
         log.debug("RAPL zone %s has unknown name %r; not reported", zone_id, name)
     return None
@@ -186,18 +176,25 @@ def _restore_zone(zone: _Zone, item: dict) -> None:
         zone.prev_uj, zone.prev_s = prev_uj, prev_s
 
 
-class RaplSensor:
-    """Cumulative joules per reported RAPL zone since the sensor opened."""
+class RaplSensor(Sensor):
+    """Cumulative joules per reported RAPL zone since the sensor opened.
+
+    A zone that stays unreadable or malformed is said once per kind of problem until it
+    reads cleanly again (:class:`~joulestat.core.logs.LogOnce`): it would otherwise log
+    every tick, once a second, forever.
+    """
 
     name = "rapl"
+    capabilities = Capabilities(energy_counter=True)
 
     def __init__(
         self, zones: list[_Zone], now_s: float, max_power_w: float = MAX_ZONE_POWER_W
     ) -> None:
         self._zones = zones
         self._max_power_w = max_power_w
-        self._problems = ProblemLog(log)
-        self._long_gap: set[str] = set()  # zone ids whose last read came after a long gap
+        self._problems = LogOnce(log)
+        # Zone ids whose last read came after a long gap: said once per stretch of them.
+        self._long_gaps = LogOnce(log)
         for zone in zones:
             zone.prev_s = now_s
 
@@ -247,13 +244,13 @@ class RaplSensor:
         try:
             cur_uj = _read_uj(zone.path / "energy_uj")
         except OSError as exc:
-            self._problems.report(key, "unreadable", "%s: cannot read energy_uj: %s", key, exc)
+            self._problems.problem(key, "unreadable", "%s: cannot read energy_uj: %s", key, exc)
             return False
         except ValueError as exc:
-            self._problems.report(key, "malformed", "%s: malformed energy_uj: %s", key, exc)
+            self._problems.problem(key, "malformed", "%s: malformed energy_uj: %s", key, exc)
             return False
         if zone.max_range_uj is not None and cur_uj > zone.max_range_uj:
-            self._problems.report(
+            self._problems.problem(
                 key, "malformed", "%s: energy_uj %d above max_energy_range_uj %d",
                 key, cur_uj, zone.max_range_uj,
             )
@@ -261,11 +258,11 @@ class RaplSensor:
         prev_uj, prev_s = zone.prev_uj, zone.prev_s
         zone.prev_uj, zone.prev_s = cur_uj, now_s
         if prev_uj is None:  # first good value: baseline only
-            self._problems.recovered(key)
+            self._problems.recovered(key, "%s: reading normally again", key)
             return True
         delta_uj = wrap_delta_uj(prev_uj, cur_uj, zone.max_range_uj)
         if delta_uj is None:
-            self._problems.report(
+            self._problems.problem(
                 key, "backwards", "%s: counter went back from %d to %d µJ with no known "
                 "range; restarting from the new value", key, prev_uj, cur_uj,
             )
@@ -275,22 +272,21 @@ class RaplSensor:
         if (elapsed_s > LONG_GAP_S and zone.max_range_uj is not None
                 and ceiling_uj >= zone.max_range_uj):
             # Once per stretch of such reads: a tiny range would otherwise warn every tick.
-            if zone.zone_id not in self._long_gap:
-                self._long_gap.add(zone.zone_id)
-                log.warning("%s: %.1f s since the last read, long enough for whole counter "
-                            "wraps (%.0f J each) to pass unseen; energy over it is a lower "
-                            "bound", key, elapsed_s, zone.max_range_uj / 1e6)
+            self._long_gaps.problem(
+                zone.zone_id, "long gap", "%s: %.1f s since the last read, long enough for "
+                "whole counter wraps (%.0f J each) to pass unseen; energy over it is a lower "
+                "bound", key, elapsed_s, zone.max_range_uj / 1e6)
         else:
-            self._long_gap.discard(zone.zone_id)
+            self._long_gaps.recovered(zone.zone_id)
         if delta_uj > ceiling_uj:
-            self._problems.report(
+            self._problems.problem(
                 key, "implausible", "%s: dropped a jump of %.1f J in %.3f s (over %.0f W%s); "
                 "not counted", key, delta_uj / 1e6, elapsed_s, self._max_power_w,
                 ", counter went backwards" if cur_uj < prev_uj else "",
             )
             return True
         zone.total_uj += delta_uj
-        self._problems.recovered(key)
+        self._problems.recovered(key, "%s: reading normally again", key)
         return True
 
 
@@ -368,7 +364,7 @@ def _baseline(
                         zone.zone_id, exc)
         kept.append(zone)
     if denied:
-        has_cpu = any(z.component == "cpu" for z in kept)
+        has_cpu = any(z.component == Component.CPU for z in kept)
         outcome = (
             f"skipping {', '.join(denied)}" if has_cpu
             else "falling back to the estimator for CPU energy"

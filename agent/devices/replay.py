@@ -13,7 +13,7 @@ File format: CSV, header exactly ``t_s,component,device,watts``, one row per cha
 * Before a key's first row its power is 0 W. After its last row it holds its last watts
   for as long as the replay runs (a trace ending in ``0`` stops it cleanly).
 * Rows must not go back in time (equal times are allowed; for one key the later row
-  wins). Blank lines are ignored. ``component`` must be one of base.COMPONENTS, or a
+  wins). Blank lines are ignored. ``component`` must be one of the ``Component`` names, or a
   name it had before (``gpu``, now ``accelerator``), so traces recorded then still replay.
 
 Restart: ``checkpoint`` keeps the time origin (and the energies last reported, with their
@@ -33,11 +33,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from joulestat.core.tick import Component
 from joulestat.devices.sensor import (
-    COMPONENTS,
     BadState,
+    Capabilities,
     DeviceInfo,
     Reading,
+    Sensor,
+    SeriesKey,
     current_component,
     get_float,
 )
@@ -50,7 +53,7 @@ HEADER = ("t_s", "component", "device", "watts")
 # where joules over a long trace could overflow a float and poison the counters.
 MAX_TRACE_W = 100_000.0
 
-Key = tuple[str, str]
+Key = tuple[Component, str]
 
 
 class TraceError(ValueError):
@@ -111,15 +114,16 @@ def load_trace(path: Path | str) -> Trace:
         if len(fields) != len(HEADER):
             raise TraceError(f"{where}: expected {len(HEADER)} fields, got {len(fields)}")
         t_text, named, device, watts_text = (f.strip() for f in fields)
-        component = current_component(named)
         t_s = _number(t_text, "t_s", where)
         watts_w = _number(watts_text, "watts", where)
         if not 0 <= watts_w <= MAX_TRACE_W:
             raise TraceError(f"{where}: watts must be between 0 and {MAX_TRACE_W:g} (one "
                              f"device), got {watts_text!r}")
-        if component not in COMPONENTS:
+        try:
+            component = Component(current_component(named))
+        except ValueError:
             raise TraceError(f"{where}: unknown component {named!r}; "
-                             f"expected one of {', '.join(COMPONENTS)}")
+                             f"expected one of {', '.join(Component)}") from None
         if not device:
             raise TraceError(f"{where}: device must not be empty")
         if t_s < prev_t_s:
@@ -159,10 +163,12 @@ def trace_energy_j(trace: Trace, t_from_s: float, t_to_s: float) -> dict[Key, fl
     return energy
 
 
-class ReplaySensor:
+class ReplaySensor(Sensor):
     """Replays a trace in real (monotonic) time; cumulative joules since it opened."""
 
     name = "replay"
+    # Recorded power, integrated exactly; the trace knows its idle (its lowest level).
+    capabilities = Capabilities(power_only=True, known_idle=True)
 
     def __init__(self, trace: Trace, opened_s: float | None = None) -> None:
         self.trace = trace
@@ -186,7 +192,7 @@ class ReplaySensor:
     def describe(self) -> list[DeviceInfo]:
         return [DeviceInfo(component=c, device=d, source=SOURCE) for c, d in self.trace.series]
 
-    def idle_power_by_key(self) -> dict[Key, float]:
+    def known_idle_w(self) -> dict[SeriesKey, float]:
         """A trace's idle power is its lowest level: the trace knows its whole future."""
         return {key: min(s.watts_w) for key, s in self.trace.series.items()}
 

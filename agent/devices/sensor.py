@@ -7,6 +7,13 @@ counter-based sources (RAPL, NVML energy) and power-based sources (NVML power,
 estimators, replayed traces) look the same downstream: a power source integrates
 internally over the ``now_s`` timestamps it is handed.
 
+Whatever else a sensor can say (which processes use a device, a device's clock and memory
+now, idle power it knows without learning it) and how it knows its energy (a counter,
+power samples, a model) it declares in its :class:`Capabilities`. Every sensor has every
+method of :class:`Sensor` and answers ``{}`` where it cannot, so the factory and everything
+after it ask the capabilities instead of probing a sensor for methods (as Zeus's device
+layer does).
+
 A checkpoint comes back from a database row written by another process, possibly by an
 older or newer agent, possibly damaged. ``restore`` must never crash on it, and must not
 accept a value of the wrong kind either (a string where µJ belong would poison every
@@ -23,19 +30,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from joulestat.core.tick import Component
+
 # -- The one small interface every power source implements -----------------------------
 
-# Every accelerator, whatever its vendor (NVIDIA, AMD, Gaudi, Neuron), is this one
-# component: the store, reports, metrics and dashboard key on it. Its device names
-# (gpu0, amdgpu0, neuron0) say which hardware it is.
-ACCELERATOR_COMPONENT = "accelerator"
-# Components a sensor may report. ``platform`` (RAPL psys) overlaps cpu+dram and is
-# reported for reference only: nothing downstream sums it with the others.
-COMPONENTS = ("cpu", "dram", ACCELERATOR_COMPONENT, "net", "platform", "other")
 # Names components had before (issue 14: "gpu" was every accelerator until schema 2 of
 # reports and migration 0006 of the store). What joulestat wrote then, and still reads
 # (crash checkpoints, replay traces, schema-1 reports), is mapped through this.
-RENAMED_COMPONENTS = {"gpu": ACCELERATOR_COMPONENT}
+RENAMED_COMPONENTS: dict[str, Component] = {"gpu": Component.ACCELERATOR}
 
 
 def current_component(name: str) -> str:
@@ -51,7 +53,7 @@ def current_component(name: str) -> str:
 class Reading:
     """Cumulative energy of one (component, device) since the sensor opened."""
 
-    component: str
+    component: Component
     device: str
     energy_j: float
     # provenance: rapl, nvml_energy, nvml_power, amdsmi, amdsmi_power, hlml, hlml_power,
@@ -63,6 +65,7 @@ class Reading:
 class DeviceInfo:
     """What a sensor knows about one device it reports, recorded once per agent start."""
 
+    # A Component from a sensor; the plain string it equals when read back from the store.
     component: str
     device: str
     source: str
@@ -82,6 +85,58 @@ class SensorError(RuntimeError):
     """A sensor could not produce a reading this tick; the agent logs it and goes on."""
 
 
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a sensor can say besides its energy, and how it knows its energy, declared once
+    so the factory and everything after it ask instead of probing for methods.
+
+    How the energy is known (a sensor over several devices may mix the first two, and
+    Neuron reports a measured and an estimated series for each device):
+
+    * ``energy_counter``: a hardware energy counter, exact between reads (RAPL, NVML on
+      Volta and newer, amdsmi's accumulator, HLML);
+    * ``power_only``: power samples integrated here, bounded by the interval (NVML before
+      Volta, a distrusted AMD counter, Neuron's driver figure, a replayed trace);
+    * ``estimate``: a model's figure, not a measurement (provenance ``model:...``).
+
+    What else it answers (each method returns ``{}`` on a sensor without the capability):
+
+    * ``per_process``: :meth:`Sensor.device_processes`, per-process device use for
+      attribution;
+    * ``live_state``: :meth:`Sensor.device_state`, clock and memory in use now, for the
+      node's gauges at a scrape;
+    * ``known_idle``: :meth:`Sensor.known_idle_w`, idle power known by construction (an
+      estimator's model at 0 % load, a trace's lowest level); measured sources learn
+      theirs instead (:mod:`joulestat.attribution.idle`).
+    """
+
+    energy_counter: bool = False
+    power_only: bool = False
+    estimate: bool = False
+    per_process: bool = False
+    live_state: bool = False
+    known_idle: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceState:
+    """What an accelerator is doing now, for the node's gauges: its compute clock (NVIDIA's
+    SM clock, AMD's GFX clock) in Hz and its memory in use in bytes; None where the vendor
+    API does not say. Read when Prometheus scrapes (``device_state``), never per tick:
+    a tick must stay cheap, and a clock read every second adds nothing to the energy."""
+
+    clock_hz: float | None = None
+    memory_used_bytes: float | None = None
+
+
+# (component, device): the key of one series' device
+SeriesKey = tuple[str, str]
+# (component, device) -> ({pid: utilisation or busy time}, {pids holding the device})
+DeviceProcesses = dict[SeriesKey, tuple[dict[int, float], set[int]]]
+# (component, device) -> its state now
+DeviceStates = dict[SeriesKey, DeviceState]
+
+
 class Sensor(Protocol):
     """A pure reader of one power source.
 
@@ -97,9 +152,16 @@ class Sensor(Protocol):
     next ``read`` report the checkpoint's cumulative energy plus what the hardware says
     was used since. Items that no longer match (a device gone, a malformed value) are
     skipped with a warning: ``restore`` never raises for bad state.
+
+    ``capabilities`` says which of the optional answers (``device_processes``,
+    ``device_state``, ``known_idle_w``) mean something; every sensor has all three, and
+    without the capability each answers ``{}``. The bodies here are those empty answers:
+    a sensor class names ``Sensor`` as its base and overrides what it can do.
     """
 
     name: str
+    # None of the optional answers; a sensor's class or instance sets its own.
+    capabilities: Capabilities = Capabilities()
 
     def describe(self) -> list[DeviceInfo]: ...
 
@@ -110,6 +172,19 @@ class Sensor(Protocol):
     def checkpoint(self) -> dict: ...
 
     def restore(self, state: dict) -> None: ...
+
+    def device_processes(self) -> DeviceProcesses:
+        """Per device: who uses it and how much, since the last call (``per_process``)."""
+        return {}
+
+    def device_state(self) -> DeviceStates:
+        """Per device: its clock and memory in use now, at a scrape (``live_state``)."""
+        return {}
+
+    def known_idle_w(self) -> dict[SeriesKey, float]:
+        """Per (component, device): idle power in W known without learning it
+        (``known_idle``)."""
+        return {}
 
 
 # -- Checked access to a sensor checkpoint read back from storage ----------------------

@@ -14,9 +14,11 @@ from collections.abc import Mapping
 from html import escape
 from typing import Any
 
+from joulestat.core.tick import Component
 from joulestat.reports.series import component_sort_key
 
-COLORS = {"cpu": "#1f77b4", "dram": "#2ca02c", "accelerator": "#d62728", "net": "#9467bd"}
+COLORS = {Component.CPU: "#1f77b4", Component.DRAM: "#2ca02c", Component.ACCELERATOR: "#d62728",
+          Component.NET: "#9467bd"}
 OTHER_COLORS = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 # (seconds per unit, label) for the time axis, chosen by the job's length
 TIME_UNITS = ((3600.0 * 48, 86400.0, "days"), (3600.0 * 2, 3600.0, "hours"),

@@ -51,16 +51,16 @@ from joulestat.attribution.validation import JOB_ID_RE, JobError, validate_label
 from joulestat.carbon.codecarbon_data import default_grid_data
 from joulestat.carbon.intensity import CANADA_PROVINCES
 from joulestat.carbon.units import J_PER_KWH
-from joulestat.devices.sensor import ACCELERATOR_COMPONENT
+from joulestat.core.tick import Component
 from joulestat.store.import_writer import ImportedJob, ImportedNode
 
 SOURCE = "import:codecarbon"
 REQUIRED = ("timestamp", "duration", "cpu_energy", "gpu_energy", "ram_energy")
-COMPONENTS = (("cpu_energy", "cpu"), ("gpu_energy", ACCELERATOR_COMPONENT),
-              ("ram_energy", "dram"))
+COMPONENTS = (("cpu_energy", Component.CPU), ("gpu_energy", Component.ACCELERATOR),
+              ("ram_energy", Component.DRAM))
 # What CodeCarbon measured each component with, where its CSV says so (module doc).
-SOURCES = {"cpu": SOURCE, ACCELERATOR_COMPONENT: f"{SOURCE}/nvml_energy",
-           "dram": f"{SOURCE}/model:codecarbon-ram"}
+SOURCES = {Component.CPU: SOURCE, Component.ACCELERATOR: f"{SOURCE}/nvml_energy",
+           Component.DRAM: f"{SOURCE}/model:codecarbon-ram"}
 LABEL_COLUMNS = ("project_name", "experiment_id", "codecarbon_version", "cpu_model",
                  "gpu_model", "tracking_mode")
 # CodeCarbon's own result, kept verbatim as labels (CSV column -> label key)

@@ -36,9 +36,12 @@ import io
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from joulestat.core.tick import Component
+
 Report = Mapping[str, Any]
 
-ENERGY_COMPONENTS = ("cpu", "dram", "accelerator", "net", "other", "total")
+ENERGY_COMPONENTS = (Component.CPU, Component.DRAM, Component.ACCELERATOR, Component.NET,
+                     Component.OTHER, "total")
 
 
 def _number(value: Any) -> str:

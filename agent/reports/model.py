@@ -33,6 +33,7 @@ from joulestat.carbon.footprint import (
 from joulestat.carbon.pricing import placements
 from joulestat.carbon.units import j_to_kwh
 from joulestat.core.redact import redact_labels
+from joulestat.core.tick import Component
 from joulestat.core.version import __version__
 from joulestat.reports import narrative
 from joulestat.reports.external import external_figures
@@ -67,7 +68,7 @@ def component_totals(dynamic_j: Mapping[str, float], idle_j: Mapping[str, float]
         for component, joules in part.items():
             merged[component] = merged.get(component, 0.0) + float(joules)
     totals = {c: merged.get(c, 0.0) for c in COMPONENT_ORDER}
-    totals["other"] = sum((j for c, j in merged.items() if c not in COMPONENT_ORDER), 0.0)
+    totals[Component.OTHER] = sum((j for c, j in merged.items() if c not in COMPONENT_ORDER), 0.0)
     totals["total"] = sum(merged.values(), 0.0)
     return totals
 

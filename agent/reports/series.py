@@ -23,9 +23,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from joulestat.core.tick import Component
+
 MAX_POINTS = 120
 MIN_BIN_S = 1.0
-COMPONENT_ORDER = ("cpu", "dram", "accelerator", "net")
+COMPONENT_ORDER = (Component.CPU, Component.DRAM, Component.ACCELERATOR, Component.NET)
 # (node, t_start_s, t_end_s, component, dynamic_j, idle_j)
 EnergyRow = tuple[str, float, float, str, float, float]
 # (node, t_end_s, unit, count)

@@ -17,6 +17,7 @@ from typing import Any
 
 from joulestat.carbon.units import J_PER_KWH
 from joulestat.core import units as fmt
+from joulestat.core.tick import Component
 from joulestat.reports.external import shown_labels
 from joulestat.reports.series import COMPONENT_ORDER, component_sort_key
 from joulestat.reports.sources import WHY, sources_class
@@ -140,7 +141,7 @@ def _measured(report: Report) -> str:
 
 
 def energy_by_component(report: Report) -> Table:
-    components = [c for c in (*COMPONENT_ORDER, "other")
+    components = [c for c in (*COMPONENT_ORDER, Component.OTHER)
                   if report["energy_j"][c] or report["sources"].get(c)]
 
     def sources(component: str) -> str:

@@ -28,10 +28,10 @@ from joulestat.core.errors import ConfigError
 from joulestat.core.version import __version__
 from joulestat.devices.factory import (
     build_sensors,
+    cpu_estimator_of,
     device_processes_of,
     device_state_of,
-    estimator_idle_w,
-    find_sensor,
+    known_idle_w_of,
 )
 from joulestat.host.identity import NodeSettings, detect_cloud, detect_node_info
 from joulestat.runtime.pipeline import Pipeline, read_boot_id
@@ -120,7 +120,7 @@ def build_pipeline(settings: PipelineSettings, registry: JobRegistry, *,
         node.node, node.instance_type, node.region or "unknown", node.cpu_model,
         ", ".join(f"{d.component}/{d.device}={d.source}" for d in devices),
     )
-    cpu_model = find_sensor(sensors, "model-cpu")
+    cpu_model = cpu_estimator_of(sensors)
     kinds = settings.attribution.discover
     scan_cache = ScanCache()  # a scan reads only processes new since the last one
     # names pods namespace/pod (None: pod-<uid8>)
@@ -128,7 +128,7 @@ def build_pipeline(settings: PipelineSettings, registry: JobRegistry, *,
     accounting = JobAccounting(
         registry,
         procfs_root,
-        IdleBaselines(estimator_idle_w(sensors)),
+        IdleBaselines(known_idle_w_of(sensors)),
         settings.attribution.idle_policy,
         device_processes=device_processes_of(sensors),
         discover=(lambda: sync_registry(registry, procfs_root, kinds, cache=scan_cache,

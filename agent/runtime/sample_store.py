@@ -27,18 +27,19 @@ from sqlalchemy.engine import Engine
 
 from joulestat.attribution.registry import Job
 from joulestat.attribution.shares import DeviceUse, TickUsage, attribute
-from joulestat.core.tick import Tick, TickEntry
-from joulestat.devices.sensor import ACCELERATOR_COMPONENT as ACCELERATOR
+from joulestat.core.tick import Component, Tick, TickEntry
 from joulestat.devices.sensor import DeviceInfo
 from joulestat.host.identity import NodeInfo
 from joulestat.store.writer import StoreWriter
+
+CPU, DRAM, ACCELERATOR = Component.CPU, Component.DRAM, Component.ACCELERATOR
 
 
 @dataclass(frozen=True, slots=True)
 class Part:
     """A component of a simulated instance: ``devices`` alike, each idle..max watts."""
 
-    component: str
+    component: Component
     devices: int
     source: str
     idle_w: float
@@ -60,19 +61,19 @@ class Profile:
 
 PROFILES = {
     "g5.xlarge": Profile("g5.xlarge", "us-east-1", "AMD EPYC 7R32", 4, (
-        Part("cpu", 1, "rapl", 22, 85), Part("dram", 1, "rapl", 3, 9),
+        Part(CPU, 1, "rapl", 22, 85), Part(DRAM, 1, "rapl", 3, 9),
         Part(ACCELERATOR, 1, "nvml_energy", 58, 300)), requests_per_s=190, half_concurrency=6),
     "inf2.xlarge": Profile("inf2.xlarge", "us-east-1", "AMD EPYC 7R13", 4, (
-        Part("cpu", 1, "model:ccf-vcpu", 3, 14), Part("dram", 1, "model:dram-gib", 6, 6),
+        Part(CPU, 1, "model:ccf-vcpu", 3, 14), Part(DRAM, 1, "model:dram-gib", 6, 6),
         Part(ACCELERATOR, 1, "neuron", 32, 120)), requests_per_s=150, half_concurrency=8),
     "c6i.2xlarge": Profile("c6i.2xlarge", "eu-west-1", "Intel Xeon Platinum 8375C", 8, (
-        Part("cpu", 1, "model:tdp-curve", 18, 105), Part("dram", 1, "model:dram-gib", 6, 6)),
+        Part(CPU, 1, "model:tdp-curve", 18, 105), Part(DRAM, 1, "model:dram-gib", 6, 6)),
         requests_per_s=24, half_concurrency=3),
     "p4d.24xlarge": Profile("p4d.24xlarge", "us-west-2", "Intel Xeon Platinum 8275CL", 96, (
-        Part("cpu", 2, "rapl", 55, 240), Part("dram", 2, "rapl", 10, 30),
+        Part(CPU, 2, "rapl", 55, 240), Part(DRAM, 2, "rapl", 10, 30),
         Part(ACCELERATOR, 8, "nvml_energy", 52, 400))),
     "c5.4xlarge": Profile("c5.4xlarge", "us-west-2", "Intel Xeon Platinum 8124M", 16, (
-        Part("cpu", 1, "rapl", 28, 150), Part("dram", 1, "rapl", 5, 14))),
+        Part(CPU, 1, "rapl", 28, 150), Part(DRAM, 1, "rapl", 5, 14))),
 }
 NODES = {"gpu-a10g-1": "g5.xlarge", "inf2-1": "inf2.xlarge", "cpu-c6i-1": "c6i.2xlarge",
          "trainer-p4d-1": "p4d.24xlarge", "loader-c5-1": "c5.4xlarge"}
@@ -100,7 +101,7 @@ def _inference(profile: Profile, concurrency: int) -> Work:
     busy = concurrency / (concurrency + profile.half_concurrency)
     accel = 0.08 + 0.9 * busy
     cpu = 0.1 + (0.85 if profile.instance_type.startswith("c6i") else 0.35) * busy
-    return Work({"cpu": cpu, "dram": 0.3 + 0.5 * busy, ACCELERATOR: accel},
+    return Work({CPU: cpu, DRAM: 0.3 + 0.5 * busy, ACCELERATOR: accel},
                 "request", profile.requests_per_s * busy)
 
 
@@ -116,19 +117,19 @@ def _lanes() -> list[tuple[tuple[str, ...], list[tuple[str, dict]]]]:
     return [
         (("gpu-a10g-1",), serving("gpu-a10g-1", g5) + [
             ("training", {"name": "resnet50-finetune", "labels": {"model": "resnet50"},
-                          "work": {"gpu-a10g-1": Work({"cpu": 0.4, "dram": 0.6, ACCELERATOR: 0.93},
+                          "work": {"gpu-a10g-1": Work({CPU: 0.4, DRAM: 0.6, ACCELERATOR: 0.93},
                                                       "sample", 910)}}),
             ("training", {"name": "resnet50-jpeg-decode", "labels": {"model": "resnet50"},
-                          "work": {"gpu-a10g-1": Work({"cpu": 0.98, "dram": 0.7, ACCELERATOR: 0.1},
+                          "work": {"gpu-a10g-1": Work({CPU: 0.98, DRAM: 0.7, ACCELERATOR: 0.1},
                                                       "sample", 150)}})]),
         (("inf2-1",), serving("inf2-1", inf2)),
         (("cpu-c6i-1",), serving("cpu-c6i-1", c6i)),
         (("trainer-p4d-1", "loader-c5-1"), [
             ("training", {"name": "llama-7b-finetune", "labels": {"model": "llama-7b"},
                           "work": {
-                              "trainer-p4d-1": Work({"cpu": 0.4, "dram": 0.5, ACCELERATOR: 0.9},
+                              "trainer-p4d-1": Work({CPU: 0.4, DRAM: 0.5, ACCELERATOR: 0.9},
                                                     "sample", 2400),
-                              "loader-c5-1": Work({"cpu": 0.85, "dram": 0.6})}})]),
+                              "loader-c5-1": Work({CPU: 0.85, DRAM: 0.6})}})]),
     ]
 
 
@@ -205,7 +206,7 @@ def simulate_node(engine: Engine, node: str, planned: list[Planned], start_s: fl
                 entries.append(TickEntry(part.component, str(i), part.source,
                                          max(watts, 0.0) * tick_s))
         tick = Tick(t0, t1, tuple(entries))
-        busy_cpu_s = max(load.get("cpu", 0.02), 0.02) * profile.vcpus * tick_s
+        busy_cpu_s = max(load.get(CPU, 0.02), 0.02) * profile.vcpus * tick_s
         usage = TickUsage(
             node_busy_cpu_s=busy_cpu_s,
             job_cpu_s={p.job.id: 0.9 * busy_cpu_s / len(active) for p in active},

@@ -59,7 +59,7 @@ from sqlalchemy import ColumnElement, Select, and_, case, func, or_, select, uni
 from sqlalchemy.engine import Connection, Engine
 
 from joulestat.carbon.held import Held
-from joulestat.devices.sensor import ACCELERATOR_COMPONENT
+from joulestat.core.tick import Component
 from joulestat.store.model_split import ordinary_units
 from joulestat.store.schema import (
     JOB_ENERGY,
@@ -147,7 +147,7 @@ def part_energy_j(connection: Connection, job_ids: Select[Any]
     def sums(rows: Any) -> list[Any]:
         energy = rows.dynamic_j + rows.idle_j
         return [func.sum(energy),
-                func.sum(case((rows.component == ACCELERATOR_COMPONENT, energy), else_=0.0))]
+                func.sum(case((rows.component == Component.ACCELERATOR, energy), else_=0.0))]
 
     query = union_all(
         _recent_rows(JOB_ENERGY, [], sums(raw), job_ids, None),

@@ -17,7 +17,8 @@ from typing import Any
 from sqlalchemy import and_, func, literal_column, select
 from sqlalchemy.engine import Engine
 
-from joulestat.devices.sensor import ACCELERATOR_COMPONENT, DeviceInfo
+from joulestat.core.tick import Component
+from joulestat.devices.sensor import DeviceInfo
 from joulestat.store.schema import (
     JOB_ENERGY,
     JOB_MINUTE_ENERGY,
@@ -93,7 +94,7 @@ def node_accelerators(engine: Engine, nodes: Iterable[str]) -> dict[str, dict[st
         return found
     query = (select(NodeDevice.node, NodeDevice.model, func.count())
              .where(NodeDevice.node.in_(wanted),
-                    NodeDevice.component == ACCELERATOR_COMPONENT, NodeDevice.model != "")
+                    NodeDevice.component == Component.ACCELERATOR, NodeDevice.model != "")
              .group_by(NodeDevice.node, NodeDevice.model)
              .order_by(NodeDevice.node, NodeDevice.model))
     with engine.connect() as connection:

@@ -24,6 +24,7 @@ from typing import Any
 from sqlalchemy import and_, case, exists, func, literal_column, or_, select
 from sqlalchemy.engine import Engine
 
+from joulestat.core.tick import Component
 from joulestat.store.nodes import node_window_sums
 from joulestat.store.schema import (
     JOB_ENERGY,
@@ -171,10 +172,10 @@ def untracked_cpu_j(engine: Engine, node: str, since_s: float, until_s: float
     since_ms, until_ms = ms(since_s), ms(until_s)
     raw, rolled = JOB_ENERGY.c, JOB_MINUTE_ENERGY.c
     raw_query = _untracked_sums(raw, raw.job_id).where(
-        raw.node == node, raw.component == "cpu",
+        raw.node == node, raw.component == Component.CPU,
         *ends_within(raw.t_end_ms, since_ms, until_ms))
     rolled_query = _untracked_sums(rolled, rolled.job_id).where(
-        rolled.node == node, rolled.component == "cpu",
+        rolled.node == node, rolled.component == Component.CPU,
         *minute_ends_within(rolled.minute_start_s, since_ms, until_ms))
     untracked_j = total_j = 0.0
     rows = 0

@@ -12,9 +12,9 @@ import pytest
 
 from joulestat.attribution.idle import IdleBaselines
 from joulestat.attribution.sampler import Sampler
-from joulestat.core.tick import Tick, TickEntry
+from joulestat.core.tick import Component, Tick, TickEntry
 from joulestat.devices.replay import ReplaySensor, load_trace, trace_energy_j
-from joulestat.devices.sensor import ACCELERATOR_COMPONENT, COMPONENTS, current_component
+from joulestat.devices.sensor import current_component
 from joulestat.store.durability import Spool
 from joulestat.store.engine import make_engine
 from joulestat.store.rows import SHARE, TICK, UNIT
@@ -22,6 +22,7 @@ from tests.helpers.checkpoint import TRACE, warned
 from tests.helpers.rename_store import check_both_names_merge, check_rename_keeps_figures
 
 OLD_TRACE = TRACE.replace(",accelerator,", ",gpu,")
+ACCELERATOR_COMPONENT, COMPONENTS = Component.ACCELERATOR, tuple(Component)
 
 
 def test_the_old_name_maps_to_the_new_and_nothing_else_changes() -> None:

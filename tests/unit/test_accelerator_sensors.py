@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from joulestat.devices.accelerator import Capabilities, CounterTrack, EmptySensor
+from joulestat.devices.accelerator import CounterTrack, EmptySensor
 from joulestat.devices.amd import AmdSensor, open_amd
 from joulestat.devices.gaudi import GaudiSensor, open_gaudi
 from joulestat.devices.neuron import (
@@ -17,6 +17,7 @@ from joulestat.devices.neuron import (
     parse_monitor_report,
     parse_power_utilization,
 )
+from joulestat.devices.sensor import Capabilities
 from tests.fakes.amdsmi import FakeAmdGpu, FakeAmdsmi
 from tests.fakes.hlml import FakeHlml, FakeHpu
 from tests.fakes.neuron import FakeNeuron, monitor_report, write_monitor

@@ -23,7 +23,7 @@ from sqlalchemy.engine import Engine
 from joulestat.carbon.catalog import accelerators_of
 from joulestat.carbon.footprint import CarbonSettings, energy_points
 from joulestat.carbon.pricing import JobPrice, Pricer
-from joulestat.devices.sensor import ACCELERATOR_COMPONENT
+from joulestat.core.tick import Component
 from joulestat.reports.compare.table import CompareError, JobFigures
 from joulestat.store.jobs import (
     JobDetail,
@@ -113,7 +113,7 @@ def accelerator_j_of(job: JobTotals | JobDetail) -> float:
     """The job's energy on accelerators: a job list's sum, or a detail's split."""
     if isinstance(job, JobTotals):
         return job.accelerator_j
-    return job.energy_j(ACCELERATOR_COMPONENT)
+    return job.energy_j(Component.ACCELERATOR)
 
 
 def job_figures(job: JobTotals | JobDetail, price: JobPrice, now_s: float,
