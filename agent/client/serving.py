@@ -15,7 +15,6 @@ for the model, as ``job.count(unit, n, model=...)`` does.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,40 +22,66 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from joulestat.attribution.model_units import BUSY, model_key
-from joulestat.attribution.validation import count_keys
+from joulestat.attribution.validation import JobError, count_keys
+from joulestat.client.notice import bad_argument, shown, warn_once
 
 if TYPE_CHECKING:  # joulestat.client.tracking imports this module
     from joulestat.client.tracking import TrackedJob
 
-log = logging.getLogger("joulestat.client.tracking")
-
 
 @dataclass(frozen=True, slots=True)
 class Serving:
-    """The handle a ``serving()`` block gets: counts work for its model."""
+    """The handle a ``serving()`` block gets: counts work for its model. ``job`` is None
+    when the block records nothing (no job, or a bad model or unit, said once)."""
 
-    job: TrackedJob
+    job: TrackedJob | None
     model: str
     unit: str = "inference"
 
     def count(self, n: float = 1) -> None:
         """``n`` units of work done by this block's model."""
-        self.job.count(self.unit, n, model=self.model)
+        if self.job is not None:
+            self.job.count(self.unit, n, model=self.model)
 
 
 @contextmanager
-def serving_block(job: TrackedJob, model: str, unit: str = "inference") -> Iterator[Serving]:
-    """The block's wall time added to ``model``'s busy seconds in ``job`` on exit."""
-    count_keys(unit, 0, model, 0.0)  # a bad model or unit fails before the block runs
-    if not job.active:
-        raise RuntimeError(f"job {job.name!r} is not running; serve inside `with track()`")
+def serving_block(job: TrackedJob | None, model: str, unit: str = "inference"
+                  ) -> Iterator[Serving]:
+    """The block's wall time added to ``model``'s busy seconds in ``job`` on exit.
+
+    The block always runs: with no running job, or a bad ``model`` or ``unit``, it
+    records nothing, and says so once. What the block itself raises goes on up."""
+    target = job
+    try:
+        count_keys(unit, 0, model, 0.0)
+    except JobError as exc:
+        bad_argument(f"serving({shown(model)}, {shown(unit)})", exc,
+                     "the block runs, its busy time is not counted")
+        target = None
+    except Exception as exc:  # a bug of ours: the block runs all the same
+        warn_once(("serving", "internal", type(exc).__name__),
+                  f"serving({shown(model)}) failed: {exc!r}; its busy time is not counted")
+        target = None
+    if target is not None and not target.active:
+        warn_once(("serving", "not running"),
+                  f"serving({shown(model)}) in job {target.name!r}, which is not running: "
+                  "the block runs, its busy time is not counted (serve inside `with track()`)")
+        target = None
     start = time.perf_counter()
     try:
-        yield Serving(job, model, unit)
+        yield Serving(target, model, unit)
     finally:
-        busy_s = time.perf_counter() - start
+        if target is not None:
+            _add_busy(target, model, time.perf_counter() - start)
+
+
+def _add_busy(job: TrackedJob, model: str, busy_s: float) -> None:
+    try:
         if job.active:
             job._add(model_key(BUSY, model), busy_s)
-        else:  # the job ended inside the block: nowhere to put it, and no cause to raise
-            log.warning("joulestat: job %s ended while serving %s; %.3g s of busy time "
-                        "not counted", job.name, model, busy_s)
+        else:  # the job ended inside the block: nowhere to put it
+            warn_once(("serving", "ended"), f"job {job.name!r} ended while serving {model}; "
+                      f"{busy_s:.3g} s of busy time not counted")
+    except Exception as exc:  # a bug of ours must not replace what the block raised
+        warn_once(("serving", "internal", type(exc).__name__),
+                  f"counting busy time of {model} failed: {exc!r}")

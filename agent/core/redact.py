@@ -11,6 +11,10 @@ its whole value.
 
 Redacted text keeps its shape (``postgresql://u:***@db/x``), so a reader can still tell
 which store or which label it was.
+
+Importing it costs the standard library only (SQLAlchemy loads in :func:`redact_url`):
+the in-process client, which must not pull the store's dependencies into a user's
+program, redacts its warnings here.
 """
 
 from __future__ import annotations
@@ -18,9 +22,10 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError
+if TYPE_CHECKING:  # SQLAlchemy loads in redact_url only: the client imports this module
+    from sqlalchemy.engine import URL
 
 REDACTED = "[redacted]"
 HIDDEN = "***"
@@ -55,6 +60,9 @@ def looks_secret(text: str) -> bool:
 
 def redact_url(url: str | URL) -> str:
     """A URL with its password hidden, for messages and logs."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     try:
         return make_url(url).render_as_string(hide_password=True)
     except ArgumentError:

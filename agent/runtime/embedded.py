@@ -91,6 +91,16 @@ class EmbeddedJob:
         self.api_token = secrets.token_urlsafe(24)
 
     def start(self) -> EmbeddedJob:
+        """Open the sensors and the store, and start measuring; what cannot be opened (a
+        store that does not answer, a sensor refused) raises, with nothing left open:
+        the in-process client then goes on without measuring, and says why."""
+        try:
+            return self._start()
+        except BaseException:
+            self._close_partial()
+            raise
+
+    def _start(self) -> EmbeddedJob:
         from joulestat.api.server import ApiServer
         from joulestat.runtime.assembly import build_pipeline
 
@@ -112,6 +122,21 @@ class EmbeddedJob:
         self._thread.start()
         log.info("%s: measuring job %s in-process (embedded mode)", self._reason, self.id)
         return self
+
+    def _close_partial(self) -> None:
+        """Close what a failed :meth:`start` opened; never raises over its error."""
+        steps = [self._api.close if self._api is not None else None,
+                 # stored ended, not left running
+                 (lambda: self._registry.end(self.id)) if self.job is not None else None,
+                 self._pipeline.close if self._pipeline is not None else None]
+        for step in steps:
+            try:
+                if step is not None:
+                    step()
+            except Exception:
+                log.debug("closing a failed in-process measurement", exc_info=True)
+        self._api = self._pipeline = self._writer = None
+        self.api_url = None
 
     def _loop(self) -> None:
         writer = self._writer

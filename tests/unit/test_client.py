@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import sys
@@ -16,8 +17,18 @@ import pytest
 from joulestat.api.agent_client import AgentClient, AgentError, AgentUnavailable
 from joulestat.api.server import ApiServer
 from joulestat.attribution.registry import JobRegistry
-from joulestat.attribution.validation import JobError
-from joulestat.client.tracking import ENV_AGENT_URL, ENV_TOKEN, agent_url_from_env, track
+from joulestat.client import tracking
+from joulestat.client.notice import forget
+from joulestat.client.tracking import (
+    ENV_AGENT_URL,
+    ENV_JOB_ID,
+    ENV_TOKEN,
+    JOIN_WAIT_S,
+    Mode,
+    agent_url_from_env,
+    count,
+    track,
+)
 
 
 class CountingRegistry(JobRegistry):
@@ -33,9 +44,17 @@ class CountingRegistry(JobRegistry):
 
 
 @pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for name in (ENV_AGENT_URL, ENV_TOKEN, "JOULESTAT_AGENT"):
         monkeypatch.delenv(name, raising=False)
+    forget()  # each test starts with nothing said yet
+    yield
+    forget()
+
+
+def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.levelno == logging.WARNING and r.name.startswith("joulestat")]
 
 
 @pytest.fixture
@@ -70,9 +89,10 @@ def test_registers_own_pid_and_ends_on_exit(agent: str, registry: CountingRegist
         assert seen.pids == {os.getpid()}
         assert (seen.name, seen.kind, seen.labels, seen.origin, seen.status) == (
             "bert-large", "training", {"team": "nlp"}, "client", "running")
-        assert not job.embedded
+        assert not job.embedded and job.mode is Mode.AGENT
     assert registry.get(job.id).status == "ended"
     assert job.summary is not None and job.summary["status"] == "ended"
+    assert job.summary["mode"] == "agent" and agent in job.summary["mode_reason"]
 
 
 def test_counts_are_batched_and_all_delivered(agent: str, registry: CountingRegistry) -> None:
@@ -190,35 +210,56 @@ def test_falls_back_to_embedded_when_no_agent_answers(
     assert embedded.args == ("bert", "training", {"team": "nlp"}, {os.getpid()}, None)
     assert embedded.calls == [("start",), ("count", "sample", 3.0), ("count", "sample", 4.0),
                               ("end",)]
-    assert job.summary == {"id": "embedded-1", "energy_j": 1.5}
+    assert job.mode is Mode.EMBEDDED and "no joulestat agent answered" in job.mode_reason
+    assert job.summary == {"id": "embedded-1", "energy_j": 1.5, "mode": "embedded",
+                           "mode_reason": job.mode_reason}
 
 
 def test_an_agent_that_refuses_is_not_bypassed(
-    registry: CountingRegistry, fake_embedded: type[FakeEmbeddedJob]
+    registry: CountingRegistry, fake_embedded: type[FakeEmbeddedJob],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    ran = []
     with ApiServer(registry, "127.0.0.1", 0, token="tok") as api:
-        with pytest.raises(AgentError) as caught:
-            with track("bert", agent_url=f"http://127.0.0.1:{api.port}"):
-                pass
-    assert caught.value.status == 401
+        for _ in range(3):  # said once, however many jobs it refuses
+            with track("bert", agent_url=f"http://127.0.0.1:{api.port}") as job:
+                job.count("sample", 2)
+                ran.append(job.mode)
+    # The block ran, unmeasured: measuring in-process beside the agent would count twice.
+    assert ran == [Mode.NONE] * 3
     assert fake_embedded.instances == [] and registry.jobs() == []
+    assert "401" in job.mode_reason and "not measured" in job.mode_reason
+    assert job.summary is not None
+    assert (job.summary["mode"], job.summary["units"], job.summary["final"]) == (
+        "none", {"sample": 2.0}, False)
+    (said,) = warnings_of(caplog)
+    assert "refused job 'bert'" in said and "401" in said
 
 
-def test_bad_input_fails_before_anything_is_contacted(
-    fake_embedded: type[FakeEmbeddedJob],
+def test_bad_input_is_said_once_and_never_raised(
+    agent: str, registry: CountingRegistry, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    url = f"http://127.0.0.1:{_free_port()}"
-    with pytest.raises(JobError, match="name: must not contain a backslash"):
-        track("a\\b", agent_url=url)
-    with pytest.raises(JobError, match="kind:"):
-        track("bert", kind="fun", agent_url=url)
-    with track("bert", agent_url=url) as job:
-        with pytest.raises(JobError, match="unit:"):
+    with track("a\\b", kind="fun", labels={"team": "nlp", "Bad Key": "x"},
+               job_id="no spaces", agent_url=agent) as job:
+        for _ in range(1000):  # a training loop: one warning per argument, not 1000
             job.count("Bad Unit", 1)
-        with pytest.raises(JobError, match="count:"):
             job.count("sample", float("nan"))
-    with pytest.raises(RuntimeError, match="not running"):
-        job.count("sample", 1)
+            job.count("sample", -1)
+            job.count("sample", 1)
+    seen = registry.get(job.id)
+    # Each bad argument of track() replaced by what still measures the job.
+    assert (seen.name, seen.kind, seen.labels) == ("unnamed", "other", {"team": "nlp"})
+    assert job.id != "no spaces" and seen.units == {"sample": 1000.0}
+    job.count("sample", 1)  # after the end: dropped, said once
+    job.count("sample", 1)
+    said = warnings_of(caplog)
+    assert len(said) == 7, said
+    for wanted in ("track(name='a\\\\b'): name:", "track(kind='fun'): kind:",
+                   "track(labels={'Bad Key': 'x'}): labels:", "track(job_id='no spaces')",
+                   "job.count('Bad Unit', 1): unit:", "job.count('sample', nan): count:",
+                   "is not running"):
+        assert sum(wanted in line for line in said) == 1, (wanted, said)
+    assert not any("job.count('sample', -1)" in line for line in said)  # same cause as nan
 
 
 def test_agent_client_tells_no_agent_from_a_refusal(agent: str,
@@ -280,3 +321,19 @@ def test_counting_from_many_threads_loses_nothing(agent: str,
         for thread in threads:
             thread.join()
     assert registry.get(job.id).units == {"sample": 16_000}
+
+
+def test_a_job_it_cannot_join_is_waited_on_once(
+    agent: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setenv(ENV_AGENT_URL, agent)
+    monkeypatch.setenv(ENV_JOB_ID, "gone")  # as if the run's job had ended and gone
+    monkeypatch.setattr(tracking, "_unjoinable", None)
+    began = time.monotonic()
+    for _ in range(200):
+        count("sample", 1)  # a training loop: it must not wait JOIN_WAIT_S each step
+    took_s = time.monotonic() - began
+    assert JOIN_WAIT_S <= took_s < 2 * JOIN_WAIT_S
+    said = warnings_of(caplog)
+    assert len(said) == 2, said  # the join that failed, and the counts it drops
+    assert "cannot join job gone" in said[0] and "outside a job" in said[1]

@@ -5,6 +5,7 @@ refuses, and what registering a job again does to its labels."""
 from __future__ import annotations
 
 import json
+import logging
 import time
 import urllib.error
 import urllib.request
@@ -16,6 +17,7 @@ from joulestat.api.server import ApiServer
 from joulestat.attribution.model_units import MAX_MODELS_PER_JOB
 from joulestat.attribution.registry import JobRegistry
 from joulestat.attribution.validation import MAX_LABELS, JobError
+from joulestat.client.notice import forget
 from joulestat.client.tracking import ENV_AGENT_URL, ENV_JOB_ID, ENV_TOKEN, track
 
 
@@ -23,6 +25,7 @@ from joulestat.client.tracking import ENV_AGENT_URL, ENV_JOB_ID, ENV_TOKEN, trac
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in (ENV_AGENT_URL, ENV_TOKEN, ENV_JOB_ID, "JOULESTAT_AGENT"):
         monkeypatch.delenv(name, raising=False)
+    forget()  # each test starts with nothing said yet
 
 
 @pytest.fixture
@@ -83,13 +86,19 @@ def test_a_joined_track_serves_into_the_job_it_joined(served):
     (lambda job: job.count("inference", 1, busy_s=0.1), "needs model="),
     (lambda job: job.count("inference", 1, model="a b"), "model:"),
     (lambda job: job.count("inference", 1, model="a", busy_s=-1), "busy_s:"),
-    (lambda job: job.serving("a@b").__enter__(), "model:"),
+    (lambda job: job.serving("a@b").__enter__().count(1), "model:"),
 ])
-def test_bad_model_input_fails_with_a_clear_error(served, call, message):
-    url, _registry = served
+def test_bad_model_input_is_said_once_and_not_counted(served, call, message, caplog):
+    url, registry = served
     with track("bad", agent_url=url) as job:
-        with pytest.raises(JobError, match=message):
+        for _ in range(100):  # a request handler: said once, never raised
             call(job)
+        job.count("request", 1)
+        job_id = job.id
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(said) == 1 and message in said[0], said
+    stored = registry.get(job_id)
+    assert stored.units == {"request": 1.0} and stored.models == {}
 
 
 def test_the_api_takes_the_per_model_encoding_and_refuses_a_bad_one(served):

@@ -6,6 +6,7 @@ the tick loop, there being no store thread."""
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from sqlalchemy import func, select
 
 from joulestat.api.agent_client import AgentClient
 from joulestat.attribution.validation import JobError
+from joulestat.core.errors import ConfigError
 from joulestat.runtime.assembly import PipelineSettings
 from joulestat.runtime.embedded import EMBEDDED_OPTIONS, EmbeddedJob, embedded_settings
 from joulestat.runtime.settings import resolve
@@ -113,3 +115,19 @@ def test_the_loop_flushes_the_store_while_the_job_runs(node: Any) -> None:
     finally:
         summary = job.end()
     assert summary["final"] is True
+
+
+def test_a_store_it_cannot_open_raises_with_nothing_left_open(node: Any, tmp_path: Path
+                                                              ) -> None:
+    _proc, settings, _engine = node
+    before = {thread.ident for thread in threading.enumerate()}
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("a file where the store's directory should be")
+    job = EmbeddedJob("bert", "training", None, {PID}, job_id="j1",
+                      settings=settings(db=f"sqlite:///{blocked / 'store.db'}"))
+    with pytest.raises(ConfigError, match="cannot open the store"):
+        job.start()
+    assert job.api_url is None
+    # No tick loop, no API thread outlives the failed start: the client goes on without it.
+    left = [t.name for t in threading.enumerate() if t.ident not in before]
+    assert left == []
