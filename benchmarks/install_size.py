@@ -11,7 +11,7 @@ difference is what each asks for. For each it prints: MB on disk of the venv's
 site-packages (as ``du`` counts, without pip and setuptools), the number of
 distributions installed (joulestat included) and whether the heavy ones are there.
 
-    .venv/bin/python benchmarks/install_size.py               # ~1-3 min, from pip's cache
+    .venv/bin/python benchmarks/install_size.py               # ~3 min on 2 cores, pip cache warm
     .venv/bin/python benchmarks/install_size.py --old HEAD~3 --json
 """
 

@@ -11,8 +11,10 @@ line naming it (dashboard, postgres, pdf, demo). The copy holds the files git tr
 they are now: an untracked file in the worktree cannot make the wheel pass or fail.
 
 Cost: one wheel build (setuptools in pip's isolated build env) and a base install of
-six small distributions from pip's cache, about 15-25 s on two cores; the venv is made
-without pip (the suite's own pip installs into it with ``--python``).
+six small distributions from pip's cache, about 45 s in all on two shared cores; the venv
+is made without pip (the suite's own pip installs into it with ``--python``), and being
+base-only it also serves the missing-extra checks at no further cost. New files must be
+``git add``-ed to be in the wheel.
 """
 
 from __future__ import annotations
