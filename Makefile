@@ -4,10 +4,14 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUN_ARGS ?=
 DASHBOARD_ARGS ?=
-# What `make test` and CI install, pinned: the versions the suite last passed with, so a
-# fresh machine resolves what CI did. Users' installs keep pyproject's ranges; `make
-# lock` re-resolves on purpose (then run `make test` and commit the file).
+# What `make run`, `make test` and CI install, pinned: the versions the suite last passed
+# with, so a fresh machine resolves what CI did. Users' installs keep pyproject's ranges;
+# `make lock` re-resolves on purpose (then run `make test` and commit the file).
 CONSTRAINTS := constraints.txt
+# `make run` starts the agent and the dashboard and points at `joulestat demo`: the base
+# install plus the extras those need. `make test` installs dev, which pulls every extra
+# the suite exercises (pyproject.toml).
+RUN_EXTRAS := dashboard,demo
 
 .PHONY: run test install dev lint docs clean lock
 
@@ -15,8 +19,8 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip -c $(CONSTRAINTS)
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e .
+$(VENV)/.installed: pyproject.toml $(CONSTRAINTS) | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[$(RUN_EXTRAS)]' -c $(CONSTRAINTS)
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml $(CONSTRAINTS) | $(BIN)/python

@@ -1,12 +1,15 @@
-"""Grid-intensity tables bundled in the pinned codecarbon wheel, read by path.
+"""Grid-intensity tables from CodeCarbon 3.3.2, shipped in joulestat's own package.
 
-Like :mod:`joulestat.devices.cpu_tdp`, this never imports ``codecarbon``: its ``__init__``
-pulls in pandas and the tracker, tens of MiB we do not want in the agent or in a report.
-``importlib.util.find_spec`` only locates the package directory. codecarbon is pinned
-(==3.3.2) in pyproject because these files move and change shape between releases; the
-parsers below check the shape they rely on and fail loudly rather than guess.
+The files live in ``joulestat/data/codecarbon/`` (``agent/data/codecarbon/`` in the tree),
+copied unchanged from the codecarbon 3.3.2 wheel under its MIT licence (the licence text
+and a README naming the source sit beside them), and are read through
+:mod:`importlib.resources`. codecarbon itself is neither imported nor needed: its
+``__init__`` pulls in pandas and the tracker (tens of MiB, and a version pin a user's own
+CodeCarbon would fight). The parsers below check the shape they rely on and fail naming
+the file rather than guess, so a refresh from a newer release that moved a field stops
+the tests, not a user's report.
 
-Files used (all under ``codecarbon/data``; MIT licence):
+Files used (paths as under ``codecarbon/data``):
 
 * ``private_infra/global_energy_mix.json``: per ISO 3166-1 alpha-3 country, a
   ``carbon_intensity`` (gCO2e/kWh, Our World in Data / Ember, lifecycle) and ``year``.
@@ -26,18 +29,22 @@ from __future__ import annotations
 
 import csv
 import functools
-import importlib.util
 import io
 import json
 from dataclasses import dataclass
-from pathlib import Path
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from typing import Any
 
-ENERGY_MIX = Path("data") / "private_infra" / "global_energy_mix.json"
-USA_EMISSIONS = Path("data") / "private_infra" / "2023" / "usa_emissions.json"
-CANADA_MIX = Path("data") / "private_infra" / "2023" / "canada_energy_mix.json"
-PER_SOURCE = Path("data") / "private_infra" / "carbon_intensity_per_source.json"
-GCP_IMPACT = Path("data") / "cloud" / "impact.csv"
+# CodeCarbon's release the files were copied from (agent/data/codecarbon/README.md).
+CODECARBON_VERSION = "3.3.2"
+
+# Paths relative to the data root, as under codecarbon/data in CodeCarbon's wheel.
+ENERGY_MIX = ("private_infra", "global_energy_mix.json")
+USA_EMISSIONS = ("private_infra", "2023", "usa_emissions.json")
+CANADA_MIX = ("private_infra", "2023", "canada_energy_mix.json")
+PER_SOURCE = ("private_infra", "carbon_intensity_per_source.json")
+GCP_IMPACT = ("cloud", "impact.csv")
 
 # The Canadian file lives under a "2023" directory and carries no year of its own.
 CANADA_YEAR = 2023
@@ -55,20 +62,26 @@ _CANADA_SOURCE_KEYS = {
     "biomass": "biomass",
 }
 
+GCP_COLUMNS = ("provider", "region", "impact", "countryIsoCode", "city", "source")
+
 # impact.csv in codecarbon 3.3.2 spells me-central1 (Doha) "me-cenrtal1".
 _GCP_REGION_TYPOS = {"me-cenrtal1": "me-central1"}
 
 
 class CarbonDataError(RuntimeError):
-    """codecarbon's bundled data is missing or not in the shape this code expects."""
+    """The bundled CodeCarbon data is missing or not in the shape this code expects."""
 
 
-def codecarbon_package_dir() -> Path | None:
-    """Directory of the installed codecarbon package, found without importing it."""
-    spec = importlib.util.find_spec("codecarbon")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(list(spec.submodule_search_locations)[0])
+def codecarbon_data_root() -> Traversable:
+    """``joulestat/data/codecarbon``: the copied tables, as package resources."""
+    return files("joulestat") / "data" / "codecarbon"
+
+
+def _file(root: Traversable, relative: tuple[str, ...]) -> Traversable:
+    path = root
+    for part in relative:
+        path = path / part
+    return path
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,9 +110,9 @@ class GcpRegionIntensity:
 
 @dataclass(frozen=True, slots=True)
 class GridData:
-    """Everything the resolver needs, parsed once. ``root`` is codecarbon's package dir."""
+    """Everything the resolver needs, parsed once. ``root`` is the data directory."""
 
-    root: Path
+    root: Traversable
     countries: dict[str, CountryIntensity]
     us_states: dict[str, StateRate]  # by two-letter postal code
     us_year: int | None
@@ -111,19 +124,19 @@ class GridData:
     gcp_regions: dict[str, GcpRegionIntensity]
 
 
-def _read_json(root: Path, relative: Path) -> Any:
-    path = root / relative
+def _read_json(root: Traversable, relative: tuple[str, ...]) -> Any:
+    path = _file(root, relative)
     try:
         with path.open(encoding="utf-8") as fh:
             return json.load(fh)
     except OSError as exc:
-        raise CarbonDataError(f"{path}: cannot read ({exc.strerror}); is codecarbon==3.3.2 "
-                              "installed?") from None
+        raise CarbonDataError(f"{path}: cannot read ({exc.strerror}); joulestat's package "
+                              "data is incomplete: reinstall joulestat") from None
     except ValueError as exc:
         raise CarbonDataError(f"{path}: not valid JSON: {exc}") from None
 
 
-def _countries(root: Path) -> dict[str, CountryIntensity]:
+def _countries(root: Traversable) -> dict[str, CountryIntensity]:
     data = _read_json(root, ENERGY_MIX)
     result = {}
     for iso3, row in data.items():
@@ -134,15 +147,15 @@ def _countries(root: Path) -> dict[str, CountryIntensity]:
             iso3.upper(), str(row.get("country_name", iso3)), float(row["carbon_intensity"]),
             int(year) if year is not None else None)
     if not result:
-        raise CarbonDataError(f"{root / ENERGY_MIX}: no country has a carbon_intensity")
+        raise CarbonDataError(f"{_file(root, ENERGY_MIX)}: no country has a carbon_intensity")
     return result
 
 
-def _us_states(root: Path) -> tuple[dict[str, StateRate], int | None, str]:
+def _us_states(root: Traversable) -> tuple[dict[str, StateRate], int | None, str]:
     data = _read_json(root, USA_EMISSIONS)
     unit = data.get("_unit", {}).get("emissions")
     if unit != "lbs/MWh":
-        raise CarbonDataError(f"{root / USA_EMISSIONS}: expected emissions in lbs/MWh, "
+        raise CarbonDataError(f"{_file(root, USA_EMISSIONS)}: expected emissions in lbs/MWh, "
                               f"got {unit!r}")
     meta = data.get("_source", {})
     states = {}
@@ -156,14 +169,18 @@ def _us_states(root: Path) -> tuple[dict[str, StateRate], int | None, str]:
     return states, int(year) if year is not None else None, source
 
 
-def _gcp_regions(root: Path) -> dict[str, GcpRegionIntensity]:
-    path = root / GCP_IMPACT
+def _gcp_regions(root: Traversable) -> dict[str, GcpRegionIntensity]:
+    path = _file(root, GCP_IMPACT)
     try:
         text = path.read_text(encoding="utf-8-sig")  # the file starts with a BOM
     except OSError as exc:
         raise CarbonDataError(f"{path}: cannot read ({exc.strerror})") from None
+    reader = csv.DictReader(io.StringIO(text))
+    missing = [c for c in GCP_COLUMNS if c not in (reader.fieldnames or [])]
+    if missing:
+        raise CarbonDataError(f"{path}: missing column(s) {', '.join(missing)}")
     result = {}
-    for row in csv.DictReader(io.StringIO(text)):
+    for row in reader:
         if row.get("provider") != "gcp":
             continue
         region = _GCP_REGION_TYPOS.get(row["region"], row["region"])
@@ -172,16 +189,14 @@ def _gcp_regions(root: Path) -> dict[str, GcpRegionIntensity]:
     return result
 
 
-def load_grid_data(root: Path | None = None) -> GridData:
-    """Parse codecarbon's tables from ``root`` (default: the installed package)."""
+def load_grid_data(root: Traversable | None = None) -> GridData:
+    """Parse the tables under ``root``, laid out as ``codecarbon/data`` (default: the copy
+    in joulestat's package, :func:`codecarbon_data_root`)."""
     if root is None:
-        root = codecarbon_package_dir()
-        if root is None:
-            raise CarbonDataError("codecarbon is not installed; joulestat pins "
-                                  "codecarbon==3.3.2 for its grid-intensity data")
+        root = codecarbon_data_root()
     per_source = _read_json(root, PER_SOURCE)
     if per_source.get("unit") != "gCO2.eq/kWh" or "world_average" not in per_source:
-        raise CarbonDataError(f"{root / PER_SOURCE}: expected unit gCO2.eq/kWh and a "
+        raise CarbonDataError(f"{_file(root, PER_SOURCE)}: expected unit gCO2.eq/kWh and a "
                               "world_average")
     factors = {k: float(v) for k, v in per_source.items()
                if isinstance(v, int | float) and not isinstance(v, bool)}
@@ -204,7 +219,7 @@ def load_grid_data(root: Path | None = None) -> GridData:
 
 @functools.lru_cache(maxsize=1)
 def default_grid_data() -> GridData:
-    """The installed package's tables, parsed once per process."""
+    """The bundled tables, parsed once per process."""
     return load_grid_data()
 
 

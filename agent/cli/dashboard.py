@@ -18,9 +18,12 @@ import sys
 from pathlib import Path
 
 from joulestat.core.errors import ConfigError
+from joulestat.core.extras import Extra, require_installed
 from joulestat.runtime.settings import add_options, resolve
 
 DASHBOARD_OPTIONS = ("config", "db", "log_level", "prices")
+# What the dashboard's pages import (the ``dashboard`` extra), checked before Streamlit starts.
+DASHBOARD_MODULES = ("streamlit", "pandas", "altair")
 DEFAULT_PORT = 8501
 
 
@@ -71,10 +74,12 @@ def streamlit_argv(app: Path, host: str, port: int) -> list[str]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from joulestat.store.engine import default_db_url, redact_url
+    from joulestat.store.engine import check_driver, default_db_url, redact_url
 
+    require_installed(DASHBOARD_MODULES, Extra.DASHBOARD, "the dashboard")
     settings = resolve(args, DASHBOARD_OPTIONS)
     url = settings["db"] or default_db_url()
+    check_driver(url)
     argv = streamlit_argv(app_path(), args.host, args.port)
     shown_host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"joulestat dashboard: http://{shown_host}:{args.port} (store {redact_url(url)}, "

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from joulestat.cli.demo_workers import FEATURES
 from joulestat.core.errors import ConfigError
+from joulestat.core.extras import Extra, install_hint, require_installed
 from joulestat.runtime.embedded import EMBEDDED_OPTIONS
 from joulestat.runtime.settings import add_options, resolve
 
@@ -306,9 +307,8 @@ def _backend(name: str) -> str:
         return "torch"
     if name == "torch":
         raise ConfigError("--backend torch: PyTorch is not installed "
-                          "(pip install 'joulestat[examples]')")
-    if find_spec("numpy") is None:
-        raise ConfigError("the demo needs numpy (pip install numpy) or PyTorch")
+                          f"({install_hint(Extra.EXAMPLES)})")
+    require_installed(("numpy",), Extra.DEMO, "the demo (numpy, or PyTorch)")
     return "numpy"
 
 

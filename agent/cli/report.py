@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from joulestat.core.errors import ConfigError
+from joulestat.core.extras import Extra, require
 from joulestat.core.setting_parsers import parse_duration_s
 from joulestat.runtime.settings import add_options, resolve
 
@@ -85,6 +86,8 @@ def _check_usage(args: argparse.Namespace, fmt: str) -> None:
         raise ConfigError(f"--all writes csv or json, not {fmt} (report one JOB for {fmt})")
     if fmt == "pdf" and args.output is None and sys.stdout.isatty():
         raise ConfigError("a PDF is binary: write it to a file with -o FILE (or pipe it)")
+    if fmt == "pdf":  # before the store is opened: the answer does not depend on it
+        require("reportlab", Extra.PDF, "a PDF report")
 
 
 def _render(reports: list[dict[str, Any]], fmt: str, many: bool) -> str | bytes:

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from joulestat.core.extras import Extra, install_hint
 from joulestat.core.tick import Component
 from joulestat.devices.accelerator import (
     CounterTrack,
@@ -242,7 +243,7 @@ def open_amd(now_s: float | None = None,
     try:
         import amdsmi
     except ImportError:
-        return EmptySensor("amd", "amdsmi not installed (pip install 'joulestat[amd]')")
+        return EmptySensor("amd", f"amdsmi not installed ({install_hint(Extra.AMD)})")
     try:
         amdsmi.amdsmi_init()
     except (amdsmi.AmdSmiException, OSError) as exc:

@@ -1,12 +1,11 @@
-"""Look a CPU model name up in CodeCarbon's bundled TDP table, conservatively.
+"""Look a CPU model name up in CodeCarbon's TDP table, conservatively.
 
-The table (``codecarbon/data/hardware/cpu_power.csv``, header ``Name,TDP``, about 4,900
-rows, MIT licence) is read from the installed wheel by path. We deliberately do not use
-``importlib.resources.files("codecarbon")``: that imports the ``codecarbon`` package,
-whose ``__init__`` pulls in pandas and the tracker (tens of MiB), and the agent must
-stay under 50 MiB RSS. ``importlib.util.find_spec`` only locates the package directory
-without executing it. codecarbon is pinned (==3.3.2) in pyproject because this layout
-moves between releases.
+The table (``cpu_power.csv``, header ``Name,TDP``, about 4,900 rows) is CodeCarbon 3.3.2's
+``codecarbon/data/hardware/cpu_power.csv``, copied unchanged under its MIT licence into
+joulestat's package (``joulestat/data/codecarbon/hardware/``; the licence and a README
+naming the source sit in ``joulestat/data/codecarbon/``) and read through
+:mod:`importlib.resources`. codecarbon is not needed: importing it would pull in pandas
+and the tracker (tens of MiB), and the agent must stay under 50 MiB RSS.
 
 Matching is exact first, then on a normalised key that drops only decoration that never
 distinguishes two CPUs: ``(R)``, ``(TM)``, the words CPU / Processor, the vendor words
@@ -23,15 +22,16 @@ The file is streamed once per lookup and only the matching rows are kept.
 from __future__ import annotations
 
 import csv
-import importlib.util
 import logging
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 
 log = logging.getLogger(__name__)
 
-TABLE_RELATIVE_PATH = Path("data") / "hardware" / "cpu_power.csv"
+# Inside the joulestat package: as under codecarbon/data, below data/codecarbon.
+TABLE_PARTS = ("data", "codecarbon", "hardware", "cpu_power.csv")
 
 _TRADEMARK = re.compile(r"\((?:r|tm|c)\)|[®™©]")
 _CLOCK_SUFFIX = re.compile(r"@.*$")
@@ -50,13 +50,12 @@ class TdpMatch:
     exact: bool
 
 
-def codecarbon_table_path() -> Path | None:
-    """Path of the bundled CSV, found without importing codecarbon (see module doc)."""
-    spec = importlib.util.find_spec("codecarbon")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(list(spec.submodule_search_locations)[0]) / TABLE_RELATIVE_PATH
-    return path if path.is_file() else None
+def bundled_table() -> Traversable:
+    """The copy of CodeCarbon's CSV in joulestat's package data (see module doc)."""
+    path: Traversable = files("joulestat")
+    for part in TABLE_PARTS:
+        path = path / part
+    return path
 
 
 def normalise_cpu_name(name: str) -> str:
@@ -75,14 +74,18 @@ def _identifies_a_part(key: str) -> bool:
     return any(ch.isdigit() for ch in key) and any(ch.isalpha() for ch in key)
 
 
-def lookup_tdp(cpu_name: str, table_path: Path | None = None) -> TdpMatch | None:
-    """The table's TDP for ``cpu_name`` (exact row name first, then normalised), or None."""
+def lookup_tdp(cpu_name: str, table_path: Traversable | None = None) -> TdpMatch | None:
+    """The table's TDP for ``cpu_name`` (exact row name first, then normalised), or None.
+
+    ``table_path``: another table of the same shape (default: :func:`bundled_table`).
+    """
     wanted = cpu_name.strip()
     if not wanted or wanted.lower() == "unknown":
         return None
-    path = table_path if table_path is not None else codecarbon_table_path()
-    if path is None:
-        log.warning("codecarbon's cpu_power.csv not found; no TDP lookup possible")
+    path = table_path if table_path is not None else bundled_table()
+    if not path.is_file():
+        log.warning("%s not found (joulestat's package data is incomplete: reinstall "
+                    "joulestat); no TDP lookup possible", path)
         return None
     key = normalise_cpu_name(wanted)
     usable_key = _identifies_a_part(key)

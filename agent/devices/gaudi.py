@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass
 from types import ModuleType
 
+from joulestat.core.extras import Extra, install_hint
 from joulestat.devices.accelerator import (
     CounterTrack,
     EmptySensor,
@@ -123,7 +124,7 @@ def open_gaudi(now_s: float | None = None) -> GaudiSensor | EmptySensor:
     try:
         import pyhlml
     except ImportError:
-        return EmptySensor("gaudi", "pyhlml not installed (pip install 'joulestat[gaudi]')")
+        return EmptySensor("gaudi", f"pyhlml not installed ({install_hint(Extra.GAUDI)})")
     try:
         pyhlml.hlmlInit()
     except (pyhlml.HLMLError, OSError) as exc:

@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from joulestat.core.extras import Extra, install_hint
 from joulestat.core.tick import Component
 from joulestat.devices.accelerator import (
     CounterTrack,
@@ -362,12 +363,17 @@ def open_nvidia(now_s: float | None = None) -> NvidiaSensor | None:
 
     ``now_s`` is the monotonic time of the first power sample (default: now).
     """
-    if "pynvml" not in sys.modules and not _driver_library_loads():
+    checked_driver = "pynvml" not in sys.modules  # else imported (or blocked) already
+    if checked_driver and not _driver_library_loads():
         return None
     try:
         import pynvml
     except ImportError as exc:
-        log.debug("pynvml not importable (%s); no NVIDIA sensor", exc)
+        if checked_driver:  # the driver is here: GPUs go unmeasured for want of a package
+            log.warning("NVIDIA driver found but pynvml is not installed (%s); no NVIDIA "
+                        "sensor: %s", exc, install_hint(Extra.NVIDIA))
+        else:
+            log.debug("pynvml not importable (%s); no NVIDIA sensor", exc)
         return None
     try:
         pynvml.nvmlInit()

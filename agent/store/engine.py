@@ -42,6 +42,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.pool import QueuePool
 
 from joulestat.core.errors import ConfigError
+from joulestat.core.extras import Extra, MissingExtraError, require
 from joulestat.core.redact import redact_text, redact_url
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,9 @@ log = logging.getLogger(__name__)
 # -- Where the store lives and how to connect to it ------------------------------------
 
 SUPPORTED_DIALECTS = ("sqlite", "postgresql")
+# SQLAlchemy driver name -> the module it imports and the extra that installs it
+# (SQLite's driver is the standard library's).
+DRIVER_EXTRAS = {"psycopg": ("psycopg", Extra.POSTGRES)}
 
 
 class StoreError(RuntimeError):
@@ -77,6 +81,26 @@ def data_dir() -> Path:
     except OSError as exc:
         raise StoreError(f"cannot create the data directory {directory}: {exc.strerror}") from None
     return directory
+
+
+def check_driver(url: str | URL) -> None:
+    """:class:`MissingExtraError` when ``url``'s driver comes with an extra that is not
+    installed (``postgresql+psycopg://`` without ``joulestat[postgres]``); a URL that does
+    not parse is left to :func:`make_engine` to describe."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return
+    found = DRIVER_EXTRAS.get(parsed.get_driver_name())
+    if found is None:
+        return
+    module, extra = found
+    try:
+        require(module, extra, "a PostgreSQL store")
+    except MissingExtraError:
+        raise
+    except ImportError:  # installed but broken (psycopg without libpq): create_engine says
+        return
 
 
 def make_engine(url: str | URL, *, busy_timeout_s: float = 5.0) -> Engine:
@@ -112,6 +136,7 @@ def make_engine(url: str | URL, *, busy_timeout_s: float = 5.0) -> Engine:
             parsed.query
         ):
             kwargs["connect_args"] = {"connect_timeout": 5}
+        _check_driver(parsed, shown)
     try:
         engine = create_engine(parsed, **kwargs)
     except NoSuchModuleError:
@@ -124,6 +149,13 @@ def make_engine(url: str | URL, *, busy_timeout_s: float = 5.0) -> Engine:
     if backend == "sqlite":
         _configure_sqlite(engine, busy_timeout_s)
     return engine
+
+
+def _check_driver(url: URL, shown: str) -> None:
+    try:
+        check_driver(url)
+    except MissingExtraError as exc:
+        raise StoreError(f"{shown}: {exc}") from None
 
 
 # MATERIALIZED common table expressions (the job totals' reads) and ALTER TABLE ... DROP
@@ -205,6 +237,7 @@ def open_readonly_engine(url: str, *, busy_timeout_s: float = 5.0) -> Engine:
     if backend not in SUPPORTED_DIALECTS:
         raise StoreError(f"{shown}: unsupported database {backend!r}")
     if backend == "postgresql":
+        _check_driver(parsed, shown)
         query = dict(parsed.query)
         options = " ".join(filter(None, [str(query.pop("options", "")),
                                           "-c default_transaction_read_only=on"]))

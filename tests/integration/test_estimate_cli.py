@@ -47,11 +47,7 @@ def coefficients() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def xeon_tdp_w() -> float:
-    import importlib.util
-
-    spec = importlib.util.find_spec("codecarbon")
-    assert spec is not None and spec.submodule_search_locations
-    path = Path(list(spec.submodule_search_locations)[0]) / "data/hardware/cpu_power.csv"
+    path = REPO / "agent" / "data" / "codecarbon" / "hardware" / "cpu_power.csv"
     with path.open(newline="", encoding="utf-8") as fh:
         return next(float(r[1]) for r in csv.reader(fh) if r[0] == XEON_ROW)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import csv
 import io
 import json
+from pathlib import Path
 
 import pytest
 
 from joulestat.carbon.catalog import lookup
-from joulestat.carbon.codecarbon_data import codecarbon_package_dir
 from joulestat.carbon.footprint import (
     CarbonSettings,
     NodePlacement,
@@ -21,27 +21,22 @@ from joulestat.store.jobs import JobDetail, JobNodePart
 
 J_PER_KWH = 3.6e6
 FOUR_YEARS_S = 4 * 365.25 * 86400
+CC_DATA = Path(__file__).resolve().parents[2] / "agent" / "data" / "codecarbon"
 
 
 def _virginia_g_per_kwh() -> float:
-    root = codecarbon_package_dir()
-    assert root is not None
-    usa = json.loads((root / "data/private_infra/2023/usa_emissions.json").read_text())
+    usa = json.loads((CC_DATA / "private_infra/2023/usa_emissions.json").read_text())
     return usa["virginia"]["emissions"] * 453.59237 / 1000  # lb/MWh -> g/kWh
 
 
 def _gcp_impact(region: str) -> float:
-    root = codecarbon_package_dir()
-    assert root is not None
-    text = (root / "data/cloud/impact.csv").read_text(encoding="utf-8-sig")
+    text = (CC_DATA / "cloud/impact.csv").read_text(encoding="utf-8-sig")
     return next(float(r["impact"]) for r in csv.DictReader(io.StringIO(text))
                 if r["region"] == region)
 
 
 def _world_average() -> float:
-    root = codecarbon_package_dir()
-    assert root is not None
-    return float(json.loads((root / "data/private_infra/carbon_intensity_per_source.json")
+    return float(json.loads((CC_DATA / "private_infra/carbon_intensity_per_source.json")
                             .read_text())["world_average"])
 
 

@@ -1,4 +1,5 @@
-"""Grid-intensity resolution against codecarbon 3.3.2's real bundled tables.
+"""Grid-intensity resolution against the real tables: CodeCarbon 3.3.2's, shipped in
+joulestat's package data (agent/data/codecarbon).
 
 Expected values are computed here from the JSON/CSV files themselves (read independently
 of joulestat.carbon), so a wrong key, unit or fallback in the resolver shows up as a mismatch.
@@ -16,18 +17,18 @@ from pathlib import Path
 
 import pytest
 
-from joulestat.carbon.codecarbon_data import codecarbon_package_dir, load_grid_data
+from joulestat.carbon.codecarbon_data import load_grid_data
 from joulestat.carbon.intensity import Intensity, resolve_intensity
 from joulestat.carbon.regions import default_regions, load_regions
 
 LB_G = 453.59237  # grams per avoirdupois pound
+CC_DATA = Path(__file__).resolve().parents[2] / "agent" / "data" / "codecarbon"
 
 
 @pytest.fixture(scope="module")
 def cc_data() -> Path:
-    root = codecarbon_package_dir()
-    assert root is not None, "codecarbon==3.3.2 must be installed"
-    return root / "data"
+    assert (CC_DATA / "private_infra").is_dir()
+    return CC_DATA
 
 
 @pytest.fixture(scope="module")
@@ -162,7 +163,7 @@ def test_override_wins_over_every_table() -> None:
 def _resolve_without(root: Path, data_file: str, key: str) -> Intensity:
     """us-east-1 resolved after ``key`` is removed from a data file of the copy at ``root``
     (removals add up: each call works on what the last one left)."""
-    path = root / "data" / "private_infra" / data_file
+    path = root / "private_infra" / data_file
     data = json.loads(path.read_text())
     del data[key]
     path.write_text(json.dumps(data))
@@ -173,7 +174,7 @@ def test_fallback_chain_state_then_country_then_world(tmp_path: Path, cc_data: P
     """With Virginia removed, us-east-1 falls back to the USA; with the USA removed too,
     to the world average, and the note keeps every step."""
     root = tmp_path / "codecarbon"
-    shutil.copytree(cc_data, root / "data")
+    shutil.copytree(cc_data, root)
     found = _resolve_without(root, "2023/usa_emissions.json", "virginia")
     assert found.source == "codecarbon:energy-mix:USA"
     assert found.note == ("aws us-east-1 (N. Virginia): no data for US-VA: "
@@ -219,7 +220,7 @@ def test_region_table_rejects_rows_without_source(tmp_path: Path) -> None:
 
 
 def test_resolving_never_imports_codecarbon_or_pandas() -> None:
-    """codecarbon's __init__ pulls in pandas (tens of MiB); we read its files by path."""
+    """codecarbon's __init__ pulls in pandas (tens of MiB); its data ships in joulestat."""
     code = ("import sys\n"
             "from joulestat.carbon.footprint import NodePlacement, footprint\n"
             "placement = NodePlacement('p4d.24xlarge', 'us-east-1', 60)\n"

@@ -1,4 +1,4 @@
-"""TDP lookup against the real CSV bundled in the pinned codecarbon wheel."""
+"""TDP lookup against the real CSV: CodeCarbon 3.3.2's, shipped in joulestat's package data."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from joulestat.devices.cpu_tdp import codecarbon_table_path, lookup_tdp, normalise_cpu_name
+from joulestat.devices.cpu_tdp import bundled_table, lookup_tdp, normalise_cpu_name
 
 
 @pytest.fixture(scope="module")
 def table() -> dict[str, str]:
-    path = codecarbon_table_path()
-    assert path is not None, "codecarbon's cpu_power.csv must ship with the pinned wheel"
+    path = bundled_table()
+    assert path.is_file(), "cpu_power.csv must ship in joulestat's package data"
     with path.open(newline="", encoding="utf-8") as fh:
         rows = list(csv.reader(fh))
     assert rows[0] == ["Name", "TDP"]
@@ -100,7 +100,7 @@ def test_unreadable_tdp_rows_are_skipped(tmp_path: Path) -> None:
 
 
 def test_lookup_does_not_import_codecarbon_or_pandas() -> None:
-    """The agent's 50 MiB budget: the table must be read without importing codecarbon."""
+    """The agent's 50 MiB budget: the table is read without importing codecarbon."""
     code = (
         "import sys; from joulestat.devices.cpu_tdp import lookup_tdp; "
         "assert lookup_tdp('Intel Xeon Gold 6148') is not None; "
