@@ -8,10 +8,10 @@ DASHBOARD_ARGS ?=
 # with, so a fresh machine resolves what CI did. Users' installs keep pyproject's ranges;
 # `make lock` re-resolves on purpose (then run `make test` and commit the file).
 CONSTRAINTS := constraints.txt
-# `make run` starts the agent and the dashboard and points at `joulestat demo`: the base
-# install plus the extras those need. `make test` installs dev, which pulls every extra
-# the suite exercises (pyproject.toml).
-RUN_EXTRAS := dashboard,demo
+# `make run` installs every extra a node can use (the vendor libraries amd and gaudi need
+# their vendor's driver stack, so they are left to `pip install 'joulestat[amd]'`);
+# `make test` installs dev, which pulls the same extras plus the test tools (pyproject).
+RUN_EXTRAS := dashboard,demo,pdf,postgres,nvidia
 
 .PHONY: run test install dev lint docs clean lock
 

@@ -21,7 +21,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from joulestat.carbon.footprint import METHODOLOGY, CarbonSettings
+from joulestat.carbon.footprint import CarbonSettings
 from joulestat.carbon.prices import PriceTable, load_prices
 from joulestat.carbon.pricing import Pricer
 from joulestat.dashboard.analysis import JobCost
@@ -32,9 +32,10 @@ from joulestat.reports.compare.table import JobFigures
 if TYPE_CHECKING:  # joulestat.dashboard.state imports this module
     from joulestat.dashboard.state import JobDetail, JobTotals
 
+__all__ = ["ENV_PRICES", "job_cost", "job_costs", "job_figures", "node_cost",
+           "price_source", "price_table", "pricer"]
+
 ENV_PRICES = "JOULESTAT_PRICES"
-__all__ = ["ENV_PRICES", "METHODOLOGY", "job_cost", "job_costs", "job_figures",
-           "node_cost", "price_source", "price_table", "pricer"]
 
 
 def pricer() -> Pricer:

@@ -31,8 +31,7 @@ from joulestat.host.usage import DeviceProcesses, HostUsage, JobWant, UsageSnaps
 
 log = logging.getLogger(__name__)
 
-__all__ = ["AttributionSettings", "DeviceProcesses", "JobAccounting", "JobTotals", "Snapshot",
-           "TickResult"]
+__all__ = ["AttributionSettings", "JobAccounting", "JobTotals", "Snapshot", "TickResult"]
 
 
 @dataclass(frozen=True, slots=True)

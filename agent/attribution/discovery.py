@@ -68,17 +68,11 @@ from joulestat.host.kernel_file import read_bytes
 
 log = logging.getLogger(__name__)
 
+__all__ = ["DiscoveredJob", "SCHEDULERS", "ScanCache", "discover", "parse_discover_option",
+           "sagemaker_job_from_env", "sync_registry"]
+
 
 # -- Find the jobs running on this node by scanning ``<procfs>/<pid>/cgroup`` (and en ----
-
-__all__ = [
-    "SCHEDULERS",
-    "DiscoveredJob",
-    "ScanCache",
-    "discover",
-    "parse_discover_option",
-    "sagemaker_job_from_env",
-]
 
 
 SCHEDULERS: tuple[str, ...] = ("docker", "k8s", "slurm", "sagemaker")

@@ -60,6 +60,10 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 
 log = logging.getLogger(__name__)
 
+__all__ = ["MODES", "PodDirectory", "PodInfo", "PodListError", "PodListSource", "PodNames",
+           "SERVICE_ACCOUNT_DIR", "apiserver_source", "job_labels", "kubelet_sources",
+           "parse_pod_list", "pod_directory", "pods_for"]
+
 
 # -- Reading one pod list over HTTP ----------------------------------------------------
 
@@ -220,21 +224,6 @@ def _url_host(host: str) -> str:
 
 
 # -- Kubernetes pods by UID: their namespace, name and labels, from a pod list ---------
-
-__all__ = [
-    "MODES",
-    "SERVICE_ACCOUNT_DIR",
-    "PodDirectory",
-    "PodInfo",
-    "PodListError",
-    "PodListSource",
-    "apiserver_source",
-    "job_labels",
-    "kubelet_sources",
-    "parse_pod_list",
-    "pod_directory",
-    "pods_for",
-]
 
 
 class PodNames(StrEnum):

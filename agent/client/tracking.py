@@ -75,8 +75,7 @@ from joulestat.core.redact import redact_labels, redact_text
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_AGENT_URL", "ENV_AGENT_URL", "ENV_JOB_ID", "ENV_TOKEN", "Mode", "Serving",
-           "TrackedJob", "agent_url_from_env", "count", "current_job", "serving", "track"]
+__all__ = ["Mode", "TrackedJob", "count", "current_job", "serving", "track"]
 
 FLUSH_INTERVAL_S = 1.0
 TIMEOUT_S = 2.0

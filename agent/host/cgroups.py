@@ -66,6 +66,10 @@ from joulestat.host.kernel_file import KernelFile
 
 log = logging.getLogger(__name__)
 
+__all__ = ["CgroupCounter", "CgroupFs", "CgroupIdentity", "CgroupRef", "classify_cgroup",
+           "classify_path", "own_cgroup_path", "parse_proc_cgroup", "run_cgroup_name",
+           "run_cgroup_path"]
+
 
 # -- The cgroup filesystem: where it is mounted, and a job cgroup's CPU-time counter ----
 
@@ -251,8 +255,6 @@ def run_cgroup_path(job_id: str, path: str) -> str | None:
             return "/".join(segments[: i + 1])
     return None
 
-
-__all__ = ["CgroupIdentity", "classify_cgroup", "classify_path", "own_cgroup_path"]
 
 _HEX64 = r"[0-9a-f]{64}"
 

@@ -66,7 +66,6 @@ from joulestat.store.rows import (
     write_pending,
 )
 from joulestat.store.schema import (
-    CORE_TABLES,
     MINUTE_MS,
 )
 
@@ -78,6 +77,8 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from joulestat.outputs.sink import TickRecord
 
 log = logging.getLogger(__name__)
+
+__all__ = ["Outage", "RowQueue", "StoreSettings", "StoreWriter"]
 
 
 # -- What waits in memory for the node's next store write, under one lock --------------
@@ -260,8 +261,6 @@ class Outage:
 
 
 # -- The agent's SQL writer: batched, idempotent, patient when the database is away ----
-
-__all__ = ["CORE_TABLES", "MaintainResult", "StoreWriter"]
 
 
 # The agent's whole RSS budget is 50 MiB, so the outage buffer is sized in memory, not

@@ -21,6 +21,7 @@ from dataclasses import asdict
 import pandas as pd
 import streamlit as st
 
+from joulestat.carbon.footprint import METHODOLOGY
 from joulestat.core import units
 from joulestat.core.redact import redact_labels
 from joulestat.dashboard import analysis, charts, costing, downloads, fmt, state, ui
@@ -251,7 +252,7 @@ else:
               "total_co2e_g": cost.total_g, "cost_usd": cost.cost_usd,
               "provenance": {c: dict(s) for c, s in provenance.items()},
               "external_co2e": [f.as_dict() for f in external],
-              "methodology": costing.METHODOLOGY}
+              "methodology": METHODOLOGY}
     buttons.download_button("Job (JSON)", json.dumps(record, indent=1, default=str),
                             file_name=f"{job.id}.json", mime="application/json")
     st.caption("CSV, HTML and PDF reports need `joulestat.reports`, which this installation "

@@ -33,7 +33,7 @@ T4_SERVICE = f"""
 import os, sys, time
 sys.path.insert(0, {str(REPO)!r})
 from pathlib import Path
-from joulestat.client.tracking import count
+from joulestat import count
 from tests.fakes.nvml_file import update
 state, me = Path(os.environ[{ENV_STATE!r}]), os.getpid()
 update(state, lambda gpus: gpus[0]["compute_pids"].append(me))
@@ -54,7 +54,7 @@ NEURON_SERVICE = """
 import json, os, sys, time
 sys.path.insert(0, {repo!r})
 from pathlib import Path
-from joulestat.client.tracking import count
+from joulestat import count
 from tests.fakes.neuron import FakeNeuron, monitor_report, write_monitor
 fake = FakeNeuron(Path({sysfs!r}))
 fake.power_files[0] = Path({power!r})

@@ -22,7 +22,7 @@ POWER_W = 50.0
 # machine may stretch any block by a few milliseconds, which must stay small beside it.
 SERVER = """
 import time
-from joulestat.client.tracking import serving
+from joulestat import serving
 
 def work(seconds):
     until = time.perf_counter() + seconds

@@ -29,7 +29,7 @@ EXPECTED_UNITS = {"sample": 3.0 * STEPS, "step": float(STEPS), "epoch": 1.0}
 # steps into the same job; what each track() says of itself goes to stdout as JSON.
 NESTED = f"""
 import json, time
-from joulestat.client.tracking import track
+from joulestat import track
 
 with track("outer", kind="training") as a:
     with track("inner", kind="training") as b:

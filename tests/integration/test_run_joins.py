@@ -27,7 +27,7 @@ STEPS = 300
 # A training script as a user writes it: track() for its samples, count() for steps.
 TRAIN = f"""
 import time
-from joulestat.client.tracking import count, track
+from joulestat import count, track
 with track("trainer", kind="training") as job:
     assert job.joined, "track() under joulestat run must join the run's job"
     for _ in range({STEPS}):
@@ -152,7 +152,7 @@ def test_count_outside_any_job_says_so() -> None:
     # Said, not raised: the program goes on (tests/integration/test_client_never_breaks.py).
     env = agent_env()
     result = subprocess.run(
-        [sys.executable, "-c", "from joulestat.client.tracking import count; count('sample', 1)"],
+        [sys.executable, "-c", "from joulestat import count; count('sample', 1)"],
         env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0
     assert "count('sample', 1) outside a job" in result.stderr

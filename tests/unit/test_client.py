@@ -18,17 +18,9 @@ from joulestat.api.agent_client import AgentClient, AgentError, AgentUnavailable
 from joulestat.api.server import ApiServer
 from joulestat.attribution.registry import JobRegistry
 from joulestat.client import tracking
+from joulestat.client.context import ENV_AGENT_URL, ENV_JOB_ID, ENV_TOKEN, agent_url_from_env
 from joulestat.client.notice import forget
-from joulestat.client.tracking import (
-    ENV_AGENT_URL,
-    ENV_JOB_ID,
-    ENV_TOKEN,
-    JOIN_WAIT_S,
-    Mode,
-    agent_url_from_env,
-    count,
-    track,
-)
+from joulestat.client.tracking import JOIN_WAIT_S, Mode, count, track
 
 
 class CountingRegistry(JobRegistry):

@@ -17,8 +17,9 @@ from joulestat.api.server import ApiServer
 from joulestat.attribution.model_units import MAX_MODELS_PER_JOB
 from joulestat.attribution.registry import JobRegistry
 from joulestat.attribution.validation import MAX_LABELS, JobError
+from joulestat.client.context import ENV_AGENT_URL, ENV_JOB_ID, ENV_TOKEN
 from joulestat.client.notice import forget
-from joulestat.client.tracking import ENV_AGENT_URL, ENV_JOB_ID, ENV_TOKEN, track
+from joulestat.client.tracking import track
 
 
 @pytest.fixture(autouse=True)

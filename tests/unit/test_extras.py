@@ -18,8 +18,16 @@ from joulestat.core.extras import Extra, MissingExtraError, require
 from joulestat.store.engine import StoreError, make_engine, open_readonly_engine
 
 
+def absent(monkeypatch: pytest.MonkeyPatch, package: str) -> None:
+    """``package`` and its submodules as if not installed, whatever an earlier test
+    imported (a submodule already in ``sys.modules`` would still import)."""
+    for name in [n for n in sys.modules if n.startswith(package + ".")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, package, None)
+
+
 def test_a_missing_module_names_its_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "reportlab", None)
+    absent(monkeypatch, "reportlab")
     with pytest.raises(MissingExtraError) as caught:
         require("reportlab.lib.units", Extra.PDF, "a PDF report")
     assert isinstance(caught.value, ConfigError)  # the CLI's exit 2, no traceback
@@ -36,7 +44,7 @@ def test_an_installed_module_failing_on_its_own_import_is_not_hidden(
 
 def test_a_postgresql_url_without_psycopg_names_the_postgres_extra(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "psycopg", None)
+    absent(monkeypatch, "psycopg")
     for opener in (make_engine, open_readonly_engine):
         with pytest.raises(StoreError) as caught:
             opener("postgresql+psycopg://me:s3cret@db.example/js")
@@ -46,7 +54,7 @@ def test_a_postgresql_url_without_psycopg_names_the_postgres_extra(
 
 def test_the_cli_prints_one_line_and_exits_2(monkeypatch: pytest.MonkeyPatch,
                                              capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setitem(sys.modules, "reportlab", None)
+    absent(monkeypatch, "reportlab")
     assert main(["report", "x", "--format", "pdf", "-o", "/nonexistent/r.pdf"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("joulestat report: ")

@@ -14,8 +14,7 @@ import pytest
 
 from joulestat.store import migrate
 from joulestat.store.engine import StoreError, default_db_url, make_engine
-from joulestat.store.schema import METADATA
-from joulestat.store.writer import CORE_TABLES
+from joulestat.store.schema import CORE_TABLES, METADATA
 
 # -- engine -------------------------------------------------------------------------------
 

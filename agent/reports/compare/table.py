@@ -74,11 +74,12 @@ from joulestat.core.redact import redact_labels
 from joulestat.reports.sources import sources_class
 from joulestat.store.model_split import ModelSplit
 
-# -- Compare measured jobs the way published comparisons are written, from plain numb ----
+__all__ = ["BY_CHOICES", "CompareError", "ComparisonRow", "ComparisonTable", "JobFigures",
+           "LABEL_BY", "PER_MILLION", "PER_RUN", "PER_UNIT", "UNKNOWN_TYPE", "by_model",
+           "check_by", "choose_unit", "compare", "find_baseline", "group_of", "label_key",
+           "pct_change", "ratio_of", "rebase", "setup_name", "split_by_setup"]
 
-__all__ = ["BY_CHOICES", "LABEL_BY", "PER_MILLION", "PER_RUN", "PER_UNIT", "UNKNOWN_TYPE",
-           "CompareError", "ComparisonRow", "ComparisonTable", "JobFigures", "NodeFigures",
-           "compare", "group_of", "label_key", "rebase", "setup_name"]
+# -- Compare measured jobs the way published comparisons are written, from plain numb ----
 
 PER_UNIT = "unit"
 PER_RUN = "run"
