@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from joulestat.core.logs import LogOnce
 from joulestat.core.tick import Tick, TickEntry
 from joulestat.devices.sensor import DeviceInfo, Reading, Sensor, current_component
 
@@ -48,8 +49,9 @@ class Sampler:
         # comes back (see TickEntry.t0_s).
         self._missed_since: dict[Key, float] = {}
         self._last_mono: float | None = None
-        self._failing: set[str] = set()
-        self._checkpoint_failing: set[str] = set()
+        # A failing sensor (or its checkpoint) is said once until it recovers.
+        self._failing = LogOnce(log, logging.ERROR)
+        self._checkpoint_failing = LogOnce(log)
         self.sensor_errors_total: dict[str, int] = {s.name: 0 for s in self.sensors}
 
     def describe(self) -> list[DeviceInfo]:
@@ -81,12 +83,11 @@ class Sampler:
             try:
                 sensors[sensor.name] = sensor.checkpoint()
             except Exception as exc:
-                if sensor.name not in self._checkpoint_failing:
-                    log.warning("sensor %s: checkpoint failed, it will restart from a "
-                                "baseline after a crash: %s", sensor.name, exc)
-                    self._checkpoint_failing.add(sensor.name)
+                self._checkpoint_failing.problem(
+                    sensor.name, "failed", "sensor %s: checkpoint failed, it will restart "
+                    "from a baseline after a crash: %s", sensor.name, exc)
                 continue
-            self._checkpoint_failing.discard(sensor.name)
+            self._checkpoint_failing.recovered(sensor.name)
         return {
             "mono_s": self._last_mono,
             "last_j": [[c, d, src, j] for (c, d, src), j in self._last_j.items()],
@@ -213,14 +214,10 @@ class Sampler:
                 self.sensor_errors_total[sensor.name] = (
                     self.sensor_errors_total.get(sensor.name, 0) + 1
                 )
-                if sensor.name not in self._failing:
-                    log.error("sensor %s failed, skipping it until it recovers: %s",
-                              sensor.name, exc)
-                    self._failing.add(sensor.name)
+                self._failing.problem(sensor.name, "failed", "sensor %s failed, skipping it "
+                                      "until it recovers: %s", sensor.name, exc)
                 continue
-            if sensor.name in self._failing:
-                log.info("sensor %s recovered", sensor.name)
-                self._failing.discard(sensor.name)
+            self._failing.recovered(sensor.name, "sensor %s recovered", sensor.name)
         return readings
 
     def close(self) -> None:

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 from collections.abc import Hashable
 
+from joulestat.core.logs import LogOnce
 from joulestat.core.redact import redact_text
 
 log = logging.getLogger("joulestat.client")
@@ -28,24 +28,18 @@ log = logging.getLogger("joulestat.client")
 MAX_CAUSES = 1024  # past it every cause is said at DEBUG: the set must not grow unbounded
 MAX_SHOWN_CHARS = 80  # of a value shown in a warning: an argument may be a megabyte
 
-_said: set[Hashable] = set()
-_said_lock = threading.Lock()
+# The process's one say-once log: a cause is never "recovered" here, a process says it
+# once and goes on (core.logs.LogOnce, the sensors' own, keyed by the cause).
+_said = LogOnce(log, logging.WARNING, max_causes=MAX_CAUSES)
 
 
 def warn_once(cause: Hashable, message: str) -> bool:
     """Log ``message`` at WARNING the first time ``cause`` is seen, at DEBUG after; True
     the first time. Never raises."""
     try:
-        with _said_lock:
-            first = cause not in _said and len(_said) < MAX_CAUSES
-            if first:
-                _said.add(cause)
-        level = logging.WARNING if first else logging.DEBUG
-        if log.isEnabledFor(level):
-            # One line: a user greps for it, and a test counts it.
-            text = " ".join(redact_text(message).split())
-            log.log(level, "%s", "joulestat: " + text)
-        return first
+        # One line: a user greps for it, and a test counts it.
+        text = "joulestat: " + " ".join(redact_text(message).split())
+        return _said.problem("client", repr(cause), "%s", text)
     except Exception:  # logging itself failed (a broken handler): nothing more to do
         return False
 
@@ -74,5 +68,4 @@ def bad_argument(call: str, error: Exception, consequence: str) -> None:
 
 def forget() -> None:
     """Forget what was said (tests: each starts with nothing said)."""
-    with _said_lock:
-        _said.clear()
+    _said.forget()

@@ -8,6 +8,7 @@ import the CLI that imports them.
 from __future__ import annotations
 
 import logging
+import threading
 
 from joulestat.core.redact import install_log_redaction
 
@@ -29,27 +30,43 @@ class LogOnce:
     RAPL zone, a GPU, a GPU's process query), ``cause`` what is wrong with it (an error's
     text, or a kind such as ``"unreadable"``): a cause already said for a key is not said
     again until :meth:`recovered` clears the key, after which it is news again.
+
+    Safe from several threads (the client's flusher beside the user's). ``max_causes``
+    bounds what is remembered, for callers whose causes come from outside (a user's
+    ever-different bad arguments): past it nothing more is said at ``level``, only at
+    DEBUG, rather than a set that grows without end.
     """
 
-    def __init__(self, logger: logging.Logger, level: int = logging.WARNING) -> None:
+    def __init__(self, logger: logging.Logger, level: int = logging.WARNING,
+                 max_causes: int | None = None) -> None:
         self._log = logger
         self._level = level
+        self._max_causes = max_causes
+        self._count = 0
         self._active: dict[str, set[str]] = {}
+        self._lock = threading.Lock()
 
     def problem(self, key: str, cause: str, msg: str, *args: object) -> bool:
         """Log ``msg % args`` unless ``cause`` was already said for ``key`` since it last
-        recovered; True when it was logged now."""
-        causes = self._active.setdefault(key, set())
-        if cause in causes:
-            return False
-        causes.add(cause)
-        self._log.log(self._level, msg, *args)
-        return True
+        recovered (then at DEBUG); True when it was logged now, at the level."""
+        with self._lock:
+            causes = self._active.setdefault(key, set())
+            new = cause not in causes and (self._max_causes is None
+                                           or self._count < self._max_causes)
+            if new:
+                causes.add(cause)
+                self._count += 1
+        self._log.log(self._level if new else logging.DEBUG, msg, *args)
+        return new
 
     def recovered(self, key: str, msg: str | None = None, *args: object) -> bool:
         """Clear ``key``; when it had a problem said, log ``msg % args`` (if given) at INFO.
         True when it had one."""
-        if not self._active.pop(key, None):
+        with self._lock:
+            had = self._active.pop(key, None)
+            if had:
+                self._count -= len(had)
+        if not had:
             return False
         if msg is not None:
             self._log.info(msg, *args)
@@ -57,4 +74,11 @@ class LogOnce:
 
     def failing(self, key: str) -> bool:
         """Whether a problem of ``key`` was said and it has not recovered since."""
-        return bool(self._active.get(key))
+        with self._lock:
+            return bool(self._active.get(key))
+
+    def forget(self) -> None:
+        """Forget everything said (a test starting afresh)."""
+        with self._lock:
+            self._active.clear()
+            self._count = 0

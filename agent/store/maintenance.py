@@ -83,6 +83,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.expression import TableClause
 
+from joulestat.core.logs import LogOnce
 from joulestat.store.engine import describe_error
 from joulestat.store.schema import (
     JOB_ENERGY,
@@ -415,13 +416,11 @@ class PartitionKeeper:
                        self.node, PARTITION_SCHEMA, name)
 
 
-_warned: set[str] = set()
+_ONCE = LogOnce(log)  # a partition's state said once a process, not every pass
 
 
 def _warn_once(key: str, message: str, *args: object) -> None:
-    if key not in _warned:
-        _warned.add(key)
-        log.warning(message, *args)
+    _ONCE.problem(key, "said", message, *args)
 
 
 # -- Minute rollups and raw-row retention, for node ticks and job shares alike ---------
