@@ -353,8 +353,9 @@ class TrackedJob:
             try:
                 keys = count_keys(unit, count, model, busy_s)
             except JobError as exc:
-                bad_argument(_call("job.count", unit, count, model, busy_s), exc, NOT_COUNTED)
-                return
+                keys = self._without_busy_time(unit, count, model, busy_s, exc)
+                if keys is None:
+                    return
             if not self._active:
                 warn_once(("count", "not running"),
                           f"{_call('job.count', unit, count, model, busy_s)}: job "
@@ -365,6 +366,24 @@ class TrackedJob:
                 self._add(key, amount)
         except Exception as exc:
             _internal("job.count()", exc)
+
+    @staticmethod
+    def _without_busy_time(unit: str, count: float, model: str | None, busy_s: float | None,
+                           exc: JobError) -> list[tuple[str, float]] | None:
+        """What is still countable of a refused call: busy time without a model cannot be
+        anyone's, but the units were done (a request handler's inference happened), so
+        they are counted and only ``busy_s`` is left out; else nothing. Said once."""
+        call = _call("job.count", unit, count, model, busy_s)
+        if model is None and busy_s is not None:
+            try:
+                keys = count_keys(unit, count)
+            except JobError:
+                pass
+            else:
+                bad_argument(call, exc, "the count is kept, its busy_s left out")
+                return keys
+        bad_argument(call, exc, NOT_COUNTED)
+        return None
 
     def serving(self, model: str, unit: str = "inference") -> AbstractContextManager[Serving]:
         """``with job.serving("model-a") as s: ... s.count(n)``: the block's wall time is

@@ -44,7 +44,7 @@ with track("train", kind="training") as job:
         job.count("sample", 32)
         count("step")
         job.count("sample", float("nan"))          # a NaN loss-weighted count
-        job.count("inference", 1, busy_s=0.02)     # busy_s without model=
+        job.count("inference", 1, busy_s=0.02)     # busy_s without model=: counted
 print(json.dumps({{"mode": job.mode, "reason": job.mode_reason, "summary": job.summary}}))
 """
 
@@ -58,7 +58,7 @@ REQUESTS = 40
 with track("svc", kind="inference") as job:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):
-            job.count("inference", 1, busy_s=0.02)   # forgot model=: said once, dropped
+            job.count("inference", 1, busy_s=0.02)   # forgot model=: said once, busy_s dropped
             job.count("inference", 1, model="m", busy_s=0.02)
             self.send_response(200)
             self.send_header("Content-Length", "2")
@@ -139,7 +139,7 @@ def test_no_agent_and_a_store_it_cannot_open(tmp_path: Path) -> None:
     assert said["mode"] == "none" and said["reason"] in start
     summary = said["summary"]
     assert (summary["mode"], summary["status"], summary["final"]) == ("none", "ended", False)
-    assert summary["units"] == {"sample": 32.0 * 2000, "step": 2000.0}
+    assert summary["units"] == {"sample": 32.0 * 2000, "step": 2000.0, "inference": 2000.0}
     assert "total_energy_j" not in summary  # not measured: no figure, not a zero
 
 
@@ -199,7 +199,9 @@ def test_a_request_handler_that_forgets_the_model(agent: RunningAgent) -> None:
     check_said(stderr, "job.count('inference', 1, busy_s=0.02): busy_s: needs model=")
     assert said["mode"] == "agent" and said["summary"]["final"] is True
     stored = stored_jobs(env)["svc"]
-    assert stored["units"] == {"inference": 40.0}  # the counts that named their model
+    # Every request's inference counted (40 with the model named, 40 without), and the
+    # busy time only of those that named it: what no model was busy with is no one's.
+    assert stored["units"] == {"inference": 80.0}
 
 
 @pytest.mark.slow
@@ -220,7 +222,8 @@ def test_an_agent_with_a_full_registry(agent: RunningAgent) -> None:
     # energy would be stored twice), and nothing is registered behind its back.
     assert any("429" in line for line in lines)
     assert said["mode"] == "none" and "429" in said["reason"]
-    assert said["summary"]["units"] == {"sample": 32.0 * 2000, "step": 2000.0}
+    assert said["summary"]["units"] == {"sample": 32.0 * 2000, "step": 2000.0,
+                                        "inference": 2000.0}
     assert "train" not in {job["name"] for job in client.jobs()}
 
 

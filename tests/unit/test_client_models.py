@@ -84,7 +84,6 @@ def test_a_joined_track_serves_into_the_job_it_joined(served):
 @pytest.mark.parametrize(("call", "message"), [
     (lambda job: job.count("inference@a", 1), "name the model apart"),
     (lambda job: job.count("busy_s", 1), "reserved"),
-    (lambda job: job.count("inference", 1, busy_s=0.1), "needs model="),
     (lambda job: job.count("inference", 1, model="a b"), "model:"),
     (lambda job: job.count("inference", 1, model="a", busy_s=-1), "busy_s:"),
     (lambda job: job.serving("a@b").__enter__().count(1), "model:"),
@@ -100,6 +99,20 @@ def test_bad_model_input_is_said_once_and_not_counted(served, call, message, cap
     assert len(said) == 1 and message in said[0], said
     stored = registry.get(job_id)
     assert stored.units == {"request": 1.0} and stored.models == {}
+
+
+def test_busy_time_without_a_model_is_said_once_and_its_units_kept(served, caplog):
+    """A request handler that forgot ``model=``: its inferences happened, so they count;
+    its busy time cannot be any model's, so it is left out, said once."""
+    url, registry = served
+    with track("forgot", agent_url=url) as job:
+        for _ in range(100):
+            job.count("inference", 1, busy_s=0.1)
+        job_id = job.id
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(said) == 1 and "needs model=" in said[0] and "count is kept" in said[0], said
+    stored = registry.get(job_id)
+    assert stored.units == {"inference": 100.0} and stored.models == {}
 
 
 def test_the_api_takes_the_per_model_encoding_and_refuses_a_bad_one(served):
