@@ -92,13 +92,13 @@ def _run(args: argparse.Namespace) -> int:
     from joulestat.carbon.pricing import prices_used
     from joulestat.reports.compare.figures import figures_for, pick_baseline, pick_jobs
     from joulestat.reports.compare.table import CompareError, compare
-    from joulestat.store.engine import open_engine
+    from joulestat.store.engine import open_reader_engine
 
     settings = resolve(args, COMPARE_OPTIONS)
     carbon = settings.section(CarbonSettings)
     if args.sla is not None and args.sla <= 0:  # before reading the store
         raise ConfigError(f"--sla: must be a number of units per hour above 0, got {args.sla:g}")
-    engine = open_engine(settings["db"])
+    engine = open_reader_engine(settings["db"])
     try:
         picked = pick_jobs(engine, kind=args.kind, jobs=args.jobs)
         _say("--jobs", [*_runs_notes(engine, args.jobs, args.kind), *picked.notes])

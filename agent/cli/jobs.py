@@ -30,11 +30,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from joulestat.store.engine import open_engine
+    from joulestat.store.engine import open_reader_engine
     from joulestat.store.jobs import list_jobs
 
     settings = resolve(args, JOBS_OPTIONS)
-    engine = open_engine(settings["db"])
+    engine = open_reader_engine(settings["db"])
     jobs = list_jobs(engine, running=True if args.running else None)
     jobs.sort(key=lambda j: j.started_s, reverse=True)
     if args.json:
