@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from joulestat.store.migrate import HEAD_REVISION
-from tests.helpers.agent_process import JOULESTAT, agent_env, free_port
+from tests.helpers.agent_process import JOULESTAT, agent_env, free_port, running_agent
 
 # Every command that only reads the store, with what it needs to get that far.
 READERS = {
@@ -165,3 +165,18 @@ def test_a_new_store_is_private_under_umask_022(tmp_path: Path) -> None:
     done = joulestat("db", "upgrade", "--db", f"sqlite:///{fresh}", umask=0o022)
     assert done.returncode == 0, done.stderr
     assert mode_of(fresh) == 0o600
+
+
+def test_the_agent_creates_a_new_store_once_and_says_so(tmp_path: Path) -> None:
+    """The agent's log is true: it creates the schema of the store it made (0600), and a
+    restart on that store, now at the head, creates and migrates nothing."""
+    said = "creating the store's schema at"
+    with running_agent(tmp_path, "--sysfs-root", str(tmp_path)) as agent:
+        assert agent.stop() == 0
+    assert agent.log().count(said) == 1
+    assert mode_of(tmp_path / "agent.db") == 0o600
+    with running_agent(tmp_path, "--sysfs-root", str(tmp_path)) as agent:
+        assert agent.stop() == 0
+    assert agent.log().count(said) == 1  # the log file is appended to: still one
+    assert "migrat" not in agent.log()
+    assert revision_of(tmp_path / "agent.db") == [HEAD_REVISION]

@@ -304,6 +304,22 @@ def test_a_missing_or_unmigrated_store_explains_and_is_not_created(tmp_path, pag
     assert blank.stat().st_size == 0
 
 
+@pytest.mark.parametrize(("revision", "says"), [
+    ("0005", "joulestat db upgrade --db"), ("0099", "it knows revisions up to")])
+def test_an_older_or_newer_store_is_named_on_the_page_and_left_as_it_is(
+        tmp_path, revision, says, monkeypatch):
+    path = tmp_path / "other.db"
+    engine = make_engine(f"sqlite:///{path}")
+    migrate.upgrade(engine, min(revision, migrate.HEAD_REVISION))
+    with engine.begin() as connection:
+        connection.exec_driver_sql("UPDATE alembic_version SET version_num = ?", (revision,))
+    at = run_page(f"sqlite:///{path}", "pages/jobs.py", monkeypatch)
+    [warning] = [w.value for w in at.warning]
+    assert f"`{revision}`" in warning and says in warning
+    assert migrate.current_revision(engine) == revision
+    engine.dispose()
+
+
 def test_a_job_started_seconds_ago_is_on_jobs_and_its_node_reports(tmp_path, monkeypatch):
     """The pages round "now" down to their ten-second cache period; a window "up to now"
     must still hold what happened since (issue 29: a job created in the current period
