@@ -77,7 +77,12 @@ class StoreWorker(threading.Thread):
         next_maintain = time.monotonic() + ROLLUP_EVERY_S
         wake = self.writer.wake
         while True:
-            wake.wait(self._every_s)
+            # The writer says when it is due: while the store is away that is its
+            # reconnect probe (every 2 s), so rows go in within seconds of its return.
+            due_in_s = getattr(self.writer, "due_in_s", None)
+            wait_s = self._every_s if due_in_s is None else min(
+                self._every_s, max(0.05, due_in_s(time.monotonic())))
+            wake.wait(wait_s)
             wake.clear()
             if self._stop_event.is_set():
                 return

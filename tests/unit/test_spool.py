@@ -103,7 +103,12 @@ def test_the_spool_is_bounded_and_says_what_it_dropped(tmp_path: Path,
     blocker.rollback()
     blocker.close()
     assert spool.dropped_batches > 0 and spool.bytes <= 1500
-    assert "dropped its oldest batch (ticks ending" in caplog.text
+    assert "dropped its oldest batch (" in caplog.text and "ticks ending" in caplog.text
+    # The rows of the dropped batches are the writer's dropped figure, said once.
+    assert writer.dropped_rows == spool.dropped_rows == 9 * spool.dropped_batches
+    errors = [r for r in caplog.records if "dropped its oldest batch" in r.getMessage()
+              and r.levelname == "ERROR"]
+    assert len(errors) == 1
     assert writer.flush()
     with make_engine(db_url).connect() as connection:
         first = connection.execute(text("SELECT min(t_end_ms) FROM tick_energy")).scalar()
