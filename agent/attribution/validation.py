@@ -44,6 +44,13 @@ class JobConflict(JobError):
     status = 409
 
 
+class JobNotYours(JobError):
+    """The caller may not do this to this job or these processes: it is not the job's
+    registrant (no or a wrong ``job_token``), or the processes are not its to claim."""
+
+    status = 403
+
+
 class JobLimit(JobError):
     """The agent already tracks its maximum of live jobs (``--max-jobs``)."""
 
@@ -140,6 +147,23 @@ def validate_pids(pids: Any) -> set[int]:
         if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid <= PID_MAX:
             raise JobError(f"pids: {pid!r} is not a process id (1..{PID_MAX})")
     return set(pids)
+
+
+def check_claimable_pids(pids: Any, agent_pid: int, taken: Mapping[int, str]) -> set[int]:
+    """The pids a registration through the API claims, refused (naming the pid) when one
+    is init (pid 1: it would make the job every orphan's parent), the agent itself, or
+    a process already in another running job (``taken``: pid -> job id), since each of
+    those would take energy that is someone else's."""
+    pid_set = validate_pids(pids)
+    for pid in sorted(pid_set):
+        if pid == 1:
+            raise JobNotYours("pids: 1 is init; a job cannot claim it")
+        if pid == agent_pid:
+            raise JobNotYours(f"pids: {pid} is the joulestat agent itself; a job cannot "
+                              "claim it")
+        if pid in taken:
+            raise JobConflict(f"pids: process {pid} is already in job {taken[pid]!r}")
+    return pid_set
 
 
 def validate_units(unit: Any, count: Any) -> tuple[str, float]:
