@@ -43,6 +43,7 @@ from joulestat.attribution.validation import (
     validate_end_time,
     validate_job_id,
 )
+from joulestat.core import jsonout
 from joulestat.core.redact import redact_labels
 
 log = logging.getLogger(__name__)
@@ -327,7 +328,7 @@ class _Handler(GatedHandler):
     def _send_json(
         self, status: int, payload: Any, headers: Iterable[tuple[str, str]] = ()
     ) -> None:
-        body = json.dumps(payload).encode() + b"\n"
+        body = jsonout.dumps(payload).encode() + b"\n"
         self.request_version = "HTTP/1.0"  # even to HTTP/0.9 or garbage: headers say why
         self.connection.settimeout(self.timeout)
         self.send_response(status)

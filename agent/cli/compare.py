@@ -10,13 +10,13 @@ options and loads the figures.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from joulestat.attribution.validation import KINDS
+from joulestat.core import jsonout
 from joulestat.core.errors import ConfigError
 from joulestat.runtime.settings import add_options, resolve
 
@@ -121,7 +121,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         from joulestat.reports.compare.words import as_json
 
-        json.dump(as_json(table, notes, prices), sys.stdout, indent=1)
+        sys.stdout.write(jsonout.dumps(as_json(table, notes, prices), indent=1))
         sys.stdout.write("\n")
         return 0
     from joulestat.reports.compare.words import render_text

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import asdict
 from datetime import datetime
@@ -38,10 +37,11 @@ def _run(args: argparse.Namespace) -> int:
     jobs = list_jobs(engine, running=True if args.running else None)
     jobs.sort(key=lambda j: j.started_s, reverse=True)
     if args.json:
+        from joulestat.core import jsonout
         from joulestat.core.redact import redact_labels
 
-        json.dump([{**asdict(job), "labels": redact_labels(job.labels)} for job in jobs],
-                  sys.stdout, indent=1)
+        sys.stdout.write(jsonout.dumps(
+            [{**asdict(job), "labels": redact_labels(job.labels)} for job in jobs], indent=1))
         sys.stdout.write("\n")
         return 0
     if not jobs:

@@ -20,7 +20,6 @@ wrapper's own loopback API, and the node is measured once.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import signal
@@ -38,6 +37,7 @@ from joulestat.attribution.validation import (
     validate_labels,
     validate_name,
 )
+from joulestat.core import jsonout
 from joulestat.core.errors import ConfigError
 from joulestat.host.cgroup_jobs import Placement
 from joulestat.runtime.embedded import EMBEDDED_OPTIONS
@@ -339,7 +339,7 @@ def _print_summary(summary: dict[str, Any], cmd: list[str], code: int, as_json: 
     if isinstance(summary.get("labels"), dict):
         summary = {**summary, "labels": redact_labels(summary["labels"])}
     if as_json:
-        print(json.dumps({**summary, "exit_code": code}), file=sys.stderr)
+        print(jsonout.dumps({**summary, "exit_code": code}), file=sys.stderr)
         return
     started, ended = summary.get("started_at"), summary.get("ended_at")
     duration = f"{ended - started:.1f} s" if started and ended else "unknown"
