@@ -68,7 +68,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         f"job's end, with CMD's exit time, is retried for up to {END_RETRY_S:g} s.",
         usage="joulestat run --name NAME [--kind KIND] [--label K=V]... [options] -- CMD [ARG...]",
     )
-    parser.add_argument("--name", required=True, help="job name (no / or control characters)")
+    parser.add_argument("--name", required=True,
+                        help="job name (no backslash, control or bidirectional characters)")
     parser.add_argument("--kind", default="other", choices=KINDS, help="default: other")
     parser.add_argument("--label", action="append", default=[], metavar="K=V",
                         help="a label; repeat for more")
