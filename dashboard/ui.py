@@ -121,7 +121,7 @@ def require_data(url: str) -> None:
                    "dashboard itself never writes), or update joulestat if the store is "
                    "newer.")
     else:
-        st.error(f"Cannot read the store `{shown}`: {redact_text(str(found.detail))}")
+        st.error(f"Cannot read the store `{shown}`: {fmt.md(redact_text(str(found.detail)))}")
     st.stop()
 
 
