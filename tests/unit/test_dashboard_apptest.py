@@ -224,7 +224,8 @@ def test_compare_shows_energy_per_request_by_instance_type_and_deltas(
         assert table.at[itype, "requests"] == sum(j.units["request"]
                                                   for j in _group(jobs, itype))
     assert at.selectbox(key="cmp_base").value == "c6i.2xlarge"  # slowest is the baseline
-    lines = [m.value for m in at.markdown]
+    # The sentence as it renders: its Markdown source escapes $ (no maths, fmt.md).
+    lines = [m.value.replace("\\$", "$") for m in at.markdown]
     g5 = next(line for line in lines if line.startswith("**g5.xlarge** vs c6i.2xlarge: "))
     change = (_group_energy_per_unit(jobs, "g5.xlarge")
               / _group_energy_per_unit(jobs, "c6i.2xlarge") - 1) * 100
