@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -50,14 +49,15 @@ class FakeKube:
     def __init__(self) -> None:
         self.status = 200
         self.body = pod_list(WEB)
-        self.delay_s = 0.0
+        self.delay_s = 0.0  # how long a request is held, unless close() lets it go
+        self._release = threading.Event()
         self.requests: list[tuple[str, dict[str, str]]] = []
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 (http.server's name)
                 fake.requests.append((self.path, dict(self.headers.items())))
-                time.sleep(fake.delay_s)
+                fake._release.wait(fake.delay_s)
                 self.send_response(fake.status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(fake.body)))
@@ -75,6 +75,7 @@ class FakeKube:
         self.thread.start()
 
     def close(self) -> None:
+        self._release.set()  # a held request answers now: no thread outlives the test
         self.server.shutdown()
         self.server.server_close()
 

@@ -259,7 +259,10 @@ def test_conservation_on_every_tick_with_many_jobs(proc: FakeProc) -> None:
     proc.write()
     accounting = _accounting(proc, registry, policy="share", idle_w=4.0)
     for i in range(20):
-        registry.register(f"j{i}", "other", [100 + i], job_id=f"j{i}")
+        # Registered after its process started (at 1000 s after boot), whatever this
+        # machine's own uptime: its CPU before registration is not counted.
+        job = registry.register(f"j{i}", "other", [100 + i], job_id=f"j{i}")
+        job.registered_boot_s = 1001.5
     for t in range(5):
         for i in range(0, 20, 3):
             proc.run(100 + i, 0.05 * (i + 1), busy_extra_s=0.1)

@@ -288,7 +288,7 @@ def test_agent_client_times_out_on_a_silent_listener() -> None:
         began = time.monotonic()
         with pytest.raises(AgentUnavailable):
             client.health()
-        assert time.monotonic() - began < 2.0
+        assert time.monotonic() - began < 10.0  # the listener never answers: the timeout did
 
 
 def test_agent_client_sends_the_token(registry: CountingRegistry) -> None:

@@ -31,7 +31,7 @@ def test_slow_clients_time_out_while_health_checks_keep_answering(
 ) -> None:
     """Slow and silent connections hold a socket each, not an in-flight slot: with
     more of them than slots, health checks still answer 200 meanwhile."""
-    with ApiServer(registry, "127.0.0.1", 0, max_in_flight=2, request_timeout_s=1.0) as api:
+    with ApiServer(registry, "127.0.0.1", 0, max_in_flight=2, request_timeout_s=3.0) as api:
         port = api.port
         slow = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(3)]
         slow[0].sendall(b"GET /v1/heal")  # an unfinished request line
@@ -56,7 +56,9 @@ def test_slow_clients_time_out_while_health_checks_keep_answering(
         while time.monotonic() < started + 0.8:  # four slow clients, two slots: no matter
             began = time.monotonic()
             answers.append(call(port, "GET", "/v1/health")[0])
-            assert time.monotonic() - began < 0.5
+            # Well within the 3 s the slow clients hold their sockets (a health check
+            # queued behind them would take that long), with room for a loaded machine.
+            assert time.monotonic() - began < 1.5
             time.sleep(0.02)
         assert len(answers) >= 5 and set(answers) == {200}, answers
 
@@ -75,7 +77,7 @@ def test_slow_clients_time_out_while_health_checks_keep_answering(
         assert answers_seen[1] == b"HTTP/1.0 408 Request Timeout"  # the half body
         assert answers_seen[0] == answers_seen[2] == answers_seen[3] == b""  # no request
         assert api.busy_rejections == 0
-        assert max(closed_after) < 1.0 + 1.0 + 1.5  # deadline + linger + slack
+        assert max(closed_after) < 3.0 + 1.0 + 2.0  # deadline + linger + slack
         assert call(port, "GET", "/v1/health")[0] == 200
 
 
@@ -209,6 +211,6 @@ def test_close_frees_the_port(registry: JobRegistry) -> None:
     began = time.monotonic()
     api.close()
     api.close()
-    assert time.monotonic() - began < 1.0
+    assert time.monotonic() - began < 3.0  # prompt, with room for a loaded machine
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", port), timeout=2).close()

@@ -222,12 +222,14 @@ def test_after_a_failure_reads_wait_retry_after_s_then_name_new_pods(
 
 
 def test_a_slow_list_times_out(kube: FakeKube, sa_dir: Path) -> None:
-    kube.delay_s = 1.0
+    # The server holds the request 30 s: giving up well before that is the timeout's doing
+    # (the bound leaves a loaded machine room; the fake lets the request go at close).
+    kube.delay_s = 30.0
     source = apiserver_source("node-1", {}, sa_dir, base_url=kube.url, timeout_s=0.2)
     started = time.monotonic()
     with pytest.raises(PodListError, match=r"no answer within 0\.2 s"):
         source.fetch()
-    assert time.monotonic() - started < 0.9
+    assert time.monotonic() - started < 10.0
 
 
 def test_a_job_keeps_the_name_it_was_registered_with(
