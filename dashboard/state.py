@@ -59,7 +59,7 @@ from joulestat.store.jobs import (
     job_units_by_kind,
     resolve_job,
 )
-from joulestat.store.migrate import HEAD_REVISION, current_revision
+from joulestat.store.migrate import HEAD_REVISION, SchemaState, current_revision, schema_state
 from joulestat.store.model_split import ModelSplit, model_splits
 from joulestat.store.nodes import (
     NodeSummary,
@@ -148,7 +148,8 @@ def engine(url: str) -> Engine:
 
 @dataclass(frozen=True, slots=True)
 class StoreStatus:
-    """``ok``, ``missing`` (no file), ``no-schema``, ``outdated``, ``empty`` or ``error``."""
+    """``ok``, ``missing`` (no file), ``no-schema``, ``outdated`` (an older revision),
+    ``newer`` (a revision this code does not know), ``empty`` or ``error``."""
 
     state: str
     detail: str = ""
@@ -163,7 +164,8 @@ def status(url: str) -> StoreStatus:
         if revision is None:
             return StoreStatus("no-schema")
         if revision != HEAD_REVISION:
-            return StoreStatus("outdated", revision)
+            newer = schema_state(revision) is SchemaState.NEWER
+            return StoreStatus("newer" if newer else "outdated", revision)
         if not list_nodes(eng):
             return StoreStatus("empty")
     except StoreMissingError as exc:

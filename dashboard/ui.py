@@ -118,10 +118,13 @@ def require_data(url: str) -> None:
     elif found.state == "outdated":
         st.warning(f"The store is at schema revision `{found.detail}`; this dashboard reads "
                    f"`{state.HEAD_REVISION}`. Run `joulestat db upgrade --db '{shown}'` (the "
-                   "dashboard itself never writes), or update joulestat if the store is "
-                   "newer.")
+                   "dashboard itself never writes or migrates).")
+    elif found.state == "newer":
+        st.warning(f"The store is at schema revision `{found.detail}`, which this joulestat "
+                   f"does not know: it knows revisions up to `{state.HEAD_REVISION}`. A newer "
+                   "joulestat made this store: upgrade joulestat to read it.")
     else:
-        st.error(f"Cannot read the store `{shown}`: {redact_text(str(found.detail))}")
+        st.error(f"Cannot read the store `{shown}`: {fmt.md(redact_text(str(found.detail)))}")
     st.stop()
 
 

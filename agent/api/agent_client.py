@@ -55,8 +55,17 @@ class AgentAddress:
     api_token: str | None
 
 
+# The registrant's credential of one job (what its registration answered as
+# ``job_token``), sent to end it, count into it or register it again.
+JOB_TOKEN_HEADER = "X-Joulestat-Job-Token"
+
+
 class AgentClient:
-    """Calls to one agent; each call is one short-lived connection."""
+    """Calls to one agent; each call is one short-lived connection.
+
+    It keeps the ``job_token`` of every job it registered (or was given with
+    :meth:`remember`) and sends it with that job's counts, end and re-registration:
+    the agent lets only the registrant do those (docs/jobs.md, "Who may do what")."""
 
     def __init__(self, base_url: str, token: str | None = None, timeout_s: float = 2.0) -> None:
         parts = urlsplit(base_url)
@@ -67,6 +76,17 @@ class AgentClient:
         self.token = token or None
         self._auth = f"Bearer {token}".encode() if token else None
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
+        self._job_tokens: dict[str, str] = {}
+
+    def remember(self, job_id: str, job_token: str | None) -> None:
+        """Act as the registrant of ``job_id`` (its token came from elsewhere: the
+        environment ``joulestat run`` gave, or embedded mode's own API)."""
+        if job_token:
+            self._job_tokens[job_id] = job_token
+
+    def job_token(self, job_id: str) -> str | None:
+        """The token this client holds for ``job_id``, if any."""
+        return self._job_tokens.get(job_id)
 
     def register(
         self,
@@ -86,10 +106,14 @@ class AgentClient:
             body["job_id"] = job_id
         if origin is not None:
             body["origin"] = origin
-        return self._object("POST", "/v1/jobs", body)
+        answer = self._object("POST", "/v1/jobs", body, job_id)
+        if isinstance(answer.get("id"), str) and isinstance(answer.get("job_token"), str):
+            self._job_tokens[answer["id"]] = answer["job_token"]
+        return answer
 
     def count(self, job_id: str, unit: str, count: float) -> dict[str, Any]:
-        return self._object("POST", f"{_job_path(job_id)}/units", {"unit": unit, "count": count})
+        return self._object("POST", f"{_job_path(job_id)}/units", {"unit": unit, "count": count},
+                            job_id)
 
     def end(self, job_id: str, cpu_s: float | None = None, ended_at: float | None = None
             ) -> dict[str, Any]:
@@ -97,7 +121,7 @@ class AgentClient:
         body: dict[str, Any] = {} if cpu_s is None else {"cpu_s": cpu_s}
         if ended_at is not None:
             body["ended_at"] = ended_at
-        return self._object("POST", f"{_job_path(job_id)}/end", body)
+        return self._object("POST", f"{_job_path(job_id)}/end", body, job_id)
 
     def get(self, job_id: str) -> dict[str, Any]:
         return self._object("GET", _job_path(job_id))
@@ -134,13 +158,15 @@ class AgentClient:
     def health(self) -> dict[str, Any]:
         return self._object("GET", "/v1/health")
 
-    def _object(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
-        answer = self._request(method, path, body)
+    def _object(self, method: str, path: str, body: Any = None, job_id: str | None = None
+                ) -> dict[str, Any]:
+        answer = self._request(method, path, body, job_id)
         if not isinstance(answer, dict):
             raise AgentError(200, f"expected a JSON object, got {type(answer).__name__}")
         return answer
 
-    def _request(self, method: str, path: str, body: Any = None) -> Any:
+    def _request(self, method: str, path: str, body: Any = None, job_id: str | None = None
+                 ) -> Any:
         data = None if body is None else json.dumps(body, allow_nan=False).encode()
         request = urllib.request.Request(self.base_url + path, data=data, method=method)
         request.add_header("Accept", "application/json")
@@ -148,6 +174,9 @@ class AgentClient:
             request.add_header("Content-Type", "application/json")
         if self._auth is not None:
             request.add_header("Authorization", self._auth)  # type: ignore[arg-type]
+        job_token = None if job_id is None else self._job_tokens.get(job_id)
+        if job_token is not None:
+            request.add_header(JOB_TOKEN_HEADER, job_token)
         url = f"{method} {self.base_url}{path}"
         try:
             with self._opener.open(request, timeout=self.timeout_s) as response:

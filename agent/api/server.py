@@ -21,17 +21,21 @@ connection.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import ipaddress
 import json
 import logging
+import os
 import re
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -40,10 +44,14 @@ from joulestat.attribution.registry import Job, JobRegistry
 from joulestat.attribution.validation import (
     JobError,
     JobNotFound,
+    JobNotYours,
+    check_claimable_pids,
     validate_end_time,
     validate_job_id,
 )
+from joulestat.core import jsonout
 from joulestat.core.redact import redact_labels
+from joulestat.host.peers import PeerLookup
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +75,64 @@ END_FIELDS = {"cpu_s": False, "ended_at": False}
 _CONTENT_LENGTH_RE = re.compile(r"[0-9]{1,18}")
 _BUSY_BODY = b'{"error":"busy: too many requests in flight, retry shortly"}\n'
 _BUSY_RESPONSE = busy_response("application/json", _BUSY_BODY)
+# The registrant's credential for one job: given in the 201 of its registration
+# (``job_token``), sent back in this header to end it, count into it or re-register it.
+# Apart from ``Authorization``, which carries the node-wide --api-token.
+JOB_TOKEN_HEADER = "X-Joulestat-Job-Token"
+JOB_SECRET_BYTES = 32
+JOB_SECRET_FILE = "job-token.key"  # in the agent's spool directory
+
+
+def job_token(secret: bytes, job_id: str) -> str:
+    """The credential of ``job_id``: HMAC-SHA256 of the id under the agent's secret.
+
+    Derived, not drawn and kept, so nothing per job is stored (no token nor hash in
+    the store, readable by whoever reads the reports) and a job restored after a
+    restart is still ended by its registrant, provided the secret is the same
+    (:func:`load_job_secret`)."""
+    digest = hmac.new(secret, job_id.encode(), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def load_job_secret(path: Path | None) -> bytes:
+    """The agent's job-token secret from ``path`` (created 0600 on first use), so a
+    restarted agent honours the tokens it gave; None, or a file that cannot be made
+    or read: a secret for this process only (logged), and jobs restored after a
+    restart can then be ended only by the agent's own expiry, not their registrant."""
+    if path is None:
+        return secrets.token_bytes(JOB_SECRET_BYTES)
+    if not path.exists():
+        # Written whole under a temporary name, then linked: two agents starting at once
+        # agree on one secret, and none reads a half-written one.
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+        try:
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as out:
+                out.write(secrets.token_bytes(JOB_SECRET_BYTES))
+                out.flush()
+                os.fsync(out.fileno())
+            try:
+                os.link(temporary, path)
+            except FileExistsError:
+                pass
+        except OSError as exc:
+            log.warning("cannot create the job-token secret %s (%s); job tokens will not "
+                        "survive a restart", path, exc.strerror or exc)
+            return secrets.token_bytes(JOB_SECRET_BYTES)
+        finally:
+            temporary.unlink(missing_ok=True)
+    try:
+        secret = path.read_bytes()
+    except OSError as exc:
+        secret = b""
+        reason = str(exc.strerror or exc)
+    else:
+        reason = f"{len(secret)} bytes, expected {JOB_SECRET_BYTES}"
+    if len(secret) != JOB_SECRET_BYTES:
+        log.warning("job-token secret %s unusable (%s); job tokens will not survive a "
+                    "restart", path, reason)
+        return secrets.token_bytes(JOB_SECRET_BYTES)
+    return secret
 
 
 def is_loopback(host: str) -> bool:
@@ -279,6 +345,45 @@ class _Handler(GatedHandler):
     def _get(self, job_id: str) -> tuple[int, Any]:
         return 200, _answer(self.server.registry.get(job_id))
 
+    def _owned(self, job: Job, doing: str) -> None:
+        """Only the job's registrant (who holds its ``job_token``) may ``doing`` it:
+        another tenant of the node must not end, count into or relabel it. A
+        discovered job has no registrant: discovery alone keeps it."""
+        if job.origin.startswith("discovered"):
+            raise JobNotYours(f"job {job.id!r} was discovered ({job.origin}) and has no "
+                              f"registrant: the API cannot {doing} it")
+        given = self.headers.get(JOB_TOKEN_HEADER)
+        if given is None:
+            raise JobNotYours(f"job {job.id!r}: {doing} it needs the job_token its "
+                              f"registration answered, in the {JOB_TOKEN_HEADER} header")
+        expected = self.server.job_token(job.id)
+        # Digests of both: the time taken says nothing of the token's length or content.
+        if not hmac.compare_digest(hashlib.sha256(given.strip().encode("latin-1", "replace"))
+                                   .digest(), hashlib.sha256(expected.encode()).digest()):
+            raise JobNotYours(f"job {job.id!r}: {JOB_TOKEN_HEADER} is not this job's token")
+
+    def _check_claim(self, pids: Any, job_id: str | None) -> None:
+        """A registration may claim neither pid 1, nor the agent, nor a process of
+        another job; and a caller whose uid the API can see claims only its own
+        processes unless it is root (agent/host/peers.py)."""
+        registry = self.server.registry
+        taken = {pid: job.id for job in registry.jobs(running_only=True)
+                 if job.id != job_id for pid in job.pids}
+        pid_set = check_claimable_pids(pids, self.server.agent_pid, taken)
+        if not pid_set:
+            return
+        caller = self.server.peers.caller_uid(self.client_address, self.server_sockname())
+        if caller is None or caller == 0:
+            return
+        for pid in sorted(pid_set):
+            owner = self.server.peers.process_uid(pid)
+            if owner is not None and owner != caller:
+                raise JobNotYours(f"pids: process {pid} belongs to uid {owner}, not to the "
+                                  f"caller (uid {caller}); only root claims others' processes")
+
+    def server_sockname(self) -> tuple[Any, ...]:
+        return tuple(self.connection.getsockname())
+
     def _register(self) -> tuple[int, Any]:
         data = self._read_object(JOB_FIELDS)
         job_id = data.get("job_id")
@@ -290,9 +395,12 @@ class _Handler(GatedHandler):
         registry = self.server.registry
         with self.server.register_lock:  # so exactly one of two racing registrations gets 201
             existed = job_id is not None and _known(registry, job_id)
+            if existed:
+                self._owned(registry.get(job_id), "re-register or relabel")
+            self._check_claim(data.get("pids"), job_id)
             job = registry.register(data["name"], data["kind"], data.get("pids"),
                                     data.get("labels"), job_id, origin=origin)
-            answer = _answer(job)
+            answer = {**_answer(job), "job_token": self.server.job_token(job.id)}
             if self.server.persist is not None and not existed:
                 # On disk before the 201, or the answer says it is not (yet): the
                 # client registers again (same job_id) if the agent restarts without it.
@@ -301,11 +409,13 @@ class _Handler(GatedHandler):
 
     def _units(self, job_id: str) -> tuple[int, Any]:
         data = self._read_object(UNIT_FIELDS)
+        self._owned(self.server.registry.get(job_id), "count into")
         return 200, _answer(self.server.registry.count(job_id, data["unit"], data["count"]))
 
     def _end(self, job_id: str) -> tuple[int, Any]:
         data = self._read_object(END_FIELDS, required=False)
         registry, at_s = self.server.registry, None
+        self._owned(registry.get(job_id), "end")
         if data.get("ended_at") is not None:
             at_s = validate_end_time(data["ended_at"], registry.get(job_id).started_s,
                                      time.time())
@@ -327,7 +437,7 @@ class _Handler(GatedHandler):
     def _send_json(
         self, status: int, payload: Any, headers: Iterable[tuple[str, str]] = ()
     ) -> None:
-        body = json.dumps(payload).encode() + b"\n"
+        body = jsonout.dumps(payload).encode() + b"\n"
         self.request_version = "HTTP/1.0"  # even to HTTP/0.9 or garbage: headers say why
         self.connection.settimeout(self.timeout)
         self.send_response(status)
@@ -356,6 +466,8 @@ class _Server:
         self.request_timeout_s = api.request_timeout_s
         self.token_digest = hashlib.sha256(api.token.encode()).digest() if api.token else None
         self.register_lock = threading.Lock()
+        self.job_token, self.peers = api.job_token, api.peers
+        self.agent_pid = os.getpid()
 
 
 @dataclass(frozen=True, slots=True)
@@ -391,8 +503,16 @@ class ApiServer:
         max_in_flight: int = MAX_IN_FLIGHT,
         request_timeout_s: float = REQUEST_TIMEOUT_S,
         max_connections: int = MAX_CONNECTIONS,
+        job_secret: bytes | None = None,
+        procfs_root: Path | str = "/proc",
     ) -> None:
         self.registry, self.host, self.requested_port = registry, host, port
+        # What job tokens derive from (:func:`job_token`); the agent passes one kept on
+        # disk (:func:`load_job_secret`), so tokens outlive a restart.
+        self._job_secret = job_secret or secrets.token_bytes(JOB_SECRET_BYTES)
+        # Who is calling and whose processes they claim, from procfs (a parameter, so
+        # tests give a fake one).
+        self.peers = PeerLookup(Path(procfs_root))
         self.token, self.node = token or None, node
         # Told to clients in /v1/health: how long a job's final tick can take, and
         # whether this is the node's agent or a `joulestat run` measuring in-process.
@@ -403,6 +523,11 @@ class ApiServer:
         self.max_in_flight, self.request_timeout_s = max_in_flight, request_timeout_s
         self.max_connections = max_connections
         self._gate: HttpGate | None = None
+
+    def job_token(self, job_id: str) -> str:
+        """The credential the registrant of ``job_id`` was given (and an in-process
+        registrant, such as embedded mode's own job, passes to its children)."""
+        return job_token(self._job_secret, job_id)
 
     @property
     def port(self) -> int:

@@ -25,6 +25,7 @@ from joulestat.attribution.validation import (
     JobError,
     JobLimit,
     JobNotFound,
+    validate_busy_total,
     validate_job_id,
     validate_kind,
     validate_labels,
@@ -224,6 +225,8 @@ class JobRegistry:
                                                      MAX_UNITS_PER_JOB)
             by_model = None if model is None else _added(job.models.get(model, {}), base,
                                                          amount, job_id, None, unit)
+            if base == BUSY and by_model is not None:
+                validate_busy_total(by_model, self._clock() - job.started_s)
             deltas = self._unit_deltas.setdefault(job_id, {})
             if plain is not None:
                 job.units[base] = plain

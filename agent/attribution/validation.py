@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,6 +28,10 @@ JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
 LABEL_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")  # MAX_LABEL_KEY_CHARS
 UNIT_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 PID_MAX = 4_194_304  # Linux's pid_max ceiling (2^22)
+# A model's busy seconds: at most this many requests in parallel for the job's wall time
+# (plus BUSY_SLACK_S: a request timed from before the registration was answered).
+MAX_BUSY_PARALLEL = 1024
+BUSY_SLACK_S = 60.0
 END_FUTURE_SLACK_S = 5.0  # an explicit end time may be this far ahead of the agent's clock
 
 
@@ -44,14 +49,51 @@ class JobConflict(JobError):
     status = 409
 
 
+class JobNotYours(JobError):
+    """The caller may not do this to this job or these processes: it is not the job's
+    registrant (no or a wrong ``job_token``), or the processes are not its to claim."""
+
+    status = 403
+
+
 class JobLimit(JobError):
     """The agent already tracks its maximum of live jobs (``--max-jobs``)."""
 
     status = 429
 
 
-def _has_control(text: str) -> bool:
-    return any(ord(ch) < 32 or ord(ch) == 127 for ch in text)
+# Bidirectional controls: U+202E (right-to-left override) reverses what follows it in
+# a terminal or a page, so `joulestat jobs` could show another name than the stored one.
+BIDI_CONTROLS = frozenset({*map(chr, range(0x202A, 0x202F)), *map(chr, range(0x2066, 0x206A)),
+                           "\u200e", "\u200f", "\u061c"})
+# Format characters kept: zero-width (non-)joiners are part of Persian, Indic scripts and
+# emoji sequences, so refusing them would refuse ordinary names.
+_ALLOWED_FORMAT = frozenset({"\u200c", "\u200d"})
+
+
+def control_character(text: str) -> str | None:
+    """The first character of ``text`` that is not text, as ``U+202E``, else None.
+
+    Why: names and labels are printed in terminals, CSV files and pages; a control or
+    bidirectional formatting character there changes what a reader sees. Refused: Unicode
+    category Cc (C0/C1 controls, DEL), Cf (format: bidi controls, zero-width space, BOM,
+    soft hyphen) except the zero-width joiners, and the line/paragraph separators (Zl, Zp).
+    Letters of any script (é, 中文) are text."""
+    for ch in text:
+        if ch in BIDI_CONTROLS or (
+                unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp")
+                and ch not in _ALLOWED_FORMAT):
+            return f"U+{ord(ch):04X}"
+    return None
+
+
+def _control_message(field: str, text: str) -> str | None:
+    found = control_character(text)
+    if found is None:
+        return None
+    kind = "a bidirectional control" if chr(int(found[2:], 16)) in BIDI_CONTROLS else (
+        "a control or format")
+    return f"{field}: must not contain control characters ({kind} character {found})"
 
 
 def validate_name(name: Any) -> str:
@@ -62,8 +104,9 @@ def validate_name(name: Any) -> str:
         raise JobError("name: must not be empty")
     if len(name) > MAX_NAME_CHARS:
         raise JobError(f"name: at most {MAX_NAME_CHARS} characters, got {len(name)}")
-    if _has_control(name):
-        raise JobError("name: must not contain control characters")
+    message = _control_message("name", name)
+    if message is not None:
+        raise JobError(message)
     # "/" is allowed: Kubernetes names pods namespace/pod, and so do discovered jobs.
     if "\\" in name:
         raise JobError("name: must not contain a backslash")
@@ -107,8 +150,9 @@ def validate_labels(labels: Any) -> dict[str, str]:
         if len(text) > MAX_LABEL_VALUE_CHARS:
             raise JobError(f"labels.{key}: {len(text)} characters, at most "
                            f"{MAX_LABEL_VALUE_CHARS}")
-        if _has_control(text):
-            raise JobError(f"labels.{key}: must not contain control characters")
+        message = _control_message(f"labels.{key}", text)
+        if message is not None:
+            raise JobError(message)
         clean[key] = text
     return clean
 
@@ -142,6 +186,23 @@ def validate_pids(pids: Any) -> set[int]:
     return set(pids)
 
 
+def check_claimable_pids(pids: Any, agent_pid: int, taken: Mapping[int, str]) -> set[int]:
+    """The pids a registration through the API claims, refused (naming the pid) when one
+    is init (pid 1: it would make the job every orphan's parent), the agent itself, or
+    a process already in another running job (``taken``: pid -> job id), since each of
+    those would take energy that is someone else's."""
+    pid_set = validate_pids(pids)
+    for pid in sorted(pid_set):
+        if pid == 1:
+            raise JobNotYours("pids: 1 is init; a job cannot claim it")
+        if pid == agent_pid:
+            raise JobNotYours(f"pids: {pid} is the joulestat agent itself; a job cannot "
+                              "claim it")
+        if pid in taken:
+            raise JobConflict(f"pids: process {pid} is already in job {taken[pid]!r}")
+    return pid_set
+
+
 def validate_units(unit: Any, count: Any) -> tuple[str, float]:
     """A unit (or a per-model unit, ``inference@model-a``: :mod:`joulestat.attribution.model_units`)
     and its count."""
@@ -157,6 +218,18 @@ def validate_units(unit: Any, count: Any) -> tuple[str, float]:
     if not math.isfinite(count) or count < 0 or count > MAX_UNIT_COUNT:
         raise JobError(f"count: a finite number between 0 and {MAX_UNIT_COUNT:g}, got {count}")
     return unit, float(count)
+
+
+def validate_busy_total(busy_s: float, elapsed_s: float) -> None:
+    """Refuse a model's busy seconds that no process could have spent: more than
+    :data:`MAX_BUSY_PARALLEL` requests in parallel over the job's wall time so far.
+    Why: busy time splits the job's energy among its models, so an absurd figure
+    (1e15 s on a job a minute old) would give one model all of it."""
+    limit_s = (max(elapsed_s, 0.0) + BUSY_SLACK_S) * MAX_BUSY_PARALLEL
+    if busy_s > limit_s:
+        raise JobError(f"busy_s: {busy_s:g} s in total is more than the job's "
+                       f"{max(elapsed_s, 0.0):.0f} s (+{BUSY_SLACK_S:g} s) with "
+                       f"{MAX_BUSY_PARALLEL} requests in parallel ({limit_s:g} s)")
 
 
 def count_keys(unit: Any, count: Any, model: Any = None, busy_s: Any = None

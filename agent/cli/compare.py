@@ -10,13 +10,13 @@ options and loads the figures.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from joulestat.attribution.validation import KINDS
+from joulestat.core import jsonout
 from joulestat.core.errors import ConfigError
 from joulestat.runtime.settings import add_options, resolve
 
@@ -92,13 +92,13 @@ def _run(args: argparse.Namespace) -> int:
     from joulestat.carbon.pricing import prices_used
     from joulestat.reports.compare.figures import figures_for, pick_baseline, pick_jobs
     from joulestat.reports.compare.table import CompareError, compare
-    from joulestat.store.engine import open_engine
+    from joulestat.store.engine import open_reader_engine
 
     settings = resolve(args, COMPARE_OPTIONS)
     carbon = settings.section(CarbonSettings)
     if args.sla is not None and args.sla <= 0:  # before reading the store
         raise ConfigError(f"--sla: must be a number of units per hour above 0, got {args.sla:g}")
-    engine = open_engine(settings["db"])
+    engine = open_reader_engine(settings["db"])
     try:
         picked = pick_jobs(engine, kind=args.kind, jobs=args.jobs)
         _say("--jobs", [*_runs_notes(engine, args.jobs, args.kind), *picked.notes])
@@ -121,7 +121,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         from joulestat.reports.compare.words import as_json
 
-        json.dump(as_json(table, notes, prices), sys.stdout, indent=1)
+        sys.stdout.write(jsonout.dumps(as_json(table, notes, prices), indent=1))
         sys.stdout.write("\n")
         return 0
     from joulestat.reports.compare.words import render_text

@@ -10,11 +10,11 @@ command answers "what would the agent estimate here?".
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from pathlib import Path
 from typing import Any
 
+from joulestat.core import jsonout
 from joulestat.core.errors import ConfigError
 from joulestat.core.tick import Component
 from joulestat.devices.cpu_tdp import TdpMatch, lookup_tdp
@@ -166,7 +166,7 @@ def run_cpu(args: argparse.Namespace) -> int:
                             models=models)
     report = _cpu_report(args, model, models, cpu_name, is_vm, table, reason, load)
     if args.json:
-        print(json.dumps(report, indent=2))
+        print(jsonout.dumps(report, indent=2))
     else:
         print(_cpu_text(report))
     return 0
@@ -281,7 +281,7 @@ def run_dram(args: argparse.Namespace) -> int:
         "citations": [_citation(dram.citation)],
     }
     if args.json:
-        print(json.dumps(report, indent=2))
+        print(jsonout.dumps(report, indent=2))
         return 0
     cite = dram.citation
     print("\n".join([

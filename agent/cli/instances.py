@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
-import json
 import sys
 from typing import Any
 
+from joulestat.core import jsonout
 from joulestat.runtime.settings import add_options, resolve
 
 INSTANCES_OPTIONS = ("config", "prices")
@@ -182,7 +182,7 @@ def _run(args: argparse.Namespace) -> int:
             print("[]")
         return 1
     if args.json:
-        json.dump(records, sys.stdout, indent=1)
+        sys.stdout.write(jsonout.dumps(records, indent=1))
         sys.stdout.write("\n")
     else:
         print(render_text(records, prices))

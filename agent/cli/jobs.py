@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import asdict
 from datetime import datetime
@@ -30,18 +29,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from joulestat.store.engine import open_engine
+    from joulestat.store.engine import open_reader_engine
     from joulestat.store.jobs import list_jobs
 
     settings = resolve(args, JOBS_OPTIONS)
-    engine = open_engine(settings["db"])
+    engine = open_reader_engine(settings["db"])
     jobs = list_jobs(engine, running=True if args.running else None)
     jobs.sort(key=lambda j: j.started_s, reverse=True)
     if args.json:
+        from joulestat.core import jsonout
         from joulestat.core.redact import redact_labels
 
-        json.dump([{**asdict(job), "labels": redact_labels(job.labels)} for job in jobs],
-                  sys.stdout, indent=1)
+        sys.stdout.write(jsonout.dumps(
+            [{**asdict(job), "labels": redact_labels(job.labels)} for job in jobs], indent=1))
         sys.stdout.write("\n")
         return 0
     if not jobs:

@@ -130,7 +130,7 @@ def _write(content: str | bytes, output: str | None) -> None:
 def _run(args: argparse.Namespace) -> int:
     from joulestat.carbon.footprint import CarbonSettings
     from joulestat.reports.model import build_report
-    from joulestat.store.engine import open_engine
+    from joulestat.store.engine import open_reader_engine
     from joulestat.store.jobs import JobRefError, UnknownJobError, job_ids_active_since, resolve_job
 
     if args.include_env:
@@ -141,7 +141,7 @@ def _run(args: argparse.Namespace) -> int:
     settings = resolve(args, REPORT_OPTIONS)
     carbon = settings.section(CarbonSettings)
     since_s = parse_since(args.since) if args.since is not None else None
-    engine = open_engine(settings["db"])
+    engine = open_reader_engine(settings["db"])
     now_s = time.time()
     if args.all:
         reports = []

@@ -11,16 +11,16 @@ a cgroup of its own, ``joulestat-job-<id>`` below the wrapper's (:mod:`joulestat
 and its CPU time is that cgroup's counter; elsewhere it is read from CMD's process tree.
 Which one is said in the log and in the job's ``cpu_source`` label.
 
-CMD gets ``JOULESTAT_JOB_ID``, ``JOULESTAT_AGENT_URL`` and, where needed,
-``JOULESTAT_API_TOKEN`` (:mod:`joulestat.client.context`): a ``track()`` or ``count()``
-inside it adds to this job, through the agent or, in embedded mode, through the
-wrapper's own loopback API, and the node is measured once.
+CMD gets ``JOULESTAT_JOB_ID``, ``JOULESTAT_AGENT_URL``, ``JOULESTAT_JOB_TOKEN`` (the
+job's registrant credential; the job is registered just before CMD starts, so it can)
+and, where needed, ``JOULESTAT_API_TOKEN`` (:mod:`joulestat.client.context`): a
+``track()`` or ``count()`` inside it adds to this job, through the agent or, in
+embedded mode, through the wrapper's own loopback API, and the node is measured once.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import signal
@@ -38,6 +38,7 @@ from joulestat.attribution.validation import (
     validate_labels,
     validate_name,
 )
+from joulestat.core import jsonout
 from joulestat.core.errors import ConfigError
 from joulestat.host.cgroup_jobs import Placement
 from joulestat.runtime.embedded import EMBEDDED_OPTIONS
@@ -63,12 +64,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "stored. With an agent running (--agent-url / JOULESTAT_AGENT_URL) the job "
         "registers through its API; without one, joulestat samples in-process and "
         "writes the same store (--db), and says so. CMD gets JOULESTAT_JOB_ID, "
-        "JOULESTAT_AGENT_URL (and JOULESTAT_API_TOKEN): track() and count() in it add "
-        "to this job. If the agent does not answer when CMD exits (restarting), the "
+        "JOULESTAT_AGENT_URL, JOULESTAT_JOB_TOKEN (and JOULESTAT_API_TOKEN): track() and "
+        "count() in it add to this job; to join or reopen a job with --job-id, "
+        "JOULESTAT_JOB_TOKEN must hold that job's token. If the agent does not answer "
+        "when CMD exits (restarting), the "
         f"job's end, with CMD's exit time, is retried for up to {END_RETRY_S:g} s.",
         usage="joulestat run --name NAME [--kind KIND] [--label K=V]... [options] -- CMD [ARG...]",
     )
-    parser.add_argument("--name", required=True, help="job name (no / or control characters)")
+    parser.add_argument("--name", required=True,
+                        help="job name (no backslash, control or bidirectional characters)")
     parser.add_argument("--kind", default="other", choices=KINDS, help="default: other")
     parser.add_argument("--label", action="append", default=[], metavar="K=V",
                         help="a label; repeat for more")
@@ -160,6 +164,7 @@ def _run(args: argparse.Namespace) -> int:
         try:
             child = _spawn(cmd, {**os.environ, **tracker.child_env()}, tracker)
         except OSError as exc:
+            tracker.abandon()
             print(f"joulestat run: cannot start {cmd[0]!r}: {exc.strerror or exc}",
                   file=sys.stderr)
             return 127 if isinstance(exc, FileNotFoundError) else 126
@@ -264,6 +269,7 @@ class _Tracker:
                 raise ConfigError(f"--agent-url {url}: {exc}") from None
             else:
                 self.client = client
+                self._register_first()
                 return
         warning = fallback_warning(url, token, forced=self.args.embedded)
         if warning:
@@ -274,12 +280,43 @@ class _Tracker:
                                     job_id=self.job_id, settings=embedded_settings(self.settings),
                                     reason=reason).start()
 
+    def _register_first(self) -> None:
+        """Register the job, with no process yet, before CMD starts: its answer holds
+        the job's token, which CMD's environment must carry (JOULESTAT_JOB_TOKEN) for a
+        track() or count() in it to count into the job. Joining or reopening a job
+        someone else registered takes that job's token in our own environment."""
+        from joulestat.api.agent_client import AgentError, AgentUnavailable
+        from joulestat.client.context import enclosing_job
+
+        enclosing = enclosing_job()
+        if enclosing is not None and enclosing.job_id == self.job_id:
+            self.client.remember(self.job_id, enclosing.job_token)
+        try:
+            job = self.client.register(self.args.name, self.args.kind, labels=self.labels,
+                                       job_id=self.job_id, origin="run")
+        except (AgentError, AgentUnavailable) as exc:
+            raise ConfigError(f"the agent refused the job: {exc}") from None
+        self.job_id = job["id"]
+
+    def abandon(self) -> None:
+        """CMD could not start: end the job registered for it (best effort)."""
+        from joulestat.api.agent_client import AgentError, AgentUnavailable
+
+        if self.client is not None:
+            try:
+                self.client.end(self.job_id)
+            except (AgentError, AgentUnavailable) as exc:
+                log.warning("job %s: could not end it after CMD failed to start: %s",
+                            self.job_id, exc)
+
     def child_env(self) -> dict[str, str]:
         from joulestat.client.context import child_env
 
         if self.embedded is not None:
-            return child_env(self.job_id, self.embedded.api_url, self.embedded.api_token)
-        return child_env(self.job_id, self.address.agent_url, self.address.api_token)
+            return child_env(self.job_id, self.embedded.api_url, self.embedded.api_token,
+                             self.embedded.job_token)
+        return child_env(self.job_id, self.address.agent_url, self.address.api_token,
+                         self.client.job_token(self.job_id))
 
     def start(self, pid: int) -> None:
         """CMD is running: make it the job's process."""
@@ -339,7 +376,7 @@ def _print_summary(summary: dict[str, Any], cmd: list[str], code: int, as_json: 
     if isinstance(summary.get("labels"), dict):
         summary = {**summary, "labels": redact_labels(summary["labels"])}
     if as_json:
-        print(json.dumps({**summary, "exit_code": code}), file=sys.stderr)
+        print(jsonout.dumps({**summary, "exit_code": code}), file=sys.stderr)
         return
     started, ended = summary.get("started_at"), summary.get("ended_at")
     duration = f"{ended - started:.1f} s" if started and ended else "unknown"

@@ -1,10 +1,12 @@
 """How a measured job tells the programs it starts where they belong, and how a job
 that cannot reach its agent says what that means.
 
-`joulestat run` (and an active ``track()``) puts three variables in its children's
+`joulestat run` (and an active ``track()``) puts these variables in its children's
 environment: ``JOULESTAT_JOB_ID`` (the job they are part of), ``JOULESTAT_AGENT_URL``
 (the job API that measures it: the node's agent, or the wrapper's own in-process API
-in embedded mode) and, when that API wants one, ``JOULESTAT_API_TOKEN``. A ``track()``
+in embedded mode), ``JOULESTAT_JOB_TOKEN`` (the job's registrant credential, without
+which the API takes no counts for it) and, when that API wants one,
+``JOULESTAT_API_TOKEN``. A ``track()``
 or ``count()`` in a child then adds its units to that job instead of registering a
 second one, so the node is measured once and its processes belong to one job.
 
@@ -27,6 +29,7 @@ from joulestat.runtime.settings import OPTIONS
 ENV_JOB_ID = "JOULESTAT_JOB_ID"
 ENV_AGENT_URL = OPTIONS["agent_url"].env  # JOULESTAT_AGENT_URL
 ENV_TOKEN = OPTIONS["api_token"].env  # JOULESTAT_API_TOKEN
+ENV_JOB_TOKEN = "JOULESTAT_JOB_TOKEN"
 DEFAULT_AGENT_URL: str = OPTIONS["agent_url"].default
 PROBE_TIMEOUT_S = 0.3
 
@@ -38,6 +41,7 @@ class EnclosingJob:
     job_id: str
     agent_url: str
     token: str | None
+    job_token: str | None = None
 
 
 def agent_url_from_env(env: Mapping[str, str] | None = None) -> str:
@@ -51,14 +55,18 @@ def enclosing_job(env: Mapping[str, str] | None = None) -> EnclosingJob | None:
     job_id = env.get(ENV_JOB_ID, "").strip()
     if not job_id:
         return None
-    return EnclosingJob(job_id, agent_url_from_env(env), env.get(ENV_TOKEN) or None)
+    return EnclosingJob(job_id, agent_url_from_env(env), env.get(ENV_TOKEN) or None,
+                        env.get(ENV_JOB_TOKEN) or None)
 
 
-def child_env(job_id: str, agent_url: str, token: str | None) -> dict[str, str]:
+def child_env(job_id: str, agent_url: str, token: str | None,
+              job_token: str | None = None) -> dict[str, str]:
     """The variables a job's children get (merge them into their environment)."""
     env = {ENV_JOB_ID: job_id, ENV_AGENT_URL: agent_url}
     if token:
         env[ENV_TOKEN] = token
+    if job_token:
+        env[ENV_JOB_TOKEN] = job_token
     return env
 
 

@@ -62,6 +62,7 @@ from joulestat.client.context import (
     DEFAULT_AGENT_URL,
     ENV_AGENT_URL,
     ENV_JOB_ID,
+    ENV_JOB_TOKEN,
     ENV_TOKEN,
     EnclosingJob,
     agent_url_from_env,
@@ -247,6 +248,7 @@ class TrackedJob:
                           f"({enclosing.agent_url}) does not answer ({exc}); {instead}")
                 _unjoinable = (enclosing.job_id, time.monotonic() + REJOIN_AFTER_S)
                 return False
+        client.remember(enclosing.job_id, enclosing.job_token)  # counts need it
         self._client, self._joined, self._id = client, enclosing, enclosing.job_id
         self.agent_url = enclosing.agent_url
         by = Mode.EMBEDDED if found.get("origin") == "embedded" else Mode.AGENT
@@ -274,7 +276,7 @@ class TrackedJob:
         self._id = str(job["id"])
         self._set_mode(Mode.AGENT, f"measured by the agent at {self.agent_url}")
         self._start_flusher()
-        self._export(self.agent_url, self._client.token)
+        self._export(self.agent_url, self._client.token, self._client.job_token(self._id))
 
     def _start_embedded(self, why: str) -> None:
         """No agent answered: measure in this process, else not at all."""
@@ -301,7 +303,8 @@ class TrackedJob:
         self._set_mode(Mode.EMBEDDED, f"{no_agent}; measured in this process")
         warn_once(("no agent", self.agent_url),
                   f"{no_agent}; measuring job {self.name!r} in-process (embedded mode)")
-        self._export(getattr(embedded, "api_url", None), getattr(embedded, "api_token", None))
+        self._export(getattr(embedded, "api_url", None), getattr(embedded, "api_token", None),
+                     getattr(embedded, "job_token", None))
 
     def _not_measured(self, cause: tuple[Any, ...], message: str) -> None:
         self._set_mode(Mode.NONE, message)
@@ -325,15 +328,18 @@ class TrackedJob:
                                          name=f"joulestat-client-{self.id[:8]}")
         self._flusher.start()
 
-    def _export(self, api_url: str | None, token: str | None) -> None:
-        """Name this job in the environment, so programs it starts join it."""
+    def _export(self, api_url: str | None, token: str | None,
+                job_token: str | None = None) -> None:
+        """Name this job in the environment, with its token, so programs it starts
+        join it and may count into it."""
         if api_url is None:
             return
-        for key, value in child_env(self.id, api_url, token).items():
+        for key, value in child_env(self.id, api_url, token, job_token).items():
             self._saved_env[key] = os.environ.get(key)
             os.environ[key] = value
-        if not token and ENV_TOKEN in os.environ:
-            self._saved_env[ENV_TOKEN] = os.environ.pop(ENV_TOKEN)
+        for key, given in ((ENV_TOKEN, token), (ENV_JOB_TOKEN, job_token)):
+            if not given and key in os.environ:
+                self._saved_env[key] = os.environ.pop(key)
 
     def _restore_env(self) -> None:
         for key, value in self._saved_env.items():

@@ -52,6 +52,9 @@ HEADER = ("t_s", "component", "device", "watts")
 # One device's power: 100 kW is a whole rack. Far above any real device, far below
 # where joules over a long trace could overflow a float and poison the counters.
 MAX_TRACE_W = 100_000.0
+# A trace's span: ten years. Past it, MAX_TRACE_W's joules are beyond any real node's
+# (joulestat.core.plausible.MAX_NODE_ENERGY_J is 1e12 J).
+MAX_TRACE_SPAN_S = 10 * 365.25 * 86_400
 
 Key = tuple[Component, str]
 
@@ -131,6 +134,9 @@ def load_trace(path: Path | str) -> Trace:
         prev_t_s = t_s
         if start_s is None:
             start_s = t_s
+        if t_s - start_s > MAX_TRACE_SPAN_S:
+            raise TraceError(f"{where}: t_s {t_text} is {t_s - start_s:g} s after the first "
+                             f"row, more than the limit of {MAX_TRACE_SPAN_S:g} s (ten years)")
         times, watts = rows.setdefault((component, device), ([], []))
         if times and times[-1] == t_s:
             watts[-1] = watts_w  # same instant: the later row wins

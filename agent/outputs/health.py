@@ -37,6 +37,9 @@ class AgentHealth(Collector):
                                    ("dropped", writer.dropped_rows)):
                 rows.add_metric([outcome], value)
             yield rows
+            yield CounterMetricFamily(mc.AGENT_SPOOL_WRITE_FAILURES.family_name,
+                                      mc.AGENT_SPOOL_WRITE_FAILURES.help,
+                                      value=writer.spool_write_failures)
             yield GaugeMetricFamily(mc.AGENT_STORE_UP.family_name, mc.AGENT_STORE_UP.help,
                                     value=0 if writer.failing else 1)
             yield SummaryMetricFamily(mc.AGENT_STORE_FLUSH_SECONDS.family_name,

@@ -126,6 +126,14 @@ AGENT_STORE_ROWS = MetricSpec(
     "energy kept, who used it lost), dropped (lost: the buffer or the spool overflowed, or "
     "rows older than the settled boundary).",
 )
+AGENT_SPOOL_WRITE_FAILURES = MetricSpec(
+    "joulestat_agent_spool_write_failures_total",
+    "counter",
+    (),
+    "Batches the spool could not write (its disk full or unwritable: ENOSPC, EIO, ...); "
+    "their rows stay in memory up to the buffer's bound (docs/store.md), then the oldest "
+    "are dropped and counted in joulestat_agent_store_rows_total{outcome=\"dropped\"}.",
+)
 AGENT_STORE_UP = MetricSpec(
     "joulestat_agent_store_up",
     "gauge",
@@ -176,6 +184,7 @@ METRICS: tuple[MetricSpec, ...] = (
     AGENT_STORE_BUFFERED,
     AGENT_STORE_SPOOLED,
     AGENT_STORE_ROWS,
+    AGENT_SPOOL_WRITE_FAILURES,
     AGENT_STORE_UP,
     AGENT_STORE_FLUSH_SECONDS,
     AGENT_API_REJECTIONS,

@@ -51,6 +51,7 @@ from joulestat.attribution.validation import JOB_ID_RE, JobError, validate_label
 from joulestat.carbon.codecarbon_data import default_grid_data
 from joulestat.carbon.intensity import CANADA_PROVINCES
 from joulestat.carbon.units import J_PER_KWH
+from joulestat.core.plausible import Implausible, check_epoch, check_node_energy
 from joulestat.core.tick import Component
 from joulestat.store.import_writer import ImportedJob, ImportedNode
 
@@ -108,7 +109,10 @@ def _end_s(row: dict[str, str], line: int) -> float:
                               ) from None
     if stamp.tzinfo is None:
         stamp = stamp.astimezone()  # CodeCarbon writes local time without a zone
-    return stamp.timestamp()
+    try:
+        return check_epoch(stamp.timestamp())
+    except Implausible as exc:
+        raise CodeCarbonError(line, f"timestamp: {raw!r}: {exc}") from None
 
 
 def _region(row: dict[str, str]) -> str:
@@ -145,6 +149,20 @@ def _job(row: dict[str, str], line: int) -> ImportedJob:
     pue = _number(row, "pue", line, minimum=1.0, default=1.0)
     energy_j = {component: _number(row, column, line) * J_PER_KWH / pue
                 for column, component in COMPONENTS}
+    for column, component in COMPONENTS:
+        try:
+            check_node_energy(energy_j[component], duration_s)
+        except Implausible as exc:
+            raise CodeCarbonError(line, f"{column}: {exc}") from None
+    try:
+        check_node_energy(sum(energy_j.values()), duration_s)
+    except Implausible as exc:
+        raise CodeCarbonError(line, f"cpu_energy, gpu_energy and ram_energy over duration "
+                              f"{duration_s:g} s: {exc}") from None
+    try:
+        check_epoch(end_s - duration_s)
+    except Implausible as exc:
+        raise CodeCarbonError(line, f"duration: starts at {exc}") from None
     # joulestat job names carry no path separators; CodeCarbon project names may
     raw_name = (row.get("project_name") or "").strip() or "unnamed"
     result = {key: (row.get(column) or "").strip() for column, key in RESULT_LABELS}

@@ -6,6 +6,8 @@ only ever appended. Empty cell = unknown (null in JSON), never 0. Numbers are wr
 with full precision. Cells that hold one value per unit or per node read
 ``key=value`` pairs joined by ``; `` (units) or `` | `` (nodes, whose texts may hold
 semicolons).
+Text cells that would start a spreadsheet formula (``=``, ``+``, ``-``, ``@``, tab, CR)
+get a leading ``'`` (:mod:`joulestat.core.csv_cells`); numeric columns never do.
 
     job_id, name, kind, status            the job
     labels                                k=v; ... (credential-like values redacted)
@@ -36,6 +38,7 @@ import io
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from joulestat.core.csv_cells import text_cell
 from joulestat.core.tick import Component
 
 Report = Mapping[str, Any]
@@ -124,11 +127,20 @@ COLUMNS: tuple[_Column, ...] = (
                                           for e in r.get("external_co2e") or []})),
 )
 COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _ in COLUMNS)
+# Columns that hold one number (or nothing): written as they are, so ``-1.5`` stays a
+# number. Every other column holds text from users (names, labels, node names, units of
+# work as keys) and goes through :func:`joulestat.core.csv_cells.text_cell`.
+NUMERIC_COLUMNS: frozenset[str] = frozenset({
+    "duration_s", "nodes", *(f"energy_{c}_j" for c in ENERGY_COMPONENTS), "energy_kwh",
+    "dynamic_energy_j", "idle_energy_j", "co2e_g", "embodied_co2e_g", "total_co2e_g",
+    "carbon_intensity_g_per_kwh", "pue", "cost_usd"})
 
 
 def csv_row(report: Report) -> list[str]:
-    """One job's cells, in :data:`COLUMN_NAMES` order."""
-    return [str(cell(report)) for _name, cell in COLUMNS]
+    """One job's cells, in :data:`COLUMN_NAMES` order; text cells that would start a
+    spreadsheet formula get a leading ``'`` (OWASP's CSV injection rule)."""
+    return [str(cell(report)) if name in NUMERIC_COLUMNS else text_cell(str(cell(report)))
+            for name, cell in COLUMNS]
 
 
 def render_csv(reports: Sequence[Report]) -> str:

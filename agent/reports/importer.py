@@ -37,12 +37,14 @@ from sqlalchemy.engine import Engine
 
 from joulestat.attribution.validation import (
     JobError,
+    control_character,
     validate_job_id,
     validate_kind,
     validate_labels,
     validate_name,
     validate_units,
 )
+from joulestat.core.plausible import Implausible, check_epoch, check_node_energy
 from joulestat.core.redact import REDACTED
 from joulestat.devices.sensor import current_component
 from joulestat.reports.codecarbon_import import (
@@ -122,9 +124,29 @@ def _number(value: Any, where: str, minimum: float | None = 0.0) -> float:
 
 
 def _text(value: Any, where: str) -> str:
-    if not isinstance(value, str) or any(ord(ch) < 32 for ch in value):
-        raise _Bad(where, f"expected text without control characters, got {json.dumps(value)}")
+    if not isinstance(value, str):
+        raise _Bad(where, f"expected text, got {json.dumps(value)}")
+    found = control_character(value)
+    if found is not None:
+        raise _Bad(where, f"expected text without control characters, got {found} in "
+                          f"{json.dumps(value[:80])}")
     return value
+
+
+def _epoch(value: Any, where: str) -> float:
+    """A timestamp, held to :mod:`joulestat.core.plausible`'s limits."""
+    number = _number(value, where, None)
+    try:
+        return check_epoch(number)
+    except Implausible as exc:
+        raise _Bad(where, str(exc)) from None
+
+
+def _plausible_energy(energy_j: float, duration_s: float, where: str) -> float:
+    try:
+        return check_node_energy(energy_j, duration_s)
+    except Implausible as exc:
+        raise _Bad(where, str(exc)) from None
 
 
 def _source(originals: Iterable[str]) -> str:
@@ -148,9 +170,9 @@ def _node(entry: Any, where: str, generated_s: float, version: str,
     name = _text(_get(entry, "node", where), f"{where}.node").strip()
     if not name:
         raise _Bad(f"{where}.node", "must not be empty")
-    started_s = _number(_get(entry, "started_s", where), f"{where}.started_s", None)
+    started_s = _epoch(_get(entry, "started_s", where), f"{where}.started_s")
     ended = _get(entry, "ended_s", where)
-    ended_s = generated_s if ended is None else _number(ended, f"{where}.ended_s", None)
+    ended_s = generated_s if ended is None else _epoch(ended, f"{where}.ended_s")
     if ended_s < started_s:
         raise _Bad(f"{where}.ended_s", "ends before started_s")
     components = _get(entry, "components", where)
@@ -161,10 +183,12 @@ def _node(entry: Any, where: str, generated_s: float, version: str,
     for component, figures in components.items():
         at = f"{where}.components.{component}"
         named = rename(_text(component, at))
-        dynamic[named] = dynamic.get(named, 0.0) + _number(_get(figures, "dynamic_j", at),
-                                                           f"{at}.dynamic_j")
-        idle[named] = idle.get(named, 0.0) + _number(_get(figures, "idle_j", at),
-                                                     f"{at}.idle_j")
+        for figure, into in (("dynamic_j", dynamic), ("idle_j", idle)):
+            value = _plausible_energy(_number(_get(figures, figure, at), f"{at}.{figure}"),
+                                      ended_s - started_s, f"{at}.{figure}")
+            into[named] = into.get(named, 0.0) + value
+    _plausible_energy(sum(dynamic.values()) + sum(idle.values()), ended_s - started_s,
+                      f"{where}.components (all together)")
     units = _get(entry, "work_units", where)
     if not isinstance(units, dict):
         raise _Bad(f"{where}.work_units", "expected an object of unit counts")
@@ -270,8 +294,8 @@ def _report_job(entry: Any) -> ImportedJob:
         labels = validate_labels(_get(job, "labels", "job"))
     except JobError as exc:
         raise _Bad("job", str(exc)) from None
-    generated_s = _number(_get(entry, "generated_s", ""), "generated_s", None)
-    started_s = _number(_get(job, "started_s", "job"), "job.started_s", None)
+    generated_s = _epoch(_get(entry, "generated_s", ""), "generated_s")
+    started_s = _epoch(_get(job, "started_s", "job"), "job.started_s")
     version = _get(entry, "agent_version", "")
     nodes = _get(entry, "nodes", "")
     if not isinstance(nodes, list):

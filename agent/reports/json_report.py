@@ -7,16 +7,17 @@ an export and re-import gives the same figures, not figures rounded for display.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from joulestat.core import jsonout
 
 
 def render_json(report: Mapping[str, Any]) -> str:
     """One report as indented JSON text, ending in a newline."""
-    return json.dumps(report, indent=2, allow_nan=False, ensure_ascii=False) + "\n"
+    return jsonout.dumps(report, indent=2, ensure_ascii=False) + "\n"
 
 
 def render_json_many(reports: Sequence[Mapping[str, Any]]) -> str:
     """Several reports (``report --all``) as one JSON array, which import also reads."""
-    return json.dumps(list(reports), indent=2, allow_nan=False, ensure_ascii=False) + "\n"
+    return jsonout.dumps(list(reports), indent=2, ensure_ascii=False) + "\n"

@@ -77,7 +77,12 @@ class StoreWorker(threading.Thread):
         next_maintain = time.monotonic() + ROLLUP_EVERY_S
         wake = self.writer.wake
         while True:
-            wake.wait(self._every_s)
+            # The writer says when it is due: while the store is away that is its
+            # reconnect probe (every 2 s), so rows go in within seconds of its return.
+            due_in_s = getattr(self.writer, "due_in_s", None)
+            wait_s = self._every_s if due_in_s is None else min(
+                self._every_s, max(0.05, due_in_s(time.monotonic())))
+            wake.wait(wait_s)
             wake.clear()
             if self._stop_event.is_set():
                 return
@@ -176,7 +181,7 @@ def _raise_open_file_limit(wanted: int = 8192) -> None:
 
 
 def run_agent(settings: AgentSettings) -> int:
-    from joulestat.api.server import ApiServer
+    from joulestat.api.server import JOB_SECRET_FILE, ApiServer, load_job_secret
 
     _limit_malloc_arenas()
     _raise_open_file_limit()
@@ -214,9 +219,15 @@ def run_agent(settings: AgentSettings) -> int:
             log.info("metrics on http://%s:%d/metrics", host, port)
         api_port = api_settings.api_port
         if api_port:
+            # Job tokens derive from a secret kept beside the spool (0600), so a
+            # registrant still ends its job after the agent restarts.
+            spool = writer.outage.spool
+            secret = load_job_secret(None if spool is None else spool.directory / JOB_SECRET_FILE)
             api = ApiServer(registry, api_settings.api_host, api_port,
                             token=api_settings.api_token, node=pipeline.node.node,
-                            interval_s=interval_s, persist=writer.save_job_now)
+                            interval_s=interval_s, persist=writer.save_job_now,
+                            job_secret=secret,
+                            procfs_root=settings.pipeline.host.procfs_root)
             try:
                 api.start()
             except ValueError as exc:

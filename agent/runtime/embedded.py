@@ -90,6 +90,12 @@ class EmbeddedJob:
         self.api_url: str | None = None
         self.api_token = secrets.token_urlsafe(24)
 
+    @property
+    def job_token(self) -> str | None:
+        """This job's credential at its own API (the registrant's, given to children so
+        their track() and count() may count into it); None before start."""
+        return None if self._api is None or self.job is None else self._api.job_token(self.id)
+
     def start(self) -> EmbeddedJob:
         """Open the sensors and the store, and start measuring; what cannot be opened (a
         store that does not answer, a sensor refused) raises, with nothing left open:

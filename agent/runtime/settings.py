@@ -270,6 +270,9 @@ def _read_toml(path: Path) -> dict[str, Any]:
             data = tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path}: not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:  # tomllib decodes the bytes before it parses
+        raise ConfigError(f"config file {path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} "
+                          f"at offset {exc.start}); TOML files are UTF-8") from None
     except OSError as exc:
         raise ConfigError(f"config file {path}: cannot read: {exc.strerror}") from None
     # Accept both flat keys and a [joulestat] table; keys may use - or _.

@@ -8,7 +8,11 @@ When the database answers again the segments are written back oldest first, each
 one transaction; the inserts are ``ON CONFLICT DO NOTHING`` and the job and checkpoint
 rows upserts, so a segment replayed twice (a crash between its commit and its deletion)
 is stored once. The spool is bounded (``max_bytes``): past it the oldest segments go,
-with an error saying which ticks were lost. At start-up the agent replays the spool
+their rows counted in :attr:`Spool.dropped_rows` (the writer's ``dropped``), with an
+error saying which ticks were lost (once per outage; DEBUG after). The spool holds a
+node's energy and its jobs' names and labels, so it is private whatever the umask: its
+directories are created 0700 (and the spool's own one set to 0700) and each segment
+0600. At start-up the agent replays the spool
 before it reads its checkpoint, so a crash during an outage resumes from the last
 checkpoint it took, not from the last one the database saw. A segment an agent wrote
 before the component ``gpu`` became ``accelerator`` (issue 14, migration 0006) is
@@ -80,11 +84,13 @@ class Spool:
     def __init__(self, directory: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.directory = Path(directory)
         self.max_bytes = int(max_bytes)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        make_private_dir(self.directory)
         segments = self.segments()
         self._next = (int(segments[-1].path.stem) + 1) if segments else 1
         self.bytes = sum(s.size_bytes for s in segments)
         self.dropped_batches = 0
+        self.dropped_rows = 0  # rows in the segments dropped over max_bytes
+        self._said_full = False  # the over-max_bytes error is said once per outage
 
     def segments(self) -> list[Segment]:
         found = []
@@ -104,10 +110,16 @@ class Spool:
         data = json.dumps(_encode(batch, pending), separators=(",", ":")).encode()
         path = self.directory / f"{self._next:012d}.json"
         tmp = path.with_suffix(".tmp")
-        with tmp.open("wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
+        # 0600 from the start (not chmod after): no moment where another user can read it.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError:
+            tmp.unlink(missing_ok=True)  # a half-written segment must not hold the disk
+            raise
         os.replace(tmp, path)
         _fsync_dir(self.directory)
         self._next += 1
@@ -129,6 +141,7 @@ class Spool:
 
     def done(self, segment: Segment) -> None:
         self._forget(segment)
+        self._said_full = False  # the store took rows: a later overflow is news again
 
     def _forget(self, segment: Segment, rename_to: Path | None = None) -> None:
         try:
@@ -146,16 +159,47 @@ class Spool:
             if len(segments) <= 1:
                 return
             oldest = segments[0]
+            rows = 0
             try:
                 batch, _ = _decode(json.loads(oldest.path.read_bytes()))
+                rows = len(batch)
                 span = (f"ticks ending {batch.t_end_ms[0] / 1000:.3f}.."
                         f"{batch.t_end_ms[-1] / 1000:.3f}" if len(batch) else "no rows")
             except (OSError, ValueError, KeyError, TypeError, IndexError):
                 span = "unreadable"
             self._forget(oldest)
             self.dropped_batches += 1
-            log.error("spool %s over its %d bytes: dropped its oldest batch (%s); the "
-                      "store has been away too long", self.directory, self.max_bytes, span)
+            self.dropped_rows += rows
+            level = logging.DEBUG if self._said_full else logging.ERROR
+            self._said_full = True
+            log.log(level, "spool %s over its %d bytes (--spool-max): dropped its oldest "
+                    "batch (%d rows, %s); %d rows dropped from the spool in total; the "
+                    "store has been away too long (said once until the store takes rows "
+                    "again)", self.directory, self.max_bytes, rows, span,
+                    self.dropped_rows)
+
+
+def make_private_dir(directory: Path) -> None:
+    """``directory`` and any missing parents, created 0700 whatever the umask; the
+    directory itself set to 0700 if it existed (it is this agent's own)."""
+    directory = Path(directory)
+    missing = []
+    for parent in (directory, *directory.parents):
+        if parent.exists():
+            break
+        missing.append(parent)
+    for path in reversed(missing):
+        try:
+            path.mkdir(mode=0o700)
+        except FileExistsError:
+            pass
+        os.chmod(path, 0o700)  # mkdir's mode is masked by the umask
+    if not missing and directory.stat().st_mode & 0o077:
+        try:
+            os.chmod(directory, 0o700)
+        except PermissionError as exc:  # not ours: say so, keep going
+            log.warning("spool directory %s is readable by others and cannot be made "
+                        "private (%s)", directory, exc)
 
 
 def _encode(batch: RowBuffer, pending: PendingJobs) -> dict[str, Any]:

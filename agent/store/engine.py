@@ -10,14 +10,16 @@ SQLite connections get WAL (the dashboard can read while the agent writes), a bu
 timeout (a reader holding a lock delays a write instead of failing it at once) and
 enforced foreign keys (SQLite leaves them off by default).
 
-Readers that must never write (the dashboard) take :func:`open_readonly_engine`:
+Readers that must never write (the dashboard, ``jobs``, ``report``, ``compare``) take
+:func:`open_readonly_engine` (through :func:`open_reader_engine` for the commands):
 SQLite opens with a ``mode=ro`` URI (plus ``PRAGMA query_only``) and PostgreSQL with
 ``default_transaction_read_only=on``, so a role with nothing but ``SELECT`` is enough.
 
-A long-running process (the agent, an embedded run) takes :func:`open_engine`, which
-waits for a store that does not answer yet and migrates it out of process first
-(``joulestat db upgrade`` in a child): Alembic and the ORM cost ~16 MiB that the agent
-would otherwise keep as its peak RSS for its whole life.
+A writer (the agent, an embedded run, ``import``, ``demo``) takes :func:`open_engine`,
+which waits for a store that does not answer yet and creates the schema of a new store
+out of process (``joulestat db upgrade`` in a child), but never migrates an existing
+one: that is ``joulestat db upgrade``'s alone (docs/store.md, "Who creates and migrates
+the store").
 """
 
 from __future__ import annotations
@@ -63,24 +65,86 @@ class StoreError(RuntimeError):
 def default_db_url() -> str:
     """SQLite file in the user data dir: ``$XDG_DATA_HOME/joulestat/joulestat.db``.
 
-    Falls back to ``~/.local/share`` as the XDG spec says; the directory is created so
-    the first run works without setup.
+    Falls back to ``~/.local/share`` as the XDG spec says. Nothing is created here: a
+    reader (``joulestat jobs``) must leave no trace on a machine with no store; the
+    writers that may create the store make the directory first (:func:`data_dir`).
     """
-    return f"sqlite:///{data_dir() / 'joulestat.db'}"
+    return f"sqlite:///{data_dir_path() / 'joulestat.db'}"
 
 
-def data_dir() -> Path:
-    """``$XDG_DATA_HOME/joulestat`` (else ``~/.local/share/joulestat``), created."""
+def data_dir_path() -> Path:
+    """``$XDG_DATA_HOME/joulestat`` (else ``~/.local/share/joulestat``), not created."""
     base = os.environ.get("XDG_DATA_HOME") or ""
     root = Path(base) if base.strip() and Path(base).is_absolute() else (
         Path.home() / ".local" / "share"
     )
-    directory = root / "joulestat"
+    return root / "joulestat"
+
+
+# The store holds every job's name, labels and energy: only its owner reads it, whatever
+# the umask (022 would leave it world-readable).
+DATA_DIR_MODE = 0o700
+STORE_FILE_MODE = 0o600
+
+
+def data_dir() -> Path:
+    """:func:`data_dir_path`, created ``0700`` if it is not there yet (an existing
+    directory keeps the mode its owner gave it)."""
+    directory = data_dir_path()
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            directory.mkdir(mode=DATA_DIR_MODE)
+        except FileExistsError:
+            pass
+        else:
+            os.chmod(directory, DATA_DIR_MODE)  # mkdir's mode is masked by the umask
     except OSError as exc:
         raise StoreError(f"cannot create the data directory {directory}: {exc.strerror}") from None
     return directory
+
+
+def sqlite_path(url: str | URL) -> Path | None:
+    """The file of a SQLite URL (``None``: not SQLite, in memory, a ``file:`` URI or a URL
+    that does not parse)."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return None
+    if parsed.get_backend_name() != "sqlite":
+        return None
+    database = parsed.database or ""
+    if database in ("", ":memory:") or database.startswith("file:"):
+        return None
+    return Path(database).expanduser().resolve()
+
+
+def create_sqlite_file(url: str | URL) -> bool:
+    """Create a SQLite store's file ``0600`` before SQLite opens it, so SQLite copies
+    that mode to its ``-wal`` and ``-shm`` files; whether the file is new.
+
+    Only for the commands that may create a store (the agent and the other writers,
+    ``joulestat db upgrade``). A missing directory is left for :func:`make_engine` to
+    name, except the default data directory, which is created ``0700``.
+    """
+    path = sqlite_path(url)
+    if path is None or path.exists():
+        return False
+    if path.parent == data_dir_path().resolve():
+        data_dir()
+    if not path.parent.is_dir():
+        return False
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, STORE_FILE_MODE)
+    except FileExistsError:  # another process made it meanwhile
+        return False
+    except OSError as exc:
+        raise StoreError(f"{redact_url(url)}: cannot create {path}: {exc.strerror}") from None
+    try:
+        os.fchmod(fd, STORE_FILE_MODE)
+    finally:
+        os.close(fd)
+    return True
 
 
 def check_driver(url: str | URL) -> None:
@@ -248,10 +312,10 @@ def open_readonly_engine(url: str, *, busy_timeout_s: float = 5.0) -> Engine:
                              connect_args=connect_args)
     database = parsed.database or ""
     if database in ("", ":memory:") or database.startswith("file:"):
-        raise StoreError(f"{shown}: the dashboard needs a SQLite file path")
+        raise StoreError(f"{shown}: a reader needs a SQLite file path")
     path = Path(database).expanduser().resolve()
     if not path.is_file():
-        raise StoreMissingError(f"{path} does not exist yet")
+        raise StoreMissingError(f"{path} does not exist")
     # A URI keeps SQLite from creating or writing the file; the creator bypasses URL
     # parsing so paths with spaces, '?' or '#' survive.
     uri = f"file:{quote(str(path), safe='/')}?mode=ro"
@@ -285,10 +349,66 @@ def open_readonly_engine(url: str, *, busy_timeout_s: float = 5.0) -> Engine:
     return create_engine("sqlite://", creator=connect, poolclass=QueuePool)
 
 
-# -- Open the store for a long-running process: migrate out of process, then connect ----
+# -- Open the store for a reader: never create, never migrate ---------------------------
+
+def open_reader_engine(url: str | None, setting: str = "--db") -> Engine:
+    """A read-only engine on a store at the head revision, for the commands that only
+    read (``jobs``, ``report``, ``compare``): they never create or migrate a store.
+
+    A missing SQLite file, a database without joulestat's schema, one at an older
+    revision (``joulestat db upgrade`` names who may migrate) or at a revision this code
+    does not know stop the command with a :class:`ConfigError` naming the URL, and
+    leave the store exactly as it was.
+    """
+    from joulestat.store.migrate import (
+        SchemaState,
+        current_revision,
+        newer_message,
+        older_message,
+        schema_state,
+    )
+
+    url = url or default_db_url()
+    shown = redact_url(url)
+    try:
+        engine = open_readonly_engine(url)
+    except StoreMissingError as exc:
+        raise ConfigError(f"{setting} {shown}: no store there ({exc}): the agent creates "
+                          "it, or `joulestat db upgrade --db URL`; nothing was created") from None
+    except Exception as exc:
+        raise ConfigError(f"{setting} {shown}: cannot open the store: "
+                          f"{redact_text(str(exc))}") from None
+    try:
+        revision = current_revision(engine)
+    except StoreError as exc:
+        engine.dispose()
+        raise ConfigError(f"{setting} {redact_text(str(exc))}") from None
+    state = schema_state(revision)
+    if state is not SchemaState.HEAD:
+        engine.dispose()
+        if state is SchemaState.EMPTY:
+            raise ConfigError(f"{setting} {shown}: not a joulestat store (no schema "
+                              "revision): the agent creates it, or `joulestat db upgrade "
+                              "--db URL`")
+        assert revision is not None
+        message = older_message if state is SchemaState.OLDER else newer_message
+        raise ConfigError(f"{setting} {message(shown, revision)}")
+    return engine
+
+
+# -- Open the store for a writer: create a new store, never migrate an existing one ------
 
 def open_engine(url: str | None, setting: str = "--db", wait_s: float = 0.0) -> Engine:
-    """An engine on a store at the head revision; bad URLs stop the command.
+    """An engine on a store at the head revision, for the writers (the agent, an
+    embedded run, ``import``, ``demo``); bad URLs stop the command.
+
+    Who may migrate (docs/store.md): a writer creates the schema of a store that has
+    none yet (a new SQLite file, made ``0600``, or an empty database), out of process
+    (``joulestat db upgrade`` in a child: Alembic and the ORM cost ~16 MiB that the
+    agent would otherwise keep as its peak RSS for its whole life). A store at an older
+    revision is left as it is, with an error naming ``joulestat db upgrade``: on a
+    shared PostgreSQL a migration changes the store under agents still running the old
+    code, so it is the operator's step. A newer store is refused the same way.
 
     ``wait_s``: how long to keep trying a store that does not answer (a database
     starting beside the agent, a network blip at boot), saying so in the log; a URL
@@ -296,10 +416,23 @@ def open_engine(url: str | None, setting: str = "--db", wait_s: float = 0.0) -> 
     """
     from sqlalchemy.exc import OperationalError
 
-    from joulestat.store.migrate import is_at_head  # it imports this module
+    # they import this module
+    from joulestat.store.migrate import (
+        SchemaState,
+        current_revision,
+        newer_message,
+        older_message,
+        schema_state,
+    )
 
+    if not url:
+        try:
+            data_dir()
+        except StoreError as exc:
+            raise ConfigError(f"{setting}: {exc}") from None
     url = url or default_db_url()
     try:
+        create_sqlite_file(url)
         engine = make_engine(url)
     except Exception as exc:
         raise ConfigError(f"{setting} {redact_url(url)}: cannot open the store: "
@@ -307,7 +440,7 @@ def open_engine(url: str | None, setting: str = "--db", wait_s: float = 0.0) -> 
     deadline, delay_s = time.monotonic() + wait_s, 1.0
     while True:
         try:
-            at_head = is_at_head(engine)
+            revision = current_revision(engine)
             break
         except StoreError as exc:
             unreachable = isinstance(exc.__cause__, OperationalError)
@@ -321,9 +454,18 @@ def open_engine(url: str | None, setting: str = "--db", wait_s: float = 0.0) -> 
                         left_s)
             time.sleep(min(delay_s, left_s))
             delay_s = min(delay_s * 2, 30.0)
-    if not at_head:
-        shown = engine.url.render_as_string(hide_password=True)
-        log.info("migrating the store at %s", shown)
+    state = schema_state(revision)
+    shown = redact_url(url)
+    if state is SchemaState.OLDER:
+        assert revision is not None
+        engine.dispose()
+        raise ConfigError(f"{setting} {older_message(shown, revision)}")
+    if state is SchemaState.NEWER:
+        assert revision is not None
+        engine.dispose()
+        raise ConfigError(f"{setting} {newer_message(shown, revision)}")
+    if state is SchemaState.EMPTY:
+        log.info("creating the store's schema at %s (a new store)", shown)
         # The URL travels in the environment, not argv, so a password never shows in ps.
         result = subprocess.run(
             [sys.executable, "-m", "joulestat", "db", "upgrade"],
@@ -331,5 +473,6 @@ def open_engine(url: str | None, setting: str = "--db", wait_s: float = 0.0) -> 
         )
         if result.returncode != 0:
             detail = result.stderr.strip().splitlines()[-1:] or ["no message"]
-            raise ConfigError(f"{setting} {shown}: migration failed: {redact_text(detail[0])}")
+            raise ConfigError(f"{setting} {shown}: creating the schema failed: "
+                              f"{redact_text(detail[0])}")
     return engine

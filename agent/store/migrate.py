@@ -21,6 +21,7 @@ then set :data:`HEAD_REVISION` to the new id.
 
 from __future__ import annotations
 
+import enum
 import importlib.util
 import logging
 from pathlib import Path
@@ -124,6 +125,51 @@ def current_revision(engine: Engine) -> str | None:
         raise StoreError(f"{redact_url(engine.url)}: cannot read the schema revision: "
                          f"{describe_error(exc)}") from exc
     return ",".join(versions) if versions else None
+
+
+def known_revisions() -> frozenset[str]:
+    """The revision ids of the scripts this install carries (their file names start with
+    the id), read without importing Alembic."""
+    return frozenset(path.name.split("_", 1)[0]
+                     for path in (migrations_dir() / "versions").glob("[0-9]*_*.py"))
+
+
+class SchemaState(enum.Enum):
+    """Where a store's schema stands for this code."""
+
+    HEAD = "head"
+    EMPTY = "empty"  # no joulestat schema: a new database
+    OLDER = "older"  # a revision this code can upgrade from
+    NEWER = "newer"  # a revision this code does not know: a newer joulestat made it
+
+
+def schema_state(revision: str | None) -> SchemaState:
+    """:class:`SchemaState` of a revision read by :func:`current_revision`."""
+    if revision is None:
+        return SchemaState.EMPTY
+    if revision == HEAD_REVISION:
+        return SchemaState.HEAD
+    if revision in known_revisions():
+        return SchemaState.OLDER
+    return SchemaState.NEWER
+
+
+def newer_message(shown: str, revision: str) -> str:
+    """What to say about a store at a revision this code does not know (instead of
+    Alembic's "Can't locate revision")."""
+    from joulestat.core.version import __version__
+
+    return (f"{shown}: the store's schema is at revision {revision}, which this joulestat "
+            f"({__version__}) does not know: it knows revisions up to {HEAD_REVISION}; a newer "
+            "joulestat made this store: upgrade joulestat (the store was left as it is)")
+
+
+def older_message(shown: str, revision: str) -> str:
+    """What to say about a store this code could upgrade but may not (readers, the agent
+    on an existing store): who may, and that nothing changed."""
+    return (f"{shown}: the store's schema is at revision {revision}, this joulestat needs "
+            f"{HEAD_REVISION}: run `joulestat db upgrade --db URL` (with every agent writing "
+            "to it upgraded together); the store was left as it is")
 
 
 def is_at_head(engine: Engine) -> bool:

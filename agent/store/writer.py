@@ -17,12 +17,16 @@ only a queue of node ticks alone drops its oldest ticks, each time with an error
 what went and why.
 
 While the database does not take its writes, :class:`Outage` keeps the outage's state
-and policy in one place: how many writes failed in a row and how long to wait before
-the next (doubling, up to a minute), where a refused batch waits (the spool when the
-agent has one, so a restart keeps it: :class:`joulestat.store.durability.Spool`; else
-back at the front of the memory queue), replaying the spool oldest first once the store
-answers, warnings at most once a minute, and what a shutdown during an outage says is
-kept or lost. Nothing recorded is lost silently.
+and policy in one place: how many writes failed in a row and how long to wait before the
+next full write (doubling, up to a minute), a cheap probe of the store every
+``RECONNECT_EVERY_S`` (2 s) meanwhile so the rows go in within a few seconds of its
+return (the doubling alone left an agent away 15 s and more), where a refused batch
+waits (the spool when the agent has one, so a restart keeps it:
+:class:`joulestat.store.durability.Spool`; else back at the front of the memory queue),
+replaying the spool oldest first once the store answers, warnings at most once a minute,
+and what a shutdown during an outage says is kept or lost. A spool that cannot write
+(disk full) is said once and counted (``spool_write_failures``); its batches then wait
+in memory under the queue's bound. Nothing recorded is lost silently.
 
 The writer is a sink of the pipeline (:mod:`joulestat.outputs.sink`): it stores ticks,
 so it receives each tick's checkpoint and makes finished jobs final once stored.
@@ -48,6 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy import select
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -67,6 +72,7 @@ from joulestat.store.rows import (
 )
 from joulestat.store.schema import (
     MINUTE_MS,
+    NODES,
 )
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -98,6 +104,7 @@ class RowQueue:
         self.bad_entries = 0  # non-finite numbers skipped since the writer last said so
         self.folded_rows = 0
         self.dropped_rows = 0
+        self.said_dropping = False  # the drop error is said once until a write succeeds
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -171,9 +178,12 @@ class RowQueue:
             return
         count, first_s, last_s = rows.drop_oldest(count)
         self.dropped_rows += count
-        log.error(
+        level = logging.DEBUG if self.said_dropping else logging.ERROR
+        self.said_dropping = True
+        log.log(level,
             "row buffer full (%d rows of node ticks alone; %s): dropped the %d oldest "
-            "rows (ticks ending %.3f..%.3f); %d dropped in total",
+            "rows (ticks ending %.3f..%.3f); %d dropped in total (said once until the "
+            "store takes rows again)",
             self.max_rows, cause, count, first_s, last_s, self.dropped_rows,
         )
 
@@ -182,6 +192,11 @@ class RowQueue:
 
 MAX_RETRY_DELAY_S = 60.0
 WARN_EVERY_S = 60.0
+# While the store is away: how often a cheap probe (one connection, one small read)
+# asks whether it is back; a full write (which spools its batch when it fails) keeps
+# the doubling above. 2 s: the rows go in within ~2 s of the store's return, and a
+# refused connection costs microseconds.
+RECONNECT_EVERY_S = 2.0
 
 
 class Outage:
@@ -193,6 +208,8 @@ class Outage:
         self.spool = spool
         self.failures = 0
         self.spooled_rows = 0  # rows handed to the spool while the store was away
+        self.spool_write_failures = 0  # batches the spool could not write (disk full...)
+        self._spool_failing = False  # said once until a spool write succeeds again
         self._last_warning = -math.inf
 
     def retry_delay_s(self, flush_interval_s: float) -> float:
@@ -204,11 +221,21 @@ class Outage:
         if self.spool is not None and (len(batch) or pending):
             try:
                 self.spool.append(batch, pending)
+            except OSError as exc:
+                self.spool_write_failures += 1
+                level = logging.DEBUG if self._spool_failing else logging.ERROR
+                self._spool_failing = True
+                log.log(level, "cannot spool %d rows to %s (%s); keeping them in memory, "
+                        "up to %d rows, then dropping the oldest (counted as dropped); "
+                        "said once until the spool writes again", len(batch),
+                        self.spool.directory, exc, self.queue.max_rows)
+            else:
                 self.spooled_rows += len(batch)
                 batch, pending = RowBuffer(), PendingJobs()
-            except OSError as exc:
-                log.error("cannot spool %d rows to %s (%s); keeping them in memory",
-                          len(batch), self.spool.directory, exc)
+                if self._spool_failing:
+                    self._spool_failing = False
+                    log.warning("spool %s writes again (%d batch(es) could not be "
+                                "written)", self.spool.directory, self.spool_write_failures)
         self.queue.put_back(batch, pending, finishing)
 
     def replay(self, write: Callable[[RowBuffer, PendingJobs], tuple[int, int]]
@@ -237,6 +264,7 @@ class Outage:
                       f"{kept} and retrying (attempt {self.failures})")
 
     def recovered(self) -> None:
+        self.queue.said_dropping = False
         if self.failures:
             log.info("store %s reachable again after %d failed attempt(s)",
                      self.url, self.failures)
@@ -338,6 +366,7 @@ class StoreWriter:
         self.queue = RowQueue(node, max_buffered_rows, self._full_cause)
         self.outage = Outage(self._url, self.queue, spool)
         self._next_flush_s: float | None = None
+        self._next_probe_s = -math.inf  # while failing: when to ask if the store is back
         self._registered = False
         self._settled_until_ms: int | None = None
         # Set when a flush is wanted before the interval is up (a job just ended and
@@ -366,14 +395,21 @@ class StoreWriter:
         return len(self.queue)
 
     @property
+    def spool_write_failures(self) -> int:
+        """Batches the spool could not write (disk full, ...)."""
+        return self.outage.spool_write_failures
+
+    @property
     def folded_rows(self) -> int:
         """Job rows folded into unattributed because the buffer was full."""
         return self.queue.folded_rows
 
     @property
     def dropped_rows(self) -> int:
-        """Rows lost: the buffer overflowed, or they ended before the settled boundary."""
-        return self.queue.dropped_rows + self.stale_rows
+        """Rows lost: the buffer or the spool overflowed, or they ended before the
+        settled boundary."""
+        spool_dropped = self.spool.dropped_rows if self.spool is not None else 0
+        return self.queue.dropped_rows + self.stale_rows + spool_dropped
 
     def _full_cause(self) -> str:
         return (f"the store {self._url} has been unreachable for a while" if self.failing
@@ -456,11 +492,16 @@ class StoreWriter:
     def maybe_flush(self, now_s: float) -> bool:
         """Flush when due (interval passed, or a full batch waits); True if rows went out.
 
-        ``now_s`` is any steadily increasing clock; failures back off up to a minute.
+        ``now_s`` is any steadily increasing clock; failed writes back off up to a
+        minute, but meanwhile the store is probed every ``RECONNECT_EVERY_S`` and
+        written as soon as it answers.
         """
         due = self._next_flush_s is None or now_s >= self._next_flush_s or (
             not self.failing and len(self.queue) >= self.max_batch_rows
         )
+        if not due and self.failing and now_s >= self._next_probe_s:
+            self._next_probe_s = now_s + RECONNECT_EVERY_S
+            due = self._store_answers()
         if not due:
             return False
         had_rows = len(self.queue) > 0 or bool(self.queue.pending) or bool(self.spool)
@@ -468,7 +509,29 @@ class StoreWriter:
         delay = self.flush_interval_s if ok else self.outage.retry_delay_s(
             self.flush_interval_s)
         self._next_flush_s = now_s + delay
+        self._next_probe_s = now_s + RECONNECT_EVERY_S
         return ok and had_rows
+
+    def due_in_s(self, now_s: float) -> float:
+        """Seconds until :meth:`maybe_flush` has something to do (the store thread
+        sleeps that long unless woken): the next flush, or while the store is away the
+        next probe, whichever is sooner."""
+        if self._next_flush_s is None:
+            return 0.0
+        due_s = self._next_flush_s
+        if self.failing:
+            due_s = min(due_s, self._next_probe_s)
+        return max(0.0, due_s - now_s)
+
+    def _store_answers(self) -> bool:
+        """One connection and one small read: is the store back? No rows move."""
+        try:
+            with self.engine.connect() as connection:
+                connection.execute(select(NODES.c.node).limit(1)).first()
+        except SQLAlchemyError as exc:
+            log.debug("store %s still away: %s", self._url, describe_error(exc))
+            return False
+        return True
 
     # -- writes -----------------------------------------------------------------------
 

@@ -76,7 +76,7 @@ by = "instance_type"
 if mode == MODES["label"]:
     keys = state.all_label_keys(url, kind)
     if not keys:
-        st.info(f"No {kind} job carries a label to group by.")
+        st.info(f"No {fmt.md(kind)} job carries a label to group by.")
         st.stop()
     seed("cmp_label", by_param.removeprefix("label:"), keys, keys[0])
     by = f"label:{st.selectbox('Label', keys, key='cmp_label')}"
@@ -99,7 +99,7 @@ elif mode == MODES["jobs"]:
 units_name = plural(unit)
 found = state.compare(url, kind, unit, since, until, now, picked, by)
 if found is None:
-    st.info(f"No {kind} job counted {units_name} in this selection.")
+    st.info(f"No {fmt.md(kind)} job counted {fmt.md(units_name)} in this selection.")
     st.stop()
 
 names = comparison.row_labels(found.table.rows, lambda t: fmt.local_time(t, tz)[:16])
@@ -125,11 +125,11 @@ per_setup = result.table.by.startswith(LABEL_BY) and all(
     SETUP_SEPARATOR in r.group for r in result.table.rows)
 if per_setup:
     st.caption(f"These jobs ran on several setups, so a row is one value of "
-               f"`{by.removeprefix(LABEL_BY)}` on one setup: a delta between rows of two "
+               f"{fmt.code(by.removeprefix(LABEL_BY))} on one setup: a delta between rows of two "
                "setups is a change of hardware as well as of load.")
 for row in result.per_unit:
     if not row.is_baseline:
-        st.markdown(f"**{names[comparison.row_key(row)]}** vs {base_label}: "
+        st.markdown(f"**{fmt.md(names[comparison.row_key(row)])}** vs {fmt.md(base_label)}: "
                     f"{headline(row, base)}")
 
 per, million = f"per {unit}", f"per million {units_name}"
@@ -174,8 +174,8 @@ if any(r.energy_class and r.energy_class != "measured" for r in result.per_unit)
                "(docs/methodology.md): compare them with measured rows with care.")
 
 if result.per_run:
-    st.caption(f"These jobs counted no {units_name}: compared per run, as `joulestat compare` "
-               "lists them (no deltas against a per-unit baseline).")
+    st.caption(f"These jobs counted no {fmt.md(units_name)}: compared per run, as "
+               "`joulestat compare` lists them (no deltas against a per-unit baseline).")
     per_run = pd.DataFrame([{
         "group": names[comparison.row_key(r)], fmt.ENERGY_IS: fmt.energy_is(r.sources),
         "energy per run": r.energy_per_run_j, "CO2e per run (operational)": r.co2e_per_run_g,
@@ -194,7 +194,7 @@ for pair in (panels[:2], panels[2:]):
         data = table[["group", column]].dropna()
         with col:
             if data.empty:
-                st.caption(f"{column}: unknown (an instance type without catalog data).")
+                st.caption(f"{fmt.md(column)}: unknown (an instance type without catalog data).")
                 continue
             divisor, axis_unit = (units.scale_for(list(data[column]), unit_of)
                                   if unit_of in ("J", "g") else (1.0, unit_of))
@@ -214,7 +214,7 @@ if "cmp_sla" not in st.session_state:
         wanted_sla = None
     st.session_state["cmp_sla"] = (wanted_sla if wanted_sla and math.isfinite(wanted_sla)
                                    and wanted_sla >= 1 else default_sla)
-sla = st.number_input(f"Required throughput ({units_name} per hour)", min_value=1.0,
+sla = st.number_input(f"Required throughput ({fmt.md(units_name)} per hour)", min_value=1.0,
                       step=default_sla / 10, key="cmp_sla", format="%.0f")
 sized = found.against(base_key, float(sla))
 fleet = pd.DataFrame([{
@@ -224,14 +224,14 @@ fleet = pd.DataFrame([{
 } for r in sized.per_unit if r.instances_needed is not None])
 st.dataframe(fmt.styled(fleet, {"fleet power": fmt.power, "fleet cost per hour": fmt.usd}),
              hide_index=True, width="stretch", placeholder=fmt.UNKNOWN, column_config=NAMED)
-st.caption(f"Instances = ⌈SLA ÷ {units_name} per instance-hour⌉; fleet power and cost scale "
-           "the measured average power and cost of one instance-hour (its attributed energy "
-           "and list price), as `joulestat compare --sla` sizes it.")
+st.caption(f"Instances = ⌈SLA ÷ {fmt.md(units_name)} per instance-hour⌉; fleet power and "
+           "cost scale the measured average power and cost of one instance-hour (its "
+           "attributed energy and list price), as `joulestat compare --sla` sizes it.")
 
 if result.notes:
     with st.expander(f"Notes ({len(result.notes)})"):
         for note in result.notes:
-            st.caption(note)
+            st.caption(fmt.md(note))
 
 settings = {"kind": kind, "unit": unit, "by": "job" if picked is not None else by,
             "period": period, "baseline": base_key, "sla": f"{float(sla):g}"}

@@ -23,6 +23,7 @@ import streamlit as st
 
 from joulestat.carbon.footprint import METHODOLOGY
 from joulestat.core import units
+from joulestat.core.csv_cells import text_cell
 from joulestat.core.redact import redact_labels
 from joulestat.dashboard import analysis, charts, costing, downloads, fmt, state, ui
 from joulestat.reports.external import comparison_note, external_figures, shown_labels
@@ -41,7 +42,7 @@ options = [c.id for c in choices]
 lookup = state.lookup_job(url, wanted) if wanted and wanted not in known else None
 if lookup is not None and lookup.job_id is not None:  # a name or an id prefix
     for note in lookup.notes:
-        st.info(note)
+        st.info(fmt.md(note))
     wanted = lookup.job_id
 if wanted and wanted not in known:
     options.insert(0, wanted)
@@ -67,21 +68,23 @@ if st.query_params.get("job") != picked:
     st.query_params["job"] = picked
 job = state.detail(url, picked)
 if job is None:
-    st.warning(lookup.error if lookup is not None and lookup.error and picked == wanted
-               else f"No job with id `{picked}` in this store.")
+    st.warning(fmt.md(lookup.error) if lookup is not None and lookup.error and picked == wanted
+               else f"No job with id {fmt.code(picked)} in this store.")
     st.stop()
 
 cost = costing.job_cost(job, now)
 unit, count = max(job.units.items(), key=lambda kv: kv[1], default=("", 0.0))
 span_s = job.held_s(now)
 imported_nodes = state.imported(url) & {p.node for p in job.per_node}
-st.subheader(f"{job.name} · {job.kind} · {job.status}")
-st.caption(f"`{job.id}` · started {fmt.local_time(job.started_s, tz)}"
+# Names, labels, node names and units are users' text: fmt.md shows them as typed
+# (Streamlit renders Markdown in every call below), never as links or images.
+st.subheader(f"{fmt.md(job.name)} · {fmt.md(job.kind)} · {fmt.md(job.status)}")
+st.caption(f"{fmt.code(job.id)} · started {fmt.local_time(job.started_s, tz)}"
            + (f", ended {fmt.local_time(job.ended_s, tz)}" if job.ended_s else ", running")
            + f" ({fmt.duration(span_s)}) · {ui.tz_label(tz)} · "
-           + ", ".join(f"{node} ({itype})" for node, itype in job.nodes)
+           + ", ".join(f"{fmt.md(node)} ({fmt.md(itype)})" for node, itype in job.nodes)
            + ("" if not job.labels else " · " + ", ".join(
-               f"{k}={v}" for k, v in redact_labels(shown_labels(job.labels)).items())))
+               fmt.md(f"{k}={v}") for k, v in redact_labels(shown_labels(job.labels)).items())))
 external = external_figures(job.labels)
 footprint = st.columns(4)
 footprint[0].metric("Energy", fmt.energy(job.total_j), help=fmt.kwh(job.total_j))
@@ -95,20 +98,20 @@ footprint[3].metric("Cost", fmt.usd(cost.cost_usd),
                     help=f"hourly price × hours each node was held; prices: "
                          f"{costing.price_source()}")
 work = st.columns(4)
-work[0].metric(f"Work ({fmt.plural(unit) if unit else 'units'})",
+work[0].metric(f"Work ({fmt.md(fmt.plural(unit)) if unit else 'units'})",
                fmt.count(count) if unit else fmt.UNKNOWN)
-work[1].metric(f"Energy per {unit or 'unit'}",
+work[1].metric(f"Energy per {fmt.md(unit) if unit else 'unit'}",
                fmt.energy(job.total_j / count) if count else fmt.UNKNOWN)
 for column, figures in zip(work[2:], external, strict=False):
-    column.metric(f"CO2e ({figures.tool}'s own)", fmt.mass(figures.co2e_g),
-                  help=f"as {figures.tool} wrote it in its CSV, with its own intensity")
+    column.metric(f"CO2e ({fmt.md(figures.tool)}'s own)", fmt.mass(figures.co2e_g),
+                  help=f"as {fmt.md(figures.tool)} wrote it in its CSV, with its own intensity")
 for figures in external:
-    st.info(comparison_note(figures, cost.operational_g), icon=":material/compare_arrows:")
+    st.info(fmt.md(comparison_note(figures, cost.operational_g)), icon=":material/compare_arrows:")
 if imported_nodes:
     profile = ("CodeCarbon records one total per component, so power is drawn flat over "
                "the run" if external else "the power profile is the exported report's, bin "
                "by bin")
-    st.caption(f"Imported from a file ({', '.join(sorted(imported_nodes))}): {profile}; "
+    st.caption(f"Imported from a file ({fmt.md(', '.join(sorted(imported_nodes)))}): {profile}; "
                "nothing here is live.")
 
 # Provenance: which source each component's energy came from, and what that makes it.
@@ -121,8 +124,8 @@ for row in state.job_sources(url, job.id):
 badges = st.container(horizontal=True)
 for component, by_source in sorted(provenance.items()):
     verdict = sources_class(by_source)
-    badges.badge(f"{component}: {BADGE_WORDS.get(verdict, verdict)} "
-                 f"({', '.join(sorted(by_source))})",
+    badges.badge(f"{fmt.md(component)}: {BADGE_WORDS.get(verdict, verdict)} "
+                 f"({fmt.md(', '.join(sorted(by_source)))})",
                  color=BADGE_COLORS.get(verdict, "gray"), help=WHY.get(verdict))
 
 # CPU bottleneck, per node that has accelerators and an agent.
@@ -134,7 +137,7 @@ for part in job.per_node:
     verdict = analysis.cpu_bottleneck(
         part.node, state.node_series(url, part.node, part.started_s, part.end_s(now), bucket_s),
         ranges)
-    where = f"**{part.node}** ({part.instance_type})"
+    where = f"**{fmt.md(part.node)}** ({fmt.md(part.instance_type)})"
     if verdict.state == "cpu-bound":
         st.warning(f"CPU bottleneck on {where}: for {verdict.flagged_share:.0%} of the run the "
                    f"accelerators sat at {verdict.accelerator_load:.0%} of their power range "
@@ -146,11 +149,12 @@ for part in job.per_node:
                    f"{verdict.accelerator_load:.0%}, CPU at {verdict.cpu_load:.0%} of their "
                    "observed power ranges.")
     elif verdict.state == "unknown":
-        st.caption(f"CPU-bottleneck check on {where}: {verdict.reason}.")
+        st.caption(f"CPU-bottleneck check on {where}: {fmt.md(verdict.reason)}.")
 
 # Power over time, stacked by component.
 nodes = [p.node for p in job.per_node]
-view = st.radio("Nodes", ["all nodes", *nodes], horizontal=True, key="detail_view") if (
+view = st.radio("Nodes", ["all nodes", *nodes], horizontal=True, key="detail_view",
+                format_func=fmt.md) if (
     len(nodes) > 1) else "all nodes"
 power_rows = [{"time": ui.to_local(p.bucket_end_s, tz), "component": p.component,
                "node": p.node, "power_w": p.power_w} for p in series
@@ -222,7 +226,7 @@ if unit_series:
         frame["rate_text"] = frame["rate"].map(lambda r: f"{units.sig(r)} {rate_unit}")
         left, right = st.columns(2)
         with left:
-            st.subheader(f"Work rate ({rate_unit})")
+            st.subheader(f"Work rate ({fmt.md(rate_unit)})")
             st.altair_chart(charts.lines(frame, x="time", y="rate", color="unit",
                                          x_title=f"time ({ui.tz_label(tz)})",
                                          y_title=f"rate ({rate_unit})", temporal=True,
@@ -230,7 +234,7 @@ if unit_series:
                                          axis_format=charts.time_format(span_s)),
                             width="stretch")
         with right:
-            st.subheader(f"Energy per {per_unit} ({energy_unit})")
+            st.subheader(f"Energy per {fmt.md(per_unit)} ({energy_unit})")
             st.altair_chart(charts.lines(frame, x="time", y="energy_per_unit", color="unit",
                                          x_title=f"time ({ui.tz_label(tz)})",
                                          y_title=f"energy per {per_unit} ({energy_unit})",
@@ -257,8 +261,8 @@ else:
                             file_name=f"{job.id}.json", mime="application/json")
     st.caption("CSV, HTML and PDF reports need `joulestat.reports`, which this installation "
                "lacks; the JSON holds every figure shown here.")
-series_csv = pd.DataFrame([{"bucket_end_s": p.bucket_end_s, "node": p.node,
-                            "component": p.component, "dynamic_j": p.dynamic_j,
+series_csv = pd.DataFrame([{"bucket_end_s": p.bucket_end_s, "node": text_cell(p.node),
+                            "component": text_cell(p.component), "dynamic_j": p.dynamic_j,
                             "idle_j": p.idle_j, "covered_s": p.covered_s, "power_w": p.power_w}
                            for p in series]).to_csv(index=False)
 buttons.download_button("Power series (CSV)", series_csv, file_name=f"{job.id}-power.csv",

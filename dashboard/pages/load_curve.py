@@ -69,17 +69,18 @@ node_sources = state.energy_sources(url, tuple(sorted({n for j in runs for n, _t
 points, skipped = load_table.load_rows(runs, unit, now, label_key, set(left_out), by, splits,
                                        node_sources)
 if skipped:
-    st.caption(f"{skipped} job(s) left out: their `{label_key}` label is not a positive "
+    st.caption(f"{skipped} job(s) left out: their {fmt.code(label_key)} label is not a positive "
                "number.")
 if not points:
     if by == load_table.BY_MODEL and runs:
-        st.info(f"No job with a numeric `{label_key}` label counted {fmt.plural(unit)} per "
+        st.info(f"No job with a numeric {fmt.code(label_key)} label counted "
+                f"{fmt.md(fmt.plural(unit))} per "
                 "model: a server of several models records each one's busy time with "
                 "`job.serving(model)` or `count(unit, n, model=..., busy_s=...)` "
                 "(docs/jobs.md).")
         st.stop()
-    st.info(f"No inference job with a numeric `{label_key}` label counted "
-            f"{fmt.plural(unit)} yet. Run one job per load level, for example:\n\n{HOW}")
+    st.info(f"No inference job with a numeric {fmt.code(label_key)} label counted "
+            f"{fmt.md(fmt.plural(unit))} yet. Run one job per load level, for example:\n\n{HOW}")
     st.stop()
 if by == load_table.BY_MODEL:
     idle = load_table.idle_share(runs, splits, set(left_out))
@@ -110,7 +111,7 @@ frame["rate_text"] = frame["rate_per_s"].map(lambda r: f"{units.sig(r)} {rate_na
 def curve(title: str, y: str, y_title: str, text: str) -> None:
     """One figure against the load level, a line per group (log x: levels usually double);
     a line not all measured is dashed, and its legend label says how it was obtained."""
-    st.subheader(title)
+    st.subheader(fmt.md(title))
     drawn = frame.assign(**{group: frame[group].map(line_of)})
     # One legend: each line's colour drawn as a short stroke, dashed where the line is
     # (a dashed circle, the default symbol, reads as a blot), its label saying why.
@@ -134,12 +135,12 @@ with right:
     curve(f"Rate ({rate_name})", "rate_per_s", f"rate ({rate_name})", "rate_text")
 
 if marked:
-    how = "; ".join(f"{line}: {fmt.energy_is(line_sources[line])}" for line in marked)
+    how = fmt.md("; ".join(f"{line}: {fmt.energy_is(line_sources[line])}" for line in marked))
     st.caption(f"Dashed lines are not read from a hardware counter ({how}), so they rest on "
                "the named model's assumptions (docs/methodology.md); solid lines are "
                "measured. Compare a dashed line with a solid one with care.")
 if latency and any(p.jobs > 1 for p in points):
-    st.caption(f"{', '.join(latency)}: the highest of a row's jobs, where it sums several "
+    st.caption(f"{fmt.md(', '.join(latency))}: the highest of a row's jobs, where it sums several "
                "(percentiles of separate runs cannot be pooled).")
 shown = frame.drop(columns=["energy_per_unit", "energy_text", "rate_text"]).rename(columns={
     "energy_per_unit_j": f"energy per {unit}", "rate_per_s": rate_name})

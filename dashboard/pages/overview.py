@@ -64,7 +64,7 @@ def at_least(values: dict[str, float | None], shown: Callable[[float], str]) -> 
 
 def unknown_on(values: dict[str, float | None]) -> str:
     missing = sorted(node for node, v in values.items() if v is None)
-    return f"; unknown for {', '.join(missing)} (not in the catalog)" if missing else ""
+    return f"; unknown for {fmt.md(', '.join(missing))} (not in the catalog)" if missing else ""
 
 
 embodied_by_node = {node: c.embodied_g for node, c in node_costs.items()}
@@ -85,7 +85,7 @@ totals[2].metric("Embodied CO2e", at_least(embodied_by_node, fmt.mass),
 totals[3].metric("Cost", at_least(cost_by_node, fmt.usd),
                  help="hourly price × hours each node reported in the period; prices: "
                       f"{costing.price_source()}" + unknown_on(cost_by_node))
-shares = [f"**{fmt.share(provenance[c] / energy_j)}** {c}" for c in CLASSES
+shares = [f"**{fmt.share(provenance[c] / energy_j)}** {fmt.md(c)}" for c in CLASSES
           if energy_j and provenance.get(c)]
 st.caption(f"Energy in the period: {', '.join(shares) or 'none'}. Only energy read from a "
            "hardware counter counts as measured; estimates (`model:*`, also when imported) "
@@ -123,9 +123,9 @@ with st.container():
     silent = sorted(n.node for n in live if n.node not in reporting_now)
     if silent:
         st.caption(f"Silent nodes (no tick in {fmt.duration(STALE_S)}) have no power now: "
-                   f"{', '.join(silent)}.")
+                   f"{fmt.md(', '.join(silent))}.")
     if imported:
-        st.caption(f"Imported nodes have no power now: {', '.join(sorted(imported))}.")
+        st.caption(f"Imported nodes have no power now: {fmt.md(', '.join(sorted(imported)))}.")
 with st.container():
     st.subheader("Energy by source")
     source_rows = [{"class": analysis.provenance_class(r.source), "source": r.source,

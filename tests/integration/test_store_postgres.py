@@ -164,6 +164,29 @@ def test_db_upgrade_command_against_postgres(pg):
     engine.dispose()
 
 
+def test_readers_never_create_or_migrate_a_postgres_store(pg):
+    """`joulestat jobs` on an empty database (no alembic_version) or on one a migration
+    behind stops with a message, and the database stays as it was: on a shared store a
+    reader's migration would change it under agents still running the old code."""
+    url = pg.create_database("joulestat_readers")
+    jobs_command = [sys.executable, "-m", "joulestat.cli.main", "jobs", "--db", url]
+    done = subprocess.run(jobs_command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stdout
+    assert "not a joulestat store" in done.stderr and "joulestat db upgrade" in done.stderr
+    engine = make_engine(url)
+    assert migrate.current_revision(engine) is None
+    with engine.connect() as connection:
+        assert connection.execute(text(
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'"
+        )).scalar() == 0
+    assert migrate.upgrade(engine, "0005") == "0005"
+    done = subprocess.run(jobs_command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stdout
+    assert "joulestat db upgrade" in done.stderr and "0005" in done.stderr
+    assert migrate.current_revision(engine) == "0005"
+    engine.dispose()
+
+
 # -- per-job energy (the scenarios of tests/helpers/store_jobs.py) ------------------------
 
 

@@ -224,7 +224,8 @@ def test_compare_shows_energy_per_request_by_instance_type_and_deltas(
         assert table.at[itype, "requests"] == sum(j.units["request"]
                                                   for j in _group(jobs, itype))
     assert at.selectbox(key="cmp_base").value == "c6i.2xlarge"  # slowest is the baseline
-    lines = [m.value for m in at.markdown]
+    # The sentence as it renders: its Markdown source escapes $ (no maths, fmt.md).
+    lines = [m.value.replace("\\$", "$") for m in at.markdown]
     g5 = next(line for line in lines if line.startswith("**g5.xlarge** vs c6i.2xlarge: "))
     change = (_group_energy_per_unit(jobs, "g5.xlarge")
               / _group_energy_per_unit(jobs, "c6i.2xlarge") - 1) * 100
@@ -302,6 +303,22 @@ def test_a_missing_or_unmigrated_store_explains_and_is_not_created(tmp_path, pag
     at = run_page(f"sqlite:///{blank}", page, monkeypatch)
     assert "has no joulestat tables yet" in at.info[0].value
     assert blank.stat().st_size == 0
+
+
+@pytest.mark.parametrize(("revision", "says"), [
+    ("0005", "joulestat db upgrade --db"), ("0099", "it knows revisions up to")])
+def test_an_older_or_newer_store_is_named_on_the_page_and_left_as_it_is(
+        tmp_path, revision, says, monkeypatch):
+    path = tmp_path / "other.db"
+    engine = make_engine(f"sqlite:///{path}")
+    migrate.upgrade(engine, min(revision, migrate.HEAD_REVISION))
+    with engine.begin() as connection:
+        connection.exec_driver_sql("UPDATE alembic_version SET version_num = ?", (revision,))
+    at = run_page(f"sqlite:///{path}", "pages/jobs.py", monkeypatch)
+    [warning] = [w.value for w in at.warning]
+    assert f"`{revision}`" in warning and says in warning
+    assert migrate.current_revision(engine) == revision
+    engine.dispose()
 
 
 def test_a_job_started_seconds_ago_is_on_jobs_and_its_node_reports(tmp_path, monkeypatch):

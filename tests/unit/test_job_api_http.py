@@ -61,7 +61,8 @@ def test_a_body_cut_short_is_400(api: ApiServer) -> None:
 
 def test_end_without_a_length_means_no_body(api: ApiServer) -> None:
     job = register(api.port)
-    status, _, answer = raw(api.port, post_head(f"/v1/jobs/{job['id']}/end"))
+    status, _, answer = raw(api.port, post_head(
+        f"/v1/jobs/{job['id']}/end", f"X-Joulestat-Job-Token: {job['job_token']}"))
     assert status == 200 and answer["status"] == "ended"
 
 

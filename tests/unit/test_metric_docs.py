@@ -41,7 +41,8 @@ def test_scrape_exposes_exactly_the_catalog() -> None:
     exported = JobMetrics(accounting.snapshot, 300, 500)
     writer = SimpleNamespace(buffered_rows=7, spool=SimpleNamespace(bytes=4096),
                              written_rows=100, spooled_rows=20, folded_rows=3, dropped_rows=1,
-                             failing=True, flushes=4, flush_seconds_sum=0.2)
+                             failing=True, flushes=4, flush_seconds_sum=0.2,
+                             spool_write_failures=2)
     health = AgentHealth(writer, lambda: {"busy": 5, "max_jobs": 2})
     text = generate_latest(make_registry(metrics, exported, health)).decode()
     exposed = {

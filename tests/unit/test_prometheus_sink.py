@@ -57,9 +57,11 @@ def test_node_metrics_export_each_tick_they_see() -> None:
 def test_health_reads_the_writer_counters() -> None:
     writer = SimpleNamespace(buffered_rows=7, spool=SimpleNamespace(bytes=4096),
                              written_rows=100, spooled_rows=20, folded_rows=3, dropped_rows=1,
-                             failing=True, flushes=4, flush_seconds_sum=0.2)
+                             failing=True, flushes=4, flush_seconds_sum=0.2,
+                             spool_write_failures=2)
     text = scrape(AgentHealth(writer, lambda: {"busy": 5, "max_jobs": 2}))
     assert "joulestat_agent_store_spooled_bytes 4096.0" in text
+    assert "joulestat_agent_spool_write_failures_total 2.0" in text
     assert 'joulestat_agent_store_rows_total{outcome="folded"} 3.0' in text
     assert "joulestat_agent_store_up 0.0" in text
     assert "joulestat_agent_store_flush_seconds_count 4.0" in text

@@ -226,7 +226,20 @@ def test_bad_json_files_are_named(tmp_path: Path, content: str, expected: str) -
     (lambda r: r["nodes"][0].pop("started_s"), r"entry 1: nodes\[0\]\.started_s: missing"),
     (lambda r: r["job"].update(kind="batch"), r"entry 1: job: kind: expected one of"),
     (lambda r: r["nodes"][0]["work_units"].update(Bad=1), r"entry 1: nodes\[0\]\.work_units"),
-    (lambda r: r["nodes"][0].update(ended_s=1.0), r"entry 1: nodes\[0\]\.ended_s: ends"),
+    (lambda r: r["nodes"][0].update(ended_s=r["nodes"][0]["started_s"] - 10),
+     r"entry 1: nodes\[0\]\.ended_s: ends"),
+    # Physical plausibility (joulestat.core.plausible): the field and the limit named.
+    (lambda r: r["nodes"][0]["components"]["cpu"].update(idle_j=1e308),
+     r"entry 1: nodes\[0\]\.components\.cpu\.idle_j: 1e\+308 J is over the limit of "
+     r"1e\+12 J per node"),
+    (lambda r: r["nodes"][0]["components"]["cpu"].update(dynamic_j=1e11),
+     r"entry 1: nodes\[0\]\.components\.cpu\.dynamic_j: .* W, over the limit of "
+     r"100000 W per node"),
+    (lambda r: r["nodes"][0].update(started_s=1.0),
+     r"entry 1: nodes\[0\]\.started_s: 1\.0 is before 2000-01-01"),
+    (lambda r: r.update(generated_s=4e9), r"entry 1: generated_s: .* days ahead"),
+    (lambda r: r["job"].update(name="evil\u202egpj.exe"),
+     r"entry 1: job: name: .*bidirectional control character U\+202E"),
 ])
 def test_a_bad_entry_imports_nothing_of_its_file(
         filled: tuple[Engine, Totals], tmp_path: Path, change: Any, expected: str) -> None:

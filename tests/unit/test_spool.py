@@ -3,7 +3,11 @@ writer on the same spool directory) and are written back once, oldest first."""
 
 from __future__ import annotations
 
+import errno
 import sqlite3
+import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -103,8 +107,71 @@ def test_the_spool_is_bounded_and_says_what_it_dropped(tmp_path: Path,
     blocker.rollback()
     blocker.close()
     assert spool.dropped_batches > 0 and spool.bytes <= 1500
-    assert "dropped its oldest batch (ticks ending" in caplog.text
+    assert "dropped its oldest batch (" in caplog.text and "ticks ending" in caplog.text
+    # The rows of the dropped batches are the writer's dropped figure, said once.
+    assert writer.dropped_rows == spool.dropped_rows == 9 * spool.dropped_batches
+    errors = [r for r in caplog.records if "dropped its oldest batch" in r.getMessage()
+              and r.levelname == "ERROR"]
+    assert len(errors) == 1
     assert writer.flush()
     with make_engine(db_url).connect() as connection:
         first = connection.execute(text("SELECT min(t_end_ms) FROM tick_energy")).scalar()
     assert first > round((T0 + 1) * 1000)  # the newest batches are the ones kept
+
+
+def test_a_full_spool_disk_is_said_once_counted_and_memory_stays_bounded(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    db_url = f"sqlite:///{tmp_path / 'store.db'}"
+    engine = make_engine(db_url)
+    migrate.upgrade(engine)
+    spool = Spool(tmp_path / "spool")
+    writer = StoreWriter(engine, NODE, DEVICES, raw_retention_s=600, spool=spool,
+                         max_batch_rows=10, max_buffered_rows=30)
+    blocker = sqlite3.connect(db_url.removeprefix("sqlite:///"))
+    blocker.execute("BEGIN EXCLUSIVE")
+    writer.engine = make_engine(db_url, busy_timeout_s=0.01)
+
+    def disk_full(_batch: object, _pending: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(spool, "append", disk_full)
+    for batch in range(8):  # 8 failed flushes of 3 ticks (9 rows) each: 72 rows
+        feed(writer, 1 + 3 * batch, 3)
+        writer.flush()
+    assert writer.spool_write_failures == 8
+    assert writer.buffered_rows <= 30  # the memory bound holds
+    assert writer.dropped_rows > 0 and writer.dropped_rows + writer.buffered_rows <= 72
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert sum("cannot spool" in m for m in errors) == 1, errors  # said once
+    assert sum("node ticks alone" in m for m in errors) == 1, errors
+    monkeypatch.undo()
+    blocker.rollback()
+    blocker.close()
+    writer.engine = engine
+    assert writer.flush()
+    ticks, _energy, _shares = stored(db_url)
+    assert writer.buffered_rows == 0 and ticks > 0  # what memory held went in
+
+
+def test_spool_is_private_whatever_the_umask(tmp_path: Path) -> None:
+    """Run in a child process with umask 022, as a service manager would start it."""
+    code = (
+        "import os, sys\n"
+        "os.umask(0o022)\n"
+        "from pathlib import Path\n"
+        "from joulestat.store.durability import Spool\n"
+        "from joulestat.store.rows import PendingJobs, RowBuffer\n"
+        "rows = RowBuffer()\n"
+        "rows.append(1000, 0, 1.0, 0.0, ('tick', '', 'cpu', '0', 'rapl'))\n"
+        "Spool(Path(sys.argv[1])).append(rows, PendingJobs())\n"
+    )
+    directory = tmp_path / "data" / "spool" / "n1"
+    result = subprocess.run([sys.executable, "-c", code, str(directory)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    for path in (tmp_path / "data", tmp_path / "data" / "spool", directory):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o700, path
+    segments = list(directory.glob("*.json"))
+    assert len(segments) == 1
+    assert stat.S_IMODE(segments[0].stat().st_mode) == 0o600

@@ -7,28 +7,33 @@ from __future__ import annotations
 import importlib.util
 import os
 import sqlite3
+import stat
 import subprocess
 import sys
 
 import pytest
 
 from joulestat.store import migrate
-from joulestat.store.engine import StoreError, default_db_url, make_engine
+from joulestat.store.engine import StoreError, data_dir, default_db_url, make_engine
 from joulestat.store.schema import CORE_TABLES, METADATA
 
 # -- engine -------------------------------------------------------------------------------
 
 
-def test_default_db_url_uses_xdg_data_home_and_creates_the_dir(tmp_path, monkeypatch):
+def test_default_db_url_uses_xdg_data_home_and_creates_nothing(tmp_path, monkeypatch):
+    """Readers take the default URL too: naming it must leave no directory behind; the
+    writers create it (data_dir, 0700)."""
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     assert default_db_url() == f"sqlite:///{tmp_path / 'xdg' / 'joulestat' / 'joulestat.db'}"
-    assert (tmp_path / "xdg" / "joulestat").is_dir()
+    assert not (tmp_path / "xdg").exists()
+    assert data_dir() == tmp_path / "xdg" / "joulestat"
+    assert stat.S_IMODE((tmp_path / "xdg" / "joulestat").stat().st_mode) == 0o700
 
     monkeypatch.delenv("XDG_DATA_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     expected = tmp_path / "home" / ".local" / "share" / "joulestat"
     assert default_db_url() == f"sqlite:///{expected / 'joulestat.db'}"
-    assert expected.is_dir()
+    assert not expected.exists()
 
 
 def test_sqlite_connections_get_wal_busy_timeout_and_foreign_keys(tmp_path):
@@ -175,10 +180,17 @@ def test_db_upgrade_and_current_commands_on_sqlite(tmp_path):
     assert f"{url}: schema at revision {migrate.HEAD_REVISION} (head)" in done.stdout
     assert migrate.is_at_head(make_engine(url))
 
+    done = subprocess.run([*db_command(), "current", "--db", url], capture_output=True,
+                          text=True, env=env, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert f"{url}: schema at revision {migrate.HEAD_REVISION} (head)" in done.stdout
+
+    # Read-only: the default store that is not there stays not there.
     done = subprocess.run([*db_command(), "current"], capture_output=True, text=True,
                           env=env, cwd=tmp_path, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert "xdg/joulestat/joulestat.db: schema at revision none" in done.stdout
+    assert done.returncode == 2
+    assert "xdg/joulestat/joulestat.db" in done.stderr and "no store there" in done.stderr
+    assert not (tmp_path / "xdg").exists()
 
     for bad in ("nonsense", "mysql://h/db"):
         done = subprocess.run([*db_command(), "upgrade", "--db", bad], capture_output=True,
