@@ -77,6 +77,9 @@ class AgentClient:
         self._auth = f"Bearer {token}".encode() if token else None
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
         self._job_tokens: dict[str, str] = {}
+        # job id -> the token of the job whose processes it took over (register's
+        # ``holding``), sent again when it registers again (after an agent restart).
+        self._holding: dict[str, str] = {}
 
     def remember(self, job_id: str, job_token: str | None) -> None:
         """Act as the registrant of ``job_id`` (its token came from elsewhere: the
@@ -96,7 +99,11 @@ class AgentClient:
         labels: Mapping[str, str] | None = None,
         job_id: str | None = None,
         origin: str | None = None,
+        holding: str | None = None,
     ) -> dict[str, Any]:
+        """Register a job (or register ``job_id`` again); ``holding``: the token of the
+        job that holds ``pids`` now, which lets this one take them over (and is sent
+        again with this job's later registrations)."""
         body: dict[str, Any] = {"name": name, "kind": kind}
         if pids is not None:
             body["pids"] = sorted(pids)
@@ -106,9 +113,13 @@ class AgentClient:
             body["job_id"] = job_id
         if origin is not None:
             body["origin"] = origin
-        answer = self._object("POST", "/v1/jobs", body, job_id)
+        if job_id is not None:
+            holding = holding or self._holding.get(job_id)
+        answer = self._object("POST", "/v1/jobs", body, job_id, holding)
         if isinstance(answer.get("id"), str) and isinstance(answer.get("job_token"), str):
             self._job_tokens[answer["id"]] = answer["job_token"]
+            if holding:
+                self._holding[answer["id"]] = holding
         return answer
 
     def count(self, job_id: str, unit: str, count: float) -> dict[str, Any]:
@@ -158,15 +169,15 @@ class AgentClient:
     def health(self) -> dict[str, Any]:
         return self._object("GET", "/v1/health")
 
-    def _object(self, method: str, path: str, body: Any = None, job_id: str | None = None
-                ) -> dict[str, Any]:
-        answer = self._request(method, path, body, job_id)
+    def _object(self, method: str, path: str, body: Any = None, job_id: str | None = None,
+                holding: str | None = None) -> dict[str, Any]:
+        answer = self._request(method, path, body, job_id, holding)
         if not isinstance(answer, dict):
             raise AgentError(200, f"expected a JSON object, got {type(answer).__name__}")
         return answer
 
-    def _request(self, method: str, path: str, body: Any = None, job_id: str | None = None
-                 ) -> Any:
+    def _request(self, method: str, path: str, body: Any = None, job_id: str | None = None,
+                 holding: str | None = None) -> Any:
         data = None if body is None else json.dumps(body, allow_nan=False).encode()
         request = urllib.request.Request(self.base_url + path, data=data, method=method)
         request.add_header("Accept", "application/json")
@@ -174,9 +185,10 @@ class AgentClient:
             request.add_header("Content-Type", "application/json")
         if self._auth is not None:
             request.add_header("Authorization", self._auth)  # type: ignore[arg-type]
-        job_token = None if job_id is None else self._job_tokens.get(job_id)
-        if job_token is not None:
-            request.add_header(JOB_TOKEN_HEADER, job_token)
+        own = None if job_id is None else self._job_tokens.get(job_id)
+        tokens = [token for token in (own, holding) if token]
+        if tokens:
+            request.add_header(JOB_TOKEN_HEADER, ", ".join(tokens))
         url = f"{method} {self.base_url}{path}"
         try:
             with self._opener.open(request, timeout=self.timeout_s) as response:

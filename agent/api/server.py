@@ -34,6 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from enum import Enum
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,7 @@ from joulestat.attribution.validation import (
     check_claimable_pids,
     validate_end_time,
     validate_job_id,
+    validate_pids,
 )
 from joulestat.core import jsonout
 from joulestat.core.redact import redact_labels
@@ -81,6 +83,12 @@ _BUSY_RESPONSE = busy_response("application/json", _BUSY_BODY)
 JOB_TOKEN_HEADER = "X-Joulestat-Job-Token"
 JOB_SECRET_BYTES = 32
 JOB_SECRET_FILE = "job-token.key"  # in the agent's spool directory
+
+
+class ThisProcess(Enum):
+    """:class:`ApiServer`'s ``agent_pid`` default: the pid of the process serving it."""
+
+    PID = "this process"
 
 
 def job_token(secret: bytes, job_id: str) -> str:
@@ -345,6 +353,28 @@ class _Handler(GatedHandler):
     def _get(self, job_id: str) -> tuple[int, Any]:
         return 200, _answer(self.server.registry.get(job_id))
 
+    def _given_tokens(self) -> list[str]:
+        """The job tokens the request carries: ``X-Joulestat-Job-Token`` holds one, or
+        several separated by commas (a job's own and that of the job whose processes it
+        takes over, :meth:`_check_claim`)."""
+        given = self.headers.get(JOB_TOKEN_HEADER)
+        if given is None:
+            return []
+        return [part.strip() for part in given.split(",") if part.strip()]
+
+    def _holds(self, job: Job) -> bool:
+        """Whether the request carries ``job``'s token. Each given token is compared,
+        as a digest, in constant time: the time taken says nothing of a token's length
+        or content. A discovered job's token is never held: it has no registrant."""
+        if job.origin.startswith("discovered"):
+            return False
+        expected = hashlib.sha256(self.server.job_token(job.id).encode()).digest()
+        found = False
+        for token in self._given_tokens():
+            digest = hashlib.sha256(token.encode("latin-1", "replace")).digest()
+            found |= hmac.compare_digest(digest, expected)
+        return found
+
     def _owned(self, job: Job, doing: str) -> None:
         """Only the job's registrant (who holds its ``job_token``) may ``doing`` it:
         another tenant of the node must not end, count into or relabel it. A
@@ -352,23 +382,24 @@ class _Handler(GatedHandler):
         if job.origin.startswith("discovered"):
             raise JobNotYours(f"job {job.id!r} was discovered ({job.origin}) and has no "
                               f"registrant: the API cannot {doing} it")
-        given = self.headers.get(JOB_TOKEN_HEADER)
-        if given is None:
+        if not self._given_tokens():
             raise JobNotYours(f"job {job.id!r}: {doing} it needs the job_token its "
                               f"registration answered, in the {JOB_TOKEN_HEADER} header")
-        expected = self.server.job_token(job.id)
-        # Digests of both: the time taken says nothing of the token's length or content.
-        if not hmac.compare_digest(hashlib.sha256(given.strip().encode("latin-1", "replace"))
-                                   .digest(), hashlib.sha256(expected.encode()).digest()):
+        if not self._holds(job):
             raise JobNotYours(f"job {job.id!r}: {JOB_TOKEN_HEADER} is not this job's token")
 
     def _check_claim(self, pids: Any, job_id: str | None) -> None:
         """A registration may claim neither pid 1, nor the agent, nor a process of
-        another job; and a caller whose uid the API can see claims only its own
+        another running job unless it carries that job's token too (the registrant of
+        both moving a process from one to the other, as a ``track(job_id=...)`` inside
+        another job does); and a caller whose uid the API can see claims only its own
         processes unless it is root (agent/host/peers.py)."""
         registry = self.server.registry
-        taken = {pid: job.id for job in registry.jobs(running_only=True)
-                 if job.id != job_id for pid in job.pids}
+        wanted = validate_pids(pids)
+        holders = {pid: job for job in registry.jobs(running_only=True)
+                   if job.id != job_id for pid in job.pids if pid in wanted}
+        held = {job.id for job in holders.values() if self._holds(job)}
+        taken = {pid: job.id for pid, job in holders.items() if job.id not in held}
         pid_set = check_claimable_pids(pids, self.server.agent_pid, taken)
         if not pid_set:
             return
@@ -467,7 +498,7 @@ class _Server:
         self.token_digest = hashlib.sha256(api.token.encode()).digest() if api.token else None
         self.register_lock = threading.Lock()
         self.job_token, self.peers = api.job_token, api.peers
-        self.agent_pid = os.getpid()
+        self.agent_pid = api.agent_pid
 
 
 @dataclass(frozen=True, slots=True)
@@ -505,8 +536,14 @@ class ApiServer:
         max_connections: int = MAX_CONNECTIONS,
         job_secret: bytes | None = None,
         procfs_root: Path | str = "/proc",
+        agent_pid: int | None | ThisProcess = ThisProcess.PID,
     ) -> None:
         self.registry, self.host, self.requested_port = registry, host, port
+        # The process no job may claim (the one measuring: a job holding it would be
+        # charged the agent's own draw). By default the process serving this API, as
+        # the daemon and embedded mode are; a test that embeds the API in the very
+        # process its track() registers passes None (no such process) or another pid.
+        self.agent_pid = os.getpid() if isinstance(agent_pid, ThisProcess) else agent_pid
         # What job tokens derive from (:func:`job_token`); the agent passes one kept on
         # disk (:func:`load_job_secret`), so tokens outlive a restart.
         self._job_secret = job_secret or secrets.token_bytes(JOB_SECRET_BYTES)

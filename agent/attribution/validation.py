@@ -186,7 +186,8 @@ def validate_pids(pids: Any) -> set[int]:
     return set(pids)
 
 
-def check_claimable_pids(pids: Any, agent_pid: int, taken: Mapping[int, str]) -> set[int]:
+def check_claimable_pids(pids: Any, agent_pid: int | None, taken: Mapping[int, str]
+                         ) -> set[int]:
     """The pids a registration through the API claims, refused (naming the pid) when one
     is init (pid 1: it would make the job every orphan's parent), the agent itself, or
     a process already in another running job (``taken``: pid -> job id), since each of
@@ -195,7 +196,7 @@ def check_claimable_pids(pids: Any, agent_pid: int, taken: Mapping[int, str]) ->
     for pid in sorted(pid_set):
         if pid == 1:
             raise JobNotYours("pids: 1 is init; a job cannot claim it")
-        if pid == agent_pid:
+        if agent_pid is not None and pid == agent_pid:
             raise JobNotYours(f"pids: {pid} is the joulestat agent itself; a job cannot "
                               "claim it")
         if pid in taken:

@@ -286,11 +286,13 @@ class _Tracker:
         track() or count() in it to count into the job. Joining or reopening a job
         someone else registered takes that job's token in our own environment."""
         from joulestat.api.agent_client import AgentError, AgentUnavailable
-        from joulestat.client.context import enclosing_job
+        from joulestat.client.context import ENV_JOB_ID, ENV_JOB_TOKEN
 
-        enclosing = enclosing_job()
-        if enclosing is not None and enclosing.job_id == self.job_id:
-            self.client.remember(self.job_id, enclosing.job_token)
+        # A token in our environment is for the job JOULESTAT_JOB_ID names (our own
+        # enclosing job), or, with none named, for the --job-id we were given.
+        named = os.environ.get(ENV_JOB_ID, "").strip()
+        if self.args.job_id is not None and named in ("", self.job_id):
+            self.client.remember(self.job_id, os.environ.get(ENV_JOB_TOKEN) or None)
         try:
             job = self.client.register(self.args.name, self.args.kind, labels=self.labels,
                                        job_id=self.job_id, origin="run")

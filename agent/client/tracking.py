@@ -261,8 +261,13 @@ class TrackedJob:
 
     def _start_own(self) -> None:
         try:
+            # This process may be in the job our environment names (an outer track(),
+            # a `joulestat run`): its token lets this job take the process over.
+            enclosing = enclosing_job()
             job = self._client.register(self.name, self.kind, [os.getpid()], self.labels,
-                                        self.requested_id, origin="client")
+                                        self.requested_id, origin="client",
+                                        holding=None if enclosing is None
+                                        else enclosing.job_token)
         except AgentUnavailable as exc:
             self._start_embedded(_reason(exc))
             return

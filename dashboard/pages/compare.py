@@ -130,7 +130,7 @@ if per_setup:
 for row in result.per_unit:
     if not row.is_baseline:
         st.markdown(f"**{fmt.md(names[comparison.row_key(row)])}** vs {fmt.md(base_label)}: "
-                    f"{headline(row, base)}")
+                    f"{fmt.md(headline(row, base))}")
 
 per, million = f"per {unit}", f"per million {units_name}"
 throughput_col = f"throughput ({units_name}/instance-h)"

@@ -36,12 +36,14 @@ class StageError(RuntimeError):
 
 
 def call_json(url: str, method: str = "GET", body: Any = None, token: str | None = None,
-          timeout_s: float = 5.0) -> dict[str, Any]:
+              timeout_s: float = 5.0, job_token: str | None = None) -> dict[str, Any]:
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(url, data=data, method=method)
     request.add_header("Content-Type", "application/json")
     if token:
         request.add_header("Authorization", f"Bearer {token}")
+    if job_token:  # the registrant's credential: counting into, relabelling, ending a job
+        request.add_header("X-Joulestat-Job-Token", job_token)
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: no proxy
     with opener.open(request, timeout=timeout_s) as response:
         return json.loads(response.read() or b"{}")
@@ -54,9 +56,13 @@ class AgentApi:
     url: str = field(default_factory=lambda: os.environ.get("JOULESTAT_AGENT_URL")
                      or DEFAULT_AGENT_URL)
     token: str | None = field(default_factory=lambda: os.environ.get("JOULESTAT_API_TOKEN"))
+    # job id -> the job_token its registration answered (docs/jobs.md, "Who may do what")
+    job_tokens: dict[str, str] = field(default_factory=dict)
 
-    def _do(self, path: str, method: str = "GET", body: Any = None) -> dict[str, Any]:
-        return call_json(self.url.rstrip("/") + path, method, body, self.token)
+    def _do(self, path: str, method: str = "GET", body: Any = None,
+            job_id: str | None = None) -> dict[str, Any]:
+        return call_json(self.url.rstrip("/") + path, method, body, self.token,
+                         job_token=None if job_id is None else self.job_tokens.get(job_id))
 
     def health(self) -> dict[str, Any]:
         try:
@@ -68,14 +74,17 @@ class AgentApi:
 
     def register(self, name: str, pid: int, labels: dict[str, str], job_id: str
                  ) -> dict[str, Any]:
-        return self._do("/v1/jobs", "POST", {"name": name, "kind": "inference", "pids": [pid],
-                                             "labels": labels, "job_id": job_id})
+        job = self._do("/v1/jobs", "POST", {"name": name, "kind": "inference", "pids": [pid],
+                                            "labels": labels, "job_id": job_id}, job_id)
+        if isinstance(job.get("job_token"), str):
+            self.job_tokens[job_id] = job["job_token"]
+        return job
 
     def count(self, job_id: str, unit: str, n: float) -> None:
-        self._do(f"/v1/jobs/{job_id}/units", "POST", {"unit": unit, "count": n})
+        self._do(f"/v1/jobs/{job_id}/units", "POST", {"unit": unit, "count": n}, job_id)
 
     def end(self, job_id: str) -> dict[str, Any]:
-        return self._do(f"/v1/jobs/{job_id}/end", "POST", {})
+        return self._do(f"/v1/jobs/{job_id}/end", "POST", {}, job_id)
 
     def wait_final(self, job_id: str, timeout_s: float = 15.0) -> dict[str, Any]:
         """The ended job once its last tick is attributed and stored (``final``), or as

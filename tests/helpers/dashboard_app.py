@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -19,6 +20,16 @@ PAGES = ("pages/overview.py", "pages/jobs.py", "pages/job_detail.py", "pages/com
 TITLES = {"pages/overview.py": "Overview", "pages/jobs.py": "Jobs",
           "pages/job_detail.py": "Job detail", "pages/compare.py": "Compare",
           "pages/load_curve.py": "Load curve"}
+
+
+_ESCAPED = re.compile(r"\\([!-/:-@\[-`{-~])")
+
+
+def shown(markdown: str) -> str:
+    """The text a Markdown source ``markdown`` shows, for the lines the pages escape with
+    ``fmt.md``: CommonMark's backslash escapes of ASCII punctuation undone and the word
+    joiners that stop bare-URL links removed (emphasis markers are left to the caller)."""
+    return _ESCAPED.sub(r"\1", markdown).replace("\u2060", "")
 
 
 def run_page(url: str, page: str, monkeypatch: pytest.MonkeyPatch, **query: str) -> AppTest:

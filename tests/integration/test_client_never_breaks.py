@@ -183,6 +183,32 @@ print(json.dumps({{"mode": job.mode, "reason": job.mode_reason, "summary": job.s
     assert stored_jobs(env)["unnamed"]["units"] == {"sample": 3.0}
 
 
+def test_a_name_with_a_bidi_override_is_said_and_replaced(tmp_path: Path) -> None:
+    """The job API refuses U+202E in names (it reverses ``joulestat jobs``' output); from
+    ``track()`` that is one warning naming the code point, and the job is measured under
+    the replacement name with its label kept."""
+    db_url = f"sqlite:///{tmp_path / 'e.db'}"
+    code = f"""
+import json
+from joulestat import track
+with track("invoice\\u202etxt.exe", labels={{"team": "nlp"}}) as job:
+    print("{MARKER}", flush=True)
+    job.count("sample", 2)
+print(json.dumps({{"mode": job.mode, "reason": job.mode_reason, "summary": job.summary}}))
+"""
+    env = embedded_env(tmp_path, JOULESTAT_DB=db_url)
+    out, said, stderr = run_script(code, env)
+    assert MARKER in out
+    (line,) = [line for line in check_said(stderr, "track(name=",
+                                           f"no joulestat agent answered at {NO_AGENT}")
+               if "track(name=" in line]
+    assert "U+202E" in line, line
+    summary = said["summary"]
+    assert (summary["name"], summary["labels"], summary["units"]) == (
+        "unnamed", {"team": "nlp"}, {"sample": 2.0})
+    assert stored_jobs(env)["unnamed"]["units"] == {"sample": 2.0}
+
+
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningAgent]:
     tmp_path = tmp_path_factory.mktemp("agent")

@@ -90,9 +90,12 @@ def test_a_job_answered_201_survives_a_kill_9(tmp_path: Path) -> None:
         time.sleep(1.0)
         _kill_9(agent)
     with running_agent(tmp_path, *args, env=env, api_port=api_port) as agent:
-        job = AgentClient(agent.api_url).get(answer["id"])
+        client = AgentClient(agent.api_url)
+        # The token the first agent answered still holds: the secret outlives a kill -9.
+        client.remember(answer["id"], answer["job_token"])
+        job = client.get(answer["id"])
         assert (job["name"], job["status"]) == ("just-in-time", "running")
-        AgentClient(agent.api_url).count(answer["id"], "request", 3)  # no 404
+        client.count(answer["id"], "request", 3)  # no 404, no 403
         assert agent.stop() == 0
     stored = stored_jobs(agent_env(JOULESTAT_DB=agent.db_url))
     assert stored["just-in-time"]["units"] == {"request": 3.0}

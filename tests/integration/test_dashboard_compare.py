@@ -34,6 +34,7 @@ from joulestat.store import migrate
 from joulestat.store.engine import make_engine
 from tests.helpers.agent_process import run_cli
 from tests.helpers.compare_store import fill_compare_store
+from tests.helpers.dashboard_app import shown
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
 T0 = 1_700_000_040.0
@@ -77,7 +78,7 @@ def sentences(at: AppTest) -> dict[str, str]:
     for line in (m.value for m in at.markdown):
         if line.startswith("**") and "** vs " in line:
             label, rest = line[2:].split("** vs ", 1)
-            found[label] = rest.split(": ", 1)[1]
+            found[shown(label)] = shown(rest.split(": ", 1)[1])
     return found
 
 

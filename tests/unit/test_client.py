@@ -56,7 +56,7 @@ def registry() -> CountingRegistry:
 
 @pytest.fixture
 def agent(registry: CountingRegistry) -> Iterator[str]:
-    with ApiServer(registry, "127.0.0.1", 0, node="node-a") as api:
+    with ApiServer(registry, "127.0.0.1", 0, node="node-a", agent_pid=None) as api:
         yield f"http://127.0.0.1:{api.port}"
 
 
@@ -117,12 +117,12 @@ def test_exception_in_the_block_still_sends_counts_and_ends(agent: str,
 
 
 def test_counts_survive_an_agent_restart(registry: CountingRegistry) -> None:
-    first = ApiServer(registry, "127.0.0.1", 0)
+    first = ApiServer(registry, "127.0.0.1", 0, agent_pid=None)
     first.start()
     port = first.port
     url = f"http://127.0.0.1:{port}"
     second_registry = JobRegistry()
-    second = ApiServer(second_registry, "127.0.0.1", port)
+    second = ApiServer(second_registry, "127.0.0.1", port, agent_pid=None)
     try:
         with track("bert", agent_url=url, job_id="run-1", flush_interval_s=0.05) as job:
             job.count("sample", 10)
@@ -144,7 +144,7 @@ def test_counts_survive_an_agent_restart(registry: CountingRegistry) -> None:
 def test_agent_url_and_token_come_from_the_environment(
     registry: CountingRegistry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with ApiServer(registry, "127.0.0.1", 0, token="tok") as api:
+    with ApiServer(registry, "127.0.0.1", 0, token="tok", agent_pid=None) as api:
         monkeypatch.setenv(ENV_AGENT_URL, f"http://127.0.0.1:{api.port}")
         monkeypatch.setenv(ENV_TOKEN, "tok")
         with track("bert", kind="inference") as job:
@@ -212,7 +212,7 @@ def test_an_agent_that_refuses_is_not_bypassed(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     ran = []
-    with ApiServer(registry, "127.0.0.1", 0, token="tok") as api:
+    with ApiServer(registry, "127.0.0.1", 0, token="tok", agent_pid=None) as api:
         for _ in range(3):  # said once, however many jobs it refuses
             with track("bert", agent_url=f"http://127.0.0.1:{api.port}") as job:
                 job.count("sample", 2)
@@ -292,7 +292,7 @@ def test_agent_client_times_out_on_a_silent_listener() -> None:
 
 
 def test_agent_client_sends_the_token(registry: CountingRegistry) -> None:
-    with ApiServer(registry, "127.0.0.1", 0, token="tök-ën") as api:
+    with ApiServer(registry, "127.0.0.1", 0, token="tök-ën", agent_pid=None) as api:
         url = f"http://127.0.0.1:{api.port}"
         assert AgentClient(url, token="tök-ën").health()["status"] == "ok"
         with pytest.raises(AgentError) as caught:

@@ -32,13 +32,17 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def served() -> Iterator[tuple[str, JobRegistry]]:
     registry = JobRegistry()
-    with ApiServer(registry, "127.0.0.1", 0, node="node-a") as api:
+    # track() here claims this very process, which also serves the API: no agent pid.
+    with ApiServer(registry, "127.0.0.1", 0, node="node-a", agent_pid=None) as api:
         yield f"http://127.0.0.1:{api.port}", registry
 
 
-def post(url: str, path: str, body: dict) -> tuple[int, dict]:
+def post(url: str, path: str, body: dict, job_token: str | None = None) -> tuple[int, dict]:
+    headers = {"Content-Type": "application/json"}
+    if job_token is not None:  # as the job's registrant
+        headers["X-Joulestat-Job-Token"] = job_token
     request = urllib.request.Request(url + path, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
+                                     headers=headers)
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
         with opener.open(request, timeout=5) as response:
@@ -118,9 +122,9 @@ def test_busy_time_without_a_model_is_said_once_and_its_units_kept(served, caplo
 def test_the_api_takes_the_per_model_encoding_and_refuses_a_bad_one(served):
     url, registry = served
     _status, job = post(url, "/v1/jobs", {"name": "svc", "kind": "inference"})
-    path = f"/v1/jobs/{job['id']}/units"
-    assert post(url, path, {"unit": "inference@bert", "count": 5})[0] == 200
-    status, answer = post(url, path, {"unit": "busy_s@bert", "count": 1.5})
+    path, token = f"/v1/jobs/{job['id']}/units", job["job_token"]
+    assert post(url, path, {"unit": "inference@bert", "count": 5}, token)[0] == 200
+    status, answer = post(url, path, {"unit": "busy_s@bert", "count": 1.5}, token)
     assert status == 200
     assert answer["units"] == {"inference": 5.0}  # busy time is no plain unit
     assert answer["models"] == {"bert": {"busy_s": 1.5, "inference": 5.0}}
@@ -128,11 +132,11 @@ def test_the_api_takes_the_per_model_encoding_and_refuses_a_bad_one(served):
     assert deltas[job["id"]] == {"inference": 5.0, "inference@bert": 5.0, "busy_s@bert": 1.5}
     for unit, wanted in (("inference@", "only a per-model unit"), ("Inf@bert", "<unit>@<model>"),
                          ("busy_s", "reserved"), ("a@b@c", "<unit>@<model>")):
-        status, answer = post(url, path, {"unit": unit, "count": 1})
+        status, answer = post(url, path, {"unit": unit, "count": 1}, token)
         assert status == 400 and wanted in answer["error"], (unit, answer)
     for n in range(MAX_MODELS_PER_JOB - 1):
-        assert post(url, path, {"unit": f"busy_s@m{n}", "count": 1})[0] == 200
-    status, answer = post(url, path, {"unit": "busy_s@one-too-many", "count": 1})
+        assert post(url, path, {"unit": f"busy_s@m{n}", "count": 1}, token)[0] == 200
+    status, answer = post(url, path, {"unit": "busy_s@one-too-many", "count": 1}, token)
     assert status == 400 and f"{MAX_MODELS_PER_JOB} models" in answer["error"]
 
 

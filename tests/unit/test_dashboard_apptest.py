@@ -25,7 +25,7 @@ from joulestat.store import migrate
 from joulestat.store.engine import make_engine
 from joulestat.store.jobs import JobSummary, job_detail, list_jobs
 from joulestat.store.nodes import list_nodes, node_energy_j
-from tests.helpers.dashboard_app import APP, PAGES, TITLES, sample_store_url
+from tests.helpers.dashboard_app import APP, PAGES, TITLES, sample_store_url, shown
 
 
 @pytest.fixture(scope="module")
@@ -225,7 +225,7 @@ def test_compare_shows_energy_per_request_by_instance_type_and_deltas(
                                                   for j in _group(jobs, itype))
     assert at.selectbox(key="cmp_base").value == "c6i.2xlarge"  # slowest is the baseline
     # The sentence as it renders: its Markdown source escapes $ (no maths, fmt.md).
-    lines = [m.value.replace("\\$", "$") for m in at.markdown]
+    lines = [shown(m.value) for m in at.markdown]
     g5 = next(line for line in lines if line.startswith("**g5.xlarge** vs c6i.2xlarge: "))
     change = (_group_energy_per_unit(jobs, "g5.xlarge")
               / _group_energy_per_unit(jobs, "c6i.2xlarge") - 1) * 100

@@ -24,6 +24,7 @@ from joulestat.store import migrate
 from joulestat.store.engine import make_engine
 from tests.helpers.compare_store import TICK_S, job, node, run_job
 from tests.helpers.dashboard_app import run_page
+from tests.helpers.dashboard_app import shown as rendered
 from tests.helpers.honest_store import fill, new_store
 
 ESTIMATED_VM = "estimated (model: ccf-vcpu, dram-gib)"
@@ -61,7 +62,7 @@ def test_compare_says_how_energy_was_obtained_right_after_the_name(store, monkey
     assert shown["c6i.2xlarge"] == ESTIMATED_VM and shown["g5.xlarge"] == "measured"
     assert "compare them with measured rows with care" in captions(at)
     # As they render: their Markdown source escapes $ (no maths, fmt.md).
-    sentences = [m.value.replace("\\$", "$") for m in at.markdown if " vs " in m.value]
+    sentences = [rendered(m.value) for m in at.markdown if " vs " in m.value]
     assert sentences and all("USD" not in s and " vs $" in s for s in sentences), sentences
     at.number_input(key="cmp_sla").set_value(10_000).run()
     fleet = at.dataframe[-1].value

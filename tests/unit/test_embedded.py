@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from joulestat.api.agent_client import AgentClient
+from joulestat.api.agent_client import AgentClient, AgentError
 from joulestat.attribution.validation import JobError
 from joulestat.core.errors import ConfigError
 from joulestat.runtime.assembly import PipelineSettings
@@ -79,7 +79,13 @@ def test_a_job_is_measured_counted_and_stored_final(node: Any) -> None:
         client = AgentClient(job.api_url, job.api_token)
         assert client.health()["mode"] == "embedded"
         job.count("sample", 32)
-        client.count("j1", "sample", 8)  # a program of the job, through its API
+        # A program of the job, through its API, with the token `run` hands its command
+        # (JOULESTAT_JOB_TOKEN); without it the API refuses the count.
+        with pytest.raises(AgentError) as refused:
+            client.count("j1", "sample", 8)
+        assert refused.value.status == 403
+        client.remember("j1", job.job_token)
+        client.count("j1", "sample", 8)
         other = client.register("helper", "other", job_id="j2")
         assert other["status"] == "running"
         proc.run(PID, cpu_s=2.0, busy_extra_s=2.0)  # half the node's busy time

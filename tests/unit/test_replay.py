@@ -87,6 +87,7 @@ def test_same_instant_later_row_wins(tmp_path: Path) -> None:
         (HEADER + "0,cpu,p,nan\n", 2, "finite"),
         (HEADER + "0,cpu,p,inf\n", 2, "finite"),
         (HEADER + "inf,cpu,p,1\n", 2, "finite"),
+        (HEADER + "0,cpu,p,1\n4e8,cpu,p,1\n", 3, "ten years"),
         (HEADER + "0,cpu,p,1\n1,fan,p,1\n", 3, "unknown component 'fan'"),
         (HEADER + "0,cpu,p,1\n2,cpu,p,1\n1,gpu,g,1\n", 4, "backwards"),
         (HEADER + "0,cpu,p\n", 2, "expected 4 fields"),

@@ -319,6 +319,14 @@ def test_codecarbon_rows_become_jobs(tmp_path: Path) -> None:
     (codecarbon_row("r9").replace("2024-05-01T12:00:00+00:00", "yesterday"),
      r"line 3: timestamp: expected an ISO 8601 time"),
     (codecarbon_row("r9").rstrip("\n") + ",extra\n", r"line 3: 23 fields, the header has 22"),
+    # docs/reports.md's limits: 1e12 J and 100 kW per node, 2000-01-01 to a day ahead.
+    (codecarbon_row("r9", gpu_kwh="1e300"), r"line 3: gpu_energy: .* over the limit of 1e\+12 J"),
+    (codecarbon_row("r9", gpu_kwh="300"), r"line 3: gpu_energy: .* 300000 W, over the limit of "
+                                          r"100000 W"),
+    (codecarbon_row("r9").replace("2024-05-01T12:00:00+00:00", "1990-01-01T00:00:00+00:00"),
+     r"line 3: timestamp: .* before 2000-01-01"),
+    (codecarbon_row("r9").replace("2024-05-01T12:00:00+00:00", "2999-01-01T00:00:00+00:00"),
+     r"line 3: timestamp: .* days ahead of this machine's clock"),
 ])
 def test_a_bad_codecarbon_row_imports_nothing(tmp_path: Path, row: str, expected: str) -> None:
     path = tmp_path / "emissions.csv"

@@ -68,21 +68,23 @@ def test_the_retry_is_bounded() -> None:
 def test_an_end_sent_while_nothing_listens_lands_once_the_api_is_back(
         registry: JobRegistry) -> None:
     """Over real sockets: the port refuses for a second, then an API comes up on it."""
-    from joulestat.api.server import ApiServer
+    from joulestat.api.server import ApiServer, job_token
     from tests.helpers.agent_process import free_port
 
-    port = free_port()
+    port, secret = free_port(), b"k" * 32  # the restarted agent keeps its secret
     job = registry.register("bert", "training", job_id="run-1", origin="run")
     exited = time.time()
     servers: list[ApiServer] = []
 
     def come_back() -> None:
         time.sleep(1.0)
-        server = ApiServer(registry, "127.0.0.1", port, node="n", request_timeout_s=1.0)
+        server = ApiServer(registry, "127.0.0.1", port, node="n", request_timeout_s=1.0,
+                           job_secret=secret)
         server.start()
         servers.append(server)
     threading.Thread(target=come_back, daemon=True).start()
     client = AgentClient(f"http://127.0.0.1:{port}")
+    client.remember(job.id, job_token(secret, job.id))  # what the first agent answered
     try:
         answer = retrying(lambda: client.end(job.id, cpu_s=0.5, ended_at=exited), 10, "end")
     finally:
