@@ -17,6 +17,11 @@ error between CPU burners at known ratios. One table.
      ticks (2.5 s) at 10 s, late ticks and the 45 s stall at 120 s. A gap between reads
      longer than a wrap is left out: no reader can see two wraps between two reads
      (the agent warns when a gap could hide one).
+   * ``freeze, reset, jump``: ``steps`` through RAPL at the kernel's usual range
+     (262 kJ) whose counter freezes for 6 s (and resumes from where it stopped: the
+     hardware's energy of those seconds never shows), resets to 0, and jumps by 1e6 J;
+     over ten minutes, and all three within 30 s. The faulty ticks are filled from the
+     zone's recent power (``fill:rapl``); target 5 % (issue 23).
 
 2. **Attribution** (the real ``joulestat agent`` on a replayed 30 W idle / 90 W trace,
    jobs registered through its API): two burner processes on CPUs of their own, each
@@ -195,6 +200,48 @@ def wrap_case(tmp: Path, name: str, rows: Steps, ticks: list[float], wrap_s: flo
                 stored, target, "J")
 
 
+FAULT_TARGET_PCT = 5.0
+RAPL_RANGE_UJ = 262_143_328_850  # max_energy_range_uj of a typical Intel package zone
+
+
+def faulty_case(tmp: Path, name: str, rows: Steps, ticks: list[float],
+                freeze_s: float = 100.0, reset_s: float = 200.0, jump_s: float = 300.0
+                ) -> Row:
+    """The counter freezes over [freeze_s, freeze_s + 6) and resumes from its frozen
+    value, resets to 0 at ``reset_s`` and jumps by 1e6 J at ``jump_s``."""
+    root = tmp / name.replace(" ", "_") / "sys"
+    fake = FakePowercap(root)
+    start_uj = 1_000_000_000
+    fake.add_zone("intel-rapl:0", "package-0", energy_uj=start_uj,
+                  max_energy_range_uj=RAPL_RANGE_UJ)
+
+    def uj(t_s: float) -> int:
+        return round(_energy_at(rows, t_s) * 1e6)
+
+    thaw_s = freeze_s + 6.0
+
+    def counter_uj(t_s: float) -> int:
+        if t_s < freeze_s:
+            return start_uj + uj(t_s)
+        if t_s < thaw_s:
+            return start_uj + uj(freeze_s)
+        if t_s < reset_s:
+            return start_uj + uj(t_s) - (uj(thaw_s) - uj(freeze_s))
+        jump_uj = 10**12 if t_s >= jump_s else 0
+        return uj(t_s) - uj(reset_s) + jump_uj
+
+    def before_read(t_s: float) -> None:
+        fake.set_energy_uj("intel-rapl:0", counter_uj(t_s) % RAPL_RANGE_UJ)
+
+    sensor = open_rapl(root, now_s=0.0)
+    if sensor is None:
+        raise RuntimeError(f"{name}: the fake powercap tree was not readable as RAPL")
+    clock = [0.0]
+    stored = _through_store(tmp, name, sensor, ticks, before_read, clock)
+    return _row(name, "node energy, RAPL, faults filled", _energy_at(rows, ticks[-1]),
+                stored, FAULT_TARGET_PCT, "J")
+
+
 def integration_rows(tmp: Path) -> list[Row]:
     return [
         replay_case(tmp, "constant", constant(), regular_ticks()),
@@ -205,6 +252,9 @@ def integration_rows(tmp: Path) -> list[Row]:
         wrap_case(tmp, "wraps every 10 s", steps(), late_ticks(stall_s=0.0), 10.0),
         wrap_case(tmp, "wraps every 120 s", steps(), late_ticks(), 120.0),
         wrap_case(tmp, "wraps every 10 s, 45 s stall", steps(), late_ticks(), 10.0, None),
+        faulty_case(tmp, "freeze, reset, jump", steps(), regular_ticks()),
+        faulty_case(tmp, "the same within 30 s", steps(), regular_ticks()[:30],
+                    freeze_s=10.0, reset_s=20.0, jump_s=25.0),
     ]
 
 

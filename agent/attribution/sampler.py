@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from joulestat.core.logs import LogOnce
-from joulestat.core.tick import Tick, TickEntry
+from joulestat.core.tick import Tick, TickEntry, fill_source
 from joulestat.devices.sensor import DeviceInfo, Reading, Sensor, current_component
 
 log = logging.getLogger(__name__)
@@ -196,8 +196,10 @@ class Sampler:
                 t0_s = now_wall - (now_mono - since_mono)
                 log.warning("series %s/%s (%s) is back after %.1f s unread; one entry covers "
                             "the gap", *key, now_mono - since_mono)
-            entries.append(TickEntry(reading.component, reading.device, reading.source, delta_j,
-                                     t0_s))
+            # A series whose counter faulted is stored as filled (an estimate): the
+            # sensor filled its gain from recent power (joulestat.devices.counter_faults).
+            source = fill_source(reading.source) if reading.filled else reading.source
+            entries.append(TickEntry(reading.component, reading.device, source, delta_j, t0_s))
         for key in self._last_j.keys() - seen:
             self._missed_since.setdefault(key, last_mono)
         self._last_mono = now_mono
@@ -219,6 +221,19 @@ class Sampler:
                 continue
             self._failing.recovered(sensor.name, "sensor %s recovered", sensor.name)
         return readings
+
+    def sensor_faults_total(self) -> dict[tuple[str, str], int]:
+        """(sensor, kind) -> counter faults found so far (read at a scrape, not per tick)."""
+        faults: dict[tuple[str, str], int] = {}
+        for sensor in self.sensors:
+            try:
+                found = sensor.faults_total()
+            except Exception as exc:  # a count is a convenience: never fail a scrape
+                log.debug("sensor %s could not count its faults: %s", sensor.name, exc)
+                continue
+            for kind, count in found.items():
+                faults[(sensor.name, kind)] = count
+        return faults
 
     def close(self) -> None:
         for sensor in self.sensors:

@@ -29,6 +29,17 @@ class Component(StrEnum):
     OTHER = "other"
 
 
+# A tick whose energy a sensor filled in for a faulty counter (joulestat.devices.
+# counter_faults) is stored as ``fill:<the sensor's source>``: an estimate, never the
+# sensor's own name (joulestat.reports.sources classes it).
+FILL_PREFIX = "fill:"
+
+
+def fill_source(source: str) -> str:
+    """The provenance of a tick ``source``'s counter could not measure: ``fill:rapl``."""
+    return f"{FILL_PREFIX}{source}"
+
+
 @dataclass(frozen=True, slots=True)
 class TickEntry:
     """Energy one (component, device) used during the tick, with where it came from."""

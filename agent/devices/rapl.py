@@ -31,6 +31,17 @@ ceiling of 2 kW per zone is about four times the highest CPU package TDP shippin
 only catch a bogus wrap while ``max_power_w * elapsed`` stays below the range (about two
 minutes at the defaults); longer gaps between reads also risk missing a real wrap.
 
+A counter that misbehaves otherwise (freezes while the zone draws power, goes back with
+no plausible wrap, jumps past the ceiling, changes ``max_energy_range_uj``, vanishes or
+turns unreadable) no longer leaves a tick of 0 J called measured: the tick is filled
+from the zone's recent power and stored as ``fill:rapl``, each event counted and said
+with its span and energy (:mod:`joulestat.devices.counter_faults`). The range is read
+again whenever the counter goes back, so a changed range is seen where it matters.
+
+Zones that appear after start (a package brought online, a driver loaded late) are
+picked up at the next read: the class listing is compared each tick (one ``listdir``)
+and a new zone starts from a baseline there.
+
 Restart on the same boot: ``checkpoint`` keeps, per zone id, the last raw ``energy_uj``, its
 monotonic time and the running total; ``restore`` puts them back so the next read takes its
 delta from the dead process's last value over the real elapsed gap, with the same wrap and
@@ -45,13 +56,15 @@ permission the sensor logs one line saying how to fix it and the agent uses its 
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from joulestat.core.logs import LogOnce
-from joulestat.core.tick import Component
+from joulestat.core.tick import Component, fill_source
+from joulestat.devices.counter_faults import FROZEN_AFTER_S, CounterFault, FaultLog, FillState
 from joulestat.devices.sensor import (
     BadState,
     Capabilities,
@@ -98,10 +111,19 @@ class _Zone:
     device: str
     index: int | None
     max_range_uj: int | None
+    # The last good counter value and its time: the next delta is taken from them.
     prev_uj: int | None = None
     prev_s: float = 0.0
-    total_uj: int = 0
-    readable: bool = True  # the last read worked: a zone that failed is left out
+    # When the last read happened, good or filled: a fill covers the time since.
+    read_s: float = 0.0
+    total_uj: int = 0  # measured
+    filled_uj: int = 0  # filled in for faulty ticks (counter_faults)
+    fill: FillState = field(default_factory=FillState)
+    filled_now: bool = False  # this read's gain was filled (Reading.filled)
+
+    @property
+    def label(self) -> str:
+        return f"RAPL zone {self.zone_id} ({self.name})"
 
 
 def _natural_key(zone_id: str) -> tuple[int, ...]:
@@ -167,13 +189,16 @@ def _map_zone(zone_id: str, name: str, names: dict[str, str]
 
 def _restore_zone(zone: _Zone, item: dict) -> None:
     total_uj = get_int(item, "total_uj")
+    filled_uj = get_int(item, "filled_uj") if "filled_uj" in item else 0  # older agents
     prev_s = get_float(item, "prev_s")
     prev_uj = get_int(item, "energy_uj") if "energy_uj" in item else None
     if prev_uj is not None and zone.max_range_uj is not None and prev_uj > zone.max_range_uj:
         raise BadState(f"energy_uj {prev_uj} above max_energy_range_uj {zone.max_range_uj}")
-    zone.total_uj = total_uj
+    recent_w = get_float(item, "recent_w") if "recent_w" in item else None
+    zone.total_uj, zone.filled_uj = total_uj, filled_uj
+    zone.fill.recent_w = recent_w
     if prev_uj is not None:
-        zone.prev_uj, zone.prev_s = prev_uj, prev_s
+        zone.prev_uj, zone.prev_s, zone.read_s = prev_uj, prev_s, prev_s
 
 
 class RaplSensor(Sensor):
@@ -181,22 +206,32 @@ class RaplSensor(Sensor):
 
     A zone that stays unreadable or malformed is said once per kind of problem until it
     reads cleanly again (:class:`~joulestat.core.logs.LogOnce`): it would otherwise log
-    every tick, once a second, forever.
+    every tick, once a second, forever. A zone once read is always reported: its faulty
+    ticks are filled (module docstring), so a gap is never zeros followed by a spike.
     """
 
     name = "rapl"
     capabilities = Capabilities(energy_counter=True)
 
     def __init__(
-        self, zones: list[_Zone], now_s: float, max_power_w: float = MAX_ZONE_POWER_W
+        self, zones: list[_Zone], now_s: float, max_power_w: float = MAX_ZONE_POWER_W,
+        powercap: Path | None = None,
     ) -> None:
         self._zones = zones
         self._max_power_w = max_power_w
         self._problems = LogOnce(log)
         # Zone ids whose last read came after a long gap: said once per stretch of them.
         self._long_gaps = LogOnce(log)
+        self._faults = FaultLog(log, SOURCE, fill_source(SOURCE))
+        # The class listing as last seen: a zone that appears in it is opened at the
+        # next read (None: no listing to watch, as for a sensor built by hand).
+        self._powercap = powercap
+        self._listed = _listing(powercap) if powercap is not None else frozenset()
+        # Every zone id present at open, reported or not (core, a duplicate, one this user
+        # may not read): only an id never seen is a zone that appeared.
+        self._seen = set(self._listed)
         for zone in zones:
-            zone.prev_s = now_s
+            zone.prev_s = zone.read_s = now_s
 
     def describe(self) -> list[DeviceInfo]:
         return [
@@ -205,27 +240,40 @@ class RaplSensor(Sensor):
         ]
 
     def read(self, now_s: float) -> list[Reading]:
-        """Readings of the zones that could be read now. A zone that could not is left
-        out rather than repeated: the sampler then covers its gap with one entry when it
-        is back, instead of zeros followed by a spike."""
+        """Readings of every zone read at least once (a zone never read yet is left out
+        until its first good value, its baseline); a faulty tick's gain is filled and
+        the reading says so (``filled``)."""
+        if self._powercap is not None:
+            self._open_new_zones(now_s)
+        readings: list[Reading] = []
         for zone in self._zones:
-            zone.readable = self._update(zone, now_s)
-        return [Reading(z.component, z.device, z.total_uj / 1e6, SOURCE) for z in self._zones
-                if z.readable]
+            zone.filled_now = False
+            if self._update(zone, now_s):
+                readings.append(Reading(zone.component, zone.device,
+                                        (zone.total_uj + zone.filled_uj) / 1e6, SOURCE,
+                                        zone.filled_now))
+        return readings
+
+    def faults_total(self) -> dict[str, int]:
+        return dict(self._faults.totals)
 
     def close(self) -> None:
         """Nothing to release: every read opens and closes its own file."""
 
     def checkpoint(self) -> dict:
-        """Per zone id: last raw counter (when one was read), its time, and the total.
+        """Per zone id: last raw counter (when one was read), its time, the measured and
+        filled totals and the recent power; no I/O, called every tick.
 
-        Raw µJ stay ints so a resumed delta is exact; no I/O, called every tick.
+        Raw µJ stay ints so a resumed delta is exact.
         """
         zones: dict[str, dict[str, int | float]] = {}
         for zone in self._zones:
-            item: dict[str, int | float] = {"prev_s": zone.prev_s, "total_uj": zone.total_uj}
+            item: dict[str, int | float] = {"prev_s": zone.prev_s, "total_uj": zone.total_uj,
+                                            "filled_uj": zone.filled_uj}
             if zone.prev_uj is not None:
                 item["energy_uj"] = zone.prev_uj
+            if zone.fill.recent_w is not None:
+                item["recent_w"] = zone.fill.recent_w
             zones[zone.zone_id] = item
         return {"zones": zones}
 
@@ -238,36 +286,157 @@ class RaplSensor(Sensor):
         restore_each(state, "zones", {z.zone_id: z for z in self._zones}, _restore_zone,
                      log, "RAPL", "zone")
 
+    def _open_new_zones(self, now_s: float) -> None:
+        """Open the zones that appeared in the class listing since the last read."""
+        assert self._powercap is not None
+        listed = _listing(self._powercap)
+        if listed == self._listed:
+            return
+        self._listed = listed
+        new = {name for name in listed if _ZONE_RE.match(name) and name not in self._seen}
+        if not new:
+            return
+        self._seen |= new
+        taken = {(zone.component, zone.device) for zone in self._zones}
+        try:
+            appeared = _zones_under(self._powercap, skip=self._seen - new, taken=taken)
+        except OSError as exc:
+            log.debug("cannot list %s: %s", self._powercap, exc)
+            return
+        for zone in appeared:
+            try:
+                zone.prev_uj = _read_uj(zone.path / "energy_uj")
+            except (OSError, ValueError) as exc:
+                log.warning("%s appeared but energy_uj is unreadable (%s); will retry each "
+                            "tick", zone.label, exc)
+            zone.prev_s = zone.read_s = now_s
+            self._zones.append(zone)
+            log.warning("%s appeared after start; measured from now on as %s/%s",
+                        zone.label, zone.component, zone.device)
+
     def _update(self, zone: _Zone, now_s: float) -> bool:
-        """Advance ``zone`` to now; False when its file could not be read."""
-        key = f"RAPL zone {zone.zone_id} ({zone.name})"
+        """Advance ``zone`` to now; False for a zone never read yet that still cannot be."""
+        key = zone.label
+        since_read_s = max(now_s - zone.read_s, 0.0)
         try:
             cur_uj = _read_uj(zone.path / "energy_uj")
-        except OSError as exc:
-            self._problems.problem(key, "unreadable", "%s: cannot read energy_uj: %s", key, exc)
-            return False
-        except ValueError as exc:
-            self._problems.problem(key, "malformed", "%s: malformed energy_uj: %s", key, exc)
-            return False
-        if zone.max_range_uj is not None and cur_uj > zone.max_range_uj:
-            self._problems.problem(
-                key, "malformed", "%s: energy_uj %d above max_energy_range_uj %d",
-                key, cur_uj, zone.max_range_uj,
-            )
-            return False
-        prev_uj, prev_s = zone.prev_uj, zone.prev_s
-        zone.prev_uj, zone.prev_s = cur_uj, now_s
-        if prev_uj is None:  # first good value: baseline only
+            if zone.max_range_uj is not None and cur_uj > zone.max_range_uj:
+                self._reread_range(zone)
+                if zone.max_range_uj is not None and cur_uj > zone.max_range_uj:
+                    raise ValueError(f"energy_uj {cur_uj} above max_energy_range_uj "
+                                     f"{zone.max_range_uj}")
+        except (OSError, ValueError) as exc:
+            kind = "unreadable" if isinstance(exc, OSError) else "malformed"
+            reason = f"cannot read energy_uj: {exc}" if kind == "unreadable" else \
+                f"malformed energy_uj: {exc}"
+            if zone.prev_uj is None:  # nothing to fill from: left out until it reads
+                self._problems.problem(key, kind, "%s: %s", key, reason)
+                return False
+            self._fill(zone, CounterFault.UNREADABLE, now_s, since_read_s, reason)
+            return True
+        if zone.prev_uj is None:  # first good value: baseline only
             self._problems.recovered(key, "%s: reading normally again", key)
+            zone.prev_uj, zone.prev_s, zone.read_s = cur_uj, now_s, now_s
             return True
-        delta_uj = wrap_delta_uj(prev_uj, cur_uj, zone.max_range_uj)
-        if delta_uj is None:
-            self._problems.problem(
-                key, "backwards", "%s: counter went back from %d to %d µJ with no known "
-                "range; restarting from the new value", key, prev_uj, cur_uj,
-            )
+        prev_uj = zone.prev_uj
+        elapsed_s = max(now_s - zone.prev_s, 0.0)
+        ceiling_uj = self._max_power_w * (elapsed_s + SLACK_S) * 1e6
+        if cur_uj < prev_uj:
+            self._reread_range(zone)
+            delta_uj = wrap_delta_uj(prev_uj, cur_uj, zone.max_range_uj)
+            if delta_uj is None or delta_uj > ceiling_uj:
+                self._fill(zone, CounterFault.BACKWARDS, now_s, since_read_s,
+                           f"went back from {prev_uj} to {cur_uj} µJ, not a wrap",
+                           rebase_uj=cur_uj)
+                return True
+        else:
+            delta_uj = cur_uj - prev_uj
+        if delta_uj > ceiling_uj:
+            self._fill(zone, CounterFault.JUMP, now_s, since_read_s,
+                       f"a jump of {delta_uj / 1e6:.1f} J in {elapsed_s:.3f} s, over "
+                       f"{self._max_power_w:.0f} W", rebase_uj=cur_uj)
             return True
-        elapsed_s = max(now_s - prev_s, 0.0)
+        if delta_uj == 0:
+            if zone.fill.recent_w and elapsed_s >= FROZEN_AFTER_S:
+                # The counter stopped inside the last good read's interval: that read's
+                # shortfall is filled with the freeze's first tick.
+                short_uj = zone.fill.stopped_short_uj() if zone.fill.event is None else 0
+                self._fill(zone, CounterFault.FROZEN, now_s, since_read_s,
+                           f"stuck at {cur_uj} µJ for {elapsed_s:.1f} s", extra_uj=short_uj)
+            else:  # too soon to tell: the next delta covers this read's time too
+                zone.read_s = now_s
+            return True
+        self._warn_long_gap(zone, elapsed_s)
+        if zone.fill.event is not None:
+            self._close_fault(zone, now_s, delta_uj, elapsed_s, since_read_s)
+        else:
+            zone.total_uj += delta_uj
+            zone.fill.learn(delta_uj, elapsed_s)
+        zone.prev_uj, zone.prev_s, zone.read_s = cur_uj, now_s, now_s
+        self._problems.recovered(key, "%s: reading normally again", key)
+        return True
+
+    def _fill(self, zone: _Zone, kind: CounterFault, now_s: float, since_read_s: float,
+              detail: str, rebase_uj: int | None = None, extra_uj: int = 0) -> None:
+        """Fill the time since the last read at the zone's recent power (plus
+        ``extra_uj``); a re-based counter (``rebase_uj``) continues from that value, its
+        gap closed."""
+        self._faults.begin(zone.fill, kind, now_s, zone.label, detail)
+        added_uj = zone.fill.fill_uj(since_read_s) + extra_uj
+        zone.filled_uj += added_uj
+        zone.fill.gap_filled_uj += added_uj
+        assert zone.fill.event is not None
+        zone.fill.event.filled_uj += added_uj
+        zone.filled_now = True
+        zone.read_s = now_s
+        if rebase_uj is not None:
+            zone.prev_uj, zone.prev_s = rebase_uj, now_s
+            zone.fill.gap_filled_uj = 0
+
+    def _close_fault(self, zone: _Zone, now_s: float, delta_uj: int, gap_s: float,
+                     since_read_s: float) -> None:
+        """The counter reads normally again: reconcile a caught-up gap, end the event."""
+        state = zone.fill
+        if state.caught_up(delta_uj, gap_s, since_read_s):
+            rest_uj = max(delta_uj - state.gap_filled_uj, 0)
+            outcome = (f"the counter caught up with {delta_uj / 1e6:.1f} J over the gap, "
+                       f"so {rest_uj / 1e6:.1f} J more were added as fill")
+            zone.filled_uj += rest_uj
+            assert state.event is not None
+            state.event.filled_uj += rest_uj
+            zone.filled_now = True
+        elif state.gap_filled_uj == 0:
+            outcome = "counting went on from the value it was re-based at"
+            zone.total_uj += delta_uj
+            state.learn(delta_uj, min(gap_s, since_read_s))
+        else:
+            # Resumed from where it stopped, somewhere inside this read's interval: what
+            # it counted is this tick's end; its start, still frozen, is filled.
+            short_uj = max(state.fill_uj(since_read_s) - delta_uj, 0)
+            outcome = (f"the counter resumed without catching up; the fill stands, "
+                       f"{short_uj / 1e6:.1f} J more for the part of this tick it was "
+                       f"still stopped")
+            zone.total_uj += delta_uj
+            zone.filled_uj += short_uj
+            assert state.event is not None
+            state.event.filled_uj += short_uj
+            zone.filled_now = True
+        state.gap_filled_uj = 0
+        self._faults.end(state, now_s, zone.label, outcome)
+
+    def _reread_range(self, zone: _Zone) -> None:
+        """Read ``max_energy_range_uj`` again: counted and said when it changed."""
+        try:
+            current = _read_uj(zone.path / "max_energy_range_uj")
+        except (OSError, ValueError):
+            return
+        if current != zone.max_range_uj:
+            self._faults.count(CounterFault.RANGE_CHANGED)
+            log.warning("%s: max_energy_range_uj changed from %s to %d µJ; wraps are undone "
+                        "at the new range", zone.label, zone.max_range_uj, current)
+            zone.max_range_uj = current
+
+    def _warn_long_gap(self, zone: _Zone, elapsed_s: float) -> None:
         ceiling_uj = self._max_power_w * (elapsed_s + SLACK_S) * 1e6
         if (elapsed_s > LONG_GAP_S and zone.max_range_uj is not None
                 and ceiling_uj >= zone.max_range_uj):
@@ -275,19 +444,17 @@ class RaplSensor(Sensor):
             self._long_gaps.problem(
                 zone.zone_id, "long gap", "%s: %.1f s since the last read, long enough for "
                 "whole counter wraps (%.0f J each) to pass unseen; energy over it is a lower "
-                "bound", key, elapsed_s, zone.max_range_uj / 1e6)
+                "bound", zone.label, elapsed_s, zone.max_range_uj / 1e6)
         else:
             self._long_gaps.recovered(zone.zone_id)
-        if delta_uj > ceiling_uj:
-            self._problems.problem(
-                key, "implausible", "%s: dropped a jump of %.1f J in %.3f s (over %.0f W%s); "
-                "not counted", key, delta_uj / 1e6, elapsed_s, self._max_power_w,
-                ", counter went backwards" if cur_uj < prev_uj else "",
-            )
-            return True
-        zone.total_uj += delta_uj
-        self._problems.recovered(key, "%s: reading normally again", key)
-        return True
+
+
+def _listing(powercap: Path) -> frozenset[str]:
+    """The names in the powercap class directory (empty when it cannot be listed)."""
+    try:
+        return frozenset(os.listdir(powercap))
+    except OSError:
+        return frozenset()
 
 
 def open_rapl(
@@ -303,10 +470,22 @@ def open_rapl(
         log.debug("no powercap directory at %s; RAPL not available", powercap)
         return None
     try:
-        dirs = _discover(powercap)
+        zones = _zones_under(powercap, skip=frozenset(), taken=set())
     except OSError as exc:
         log.debug("cannot list %s: %s; RAPL not available", powercap, exc)
         return None
+    if not zones:
+        log.debug("no reportable RAPL zones under %s", powercap)
+        return None
+    return _baseline(zones, powercap, time.monotonic() if now_s is None else now_s, max_power_w)
+
+
+def _zones_under(powercap: Path, skip: frozenset[str] | set[str],
+                 taken: set[tuple[str, str]]) -> list[_Zone]:
+    """The reportable zones under ``powercap`` but those in ``skip``, none repeating a
+    (component, device) in ``taken`` (which it extends)."""
+    dirs = {zone_id: path for zone_id, path in _discover(powercap).items()
+            if zone_id not in skip}
     names: dict[str, str] = {}
     for zone_id, path in dirs.items():
         try:
@@ -317,7 +496,6 @@ def open_rapl(
     # MSR zones first so an MMIO zone for the same domain is the one skipped.
     ordered = sorted(names, key=lambda z: (z.startswith("intel-rapl-mmio"), _natural_key(z)))
     zones: list[_Zone] = []
-    taken: set[tuple[str, str]] = set()
     for zone_id in ordered:
         mapped = _map_zone(zone_id, names[zone_id], names)
         if mapped is None:
@@ -340,10 +518,7 @@ def open_rapl(
             max_range = None
         zones.append(_Zone(zone_id, dirs[zone_id], names[zone_id], component, device,
                            index, max_range))
-    if not zones:
-        log.debug("no reportable RAPL zones under %s", powercap)
-        return None
-    return _baseline(zones, powercap, time.monotonic() if now_s is None else now_s, max_power_w)
+    return zones
 
 
 def _baseline(
@@ -375,6 +550,6 @@ def _baseline(
         )
         if not has_cpu:
             return None
-    sensor = RaplSensor(kept, now_s, max_power_w)
+    sensor = RaplSensor(kept, now_s, max_power_w, powercap)
     log.debug("RAPL zones: %s", ", ".join(f"{z.zone_id}={z.name}" for z in kept))
     return sensor

@@ -59,6 +59,10 @@ class Reading:
     # provenance: rapl, nvml_energy, nvml_power, amdsmi, amdsmi_power, hlml, hlml_power,
     # neuron, model:<name>, replay
     source: str
+    # Whether what this series gained since the sensor's previous read was filled in for
+    # a faulty counter (joulestat.devices.counter_faults) rather than measured: the
+    # sampler then stores the tick as fill_source(source).
+    filled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +188,11 @@ class Sensor(Protocol):
     def known_idle_w(self) -> dict[SeriesKey, float]:
         """Per (component, device): idle power in W known without learning it
         (``known_idle``)."""
+        return {}
+
+    def faults_total(self) -> dict[str, int]:
+        """Counter faults found so far, per kind (joulestat.devices.counter_faults); a
+        sensor that checks none answers ``{}``."""
         return {}
 
 

@@ -104,6 +104,16 @@ AGENT_SENSOR_ERRORS = MetricSpec(
     ("sensor",),
     "Ticks on which a sensor failed to read (the agent kept ticking on the others).",
 )
+AGENT_SENSOR_FAULTS = MetricSpec(
+    "joulestat_agent_sensor_faults_total",
+    "counter",
+    ("sensor", "kind"),
+    "Hardware counter faults a sensor found, one per event: frozen (unchanged while the "
+    "device drew power), backwards (went back with no plausible wrap), jump (past what the "
+    "device can draw), range_changed (max_energy_range_uj changed), unreadable (gone or "
+    "malformed). Ticks of an event are filled from the device's recent power and stored "
+    "as fill:<sensor> (an estimate).",
+)
 AGENT_STORE_BUFFERED = MetricSpec(
     "joulestat_agent_store_buffered_rows",
     "gauge",
@@ -181,6 +191,7 @@ METRICS: tuple[MetricSpec, ...] = (
     AGENT_TICKS,
     AGENT_TICK_SECONDS,
     AGENT_SENSOR_ERRORS,
+    AGENT_SENSOR_FAULTS,
     AGENT_STORE_BUFFERED,
     AGENT_STORE_SPOOLED,
     AGENT_STORE_ROWS,

@@ -67,9 +67,13 @@ class NodeMetrics(Collector):
     stores_ticks = False  # a sink (joulestat.outputs.sink) that keeps nothing past the process
 
     def __init__(self, node: NodeInfo, sensor_errors: dict[str, int] | None = None,
-                 device_state: Callable[[], DeviceStates] | None = None) -> None:
+                 device_state: Callable[[], DeviceStates] | None = None,
+                 sensor_faults: Callable[[], dict[tuple[str, str], int]] | None = None
+                 ) -> None:
         self.node = node
         self._device_state = device_state
+        # (sensor, kind) -> counter faults, asked at a scrape (the sensors keep the counts)
+        self._sensor_faults = sensor_faults
         self._power_limits: dict[tuple[str, str], float] = {}
         self._lock = threading.Lock()
         self._energy_j: dict[Key, float] = {}
@@ -192,6 +196,15 @@ class NodeMetrics(Collector):
         )
         for sensor, count in errors:
             family.add_metric([sensor], count)
+        yield family
+
+        family = CounterMetricFamily(
+            mc.AGENT_SENSOR_FAULTS.family_name, mc.AGENT_SENSOR_FAULTS.help,
+            labels=mc.AGENT_SENSOR_FAULTS.labels,
+        )
+        faults = self._sensor_faults() if self._sensor_faults is not None else {}
+        for (sensor, kind), count in sorted(faults.items()):
+            family.add_metric([sensor, kind], count)
         yield family
 
 

@@ -12,6 +12,8 @@ A source is a chain (see docs/reports.md):
 * a sensor's own name: ``rapl``, ``nvml_energy``, ``nvml_power``, ``amdsmi``,
   ``amdsmi_power``, ``neuron``, ``hlml``, ``hlml_power`` (measured), ``model:<name>``
   (estimated, e.g. ``model:neuron-util``), ``replay``;
+* ``fill:<sensor>`` (``fill:rapl``): ticks whose counter faulted (froze, reset, jumped,
+  vanished), filled from the device's recent power: estimated;
 * ``import:<tool>/<original>[,<original>...]``: an import keeps the originals, and is
   what they are: ``import:joulestat/model:ccf-vcpu`` is an estimate,
   ``import:codecarbon/nvml_energy`` measured (CodeCarbon reads NVML's counter);
@@ -25,6 +27,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
+
+from joulestat.core.tick import FILL_PREFIX
 
 MEASURED_SOURCES = frozenset({"rapl", "nvml_energy", "nvml_power", "amdsmi", "amdsmi_power",
                               "neuron", "hlml", "hlml_power"})
@@ -55,7 +59,7 @@ def originals(source: str) -> list[str]:
 
 
 def _atom_class(atom: str) -> str:
-    if atom.startswith("model:"):
+    if atom.startswith(("model:", FILL_PREFIX)):
         return ESTIMATED
     if atom == "replay":
         return REPLAY

@@ -161,7 +161,8 @@ def build_pipeline(settings: PipelineSettings, registry: JobRegistry, *,
         from joulestat.outputs.prometheus import NodeMetrics
 
         metrics = NodeMetrics(node, sampler.sensor_errors_total,
-                              device_state=device_state_of(sensors))
+                              device_state=device_state_of(sensors),
+                              sensor_faults=sampler.sensor_faults_total)
         metrics.declare([(d.component, d.device, d.source) for d in devices])
         metrics.describe_devices(devices)
     # The node metrics first, as before sinks were a list: a tick is exported before

@@ -121,6 +121,11 @@ class Driver:
     ``energy_j`` is the exact ground truth: the joules the counter has advanced by as last
     written (computed from the monotonic clock, then rounded to whole µJ as the file holds).
     Use as a context manager or call :meth:`stop`; stopping writes one final value.
+
+    Faults, as a misbehaving counter shows them while the hardware goes on drawing
+    ``power_w`` (``energy_j`` stays the truth): :meth:`freeze` and :meth:`thaw` (the file
+    keeps its value, then resumes from it or catches up), :meth:`reset` (back to 0) and
+    :meth:`jump` (the file leaps ahead).
     """
 
     def __init__(
@@ -134,6 +139,8 @@ class Driver:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._advanced_uj = 0
+        self._offset_uj = 0  # what the file shows beyond the truth (reset, jump, freeze)
+        self._frozen_at_uj: int | None = None
         self.wraps = 0
         self._start_uj = tree.energy_uj(zone_id)
         self._start_s = 0.0
@@ -145,11 +152,36 @@ class Driver:
 
     def _step(self) -> None:
         advanced_uj = int(self._power_w * (time.monotonic() - self._start_s) * 1e6)
-        absolute_uj = self._start_uj + advanced_uj
         with self._lock:
-            self._tree.set_energy_uj(self._zone_id, absolute_uj % self._max_range_uj)
             self._advanced_uj = advanced_uj
+            if self._frozen_at_uj is not None:
+                return
+            absolute_uj = self._start_uj + advanced_uj + self._offset_uj
+            self._tree.set_energy_uj(self._zone_id, absolute_uj % self._max_range_uj)
             self.wraps = absolute_uj // self._max_range_uj
+
+    def freeze(self) -> None:
+        """The file stops changing; the truth goes on."""
+        with self._lock:
+            self._frozen_at_uj = self._advanced_uj
+
+    def thaw(self, catch_up: bool) -> None:
+        """The file moves again: from the true count (``catch_up``) or from where it froze
+        (the energy of the freeze never shows in it)."""
+        with self._lock:
+            if self._frozen_at_uj is not None and not catch_up:
+                self._offset_uj -= self._advanced_uj - self._frozen_at_uj
+            self._frozen_at_uj = None
+
+    def reset(self) -> None:
+        """The counter restarts from 0."""
+        with self._lock:
+            self._offset_uj = -(self._start_uj + self._advanced_uj)
+
+    def jump(self, joules: float) -> None:
+        """The counter leaps ahead by ``joules`` that were never drawn."""
+        with self._lock:
+            self._offset_uj += int(joules * 1e6)
 
     def _run(self) -> None:
         while not self._stop.wait(self._period_s):

@@ -151,20 +151,27 @@ def test_wrap_is_not_mistaken_for_an_implausible_jump(
     assert not _warnings(caplog)
 
 
-def test_implausible_jump_is_dropped_and_logged(
+def test_implausible_jump_is_filled_at_recent_power_and_logged(
     tree: FakePowercap, caplog: pytest.LogCaptureFixture
 ) -> None:
     tree.add_zone("intel-rapl:0", "package-0", energy_uj=0)
     sensor = _opened(tree)
     tree.set_energy_uj("intel-rapl:0", 100_000_000)
-    assert sensor.read(1.0)[0].energy_j == pytest.approx(100.0)
+    first = sensor.read(1.0)[0]
+    assert (first.energy_j, first.filled) == (pytest.approx(100.0), False)
     tree.set_energy_uj("intel-rapl:0", 100_000_000 + 50_000_000_000)  # 50 kJ in 1 s
-    assert sensor.read(2.0)[0].energy_j == pytest.approx(100.0)
+    jump = sensor.read(2.0)[0]
+    # Not the 50 kJ, not 0 J: the tick at the zone's recent 100 W, said to be filled.
+    assert (jump.energy_j, jump.filled) == (pytest.approx(200.0), True)
     warnings = _warnings(caplog)
-    assert len(warnings) == 1 and "dropped" in warnings[0].getMessage()
-    # Counting resumes from the new value.
+    assert len(warnings) == 1 and "jump" in warnings[0].getMessage()
+    assert sensor.faults_total()["jump"] == 1
+    # Counting resumes from the new value, and the event's end is said with its energy.
     tree.set_energy_uj("intel-rapl:0", 100_000_000 + 50_000_000_000 + 80_000_000)
-    assert sensor.read(3.0)[0].energy_j == pytest.approx(180.0)
+    after = sensor.read(3.0)[0]
+    assert (after.energy_j, after.filled) == (pytest.approx(280.0), False)
+    end = _warnings(caplog)[-1].getMessage()
+    assert "100.0 J filled" in end and "fill:rapl" in end
 
 
 def test_counter_glitching_backwards_is_not_counted_as_a_wrap(
@@ -173,8 +180,11 @@ def test_counter_glitching_backwards_is_not_counted_as_a_wrap(
     tree.add_zone("intel-rapl:0", "package-0", energy_uj=100_000_000)
     sensor = _opened(tree)
     tree.set_energy_uj("intel-rapl:0", 99_000_000)  # back 1 J: a "wrap" of ~262 kJ
-    assert sensor.read(1.0)[0].energy_j == 0.0
+    reading = sensor.read(1.0)[0]
+    # No power known yet to fill with: 0 J, but never called measured.
+    assert (reading.energy_j, reading.filled) == (0.0, True)
     assert "backwards" in _warnings(caplog)[0].getMessage()
+    assert sensor.faults_total()["backwards"] == 1
 
 
 def test_backwards_without_known_range_restarts(
@@ -186,7 +196,8 @@ def test_backwards_without_known_range_restarts(
     tree.set_energy_uj("intel-rapl:0", 1_000_000)
     assert sensor.read(1.0)[0].energy_j == 0.0
     tree.set_energy_uj("intel-rapl:0", 3_000_000)
-    assert sensor.read(2.0)[0].energy_j == pytest.approx(2.0)
+    reading = sensor.read(2.0)[0]
+    assert (reading.energy_j, reading.filled) == (pytest.approx(2.0), False)
 
 
 def test_permission_error_returns_none_with_one_line_naming_the_fix(
@@ -237,17 +248,24 @@ def test_malformed_zone_does_not_stop_others_and_logs_once(
     for tick, text in enumerate(("12abc\n", "\n", "-5\n"), start=1):
         tree.write_raw("intel-rapl:0", "energy_uj", text)
         tree.set_energy_uj("intel-rapl:1", tick * 10_000_000)
-        energy = _by_key(sensor.read(float(tick)))
+        readings = sensor.read(float(tick))
+        energy = _by_key(readings)
         assert energy[("cpu", "package-1")] == pytest.approx(tick * 10.0)
-        # Left out, not repeated: the sampler then covers the gap with one entry.
-        assert ("cpu", "package-0") not in energy
+        # Reported as filled (no power known yet for it, so 0 J), never as measured.
+        bad = next(r for r in readings if r.device == "package-0")
+        assert (bad.energy_j, bad.filled) == (0.0, True)
     assert len(_warnings(caplog)) == 1  # one line for three bad ticks
-    # Recovery: counting resumes over the whole gap, and a new problem is logged again.
+    # Recovery: counting resumes over the whole gap, the end is said, and a new problem
+    # is a new event, said again.
     tree.set_energy_uj("intel-rapl:0", 4_000_000)
+    tree.set_energy_uj("intel-rapl:1", 40_000_000)
     assert _by_key(sensor.read(4.0))[("cpu", "package-0")] == pytest.approx(4.0)
+    assert len(_warnings(caplog)) == 2 and "unreadable from" in _warnings(caplog)[1].getMessage()
     tree.write_raw("intel-rapl:0", "energy_uj", "x\n")
+    tree.set_energy_uj("intel-rapl:1", 50_000_000)
     sensor.read(5.0)
-    assert len(_warnings(caplog)) == 2
+    assert len(_warnings(caplog)) == 3
+    assert sensor.faults_total()["unreadable"] == 2
 
 
 def test_vanished_energy_file_does_not_stop_others(
@@ -256,10 +274,12 @@ def test_vanished_energy_file_does_not_stop_others(
     sensor = _opened(tree, {"intel-rapl:0": "package-0", "intel-rapl:0:0": "dram"})
     (tree.zone_dir("intel-rapl:0:0") / "energy_uj").unlink()
     tree.set_energy_uj("intel-rapl:0", 2_000_000)
-    energy = _by_key(sensor.read(1.0))
+    readings = sensor.read(1.0)
+    tree.set_energy_uj("intel-rapl:0", 4_000_000)
     sensor.read(2.0)
-    assert energy[("cpu", "package-0")] == pytest.approx(2.0)
-    assert ("dram", "package-0") not in energy  # left out while unreadable
+    assert _by_key(readings)[("cpu", "package-0")] == pytest.approx(2.0)
+    dram = next(r for r in readings if r.component == "dram")
+    assert dram.filled  # filled while unreadable, never a measured 0
     warnings = _warnings(caplog)
     assert len(warnings) == 1 and "cannot read" in warnings[0].getMessage()
 
@@ -311,30 +331,135 @@ def test_fake_driver_pause_stops_the_counter(tree: FakePowercap) -> None:
         assert 4.0 <= driver.energy_j <= 50.0
 
 
-def test_a_zone_unreadable_for_ten_seconds_is_one_long_entry_not_a_spike(
-    tree: FakePowercap,
-) -> None:
-    """The defect: a RAPL file missing for 10 s showed as zeros, then one spike of 10 s
-    of energy in a 1 s tick. Now the tick after the gap holds one entry covering it."""
+def _ticking(tree: FakePowercap, sensor: RaplSensor, start_s: float = 100.0):
+    """A sampler over ``sensor`` on a hand-driven clock: (sampler, clock dict)."""
     from joulestat.attribution.sampler import Sampler
 
-    tree.add_zone("intel-rapl:0", "package-0")
-    clock = {"t": 100.0}
-    sensor = _opened(tree, now_s=100.0)
+    clock = {"t": start_s}
     sampler = Sampler([sensor], monotonic=lambda: clock["t"], wall=lambda: 1000.0 + clock["t"])
     sampler.start()
+    return sampler, clock
+
+
+def test_a_zone_unreadable_for_ten_seconds_is_filled_then_reconciled(
+    tree: FakePowercap,
+) -> None:
+    """A RAPL file missing for 10 s once showed as zeros then a spike; later as one long
+    entry after the gap. Now every tick has its entry at the recent power, labelled
+    fill:rapl while the file is gone and on the tick that reconciles the gap, and the
+    total is the counter's, exact."""
+    tree.add_zone("intel-rapl:0", "package-0")
+    sensor = _opened(tree, now_s=100.0)
+    sampler, clock = _ticking(tree, sensor)
     path = tree.zone_dir("intel-rapl:0") / "energy_uj"
-    powers = []
+    rows = []
     for second in range(1, 16):
         clock["t"] = 100.0 + second
         if 3 <= second < 13:
             path.unlink(missing_ok=True)  # the file is gone for ten ticks
         else:
-            tree.set_energy_uj("intel-rapl:0", second * 20_000_000)  # 20 W
+            tree.set_energy_uj("intel-rapl:0", second * 20_000_000)  # 20 W all along
         tick = sampler.tick()
         for entry in tick.entries:
-            powers.append((second, tick.entry_duration_s(entry), tick.power_w(entry)))
-    assert [s for s, _, _ in powers] == [1, 2, 13, 14, 15]  # nothing while unreadable
-    gap = powers[2]
-    assert gap[1] == pytest.approx(11.0)  # from the last good read (t=2) to t=13
-    assert [round(p, 6) for _, _, p in powers] == [20.0] * 5, powers  # no spike, no zero
+            rows.append((second, entry.source, tick.entry_duration_s(entry), tick.power_w(entry)))
+    assert [s for s, *_ in rows] == list(range(1, 16))  # an entry every tick
+    assert {s for s, source, *_ in rows if source == "fill:rapl"} == set(range(3, 14))
+    assert all(d == pytest.approx(1.0) for *_, d, _ in rows)
+    assert [round(p, 6) for *_, p in rows] == [20.0] * 15, rows  # no spike, no zero
+    assert sensor.faults_total()["unreadable"] == 1
+
+
+def test_a_frozen_counter_is_filled_and_reconciled_when_it_catches_up(
+    tree: FakePowercap, caplog: pytest.LogCaptureFixture
+) -> None:
+    tree.add_zone("intel-rapl:0", "package-0")
+    sensor = _opened(tree, now_s=100.0)
+    sampler, clock = _ticking(tree, sensor)
+    truth_uj = 0
+    sources = []
+    total_j = 0.0
+    for second in range(1, 21):
+        clock["t"] = 100.0 + second
+        truth_uj += 30_000_000 if second < 14 else 10_000_000  # 30 W, then 10 W
+        if not 5 <= second < 11:  # frozen for six ticks, then the true value again
+            tree.set_energy_uj("intel-rapl:0", truth_uj)
+        tick = sampler.tick()
+        (entry,) = tick.entries
+        sources.append(entry.source)
+        total_j += entry.energy_j
+        assert entry.energy_j > 1.0  # never a near-zero tick
+    assert sources[4:11] == ["fill:rapl"] * 7 and set(sources[:4] + sources[11:]) == {"rapl"}
+    assert total_j == pytest.approx(truth_uj / 1e6)  # the catch-up made the gap exact
+    assert sensor.faults_total()["frozen"] == 1
+    said = [r.getMessage() for r in _warnings(caplog)]
+    assert len(said) == 2 and "frozen" in said[0] and "(6.0 s)" in said[1]
+
+
+def test_a_frozen_counter_that_never_catches_up_keeps_its_fill(tree: FakePowercap) -> None:
+    tree.add_zone("intel-rapl:0", "package-0")
+    sensor = _opened(tree, now_s=100.0)
+    sampler, clock = _ticking(tree, sensor)
+    shown_uj, total_j = 0, 0.0
+    for second in range(1, 16):
+        clock["t"] = 100.0 + second
+        if not 5 <= second < 11:  # the counter stops for six ticks and resumes from there
+            shown_uj += 25_000_000
+            tree.set_energy_uj("intel-rapl:0", shown_uj)
+        total_j += sum(e.energy_j for e in sampler.tick().entries)
+    assert total_j == pytest.approx(15 * 25.0)  # the six lost ticks filled at 25 W
+
+
+def test_a_reset_a_jump_and_a_shrunk_range_are_filled_and_counted(
+    tree: FakePowercap, caplog: pytest.LogCaptureFixture
+) -> None:
+    tree.add_zone("intel-rapl:0", "package-0", energy_uj=5_000_000_000,
+                  max_energy_range_uj=10**13)
+    sensor = _opened(tree, now_s=100.0)
+    sampler, clock = _ticking(tree, sensor)
+    shown_uj, total_j, sources = 5_000_000_000, 0.0, []
+    for second in range(1, 31):
+        clock["t"] = 100.0 + second
+        shown_uj += 40_000_000  # 40 W
+        if second == 8:
+            shown_uj = 0  # reset to 0
+        if second == 15:
+            shown_uj += 10**12  # +1e6 J
+        if second == 22:
+            tree.write_raw("intel-rapl:0", "max_energy_range_uj", f"{shown_uj - 1}\n")
+            shown_uj = 0  # the counter wrapped at a range smaller than at start
+        tree.set_energy_uj("intel-rapl:0", shown_uj)
+        (entry,) = sampler.tick().entries
+        total_j += entry.energy_j
+        sources.append(entry.source)
+    assert total_j == pytest.approx(30 * 40.0, rel=0.01)
+    # The wrap at the new, smaller range is a plausible one: measured, the change counted.
+    assert [i + 1 for i, s in enumerate(sources) if s != "rapl"] == [8, 15]
+    faults = sensor.faults_total()
+    assert (faults["backwards"], faults["jump"], faults["range_changed"]) == (1, 1, 1)
+    assert any("max_energy_range_uj changed" in r.getMessage() for r in _warnings(caplog))
+
+
+def test_a_zone_that_appears_is_measured_from_the_next_read(
+    tree: FakePowercap, caplog: pytest.LogCaptureFixture
+) -> None:
+    sensor = _opened(tree, {"intel-rapl:0": "package-0"})
+    tree.add_zone("intel-rapl:1", "package-1", energy_uj=7_000_000)
+    assert ("cpu", "package-1") in _by_key(sensor.read(1.0))  # its baseline
+    tree.set_energy_uj("intel-rapl:1", 9_000_000)
+    assert _by_key(sensor.read(2.0))[("cpu", "package-1")] == pytest.approx(2.0)
+    assert any("intel-rapl:1" in r.getMessage() and "appeared" in r.getMessage()
+               for r in _warnings(caplog))
+    assert ("cpu", "package-1") in {(d.component, d.device) for d in sensor.describe()}
+
+
+def test_a_filled_total_survives_a_checkpoint(tree: FakePowercap) -> None:
+    tree.add_zone("intel-rapl:0", "package-0")
+    sensor = _opened(tree)
+    tree.set_energy_uj("intel-rapl:0", 10_000_000)
+    sensor.read(1.0)
+    sensor.read(2.0)  # frozen: 10 J filled
+    state = sensor.checkpoint()
+    again = _opened(tree)
+    again.restore(state)
+    tree.set_energy_uj("intel-rapl:0", 12_000_000)
+    assert again.read(2.2)[0].energy_j == pytest.approx(22.0)

@@ -95,6 +95,8 @@ def test_run_summary_prints_readable_energy_per_unit() -> None:
     ("import:codecarbon/model:codecarbon-ram", "estimated"),
     ("import:joulestat/import:codecarbon", "unstated"),
     ("something-new", "unstated"),
+    # ticks of a faulty counter, filled from its recent power
+    ("fill:rapl", "estimated"), ("rapl+fill:rapl", "mixed"),
 ])
 def test_source_classes(source: str, expected: str) -> None:
     assert source_class(source) == expected
