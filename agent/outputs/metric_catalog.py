@@ -141,8 +141,8 @@ AGENT_SPOOL_WRITE_FAILURES = MetricSpec(
     "counter",
     (),
     "Batches the spool could not write (its disk full or unwritable: ENOSPC, EIO, ...); "
-    "their rows stay in memory up to the buffer's bound (docs/store.md), then the oldest "
-    "are dropped and counted in joulestat_agent_store_rows_total{outcome=\"dropped\"}.",
+    "their rows stay in memory up to the buffer's bound (docs/jobs.md, Back-pressure), then "
+    "the oldest are dropped and counted in joulestat_agent_store_rows_total{outcome=\"dropped\"}.",
 )
 AGENT_STORE_UP = MetricSpec(
     "joulestat_agent_store_up",
