@@ -78,6 +78,7 @@ class NodeMetrics(Collector):
         self._lock = threading.Lock()
         self._energy_j: dict[Key, float] = {}
         self._power_w: dict[Key, float] = {}
+        self._source_of: dict[tuple[str, str], str] = {}  # each device's latest source
         self._ticks = 0
         self._tick_seconds_sum = 0.0
         self._sensor_errors = sensor_errors if sensor_errors is not None else {}
@@ -134,6 +135,15 @@ class NodeMetrics(Collector):
                 key = (entry.component, entry.device, entry.source)
                 self._energy_j[key] = self._energy_j.get(key, 0.0) + entry.energy_j
                 self._power_w[key] = tick.power_w(entry)
+                # A device whose source changed (rapl -> fill:rapl while its counter is
+                # faulty, and back): the other source's power is 0 now, not its last
+                # value, so a sum of power over sources counts the device once.
+                device = (entry.component, entry.device)
+                before = self._source_of.get(device)
+                if before != entry.source:
+                    if before is not None:
+                        self._power_w[(*device, before)] = 0.0
+                    self._source_of[device] = entry.source
 
     def observe_tick_work(self, seconds: float) -> None:
         with self._lock:

@@ -61,6 +61,16 @@ def test_a_freeze_a_reset_and_a_jump_keep_node_energy_and_are_counted(
         assert summary_of(job)["final"] is True
         faults = {dict(labels)["kind"]: value for labels, value in agent.series(FAULTS).items()
                   if dict(labels)["sensor"] == "rapl"}
+        # The faults are over: the CPU's power is rapl's again, the filled source's is 0
+        # (a sum over sources counts the package once), and its joules are its own series.
+        power = {dict(labels)["source"]: watts for labels, watts
+                 in agent.series("joulestat_node_power_watts").items()
+                 if dict(labels)["component"] == "cpu"}
+        assert power["fill:rapl"] == 0.0 and power["rapl"] > 0.5 * POWER_W, power
+        energy = {dict(labels)["source"]: joules for labels, joules
+                  in agent.series("joulestat_node_energy_joules_total").items()
+                  if dict(labels)["component"] == "cpu"}
+        assert energy["fill:rapl"] > 0 and energy["rapl"] > 0, energy
         assert agent.stop() == 0
     assert faults["frozen"] >= 1 and faults["backwards"] >= 1 and faults["jump"] >= 1, faults
 
