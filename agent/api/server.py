@@ -66,6 +66,9 @@ MAX_CONNECTIONS = 512  # open at once; past it the oldest silent connection is c
 WORKERS = 4
 REQUEST_TIMEOUT_S = 5.0  # from accept to the whole request
 LINGER_S = 1.0  # after an early answer, read what the client still sends, so it sees it
+# A request naming a job not known while the store has not answered since start-up:
+# when to ask again (the agent probes its store every 2 s).
+STORE_RETRY_AFTER_S = 2
 API_ORIGINS = ("api", "run", "client")  # the origins a caller may claim; discovery's are ours
 # field -> required
 JOB_FIELDS = {"name": True, "kind": True, "pids": False, "labels": False, "job_id": False,
@@ -216,6 +219,11 @@ class _Handler(GatedHandler):
             status, payload = handler(*args, **query)
         except _HttpError as exc:
             status, payload, headers = exc.status, {"error": exc.message}, exc.headers
+        except JobNotFound as exc:
+            status, payload = exc.status, {"error": str(exc)}
+            if self._store_waiting():
+                later = self._not_known_yet(str(exc))
+                status, payload, headers = later.status, {"error": later.message}, later.headers
         except JobError as exc:
             status, payload = exc.status, {"error": str(exc)}
         except TimeoutError:
@@ -343,8 +351,25 @@ class _Handler(GatedHandler):
         return data
 
     def _health(self) -> tuple[int, Any]:
-        return 200, {"status": "ok", "node": self.server.node, "mode": self.server.mode,
-                     "interval_s": self.server.interval_s}
+        answer = {"status": "ok", "node": self.server.node, "mode": self.server.mode,
+                  "interval_s": self.server.interval_s}
+        if self.server.store_state is not None:
+            answer["store"] = self.server.store_state()
+        return 200, answer
+
+    def _store_waiting(self) -> bool:
+        state = self.server.store_state
+        return state is not None and state() == "waiting"
+
+    def _not_known_yet(self, what: str) -> _HttpError:
+        """A job this API does not know while its store has not answered since start-up
+        may be one that was running before the start (they are restored once it
+        answers): 503 and Retry-After, which clients retry, rather than a 404 that
+        would make them register it again as a new job, or give up on ending it."""
+        message = (f"{what} yet: the agent is waiting for its store, which holds the jobs "
+                   "that were running before it started; try again")
+        return _HttpError(HTTPStatus.SERVICE_UNAVAILABLE, message,
+                          [("Retry-After", str(STORE_RETRY_AFTER_S))])
 
     def _list(self, running: bool = False) -> tuple[int, Any]:
         jobs = sorted(self.server.registry.jobs(running_only=running), key=lambda j: j.started_s)
@@ -426,6 +451,10 @@ class _Handler(GatedHandler):
         registry = self.server.registry
         with self.server.register_lock:  # so exactly one of two racing registrations gets 201
             existed = job_id is not None and _known(registry, job_id)
+            if job_id is not None and not existed and self._store_waiting():
+                # It may be a job of before the start: registering it now would make it
+                # anyone's (no token is asked of a new job) and restart its figures.
+                raise self._not_known_yet(f"job {job_id!r} is not known")
             if existed:
                 self._owned(registry.get(job_id), "re-register or relabel")
             self._check_claim(data.get("pids"), job_id)
@@ -499,6 +528,7 @@ class _Server:
         self.register_lock = threading.Lock()
         self.job_token, self.peers = api.job_token, api.peers
         self.agent_pid = api.agent_pid
+        self.store_state = api.store_state
 
 
 @dataclass(frozen=True, slots=True)
@@ -537,6 +567,7 @@ class ApiServer:
         job_secret: bytes | None = None,
         procfs_root: Path | str = "/proc",
         agent_pid: int | None | ThisProcess = ThisProcess.PID,
+        store_state: Callable[[], str] | None = None,
     ) -> None:
         self.registry, self.host, self.requested_port = registry, host, port
         # The process no job may claim (the one measuring: a job holding it would be
@@ -557,6 +588,9 @@ class ApiServer:
         # Writes a new job to the store before the API answers 201 (False: could not);
         # without it a job registered just before a crash would be gone after it.
         self.persist = persist
+        # The node agent's store as /v1/health tells it: "up", "away" (an outage) or
+        # "waiting" (not answered since start-up: jobs of before the start unknown yet).
+        self.store_state = store_state
         self.max_in_flight, self.request_timeout_s = max_in_flight, request_timeout_s
         self.max_connections = max_connections
         self._gate: HttpGate | None = None

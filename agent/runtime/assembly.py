@@ -14,17 +14,20 @@ metrics.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
+import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from joulestat.attribution.accounting import JobAccounting
 from joulestat.attribution.idle import IdleBaselines
 from joulestat.attribution.registry import JobRegistry
 from joulestat.attribution.sampler import Sampler
 from joulestat.core.errors import ConfigError
+from joulestat.core.redact import redact_url
 from joulestat.core.version import __version__
 from joulestat.devices.factory import (
     build_sensors,
@@ -34,10 +37,13 @@ from joulestat.devices.factory import (
     known_idle_w_of,
 )
 from joulestat.host.identity import NodeSettings, detect_cloud, detect_node_info
-from joulestat.runtime.pipeline import Pipeline, read_boot_id
+from joulestat.runtime.pipeline import CHECKPOINT_MAX_AGE_S, Pipeline, read_boot_id
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
+    from sqlalchemy.engine import Engine
+
     from joulestat.attribution.accounting import AttributionSettings
+    from joulestat.attribution.registry import Job
     from joulestat.devices.factory import DeviceSettings
     from joulestat.host.usage import HostSettings
     from joulestat.outputs.prometheus import NodeMetrics
@@ -45,6 +51,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from joulestat.runtime.settings import ResolvedSettings
     from joulestat.runtime.tick_loop import TickSettings
     from joulestat.store.durability import Checkpoint, Spool
+    from joulestat.store.engine import StoreWait
     from joulestat.store.writer import StoreSettings, StoreWriter
 
 log = logging.getLogger(__name__)
@@ -79,12 +86,76 @@ class PipelineSettings:
 
 @dataclass
 class Assembly:
-    """A node's pipeline, the checkpoint to start it from, and the sinks used by name."""
+    """A node's pipeline, the checkpoint to start it from, and the sinks used by name.
+
+    ``late_jobs``: when the store did not answer at start (the agent measures while it
+    waits), what puts back the jobs that were running before the start once it answers;
+    a tick hook (None: the store answered, and they are back already)."""
 
     pipeline: Pipeline
     writer: StoreWriter  # also in pipeline.sinks
     node_metrics: NodeMetrics | None  # also in pipeline.sinks, when built with metrics
-    checkpoint: Checkpoint | None  # found in the store; pass to pipeline.start()
+    checkpoint: Checkpoint | None  # found in the store (or spool); pass to pipeline.start()
+    late_jobs: LateJobs | None = None
+
+
+class LateJobs:
+    """The jobs that were running before this start, when the store that holds them did
+    not answer at start: loaded once it does, put back between two ticks.
+
+    :meth:`load` runs on the store thread as the writer's ``after_open``, after the spool
+    is written back (as a start that finds its store loads them after replaying the
+    spool, so a job that ended during an earlier outage is not taken for running);
+    :meth:`__call__` is a tick hook, so the registry and the accounting change on the
+    tick thread, between ticks, never under one.
+
+    What the wait costs them, said in the log: a restored job is measured from its
+    return on, so what it drew between this start and then is the node's unattributed
+    energy, not its own. A job the registry already holds (registered during the wait,
+    or found again by discovery) keeps its live figures.
+    """
+
+    def __init__(self, engine: Engine, node: str, registry: JobRegistry,
+                 accounting: JobAccounting) -> None:
+        self.engine, self.node = engine, node
+        self.registry, self.accounting = registry, accounting
+        self._lock = threading.Lock()
+        self._loaded: list[Job] | None = None
+        self._done = False
+        self.restored = 0
+
+    @property
+    def pending(self) -> bool:
+        """True until the jobs are back in the registry (the job API answers 503, not
+        404, for a job it does not know meanwhile: it may be one of them)."""
+        return not self._done
+
+    def load(self) -> None:
+        """Read them (StoreError when the store cannot be read: the writer retries)."""
+        from joulestat.store.durability import load_running_jobs
+
+        jobs = load_running_jobs(self.engine, self.node)
+        with self._lock:
+            self._loaded = jobs
+
+    def __call__(self, _now_s: float, _work_s: float) -> None:
+        with self._lock:
+            jobs, self._loaded = self._loaded, None
+        if jobs is None:
+            return
+        known = {job.id for job in self.registry.jobs()}
+        for job in jobs:
+            if job.id in known:
+                continue
+            # A checkpoint resumed from the spool may hold this job's CPU counters of
+            # before the start: its first tick must not take all that time as one tick's.
+            self.accounting.forget([job.id])
+            self.registry.restore(job)
+            self.restored += 1
+            log.info("job %s (%s) was running before the restart; tracking it again now "
+                     "that the store answers (what it drew while the store was away is "
+                     "the node's unattributed energy)", job.name, job.id)
+        self._done = True
 
 
 def build_pipeline(settings: PipelineSettings, registry: JobRegistry, *,
@@ -139,35 +210,54 @@ def build_pipeline(settings: PipelineSettings, registry: JobRegistry, *,
         sysfs_root=settings.host.sysfs_root,
     )
     store = settings.store
-    engine = open_engine(store.db, wait_s=store.db_wait_s)
+    # Embedded mode waits for no store (db_wait_s 0) and has no spool to measure into.
+    engine, wait = (_agent_store(store) if with_metrics
+                    else (open_engine(store.db, wait_s=store.db_wait_s), None))
     boot_id = read_boot_id(procfs_root)
     lease = NodeLease(node.node, Writer.this_process(boot_id, "agent" if with_metrics
                                                      else "embedded"), boot_id, procfs_root)
+    late_jobs = None
+    if wait is not None and accounting is not None:
+        late_jobs = LateJobs(engine, node.node, registry, accounting)
     try:
+        spool = _open_spool(store, node.node) if with_metrics else None
         writer = StoreWriter(engine, node, devices, raw_retention_s=store.raw_retention_s,
-                             flush_interval_s=store.flush_interval_s,
-                             spool=_open_spool(store, node.node) if with_metrics else None,
-                             lease=lease)
+                             flush_interval_s=store.flush_interval_s, spool=spool,
+                             lease=lease, wait=wait,
+                             after_open=late_jobs.load if late_jobs is not None else None)
     except NodeLeaseError as exc:
+        engine.dispose()
         raise ConfigError(str(exc)) from None
+    except ConfigError:
+        engine.dispose()
+        raise
+    if wait is not None:
+        assert spool is not None
+        log.warning(
+            "store %s does not answer (%s): measuring meanwhile, with metrics and the job "
+            "API served; rows wait in the spool %s and go in once it answers (probed every "
+            "2 s, for up to --db-wait %.0f s, then the agent stops); the jobs running "
+            "before this start are restored then", redact_url(wait.url), wait.reason,
+            spool.directory, wait.wait_s)
+        checkpoint = _spool_checkpoint(spool)
+        if checkpoint is None:
+            log.warning("no checkpoint in the spool: if an agent ran on this boot less than "
+                        "%.0f s ago, the time since it stopped is not measured (its "
+                        "checkpoint is in the store)", CHECKPOINT_MAX_AGE_S)
+        metrics = _node_metrics(node, sampler, sensors, devices) if with_metrics else None
+        sinks: list[Sink] = [metrics, writer] if metrics is not None else [writer]
+        return Assembly(Pipeline(sampler, node, accounting, sinks, boot_id), writer, metrics,
+                        checkpoint, late_jobs)
     if writer.spool:  # rows from an outage before the last stop: into the store first, so
         writer.flush()  # the checkpoint and running jobs read below are the latest
     for job in load_running_jobs(engine, node.node):
         registry.restore(job)
         log.info("job %s (%s) was running before the restart; still tracking it",
                  job.name, job.id)
-    metrics = None
-    if with_metrics:
-        from joulestat.outputs.prometheus import NodeMetrics
-
-        metrics = NodeMetrics(node, sampler.sensor_errors_total,
-                              device_state=device_state_of(sensors),
-                              sensor_faults=sampler.sensor_faults_total)
-        metrics.declare([(d.component, d.device, d.source) for d in devices])
-        metrics.describe_devices(devices)
+    metrics = _node_metrics(node, sampler, sensors, devices) if with_metrics else None
     # The node metrics first, as before sinks were a list: a tick is exported before
     # it is buffered for the store.
-    sinks: list[Sink] = [metrics, writer] if metrics is not None else [writer]
+    sinks = [metrics, writer] if metrics is not None else [writer]
     pipeline = Pipeline(sampler, node, accounting, sinks, boot_id)
     checkpoint = load_checkpoint(engine, node.node)
     if checkpoint is not None and lease.replaced is not None \
@@ -178,6 +268,68 @@ def build_pipeline(settings: PipelineSettings, registry: JobRegistry, *,
     return Assembly(pipeline, writer, metrics, checkpoint)
 
 
+def _node_metrics(node: Any, sampler: Sampler, sensors: Any, devices: Any) -> NodeMetrics:
+    from joulestat.outputs.prometheus import NodeMetrics
+
+    metrics = NodeMetrics(node, sampler.sensor_errors_total,
+                          device_state=device_state_of(sensors),
+                          sensor_faults=sampler.sensor_faults_total)
+    metrics.declare([(d.component, d.device, d.source) for d in devices])
+    metrics.describe_devices(devices)
+    return metrics
+
+
+def _agent_store(settings: StoreSettings) -> tuple[Engine, StoreWait | None]:
+    """The agent's engine, and a :class:`StoreWait` when the store does not answer yet.
+
+    A URL that can never work and a store at another revision stop the agent here, at
+    once, as before. A store that does not answer no longer holds the start: the agent
+    measures meanwhile and its writer opens the store when it answers
+    (:class:`joulestat.store.engine.StoreWait`); ``--db-wait 0`` still gives up at once.
+    """
+    from joulestat.store.engine import (
+        StoreAway,
+        StoreWait,
+        check_writer_store,
+        waited_message,
+        writer_engine,
+    )
+
+    engine, url = writer_engine(settings.db)
+    try:
+        check_writer_store(engine, url)
+    except StoreAway as exc:
+        if settings.db_wait_s <= 0:
+            engine.dispose()
+            raise ConfigError(waited_message(url, "--db", 0.0, exc.detail)) from None
+        return engine, StoreWait(engine, url, "--db", settings.db_wait_s, exc)
+    except ConfigError:
+        engine.dispose()
+        raise
+    return engine, None
+
+
+def _spool_checkpoint(spool: Spool) -> Checkpoint | None:
+    """The newest checkpoint in the spool, for a start whose store does not answer: the
+    spool's segments are newer than the store, so a crash during an outage resumes from
+    it (the store's own is read by no one until it answers, and is older)."""
+    from joulestat.store.durability import Checkpoint
+
+    found = spool.latest_checkpoint()
+    if found is None:
+        return None
+    try:
+        state = found["state"]
+        if isinstance(state, str):
+            state = json.loads(state)
+        if not isinstance(state, dict):
+            raise TypeError("not a JSON object")
+        return Checkpoint(float(found["saved_s"]), str(found["boot_id"]), state)
+    except (KeyError, TypeError, ValueError) as exc:
+        log.warning("the spool's checkpoint is unusable (%s); starting afresh", exc)
+        return None
+
+
 def _open_spool(settings: StoreSettings, node: str) -> Spool:
     """The node agent's spool (embedded runs have none: they flush as they end)."""
     from joulestat.store.durability import Spool
@@ -186,7 +338,7 @@ def _open_spool(settings: StoreSettings, node: str) -> Spool:
     directory = settings.spool_dir or (
         data_dir() / "spool" / re.sub(r"[^A-Za-z0-9._-]", "_", node))
     try:
-        spool = Spool(directory, settings.spool_max_bytes)
+        spool = Spool(directory, settings.spool_max_bytes, exclusive=True)
     except OSError as exc:
         raise ConfigError(f"--spool-dir {directory}: {exc.strerror or exc}") from None
     log.info("spool for store outages: %s (up to %d MiB)%s", directory,

@@ -6,6 +6,13 @@ extras as hooks: how long each tick's work took (``joulestat_agent_tick_seconds`
 every minute, forgetting jobs ended longer ago than ``--job-retention``. Beside the
 loop: the Prometheus endpoint, the job API, and a store thread that flushes rows so a
 slow database delays rows, never ticks. The pipeline is built by :mod:`joulestat.runtime.assembly`.
+
+A store that does not answer at start-up holds none of this up: the loop, the metrics
+and the job API start at once, the writer spools, and when the store answers the jobs
+that were running before the start are put back between two ticks
+(:class:`joulestat.runtime.assembly.LateJobs`). When the writer finds the store can
+never take its rows, the store thread stops the loop and :func:`run_agent` raises the
+writer's message (exit 2).
 """
 
 from __future__ import annotations
@@ -93,6 +100,12 @@ class StoreWorker(threading.Thread):
                     next_maintain = time.monotonic() + ROLLUP_EVERY_S
             except Exception:  # the writer logs its own failures; never kill the thread
                 log.exception("store worker error; retrying")
+            if getattr(self.writer, "fatal", None):
+                # The store can never take these rows (it came back at another
+                # revision, never answered within --db-wait, or another writer holds
+                # the node): the agent stops, and run_agent says why.
+                self._stop_event.set()
+                return
 
 
 @dataclass
@@ -109,6 +122,7 @@ class Daemon:
     stop: threading.Event = field(default_factory=threading.Event)
     writer: Any = None  # joulestat.store.writer.StoreWriter
     node_metrics: NodeMetrics | None = None
+    late_jobs: TickHook | None = None  # joulestat.runtime.assembly.LateJobs
 
     def run(self) -> None:
         worker = None
@@ -129,6 +143,8 @@ class Daemon:
         if metrics is not None:
             hooks.append(lambda _now_s, work_s: metrics.observe_tick_work(work_s))
         hooks.append(Every(MAINTAIN_EVERY_S, lambda _now_s: self._prune_ended_jobs()))
+        if self.late_jobs is not None:
+            hooks.append(self.late_jobs)
         return hooks
 
     def _prune_ended_jobs(self) -> None:
@@ -227,7 +243,8 @@ def run_agent(settings: AgentSettings) -> int:
                             token=api_settings.api_token, node=pipeline.node.node,
                             interval_s=interval_s, persist=writer.save_job_now,
                             job_secret=secret,
-                            procfs_root=settings.pipeline.host.procfs_root)
+                            procfs_root=settings.pipeline.host.procfs_root,
+                            store_state=lambda: _store_state(writer, built.late_jobs))
             try:
                 api.start()
             except ValueError as exc:
@@ -246,11 +263,22 @@ def run_agent(settings: AgentSettings) -> int:
 
     pipeline.start(built.checkpoint, now_s=time.time())
     Daemon(pipeline, interval_s, metrics.job_retention_s, stop,
-           writer=writer, node_metrics=built.node_metrics).run()
+           writer=writer, node_metrics=built.node_metrics, late_jobs=built.late_jobs).run()
     for server in servers:
         _close(server)
+    if writer.fatal is not None:
+        raise ConfigError(writer.fatal)
     log.info("stopped cleanly")
     return 0
+
+
+def _store_state(writer: Any, late_jobs: Any) -> str:
+    """The store as the job API's health answer says it: ``waiting`` (not answered
+    since start-up: the jobs running before the start are not known yet, and requests
+    naming one are answered 503), ``away`` (an outage after start), else ``up``."""
+    if writer.waiting or (late_jobs is not None and late_jobs.pending):
+        return "waiting"
+    return "away" if writer.failing else "up"
 
 
 def _close(server: Any) -> None:

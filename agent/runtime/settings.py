@@ -122,7 +122,9 @@ OPTIONS: dict[str, Option] = {
         Option("db", parse_db_url, None, "SQLAlchemy URL of the store (default: SQLite in the "
                "user data dir)", "URL"),
         Option("db_wait", parse_duration_s, 300.0,
-               "how long the agent keeps trying a store that does not answer at start-up",
+               "how long the agent keeps trying a store that does not answer at "
+               "start-up; it measures, serves metrics and the job API and spools its "
+               "rows meanwhile, then stops (0: stop at once)",
                "AGE", "5m", field="db_wait_s"),
         Option("log_level", parse_log_level, "INFO", "DEBUG, INFO, WARNING or ERROR", "LEVEL"),
         Option("interval", number_in(float, 0.05, 60, " s"), 1.0,

@@ -17,7 +17,10 @@ before it reads its checkpoint, so a crash during an outage resumes from the las
 checkpoint it took, not from the last one the database saw. A segment an agent wrote
 before the component ``gpu`` became ``accelerator`` (issue 14, migration 0006) is
 written back under the new name, so an upgrade during an outage stores no row under
-the old one.
+the old one. The agent holds its spool directory locked (``.lock``, for the life of the
+process): two agents of one node on one machine would share the default directory and
+overwrite each other's segments, and since an agent measures while it waits for its
+store, the second is refused here rather than by the node's lease.
 
 **One writer per node.** Two processes writing one node's ticks (an agent started twice
 with one ``--node``, or a ``joulestat run`` that missed the agent's address and
@@ -33,6 +36,9 @@ it with every flush and gives it up at a clean stop.
 * A holder is live while its lease has not expired; one on this machine's boot whose
   process is gone is dead at once (an agent restarted after ``kill -9`` takes its node
   back without waiting).
+* An agent that started while its store did not answer takes the lease when the store
+  answers; refused then, it stops, and what it measured meanwhile is not written (its
+  spooled segments are set aside, :meth:`Spool.set_aside_own`).
 
 **What a restart reads back**: its running jobs (:func:`load_running_jobs`) and its
 last checkpoint (:func:`load_checkpoint`), with Core table clauses only, within the
@@ -81,12 +87,17 @@ class Segment:
 class Spool:
     """Segments of one node's unwritten batches under ``directory``."""
 
-    def __init__(self, directory: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    def __init__(self, directory: Path, max_bytes: int = DEFAULT_MAX_BYTES, *,
+                 exclusive: bool = False) -> None:
         self.directory = Path(directory)
         self.max_bytes = int(max_bytes)
         make_private_dir(self.directory)
+        self._lock_fd = _lock_directory(self.directory) if exclusive else None
         segments = self.segments()
         self._next = (int(segments[-1].path.stem) + 1) if segments else 1
+        # Segments from here on are this process's own (those below it were there when
+        # it started): what a writer refused its node's lease sets aside.
+        self.first_own = self._next
         self.bytes = sum(s.size_bytes for s in segments)
         self.dropped_batches = 0
         self.dropped_rows = 0  # rows in the segments dropped over max_bytes
@@ -153,6 +164,46 @@ class Spool:
             pass
         self.bytes = max(0, self.bytes - segment.size_bytes)
 
+    def latest_checkpoint(self) -> dict[str, Any] | None:
+        """The checkpoint of the newest segment that holds one (``saved_s``, ``boot_id``,
+        ``state``), or None. The spool's segments are newer than anything in the store
+        (a flush writes the spool back before its own batch), so while the store is away
+        this is the node's latest checkpoint."""
+        for segment in reversed(self.segments()):
+            try:
+                checkpoint = json.loads(segment.path.read_bytes()).get("checkpoint")
+            except (OSError, ValueError, AttributeError):
+                continue
+            if isinstance(checkpoint, dict):
+                return checkpoint
+        return None
+
+    def set_aside_own(self, suffix: str = ".refused") -> tuple[int, int, str]:
+        """Rename this process's own segments (``first_own`` on) to ``<seq><suffix>``,
+        so no start replays them: (segments, rows, which ticks). For a writer refused
+        its node's lease once the store answered: what it measured meanwhile would count
+        the node a second time beside the lease's holder."""
+        count = rows = 0
+        first_ms: int | None = None
+        last_ms: int | None = None
+        for segment in self.segments():
+            if int(segment.path.stem) < self.first_own:
+                continue
+            try:
+                batch, _ = _decode(json.loads(segment.path.read_bytes()))
+            except (OSError, ValueError, KeyError, TypeError):
+                batch = RowBuffer()
+            if len(batch):
+                rows += len(batch)
+                first_ms = min(batch.t_end_ms[0], first_ms if first_ms is not None
+                               else batch.t_end_ms[0])
+                last_ms = max(batch.t_end_ms[-1], last_ms or 0)
+            self._forget(segment, rename_to=segment.path.with_suffix(suffix))
+            count += 1
+        span = (f"ticks ending {first_ms / 1000:.3f}..{last_ms / 1000:.3f}"
+                if first_ms is not None and last_ms is not None else "no ticks")
+        return count, rows, span
+
     def _bound(self) -> None:
         while self.bytes > self.max_bytes:
             segments = self.segments()
@@ -177,6 +228,38 @@ class Spool:
                     "store has been away too long (said once until the store takes rows "
                     "again)", self.directory, self.max_bytes, rows, span,
                     self.dropped_rows)
+
+
+class SpoolInUse(OSError):
+    """Another process holds the spool directory (an agent of the same node)."""
+
+
+def _lock_directory(directory: Path) -> int:
+    """Hold ``directory/.lock`` for the life of this process (the kernel lets go at exit,
+    ``kill -9`` included); :class:`SpoolInUse` when another process holds it.
+
+    Why: segments are named by a sequence each process counts on its own, so two agents
+    spooling into one directory (one node's agent started twice on a machine: the same
+    default ``spool/<node>``) would overwrite each other's segments. Before an agent
+    measured while waiting for its store, the second never got that far (refused by the
+    node's lease in the store); now it must be refused here, store or not."""
+    import fcntl
+
+    path = directory / ".lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        try:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        finally:
+            os.close(fd)
+        raise SpoolInUse(exc.errno, f"in use by another process (pid {holder}): an agent "
+                         "of the same node? Give each agent its own --node or --spool-dir"
+                         ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd
 
 
 def make_private_dir(directory: Path) -> None:

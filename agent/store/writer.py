@@ -28,6 +28,13 @@ and what a shutdown during an outage says is kept or lost. A spool that cannot w
 (disk full) is said once and counted (``spool_write_failures``); its batches then wait
 in memory under the queue's bound. Nothing recorded is lost silently.
 
+An agent whose store did not answer at start-up (:class:`joulestat.store.engine.StoreWait`)
+starts in that outage state, so it measures meanwhile; its probe is then the start's
+look at the store (schema, node row, lease), and ``after_open`` runs once the spool is
+written back. A store that can never take the rows (another revision, no answer within
+``--db-wait``, another live writer of the node) sets :attr:`StoreWriter.fatal`, and the
+agent stops with that message.
+
 The writer is a sink of the pipeline (:mod:`joulestat.outputs.sink`): it stores ticks,
 so it receives each tick's checkpoint and makes finished jobs final once stored.
 :meth:`StoreWriter.maintain` rolls raw rows up into minutes, adds settled rows to the
@@ -56,11 +63,19 @@ from sqlalchemy import select
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from joulestat.core.errors import ConfigError
 from joulestat.core.tick import Tick
 from joulestat.devices.sensor import DeviceInfo
 from joulestat.host.identity import NodeInfo
-from joulestat.store.durability import NodeLease, Spool
-from joulestat.store.engine import describe_error, dialect_insert, redact_url
+from joulestat.store.durability import NodeLease, NodeLeaseError, Spool
+from joulestat.store.engine import (
+    StoreAway,
+    StoreError,
+    StoreWait,
+    describe_error,
+    dialect_insert,
+    redact_url,
+)
 from joulestat.store.maintenance import MaintainResult, PartitionKeeper, maintain_node
 from joulestat.store.rows import (
     PendingJobs,
@@ -254,7 +269,7 @@ class Outage:
                      replayed, written)
         return written, stale
 
-    def failed(self, exc: SQLAlchemyError, action: str) -> None:
+    def failed(self, exc: Exception, action: str) -> None:
         self.failures += 1
         if self.failures == 1 or self.may_warn():
             kept = f"keeping {len(self.queue)} rows in memory"
@@ -338,6 +353,8 @@ class StoreWriter:
         max_buffered_rows: int = DEFAULT_MAX_BUFFERED_ROWS,
         spool: Spool | None = None,
         lease: NodeLease | None = None,
+        wait: StoreWait | None = None,
+        after_open: Callable[[], None] | None = None,
     ) -> None:
         if raw_retention_s < 2 * MINUTE_MS / 1000:
             raise ValueError(f"raw_retention_s must be at least 120 s, got {raw_retention_s}")
@@ -373,6 +390,24 @@ class StoreWriter:
         # someone waits for its final figures); the store thread sleeps on it.
         self.wake = threading.Event()
         self.partitions = PartitionKeeper(engine.dialect.name, node.node)  # PostgreSQL's
+        # A store that did not answer at start (the agent measures meanwhile): nothing
+        # touches it until wait.check() says it answers at the head revision; then
+        # after_open() runs once the spool is written back (the daemon restores the jobs
+        # that were running before the start). Until then the writer is in its outage
+        # state: rows to the spool, the store probed every RECONNECT_EVERY_S.
+        self._wait = wait if wait is not None and not wait.opened else None
+        self._after_open = after_open
+        self._after_open_due = False
+        # Set when the store can never take this writer's rows (another revision, never
+        # answered within --db-wait, another live writer holds the node's lease): the
+        # agent stops with this message. ``_discard``: the rows measured are not to be
+        # written at all (they would count the node twice beside the lease's holder).
+        self.fatal: str | None = None
+        self._discard = False
+        self.discarded_rows = 0
+        if self._wait is not None:
+            self.outage.failures = 1  # store_up 0, probes every RECONNECT_EVERY_S
+            return
         try:
             self._register()
         except SQLAlchemyError as exc:
@@ -381,8 +416,13 @@ class StoreWriter:
 
     @property
     def failing(self) -> bool:
-        """True while the last write to the store failed."""
+        """True while the last write to the store failed (or it has not answered yet)."""
         return self.outage.failures > 0
+
+    @property
+    def waiting(self) -> bool:
+        """True while the store has not answered since start-up."""
+        return self._wait is not None and not self._wait.opened
 
     @property
     def spooled_rows(self) -> int:
@@ -462,16 +502,22 @@ class StoreWriter:
         """Write ``job``'s row now, outside the batch: the API answers 201 only for a job
         a crash cannot lose. False (logged) when the store cannot take it yet; the row
         then goes with the next flush like any other."""
+        if self.waiting:  # not answered since start-up: the probe finds it, not the API
+            return False  # (whose client would wait for a store that may take seconds)
         pending = PendingJobs()
         pending.save_job(job, self.node)
         with self._io_lock:
+            if self.fatal is not None:
+                return False
             try:
-                if not self._registered:
-                    self._register()
+                self._connect()
                 with self.engine.begin() as connection:
                     write_pending(connection, self._insert, pending, self.node.node)
-            except SQLAlchemyError as exc:
+            except (SQLAlchemyError, StoreAway) as exc:
                 self.outage.failed(exc, "write a new job to")
+                return False
+            except (ConfigError, NodeLeaseError) as exc:
+                self._refuse(exc)
                 return False
         return True
 
@@ -496,6 +542,8 @@ class StoreWriter:
         minute, but meanwhile the store is probed every ``RECONNECT_EVERY_S`` and
         written as soon as it answers.
         """
+        if self.fatal is not None:
+            return False
         due = self._next_flush_s is None or now_s >= self._next_flush_s or (
             not self.failing and len(self.queue) >= self.max_batch_rows
         )
@@ -524,7 +572,21 @@ class StoreWriter:
         return max(0.0, due_s - now_s)
 
     def _store_answers(self) -> bool:
-        """One connection and one small read: is the store back? No rows move."""
+        """One connection and one small read: is the store back? No rows move.
+
+        While the store has not answered since start-up, the look is the start's
+        (schema, node row, lease: :meth:`_connect`)."""
+        if self.waiting:
+            with self._io_lock:
+                try:
+                    self._connect()
+                except (SQLAlchemyError, StoreAway) as exc:
+                    log.debug("store %s still away: %s", self._url, describe_error(exc))
+                    return False
+                except (ConfigError, NodeLeaseError) as exc:
+                    self._refuse(exc)
+                    return False
+            return True
         try:
             with self.engine.connect() as connection:
                 connection.execute(select(NODES.c.node).limit(1)).first()
@@ -542,14 +604,15 @@ class StoreWriter:
         else back to the front of the memory buffer, to be retried.
         """
         with self._io_lock:
+            if self.fatal is not None:
+                return False
             batch, pending, finishing = self.queue.take()
             if not len(batch) and not pending and not self.spool:
                 _mark_final(finishing)
                 return True
             started = time.perf_counter()
             try:
-                if not self._registered:
-                    self._register()
+                self._connect()
                 written = stale = 0
                 if self.spool:
                     written, stale = self.outage.replay(self._write_one)
@@ -557,9 +620,12 @@ class StoreWriter:
                     with self.engine.begin() as connection:
                         batch_written, batch_stale = self._write(connection, batch, pending)
                     written, stale = written + batch_written, stale + batch_stale
-            except SQLAlchemyError as exc:
+            except (SQLAlchemyError, StoreAway) as exc:
                 self.outage.keep(batch, pending, finishing)
                 self.outage.failed(exc, "write ticks to")
+                return False
+            except (ConfigError, NodeLeaseError) as exc:
+                self._refuse(exc, batch, pending, finishing)
                 return False
             self.flushes += 1
             self.flush_seconds_sum += time.perf_counter() - started
@@ -572,7 +638,14 @@ class StoreWriter:
                           "wall clock stepped back?", stale,
                           self._settled_until_ms)
             self.outage.recovered()
-            return True
+        if self._after_open_due and self._after_open is not None:
+            try:
+                self._after_open()
+            except StoreError as exc:  # tried again after the next flush
+                log.warning("%s; trying again with the next flush", exc)
+            else:
+                self._after_open_due = False
+        return True
 
     def maintain(self, now_s: float) -> MaintainResult | None:
         """Roll up complete minutes and prune old raw rows; None if it could not run.
@@ -584,14 +657,18 @@ class StoreWriter:
         if not self.flush():
             return None
         with self._io_lock:
+            if self.fatal is not None:
+                return None
             try:
-                if not self._registered:
-                    self._register()
+                self._connect()
                 with self.engine.begin() as connection:
                     result = maintain_node(connection, self._insert, self.node.node, now_s,
                                            self.raw_retention_s, self.partitions.active)
-            except SQLAlchemyError as exc:
+            except (SQLAlchemyError, StoreAway) as exc:
                 self.outage.failed(exc, "maintain rollups in")
+                return None
+            except (ConfigError, NodeLeaseError) as exc:
+                self._refuse(exc)
                 return None
             self.partitions.after_maintain(self.engine, now_s, result.raw_pruned_until_ms)
         self._settled_until_ms = result.totals_until_ms
@@ -601,7 +678,10 @@ class StoreWriter:
 
     def close(self) -> None:
         """Flush what is buffered and give up the node's lease; says where rows wait, or
-        how many are lost, if the store is still away."""
+        how many are lost, if the store is still away (or can never take them)."""
+        if self.fatal is not None:
+            self._close_refused()
+            return
         if self.flush():
             if self.lease is not None:
                 try:
@@ -613,6 +693,72 @@ class StoreWriter:
         self.outage.report_shutdown()
 
     # -- internals --------------------------------------------------------------------
+
+    def _connect(self) -> None:
+        """Before a write: when the store has not answered since start-up, its look
+        (:meth:`StoreWait.check`: answers, head revision, schema created when new); then,
+        once, the node row and the node's lease. Raises SQLAlchemyError or
+        :class:`StoreAway` (not now) or ConfigError or NodeLeaseError (never)."""
+        if self._registered:
+            return
+        if self._wait is not None and not self._wait.opened:
+            self._wait.check()
+            self._after_open_due = True
+        self._register()
+
+    def _refuse(self, exc: Exception, batch: RowBuffer | None = None,
+                pending: PendingJobs | None = None, finishing: list[Job] | None = None
+                ) -> None:
+        """The store can never take this writer's rows: say why, keep or set aside what
+        waits, and wake the store thread, which stops the agent (caller holds _io_lock).
+
+        Another live writer of the node (:class:`NodeLeaseError`): what this one measured
+        while it waited for the store would count the node twice, so it is not written:
+        its spooled batches are renamed ``*.refused`` (kept for a person to judge, never
+        replayed) and what is in memory is dropped, counted. Anything else (another
+        schema revision, --db-wait over): the rows are good, so they wait in the spool
+        for the next start."""
+        duplicate = isinstance(exc, NodeLeaseError)
+        self._discard = duplicate
+        message = str(exc)
+        if duplicate:
+            dropped = (len(batch) if batch is not None else 0) + len(self.queue)
+            self.queue.take()
+            self.discarded_rows += dropped
+            kept = ""
+            if self.spool is not None:
+                segments, rows, span = self.spool.set_aside_own()
+                kept = (f"; {rows} rows it spooled ({segments} batch(es), {span}) are set "
+                        f"aside as *.refused in {self.spool.directory}, never written back")
+            waited = (f" (found when the store answered, {self._wait.waited_s:.0f} s after "
+                      "start-up)" if self._wait is not None else "")
+            message = (f"{message}{waited}. What this agent measured meanwhile is not "
+                       f"written, as it would count the node twice: {dropped} rows in "
+                       f"memory dropped{kept}")
+        elif batch is not None and pending is not None:
+            self.outage.keep(batch, pending, finishing or [])
+        self.fatal = message
+        log.error("%s", message)
+        self.wake.set()
+
+    def _close_refused(self) -> None:
+        """close() of a refused writer: what came since goes where the refusal said."""
+        batch, pending, finishing = self.queue.take()
+        if self._discard:
+            if len(batch):
+                self.discarded_rows += len(batch)
+                log.warning("dropped the %d rows of the last tick(s) too (%d in all): "
+                            "another writer holds node %r", len(batch),
+                            self.discarded_rows, self.node.node)
+            return
+        self.outage.keep(batch, pending, finishing)
+        if self.spool is not None and not len(self.queue):
+            log.warning("%d bytes of rows measured by this agent wait in the spool %s and "
+                        "go to the store at the next start that can write them",
+                        self.spool.bytes, self.spool.directory)
+        elif len(self.queue):
+            log.error("%d buffered rows and %d job updates are lost (no spool could take "
+                      "them)", len(self.queue), len(self.queue.pending.jobs))
 
     def _write_one(self, batch: RowBuffer, pending: PendingJobs) -> tuple[int, int]:
         """One spooled batch in a transaction of its own."""

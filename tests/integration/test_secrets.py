@@ -38,8 +38,11 @@ def cli(*args: str, env: dict[str, str], timeout_s: float = 60) -> str:
     ("import", "missing.json", "--db", BAD_DB),
     ("db", "--db", BAD_DB, "upgrade"),  # a mistyped command line: argparse's own error
 ])
-def test_a_store_password_is_never_printed(command: tuple[str, ...]) -> None:
-    output = cli(*command, env=agent_env(JOULESTAT_AGENT_URL="http://127.0.0.1:9"))
+def test_a_store_password_is_never_printed(command: tuple[str, ...], tmp_path: Path) -> None:
+    # The agent measures while it waits for its store, into a spool in the data dir:
+    # this test's own, never the developer's.
+    output = cli(*command, env=agent_env(JOULESTAT_AGENT_URL="http://127.0.0.1:9",
+                                         XDG_DATA_HOME=str(tmp_path)))
     assert output.strip(), "the command said nothing about the bad store"
     assert SECRET not in output
     assert "u:***@127.0.0.1" in output or "missing.json" in output

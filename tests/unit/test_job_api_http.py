@@ -122,3 +122,29 @@ def test_non_loopback_host_needs_a_token(registry: JobRegistry) -> None:
     for host in ("127.0.0.1", "127.8.9.10", "::1", "[::1]", "localhost", "LOCALHOST"):
         assert is_loopback(host)
         check_exposure(host, None)
+
+
+def test_a_job_not_known_while_the_store_has_not_answered_is_503_not_404(
+        registry: JobRegistry) -> None:
+    """The agent measures while it waits for its store at start-up, and the jobs that
+    were running before the start are in that store: a request naming a job the API
+    does not know may be about one of them, so it is asked again (503, Retry-After),
+    neither taken for a new job nor told the job does not exist."""
+    state = ["waiting"]
+    api = ApiServer(registry, "127.0.0.1", 0, node="node-a", store_state=lambda: state[0])
+    with api:
+        port = api.port
+        assert call(port, "GET", "/v1/health")[2]["store"] == "waiting"
+        unknown = "a" * 32
+        for method, path, body in (("GET", f"/v1/jobs/{unknown}", None),
+                                   ("POST", f"/v1/jobs/{unknown}/end", {}),
+                                   ("POST", "/v1/jobs", {**JOB, "job_id": unknown})):
+            status, headers, answer = call(port, method, path, body)
+            assert status == 503 and headers["retry-after"] == "2", (method, path, answer)
+            assert "waiting for its store" in answer["error"]
+        assert unknown not in {job.id for job in registry.jobs()}
+        job = register(port)  # a new job (no id given) is taken at once
+        assert call(port, "GET", f"/v1/jobs/{job['id']}")[0] == 200
+        state[0] = "up"  # the store answered and the jobs of before are back
+        assert call(port, "GET", "/v1/health")[2]["store"] == "up"
+        assert call(port, "GET", f"/v1/jobs/{unknown}")[0] == 404
