@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
 from joulestat.core.logs import LogOnce
-from joulestat.core.tick import Component
+from joulestat.core.tick import Component, fill_source
+from joulestat.devices.counter_faults import CounterFault, CounterRepair, FaultLog
 from joulestat.devices.sensor import (
     BadState,
     Capabilities,
@@ -89,16 +90,32 @@ class EmptySensor(Sensor):
         return {}
 
 
+# Per device: no accelerator shipping draws this much (the largest boards are rated at
+# 1-1.5 kW), yet a bogus step of a 64-bit counter is far past it in any tick.
+MAX_ACCELERATOR_POWER_W = 3000.0
+# NVML's energy counter updates every 20-100 ms (docs: nvmlDeviceGetTotalEnergyConsumption;
+# shared/REFERENCE.md), amdsmi's and HLML's about as often: an unchanged counter is a
+# freeze only after a second of a device that was drawing power.
+ACCELERATOR_FROZEN_AFTER_S = 1.0
+# Allowance added to the elapsed time before judging a step implausible.
+SLACK_S = 0.1
+
+
 @dataclass
 class CounterTrack:
     """Cumulative joules from a counter that counts from driver load and may go back.
 
     A counter that goes backwards (driver reload, device reset) is not a wrap: vendors'
-    accelerator counters are 64-bit. The new value becomes the baseline, the interval
-    across the reset adds nothing (never a negative delta), and the event is logged
-    once per reset. A delta in counter units is ``* scale_j / units_per_j`` joules: AMD's
-    µJ times its resolution multiply by ``scale_j`` (1e-6), NVML's mJ divide by
-    ``units_per_j`` (1000), each as its sensor always computed it, to the last bit.
+    accelerator counters are 64-bit. The new value becomes the baseline. A delta in
+    counter units is ``* scale_j / units_per_j`` joules: AMD's µJ times its resolution
+    multiply by ``scale_j`` (1e-6), NVML's mJ divide by ``units_per_j`` (1000), each as
+    its sensor always computed it, to the last bit.
+
+    With ``repair`` attached (the sensor does, and reads with a time) a counter that goes
+    back, jumps past :data:`MAX_ACCELERATOR_POWER_W`, freezes while the device drew power
+    or cannot be read has the time filled from its recent power, as RAPL's
+    (:mod:`joulestat.devices.counter_faults`): ``energy_j`` stays what the counter
+    measured, ``repair.filled_j`` what was filled.
     """
 
     label: str
@@ -107,8 +124,66 @@ class CounterTrack:
     energy_j: float = 0.0
     resets: int = 0
     units_per_j: float = 1.0
+    repair: CounterRepair | None = None
+    last_s: float | None = None  # when ``last`` was read (monotonic s)
+    read_s: float | None = None  # the last read, good or filled
 
-    def update(self, value: float) -> float:
+    @property
+    def filled_j(self) -> float:
+        return 0.0 if self.repair is None else self.repair.filled_j
+
+    def update(self, value: float, now_s: float | None = None) -> float:
+        """Take the counter's ``value`` read at ``now_s`` (None: no fault is judged, as
+        for the reads a sensor takes while it opens)."""
+        if self.repair is not None:
+            self.repair.filled_now = False
+        if self.last is None or self.repair is None or now_s is None:
+            return self._plain(value, now_s)
+        since_read_s = max(now_s - (self.read_s if self.read_s is not None else now_s), 0.0)
+        self.read_s = now_s
+        if self.last_s is None or now_s < self.last_s:
+            # Restored from a checkpoint, or read on another clock than the last read
+            # (monotonic never goes back in one process): no time to judge by yet.
+            return self._plain(value, now_s)
+        elapsed_s = max(now_s - self.last_s, 0.0)
+        if value < self.last:
+            self.resets += 1
+            self.repair.fault(CounterFault.BACKWARDS, now_s, since_read_s,
+                              f"went back from {self.last} to {value} (driver reload or "
+                              "reset?)", rebased=True)
+            self.last, self.last_s = value, now_s
+            return self.energy_j
+        delta_j = (value - self.last) * self.scale_j / self.units_per_j
+        if delta_j > MAX_ACCELERATOR_POWER_W * (elapsed_s + SLACK_S):
+            self.repair.fault(CounterFault.JUMP, now_s, since_read_s,
+                              f"a jump of {delta_j:.1f} J in {elapsed_s:.3f} s, over "
+                              f"{MAX_ACCELERATOR_POWER_W:.0f} W", rebased=True)
+            self.last, self.last_s = value, now_s
+            return self.energy_j
+        if value == self.last:
+            self.repair.unchanged(now_s, elapsed_s, since_read_s,
+                                  f"stuck at {value} for {elapsed_s:.1f} s")
+            return self.energy_j
+        if self.repair.advanced(delta_j, elapsed_s, since_read_s, now_s):
+            self.energy_j += (value - self.last) * self.scale_j / self.units_per_j
+        self.last, self.last_s = value, now_s
+        return self.energy_j
+
+    def unreadable(self, now_s: float, detail: str) -> bool:
+        """The counter could not be read now: the time since the last read is filled;
+        False when there is nothing to fill from (no repair attached, never read)."""
+        if self.repair is None or self.last is None or self.read_s is None:
+            return False
+        since_read_s = max(now_s - self.read_s, 0.0)
+        self.read_s = now_s
+        self.repair.filled_now = False
+        self.repair.fault(CounterFault.UNREADABLE, now_s, since_read_s, detail,
+                          rebased=False)
+        return True
+
+    def _plain(self, value: float, now_s: float | None) -> float:
+        """The reading without fault handling: a counter that went back is a new
+        baseline, nothing counted across it (said each time)."""
         if self.last is not None:
             if value < self.last:
                 self.resets += 1
@@ -118,6 +193,8 @@ class CounterTrack:
             else:
                 self.energy_j += (value - self.last) * self.scale_j / self.units_per_j
         self.last = value
+        if now_s is not None:
+            self.last_s = self.read_s = now_s
         return self.energy_j
 
 
@@ -173,7 +250,10 @@ class VendorDevice(Accelerator):
 
     @property
     def energy_j(self) -> float:
-        return self.counter.energy_j if self.counting else self.power.energy_j
+        """Cumulative energy: the counter's, with what was filled for its faults."""
+        if self.counting:
+            return self.counter.energy_j + self.counter.filled_j
+        return self.power.energy_j
 
 
 D = TypeVar("D", bound=Accelerator)
@@ -245,6 +325,12 @@ class VendorSensor(Sensor, ABC, Generic[D]):
         """The device's clock and memory in use now (a vendor with ``live_state``)."""
         return DeviceState()
 
+    def _unreadable(self, device: D, now_s: float, detail: str) -> bool:
+        """``device`` could not be read now: True when the time was filled, and said, as
+        a counter fault (MeteredSensor); else its last value is kept and the failure
+        said here."""
+        return False
+
     def _checkpoint_id(self, device: D) -> str:
         """What names ``device`` in a checkpoint: its stable id."""
         return device.uuid
@@ -259,10 +345,11 @@ class VendorSensor(Sensor, ABC, Generic[D]):
             try:
                 self._update(dev, now_s)
             except self._errors() as exc:
-                self._problems.problem(
-                    dev.device, f"{type(exc).__name__}: {exc}",
-                    "%s %d (%s): %s read failed: %s; keeping its last value",
-                    self.kind, dev.index, dev.uuid, self.library, exc)
+                if not self._unreadable(dev, now_s, f"{self.library} read failed: {exc}"):
+                    self._problems.problem(
+                        dev.device, f"{type(exc).__name__}: {exc}",
+                        "%s %d (%s): %s read failed: %s; keeping its last value",
+                        self.kind, dev.index, dev.uuid, self.library, exc)
                 continue
             self._problems.recovered(dev.device, "%s %d (%s): %s reads work again",
                                      self.kind, dev.index, dev.uuid, self.library)
@@ -359,6 +446,18 @@ class MeteredSensor(VendorSensor[M]):
             energy_counter=any(d.source == self.source_energy for d in devices),
             power_only=bool(devices) and all(d.source == self.source_power for d in devices),
             per_process=self.per_process, live_state=self.live_state))
+        # A counter that faults is filled, counted and said, as RAPL's (counter_faults).
+        self._faults = FaultLog(logger, self.source_energy, fill_source(self.source_energy))
+        for dev in devices:
+            if dev.counting:
+                dev.counter.repair = CounterRepair(
+                    self._faults, f"{self.kind} {dev.index} ({dev.uuid})",
+                    ACCELERATOR_FROZEN_AFTER_S)
+
+    def faults_total(self) -> dict[str, int]:
+        if not self.capabilities.energy_counter:
+            return {}
+        return dict(self._faults.totals)
 
     @abstractmethod
     def _read_counter(self, device: M) -> float:
@@ -370,12 +469,17 @@ class MeteredSensor(VendorSensor[M]):
 
     def _update(self, device: M, now_s: float) -> None:
         if device.source == self.source_energy:
-            device.counter.update(self._read_counter(device))
+            device.counter.update(self._read_counter(device), now_s)
         else:
             device.power.update(self._read_power(device), now_s)
 
+    def _unreadable(self, device: M, now_s: float, detail: str) -> bool:
+        return device.counting and device.counter.unreadable(now_s, detail)
+
     def _readings(self, device: M) -> list[Reading]:
-        return [Reading(Component.ACCELERATOR, device.device, device.energy_j, device.source)]
+        repair = device.counter.repair if device.counting else None
+        return [Reading(Component.ACCELERATOR, device.device, device.energy_j, device.source,
+                        repair is not None and repair.filled_now)]
 
     def _describe_device(self, device: M) -> list[DeviceInfo]:
         return [DeviceInfo(Component.ACCELERATOR, device.device, device.source,

@@ -217,7 +217,7 @@ def _measured_device(amdsmi: ModuleType, index: int, handle: Any, now_s: float,
         why = f"no energy counter ({exc})"
     if not why:
         counter = CounterTrack(label, 1e-6)
-        counter.update(second_uj)
+        counter.update(second_uj, now_s)
         return _AmdGpu(index, uuid, model, handle, SOURCE_ENERGY, counter, PowerTrack(),
                        counting=True)
     log.warning("%s: %s; integrating socket power instead", label, why)

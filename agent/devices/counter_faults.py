@@ -1,13 +1,14 @@
 """What a hardware energy counter does wrong, and how the energy of its faulty ticks is
-filled in instead of lost.
+filled in instead of lost: one rule for RAPL (:mod:`joulestat.devices.rapl`) and the
+accelerators' counters (NVML, amdsmi, HLML: :mod:`joulestat.devices.accelerator`).
 
-A cumulative counter (RAPL's ``energy_uj``) can freeze while the hardware still draws
-power, go back without a wrap (a reset to 0), jump past anything the part can draw,
-change the range it wraps at, or vanish. Each of these used to leave a tick of 0 J
-labelled as measured. Now the tick's energy is *filled*: the zone's recent power (an
-average over the last few seconds of good reads) times the tick's length, stored under
-the provenance :func:`joulestat.core.tick.fill_source` gives (``fill:rapl``), which every
-view classes as estimated. When the counter reads normally again:
+A cumulative counter (RAPL's ``energy_uj``, NVML's total energy) can freeze while the
+hardware still draws power, go back without a wrap (a reset to 0), jump past anything
+the part can draw, change the range it wraps at, or vanish. Each of these used to leave
+a tick of 0 J labelled as measured. Now the tick's energy is *filled*: the device's
+recent power (the mean of its last 5 s of good reads) times the tick's length, stored
+under the provenance :func:`joulestat.core.tick.fill_source` gives (``fill:rapl``), which
+every view classes as estimated. When the counter reads normally again:
 
 * after a freeze or an unreadable stretch whose counter *caught up* (the hardware kept
   counting: the delta over the gap is about the gap times the recent power, not one
@@ -30,19 +31,12 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 
 # The recent power a fill uses is the mean over the good reads of about this long: long
 # enough to smooth one noisy tick, short enough to follow a job that just started.
 RECENT_POWER_WINDOW_S = 5.0
-# A counter that has not moved for this long while its zone drew power is frozen. RAPL
-# updates about every millisecond (kernel powercap docs; Intel SDM vol. 3B 15.10), so a
-# tick (0.05 s at the shortest) that shows no change is already a fault; the margin only
-# keeps two reads an instant apart from looking like one.
-FROZEN_AFTER_S = 0.05
-
-
 class CounterFault(StrEnum):
     """A kind of counter misbehaviour: the ``kind`` label of the faults metric."""
 
@@ -59,67 +53,142 @@ class _Event:
 
     kind: CounterFault
     since_s: float
-    filled_uj: int = 0
+    filled_j: float = 0.0
 
 
-@dataclass
-class FillState:
-    """One counter's memory for filling: its recent power and the fault it is in.
+class CounterRepair:
+    """One counter's fault handling: its recent power, the fault it is in, and the
+    energy filled for it so far (``filled_j``, cumulative, part of the series' energy).
 
-    ``gap_filled_uj`` is what was filled since the counter's last good value, the part
-    a catch-up reconciles against; a re-based counter (jump, reset) starts it afresh.
+    The sensor reads its counter in its own units and says what it saw: a fault
+    (:meth:`fault`), a read that did not move (:meth:`unchanged`), or a plausible
+    advance (:meth:`advanced`, which says whether the delta counts as measured).
+    ``gap_filled_j`` is what was filled since the counter's last good value, the part a
+    catch-up reconciles against; a re-based counter (jump, reset) starts it afresh.
+    ``filled_now`` says the latest read's gain was filled (``Reading.filled``).
     """
 
-    recent_w: float | None = None
-    gap_filled_uj: int = 0
-    event: _Event | None = None
-    # The good reads behind recent_w: (µJ, s), the newest last, RECENT_POWER_WINDOW_S
-    # of them (the newest is kept whatever its length).
-    _window: deque[tuple[int, float]] = field(default_factory=deque)
-    _window_uj: int = 0
-    _window_s: float = 0.0
+    def __init__(self, faults: FaultLog, what: str, frozen_after_s: float) -> None:
+        self.faults, self.what, self.frozen_after_s = faults, what, frozen_after_s
+        self.recent_w: float | None = None
+        self.filled_j = 0.0
+        self.filled_now = False
+        self.gap_filled_j = 0.0
+        self.event: _Event | None = None
+        # Seen standing still for a while before it had drawn anything: a device that
+        # draws nothing when idle (a fake in a test; no real RAPL zone or accelerator
+        # does), whose counter stopping again later is idleness, not a freeze.
+        self.stands_still = False
+        # The good reads behind recent_w: (J, s), the newest last, RECENT_POWER_WINDOW_S
+        # of them (the newest is kept whatever its length).
+        self._window: deque[tuple[float, float]] = deque()
+        self._window_j = 0.0
+        self._window_s = 0.0
 
-    def learn(self, delta_uj: int, elapsed_s: float) -> None:
+    def fault(self, kind: CounterFault, now_s: float, since_read_s: float, detail: str,
+              *, rebased: bool, extra_j: float = 0.0) -> None:
+        """Fill the time since the last read at the recent power (plus ``extra_j``); a
+        re-based counter (``rebased``) continues from its new value, its gap closed."""
+        self.faults.begin(self, kind, now_s, self.what, detail)
+        added_j = self._fill_j(since_read_s) + extra_j
+        self.filled_j += added_j
+        self.gap_filled_j = 0.0 if rebased else self.gap_filled_j + added_j
+        assert self.event is not None
+        self.event.filled_j += added_j
+        self.filled_now = True
+
+    def unchanged(self, now_s: float, elapsed_s: float, since_read_s: float,
+                  detail: str) -> bool:
+        """A read that shows no change ``elapsed_s`` after the last good value: True when
+        that is a freeze (filled: the counter stopped while the device drew power)."""
+        if elapsed_s < self.frozen_after_s:
+            return False  # too soon to tell: the next delta covers this read's time too
+        if not self.recent_w or self.stands_still:
+            self.stands_still = self.stands_still or not self.recent_w
+            return False
+        # The counter stopped inside the last good read's interval: that read's
+        # shortfall is filled with the freeze's first tick.
+        short_j = self._stopped_short_j() if self.event is None else 0.0
+        self.fault(CounterFault.FROZEN, now_s, since_read_s, detail, rebased=False,
+                   extra_j=short_j)
+        return True
+
+    def advanced(self, delta_j: float, elapsed_s: float, since_read_s: float,
+                 now_s: float) -> bool:
+        """A plausible delta over ``elapsed_s`` since the last good value: True when it
+        counts as measured, False when it went into the fill (a caught-up gap). Ends
+        the open fault, if any, saying its span and what was filled."""
+        if self.event is None:
+            self._learn(delta_j, elapsed_s)
+            return True
+        measured = True
+        if self._caught_up(delta_j, elapsed_s, since_read_s):
+            rest_j = max(delta_j - self.gap_filled_j, 0.0)
+            outcome = (f"the counter caught up with {delta_j:.1f} J over the gap, so "
+                       f"{rest_j:.1f} J more were added as fill")
+            self._add_fill(rest_j)
+            measured = False
+        elif self.gap_filled_j == 0:
+            outcome = "counting went on from the value it was re-based at"
+            self._learn(delta_j, min(elapsed_s, since_read_s))
+        else:
+            # Resumed from where it stopped, somewhere inside this read's interval: what
+            # it counted is this tick's end; its start, still stopped, is filled.
+            short_j = max(self._fill_j(since_read_s) - delta_j, 0.0)
+            outcome = (f"the counter resumed without catching up; the fill stands, "
+                       f"{short_j:.1f} J more for the part of this tick it was still "
+                       f"stopped")
+            self._add_fill(short_j)
+        self.gap_filled_j = 0.0
+        self.faults.end(self, now_s, self.what, outcome)
+        return measured
+
+    def _add_fill(self, joules: float) -> None:
+        self.filled_j += joules
+        assert self.event is not None
+        self.event.filled_j += joules
+        self.filled_now = True
+
+    def _learn(self, delta_j: float, elapsed_s: float) -> None:
         """Add a good read to the window the recent power is the mean of."""
         if elapsed_s <= 0:
             return
-        self._window.append((delta_uj, elapsed_s))
-        self._window_uj += delta_uj
+        self._window.append((delta_j, elapsed_s))
+        self._window_j += delta_j
         self._window_s += elapsed_s
         while len(self._window) > 1 and \
                 self._window_s - self._window[0][1] >= RECENT_POWER_WINDOW_S:
-            old_uj, old_s = self._window.popleft()
-            self._window_uj -= old_uj
+            old_j, old_s = self._window.popleft()
+            self._window_j -= old_j
             self._window_s -= old_s
-        self.recent_w = self._window_uj / 1e6 / self._window_s
+        self.recent_w = self._window_j / self._window_s
 
-    def stopped_short_uj(self) -> int:
+    def _stopped_short_j(self) -> float:
         """What the newest good read missed, for a counter now found frozen: it stopped
         somewhere inside that read's interval, so that read counted only part of it. The
-        read leaves the window (it is not the zone's power) and the shortfall against the
-        power of the reads before it is returned, to be filled with the freeze."""
+        read leaves the window (it is not the device's power) and its shortfall against
+        the power of the reads before it is returned."""
         if len(self._window) < 2:
-            return 0
-        delta_uj, elapsed_s = self._window.pop()
-        self._window_uj -= delta_uj
+            return 0.0
+        delta_j, elapsed_s = self._window.pop()
+        self._window_j -= delta_j
         self._window_s -= elapsed_s
-        self.recent_w = self._window_uj / 1e6 / self._window_s
-        return max(self.fill_uj(elapsed_s) - delta_uj, 0)
+        self.recent_w = self._window_j / self._window_s
+        return max(self._fill_j(elapsed_s) - delta_j, 0.0)
 
-    def fill_uj(self, elapsed_s: float) -> int:
+    def _fill_j(self, elapsed_s: float) -> float:
         """Energy to fill for ``elapsed_s`` seconds: the recent power's, or 0 when no good
         read has said what it is yet (the start log says so)."""
         if self.recent_w is None or elapsed_s <= 0:
-            return 0
-        return round(self.recent_w * elapsed_s * 1e6)
+            return 0.0
+        return self.recent_w * elapsed_s
 
-    def caught_up(self, delta_uj: int, gap_s: float, since_read_s: float) -> bool:
+    def _caught_up(self, delta_j: float, gap_s: float, since_read_s: float) -> bool:
         """Whether a delta over the whole gap since the last good value is the gap's
         energy (the hardware kept counting) rather than the last tick's alone."""
-        if self.gap_filled_uj <= 0 or not self.recent_w:
+        if self.gap_filled_j <= 0 or not self.recent_w:
             return False
-        midway_s = (gap_s + since_read_s) / 2
-        return delta_uj > self.recent_w * midway_s * 1e6
+        return delta_j > self.recent_w * (gap_s + since_read_s) / 2
 
 
 class FaultLog:
@@ -135,7 +204,7 @@ class FaultLog:
     def count(self, kind: CounterFault) -> None:
         self.totals[kind.value] += 1
 
-    def begin(self, state: FillState, kind: CounterFault, now_s: float, what: str,
+    def begin(self, state: CounterRepair, kind: CounterFault, now_s: float, what: str,
               detail: str) -> None:
         """``state`` is in a fault of ``kind`` from ``now_s``: counted and said, unless it
         is the fault already open (a frozen counter stays one event however long)."""
@@ -154,7 +223,7 @@ class FaultLog:
         self._log.warning("%s: %s (%s); %s until it reads normally", what, kind.value,
                           detail, filling)
 
-    def end(self, state: FillState, now_s: float, what: str, outcome: str) -> None:
+    def end(self, state: CounterRepair, now_s: float, what: str, outcome: str) -> None:
         """Close the open event of ``state``, saying its span and the energy filled."""
         event = state.event
         if event is None:
@@ -166,4 +235,4 @@ class FaultLog:
         ended = time.strftime("%H:%M:%S", time.gmtime(ended_wall))
         self._log.warning("%s: %s from %s to %s UTC (%.1f s); %.1f J filled as %s; %s",
                           what, event.kind.value, started, ended, span_s,
-                          event.filled_uj / 1e6, self._fill_source, outcome)
+                          event.filled_j, self._fill_source, outcome)

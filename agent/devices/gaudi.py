@@ -104,7 +104,7 @@ def _measured_device(hlml: ModuleType, index: int, now_s: float) -> _Hpu | None:
     label = f"Gaudi {index} ({uuid})"
     try:
         counter = CounterTrack(label, 1e-3)
-        counter.update(float(hlml.hlmlDeviceGetTotalEnergyConsumption(handle)))
+        counter.update(float(hlml.hlmlDeviceGetTotalEnergyConsumption(handle)), now_s)
         return _Hpu(index, uuid, model, handle, SOURCE_ENERGY, counter, PowerTrack(),
                     counting=True)
     except (hlml.HLMLError, OSError) as exc:

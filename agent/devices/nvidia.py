@@ -319,7 +319,7 @@ def _open_device(nvml: ModuleType, index: int, now_s: float) -> _Gpu | None:
     power = PowerTrack(units_per_w=MW_PER_W)
     source = SOURCE_ENERGY
     try:
-        counter.update(int(nvml.nvmlDeviceGetTotalEnergyConsumption(handle)))
+        counter.update(int(nvml.nvmlDeviceGetTotalEnergyConsumption(handle)), now_s)
     except nvml.NVMLError as exc:
         log.debug("GPU %d: no energy counter (%s); integrating power instead", index, exc)
         source = SOURCE_POWER

@@ -59,12 +59,12 @@ import logging
 import os
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from joulestat.core.logs import LogOnce
 from joulestat.core.tick import Component, fill_source
-from joulestat.devices.counter_faults import FROZEN_AFTER_S, CounterFault, FaultLog, FillState
+from joulestat.devices.counter_faults import CounterFault, CounterRepair, FaultLog
 from joulestat.devices.sensor import (
     BadState,
     Capabilities,
@@ -85,6 +85,11 @@ MAX_ZONE_POWER_W = 2000.0
 # Allowance added to the elapsed time so a read taken an instant after the previous one
 # can still show a counter step (energy_uj updates about every millisecond).
 SLACK_S = 0.1
+# A counter that has not moved for this long while its zone drew power is frozen. RAPL
+# updates about every millisecond (kernel powercap docs; Intel SDM vol. 3B 15.10), so a
+# tick (0.05 s at the shortest) that shows no change is already a fault; the margin only
+# keeps two reads an instant apart from looking like one.
+FROZEN_AFTER_S = 0.05
 # A read this long after the previous one is a restart or an outage, not a late tick: it
 # is the only case worth a warning that wraps may have passed unseen.
 LONG_GAP_S = 10.0
@@ -117,9 +122,8 @@ class _Zone:
     # When the last read happened, good or filled: a fill covers the time since.
     read_s: float = 0.0
     total_uj: int = 0  # measured
-    filled_uj: int = 0  # filled in for faulty ticks (counter_faults)
-    fill: FillState = field(default_factory=FillState)
-    filled_now: bool = False  # this read's gain was filled (Reading.filled)
+    # Its faults, and the energy filled in for them (set by the sensor that reads it).
+    repair: CounterRepair | None = None
 
     @property
     def label(self) -> str:
@@ -189,14 +193,15 @@ def _map_zone(zone_id: str, name: str, names: dict[str, str]
 
 def _restore_zone(zone: _Zone, item: dict) -> None:
     total_uj = get_int(item, "total_uj")
-    filled_uj = get_int(item, "filled_uj") if "filled_uj" in item else 0  # older agents
+    filled_j = get_float(item, "filled_j") if "filled_j" in item else 0.0  # older agents
     prev_s = get_float(item, "prev_s")
     prev_uj = get_int(item, "energy_uj") if "energy_uj" in item else None
     if prev_uj is not None and zone.max_range_uj is not None and prev_uj > zone.max_range_uj:
         raise BadState(f"energy_uj {prev_uj} above max_energy_range_uj {zone.max_range_uj}")
     recent_w = get_float(item, "recent_w") if "recent_w" in item else None
-    zone.total_uj, zone.filled_uj = total_uj, filled_uj
-    zone.fill.recent_w = recent_w
+    assert zone.repair is not None
+    zone.total_uj, zone.repair.filled_j = total_uj, filled_j
+    zone.repair.recent_w = recent_w
     if prev_uj is not None:
         zone.prev_uj, zone.prev_s, zone.read_s = prev_uj, prev_s, prev_s
 
@@ -232,6 +237,7 @@ class RaplSensor(Sensor):
         self._seen = set(self._listed)
         for zone in zones:
             zone.prev_s = zone.read_s = now_s
+            self._attach(zone)
 
     def describe(self) -> list[DeviceInfo]:
         return [
@@ -247,12 +253,19 @@ class RaplSensor(Sensor):
             self._open_new_zones(now_s)
         readings: list[Reading] = []
         for zone in self._zones:
-            zone.filled_now = False
-            if self._update(zone, now_s):
+            repair = self._attach(zone)
+            repair.filled_now = False
+            if self._update(zone, repair, now_s):
                 readings.append(Reading(zone.component, zone.device,
-                                        (zone.total_uj + zone.filled_uj) / 1e6, SOURCE,
-                                        zone.filled_now))
+                                        zone.total_uj / 1e6 + repair.filled_j, SOURCE,
+                                        repair.filled_now))
         return readings
+
+    def _attach(self, zone: _Zone) -> CounterRepair:
+        """The zone's fault handling, made on first use (a zone that appears, too)."""
+        if zone.repair is None:
+            zone.repair = CounterRepair(self._faults, zone.label, FROZEN_AFTER_S)
+        return zone.repair
 
     def faults_total(self) -> dict[str, int]:
         return dict(self._faults.totals)
@@ -268,12 +281,13 @@ class RaplSensor(Sensor):
         """
         zones: dict[str, dict[str, int | float]] = {}
         for zone in self._zones:
+            repair = self._attach(zone)
             item: dict[str, int | float] = {"prev_s": zone.prev_s, "total_uj": zone.total_uj,
-                                            "filled_uj": zone.filled_uj}
+                                            "filled_j": repair.filled_j}
             if zone.prev_uj is not None:
                 item["energy_uj"] = zone.prev_uj
-            if zone.fill.recent_w is not None:
-                item["recent_w"] = zone.fill.recent_w
+            if repair.recent_w is not None:
+                item["recent_w"] = repair.recent_w
             zones[zone.zone_id] = item
         return {"zones": zones}
 
@@ -314,7 +328,7 @@ class RaplSensor(Sensor):
             log.warning("%s appeared after start; measured from now on as %s/%s",
                         zone.label, zone.component, zone.device)
 
-    def _update(self, zone: _Zone, now_s: float) -> bool:
+    def _update(self, zone: _Zone, repair: CounterRepair, now_s: float) -> bool:
         """Advance ``zone`` to now; False for a zone never read yet that still cannot be."""
         key = zone.label
         since_read_s = max(now_s - zone.read_s, 0.0)
@@ -332,11 +346,13 @@ class RaplSensor(Sensor):
             if zone.prev_uj is None:  # nothing to fill from: left out until it reads
                 self._problems.problem(key, kind, "%s: %s", key, reason)
                 return False
-            self._fill(zone, CounterFault.UNREADABLE, now_s, since_read_s, reason)
+            repair.fault(CounterFault.UNREADABLE, now_s, since_read_s, reason, rebased=False)
+            zone.read_s = now_s
             return True
+        zone.read_s = now_s
         if zone.prev_uj is None:  # first good value: baseline only
             self._problems.recovered(key, "%s: reading normally again", key)
-            zone.prev_uj, zone.prev_s, zone.read_s = cur_uj, now_s, now_s
+            zone.prev_uj, zone.prev_s = cur_uj, now_s
             return True
         prev_uj = zone.prev_uj
         elapsed_s = max(now_s - zone.prev_s, 0.0)
@@ -345,84 +361,30 @@ class RaplSensor(Sensor):
             self._reread_range(zone)
             delta_uj = wrap_delta_uj(prev_uj, cur_uj, zone.max_range_uj)
             if delta_uj is None or delta_uj > ceiling_uj:
-                self._fill(zone, CounterFault.BACKWARDS, now_s, since_read_s,
-                           f"went back from {prev_uj} to {cur_uj} µJ, not a wrap",
-                           rebase_uj=cur_uj)
+                repair.fault(CounterFault.BACKWARDS, now_s, since_read_s,
+                             f"went back from {prev_uj} to {cur_uj} µJ, not a wrap",
+                             rebased=True)
+                zone.prev_uj, zone.prev_s = cur_uj, now_s
                 return True
         else:
             delta_uj = cur_uj - prev_uj
         if delta_uj > ceiling_uj:
-            self._fill(zone, CounterFault.JUMP, now_s, since_read_s,
-                       f"a jump of {delta_uj / 1e6:.1f} J in {elapsed_s:.3f} s, over "
-                       f"{self._max_power_w:.0f} W", rebase_uj=cur_uj)
+            repair.fault(CounterFault.JUMP, now_s, since_read_s,
+                         f"a jump of {delta_uj / 1e6:.1f} J in {elapsed_s:.3f} s, over "
+                         f"{self._max_power_w:.0f} W", rebased=True)
+            zone.prev_uj, zone.prev_s = cur_uj, now_s
             return True
         if delta_uj == 0:
-            if zone.fill.recent_w and elapsed_s >= FROZEN_AFTER_S:
-                # The counter stopped inside the last good read's interval: that read's
-                # shortfall is filled with the freeze's first tick.
-                short_uj = zone.fill.stopped_short_uj() if zone.fill.event is None else 0
-                self._fill(zone, CounterFault.FROZEN, now_s, since_read_s,
-                           f"stuck at {cur_uj} µJ for {elapsed_s:.1f} s", extra_uj=short_uj)
-            else:  # too soon to tell: the next delta covers this read's time too
-                zone.read_s = now_s
+            # A freeze is filled; too soon to tell, the next delta covers this read too.
+            repair.unchanged(now_s, elapsed_s, since_read_s,
+                             f"stuck at {cur_uj} µJ for {elapsed_s:.1f} s")
             return True
         self._warn_long_gap(zone, elapsed_s)
-        if zone.fill.event is not None:
-            self._close_fault(zone, now_s, delta_uj, elapsed_s, since_read_s)
-        else:
+        if repair.advanced(delta_uj / 1e6, elapsed_s, since_read_s, now_s):
             zone.total_uj += delta_uj
-            zone.fill.learn(delta_uj, elapsed_s)
-        zone.prev_uj, zone.prev_s, zone.read_s = cur_uj, now_s, now_s
+        zone.prev_uj, zone.prev_s = cur_uj, now_s
         self._problems.recovered(key, "%s: reading normally again", key)
         return True
-
-    def _fill(self, zone: _Zone, kind: CounterFault, now_s: float, since_read_s: float,
-              detail: str, rebase_uj: int | None = None, extra_uj: int = 0) -> None:
-        """Fill the time since the last read at the zone's recent power (plus
-        ``extra_uj``); a re-based counter (``rebase_uj``) continues from that value, its
-        gap closed."""
-        self._faults.begin(zone.fill, kind, now_s, zone.label, detail)
-        added_uj = zone.fill.fill_uj(since_read_s) + extra_uj
-        zone.filled_uj += added_uj
-        zone.fill.gap_filled_uj += added_uj
-        assert zone.fill.event is not None
-        zone.fill.event.filled_uj += added_uj
-        zone.filled_now = True
-        zone.read_s = now_s
-        if rebase_uj is not None:
-            zone.prev_uj, zone.prev_s = rebase_uj, now_s
-            zone.fill.gap_filled_uj = 0
-
-    def _close_fault(self, zone: _Zone, now_s: float, delta_uj: int, gap_s: float,
-                     since_read_s: float) -> None:
-        """The counter reads normally again: reconcile a caught-up gap, end the event."""
-        state = zone.fill
-        if state.caught_up(delta_uj, gap_s, since_read_s):
-            rest_uj = max(delta_uj - state.gap_filled_uj, 0)
-            outcome = (f"the counter caught up with {delta_uj / 1e6:.1f} J over the gap, "
-                       f"so {rest_uj / 1e6:.1f} J more were added as fill")
-            zone.filled_uj += rest_uj
-            assert state.event is not None
-            state.event.filled_uj += rest_uj
-            zone.filled_now = True
-        elif state.gap_filled_uj == 0:
-            outcome = "counting went on from the value it was re-based at"
-            zone.total_uj += delta_uj
-            state.learn(delta_uj, min(gap_s, since_read_s))
-        else:
-            # Resumed from where it stopped, somewhere inside this read's interval: what
-            # it counted is this tick's end; its start, still frozen, is filled.
-            short_uj = max(state.fill_uj(since_read_s) - delta_uj, 0)
-            outcome = (f"the counter resumed without catching up; the fill stands, "
-                       f"{short_uj / 1e6:.1f} J more for the part of this tick it was "
-                       f"still stopped")
-            zone.total_uj += delta_uj
-            zone.filled_uj += short_uj
-            assert state.event is not None
-            state.event.filled_uj += short_uj
-            zone.filled_now = True
-        state.gap_filled_uj = 0
-        self._faults.end(state, now_s, zone.label, outcome)
 
     def _reread_range(self, zone: _Zone) -> None:
         """Read ``max_energy_range_uj`` again: counted and said when it changed."""

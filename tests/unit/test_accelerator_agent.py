@@ -138,6 +138,11 @@ def test_gaudi_through_the_agent_with_a_counter_reset(make_node: Any,
     hpus[0].energy_mj += 100_000
     node.tick()
     assert node.energy_j("accelerator", "gaudi0", "hlml") == pytest.approx(700.0, rel=0.01)
+    # The reload's second is filled at the recent 200 W and exported apart, an estimate.
+    assert node.energy_j("accelerator", "gaudi0", "fill:hlml") == pytest.approx(200.0)
+    faults = {labels: v for (name, labels), v in node.scrape().items()
+              if name == "joulestat_agent_sensor_faults_total"}
+    assert faults[(("kind", "backwards"), ("sensor", "gaudi"))] == 1
     assert all(s.energy_j >= 0 for r in node.results for s in r.shares)
     info = node.device_info()
     assert any(d["device"] == "gaudi0" and d["vendor"] == "Intel" and d["model"] == "HL-225"

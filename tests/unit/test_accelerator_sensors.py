@@ -86,7 +86,7 @@ def test_amd_counter_disagreeing_with_power_is_not_trusted(
     assert fake.shutdown_calls == 0
 
 
-def test_amd_device_failing_and_vanishing_keeps_last_value(
+def test_amd_device_failing_and_vanishing_is_filled_at_its_recent_power(
         monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeAmdsmi([FakeAmdGpu(), FakeAmdGpu(uuid="amd-1")]).install(monkeypatch)
     sensor = open_amd(0.0, probe=lambda: fake.advance(0.5))
@@ -95,11 +95,15 @@ def test_amd_device_failing_and_vanishing_keeps_last_value(
     first = [r.energy_j for r in sensor.read(1.0)]
     fake.gpus[0].fail.add("amdsmi_get_energy_count")
     fake.gpus[1].add_joules(50.0)
-    second = [r.energy_j for r in sensor.read(2.0)]
-    assert second[0] == first[0] and second[1] == pytest.approx(first[1] + 50.0, rel=1e-3)
-    fake.gpus.pop()  # device 1 vanishes
-    third = sensor.read(3.0)
-    assert [r.energy_j for r in third][1] == second[1]
+    readings = sensor.read(2.0)
+    second = [r.energy_j for r in readings]
+    # Device 0's second is filled at its recent power, and said to be filled.
+    assert second[0] == pytest.approx(2 * first[0], rel=1e-3) and readings[0].filled
+    assert second[1] == pytest.approx(first[1] + 50.0, rel=1e-3) and not readings[1].filled
+    fake.gpus.pop()  # device 1 vanishes: its second is filled at its recent power, the
+    third = sensor.read(3.0)  # mean of its reads so far: (100 J + 50 J) / 2 s
+    assert third[1].energy_j == pytest.approx(second[1] + 75.0, rel=1e-3) and third[1].filled
+    assert sensor.faults_total()["unreadable"] == 2
 
 
 def test_amd_process_use_is_the_gfx_delta(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -132,10 +136,12 @@ def test_gaudi_energy_counter_mj_and_reset(monkeypatch: pytest.MonkeyPatch) -> N
     assert (info.device, info.source, info.model) == ("gaudi0", "hlml", "HL-225")
     fake.hpus[0].energy_mj = 5_250_500
     assert sensor.read(1.0)[0].energy_j == pytest.approx(250.5)
-    fake.hpus[0].energy_mj = 1_000  # driver reload
-    assert sensor.read(2.0)[0].energy_j == pytest.approx(250.5)
+    fake.hpus[0].energy_mj = 1_000  # driver reload: a new baseline, the second filled
+    reset = sensor.read(2.0)[0]
+    assert (reset.energy_j, reset.filled) == (pytest.approx(250.5 * 2), True)
     fake.hpus[0].energy_mj = 101_000
-    assert sensor.read(3.0)[0].energy_j == pytest.approx(350.5)
+    assert sensor.read(3.0)[0].energy_j == pytest.approx(250.5 * 2 + 100)
+    assert sensor.faults_total()["backwards"] == 1
 
 
 def test_gaudi_power_fallback_in_mw(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -146,8 +152,8 @@ def test_gaudi_power_fallback_in_mw(monkeypatch: pytest.MonkeyPatch) -> None:
     assert sensor.read(2.0)[0].energy_j == pytest.approx((200 + 400) / 2 * 2)
 
 
-def test_gaudi_failing_device_keeps_its_value(monkeypatch: pytest.MonkeyPatch,
-                                              caplog: pytest.LogCaptureFixture) -> None:
+def test_gaudi_failing_device_is_filled_at_its_recent_power(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     fake = FakeHlml([FakeHpu(energy_mj=0)]).install(monkeypatch)
     sensor = open_gaudi(0.0)
     fake.hpus[0].energy_mj = 10_000
@@ -155,8 +161,10 @@ def test_gaudi_failing_device_keeps_its_value(monkeypatch: pytest.MonkeyPatch,
     fake.hpus[0].fail.add("hlmlDeviceGetTotalEnergyConsumption")
     with caplog.at_level(logging.WARNING):
         for t in (2.0, 3.0, 4.0):
-            assert sensor.read(t)[0].energy_j == pytest.approx(10.0)
-    assert caplog.text.count("HLML read failed") == 1
+            reading = sensor.read(t)[0]
+            assert (reading.energy_j, reading.filled) == (pytest.approx(10.0 * t), True)
+    assert caplog.text.count("HLML read failed") == 1  # one event, said once
+    assert sensor.faults_total()["unreadable"] == 1
 
 
 # -- Neuron -----------------------------------------------------------------------------
@@ -261,7 +269,8 @@ def test_amd_counter_reset_is_a_new_baseline(monkeypatch: pytest.MonkeyPatch) ->
     sensor = open_amd(0.0, probe=lambda: fake.advance(0.5))
     fake.gpus[0].add_joules(100.0)
     assert sensor.read(1.0)[0].energy_j == pytest.approx(100.0, rel=1e-3)
-    fake.gpus[0].accumulator = 10  # GPU reset
-    assert sensor.read(2.0)[0].energy_j == pytest.approx(100.0, rel=1e-3)
+    fake.gpus[0].accumulator = 10  # GPU reset: a new baseline, its second filled
+    reset = sensor.read(2.0)[0]
+    assert (reset.energy_j, reset.filled) == (pytest.approx(200.0, rel=1e-3), True)
     fake.gpus[0].add_joules(50.0)
-    assert sensor.read(3.0)[0].energy_j == pytest.approx(150.0, rel=1e-3)
+    assert sensor.read(3.0)[0].energy_j == pytest.approx(250.0, rel=1e-3)

@@ -187,4 +187,5 @@ def test_nvml_restore_matches_by_uuid_and_skips_the_rest(
     assert energies(d.read(4.0))[("accelerator", "gpu0")] == pytest.approx(30.0)
     for bad in (None, [], {"gpus": []}, {"gpus": {"GPU-a": 3}}):
         d.restore(bad)  # type: ignore[arg-type]
-    assert energies(d.read(5.0))[("accelerator", "gpu0")] == pytest.approx(30.0)
+    gpus[0].energy_mj = 160_000  # counting on as before: the bad states changed nothing
+    assert energies(d.read(5.0))[("accelerator", "gpu0")] == pytest.approx(60.0)

@@ -80,10 +80,12 @@ def test_energy_counter_reset_restarts_without_losing_the_total(
     assert sensor is not None
     gpus[0].energy_mj = 1_100_000
     assert sensor.read(1.0)[0].energy_j == pytest.approx(100.0)
-    gpus[0].energy_mj = 20_000  # driver reloaded
-    assert sensor.read(2.0)[0].energy_j == pytest.approx(100.0)
+    gpus[0].energy_mj = 20_000  # driver reloaded: a new baseline, the second filled
+    reset = sensor.read(2.0)[0]
+    assert (reset.energy_j, reset.filled, reset.source) == (pytest.approx(200.0), True,
+                                                            "nvml_energy")
     gpus[0].energy_mj = 50_000
-    assert sensor.read(3.0)[0].energy_j == pytest.approx(130.0)
+    assert sensor.read(3.0)[0].energy_j == pytest.approx(230.0)
 
 
 def test_power_path_integrates_accurately(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -164,16 +166,23 @@ def test_per_device_error_does_not_stop_others_and_logs_once(
         gpus[0].energy_mj = tick * 10_000
         gpus[1].energy_mj = tick * 20_000
         readings = sensor.read(float(tick))
-        assert readings[0].energy_j == 0.0  # last good value kept
-        assert readings[1].energy_j == pytest.approx(tick * 20.0)
+        # No power known yet to fill with: 0 J, said to be filled, never a measured 0.
+        assert readings[0].energy_j == 0.0 and readings[0].filled
+        assert readings[1].energy_j == pytest.approx(tick * 20.0) and not readings[1].filled
     warnings = _logged(caplog, logging.WARNING)
     assert len(warnings) == 1 and "GPU is lost" in warnings[0].getMessage()
     del gpus[0].fail["nvmlDeviceGetTotalEnergyConsumption"]
     gpus[0].energy_mj = 40_000
+    gpus[1].energy_mj = 80_000
     assert sensor.read(4.0)[0].energy_j == pytest.approx(40.0)
+    ended = _logged(caplog, logging.WARNING)[-1].getMessage()
+    assert len(_logged(caplog, logging.WARNING)) == 2 and "unreadable from" in ended
     gpus[0].fail["nvmlDeviceGetTotalEnergyConsumption"] = fake.NVML_ERROR_UNKNOWN
+    gpus[1].energy_mj = 100_000
     sensor.read(5.0)
-    assert len(_logged(caplog, logging.WARNING)) == 2  # a new failure after recovery
+    warnings = _logged(caplog, logging.WARNING)
+    assert len(warnings) == 3 and "Unknown Error" in warnings[-1].getMessage()  # a new one
+    assert sensor.faults_total()["unreadable"] == 2
 
 
 def test_unmeasurable_device_is_skipped_others_kept(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -275,8 +275,9 @@ def test_log_once_says_each_cause_once_until_recovery_then_again(
 
 def test_a_failing_gpu_is_said_once_through_the_shared_helper(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    """Through a sensor, as the daemon sees it: AMD's reads fail on every tick, one
-    warning; they heal, one info; they fail again, a second warning."""
+    """Through a sensor, as the daemon sees it: AMD's counter reads fail on every tick,
+    one warning (the fault's start); they heal, one more (its end, with what was
+    filled); they fail again, a third (a new fault)."""
     fake = FakeAmdsmi([FakeAmdGpu(uuid="amd-a")]).install(monkeypatch)
     sensor = open_amd(0.0, probe=lambda: fake.advance(0.5))
     caplog.set_level(logging.INFO, logger="joulestat.devices.amd")
@@ -284,10 +285,12 @@ def test_a_failing_gpu_is_said_once_through_the_shared_helper(
     for tick in range(1, 4):
         sensor.read(float(tick))
     fake.gpus[0].fail.clear()
+    fake.advance(1.0)  # the counter moves on: the fault is over
     sensor.read(4.0)
     fake.gpus[0].fail.add("amdsmi_get_energy_count")
     sensor.read(5.0)
     records = [r for r in caplog.records if r.name == "joulestat.devices.amd"]
-    assert [r.levelno for r in records] == [logging.WARNING, logging.INFO, logging.WARNING]
+    assert [r.levelno for r in records] == [logging.WARNING] * 3, records
     assert "read failed" in records[0].getMessage() and "amd-a" in records[0].getMessage()
-    assert "work again" in records[1].getMessage()
+    assert "unreadable from" in records[1].getMessage()
+    assert "read failed" in records[2].getMessage()
