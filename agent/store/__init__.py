@@ -12,7 +12,8 @@ commands, the dashboard, tests) uses the same modules:
   flush, patient through outages), :mod:`~joulestat.store.rows` (what a flush writes and
   its SQL), :mod:`~joulestat.store.durability` (spool, the node's lease, what a restart
   reads back), :mod:`~joulestat.store.maintenance` (rollups, retention, PostgreSQL's
-  daily partitions) and :mod:`~joulestat.store.import_writer` (jobs measured elsewhere);
+  daily partitions), :mod:`~joulestat.store.import_writer` (jobs measured elsewhere)
+  and :mod:`~joulestat.store.job_delete` (deleting jobs, the node's energy kept whole);
 * the reads, by subject: :mod:`~joulestat.store.nodes`, :mod:`~joulestat.store.jobs`
   (records, totals, lists, what job a user means), :mod:`~joulestat.store.series`
   (energy and units over time), :mod:`~joulestat.store.provenance` (where energy came

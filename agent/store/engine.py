@@ -20,6 +20,10 @@ which waits for a store that does not answer yet and creates the schema of a new
 out of process (``joulestat db upgrade`` in a child), but never migrates an existing
 one: that is ``joulestat db upgrade``'s alone (docs/store.md, "Who creates and migrates
 the store").
+
+A command that changes rows of a store it did not make (``joulestat jobs delete``)
+takes :func:`open_existing_engine`: a writer's connection on a store that exists at the
+head revision, with the readers' rule otherwise (nothing created, nothing migrated).
 """
 
 from __future__ import annotations
@@ -361,6 +365,30 @@ def open_reader_engine(url: str | None, setting: str = "--db") -> Engine:
     does not know stop the command with a :class:`ConfigError` naming the URL, and
     leave the store exactly as it was.
     """
+    url = url or default_db_url()
+    shown = redact_url(url)
+    try:
+        engine = open_readonly_engine(url)
+    except StoreMissingError as exc:
+        raise ConfigError(missing_store_message(setting, shown, str(exc))) from None
+    except Exception as exc:
+        raise ConfigError(f"{setting} {shown}: cannot open the store: "
+                          f"{redact_text(str(exc))}") from None
+    require_head(engine, shown, setting)
+    return engine
+
+
+def missing_store_message(setting: str, shown: str, detail: str) -> str:
+    """What a command that never creates a store says about a missing SQLite file."""
+    return (f"{setting} {shown}: no store there ({detail}): the agent creates it, or "
+            "`joulestat db upgrade --db URL`; nothing was created")
+
+
+def require_head(engine: Engine, shown: str, setting: str = "--db") -> None:
+    """Return if the store of ``engine`` is at the head revision; else dispose of the
+    engine and raise a :class:`ConfigError` naming the URL and who may migrate (no
+    schema, an older revision: ``joulestat db upgrade``; a newer one: a newer joulestat).
+    Looks only: nothing is created or migrated."""
     from joulestat.store.migrate import (
         SchemaState,
         current_revision,
@@ -369,31 +397,48 @@ def open_reader_engine(url: str | None, setting: str = "--db") -> Engine:
         schema_state,
     )
 
-    url = url or default_db_url()
-    shown = redact_url(url)
-    try:
-        engine = open_readonly_engine(url)
-    except StoreMissingError as exc:
-        raise ConfigError(f"{setting} {shown}: no store there ({exc}): the agent creates "
-                          "it, or `joulestat db upgrade --db URL`; nothing was created") from None
-    except Exception as exc:
-        raise ConfigError(f"{setting} {shown}: cannot open the store: "
-                          f"{redact_text(str(exc))}") from None
     try:
         revision = current_revision(engine)
     except StoreError as exc:
         engine.dispose()
         raise ConfigError(f"{setting} {redact_text(str(exc))}") from None
     state = schema_state(revision)
-    if state is not SchemaState.HEAD:
-        engine.dispose()
-        if state is SchemaState.EMPTY:
-            raise ConfigError(f"{setting} {shown}: not a joulestat store (no schema "
-                              "revision): the agent creates it, or `joulestat db upgrade "
-                              "--db URL`")
-        assert revision is not None
-        message = older_message if state is SchemaState.OLDER else newer_message
-        raise ConfigError(f"{setting} {message(shown, revision)}")
+    if state is SchemaState.HEAD:
+        return
+    engine.dispose()
+    if state is SchemaState.EMPTY:
+        raise ConfigError(f"{setting} {shown}: not a joulestat store (no schema "
+                          "revision): the agent creates it, or `joulestat db upgrade "
+                          "--db URL`")
+    assert revision is not None
+    message = older_message if state is SchemaState.OLDER else newer_message
+    raise ConfigError(f"{setting} {message(shown, revision)}")
+
+
+# -- Open an existing store to change rows: never create, never migrate ----------------
+
+def open_existing_engine(url: str | None, setting: str = "--db") -> Engine:
+    """A read-write engine on an existing store at the head revision, for a command
+    that changes rows of a store it must neither create nor migrate (``joulestat jobs
+    delete``): the readers' rule (docs/store.md) with a writer's connection.
+
+    A missing SQLite file (nothing is created: no file, no data directory), a SQLite URL
+    that is not a file path, a database without joulestat's schema or at another
+    revision stop the command with a :class:`ConfigError` naming the URL; the store is
+    left as it was. Nothing waits for a store that does not answer: the command's
+    first statement fails with the driver's message instead.
+    """
+    url = url or default_db_url()
+    shown = redact_url(url)
+    # The revision is read as a reader reads it: a writer's first connection would
+    # already change a SQLite file that is not a store (WAL mode writes its header).
+    open_reader_engine(url, setting).dispose()
+    try:
+        engine = make_engine(url)
+    except Exception as exc:
+        raise ConfigError(f"{setting} {shown}: cannot open the store: "
+                          f"{redact_text(str(exc))}") from None
+    require_head(engine, shown, setting)
     return engine
 
 

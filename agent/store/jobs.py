@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import shlex
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
@@ -502,19 +503,35 @@ def _as_summary(detail: JobDetail) -> JobSummary:
 
 
 def list_jobs(
-    engine: Engine, running: bool | None = None, node: str | None = None
+    engine: Engine, running: bool | None = None, node: str | None = None, *,
+    name: str | None = None, kind: str | None = None, since_s: float | None = None,
+    limit: int | None = None,
 ) -> list[JobSummary]:
     """Jobs by start time, with energy and units summed over all their nodes.
 
     ``running`` keeps only running (True) or ended (False) jobs; ``node`` keeps the
-    jobs that ran on that node (their totals still cover every node).
+    jobs that ran on that node (their totals still cover every node); ``name`` (exact)
+    and ``kind`` keep the jobs so named or of that kind; ``since_s`` keeps the jobs that
+    ran at some point after it (:func:`job_ids_active_since`'s rule); ``limit`` keeps
+    the newest ``limit`` of those that match (still listed by start time). Every filter
+    is a clause of one id query, so only the matching jobs are read.
     """
-    job_ids = select(JOBS.c.id)
+    jobs = JOBS.c
+    job_ids = select(jobs.id)
     if running is not None:
-        job_ids = job_ids.where(JOBS.c.status == ("running" if running else "ended"))
+        job_ids = job_ids.where(jobs.status == ("running" if running else "ended"))
     if node is not None:
         job_ids = job_ids.where(
-            JOBS.c.id.in_(select(JOB_NODES.c.job_id).where(JOB_NODES.c.node == node)))
+            jobs.id.in_(select(JOB_NODES.c.job_id).where(JOB_NODES.c.node == node)))
+    if name is not None:
+        job_ids = job_ids.where(jobs.name == name)
+    if kind is not None:
+        job_ids = job_ids.where(jobs.kind == kind)
+    if since_s is not None:
+        job_ids = job_ids.where(_ran_since(since_s))
+    if limit is not None:
+        # Newest first, ties by id as a newest-first list shows them.
+        job_ids = job_ids.order_by(jobs.created_s.desc(), jobs.id).limit(limit)
     with engine.connect() as connection:
         return [_as_summary(d) for d in _summaries(connection, job_ids)]
 
@@ -542,11 +559,17 @@ def job_ids_active_since(engine: Engine, since_s: float | None = None) -> list[s
     jobs = JOBS.c
     query = select(jobs.id).order_by(jobs.created_s, jobs.id)
     if since_s is not None:
-        still_running = select(JOB_NODES.c.job_id).where(JOB_NODES.c.ended_s.is_(None))
-        query = query.where(or_(jobs.ended_s.is_(None), jobs.ended_s >= since_s,
-                                jobs.id.in_(still_running)))
+        query = query.where(_ran_since(since_s))
     with engine.connect() as connection:
         return [str(job_id) for (job_id,) in connection.execute(query)]
+
+
+def _ran_since(since_s: float) -> ColumnElement[bool]:
+    """A job that ran at some point after ``since_s``: still running (on any node), or
+    ended at or after it."""
+    jobs = JOBS.c
+    still_running = select(JOB_NODES.c.job_id).where(JOB_NODES.c.ended_s.is_(None))
+    return or_(jobs.ended_s.is_(None), jobs.ended_s >= since_s, jobs.id.in_(still_running))
 
 
 def job_units_by_kind(engine: Engine) -> dict[str, list[str]]:
@@ -657,13 +680,10 @@ def _of_kind(kind: str | None) -> str:
     return f"{kind} " if kind is not None else ""
 
 
-def _unknown(connection: Connection, ref: str, kind: str | None) -> UnknownJobRef:
-    names_query = select(JOBS.c.name).distinct()
-    if kind is not None:
-        names_query = names_query.where(JOBS.c.kind == kind)
-    names = [str(n) for n in connection.execute(names_query).scalars()]
-    close = tuple(difflib.get_close_matches(ref, names, n=MAX_SUGGESTIONS, cutoff=0.6))
-    message = f"no {_of_kind(kind)}job with id, id prefix or name {ref!r} in the store"
+def _unknown(connection: Connection, ref: str, kind: str | None,
+             by_name: bool = True) -> UnknownJobRef:
+    what = "id, id prefix or name" if by_name else "id or id prefix"
+    message = f"no {_of_kind(kind)}job with {what} {ref!r} in the store"
     if 0 < len(ref) < MIN_PREFIX:
         starting = connection.execute(
             select(func.count()).select_from(_select(_prefix_of(ref), kind).subquery())
@@ -671,6 +691,19 @@ def _unknown(connection: Connection, ref: str, kind: str | None) -> UnknownJobRe
         if starting:
             message += (f" ({starting} id(s) start with it: give at least {MIN_PREFIX} "
                         "characters of an id)")
+    if not by_name:
+        named = connection.execute(select(func.count()).select_from(
+            _select(JOBS.c.name == ref, kind).subquery())).scalar_one()
+        if named:
+            message += (f" ({ref!r} is the name of {named} job(s): give their ids; "
+                        f"`joulestat jobs --name {shlex.quote(ref)}` lists them)")
+        return UnknownJobRef(message + " (joulestat jobs lists them)" if not named
+                             else message, ref)
+    names_query = select(JOBS.c.name).distinct()
+    if kind is not None:
+        names_query = names_query.where(JOBS.c.kind == kind)
+    names = [str(n) for n in connection.execute(names_query).scalars()]
+    close = tuple(difflib.get_close_matches(ref, names, n=MAX_SUGGESTIONS, cutoff=0.6))
     if close:
         message += "; did you mean " + " or ".join(repr(name) for name in close) + "?"
     message += " (joulestat jobs lists them)"
@@ -678,23 +711,29 @@ def _unknown(connection: Connection, ref: str, kind: str | None) -> UnknownJobRe
 
 
 def _ambiguous(connection: Connection, ref: str, kind: str | None,
-               found: list[JobRef]) -> AmbiguousJobRef:
+               found: list[JobRef], by_name: bool = True) -> AmbiguousJobRef:
     listed = found[:MAX_LISTED]
     total = len(found)
     if total > MAX_LISTED:
         total = connection.execute(
             select(func.count()).select_from(_select(_prefix_of(ref), kind).subquery())
         ).scalar_one()
+    others = "(or the whole id, or the name)" if by_name else "(or the whole id)"
     lines = [f"{ref!r} is the start of {total} {_of_kind(kind)}job ids; give more of "
-             "the id (or the whole id, or the name):", *(f"  {job.line()}" for job in listed)]
+             f"the id {others}:", *(f"  {job.line()}" for job in listed)]
     if total > len(listed):
         lines.append(f"  ... and {total - len(listed)} more")
     return AmbiguousJobRef("\n".join(lines), ref, candidates=tuple(listed))
 
 
-def resolve_job(engine: Engine, ref: str, kind: str | None = None) -> Resolution:
+def resolve_job(engine: Engine, ref: str, kind: str | None = None,
+                by_name: bool = True) -> Resolution:
     """Resolve ``ref`` (an id, a unique id prefix, or a name) among the stored jobs, or
     those of ``kind``, by the precedence of this module's doc.
+
+    ``by_name=False``: ids and id prefixes only, for a command that must name one job
+    exactly (``joulestat jobs delete``: a name may stand for many runs); a reference
+    that is only a name is then unknown, and the error says it is a name.
 
     Raises :class:`UnknownJobRef` (nothing matches; close names suggested) or
     :class:`AmbiguousJobRef` (a prefix of several ids; the candidates listed).
@@ -702,19 +741,19 @@ def resolve_job(engine: Engine, ref: str, kind: str | None = None) -> Resolution
     jobs = JOBS.c
     with engine.connect() as connection:
         by_id = refs_of(connection, _select(jobs.id == ref, kind))
-        by_name = refs_of(connection, _select(jobs.name == ref, kind))
+        runs = refs_of(connection, _select(jobs.name == ref, kind)) if by_name else []
         if by_id:
             return Resolution(ref, "id", tuple(by_id),
-                              tuple(j for j in by_name if j.id != ref))
+                              tuple(j for j in runs if j.id != ref))
         by_prefix: list[JobRef] = []
         if len(ref) >= MIN_PREFIX:
             by_prefix = refs_of(connection, _select(_prefix_of(ref), kind).limit(MAX_LISTED + 1))
-        if by_name:
-            named = {j.id for j in by_name}
-            return Resolution(ref, "name", tuple(by_name),
+        if runs:
+            named = {j.id for j in runs}
+            return Resolution(ref, "name", tuple(runs),
                               tuple(j for j in by_prefix if j.id not in named))
         if len(by_prefix) == 1:
             return Resolution(ref, "prefix", tuple(by_prefix))
         if by_prefix:
-            raise _ambiguous(connection, ref, kind, by_prefix)
-        raise _unknown(connection, ref, kind)
+            raise _ambiguous(connection, ref, kind, by_prefix, by_name)
+        raise _unknown(connection, ref, kind, by_name)

@@ -107,3 +107,18 @@ def check_resolver(engine: Engine) -> None:
     with pytest.raises(UnknownJobRef) as other_kind:
         resolve_job(engine, "train", kind="inference")
     assert "no inference job with id, id prefix or name 'train'" in str(other_kind.value)
+
+    # ids and prefixes only (`joulestat jobs delete`): a name is never taken for a job
+    assert (resolve_job(engine, "3f2b", by_name=False).how,
+            ids(resolve_job(engine, "3f2b", by_name=False))) == ("prefix", [NEW])
+    probe_only = resolve_job(engine, "probe", by_name=False)
+    assert (probe_only.how, ids(probe_only), probe_only.shadowed) == ("id", ["probe"], ())
+    with pytest.raises(UnknownJobRef) as a_name:
+        resolve_job(engine, "train", by_name=False)
+    assert "'train' is the name of 3 job(s)" in str(a_name.value)
+    with pytest.raises(AmbiguousJobRef) as several:
+        resolve_job(engine, "3f2a", by_name=False)
+    assert "or the name" not in str(several.value)
+    with pytest.raises(UnknownJobRef) as too_short:
+        resolve_job(engine, "3f2", by_name=False)
+    assert "give at least 4 characters" in str(too_short.value)

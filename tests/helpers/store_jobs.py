@@ -182,6 +182,17 @@ def check_multi_node_job_is_one_job(engine: Engine) -> None:
     assert [j.id for j in list_jobs(engine, running=True)] == ["other"]
     assert [j.id for j in list_jobs(engine, node="loader-1")] == ["dist-1"]
     assert list_jobs(engine, running=True, node="loader-1") == []
+    # The list's filters, each a clause of the one id query (`joulestat jobs`).
+    assert [j.id for j in list_jobs(engine, name="name-other")] == ["other"]
+    assert list_jobs(engine, name="name-oth") == []
+    assert [j.id for j in list_jobs(engine, kind="training", limit=1)] == ["other"]
+    assert [j.id for j in list_jobs(engine, limit=5)] == ["dist-1", "other"]
+    # dist-1 ended at T0 + 45 (on its last node); other still runs.
+    assert [j.id for j in list_jobs(engine, running=False, since_s=T0 + 46)] == []
+    assert [j.id for j in list_jobs(engine, since_s=T0 + 46)] == ["other"]
+    assert [j.id for j in list_jobs(engine, running=False, since_s=T0 + 45)] == ["dist-1"]
+    assert [j.id for j in list_jobs(engine, limit=1)][0] == "other"  # the newest start
+    assert list_jobs(engine, limit=1)[0].total_j == summary(engine, "other").total_j
     # Re-registering reopens it.
     trainer.save_job(make_job("dist-1", T0 + 2))
     assert trainer.flush()

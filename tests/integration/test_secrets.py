@@ -32,6 +32,7 @@ def cli(*args: str, env: dict[str, str], timeout_s: float = 60) -> str:
 @pytest.mark.parametrize("command", [
     ("agent", "--metrics-port", "0", "--api-port", "0", "--db-wait", "1s", "--db", BAD_DB),
     ("jobs", "--db", BAD_DB), ("jobs", "--json", "--db", BAD_DB),
+    ("jobs", "delete", "abcd1234", "--yes", "--db", BAD_DB),
     ("report", "some-job", "--db", BAD_DB), ("report", "--all", "--db", BAD_DB),
     ("compare", "--db", BAD_DB), ("db", "upgrade", "--db", BAD_DB),
     ("run", "--name", "x", "--db", BAD_DB, "--", "true"),

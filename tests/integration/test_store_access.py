@@ -23,6 +23,9 @@ READERS = {
     "compare": ["compare", "--json"],
     "db current": ["db", "current"],
 }
+# ... and the one command that changes rows of a store it must neither create nor
+# migrate: the same rule (an existing store at the head revision only).
+NEVER_CREATE = {**READERS, "jobs delete": ["jobs", "delete", "abcd1234", "--yes"]}
 OLDER = "0005"  # one migration behind the head
 NEWER = "0099"  # a revision no joulestat of this version knows
 
@@ -58,11 +61,11 @@ def agent_argv(url: str, tmp_path: Path) -> list[str]:
             "--spool-dir", str(tmp_path / "spool")]
 
 
-@pytest.mark.parametrize("reader", list(READERS))
+@pytest.mark.parametrize("reader", list(NEVER_CREATE))
 def test_a_reader_on_a_missing_store_creates_nothing(tmp_path: Path, reader: str) -> None:
     missing = tmp_path / "typo.db"
     url = f"sqlite:///{missing}"
-    done = joulestat(*READERS[reader], "--db", url)
+    done = joulestat(*NEVER_CREATE[reader], "--db", url)
     assert done.returncode == 2, done.stdout
     assert url in done.stderr and "no store there" in done.stderr
     assert "Traceback" not in done.stderr
@@ -70,7 +73,7 @@ def test_a_reader_on_a_missing_store_creates_nothing(tmp_path: Path, reader: str
 
     # The default store (no --db) of a user who never ran the agent: no data dir either.
     env = agent_env(XDG_DATA_HOME=str(tmp_path / "xdg"))
-    done = joulestat(*READERS[reader], env=env)
+    done = joulestat(*NEVER_CREATE[reader], env=env)
     assert done.returncode == 2
     assert str(tmp_path / "xdg" / "joulestat" / "joulestat.db") in done.stderr
     assert not (tmp_path / "xdg").exists()
@@ -79,7 +82,7 @@ def test_a_reader_on_a_missing_store_creates_nothing(tmp_path: Path, reader: str
 def test_readers_and_the_agent_leave_an_older_store_as_it_was(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     url = store_at(path, OLDER)
-    for reader, argv in READERS.items():
+    for reader, argv in NEVER_CREATE.items():
         if reader == "db current":
             continue
         done = joulestat(*argv, "--db", url)
@@ -112,8 +115,8 @@ def test_readers_and_the_agent_leave_an_older_store_as_it_was(tmp_path: Path) ->
 def test_a_newer_store_is_named_with_the_revision_this_code_knows(tmp_path: Path) -> None:
     path = tmp_path / "new.db"
     url = store_at(path, NEWER)
-    for argv in ([*READERS["jobs"], "--db", url], ["db", "upgrade", "--db", url],
-                 agent_argv(url, tmp_path)):
+    for argv in ([*READERS["jobs"], "--db", url], [*NEVER_CREATE["jobs delete"], "--db", url],
+                 ["db", "upgrade", "--db", url], agent_argv(url, tmp_path)):
         done = joulestat(*argv, timeout_s=60)
         assert done.returncode == 2, (argv, done.stdout)
         assert NEWER in done.stderr and f"up to {HEAD_REVISION}" in done.stderr, argv

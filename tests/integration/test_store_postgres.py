@@ -30,6 +30,7 @@ from joulestat.store.rows import PendingJobs, write_pending
 from joulestat.store.schema import METADATA
 from joulestat.store.writer import StoreWriter
 from tests.helpers import store_jobs as jobs
+from tests.helpers.job_delete_store import check_delete_keeps_node_energy
 from tests.helpers.job_refs import check_resolver
 from tests.helpers.pg import PostgresServer
 from tests.helpers.rename_store import check_both_names_merge, check_rename_keeps_figures
@@ -167,12 +168,15 @@ def test_db_upgrade_command_against_postgres(pg):
 def test_readers_never_create_or_migrate_a_postgres_store(pg):
     """`joulestat jobs` on an empty database (no alembic_version) or on one a migration
     behind stops with a message, and the database stays as it was: on a shared store a
-    reader's migration would change it under agents still running the old code."""
+    reader's migration would change it under agents still running the old code.
+    `joulestat jobs delete` follows the same rule."""
     url = pg.create_database("joulestat_readers")
     jobs_command = [sys.executable, "-m", "joulestat.cli.main", "jobs", "--db", url]
-    done = subprocess.run(jobs_command, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2, done.stdout
-    assert "not a joulestat store" in done.stderr and "joulestat db upgrade" in done.stderr
+    delete_command = [*jobs_command[:-2], "delete", "abcd1234", "--yes", "--db", url]
+    for command in (jobs_command, delete_command):
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2, done.stdout
+        assert "not a joulestat store" in done.stderr and "joulestat db upgrade" in done.stderr
     engine = make_engine(url)
     assert migrate.current_revision(engine) is None
     with engine.connect() as connection:
@@ -180,9 +184,10 @@ def test_readers_never_create_or_migrate_a_postgres_store(pg):
             "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'"
         )).scalar() == 0
     assert migrate.upgrade(engine, "0005") == "0005"
-    done = subprocess.run(jobs_command, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2, done.stdout
-    assert "joulestat db upgrade" in done.stderr and "0005" in done.stderr
+    for command in (jobs_command, delete_command):
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2, done.stdout
+        assert "joulestat db upgrade" in done.stderr and "0005" in done.stderr
     assert migrate.current_revision(engine) == "0005"
     engine.dispose()
 
@@ -208,6 +213,10 @@ def test_running_jobs_survive_a_restart(engine):
 
 def test_checkpoint_round_trip(engine):
     jobs.check_checkpoint_round_trip(engine)
+
+
+def test_job_delete_keeps_node_energy_on_partitioned_tables(engine):
+    check_delete_keeps_node_energy(engine)  # tests/helpers/job_delete_store.py
 
 
 def test_job_references_resolve_as_on_sqlite(engine):
