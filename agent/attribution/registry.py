@@ -36,6 +36,9 @@ from joulestat.attribution.validation import (
 
 __all__ = ["Job", "JobRegistry"]
 
+# The origin `joulestat run` registers its jobs with (agent/cli/run.py).
+RUN_ORIGIN = "run"
+
 
 @dataclass
 class Job:
@@ -112,6 +115,11 @@ class JobRegistry:
         self._live: set[str] = set()
         # Jobs with processes: the only ones a tick attributes energy to, so per-tick
         # work follows them, not every job registered (a job with no pids only counts).
+        # One more: a `joulestat run` job, registered just before its command starts
+        # (its token must be in the command's environment) and given the command's
+        # process a moment later; it lives from its registration, so it is measured from
+        # then (an idle share, no CPU yet), or the moment between would be its lifetime
+        # without its energy (tens of ms on a loaded machine).
         self._measured: dict[str, Job] = {}
         # Ended jobs whose final tick has not been attributed yet (see take_finished).
         self._unsettled: dict[str, Job] = {}
@@ -173,7 +181,7 @@ class JobRegistry:
             self._admit(job_id)
             job = Job(job_id, name, kind, label_map, pid_set, self._clock(), origin)
             self._jobs[job_id] = job
-            if pid_set:
+            if pid_set or origin == RUN_ORIGIN:
                 self._measured[job_id] = job
             self._changed[job_id] = job
             return job
@@ -252,7 +260,8 @@ class JobRegistry:
             return job
 
     def measured_jobs(self) -> list[Job]:
-        """Jobs with processes (running, or ended and not yet forgotten)."""
+        """Jobs with processes (running, or ended and not yet forgotten), and `run` jobs
+        waiting for their command's process."""
         with self._lock:
             return list(self._measured.values())
 

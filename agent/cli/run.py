@@ -30,6 +30,7 @@ import time
 import uuid
 from typing import Any
 
+from joulestat.attribution.registry import RUN_ORIGIN
 from joulestat.attribution.validation import (
     KINDS,
     MAX_LABELS,
@@ -295,7 +296,7 @@ class _Tracker:
             self.client.remember(self.job_id, os.environ.get(ENV_JOB_TOKEN) or None)
         try:
             job = self.client.register(self.args.name, self.args.kind, labels=self.labels,
-                                       job_id=self.job_id, origin="run")
+                                       job_id=self.job_id, origin=RUN_ORIGIN)
         except (AgentError, AgentUnavailable) as exc:
             raise ConfigError(f"the agent refused the job: {exc}") from None
         self.job_id = job["id"]
@@ -330,7 +331,7 @@ class _Tracker:
         try:
             job = self.client.register(self.args.name, self.args.kind, pids=[pid],
                                        labels=self.labels, job_id=self.job_id,
-                                       origin="run")
+                                       origin=RUN_ORIGIN)
         except (AgentError, AgentUnavailable) as exc:
             raise JobError(f"the agent refused the job: {exc}") from None
         self.job_id = job["id"]
