@@ -11,7 +11,7 @@ the fleet. This module only picks the options the page offers (the grouping, the
 baseline) and collects the notes the command prints under its table. ``by="model"``
 takes the command's per-model figures too
 (:func:`~joulestat.reports.compare.table.by_model`, which :mod:`joulestat.dashboard.state`
-calls).
+calls, with its note on the jobs that served no named model).
 """
 
 from __future__ import annotations
@@ -76,13 +76,16 @@ def figures(found: Sequence[JobTotals], now_s: float,
     return costing.job_figures(jobs, now_s, sources, models)
 
 
-def comparison(jobs: Sequence[JobFigures], unit: str, by: str) -> Comparison | None:
+def comparison(jobs: Sequence[JobFigures], unit: str, by: str,
+               left_out: Sequence[str] = ()) -> Comparison | None:
     """``compare(jobs, by, unit)`` (against the first row; see :meth:`Comparison.against`)
-    and the jobs' notes; None when no job counted ``unit`` (nothing per unit to show)."""
+    and the notes: ``left_out`` (what the grouping left out, as the command says it),
+    then the jobs'; None when no job counted ``unit`` (nothing per unit to show)."""
     if not any(job.counted(unit) > 0 for job in jobs):
         return None
     table = compare(jobs, by=by, unit=unit)
-    notes = tuple(dict.fromkeys(f"{job.name}: {note}" for job in jobs for note in job.notes))
+    notes = tuple(dict.fromkeys([*left_out, *(f"{job.name}: {note}" for job in jobs
+                                              for note in job.notes)]))
     return Comparison(table, notes)
 
 

@@ -264,17 +264,20 @@ def compare(url: str, kind: str, unit: str, since_s: float | None, until_s: floa
             by: str = "instance_type") -> comparison.Comparison | None:
     """``compare()`` per ``unit`` of the jobs of ``kind`` in the window: a row per setup
     (``by="instance_type"``), per value of a label (``by="label:KEY"``), per model of
-    multi-model servers (``by="model"``), or per job when ``picked`` names the jobs; None
-    when none counted ``unit``. Against the first row and unsized: the page moves the
-    baseline and SLA on the rows alone."""
+    model served (``by="model"``: jobs that served none are left out, and the notes say
+    so), or per job when ``picked`` names the jobs; None when none counted ``unit``.
+    Against the first row and unsized: the page moves the baseline and SLA on the rows
+    alone."""
     where = JobFilter(kind, None, since_s, until_s, job_ids=picked)
     found = job_totals(engine(url), where)
     nodes = {node for job in found for node, _t in job.nodes}
     sources = node_sources(engine(url), nodes)
     jobs = comparison.figures(found, at_s, picked, sources, node_accelerators(engine(url), nodes))
+    left_out: list[str] = []
     if by == "model" and picked is None:
-        jobs = by_model(jobs, model_splits(engine(url), [j.id for j in found]))
-    return comparison.comparison(jobs, unit, "job" if picked is not None else by)
+        parts = by_model(jobs, model_splits(engine(url), [j.id for j in found]))
+        jobs, left_out = list(parts.parts), parts.notes()
+    return comparison.comparison(jobs, unit, "job" if picked is not None else by, left_out)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

@@ -23,6 +23,8 @@ from joulestat.runtime.settings import add_options, resolve
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
+    from joulestat.reports.compare.table import JobFigures
+
 COMPARE_OPTIONS = ("config", "db", "log_level", "carbon_intensity", "pue", "price_per_hour",
                    "prices", "electricity_maps_token", "electricity_maps_url")
 FLAGS = {"by": "--by", "unit": "--unit", "baseline": "--baseline",
@@ -56,7 +58,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "compare",
         help="compare jobs or instance types per unit of work, with SLA sizing",
         description="Compare measured jobs per unit of work (throughput per instance-hour, "
-        "energy, operational CO2e and cost per unit, cost per million units) against a "
+        "energy and dynamic energy (above idle) with the idle policy they were attributed "
+        "under, operational CO2e and cost per unit, cost per million units) against a "
         "baseline, and size a fleet for a throughput target. Jobs that did not count the "
         "unit are compared per run. See docs/compare.md.",
     )
@@ -69,9 +72,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--by", type=_by, default="job",
                         metavar="job|instance_type|model|label:KEY",
                         help="a row per job, per instance type with its jobs pooled, per "
-                        "model of multi-model servers (energy split by busy time, plus "
-                        "their idle part), or per value of the job label KEY "
-                        "(label:concurrency) with its jobs pooled [default: job]")
+                        "model served (each model carries its share of its jobs' whole "
+                        "energy, split by busy time; jobs that served no named model are "
+                        "left out), or per value of the job label KEY (label:concurrency) "
+                        "with its jobs pooled [default: job]")
     parser.add_argument("--unit", help="unit of work to compare per [default: the unit "
                         "most jobs counted]")
     parser.add_argument("--baseline", metavar="X", help="job id, id prefix or name (--by "
@@ -103,11 +107,9 @@ def _run(args: argparse.Namespace) -> int:
         picked = pick_jobs(engine, kind=args.kind, jobs=args.jobs)
         _say("--jobs", [*_runs_notes(engine, args.jobs, args.kind), *picked.notes])
         figures = figures_for(engine, picked.refs, carbon)
+        left_out: list[str] = []
         if args.by == "model":
-            from joulestat.reports.compare.table import by_model
-            from joulestat.store.model_split import model_splits
-
-            figures = by_model(figures, model_splits(engine, [f.job_id for f in figures]))
+            figures, left_out = _by_model(engine, figures)
         baseline = args.baseline
         if baseline is not None and args.by == "job":
             baseline, notes = pick_baseline(engine, baseline, figures, kind=args.kind)
@@ -116,7 +118,8 @@ def _run(args: argparse.Namespace) -> int:
                         sla_units_per_hour=args.sla)
     except CompareError as exc:
         raise ConfigError(f"{FLAGS.get(exc.argument, exc.argument)}: {exc}") from None
-    notes = list(dict.fromkeys(f"{f.name}: {note}" for f in figures for note in f.notes))
+    notes = [*left_out,
+             *dict.fromkeys(f"{f.name}: {note}" for f in figures for note in f.notes)]
     prices = prices_used((n.instance_type for f in figures for n in f.nodes), carbon)
     if args.json:
         from joulestat.reports.compare.words import as_json
@@ -128,6 +131,20 @@ def _run(args: argparse.Namespace) -> int:
 
     print(render_text(table, notes, prices))
     return 0
+
+
+def _by_model(engine: Engine, figures: list[JobFigures]) -> tuple[list[JobFigures], list[str]]:
+    """The per-model parts of ``figures`` and the note on the jobs left out (they served
+    no named model); a :class:`CompareError` on ``--by`` when none served one, rather
+    than a table of nothing."""
+    from joulestat.reports.compare.table import CompareError, by_model
+    from joulestat.store.model_split import model_splits
+
+    found = by_model(figures, model_splits(engine, [f.job_id for f in figures]))
+    if figures and not found.parts:
+        raise CompareError("by", f"none of the {len(figures)} compared job(s) served a named "
+                           "model (job.serving(MODEL), docs/jobs.md): compare them by job")
+    return list(found.parts), found.notes()
 
 
 def _runs_notes(engine: Engine, refs: Sequence[str] | None, kind: str | None) -> list[str]:

@@ -29,6 +29,9 @@ get a leading ``'`` (:mod:`joulestat.core.csv_cells`); numeric columns never do.
     energy_by_class                       measured=J; estimated=J; ... (sources.py's classes)
     untracked_cpu_shares                  node=share | ... (empty: unknown)
     external_co2e_g                       tool=g: another tool's own CO2e (CodeCarbon's)
+    dynamic_energy_j_per_unit             unit=J above idle per unit; ... (beside
+                                          energy_j_per_unit, which includes the idle share)
+    idle_policy                           share | exclude; empty: not recorded
 """
 
 from __future__ import annotations
@@ -125,6 +128,9 @@ COLUMNS: tuple[_Column, ...] = (
     ("untracked_cpu_shares", lambda r: _per_node(r, "untracked_cpu_share", "nodes")),
     ("external_co2e_g", lambda r: _pairs({e["tool"]: e["co2e_g"]
                                           for e in r.get("external_co2e") or []})),
+    ("dynamic_energy_j_per_unit", lambda r: _pairs({
+        unit: figures.get("dynamic_energy_j") for unit, figures in r["per_unit"].items()})),
+    ("idle_policy", lambda r: r.get("idle_policy") or ""),
 )
 COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _ in COLUMNS)
 # Columns that hold one number (or nothing): written as they are, so ``-1.5`` stays a

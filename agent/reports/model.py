@@ -4,8 +4,11 @@ Why one dict: a PDF, an HTML page and a CSV row of the same job must never disag
 and the JSON export must carry enough to rebuild the job in another store
 (:mod:`joulestat.reports.importer`). So the figures are computed once, here, from the
 store's reads and :func:`joulestat.carbon.footprint.footprint`, and the formats only lay
-them out. The shape is documented by ``docs/report-schema.json`` (a test validates real
-reports against it); every name carries its unit (``_j``, ``_g``, ``_usd``, ``_s``).
+them out. Energy per unit is given twice, in all and above idle, with the idle policy the
+agent attributed it under (``idle_policy``, :mod:`joulestat.reports.idle`; null when not
+recorded): on a VM most of a small job's energy can be idle power. The shape is
+documented by ``docs/report-schema.json`` (a test validates real reports against it);
+every name carries its unit (``_j``, ``_g``, ``_usd``, ``_s``).
 
 What a report never holds unless asked (``keep_secrets=True``, ``--no-redact``):
 secrets. The store has no environment variables or command lines; job labels are
@@ -37,6 +40,7 @@ from joulestat.core.tick import Component
 from joulestat.core.version import __version__
 from joulestat.reports import narrative
 from joulestat.reports.external import external_figures
+from joulestat.reports.idle import idle_policy_of
 from joulestat.reports.provenance import node_provenance
 from joulestat.reports.series import COMPONENT_ORDER, node_series, power_series, unit_series
 from joulestat.reports.sources import energy_by_class
@@ -88,10 +92,12 @@ def _effective(footprint_: Footprint) -> tuple[float | None, float | None]:
             intensities.pop() if len(intensities) == 1 else None)
 
 
-def _per_unit(units: Mapping[str, float], energy_j: float, co2e_g: float,
+def _per_unit(units: Mapping[str, float], energy_j: float, dynamic_j: float, co2e_g: float,
               embodied_g: float | None, cost_usd: float | None, duration_s: float
               ) -> tuple[dict[str, Any], dict[str, Any], dict[str, float | None]]:
-    """per_unit, per_million_units and throughput_per_hour (units per hour of the job)."""
+    """per_unit, per_million_units and throughput_per_hour (units per hour of the job);
+    energy per unit twice: all the job's (``energy_j``) and above idle
+    (``dynamic_energy_j``)."""
     per_unit: dict[str, Any] = {}
     per_million: dict[str, Any] = {}
     throughput: dict[str, float | None] = {}
@@ -101,12 +107,14 @@ def _per_unit(units: Mapping[str, float], energy_j: float, co2e_g: float,
         cost = cost_usd / count if cost_usd is not None else None
         per_unit[unit] = {
             "energy_j": energy_j / count,
+            "dynamic_energy_j": dynamic_j / count,
             "co2e_g": co2e_g / count,
             "cost_usd": cost,
             "sci_co2e_g": (co2e_g + embodied_g) / count if embodied_g is not None else None,
         }
         per_million[unit] = {
             "energy_j": energy_j / count * PER_MILLION,
+            "dynamic_energy_j": dynamic_j / count * PER_MILLION,
             "co2e_g": co2e_g / count * PER_MILLION,
             "cost_usd": cost * PER_MILLION if cost is not None else None,
         }
@@ -169,10 +177,11 @@ def report_from_detail(engine: Engine, detail: JobDetail,
     end_s = detail.end_s(now)
     duration_s = detail.held_s(now)
     energy = component_totals(detail.dynamic_j, detail.idle_j)
+    dynamic = component_totals(detail.dynamic_j)
     pue, intensity = _effective(result)
     per_unit, per_million, throughput = _per_unit(
-        detail.units, energy["total"], result.operational_co2e_g, result.embodied_co2e_g,
-        result.cost_usd, duration_s)
+        detail.units, energy["total"], dynamic["total"], result.operational_co2e_g,
+        result.embodied_co2e_g, result.cost_usd, duration_s)
     cost_notes = [n for n in result.notes if n.startswith("cost unknown")]
     rows = job_energy_parts(engine, detail.id)
     per_node_series = node_series(rows, detail.started_s, end_s)
@@ -207,8 +216,9 @@ def report_from_detail(engine: Engine, detail: JobDetail,
                   for part in detail.per_node],
         "energy_j": energy,
         "energy_kwh": j_to_kwh(energy["total"]),
-        "dynamic_energy_j": component_totals(detail.dynamic_j),
+        "dynamic_energy_j": dynamic,
         "idle_energy_j": component_totals(detail.idle_j),
+        "idle_policy": idle_policy_of(detail),
         "co2e_g": result.operational_co2e_g,
         "embodied_co2e_g": result.embodied_co2e_g,
         "total_co2e_g": result.total_co2e_g,

@@ -17,6 +17,7 @@ from typing import Any
 
 from joulestat.core import units
 from joulestat.reports.external import ExternalFigures, comparison_note
+from joulestat.reports.idle import NOT_RECORDED, policy_words
 from joulestat.reports.sources import (
     ESTIMATED,
     MEASURED,
@@ -30,6 +31,9 @@ Report = Mapping[str, Any]
 # A node whose unattributed processes used more of its busy CPU time than this is worth
 # a sentence: its jobs' CPU figures carry that much of somebody else's work around them.
 UNTRACKED_WORTH_SAYING = 0.05
+# A job whose energy is mostly idle power is worth a sentence: its per-unit figure then
+# measures how long it held the node more than what its work cost.
+IDLE_WORTH_SAYING = 0.5
 
 
 def measured_share(report: Report) -> float | None:
@@ -64,8 +68,11 @@ def _provenance_phrase(report: Report) -> str:
 
 def headline(report: Report) -> str:
     """One sentence: ``bert (training, 1 min 01 s) used 4.51 kJ (1.25 Wh): 119 mg CO2e
-    operational (embodied unknown), cost unknown; 2.05 mJ and 54.1 µg CO2e per sample.
-    Energy 100 % estimated (model:ccf-vcpu).``"""
+    operational (embodied unknown), cost unknown; 2.05 mJ (1.10 mJ above idle) and
+    54.1 µg CO2e per sample (idle policy share). Energy 100 % estimated
+    (model:ccf-vcpu).`` The energy above idle and the policy ride with the per-unit
+    figure: on a VM most of it can be idle power, and the policy decides who carries
+    that."""
     job = report["job"]
     energy_j = report["energy_j"]["total"]
     embodied = report["embodied_co2e_g"]
@@ -80,8 +87,12 @@ def headline(report: Report) -> str:
     if per_unit:
         unit, figures = max(per_unit.items(),
                             key=lambda kv: report["work_units"].get(kv[0], 0.0))
-        text += (f"; {units.energy(figures['energy_j'])} and {units.mass(figures['co2e_g'])}"
-                 f" CO2e per {unit}")
+        dynamic = figures.get("dynamic_energy_j")
+        above = f" ({units.energy(dynamic)} above idle)" if dynamic is not None else ""
+        policy = report.get("idle_policy")
+        text += (f"; {units.energy(figures['energy_j'])}{above} and "
+                 f"{units.mass(figures['co2e_g'])} CO2e per {unit} ("
+                 + (f"idle policy {policy}" if policy else NOT_RECORDED) + ")")
     return f"{text}. {_provenance_phrase(report)}"
 
 
@@ -138,10 +149,23 @@ def _node_notes(report: Report) -> list[str]:
     return notes
 
 
+def _idle_notes(report: Report) -> list[str]:
+    """A sentence when most of the job's energy is idle power it carried."""
+    total_j = report["energy_j"]["total"]
+    idle_j = report["idle_energy_j"]["total"]
+    if total_j <= 0 or idle_j / total_j < IDLE_WORTH_SAYING:
+        return []
+    policy = report.get("idle_policy")
+    return [f"{units.share(idle_j / total_j)} of the job's energy is idle power "
+            f"({policy_words(policy)}): its energy per unit measures the time it held the "
+            "node as much as its work; the dynamic energy (above idle) is what the work added"]
+
+
 def notes(report: Report) -> list[str]:
     """Every unknown (footprint's notes, already in ``report['notes']``) and every
     estimated factor, in words, without repeats."""
-    found = [*report["notes"], *_energy_notes(report), *_node_notes(report)]
+    found = [*report["notes"], *_energy_notes(report), *_node_notes(report),
+             *_idle_notes(report)]
     for figures in report.get("external_co2e") or []:
         found.append(comparison_note(ExternalFigures(**figures), report["co2e_g"]))
     return list(dict.fromkeys(found))

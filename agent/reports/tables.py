@@ -19,6 +19,7 @@ from joulestat.carbon.units import J_PER_KWH
 from joulestat.core import units as fmt
 from joulestat.core.tick import Component
 from joulestat.reports.external import shown_labels
+from joulestat.reports.idle import policy_words
 from joulestat.reports.series import COMPONENT_ORDER, component_sort_key
 from joulestat.reports.sources import WHY, sources_class
 
@@ -108,6 +109,7 @@ def summary(report: Report) -> Table:
         ("Energy", f"{energy(total_j)} ({_known(fmt.energy_wh(total_j))})"),
         ("Dynamic / idle energy", f"{energy(report['dynamic_energy_j']['total'])} / "
                                   f"{energy(report['idle_energy_j']['total'])}"),
+        ("Idle policy", policy_words(report.get("idle_policy"))),
         ("Measured / not measured", _measured(report)),
         ("Operational CO2e", mass(report["co2e_g"])),
         ("Embodied CO2e (apart)", mass(report["embodied_co2e_g"])),
@@ -180,13 +182,15 @@ def units(report: Report) -> Table:
         per = report["per_unit"].get(unit)
         million = report["per_million_units"].get(unit)
         if per is None or million is None:
-            rows.append((unit, fmt.count(count), "", "", "", "", "", ""))
+            rows.append((unit, fmt.count(count), "", "", "", "", "", "", ""))
             continue
         rows.append((unit, fmt.count(count),
                      _known(fmt.count(report["throughput_per_hour"].get(unit))),
-                     energy(per["energy_j"]), mass(per["co2e_g"]), mass(per["sci_co2e_g"]),
+                     energy(per["energy_j"]), energy(per.get("dynamic_energy_j")),
+                     mass(per["co2e_g"]), mass(per["sci_co2e_g"]),
                      _known(fmt.energy_wh(million["energy_j"])), usd(million["cost_usd"])))
     return Table("Work units", ("unit", "count", "per hour", "energy/unit",
+                                "dynamic energy/unit (above idle)",
                                 "CO2e/unit (operational)", "SCI/unit (+ embodied)",
                                 "energy/M units", "cost/M units"), tuple(rows))
 

@@ -133,7 +133,7 @@ def delete_jobs(engine: Engine, job_ids: Sequence[str], force: bool = False
         for job_id in ids:
             row = found[job_id]
             imported = _imported_nodes(connection, job_id)
-            parts = {node: total_j for (j, node), (total_j, _acc) in energy.items()
+            parts = {node: total_j for (j, node), (total_j, *_parts) in energy.items()
                      if j == job_id}
             rows = _delete_job(connection, insert, job_id, imported)
             done[job_id] = DeletedJob(

@@ -139,25 +139,29 @@ def part_energy(
 
 
 def part_energy_j(connection: Connection, job_ids: Select[Any]
-                  ) -> dict[tuple[str, str], tuple[float, float]]:
-    """Per (job, node): joules over all components and joules of the accelerators, dynamic
-    and idle (what job lists show, and what Compare's accelerator energy per unit divides:
-    a sum more in the same pass, not the split by component of :func:`part_energy`)."""
+                  ) -> dict[tuple[str, str], tuple[float, float, float]]:
+    """Per (job, node): joules over all components, joules of the accelerators (dynamic
+    and idle), and joules above idle over all components: what job lists show, what
+    Compare's accelerator and dynamic energy per unit divide (sums more in the same
+    pass, not the split by component of :func:`part_energy`)."""
     raw, totals = JOB_ENERGY.c, JOB_ENERGY_TOTALS.c
 
     def sums(rows: Any) -> list[Any]:
         energy = rows.dynamic_j + rows.idle_j
         return [func.sum(energy),
-                func.sum(case((rows.component == Component.ACCELERATOR, energy), else_=0.0))]
+                func.sum(case((rows.component == Component.ACCELERATOR, energy), else_=0.0)),
+                func.sum(rows.dynamic_j)]
 
     query = union_all(
         _recent_rows(JOB_ENERGY, [], sums(raw), job_ids, None),
         _totals(JOB_ENERGY_TOTALS, sums(totals), job_ids, None)
         .group_by(totals.job_id, totals.node))
-    energy: defaultdict[tuple[str, str], tuple[float, float]] = defaultdict(lambda: (0.0, 0.0))
-    for job_id, node, energy_j, accelerator_j in connection.execute(query):
-        total_j, acc_j = energy[(job_id, node)]
-        energy[(job_id, node)] = (total_j + float(energy_j), acc_j + float(accelerator_j))
+    energy: defaultdict[tuple[str, str], tuple[float, float, float]] = defaultdict(
+        lambda: (0.0, 0.0, 0.0))
+    for job_id, node, energy_j, accelerator_j, dynamic_j in connection.execute(query):
+        total_j, acc_j, dyn_j = energy[(job_id, node)]
+        energy[(job_id, node)] = (total_j + float(energy_j), acc_j + float(accelerator_j),
+                                  dyn_j + float(dynamic_j))
     return energy
 
 
@@ -255,6 +259,7 @@ class PartTotals(Held):
     total_j: float
     units: dict[str, float]
     accelerator_j: float = 0.0  # the part of total_j on accelerators
+    dynamic_j: float = 0.0  # the part of total_j above idle
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +283,7 @@ class JobTotals(Held):
     units: dict[str, float]
     per_node: tuple[PartTotals, ...]
     accelerator_j: float = 0.0  # the part of total_j on accelerators, all nodes
+    dynamic_j: float = 0.0  # the part of total_j above idle, all nodes
 
 
 def job_totals(engine: Engine, where: JobFilter = JobFilter()) -> list[JobTotals]:
@@ -308,7 +314,7 @@ def _sorted_units(counts: dict[str, float]) -> dict[str, float]:
 
 
 def _assemble(metas: Any, part_rows: Any,
-              energy: dict[tuple[str, str], tuple[float, float]],
+              energy: dict[tuple[str, str], tuple[float, float, float]],
               unit_rows: dict[str, dict[tuple[str, str], float]]) -> list[JobTotals]:
     """JobTotals from the rows; one pass each, single-node jobs (most) without merging,
     as this runs for every job on the Jobs and Compare pages."""
@@ -319,10 +325,10 @@ def _assemble(metas: Any, part_rows: Any,
     by_job: defaultdict[str, list[PartTotals]] = defaultdict(list)
     for job_id, node, instance_type, region, started_s, ended_s in part_rows:
         key = (job_id, node)
-        total_j, accelerator_j = energy.get(key, (0.0, 0.0))
+        total_j, accelerator_j, dynamic_j = energy.get(key, (0.0, 0.0, 0.0))
         by_job[job_id].append(PartTotals(node, instance_type, region, started_s, ended_s,
                                          total_j, _sorted_units(units.get(key, {})),
-                                         accelerator_j))
+                                         accelerator_j, dynamic_j))
     result = []
     no_parts: list[PartTotals] = []
     for job_id, name, kind, labels, status, created_s, ended_s in metas:
@@ -339,7 +345,7 @@ def _assemble(metas: Any, part_rows: Any,
             job_id, name, kind, json.loads(labels) if labels != "{}" else {}, status,
             created_s, ended_s, tuple((p.node, p.instance_type) for p in node_parts),
             sum(p.total_j for p in node_parts), job_units, tuple(node_parts),
-            sum(p.accelerator_j for p in node_parts),
+            sum(p.accelerator_j for p in node_parts), sum(p.dynamic_j for p in node_parts),
         ))
     return result
 

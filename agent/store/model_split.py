@@ -15,6 +15,11 @@ every tick. Idle is the energy of the moments no model was busy (a server betwee
 requests); concurrent requests may add up to more busy time than wall time, and the
 division by their sum then shares the whole among them.
 
+What a model *costs* (``compare --by model``) is its part of the job's whole energy,
+idle included (:meth:`ModelSplit.job_fractions`): the server's time between requests is
+spent on behalf of the models it serves, so a one-model server's model reads what the
+job reads. The busy-time split above is the measure that divides it.
+
 Why minutes rather than ticks: busy time reaches the agent when the client sends it
 (about once a second), not when it was spent, so one tick may take two seconds of busy
 time and the next none; over a minute those lumps even out, and minutes are what is
@@ -90,6 +95,20 @@ class ModelSplit:
 
     def model(self, name: str) -> ModelShare | None:
         return next((m for m in self.models if m.model == name), None)
+
+    def job_fractions(self) -> dict[str, float]:
+        """Each model's fraction of the job's WHOLE energy, idle included: its busy-time
+        energy over all the models' (so the fractions add up to 1). The job's idle part
+        goes to its models as a node's idle power goes to its jobs under ``--idle-policy
+        share``: in proportion to what each used. So a one-model server's model carries
+        the job's energy, and two models' energies add up to the job's. Models that were
+        never busy (no busy time recorded) share it evenly."""
+        if not self.models:
+            return {}
+        busy_j = sum(m.energy_j for m in self.models)
+        if busy_j <= 0:
+            return {m.model: 1.0 / len(self.models) for m in self.models}
+        return {m.model: m.energy_j / busy_j for m in self.models}
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,10 +10,12 @@ units over sum of instance-hours), CO2e is operational with embodied apart, and 
 unknown price stays unknown. Rows of one job name are told apart by the labels that
 differ between them. This page lays the table out, draws the bars, lets the viewer
 pick the grouping (``--by instance_type``, ``--by label:KEY``, ``--by model``: the models
-of multi-model servers, their energy split by busy time, or jobs), the baseline
+served, each carrying its share of its jobs' whole energy, or jobs), the baseline
 and the SLA, and keeps every choice in the URL (``st.query_params``), so a comparison
 can be shared as a link; the baseline returns to the documented default (the slowest
-row) whenever the rows change.
+row) whenever the rows change. Energy per unit is shown twice, in all and above idle
+(dynamic), with the idle policy the rows were attributed under
+(:mod:`joulestat.reports.idle`), as the command prints them.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from joulestat.core import units
 from joulestat.dashboard import charts, comparison, costing, fmt, state, ui
 from joulestat.reports.compare.table import LABEL_BY, SETUP_SEPARATOR
 from joulestat.reports.compare.words import headline, plural
+from joulestat.reports.idle import MIXED, policy_words
 
 MAX_PICK = 500
 MODES = {"instance_type": "by instance type", "label": "by label", "model": "by model",
@@ -82,9 +85,10 @@ if mode == MODES["label"]:
     by = f"label:{st.selectbox('Label', keys, key='cmp_label')}"
 elif mode == MODES["model"]:
     by = "model"
-    st.caption("A row per model of multi-model servers (`job.serving(model)`, docs/jobs.md): "
-               "each job's energy, cost and hours split among its models by busy time, its "
-               "`idle` part apart; jobs that named no model are `model unset`.")
+    st.caption("A row per model served (`job.serving(model)`, docs/jobs.md): each model "
+               "carries its share of its jobs' whole energy and cost (split by busy time, "
+               "the time between requests included), and its throughput is its units per "
+               "hour its jobs were held. Jobs that served no named model are left out.")
 elif mode == MODES["jobs"]:
     candidates = state.compare_candidates(url, kind, unit, since, until, MAX_PICK)
     labels = {job_id: f"{name} · {fmt.local_time(started_s, tz)} · {setup}"
@@ -99,7 +103,10 @@ elif mode == MODES["jobs"]:
 units_name = plural(unit)
 found = state.compare(url, kind, unit, since, until, now, picked, by)
 if found is None:
-    st.info(f"No {fmt.md(kind)} job counted {fmt.md(units_name)} in this selection.")
+    st.info(f"No {fmt.md(kind)} job served a named model and counted {fmt.md(units_name)} "
+            "in this selection: compare them by instance type or pick the jobs."
+            if by == "model" and picked is None else
+            f"No {fmt.md(kind)} job counted {fmt.md(units_name)} in this selection.")
     st.stop()
 
 names = comparison.row_labels(found.table.rows, lambda t: fmt.local_time(t, tz)[:16])
@@ -121,6 +128,11 @@ st.caption("Throughput per instance-hour (every node a job held counts), CO2e op
            "(location-based; embodied apart), cost = hourly price × hours held: the figures "
            "and sentences of `joulestat compare` (docs/compare.md). Prices: "
            f"{costing.price_source()}. This view's link keeps its settings.")
+policy = result.table.idle_policy
+said = policy_words(policy)
+st.caption(f"Energy is what each row was attributed; dynamic energy is its part above the "
+           f"node's idle power. {said[:1].upper() + said[1:]}"
+           + (" (see the idle policy column)." if policy == MIXED else "."))
 per_setup = result.table.by.startswith(LABEL_BY) and all(
     SETUP_SEPARATOR in r.group for r in result.table.rows)
 if per_setup:
@@ -135,6 +147,7 @@ for row in result.per_unit:
 per, million = f"per {unit}", f"per million {units_name}"
 throughput_col = f"throughput ({units_name}/instance-h)"
 energy_col, co2e_col = f"energy {per}", f"CO2e {per} (operational)"
+dynamic_col = f"dynamic energy {per}"
 accel_col = f"accelerator energy {per}"
 embodied_col, cost_col = f"embodied CO2e {per}", f"cost {million}"
 # The row's name, how its energy was obtained, then the figures the sentences above
@@ -143,8 +156,9 @@ embodied_col, cost_col = f"embodied CO2e {per}", f"cost {million}"
 # estimate read beside measured rows must say so where it is seen.
 table = pd.DataFrame([{
     "group": names[comparison.row_key(r)], fmt.ENERGY_IS: fmt.energy_is(r.sources),
-    energy_col: r.energy_per_unit_j, co2e_col: r.co2e_per_unit_g,
-    cost_col: r.cost_per_million_usd, throughput_col: r.units_per_hour,
+    energy_col: r.energy_per_unit_j, dynamic_col: r.dynamic_per_unit_j,
+    co2e_col: r.co2e_per_unit_g, cost_col: r.cost_per_million_usd,
+    throughput_col: r.units_per_hour,
     # What each setup computes on ("1 x AWS Inferentia2" against "1 x NVIDIA T4"): the
     # models its agents registered, else the catalog's (compare_data.accelerator_names,
     # as the command names them); and their part of the energy.
@@ -153,20 +167,25 @@ table = pd.DataFrame([{
     "instance types": "+".join(r.instance_types),
     "jobs": r.runs, units_name: r.units, "instance-hours": r.instance_hours,
     embodied_col: r.embodied_per_unit_g, "power per instance": r.power_per_instance_w,
+    "idle policy": r.idle_policy or "not recorded",
 } for r in result.per_unit])
 if result.table.by == "instance_type" or per_setup:
     table = table.drop(columns="instance types")  # the row's name says it already
+if policy != MIXED:
+    table = table.drop(columns="idle policy")  # one policy: the caption above says it
 NAMED = ui.named_columns("group")
 SHORT = {**NAMED,
          co2e_col: st.column_config.Column(
              f"CO2e {per}", help="operational (location-based); embodied CO2e apart"),
+         dynamic_col: st.column_config.Column(
+             f"dynamic {per}", help="the energy above the node's idle power, per unit"),
          throughput_col: st.column_config.Column(
              f"{units_name} per instance-h", help="throughput: units per instance-hour, "
                                                  "every node a job held counted")}
 st.dataframe(fmt.styled(table, {
     units_name: fmt.count, "instance-hours": units.sig, throughput_col: fmt.count,
-    energy_col: fmt.energy, co2e_col: fmt.mass, embodied_col: fmt.mass, cost_col: fmt.usd,
-    accel_col: fmt.energy,
+    energy_col: fmt.energy, dynamic_col: fmt.energy, co2e_col: fmt.mass,
+    embodied_col: fmt.mass, cost_col: fmt.usd, accel_col: fmt.energy,
     "power per instance": fmt.power}), hide_index=True, width="stretch",
     placeholder=fmt.UNKNOWN, column_config=SHORT)
 if any(r.energy_class and r.energy_class != "measured" for r in result.per_unit):
@@ -178,10 +197,13 @@ if result.per_run:
                "`joulestat compare` lists them (no deltas against a per-unit baseline).")
     per_run = pd.DataFrame([{
         "group": names[comparison.row_key(r)], fmt.ENERGY_IS: fmt.energy_is(r.sources),
-        "energy per run": r.energy_per_run_j, "CO2e per run (operational)": r.co2e_per_run_g,
+        "energy per run": r.energy_per_run_j, "dynamic energy per run": r.dynamic_per_run_j,
+        "CO2e per run (operational)": r.co2e_per_run_g,
         "cost per run": r.cost_per_run_usd, "jobs": r.runs,
+        "idle policy": r.idle_policy or "not recorded",
     } for r in result.per_run])
     st.dataframe(fmt.styled(per_run, {"energy per run": fmt.energy, "cost per run": fmt.usd,
+                                      "dynamic energy per run": fmt.energy,
                                       "CO2e per run (operational)": fmt.mass}),
                  hide_index=True, width="stretch", placeholder=fmt.UNKNOWN,
                  column_config=NAMED)

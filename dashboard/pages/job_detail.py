@@ -27,6 +27,7 @@ from joulestat.core.csv_cells import text_cell
 from joulestat.core.redact import redact_labels
 from joulestat.dashboard import analysis, charts, costing, downloads, fmt, state, ui
 from joulestat.reports.external import comparison_note, external_figures, shown_labels
+from joulestat.reports.idle import idle_policy_of, policy_words
 from joulestat.reports.sources import WHY, sources_class
 
 BADGE_COLORS = {"measured": "green", "estimated": "orange", "unstated": "red",
@@ -97,12 +98,24 @@ footprint[2].metric("Embodied CO2e", fmt.mass(cost.embodied_g),
 footprint[3].metric("Cost", fmt.usd(cost.cost_usd),
                     help=f"hourly price × hours each node was held; prices: "
                          f"{costing.price_source()}")
-work = st.columns(4)
+# Energy per unit twice, in all and above idle, under the idle policy the agent recorded:
+# on a VM most of a small job's energy can be idle power (joulestat.reports.idle).
+dynamic_j = sum(job.dynamic_j.values())
+policy = idle_policy_of(job)
+work = st.columns(5)
 work[0].metric(f"Work ({fmt.md(fmt.plural(unit)) if unit else 'units'})",
                fmt.count(count) if unit else fmt.UNKNOWN)
 work[1].metric(f"Energy per {fmt.md(unit) if unit else 'unit'}",
-               fmt.energy(job.total_j / count) if count else fmt.UNKNOWN)
-for column, figures in zip(work[2:], external, strict=False):
+               fmt.energy(job.total_j / count) if count else fmt.UNKNOWN,
+               help="all the energy the job was attributed (dynamic + its idle share)")
+work[2].metric(f"Dynamic energy per {fmt.md(unit) if unit else 'unit'}",
+               fmt.energy(dynamic_j / count) if count else fmt.UNKNOWN,
+               help="the part above the node's idle power: what the work itself added")
+said = policy_words(policy)
+st.caption(f"Energy {fmt.energy(job.total_j)}, of which {fmt.energy(dynamic_j)} dynamic "
+           f"(above idle) and {fmt.energy(job.total_j - dynamic_j)} idle. "
+           f"{said[:1].upper() + said[1:]}.")
+for column, figures in zip(work[3:], external, strict=False):
     column.metric(f"CO2e ({fmt.md(figures.tool)}'s own)", fmt.mass(figures.co2e_g),
                   help=f"as {fmt.md(figures.tool)} wrote it in its CSV, with its own intensity")
 for figures in external:

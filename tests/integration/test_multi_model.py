@@ -1,7 +1,9 @@
 """One server process, two models: the real agent on fake RAPL at a known wattage, a
 program under ``joulestat run`` serving model A three times as long as model B through
 ``joulestat.client.tracking.serving``, then the store and ``joulestat compare --by model`` read as a
-user would read them."""
+user would read them. And one server of one model, idle most of the time, which must read
+the same by model as by job (issue 24: it read 30 mJ at 5.4 M/h by model against 263 mJ
+at 617 k/h by job, beside an "idle" row)."""
 
 from __future__ import annotations
 
@@ -90,20 +92,83 @@ def test_a_model_busy_three_times_as_long_gets_three_times_the_energy(served):
 
 
 def test_compare_by_model_prints_energy_per_inference_per_model(served):
-    url, _summary = served
+    url, summary = served
     result = run_cli("compare", "--db", url, "--by", "model", "--unit", "inference",
                      "--baseline", "model-b", "--json")
     assert result.returncode == 0, result.stderr
     table = json.loads(result.stdout)
     rows = {row["group"]: row for row in table["rows"]}
-    assert set(rows) == {"model=model-a", "model=model-b", "idle"}
+    assert set(rows) == {"model=model-a", "model=model-b"}  # no idle row
     a, b = rows["model=model-a"], rows["model=model-b"]
     assert table["by"] == "model" and table["baseline"] == "model=model-b" and b["is_baseline"]
     assert a["energy_per_unit_j"] / b["energy_per_unit_j"] == pytest.approx(3.0, rel=0.05)
     assert a["energy_pct"] == pytest.approx(200.0, abs=15.0)
-    assert rows["idle"]["basis"] == "run" and rows["idle"]["units"] is None
-    total = sum(row["energy_j"] for row in rows.values())
+    # The models carry the whole job, the time between requests included ...
+    assert a["energy_j"] + b["energy_j"] == pytest.approx(summary["total_energy_j"], rel=1e-6)
+    # ... and each counts its own units over the hours the server was held.
+    [by_job] = cli_json(url, "--by", "job", "--unit", "inference")["rows"]
+    assert a["instance_hours"] == pytest.approx(by_job["instance_hours"], rel=1e-9)
+    assert a["units"] + b["units"] == pytest.approx(by_job["units"])
+    assert a["units_per_hour"] + b["units_per_hour"] == pytest.approx(by_job["units_per_hour"])
+    assert a["dynamic_j"] + b["dynamic_j"] == pytest.approx(by_job["dynamic_j"], rel=1e-6)
     text = run_cli("compare", "--db", url, "--by", "model")
     assert text.returncode == 0, text.stderr
     assert "row(s) by model" in text.stdout and "model=model-a" in text.stdout
-    assert total == pytest.approx(_summary["total_energy_j"], rel=1e-6)
+
+
+def cli_json(url: str, *args: str) -> dict:
+    result = run_cli("compare", "--db", url, "--json", *args)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+# One model, busy about a fifth of the time: 50 ms of work, then 200 ms between requests.
+ONE_MODEL_SERVER = """
+import time
+from joulestat import serving, track
+
+def work(seconds):
+    until = time.perf_counter() + seconds
+    while time.perf_counter() < until:
+        pass
+
+end = time.time() + {seconds}
+while time.time() < end:
+    with serving("m1") as model:
+        work(0.05)
+        model.count(1)
+    time.sleep(0.2)
+"""
+
+
+def test_a_one_model_server_reads_the_same_by_model_as_by_job(tmp_path: Path) -> None:
+    """Acceptance 2 of issue 24: the same energy per inference and throughput (within
+    2 %), in one row; and a job that served no model is said, never a row."""
+    fake = FakePowercap(tmp_path / "sys")
+    fake.add_zone("intel-rapl:0", "package-0")
+    with fake.drive("intel-rapl:0", power_w=POWER_W, hz=500), running_agent(
+            tmp_path, "--sysfs-root", str(tmp_path / "sys"), "--interval", "0.25",
+            "--node", "n1") as agent:
+        run = start_run("one-model", ONE_MODEL_SERVER.format(seconds=5), agent.client_env(),
+                        "--kind", "inference")
+        plain = start_run("no-model", "import time; time.sleep(1)", agent.client_env(),
+                          "--kind", "inference")
+        assert summary_of(run)["exit_code"] == 0 and summary_of(plain)["exit_code"] == 0
+        assert agent.stop() == 0
+    url = agent.db_url
+    [by_job] = cli_json(url, "--jobs", "one-model", "--unit", "inference")["rows"]
+    out = cli_json(url, "--by", "model", "--unit", "inference")
+    [by_model] = out["rows"]  # one row: no idle row, no "model unset"
+    print(f"by job {by_job['energy_per_unit_j'] * 1e3:.1f} mJ/inference at "
+          f"{by_job['units_per_hour']:.0f}/h; by model {by_model['energy_per_unit_j'] * 1e3:.1f}"
+          f" mJ at {by_model['units_per_hour']:.0f}/h")
+    assert by_model["group"] == "model=m1" and by_model["units"] == by_job["units"] > 10
+    for figure in ("energy_per_unit_j", "units_per_hour", "dynamic_per_unit_j"):
+        assert by_model[figure] == pytest.approx(by_job[figure], rel=0.02), figure
+    assert any("no-model" in note and "served no named model" in note
+               for note in out["notes"])
+    assert out["headlines"] == []  # nothing to compare the one model against
+    # A store of jobs that served no model: --by model says so and names its flag.
+    alone = run_cli("compare", "--db", url, "--by", "model", "--jobs", "no-model")
+    assert alone.returncode == 2 and "--by" in alone.stderr
+    assert "served a named model" in alone.stderr

@@ -211,8 +211,16 @@ def test_a_schema_1_report_imports_and_reports_the_same_figures(tmp_path: Path) 
     assert again["energy_j"]["total"] == pytest.approx(old["energy_j"]["total"], rel=1e-12)
     assert again["co2e_g"] == pytest.approx(old["co2e_g"], rel=1e-12)
     for unit, figures in old["per_unit"].items():
-        assert again["per_unit"][unit] == pytest.approx(figures, rel=1e-12), unit
-    assert_same_figures(renamed(old, "gpu", "accelerator"), again)
+        mine = {key: again["per_unit"][unit][key] for key in figures}
+        assert mine == pytest.approx(figures, rel=1e-12), unit
+        # written since: energy per unit above idle (the imported dynamic joules)
+        assert again["per_unit"][unit]["dynamic_energy_j"] == pytest.approx(
+            old["dynamic_energy_j"]["total"] / old["work_units"][unit], rel=1e-12)
+    # The figures the old report wrote are the same (per-unit energy above idle is new).
+    assert_same_figures(renamed(old, "gpu", "accelerator"), {**again, **{
+        table: {unit: {k: v for k, v in figures.items() if k != "dynamic_energy_j"}
+                for unit, figures in again[table].items()}
+        for table in ("per_unit", "per_million_units")}})
     trainer = next(n for n in again["nodes"] if n["node"] == "trainer-1")
     assert trainer["sources"]["accelerator"] == ["import:joulestat/nvml_energy"]
     csv_row = next(csv.DictReader(io.StringIO(report(env, "llm-9", "--format", "csv").stdout)))

@@ -1,4 +1,5 @@
-"""compare(): per-unit ratios, pooling, multi-node jobs, per-run rows and SLA sizing.
+"""compare(): per-unit ratios, pooling, multi-node jobs, per-run rows, SLA sizing, energy
+above idle with its idle policy, and the rows by model.
 
 Every expected value is worked out by hand in the test from the inputs (prices from the
 bundled catalog via ``catalog.lookup``), never from compare() itself.
@@ -7,6 +8,7 @@ bundled catalog via ``catalog.lookup``), never from compare() itself.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -15,11 +17,19 @@ from joulestat.reports.compare.table import (
     CompareError,
     JobFigures,
     NodeFigures,
+    by_model,
     compare,
     rebase,
     setup_name,
 )
-from joulestat.reports.compare.words import format_pct, format_ratio, headline
+from joulestat.reports.compare.words import (
+    as_json,
+    format_pct,
+    format_ratio,
+    headline,
+    render_text,
+)
+from joulestat.store.model_split import ModelShare, ModelSplit
 
 H = 3600.0
 G_PER_J = 400 / 3_600_000  # 400 gCO2e/kWh, PUE 1.0: grams per joule
@@ -285,3 +295,133 @@ def test_word_formats() -> None:
     assert (format_ratio(6.3), format_ratio(10_000 / 63_000)) == ("\u00d76.3", "\u00d70.16")
     assert format_pct(-92.06) == "\u221292 %"
     assert (format_pct(4.54), format_pct(0.01)) == ("+4.5 %", "\u00b10 %")
+
+
+def test_factors_past_99_percent() -> None:
+    # A 215-fold drop read "-100 %", hiding its size; past +/-99 % a change is a factor.
+    assert format_pct((1 / 215 - 1) * 100) == "/215"
+    assert format_pct((215 - 1) * 100) == "\u00d7215"
+    assert format_pct(150.0) == "\u00d72.5"
+    assert format_pct(-99.0) == "\u221299 %" and format_pct(99.0) == "+99 %"
+    assert format_pct(-100.0) == "\u2212100 %"  # down to nothing: no factor to give
+    assert format_pct((1 / 1234.4 - 1) * 100) == "/1,234"
+
+
+# -- energy above idle, and the idle policy it was attributed under ----------------------
+
+def with_dynamic(job: JobFigures, dynamic_j: float, policy: str | None) -> JobFigures:
+    return replace(job, dynamic_j=dynamic_j, idle_policy=policy)
+
+
+def test_energy_per_unit_twice_total_and_dynamic() -> None:
+    # g5: 360 kJ of which 36 kJ above idle; inf2: 90 kJ of which 63 kJ above idle.
+    g5 = with_dynamic(ON_G5, 36_000.0, "share")
+    inf2 = with_dynamic(ON_INF2, 63_000.0, "share")
+    table = compare([g5, inf2])
+    base, row = table.rows
+    assert base.dynamic_j == 36_000.0 and base.dynamic_per_unit_j == pytest.approx(3.6)
+    assert row.dynamic_per_unit_j == pytest.approx(63_000 / 31_500)  # 2 J
+    assert row.dynamic_per_run_j == 63_000.0
+    assert row.dynamic_pct == pytest.approx((2 / 3.6 - 1) * 100)  # -44 %
+    assert row.energy_pct == pytest.approx((90_000 / 31_500 / 36 - 1) * 100)  # -92 %
+    assert (base.idle_policy, row.idle_policy, table.idle_policy) == ("share",) * 3
+    assert headline(row, base) == (
+        "\u00d76.3 throughput, \u221292 % energy per inference, \u221244 % dynamic energy "
+        "per inference, \u221292 % CO2e per inference, $12.03 vs $100.60 per million "
+        "inferences")
+    # an unknown dynamic part makes the row's unknown, never 0
+    pooled = compare([g5, ON_G5], by="instance_type").rows[0]
+    assert pooled.dynamic_j is None and pooled.dynamic_per_unit_j is None
+    assert pooled.idle_policy == "mixed"  # one recorded, one not
+
+
+def test_the_idle_policy_of_rows_and_tables() -> None:
+    share = with_dynamic(ON_G5, 36_000.0, "share")
+    exclude = with_dynamic(replace(ON_INF2, energy_j=63_000.0), 63_000.0, "exclude")
+    table = compare([share, exclude])
+    assert [r.idle_policy for r in table.rows] == ["share", "exclude"]
+    assert table.idle_policy == "mixed"
+    out = as_json(table, [])
+    assert out["idle_policy"] == "mixed"
+    assert [r["idle_policy"] for r in out["rows"]] == ["share", "exclude"]
+    assert [r["dynamic_per_unit_j"] for r in out["rows"]] == [pytest.approx(3.6),
+                                                              pytest.approx(2.0)]
+    text = render_text(table, [])
+    assert "idle policy mixed" in text.splitlines()[1]
+    header = next(line for line in text.splitlines() if line.startswith("job "))
+    assert "dynamic/inference" in header and "idle policy" in header
+    one = compare([share])
+    assert one.idle_policy == "share" and "idle policy share" in render_text(one, [])
+    assert "idle policy" not in next(line for line in render_text(one, []).splitlines()
+                                     if line.startswith("job "))
+    assert compare([ON_G5]).idle_policy is None
+    assert "idle policy not recorded" in render_text(compare([ON_G5]), [])
+
+
+# -- by model ----------------------------------------------------------------------------
+
+def split_of(job: JobFigures, busy: dict[str, float], units: dict[str, dict[str, float]]
+             ) -> ModelSplit:
+    """``job``'s energy split among models busy ``busy`` (fractions of it), the rest idle."""
+    shares = tuple(ModelShare(m, job.energy_j * f, f * 100.0, units[m])
+                   for m, f in busy.items())
+    return ModelSplit(job.job_id, job.energy_j,
+                      job.energy_j - sum(s.energy_j for s in shares), shares)
+
+
+def test_one_model_server_reads_the_same_by_model_as_by_job() -> None:
+    # The issue's server: one model busy 11 % of the time. By job 263 mJ per inference at
+    # 617 k/h; by model it read 30 mJ at 5.4 M/h (and an "idle" row).
+    server = with_dynamic(ON_G5, 90_000.0, "share")
+    split = split_of(server, {"m1": 0.114}, {"m1": {"inference": 10_000}})
+    parts = by_model([server], {server.job_id: split})
+    assert parts.unassigned == () and parts.notes() == []
+    [by_job] = compare([server]).rows
+    [row] = compare(list(parts.parts), by="model").rows
+    assert row.group == "model=m1" and row.basis == "unit"
+    for name in ("energy_per_unit_j", "units_per_hour", "dynamic_per_unit_j",
+                 "co2e_per_unit_g", "cost_per_million_usd", "instance_hours",
+                 "power_per_instance_w"):
+        assert getattr(row, name) == pytest.approx(getattr(by_job, name)), name
+    assert row.idle_policy == "share"
+
+
+def test_two_models_carry_the_whole_job_and_count_their_own_units() -> None:
+    # a busy 45 % of the time, b 15 %, nobody 40 %: a carries 3/4 of everything.
+    server = with_dynamic(ON_G5, 120_000.0, "exclude")
+    split = split_of(server, {"a": 0.45, "b": 0.15},
+                     {"a": {"inference": 6_000}, "b": {"inference": 4_000}})
+    assert split.job_fractions() == pytest.approx({"a": 0.75, "b": 0.25})
+    parts = by_model([server], {server.job_id: split})
+    a, b = parts.parts
+    assert (a.model, b.model) == ("a", "b")
+    assert a.energy_j + b.energy_j == pytest.approx(server.energy_j)
+    assert a.energy_j == pytest.approx(0.75 * 360_000)
+    assert a.dynamic_j + b.dynamic_j == pytest.approx(120_000.0)
+    assert a.cost_usd + b.cost_usd == pytest.approx(server.cost_usd)
+    assert a.operational_co2e_g + b.operational_co2e_g == pytest.approx(
+        server.operational_co2e_g)
+    # each model's throughput: its units over the hours the server was held (1 h)
+    assert a.instance_hours == b.instance_hours == server.instance_hours
+    table = compare(list(parts.parts), by="model", baseline="b")
+    rows = {r.group: r for r in table.rows}
+    assert set(rows) == {"model=a", "model=b"}  # no idle row, no "model unset"
+    assert rows["model=a"].units_per_hour == pytest.approx(6_000)
+    assert rows["model=a"].energy_per_unit_j == pytest.approx(0.75 * 360_000 / 6_000)
+    assert rows["model=b"].energy_per_unit_j == pytest.approx(0.25 * 360_000 / 4_000)
+    assert rows["model=a"].dynamic_per_unit_j == pytest.approx(0.75 * 120_000 / 6_000)
+    assert sum(r.energy_j for r in table.rows) == pytest.approx(server.energy_j)
+    # never busy: the models share the job evenly rather than vanish
+    idle_only = split_of(server, {"a": 0.0, "b": 0.0}, {"a": {}, "b": {}})
+    assert idle_only.job_fractions() == {"a": 0.5, "b": 0.5}
+
+
+def test_jobs_that_served_no_model_are_left_out_by_model_and_said_so() -> None:
+    server = with_dynamic(ON_G5, 36_000.0, "share")
+    split = split_of(server, {"m1": 0.5}, {"m1": {"inference": 10_000}})
+    parts = by_model([server, ON_INF2], {server.job_id: split})
+    assert [p.model for p in parts.parts] == ["m1"]
+    assert parts.unassigned == (ON_INF2,)
+    [note] = parts.notes()
+    assert "1 job(s) served no named model" in note and "inf2-run" in note
+    assert [r.group for r in compare(list(parts.parts), by="model").rows] == ["model=m1"]

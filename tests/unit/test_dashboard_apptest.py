@@ -205,9 +205,11 @@ def _group(jobs: dict[str, JobSummary], itype: str) -> list[JobSummary]:
             and {t for _n, t in j.nodes} == {itype} and j.units.get("request")]
 
 
-def _group_energy_per_unit(jobs: dict[str, JobSummary], itype: str) -> float:
+def _group_energy_per_unit(jobs: dict[str, JobSummary], itype: str,
+                           dynamic: bool = False) -> float:
     members = _group(jobs, itype)
-    return sum(j.total_j for j in members) / sum(j.units["request"] for j in members)
+    energy_j = sum(sum(j.dynamic_j.values()) if dynamic else j.total_j for j in members)
+    return energy_j / sum(j.units["request"] for j in members)
 
 
 def test_compare_shows_energy_per_request_by_instance_type_and_deltas(
@@ -221,6 +223,10 @@ def test_compare_shows_energy_per_request_by_instance_type_and_deltas(
     for itype in table.index:
         assert table.at[itype, "energy per request"] == pytest.approx(
             _group_energy_per_unit(jobs, itype))
+        assert table.at[itype, "dynamic energy per request"] == pytest.approx(
+            _group_energy_per_unit(jobs, itype, dynamic=True))
+        assert (table.at[itype, "dynamic energy per request"]
+                < table.at[itype, "energy per request"])
         assert table.at[itype, "requests"] == sum(j.units["request"]
                                                   for j in _group(jobs, itype))
     assert at.selectbox(key="cmp_base").value == "c6i.2xlarge"  # slowest is the baseline
@@ -229,12 +235,16 @@ def test_compare_shows_energy_per_request_by_instance_type_and_deltas(
     g5 = next(line for line in lines if line.startswith("**g5.xlarge** vs c6i.2xlarge: "))
     change = (_group_energy_per_unit(jobs, "g5.xlarge")
               / _group_energy_per_unit(jobs, "c6i.2xlarge") - 1) * 100
-    # joulestat compare's sentence: "×5.6 throughput, −48 % energy per request, −56 %
-    # CO2e per request, $3.42 vs $6.41 per million requests": $ as in the table
+    # joulestat compare's sentence: "×5.6 throughput, −48 % energy per request, −60 %
+    # dynamic energy per request, −56 % CO2e per request, $3.42 vs $6.41 per million
+    # requests": $ as in the table
     text = g5.split(": ", 1)[1]
-    throughput, energy, co2e, cost = text.split(", ")
+    throughput, energy, dynamic, co2e, cost = text.split(", ")
     assert throughput.startswith("×") and throughput.endswith(" throughput")
     assert energy == f"{compare_words.MINUS}{abs(change):.0f} % energy per request"
+    dynamic_change = (_group_energy_per_unit(jobs, "g5.xlarge", dynamic=True)
+                      / _group_energy_per_unit(jobs, "c6i.2xlarge", dynamic=True) - 1) * 100
+    assert dynamic == f"{compare_words.format_pct(dynamic_change)} dynamic energy per request"
     assert co2e.endswith(" % CO2e per request")
     assert cost.startswith("$") and cost.endswith(" per million requests")
     assert cost.split(" vs ")[0] == fmt.usd(table.at["g5.xlarge", "cost per million requests"])

@@ -64,16 +64,29 @@ def test_load_curve_grouped_by_model_gives_each_models_energy_per_inference(
     assert any("20 %" in c.value and "idle" in c.value for c in at.caption)
 
 
-def test_compare_by_model_pools_each_models_jobs_and_keeps_idle_apart(store, monkeypatch):
+def test_compare_by_model_pools_each_models_jobs_and_shares_their_idle_time(
+        store, monkeypatch):
+    """Each model carries its share of its jobs' whole energy (a busy 0.6 s a tick, b 0.2
+    s: 3/4 and 1/4, the 0.2 s nobody was busy included), counted over the hours its jobs
+    were held; nothing unassigned is a row."""
     url, jobs = store
     at = run_page(url, "pages/compare.py", monkeypatch, by="model", kind="inference",
                   unit="inference")
     assert at.radio(key="cmp_mode").value == "by model"
-    per_unit, per_run = at.dataframe[0].value, at.dataframe[1].value
+    per_unit = at.dataframe[0].value
     total_j = sum(job.total_j for job in jobs.values())
+    dynamic_j = sum(sum(job.dynamic_j.values()) for job in jobs.values())
     rows = dict(zip(per_unit["group"], per_unit["energy per inference"], strict=True))
-    assert rows == pytest.approx({"model=a": 0.6 * total_j / (3 * TICKS * 3),
-                                  "model=b": 0.2 * total_j / (2 * TICKS * 3)}, rel=1e-9)
-    assert list(per_run["group"]) == ["idle"]
-    assert per_run["energy per run"].iloc[0] == pytest.approx(0.2 * total_j / 3, rel=1e-9)
+    assert rows == pytest.approx({"model=a": 0.75 * total_j / (3 * TICKS * 3),
+                                  "model=b": 0.25 * total_j / (2 * TICKS * 3)}, rel=1e-9)
+    throughput = dict(zip(per_unit["group"], per_unit["throughput (inferences/instance-h)"],
+                          strict=True))
+    assert throughput == pytest.approx({"model=a": 3 * 3600.0, "model=b": 2 * 3600.0})
+    dynamic = dict(zip(per_unit["group"], per_unit["dynamic energy per inference"],
+                       strict=True))
+    assert 0 < dynamic_j < total_j
+    assert dynamic == pytest.approx({"model=a": 0.75 * dynamic_j / (3 * TICKS * 3),
+                                     "model=b": 0.25 * dynamic_j / (2 * TICKS * 3)}, rel=1e-9)
+    shown = {g for d in at.dataframe if "group" in d.value.columns for g in d.value["group"]}
+    assert shown == {"model=a", "model=b"}  # no idle row, no "model unset"
     assert at.query_params["by"] == "model"  # the link keeps the grouping

@@ -42,6 +42,8 @@ EXPECTED_COLUMNS = (
     "energy_sources", "notes", "agent_version", "generated_at",
     # appended for issue 11 (columns are only ever appended)
     "energy_by_class", "untracked_cpu_shares", "external_co2e_g",
+    # appended for issue 24: energy per unit above idle, and the idle policy
+    "dynamic_energy_j_per_unit", "idle_policy",
 )
 
 
@@ -99,6 +101,14 @@ def test_csv_columns_and_values(reports: dict[str, dict[str, Any]],
     assert "world average" in solo["region_resolution"]
     assert "mars-central-7" in solo["region_resolution"]
     assert secretive["labels"] == "api_token=[redacted]; db_password=[redacted]; team=nlp"
+    # Energy per unit twice: in all and above idle (the stored dynamic joules over units).
+    dynamic_j = sum(d for (job, _node, _c), (d, _i) in totals.items() if job == "dist-1")
+    total_j = job_energy(totals, "dist-1")
+    per = dict(pair.split("=") for pair in dist["dynamic_energy_j_per_unit"].split("; "))
+    assert float(per["sample"]) == pytest.approx(dynamic_j / 5760, rel=1e-12)
+    assert float(per["token"]) == pytest.approx(dynamic_j / 409600, rel=1e-12)
+    assert 0 < dynamic_j < total_j  # the fixture's jobs carry idle power too
+    assert dist["idle_policy"] == ""  # not recorded by a store written without an agent
 
 
 def test_html_is_one_self_contained_page(reports: dict[str, dict[str, Any]]) -> None:

@@ -49,8 +49,10 @@ def test_a_report_opens_with_a_headline(honest: tuple[Engine, Any]) -> None:
         f"steady (training, 1 min 01 s) used {units.energy(report['energy_j']['total'])} "
         f"({units.energy_wh(report['energy_j']['total'])}): {units.mass(report['co2e_g'])} "
         "CO2e operational (embodied unknown), cost unknown; "
-        f"{units.energy(per_sample['energy_j'])} and {units.mass(per_sample['co2e_g'])} CO2e "
-        "per sample. Energy 100 % measured.")
+        f"{units.energy(per_sample['energy_j'])} "
+        f"({units.energy(per_sample['dynamic_energy_j'])} above idle) and "
+        f"{units.mass(per_sample['co2e_g'])} CO2e per sample (idle policy not recorded). "
+        "Energy 100 % measured.")
     page = render_html(report)
     assert f'<p class="headline">{report["headline"]}</p>' in page
     vm = build_report(engine, "vm-ramp")

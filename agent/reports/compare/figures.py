@@ -25,6 +25,7 @@ from joulestat.carbon.footprint import CarbonSettings, energy_points
 from joulestat.carbon.pricing import JobPrice, Pricer
 from joulestat.core.tick import Component
 from joulestat.reports.compare.table import CompareError, JobFigures
+from joulestat.reports.idle import idle_policy_of
 from joulestat.store.jobs import (
     JobDetail,
     JobRef,
@@ -116,14 +117,23 @@ def accelerator_j_of(job: JobTotals | JobDetail) -> float:
     return job.energy_j(Component.ACCELERATOR)
 
 
+def dynamic_j_of(job: JobTotals | JobDetail) -> float:
+    """The job's energy above idle, all components: a job list's sum, or a detail's."""
+    if isinstance(job, JobTotals):
+        return job.dynamic_j
+    return sum(job.dynamic_j.values())
+
+
 def job_figures(job: JobTotals | JobDetail, price: JobPrice, now_s: float,
                 sources: Sequence[str] = (),
                 models: Mapping[str, Mapping[str, int]] | None = None) -> JobFigures:
     """The job as :func:`~joulestat.reports.compare.table.compare` takes it: energy is the job's
-    attributed energy, CO2e operational with embodied apart, cost and held time per node
-    (``price``, from :meth:`Pricer.job`), ``duration_s`` its wall-clock time to ``now_s``
-    while it runs, ``sources`` its nodes' (:func:`node_sources`), ``models`` their
-    accelerators (:func:`node_accelerators`; None: the catalog's)."""
+    attributed energy (and its part above idle), CO2e operational with embodied apart, cost
+    and held time per node (``price``, from :meth:`Pricer.job`), ``duration_s`` its
+    wall-clock time to ``now_s`` while it runs, ``sources`` its nodes'
+    (:func:`node_sources`), ``models`` their accelerators (:func:`node_accelerators`;
+    None: the catalog's); its idle policy is the one the agent recorded for it
+    (:func:`joulestat.reports.idle.idle_policy_of`)."""
     return JobFigures(
         job_id=job.id, name=job.name, kind=job.kind, nodes=price.nodes,
         units=dict(job.units), duration_s=job.held_s(now_s), energy_j=job.total_j,
@@ -131,7 +141,8 @@ def job_figures(job: JobTotals | JobDetail, price: JobPrice, now_s: float,
         cost_usd=price.cost_usd, notes=price.notes, labels=dict(job.labels),
         started_s=job.started_s, sources=tuple(sorted(set(sources))),
         accelerator_j=accelerator_j_of(job),
-        accelerators=accelerator_names(job.nodes, models or {}))
+        accelerators=accelerator_names(job.nodes, models or {}),
+        dynamic_j=dynamic_j_of(job), idle_policy=idle_policy_of(job))
 
 
 def sources_of(job: JobTotals | JobDetail, by_node: Mapping[str, Sequence[str]]

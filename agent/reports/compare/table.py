@@ -15,7 +15,11 @@ The rules, each chosen so a comparison is fair to the hardware rather than to th
   compared per instance, as a price list is.
 * Per unit = the job's attributed energy (dynamic + its share of idle), operational
   CO2e (location-based) and cost, divided by the units it counted. Embodied CO2e is
-  kept apart (``embodied_per_unit_g``), as in docs/carbon.md.
+  kept apart (``embodied_per_unit_g``), as in docs/carbon.md. The energy is given
+  twice: in all (``energy_per_unit_j``) and above idle (``dynamic_per_unit_j``), with
+  the idle policy it was attributed under (``idle_policy``,
+  :mod:`joulestat.reports.idle`): on a VM most of a small job's energy can be idle power,
+  and which policy applied decides whether the job carries it.
   ``accelerator_per_unit_j`` is the accelerators' part of that energy; ``accelerators``
   names them (the models the nodes' agents registered, else the catalog's).
 * Jobs that did not count the table's unit (a training run next to inference jobs,
@@ -26,8 +30,9 @@ The rules, each chosen so a comparison is fair to the hardware rather than to th
   (``concurrency=4``), the same way; jobs without it form ``KEY unset``. Jobs that ran
   on several setups give a row per value and setup (``concurrency=4 · g5.xlarge``), so
   a delta between two rows is never a change of hardware read as a change of load.
-* ``by="model"`` gives a row per model of multi-model servers, from each job's per-model
-  figures (:func:`by_model`), plus ``idle``.
+* ``by="model"`` gives a row per model served (``job.serving(model)``), from each job's
+  per-model figures (:func:`by_model`); jobs that served no named model are left out
+  (and said so), never a row to compare against.
 * ``by="instance_type"`` pools the jobs of one setup: sum of units over sum of
   instance-hours. A multi-node job's setup is its distinct instance types joined with
   ``+`` (``c6i.4xlarge+p4d.24xlarge``), so a loader-fed trainer is never mixed into
@@ -43,21 +48,27 @@ instance-type group does. When the jobs ran on several setups, a label row is on
 on one setup (``concurrency=1 · g5.xlarge``, :func:`split_by_setup`): pooled, a
 "concurrency=1" of a c6i and a g5 would read as one setup, and "×7.3 throughput vs
 concurrency=1" would compare hardware while claiming to compare load. ``by="model"``
-rows are the models of multi-model servers (``model=bert``), from the per-model figures
-:func:`by_model` makes of each job, its idle part (``idle``) and jobs that named no
-model (``model unset``).
+rows are the models served (``model=bert``), from the per-model figures :func:`by_model`
+makes of each job.
 
-``compare --by model`` (:func:`by_model`): a job that serves several models
+``compare --by model`` (:func:`by_model`): a job that serves models
 (``job.serving("model-a")``, docs/jobs.md) has its energy split among them by busy time
 (:mod:`joulestat.store.model_split`). Here each such job becomes one :class:`JobFigures`
-per model, plus one for its idle part, which :func:`compare` then pools by model like
-any group (``by="model"``). Each part is charged the job's figures in the proportion of
-its energy: energy, CO2e, cost and the instance-hours held, so a model busy three
-quarters of the time carries three quarters of the bill, and its throughput per
-instance-hour is what it did with that share. The parts add up to the job: models + idle
-= the job's energy, cost and hours. A job that named no model stays whole (``model
-unset``). One proportion for every node of a multi-node job; the split itself is per
-node and minute.
+per model, which :func:`compare` then pools by model like any group (``by="model"``).
+Each model carries its share of the job's WHOLE energy, idle included
+(:meth:`~joulestat.store.model_split.ModelSplit.job_fractions`: the time no model was
+busy is shared among the models as a node's idle power is shared among its jobs, by what
+each used): energy, dynamic energy, CO2e and cost in that proportion, so a model busy
+three quarters of the busy time carries three quarters of the bill, and the models add
+up to the job. A model's **throughput** is its units over the instance-hours of the jobs
+that served it, not over a share of them: what the server did of that model per hour it
+was held. So a one-model server reads the same by model as by job (energy, units and
+hours all the job's), and a two-model server's rows each say what the server did of one
+model while serving both; power and cost per instance-hour (hence SLA sizing) are the
+model's share of the server's. Jobs that served no named model are left out
+(:attr:`ModelParts.unassigned`; the command and the page say so): a remainder is no
+setup to compare against. One proportion for every node of a multi-node job; the split
+itself is per node and minute.
 """
 
 from __future__ import annotations
@@ -71,11 +82,13 @@ from dataclasses import dataclass, field, replace
 from joulestat.carbon.pricing import NodeFigures
 from joulestat.carbon.units import S_PER_HOUR
 from joulestat.core.redact import redact_labels
+from joulestat.reports.idle import common_policy
 from joulestat.reports.sources import sources_class
 from joulestat.store.model_split import ModelSplit
 
 __all__ = ["BY_CHOICES", "CompareError", "ComparisonRow", "ComparisonTable", "JobFigures",
-           "LABEL_BY", "PER_MILLION", "PER_RUN", "PER_UNIT", "UNKNOWN_TYPE", "by_model",
+           "LABEL_BY", "PER_MILLION", "PER_RUN", "PER_UNIT", "UNKNOWN_TYPE", "ModelParts",
+           "by_model",
            "check_by", "choose_unit", "compare", "find_baseline", "group_of", "label_key",
            "pct_change", "ratio_of", "rebase", "setup_name", "split_by_setup"]
 
@@ -91,7 +104,9 @@ class JobFigures:
     """Everything :func:`compare` needs about one job, as plain numbers.
 
     ``units`` counts per unit name; ``duration_s`` is the job's wall-clock time;
-    ``energy_j`` the attributed energy over all nodes; ``cost_usd`` and
+    ``energy_j`` the attributed energy over all nodes, ``dynamic_j`` its part above idle
+    (None: unknown); ``idle_policy`` the policy it was attributed under (``share``,
+    ``exclude``; None: not recorded, :mod:`joulestat.reports.idle`); ``cost_usd`` and
     ``embodied_co2e_g`` None when unknown (see ``notes``).
     """
 
@@ -109,16 +124,18 @@ class JobFigures:
     labels: dict[str, str] = field(default_factory=dict)
     started_s: float | None = None
     sources: tuple[str, ...] = ()  # where its nodes' energy comes from (rapl, model:...)
-    # by="model": the model this is the part of its job for ("" its idle part), else None
+    # by="model": the model this is the part of its job for, else None
     model: str | None = None
     # the part of energy_j on accelerators, and what they are ("1 x AWS Inferentia2")
     accelerator_j: float = 0.0
     accelerators: tuple[str, ...] = ()
+    dynamic_j: float | None = None  # the part of energy_j above idle; None: unknown
+    idle_policy: str | None = None  # share | exclude; None: not recorded
 
     def __post_init__(self) -> None:
         # Checked without names first: the dashboard builds ten thousand of these a page.
         values = [self.duration_s, self.energy_j, self.operational_co2e_g,
-                  self.embodied_co2e_g, self.cost_usd, self.accelerator_j,
+                  self.embodied_co2e_g, self.cost_usd, self.accelerator_j, self.dynamic_j,
                   *self.units.values()]
         for n in self.nodes:
             values += (n.held_s, n.energy_j, n.cost_usd)
@@ -127,7 +144,7 @@ class JobFigures:
         numbers = [("duration_s", self.duration_s), ("energy_j", self.energy_j),
                    ("operational_co2e_g", self.operational_co2e_g),
                    ("embodied_co2e_g", self.embodied_co2e_g), ("cost_usd", self.cost_usd),
-                   ("accelerator_j", self.accelerator_j)]
+                   ("accelerator_j", self.accelerator_j), ("dynamic_j", self.dynamic_j)]
         numbers += [(f"units[{u!r}]", c) for u, c in self.units.items()]
         numbers += [(f"node {n.node!r} {name}", value) for n in self.nodes for name, value in
                     (("held_s", n.held_s), ("energy_j", n.energy_j), ("cost_usd", n.cost_usd))]
@@ -164,7 +181,10 @@ class ComparisonRow:
 
     ``basis`` is ``unit`` (per-unit figures filled) or ``run`` (the group counted no
     ``unit``: per-unit figures None). Per-run figures are means over ``runs``. Deltas
-    are against the table's baseline; ``energy_pct`` −92 means 92 % less.
+    are against the table's baseline; ``energy_pct`` −92 means 92 % less. ``dynamic_*``
+    is the energy above idle (None when a member's is unknown); ``idle_policy`` the
+    policy of its jobs (:func:`joulestat.reports.idle.common_policy`: one policy,
+    ``mixed``, or None when not recorded).
     """
 
     job: str | None
@@ -211,6 +231,12 @@ class ComparisonRow:
     accelerator_j: float = 0.0
     accelerator_per_unit_j: float | None = None
     accelerators: tuple[str, ...] = ()
+    # the energy above idle: in all, per unit and per run; its delta against the baseline
+    dynamic_j: float | None = None
+    dynamic_per_unit_j: float | None = None
+    dynamic_per_run_j: float | None = None
+    dynamic_pct: float | None = None
+    idle_policy: str | None = None  # share | exclude | mixed; None: not recorded
 
     @property
     def label(self) -> str:
@@ -230,6 +256,11 @@ class ComparisonTable:
     @property
     def baseline_row(self) -> ComparisonRow | None:
         return next((r for r in self.rows if r.is_baseline), None)
+
+    @property
+    def idle_policy(self) -> str | None:
+        """The idle policy of every row (``mixed`` when they differ; None: not recorded)."""
+        return common_policy(r.idle_policy for r in self.rows)
 
 
 def ratio_of(value: float | None, base: float | None) -> float | None:
@@ -279,6 +310,7 @@ def _row(members: list[JobFigures], unit: str | None, by: str,
     first = members[0]
     sources = tuple(sorted({s for job in members for s in job.sources}))
     accelerator_j = sum(job.accelerator_j for job in members)
+    dynamic_j = _sum_known(job.dynamic_j for job in members)
     return ComparisonRow(
         job=first.name if by == "job" else None,
         job_id=first.job_id if by == "job" else None,
@@ -305,6 +337,9 @@ def _row(members: list[JobFigures], unit: str | None, by: str,
         sources=sources,
         accelerator_j=accelerator_j, accelerator_per_unit_j=_per(accelerator_j, count),
         accelerators=tuple(dict.fromkeys(a for job in members for a in job.accelerators)),
+        dynamic_j=dynamic_j, dynamic_per_unit_j=_per(dynamic_j, count),
+        dynamic_per_run_j=_per(dynamic_j, runs),
+        idle_policy=common_policy(job.idle_policy for job in members),
     )
 
 
@@ -341,9 +376,11 @@ def _against(row: ComparisonRow, base: ComparisonRow) -> ComparisonRow:
         return replace(
             row, throughput_x=ratio_of(row.units_per_hour, base.units_per_hour),
             energy_pct=pct_change(row.energy_per_unit_j, base.energy_per_unit_j),
+            dynamic_pct=pct_change(row.dynamic_per_unit_j, base.dynamic_per_unit_j),
             co2e_pct=pct_change(row.co2e_per_unit_g, base.co2e_per_unit_g),
             cost_pct=pct_change(row.cost_per_unit_usd, base.cost_per_unit_usd))
     return replace(row, energy_pct=pct_change(row.energy_per_run_j, base.energy_per_run_j),
+                   dynamic_pct=pct_change(row.dynamic_per_run_j, base.dynamic_per_run_j),
                    co2e_pct=pct_change(row.co2e_per_run_g, base.co2e_per_run_g),
                    cost_pct=pct_change(row.cost_per_run_usd, base.cost_per_run_usd))
 
@@ -381,7 +418,7 @@ def compare(
     return rebase(ComparisonTable(by, chosen, None, None, rows), baseline, sla_units_per_hour)
 
 
-_RELATIVE = dict.fromkeys(("throughput_x", "energy_pct", "co2e_pct", "cost_pct",
+_RELATIVE = dict.fromkeys(("throughput_x", "energy_pct", "dynamic_pct", "co2e_pct", "cost_pct",
                            "instances_needed", "fleet_power_w", "fleet_cost_per_hour_usd"))
 
 
@@ -411,9 +448,8 @@ def rebase(table: ComparisonTable, baseline: str | None = None,
 
 BY_CHOICES = ("job", "instance_type")
 LABEL_BY = "label:"  # by="label:KEY": a row per value of the label KEY
-MODEL_BY = "model"  # a row per model of multi-model jobs (JobFigures.model)
-IDLE_MODEL = ""  # JobFigures.model of a job's idle part: no model was busy
-MODEL_ROW, IDLE_ROW, NO_MODEL_ROW = "model=", "idle", "model unset"
+MODEL_BY = "model"  # a row per model served (JobFigures.model)
+MODEL_ROW = "model="
 UNKNOWN_TYPE = "unknown"
 SETUP_SEPARATOR = " · "  # "concurrency=1 · g5.xlarge": a label value on one setup
 # The job API's label keys (joulestat.attribution.validation.LABEL_KEY_RE), without importing jobs.
@@ -467,14 +503,12 @@ def split_by_setup(jobs: Iterable[JobFigures], by: str) -> bool:
 def group_of(job: JobFigures, by: str, per_setup: bool = False) -> str:
     """The row a job joins: its id (``job``), its setup (``instance_type``),
     ``KEY=value`` of its label (``label:KEY``; ``KEY unset`` without it; with
-    ``per_setup``, followed by `` · `` and its setup) or ``model=NAME`` (``model``;
-    ``idle`` for a job's idle part, ``model unset`` for a job of no model)."""
+    ``per_setup``, followed by `` · `` and its setup) or ``model=NAME`` (``model``; a
+    job given whole, not as :func:`by_model`'s part, is its own row, by id)."""
     if by == "job":
         return job.job_id
     if by == MODEL_BY:
-        if job.model is None:
-            return NO_MODEL_ROW
-        return IDLE_ROW if job.model == IDLE_MODEL else f"{MODEL_ROW}{job.model}"
+        return job.job_id if job.model is None else f"{MODEL_ROW}{job.model}"
     key = label_key(by)
     if key is None:
         return job.setup
@@ -537,29 +571,49 @@ def _scaled(value: float | None, fraction: float) -> float | None:
 
 def _part(job: JobFigures, fraction: float, model: str, units: dict[str, float]
           ) -> JobFigures:
-    """``fraction`` of ``job`` (energy, CO2e, cost, hours held), counting ``units``."""
-    nodes = tuple(NodeFigures(n.node, n.instance_type, n.held_s * fraction,
-                              n.energy_j * fraction, _scaled(n.cost_usd, fraction))
+    """``fraction`` of ``job``'s energy, dynamic energy, CO2e and cost, counting
+    ``units``, over the job's whole time held (see the module's docstring)."""
+    nodes = tuple(NodeFigures(n.node, n.instance_type, n.held_s, n.energy_j * fraction,
+                              _scaled(n.cost_usd, fraction))
                   for n in job.nodes)
     return replace(job, nodes=nodes, units=units, energy_j=job.energy_j * fraction,
+                   dynamic_j=_scaled(job.dynamic_j, fraction),
                    accelerator_j=job.accelerator_j * fraction,
                    operational_co2e_g=job.operational_co2e_g * fraction,
                    embodied_co2e_g=_scaled(job.embodied_co2e_g, fraction),
                    cost_usd=_scaled(job.cost_usd, fraction), model=model)
 
 
-def by_model(jobs: Sequence[JobFigures], splits: Mapping[str, ModelSplit]
-             ) -> list[JobFigures]:
-    """``jobs`` as per-model parts (in model order, then idle), each job in turn; a job
-    without a split (no per-model units) as it is."""
+@dataclass(frozen=True, slots=True)
+class ModelParts:
+    """:func:`by_model`'s answer: a part per model of each job that served named models
+    (``parts``, what ``compare(by="model")`` takes), and the jobs that served none
+    (``unassigned``), left out of a comparison by model."""
+
+    parts: tuple[JobFigures, ...]
+    unassigned: tuple[JobFigures, ...] = ()
+
+    def notes(self) -> list[str]:
+        """What a comparison by model says about the jobs it left out."""
+        if not self.unassigned:
+            return []
+        names = ", ".join(dict.fromkeys(job.name for job in self.unassigned))
+        return [f"{len(self.unassigned)} job(s) served no named model and are not in this "
+                f"comparison by model ({names}): compare them by job"]
+
+
+def by_model(jobs: Sequence[JobFigures], splits: Mapping[str, ModelSplit]) -> ModelParts:
+    """``jobs`` as per-model parts (in model order), each job in turn; each model carries
+    :meth:`~joulestat.store.model_split.ModelSplit.job_fractions` of its job. A job
+    without a split (it served no named model) is :attr:`ModelParts.unassigned`."""
     parts: list[JobFigures] = []
+    unassigned: list[JobFigures] = []
     for job in jobs:
         split = splits.get(job.job_id)
-        if split is None or split.energy_j <= 0:
-            parts.append(job)
+        fractions = split.job_fractions() if split is not None else {}
+        if split is None or not fractions:
+            unassigned.append(job)
             continue
-        for share in split.models:
-            parts.append(_part(job, share.energy_j / split.energy_j, share.model,
-                               dict(share.units)))
-        parts.append(_part(job, max(split.idle_j, 0.0) / split.energy_j, IDLE_MODEL, {}))
-    return parts
+        parts += [_part(job, fractions[share.model], share.model, dict(share.units))
+                  for share in split.models]
+    return ModelParts(tuple(parts), tuple(unassigned))

@@ -8,7 +8,12 @@ Money is :func:`joulestat.core.units.usd`'s, as in the tables beside the sentenc
 page that wrote "USD 3.38" above a column of "$3.38" made a reader wonder whether they
 differ. :func:`render_text` and :func:`as_json` are what ``joulestat compare`` prints:
 the tables (per unit, then per run), headlines, SLA sizing, prices with their sources,
-and notes; unknown figures read ``unknown`` (null in JSON), never 0.
+and notes; unknown figures read ``unknown`` (null in JSON), never 0. Energy is given
+twice, in all and above idle (dynamic), under the idle policy that applied
+(:mod:`joulestat.reports.idle`).
+
+A change past ±99 % is written as a factor (:func:`format_pct`): "−100 %" for a job that
+used 215 times less hid the size of the difference, "/215" says it.
 """
 
 from __future__ import annotations
@@ -20,9 +25,12 @@ from typing import Any
 
 from joulestat.core import units
 from joulestat.reports.compare.table import PER_UNIT, ComparisonRow, pct_change, ratio_of
+from joulestat.reports.idle import MIXED, policy_words
 
 MINUS = "\u2212"
 TIMES = "\u00d7"
+DIVIDED = "/"
+FACTOR_PAST_PCT = 99.0  # a change beyond ±99 % is written as a factor
 
 
 def plural(unit: str) -> str:
@@ -35,10 +43,22 @@ def format_ratio(value: float) -> str:
     return f"{TIMES}{value:.1f}" if value >= 0.995 else f"{TIMES}{value:.2g}"
 
 
+def format_factor(ratio: float) -> str:
+    """A ratio as a factor: ``×215`` (215 times more), ``/215`` (215 times less), ``×2.5``;
+    two or three significant digits, never an exponent."""
+    factor = ratio if ratio >= 1 else 1.0 / ratio
+    text = f"{factor:,.0f}" if factor >= 9.95 else f"{factor:.1f}"
+    return f"{TIMES if ratio >= 1 else DIVIDED}{text}"
+
+
 def format_pct(value: float) -> str:
-    """``−92 %``, ``+4.5 %``, ``±0 %`` (U+2212 minus, as typesetting wants)."""
+    """``−92 %``, ``+4.5 %``, ``±0 %`` (U+2212 minus, as typesetting wants); past ±99 %
+    the factor (:func:`format_factor`: ``/215``, ``×3.0``), where a percentage hides the
+    size of the difference. A drop to nothing stays ``−100 %``."""
     if abs(value) < 0.05:
         return "\u00b10 %"
+    if abs(value) > FACTOR_PAST_PCT and value > -100.0:
+        return format_factor(1.0 + value / 100.0)
     text = f"{abs(value):.0f}" if abs(value) >= 10 else f"{abs(value):.1f}"
     return f"{MINUS if value < 0 else '+'}{text} %"
 
@@ -50,8 +70,9 @@ def format_usd(value: float) -> str:
 
 def headline(row: ComparisonRow, baseline: ComparisonRow) -> str:
     """``row``'s deltas against ``baseline`` in words, e.g. ``×6.3 throughput, −92 %
-    energy per inference, −92 % CO2e per inference, $2.00 vs $25.00 per million
-    inferences``. Rows on different bases (per unit vs per run) are not comparable."""
+    energy per inference, −95 % dynamic energy per inference, −92 % CO2e per
+    inference, $2.00 vs $25.00 per million inferences`` (dynamic: the energy above idle).
+    Rows on different bases (per unit vs per run) are not comparable."""
     if row.basis != baseline.basis:
         unit = row.unit or baseline.unit
         return f"not comparable: only one of them counted {plural(unit or 'units')}"
@@ -59,6 +80,8 @@ def headline(row: ComparisonRow, baseline: ComparisonRow) -> str:
         per, cost_per = f"per {row.unit}", f"per million {plural(row.unit)}"
         costs = (row.cost_per_million_usd, baseline.cost_per_million_usd)
         pairs = [(pct_change(row.energy_per_unit_j, baseline.energy_per_unit_j), "energy"),
+                 (pct_change(row.dynamic_per_unit_j, baseline.dynamic_per_unit_j),
+                  "dynamic energy"),
                  (pct_change(row.co2e_per_unit_g, baseline.co2e_per_unit_g), "CO2e")]
         ratio = ratio_of(row.units_per_hour, baseline.units_per_hour)
         parts = [f"{format_ratio(ratio)} throughput" if ratio is not None
@@ -67,6 +90,8 @@ def headline(row: ComparisonRow, baseline: ComparisonRow) -> str:
         per, cost_per = "per run", "per run"
         costs = (row.cost_per_run_usd, baseline.cost_per_run_usd)
         pairs = [(pct_change(row.energy_per_run_j, baseline.energy_per_run_j), "energy"),
+                 (pct_change(row.dynamic_per_run_j, baseline.dynamic_per_run_j),
+                  "dynamic energy"),
                  (pct_change(row.co2e_per_run_g, baseline.co2e_per_run_g), "CO2e")]
         parts = []
     parts += [f"{format_pct(pct)} {what} {per}" for pct, what in pairs if pct is not None]
@@ -117,14 +142,16 @@ UNKNOWN = "unknown"
 
 def as_json(table: Any, notes: list[str], prices: list[Any] | None = None
             ) -> dict[str, Any]:
-    """``{"unit", "by", "baseline", "sla_units_per_hour", "rows", "headlines", "prices",
-    "notes"}``; ``prices`` gives each instance type's USD per hour and its source (a
-    prices file, the catalog, the override); unknown figures are null, never 0."""
+    """``{"unit", "by", "baseline", "sla_units_per_hour", "idle_policy", "rows",
+    "headlines", "prices", "notes"}``; ``idle_policy`` is every row's (``mixed`` when
+    they differ, null when not recorded; each row has its own); ``prices`` gives each
+    instance type's USD per hour and its source (a prices file, the catalog, the
+    override); unknown figures are null, never 0."""
 
     base = table.baseline_row
     return {
         "unit": table.unit, "by": table.by, "baseline": table.baseline,
-        "sla_units_per_hour": table.sla_units_per_hour,
+        "sla_units_per_hour": table.sla_units_per_hour, "idle_policy": table.idle_policy,
         "rows": [asdict(row) for row in table.rows],
         "headlines": [{"row": row.label, "job_id": row.job_id, "text": headline(row, base)}
                       for row in table.rows if not row.is_baseline],
@@ -179,6 +206,12 @@ def _accelerators(row: Any) -> str:
     return " + ".join(row.accelerators) or UNKNOWN
 
 
+def _policy(row: Any, shown: bool) -> list[str]:
+    """The row's idle policy cell (``share``, ``exclude``, ``mixed``, ``not recorded``)
+    where the rows differ (``shown``), else none: the table's heading says the one."""
+    return [row.idle_policy or "not recorded"] if shown else []
+
+
 def _delta(value: float | None, comparable: bool, kind: str = "pct") -> str:
 
     if not comparable:
@@ -221,39 +254,46 @@ def render_text(table: Any, notes: list[str], prices: list[Any] | None = None) -
     per_run = [(i, r) for i, r in enumerate(table.rows) if r.basis != PER_UNIT]
     out = [f"{len(table.rows)} row(s) by {table.by.replace('_', ' ')}, baseline (*) "
            f"{base_label}: throughput per instance-hour, CO2e operational (location-based), "
-           "cost = hourly price x hours held (prices below)", ""]
+           "cost = hourly price x hours held (prices below)",
+           f"energy: all the row's jobs were attributed; dynamic: its part above idle power; "
+           f"{policy_words(table.idle_policy)}", ""]
+    mixed = table.idle_policy == MIXED  # else the line above says the one policy
+    policy_head = ["idle policy"] if mixed else []
     if per_unit:
         unit = table.unit
         out.append(f"per {unit}:")
         headers = [*lead, "accelerators", "runs", f"{plural(unit)}/instance-h",
-                   f"energy/{unit}", f"accelerator energy/{unit}", f"CO2e/{unit}",
-                   f"USD/1M {plural(unit)}", "energy/run",
-                   "throughput", f"energy/{unit}", f"CO2e/{unit}", f"cost/{unit}",
-                   "energy is"]
+                   f"energy/{unit}", f"dynamic/{unit}", f"accelerator energy/{unit}",
+                   f"CO2e/{unit}", f"USD/1M {plural(unit)}", "energy/run",
+                   "throughput", f"energy/{unit}", f"dynamic/{unit}", f"CO2e/{unit}",
+                   f"cost/{unit}", *policy_head, "energy is"]
         same = base.basis == PER_UNIT
         out += _grid(headers, [[
             *_lead(labels[i], r, grouped), _accelerators(r), str(r.runs),
             _figure(units.count(r.units_per_hour)), _figure(units.energy(r.energy_per_unit_j)),
+            _figure(units.energy(r.dynamic_per_unit_j)),
             _figure(units.energy(r.accelerator_per_unit_j)),
             _figure(units.mass(r.co2e_per_unit_g)),
             _figure(units.usd(r.cost_per_million_usd)), units.energy(r.energy_per_run_j),
-            _delta(r.throughput_x, same, "x"),
-            _delta(r.energy_pct, same), _delta(r.co2e_pct, same), _delta(r.cost_pct, same),
-            r.energy_class or UNKNOWN,
+            _delta(r.throughput_x, same, "x"), _delta(r.energy_pct, same),
+            _delta(r.dynamic_pct, same), _delta(r.co2e_pct, same), _delta(r.cost_pct, same),
+            *_policy(r, mixed), r.energy_class or UNKNOWN,
         ] for i, r in per_unit], left=len(lead) + 1)
         out.append("")
     if per_run:
         counted = f" (no {plural(table.unit)} counted)" if table.unit else ""
         out.append(f"per run{counted}:")
-        headers = [*lead, "accelerators", "runs", "energy/run", "CO2e/run", "cost/run",
-                   "energy/run", "CO2e/run", "cost/run", "energy is"]
+        headers = [*lead, "accelerators", "runs", "energy/run", "dynamic/run", "CO2e/run",
+                   "cost/run", "energy/run", "dynamic/run", "CO2e/run", "cost/run",
+                   *policy_head, "energy is"]
         same = base.basis != PER_UNIT
         out += _grid(headers, [[
             *_lead(labels[i], r, grouped), _accelerators(r), str(r.runs),
-            units.energy(r.energy_per_run_j),
+            units.energy(r.energy_per_run_j), _figure(units.energy(r.dynamic_per_run_j)),
             units.mass(r.co2e_per_run_g), _figure(units.usd(r.cost_per_run_usd)),
-            _delta(r.energy_pct, same), _delta(r.co2e_pct, same), _delta(r.cost_pct, same),
-            r.energy_class or UNKNOWN,
+            _delta(r.energy_pct, same), _delta(r.dynamic_pct, same),
+            _delta(r.co2e_pct, same), _delta(r.cost_pct, same),
+            *_policy(r, mixed), r.energy_class or UNKNOWN,
         ] for i, r in per_run], left=len(lead) + 1)
         out.append("")
     lines = [f"{labels[i].removesuffix(' *')} vs {base_label}: {headline(r, base)}"
