@@ -255,8 +255,8 @@ def render_text(table: Any, notes: list[str], prices: list[Any] | None = None) -
     out = [f"{len(table.rows)} row(s) by {table.by.replace('_', ' ')}, baseline (*) "
            f"{base_label}: throughput per instance-hour, CO2e operational (location-based), "
            "cost = hourly price x hours held (prices below)",
-           f"energy: all the row's jobs were attributed; dynamic: its part above idle power; "
-           f"{policy_words(table.idle_policy)}", ""]
+           "energy = what the jobs were attributed; dynamic = its part above the node's "
+           f"idle power; {policy_words(table.idle_policy)}", ""]
     mixed = table.idle_policy == MIXED  # else the line above says the one policy
     policy_head = ["idle policy"] if mixed else []
     if per_unit:
