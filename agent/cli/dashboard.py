@@ -33,7 +33,10 @@ from joulestat.runtime.settings import add_options, resolve
 DASHBOARD_OPTIONS = ("config", "db", "log_level", "prices")
 # What the dashboard's pages import (the ``dashboard`` extra), checked before Streamlit starts.
 DASHBOARD_MODULES = ("streamlit", "pandas", "altair")
-DEFAULT_PORT = 8501
+DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8501
+# --host and --port are Streamlit's, not settings of the store's kind (no TOML key),
+# but like every option they can come from the environment (a unit file, compose).
+ENV_HOST, ENV_PORT = "JOULESTAT_DASHBOARD_HOST", "JOULESTAT_DASHBOARD_PORT"
 ANNOUNCE_FILE = "dashboard.json"
 
 
@@ -64,11 +67,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(SQLite mode=ro, PostgreSQL read-only transactions), so a SELECT-only role is "
         "enough.",
     )
-    parser.add_argument("--host", default="127.0.0.1",
-                        help="address to listen on [default: 127.0.0.1]; anything else "
-                        "exposes your measurements to the network")
-    parser.add_argument("--port", type=_port, default=DEFAULT_PORT,
-                        help=f"port to listen on [default: {DEFAULT_PORT}]")
+    parser.add_argument("--host", default=None,
+                        help=f"address to listen on [default: {DEFAULT_HOST}]; anything else "
+                        f"exposes your measurements to the network; env {ENV_HOST}")
+    parser.add_argument("--port", type=_port, default=None,
+                        help=f"port to listen on [default: {DEFAULT_PORT}]; env {ENV_PORT}")
     add_options(parser, DASHBOARD_OPTIONS)
     parser.set_defaults(func=_run)
 
@@ -136,12 +139,19 @@ def _run(args: argparse.Namespace) -> int:
     settings = resolve(args, DASHBOARD_OPTIONS)
     url = settings["db"] or default_db_url()
     check_driver(url)
-    argv = streamlit_argv(app_path(), args.host, args.port)
-    shown_host = f"[{args.host}]" if ":" in args.host else args.host
-    base = f"http://{shown_host}:{args.port}"
+    host = args.host or os.environ.get(ENV_HOST, "").strip() or DEFAULT_HOST
+    port = args.port
+    if port is None:
+        try:
+            port = _port(os.environ.get(ENV_PORT, "").strip() or str(DEFAULT_PORT))
+        except argparse.ArgumentTypeError as exc:
+            raise ConfigError(f"{ENV_PORT}: {exc}") from None
+    argv = streamlit_argv(app_path(), host, port)
+    shown_host = f"[{host}]" if ":" in host else host
+    base = f"http://{shown_host}:{port}"
     print(f"joulestat dashboard: {base} (store {redact_url(url)}, "
           "read-only; Ctrl-C to stop)", flush=True)
-    _announce(base, args.host, args.port, redact_url(url))
+    _announce(base, host, port, redact_url(url))
     env = {**os.environ, "JOULESTAT_DB": url,
            "STREAMLIT_LOGGER_LEVEL": settings["log_level"].lower()}
     env.pop("JOULESTAT_PRICES", None)
