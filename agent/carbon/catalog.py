@@ -196,6 +196,12 @@ def _check_override(value: float) -> float:
 
 
 OVERRIDE_HOW = "--price-per-hour USD or --prices FILE"
+# ``joulestat demo``'s placeholder setups (joulestat.cli.demo): made-up rates, so the
+# README's first ten minutes show costs wherever the demo's jobs are read (compare,
+# reports, every dashboard page) with no prices file to pass around. Their own source,
+# ``demo``, and a note saying they are no cloud offer; a prices file still wins.
+DEMO_PRICES_USD_PER_H = {"demo-1vcpu": 0.05, "demo-2vcpu": 0.10}
+DEMO_PRICE_NOTE = "joulestat demo's made-up price for a placeholder setup, not a cloud offer"
 
 
 def price_per_hour(instance_type: str | None, override_usd: float | None = None,
@@ -204,7 +210,8 @@ def price_per_hour(instance_type: str | None, override_usd: float | None = None,
 
     1. ``override_usd`` (``--price-per-hour``): one price for every type;
     2. ``prices`` (``--prices FILE``): the file's row for this exact type;
-    3. the catalog: on-demand list price, or the SageMaker column for ``ml.*``;
+    3. the catalog: on-demand list price, or the SageMaker column for ``ml.*``
+       (``joulestat demo``'s placeholder types: :data:`DEMO_PRICES_USD_PER_H`);
     4. unknown (None), with a note saying what to type to set it.
     """
     if override_usd is not None:
@@ -222,6 +229,9 @@ def _catalog_price(instance_type: str | None, prices: PriceTable | None) -> Pric
     file in use has no row for this type."""
     missing = f"; {prices.path} has no row for it" if prices is not None and (
         instance_type and instance_type.strip().lower() not in _NO_TYPE) else ""
+    demo_usd = DEMO_PRICES_USD_PER_H.get((instance_type or "").strip().lower())
+    if demo_usd is not None:
+        return Price(demo_usd, "demo", DEMO_PRICE_NOTE)
     spec = lookup(instance_type)
     if spec is None:
         what = f"instance type {instance_type!r} is not in the catalog" if (

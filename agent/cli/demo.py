@@ -12,11 +12,13 @@ by the node's agent (when one answers, as ``joulestat run`` does) or in this pro
   stage is a job on the server's pid labelled ``concurrency=N`` that counts the
   inferences the server made during it and carries its latency as ``p50_ms``/``p99_ms``.
 
-The configurations are named as placeholders, never as cloud instance types: in
-embedded mode each job's instance type is ``demo-1vcpu`` or ``demo-2vcpu`` (an agent
-keeps its own), priced at made-up rates in ``<data dir>/demo-prices.csv``. A job is
-registered once its process has imported its libraries and built its data, so a
-comparison reads the work, not the start-up. The workloads are
+The configurations are named as placeholders, never as cloud instance types: each
+job runs as instance type ``demo-1vcpu`` or ``demo-2vcpu`` (an agent records the type a
+job says it runs as), priced at made-up rates wherever the jobs are read
+(:data:`joulestat.carbon.catalog.DEMO_PRICES_USD_PER_H`, price source ``demo``), so the
+first comparison a user sees has costs. A job is registered once its process has
+imported its libraries and built its data, so a comparison reads the work, not the
+start-up. The workloads are
 :mod:`joulestat.cli.demo_workers`, each run as a process of its own; they need numpy
 (which the dashboard already brings) or PyTorch, nothing else. A job interrupted
 (Ctrl-C) is ended with what it measured so far, never left running in the store.
@@ -28,7 +30,6 @@ import argparse
 import json
 import logging
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -48,10 +49,8 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from joulestat.runtime.assembly import PipelineSettings
 
 TRAIN, SERVE = "demo-train", "demo-serve"
-PRICES_USD_PER_H = {"demo-1vcpu": 0.05, "demo-2vcpu": 0.10}  # placeholders, not offers
 OPTIONS = tuple(dict.fromkeys(("agent_url", "api_token", "log_level",
                                *(o for o in EMBEDDED_OPTIONS if o != "instance_type"))))
-DASHBOARD = "http://127.0.0.1:8501"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -326,7 +325,7 @@ def _demo(args: argparse.Namespace) -> int:
     from joulestat.cli.main import main as cli_main
     from joulestat.core.logs import setup_logging
     from joulestat.core.redact import redact_url
-    from joulestat.store.engine import data_dir, open_engine
+    from joulestat.store.engine import default_db_url, open_engine
 
     settings = resolve(args, OPTIONS)
     quiet = "log_level" not in vars(args) and "JOULESTAT_LOG_LEVEL" not in os.environ
@@ -354,19 +353,15 @@ def _demo(args: argparse.Namespace) -> int:
     results += _serve(api, pipeline, progress, backend, cpus, levels, args.seconds)
     progress.done()
     _print_jobs(results)
-    prices = data_dir() / "demo-prices.csv"
-    prices.write_text("# joulestat demo: made-up prices for its placeholder setups, "
-                      "not cloud prices\ninstance_type,usd_per_hour\n"
-                      + "".join(f"{k},{v}\n" for k, v in PRICES_USD_PER_H.items()))
     db = ["--db", settings["db"]] if settings.get("db") else []
     shown_db = ["--db", redact_url(settings["db"])] if db else []
     for how in (["--jobs", TRAIN, "--by", "label:setup"],
                 ["--jobs", SERVE, "--by", "label:concurrency"]):
-        command = ["compare", *how, "--prices", str(prices)]
+        command = ["compare", *how]
         print(f"\n$ joulestat {' '.join(command + shown_db)}", flush=True)
         cli_main(command + db)
         sys.stdout.flush()
-    _print_dashboard(prices, api is not None)
+    _print_dashboard(redact_url(settings.get("db") or default_db_url()))
     return 0
 
 
@@ -388,16 +383,23 @@ def _print_jobs(results: list[dict[str, Any]]) -> None:
         print("  " + "; ".join(parts) + ("" if job.get("final", True) else " (not final)"))
 
 
-def _print_dashboard(prices: Any, agent_mode: bool) -> None:
-    try:
-        socket.create_connection(("127.0.0.1", 8501), timeout=0.3).close()
+def _print_dashboard(db: str) -> None:
+    """Where to look next: the running dashboard's own URL when one announced itself
+    (``joulestat dashboard`` writes it), else how to start one on the default port."""
+    from joulestat.cli.dashboard import DEFAULT_PORT, running_dashboard
+
+    running = running_dashboard()
+    base = running.url if running is not None else f"http://127.0.0.1:{DEFAULT_PORT}"
+    if running is None:
+        how = "start the dashboard (`joulestat dashboard`, or `make run`), then open"
+    elif running.db != db:
+        how = (f"the dashboard at {running.url} reads another store ({running.db}); "
+               f"start one on {db} (`joulestat dashboard --db ...`), then open")
+    else:
         how = "the dashboard is running; open"
-    except OSError:
-        how = (f"start the dashboard (`joulestat dashboard --prices {prices}`, or `make run "
-               f"DASHBOARD_ARGS=\"--prices {prices}\"`), then open")
     print(f"\n{how}:\n"
-          f"  {DASHBOARD}/compare?kind=training&unit=sample&by=label:setup&period=All%20time\n"
-          f"  {DASHBOARD}/load_curve\n"
-          f"Instance types and prices named demo-* are placeholders for this machine's CPUs "
-          f"({prices}), not cloud offers." + (" Measured by the agent, the jobs carry the "
-          "agent's instance type; `setup` names the configuration." if agent_mode else ""))
+          f"  {base}/compare?kind=training&unit=sample&by=label:setup&period=All%20time\n"
+          f"  {base}/load_curve\n"
+          "Instance types named demo-* are placeholders for this machine's CPUs, priced at "
+          "made-up rates (price source `demo`), not cloud offers; `setup` names the "
+          "configuration.")

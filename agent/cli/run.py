@@ -143,13 +143,15 @@ def _wait(child: subprocess.Popen) -> tuple[int, float]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from joulestat.core.logs import setup_logging
+    from joulestat.core.logs import quiet_startup_logs, setup_logging
 
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
         raise ConfigError("no command given: joulestat run --name NAME -- CMD [ARG...]")
     settings = resolve(args, RUN_OPTIONS)
     setup_logging(settings["log_level"])
+    if "log_level" not in vars(args) and "JOULESTAT_LOG_LEVEL" not in os.environ:
+        quiet_startup_logs()  # measured in-process, the sensor inventory is --log-level INFO
     labels = parse_labels(args.label)
     try:  # refuse bad input before anything starts
         validate_name(args.name)

@@ -21,6 +21,20 @@ def setup_logging(level: str) -> None:
     install_log_redaction()
 
 
+# What a measuring process says as it starts: which sensors, estimators and accelerators
+# it found, where its job API listens. An operator reads it in the agent's log; printed
+# on every `joulestat run` measured in-process it buries the summary (5-6 lines a run).
+STARTUP_LOGGERS = ("joulestat.devices", "joulestat.runtime.assembly", "joulestat.api.server")
+
+
+def quiet_startup_logs() -> None:
+    """Log the start-up inventory at DEBUG only, for a command whose stderr is the user's
+    and who did not ask for a log level; warnings still show, and the line saying a job
+    is measured in-process (not by an agent) stays."""
+    for name in STARTUP_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 class LogOnce:
     """Says a problem once per cause until its subject recovers, then says it recovered.
 

@@ -169,9 +169,13 @@ nodes = [p.node for p in job.per_node]
 view = st.radio("Nodes", ["all nodes", *nodes], horizontal=True, key="detail_view",
                 format_func=fmt.md) if (
     len(nodes) > 1) else "all nodes"
-power_rows = [{"time": ui.to_local(p.bucket_end_s, tz), "component": p.component,
-               "node": p.node, "power_w": p.power_w} for p in series
-              if view == "all nodes" or p.node == view]
+# Every point ends by the job's end: a bucket reaching past it (buckets are aligned to
+# the clock; the tick holding the end closes after it; an import's last row) holds only
+# the job's part, which ended with the job, so no chart runs on past the job.
+shown_end_s = job.end_s(now)
+power_rows = [{"time": ui.to_local(min(p.bucket_end_s, shown_end_s), tz),
+               "component": p.component, "node": p.node, "power_w": p.power_w}
+              for p in series if view == "all nodes" or p.node == view]
 # Each step is drawn up to its bucket's end: a point where the first bucket begins (the
 # job's start at the latest) gives it its width; a one-bucket job is otherwise no line.
 firsts: dict[tuple[str, str], dict[str, object]] = {}
@@ -225,7 +229,8 @@ if unit_series:
     work: defaultdict[tuple[float, str], float] = defaultdict(float)
     for t, _node, u, n in unit_series:
         work[(t, u)] += n
-    rows = [{"time": ui.to_local(t, tz), "when": fmt.local_time(t, tz), "unit": u,
+    rows = [{"time": ui.to_local(min(t, shown_end_s), tz),
+             "when": fmt.local_time(min(t, shown_end_s), tz), "unit": u,
              "rate": n / covered_at[t], "energy_per_unit_j": energy_at[t] / n}
             for (t, u), n in sorted(work.items()) if n > 0 and covered_at.get(t)]
     if rows:

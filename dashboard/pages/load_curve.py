@@ -39,6 +39,7 @@ GROUPINGS = {load_table.BY_SETUP: "setup", load_table.BY_MODEL: "model"}
 MARKS = {MEASURED: "", ESTIMATED: " (estimated)", UNSTATED: " (not stated)",
          MIXED: " (partly estimated)", REPLAY: " (replayed)"}
 SOLID, DASHED = [1, 0], [6, 4]
+ALL_NAMES = "all job names"
 
 url, now, tz = ui.open_page("Load curve")
 
@@ -48,7 +49,7 @@ if not unit_choices:
             f"for example:\n\n{HOW}")
     st.stop()
 
-top = st.columns([1, 1, 1, 3])
+top = st.columns([1, 1, 1, 1, 3])
 unit = top[0].selectbox("Unit", unit_choices, key="load_unit")
 keys = state.label_keys(url, "inference") or ["concurrency"]
 label_key = top[1].selectbox("Load level label", keys, key="load_label",
@@ -59,10 +60,19 @@ by = top[2].radio("Group by", list(GROUPINGS), format_func=GROUPINGS.__getitem__
                   help="model: a line per model of multi-model servers, each with its "
                        "share of the energy by busy time")
 runs = state.load_jobs(url, unit, label_key)
+# Two servers on one setup pool into one line unless one job name is picked (the latest
+# run's first); "all job names" keeps setups whose jobs are named apart comparable, and
+# the page says when it pools names.
+names = list(dict.fromkeys(j.name for j in sorted(runs, key=lambda j: -j.started_s)))
+name = top[3].selectbox("Job name", [ALL_NAMES, *names], key="load_name", format_func=fmt.md,
+                        help="one server's load test; jobs of another name are another "
+                             "server, pooled into the same setup's line under "
+                             f"'{ALL_NAMES}'")
+runs = [j for j in runs if name in (ALL_NAMES, j.name)]
 labels = {j.id: f"{j.name} · {label_key}={redact_labels(j.labels).get(label_key)} · "
                 f"{fmt.local_time(j.started_s, tz)} · {analysis.setup_of(j)} · "
                 f"{fmt.duration(j.held_s(now))}" for j in reversed(runs)}
-left_out = top[3].multiselect("Leave out runs", list(labels), format_func=labels.__getitem__,
+left_out = top[4].multiselect("Leave out runs", list(labels), format_func=labels.__getitem__,
                               key="load_left_out", placeholder="e.g. a short smoke test")
 splits = state.splits(url, tuple(j.id for j in runs)) if by == load_table.BY_MODEL else {}
 node_sources = state.energy_sources(url, tuple(sorted({n for j in runs for n, _t in j.nodes})))
@@ -82,6 +92,15 @@ if not points:
     st.info(f"No inference job with a numeric {fmt.code(label_key)} label counted "
             f"{fmt.md(fmt.plural(unit))} yet. Run one job per load level, for example:\n\n{HOW}")
     st.stop()
+setups_named: defaultdict[str, set[str]] = defaultdict(set)
+for j in runs:
+    if j.id not in left_out:
+        setups_named[analysis.setup_of(j)].add(j.name)
+mixed = {setup: sorted(found) for setup, found in setups_named.items() if len(found) > 1}
+if mixed:
+    st.warning("; ".join(f"{fmt.md(setup)}: one line pools jobs named "
+                         f"{fmt.md(', '.join(found))}" for setup, found in sorted(mixed.items()))
+               + ". Pick a job name to see one server.", icon=":material/merge:")
 if by == load_table.BY_MODEL:
     idle = load_table.idle_share(runs, splits, set(left_out))
     st.caption(f"Each model's energy is its share of its jobs' by busy time; "

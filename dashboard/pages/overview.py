@@ -56,8 +56,11 @@ provenance = analysis.provenance_totals(sources)
 
 def at_least(values: dict[str, float | None], shown: Callable[[float], str]) -> str:
     """The sum, or "≥ the known part" when some nodes' figure is unknown (an unknown
-    embodied figure or price is not zero, and one such node must not hide the rest)."""
+    embodied figure or price is not zero, and one such node must not hide the rest);
+    "unknown" when every node's is ("≥ $0" would read as a figure)."""
     known = [v for v in values.values() if v is not None]
+    if values and not known:
+        return fmt.UNKNOWN
     total = shown(sum(known))
     return total if len(known) == len(values) else f"≥ {total}"
 

@@ -145,14 +145,26 @@ def stop(process: subprocess.Popen, wait_s: float) -> None:
 
 
 @contextlib.contextmanager
-def serve(url: str) -> Iterator[str]:
-    """``joulestat dashboard`` on ``url`` and a free port; yields its base URL."""
+def serve(url: str, data_home: Path | None = None) -> Iterator[str]:
+    """``joulestat dashboard`` on ``url`` and a free port; yields its base URL.
+
+    ``data_home`` is its XDG_DATA_HOME, where it announces its URL (dashboard.json); by
+    default a temporary one, so no test writes into the developer's own data directory."""
     port = free_port()
     script = Path(sys.executable).with_name("joulestat")
     command = [str(script)] if script.exists() else [sys.executable, "-m", "joulestat"]
+    with contextlib.ExitStack() as cleanup:
+        if data_home is None:
+            data_home = Path(cleanup.enter_context(tempfile.TemporaryDirectory(
+                prefix="joulestat-dashboard-", ignore_cleanup_errors=True)))
+        env = {**os.environ, "XDG_DATA_HOME": str(data_home)}
+        yield from _served(command, url, port, env)
+
+
+def _served(command: list[str], url: str, port: int, env: dict[str, str]) -> Iterator[str]:
     process = subprocess.Popen([*command, "dashboard", "--db", url, "--port", str(port)],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               start_new_session=True)
+                               start_new_session=True, env=env)
     base = f"http://127.0.0.1:{port}"
     try:
         assert process.stdout is not None

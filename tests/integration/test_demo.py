@@ -10,11 +10,13 @@ an agent the test starts, never at one a developer may have running.
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterator
 from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
 
+from joulestat.core import units
 from joulestat.store.engine import make_engine
 from joulestat.store.jobs import list_jobs
 from tests.helpers.agent_process import JOULESTAT, agent_env, free_port, running_agent
@@ -32,19 +34,24 @@ def run_demo(tmp_path: Path, env: dict[str, str], *extra: str) -> subprocess.Com
 
 
 @pytest.fixture(scope="module")
-def demo_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str, Path]:
-    """A fresh store after one `joulestat demo` with no agent: (db url, stdout, data dir)."""
+def demo_store(tmp_path_factory: pytest.TempPathFactory
+               ) -> Iterator[tuple[str, str, Path, str]]:
+    """A fresh store after one `joulestat demo` with no agent, beside a dashboard started
+    first on it as `make run` starts one (on a port of its own): (db url, stdout, data
+    dir, the dashboard's base URL)."""
     tmp = tmp_path_factory.mktemp("demo")
     url = f"sqlite:///{tmp / 'fresh.db'}"
     env = agent_env(JOULESTAT_DB=url, XDG_DATA_HOME=str(tmp / "data"),
                     JOULESTAT_AGENT_URL=f"http://127.0.0.1:{free_port()}")
-    result = run_demo(tmp, env)
-    assert "measured in this process (no agent answered" in result.stderr
-    return url, result.stdout, tmp / "data" / "joulestat"
+    subprocess.run([JOULESTAT, "db", "upgrade"], env=env, check=True, capture_output=True)
+    with serve(url, data_home=tmp / "data") as base:
+        result = run_demo(tmp, env)
+        assert "measured in this process (no agent answered" in result.stderr
+        yield url, result.stdout, tmp / "data" / "joulestat", base
 
 
 def test_demo_fills_a_fresh_store_with_measured_jobs(demo_store):
-    url, out, data_dir = demo_store
+    url, out, data_dir, base = demo_store
     engine = make_engine(url)
     jobs = list_jobs(engine)
     engine.dispose()
@@ -63,12 +70,17 @@ def test_demo_fills_a_fresh_store_with_measured_jobs(demo_store):
         assert job.kind == "inference" and job.units["inference"] > 0
         assert 0 < float(job.labels["p50_ms"]) <= float(job.labels["p99_ms"])
     # What it prints: both comparisons, their commands, the placeholder prices, the URL.
-    prices = data_dir / "demo-prices.csv"
-    assert "demo-1vcpu,0.05" in prices.read_text() and "not cloud prices" in prices.read_text()
-    assert f"$ joulestat compare --jobs demo-train --by label:setup --prices {prices}" in out
+    assert f"$ joulestat compare --jobs demo-train --by label:setup --db {url}" in out
+    assert not (data_dir / "demo-prices.csv").exists()  # priced wherever read: no file
+    assert "demo-1vcpu  $0.05000/h  demo: " in out and "demo-2vcpu   $0.1000/h  demo: " in out
+    rows = [line for line in out.splitlines()
+            if line.startswith(("setup=", "concurrency=")) and " vs " not in line]
+    assert len(rows) == 5 and all("$" in row for row in rows), rows  # every row priced
     assert "setup=demo-2vcpu vs setup=demo-1vcpu: ×" in out
     assert "concurrency=16 vs concurrency=1: ×" in out
-    assert "http://127.0.0.1:8501/compare?kind=training&unit=sample&by=label:setup" in out
+    # The dashboard that runs, on its own port, not the default's.
+    assert "the dashboard is running; open:" in out
+    assert f"  {base}/compare?kind=training&unit=sample&by=label:setup" in out
     assert "placeholders" in out and "not cloud offers" in out
 
 
@@ -86,6 +98,15 @@ def test_compare_page_shows_the_demo_configurations(demo_store, monkeypatch):
             job.total_j / job.units["sample"])
     sentences = [m.value for m in at.markdown if " vs setup=demo-" in m.value]
     assert len(sentences) == 1 and "energy per sample" in sentences[0]
+
+
+def test_overview_after_the_demo_prices_it_and_says_unknown_not_zero(demo_store, monkeypatch):
+    """The demo's placeholder types are priced; no catalog knows their embodied CO2e, so
+    the Overview says "unknown", not "≥ 0 g"."""
+    at = run_page(demo_store[0], "pages/overview.py", monkeypatch)
+    shown = {m.label: m.value for m in at.metric}
+    assert shown["Embodied CO2e"] == units.UNKNOWN, shown
+    assert shown["Cost"].startswith("$") and shown["Cost"] not in ("$0", "≥ $0"), shown
 
 
 def test_load_curve_page_shows_the_three_concurrencies(demo_store, monkeypatch):
@@ -151,11 +172,10 @@ def test_demo_uses_pytorch_when_it_is_installed(tmp_path):
 def test_the_demo_links_open_in_a_real_browser(demo_store, tmp_path):
     """What a new user does next: open the URL the demo printed in Chromium, then the
     Load curve page, and see the measured configurations drawn."""
-    url, out, _data_dir = demo_store
-    printed = "http://127.0.0.1:8501/compare?kind=training&unit=sample&by=label:setup"
-    assert printed in out
-    with serve(url) as base, chromium() as browser:
-        page = browser.open(printed.replace("http://127.0.0.1:8501", base),
+    url, out, _data_dir, base = demo_store
+    [printed] = [line.strip() for line in out.splitlines() if "/compare?" in line]
+    with chromium() as browser:
+        page = browser.open(printed,
                             ["setup=demo-1vcpu", "setup=demo-2vcpu", "energy per sample",
                              "setup=demo-2vcpu vs setup=demo-1vcpu: ×"])
         assert "energy is" in page  # measured or estimated, said beside the figures

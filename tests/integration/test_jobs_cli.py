@@ -57,6 +57,27 @@ def test_conservation_on_every_stored_tick(tmp_path: Path, policy: str) -> None:
     assert (idle > 0) if policy == "share" else (idle == 0)
 
 
+def test_embedded_run_says_how_it_measures_in_one_line_not_six(tmp_path: Path) -> None:
+    """Issue 24: measured in-process, `run` printed 5-6 INFO lines of sensor inventory
+    before its summary. Now one line says the job is measured in-process (never silent),
+    then the summary (and, the first time, one saying the store was created); --log-level
+    INFO brings the inventory back."""
+    env = agent_env(JOULESTAT_DB=f"sqlite:///{tmp_path / 'q.db'}",
+                    JOULESTAT_AGENT_URL=NO_AGENT)
+    quiet = subprocess.run([JOULESTAT, "run", "--name", "q", "--", "true"],
+                           env=env, capture_output=True, text=True, timeout=60)
+    assert quiet.returncode == 0, quiet.stderr
+    logged = [line for line in quiet.stderr.splitlines() if " INFO " in line
+              and " joulestat.store.engine: creating the store's schema" not in line]
+    assert len(logged) == 1 and "in-process (embedded mode)" in logged[0], quiet.stderr
+    assert "measured embedded" in quiet.stderr
+    loud = subprocess.run([JOULESTAT, "run", "--log-level", "INFO", "--name", "q", "--",
+                           "true"], env=env, capture_output=True, text=True, timeout=60)
+    assert loud.returncode == 0, loud.stderr
+    assert " INFO joulestat.runtime.assembly: node " in loud.stderr
+    assert len([line for line in loud.stderr.splitlines() if " INFO " in line]) > 3
+
+
 def test_wrapper_passes_exit_codes_and_signals(tmp_path: Path) -> None:
     """Acceptance 3 (first half), in embedded mode: no agent listens."""
     env = agent_env(JOULESTAT_DB=f"sqlite:///{tmp_path / 'e.db'}",

@@ -105,6 +105,21 @@ def test_co2e_is_shown_when_embodied_is_unknown(store, monkeypatch):
 
 # 3. No spike at the end: a job of constant power is a flat line to its end ---------------
 
+@pytest.mark.parametrize("job_id", ["steady", "codecarbon:cc-run-1"])
+def test_job_detail_charts_end_at_the_jobs_end(store, monkeypatch, job_id):
+    """Issue 24: a chart ran 2 s past a job's end (5 s on an imported CodeCarbon run):
+    its last bucket's end, not the job's. Every point lies within the job's time."""
+    held_s = report(store, job_id)["job"]["ended_s"] - report(store, job_id)["job"]["started_s"]
+    at = run_page(store, "pages/job_detail.py", monkeypatch, job=job_id)
+    timed = [data for spec, data in charts(at) if "time" in data.columns and len(data)]
+    assert timed, "no chart over time"
+    for data in timed:
+        times = pd.to_datetime(data["time"])
+        span_s = (times.max() - times.min()).total_seconds()
+        assert span_s <= held_s + 1e-3, (job_id, span_s, held_s)
+        assert span_s >= held_s * 0.5  # still the job's time, not one point
+
+
 def test_constant_power_is_flat_to_the_end_in_the_dashboard_and_report(store, monkeypatch):
     at = run_page(store, "pages/job_detail.py", monkeypatch, job="steady")
     power = next(data for spec, data in charts(at) if "power_w" in data.columns)
