@@ -102,7 +102,7 @@ footprint[3].metric("Cost", fmt.usd(cost.cost_usd),
 # on a VM most of a small job's energy can be idle power (joulestat.reports.idle).
 dynamic_j = sum(job.dynamic_j.values())
 policy = idle_policy_of(job)
-work = st.columns(5)
+work = st.columns(max(4, 3 + len(external)))  # a label per quarter of the page's width
 work[0].metric(f"Work ({fmt.md(fmt.plural(unit)) if unit else 'units'})",
                fmt.count(count) if unit else fmt.UNKNOWN)
 work[1].metric(f"Energy per {fmt.md(unit) if unit else 'unit'}",

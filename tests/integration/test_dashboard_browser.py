@@ -89,12 +89,14 @@ def pages(jobs: dict[str, JobSummary]) -> list[tuple[str, str, list[str]]]:
     [codecarbon] = [j for j in jobs.values() if j.name == "codecarbon:mlp-train"
                     and j.id != "codecarbon:cc-run-1"]  # the tracker's own run
     per_sample = fmt.energy(multi.total_j / multi.units["sample"])
+    dynamic_per_sample = fmt.energy(sum(multi.dynamic_j.values()) / multi.units["sample"])
     # A fresh server's first request deep-links a page with a query parameter: it must
     # still run inside the app's navigation (see joulestat.dashboard.ui.enter).
     return [
         ("job-detail", f"/job_detail?job={multi.id}", [
             "llama-7b-finetune · training · ended", "trainer-p4d-1 (p4d.24xlarge)",
             "loader-c5-1 (c5.4xlarge)", "Energy per sample", per_sample,
+            "Dynamic energy per sample", dynamic_per_sample, "Idle policy not recorded",
             "accelerator: measured (nvml_energy)", "Power over time (", "Report (PDF)",
             "CO2e (operational)", "Embodied CO2e"]),
         ("overview", "/", ["Jobs running", "trainer-p4d-1 (p4d.24xlarge)",
@@ -117,6 +119,7 @@ def pages(jobs: dict[str, JobSummary]) -> list[tuple[str, str, list[str]]]:
             "CO2e (CodeCarbon's own)", "joulestat recomputed",
             "cpu: not stated (import:codecarbon)"]),
         ("compare", "/compare", [" vs ", "throughput", "energy per request",
+                                 "dynamic energy per request", "Idle policy not recorded",
                                  "Sizing for a service level", "compare them with measured "
                                  "rows with care", " vs $"]),
         ("compare-by-label", "/compare?kind=inference&unit=request&by=label:concurrency"

@@ -15,6 +15,7 @@ import pytest
 from pypdf import PdfReader
 from sqlalchemy.engine import Engine
 
+from joulestat.core import units as fmt
 from joulestat.reports.csv_report import COLUMN_NAMES, render_csv
 from joulestat.reports.html_report import render_html
 from joulestat.reports.json_report import render_json, render_json_many
@@ -128,6 +129,12 @@ def test_html_is_one_self_contained_page(reports: dict[str, dict[str, Any]]) -> 
         assert expected in text, expected
     # one polyline per component in the chart, with the legend naming them
     assert parsed.tags.count("polyline") == 3
+    # energy per unit twice, and the idle policy (not recorded: no agent wrote the store)
+    per_sample = reports["dist-1"]["per_unit"]["sample"]
+    for expected in ("Idle policy", "idle policy not recorded",
+                     "dynamic energy/unit (above idle)",
+                     fmt.energy(per_sample["dynamic_energy_j"])):
+        assert expected in text, expected
 
 
 def test_html_escapes_store_text(reports: dict[str, dict[str, Any]]) -> None:
@@ -153,7 +160,9 @@ def test_pdf_opens_and_holds_the_content(reports: dict[str, dict[str, Any]]) -> 
     for expected in ("bert-large (dist-1)", "Power over time", "loader-1", "trainer-1",
                      "c5.4xlarge", "p4d.24xlarge", "18.8 kJ", "$0.627", "ccf:aws",
                      "US state figure", "country figure", "model:tdp-curve", "Methodology",
-                     "time since start (seconds)", "power (W)"):
+                     "time since start (seconds)", "power (W)", "Idle policy",
+                     "idle policy not recorded", "above idle",
+                     fmt.energy(reports["dist-1"]["per_unit"]["sample"]["dynamic_energy_j"])):
         assert expected in text, expected
     assert "codecarbon:usa-egrid2023:VA" in text.replace(" ", "")
 
