@@ -100,10 +100,12 @@ class AgentClient:
         job_id: str | None = None,
         origin: str | None = None,
         holding: str | None = None,
+        instance_type: str | None = None,
     ) -> dict[str, Any]:
         """Register a job (or register ``job_id`` again); ``holding``: the token of the
         job that holds ``pids`` now, which lets this one take them over (and is sent
-        again with this job's later registrations)."""
+        again with this job's later registrations); ``instance_type``: what the job runs
+        as, when not the node's own (the agent records it for the job)."""
         body: dict[str, Any] = {"name": name, "kind": kind}
         if pids is not None:
             body["pids"] = sorted(pids)
@@ -113,6 +115,8 @@ class AgentClient:
             body["job_id"] = job_id
         if origin is not None:
             body["origin"] = origin
+        if instance_type is not None:
+            body["instance_type"] = instance_type
         if job_id is not None:
             holding = holding or self._holding.get(job_id)
         answer = self._object("POST", "/v1/jobs", body, job_id, holding)

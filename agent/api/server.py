@@ -72,7 +72,7 @@ STORE_RETRY_AFTER_S = 2
 API_ORIGINS = ("api", "run", "client")  # the origins a caller may claim; discovery's are ours
 # field -> required
 JOB_FIELDS = {"name": True, "kind": True, "pids": False, "labels": False, "job_id": False,
-              "origin": False}
+              "origin": False, "instance_type": False}
 UNIT_FIELDS = {"unit": True, "count": True}
 # cpu_s: the wrapper's total CPU seconds of the job, from wait4(); ended_at: when its
 # command exited (epoch s), so an end that arrives late (an agent restart) keeps its time.
@@ -459,7 +459,8 @@ class _Handler(GatedHandler):
                 self._owned(registry.get(job_id), "re-register or relabel")
             self._check_claim(data.get("pids"), job_id)
             job = registry.register(data["name"], data["kind"], data.get("pids"),
-                                    data.get("labels"), job_id, origin=origin)
+                                    data.get("labels"), job_id, origin=origin,
+                                    instance_type=data.get("instance_type"))
             answer = {**_answer(job), "job_token": self.server.job_token(job.id)}
             if self.server.persist is not None and not existed:
                 # On disk before the 201, or the answer says it is not (yet): the

@@ -26,6 +26,7 @@ from joulestat.attribution.validation import (
     JobLimit,
     JobNotFound,
     validate_busy_total,
+    validate_instance_type,
     validate_job_id,
     validate_kind,
     validate_labels,
@@ -52,6 +53,10 @@ class Job:
     started_s: float
     origin: str = "api"  # api, run, client, discovered:<scheduler>
     ended_s: float | None = None
+    # The instance type the job says it runs as (``joulestat demo``'s placeholder setups,
+    # a run told --instance-type); None: the node's. Stored on the job's node row, where
+    # pricing and comparisons read a job's type.
+    instance_type: str | None = None
     units: dict[str, float] = field(default_factory=dict)
     # Per model, what it counted and its busy seconds (``busy_s``), from the per-model
     # units (joulestat.attribution.model_units); kept apart so ``units`` lists only plain units.
@@ -87,6 +92,7 @@ class Job:
             "labels": dict(self.labels),
             "pids": sorted(self.pids),
             "origin": self.origin,
+            "instance_type": self.instance_type,
             "status": self.status,
             "started_at": self.started_s,
             "ended_at": self.ended_s,
@@ -141,6 +147,7 @@ class JobRegistry:
         labels: Any = None,
         job_id: Any = None,
         origin: str = "api",
+        instance_type: Any = None,
     ) -> Job:
         """A new job, or the running one with this ``job_id`` (its pids are added).
 
@@ -150,8 +157,11 @@ class JobRegistry:
         new value, a key not given keeps its own; none is removed), so a load test can
         add its latency percentiles at a stage's end; past :data:`MAX_LABELS` in all the
         registration is refused. Registering an ended job's id again reopens it.
+        ``instance_type``, when given, is what the job runs as on this node (a later
+        registration that gives one replaces it); else the node's own.
         """
         name, kind = validate_name(name), validate_kind(kind)
+        own_type = validate_instance_type(instance_type) if instance_type is not None else None
         pid_set, label_map = validate_pids(pids), validate_labels(labels)
         job_id = validate_job_id(job_id) if job_id is not None else uuid.uuid4().hex
         with self._lock:
@@ -166,7 +176,8 @@ class JobRegistry:
                     raise JobError(f"labels: job {job_id!r} would have {merged} labels with "
                                    f"these, over the limit of {MAX_LABELS}")
                 if (not pid_set <= existing.pids or existing.ended_s is not None
-                        or any(existing.labels.get(k) != v for k, v in label_map.items())):
+                        or any(existing.labels.get(k) != v for k, v in label_map.items())
+                        or (own_type is not None and own_type != existing.instance_type)):
                     if existing.ended_s is not None:
                         self._admit(job_id)
                         self._unsettled.pop(job_id, None)
@@ -174,12 +185,15 @@ class JobRegistry:
                     if existing.pids:
                         self._measured[job_id] = existing
                     existing.labels.update(label_map)
+                    if own_type is not None:
+                        existing.instance_type = own_type
                     existing.ended_s = None
                     existing.final = False
                     self._changed[job_id] = existing
                 return existing
             self._admit(job_id)
-            job = Job(job_id, name, kind, label_map, pid_set, self._clock(), origin)
+            job = Job(job_id, name, kind, label_map, pid_set, self._clock(), origin,
+                      instance_type=own_type)
             self._jobs[job_id] = job
             if pid_set or origin == RUN_ORIGIN:
                 self._measured[job_id] = job

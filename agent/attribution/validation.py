@@ -113,6 +113,28 @@ def validate_name(name: Any) -> str:
     return name
 
 
+MAX_INSTANCE_TYPE_CHARS = 64  # the longest cloud type names are about 30
+
+
+def validate_instance_type(instance_type: Any) -> str:
+    """The instance type a job says it runs as: a plain name (``g5.xlarge``,
+    ``demo-1vcpu``), priced and compared like a node's own."""
+    if not isinstance(instance_type, str):
+        raise JobError(f"instance_type: expected a string, got {type(instance_type).__name__}")
+    instance_type = instance_type.strip()
+    if not instance_type:
+        raise JobError("instance_type: must not be empty")
+    if len(instance_type) > MAX_INSTANCE_TYPE_CHARS:
+        raise JobError(f"instance_type: at most {MAX_INSTANCE_TYPE_CHARS} characters, got "
+                       f"{len(instance_type)}")
+    message = _control_message("instance_type", instance_type)
+    if message is not None:
+        raise JobError(message)
+    if any(c in instance_type for c in "\\/,"):
+        raise JobError("instance_type: must not contain '\\', '/' or ','")
+    return instance_type
+
+
 def validate_kind(kind: Any) -> str:
     if kind not in KINDS:
         raise JobError(f"kind: expected one of {', '.join(KINDS)}, got {kind!r}")

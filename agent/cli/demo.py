@@ -111,8 +111,10 @@ class _Job:
                  labels: dict[str, str], pid: int, instance_type: str) -> None:
         self.api, self.name, self.kind, self.pid = api, name, kind, pid
         self.labels, self.id, self.embedded = dict(labels), uuid.uuid4().hex, None
-        if api is not None:
-            api.register(name, kind, [pid], self.labels, self.id)
+        self.instance_type = instance_type
+        if api is not None:  # the agent records the placeholder type: the job is priced
+            api.register(name, kind, [pid], self.labels, self.id,
+                         instance_type=instance_type)
             return
         from joulestat.runtime.embedded import EmbeddedJob
 
@@ -134,7 +136,8 @@ class _Job:
         if self.embedded is not None:
             self.embedded.add_pid(self.pid, labels=self.labels)
         else:
-            self.api.register(self.name, self.kind, [self.pid], self.labels, self.id)
+            self.api.register(self.name, self.kind, [self.pid], self.labels, self.id,
+                              instance_type=self.instance_type)
 
     def end(self, cpu_s: float | None = None) -> dict[str, Any]:
         """End it; the summary is the stored one (its last tick attributed and stored)."""

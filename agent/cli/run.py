@@ -215,6 +215,8 @@ class _Tracker:
         from joulestat.host.usage import HostSettings
 
         self.args, self.settings, self.labels = args, settings, labels
+        # --instance-type: in-process it names the node; to an agent, what the job runs as.
+        self.instance_type: str | None = settings["instance_type"]
         self.host = settings.section(HostSettings)
         self.address = settings.section(AgentAddress)
         self.client: Any = None
@@ -298,7 +300,8 @@ class _Tracker:
             self.client.remember(self.job_id, os.environ.get(ENV_JOB_TOKEN) or None)
         try:
             job = self.client.register(self.args.name, self.args.kind, labels=self.labels,
-                                       job_id=self.job_id, origin=RUN_ORIGIN)
+                                       job_id=self.job_id, origin=RUN_ORIGIN,
+                                       instance_type=self.instance_type)
         except (AgentError, AgentUnavailable) as exc:
             raise ConfigError(f"the agent refused the job: {exc}") from None
         self.job_id = job["id"]
@@ -333,7 +336,7 @@ class _Tracker:
         try:
             job = self.client.register(self.args.name, self.args.kind, pids=[pid],
                                        labels=self.labels, job_id=self.job_id,
-                                       origin=RUN_ORIGIN)
+                                       origin=RUN_ORIGIN, instance_type=self.instance_type)
         except (AgentError, AgentUnavailable) as exc:
             raise JobError(f"the agent refused the job: {exc}") from None
         self.job_id = job["id"]

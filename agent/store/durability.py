@@ -477,7 +477,7 @@ def load_running_jobs(engine: Engine, node: str) -> list[Job]:
     jobs, parts = JOBS.c, JOB_NODES.c
     query = (
         select(jobs.id, jobs.name, jobs.kind, jobs.labels, jobs.origin, parts.pids,
-               parts.started_s)
+               parts.started_s, parts.instance_type)
         .select_from(JOBS.join(JOB_NODES, parts.job_id == jobs.id))
         .where(parts.node == node, parts.ended_s.is_(None))
         .order_by(parts.started_s, jobs.id)
@@ -492,11 +492,12 @@ def load_running_jobs(engine: Engine, node: str) -> list[Job]:
         raise StoreError(f"{redact_url(engine.url)}: cannot load the running jobs of node "
                          f"{node!r}: {describe_error(exc)}") from exc
     result = []
-    for job_id, name, kind, labels, origin, pids, started_s in rows:
+    for job_id, name, kind, labels, origin, pids, started_s, instance_type in rows:
         dynamic, idle = by_component(energy, job_id, node)
-        result.append(Job(
+        result.append(Job(  # the type it ran as stays, if the node's changed since
             id=job_id, name=name, kind=kind, labels=json.loads(labels),
             pids=set(json.loads(pids)), started_s=started_s, origin=origin, ended_s=None,
+            instance_type=instance_type,
             units=by_unit(units, job_id, node), dynamic_j=dynamic, idle_j=idle,
         ))
     return result

@@ -425,7 +425,8 @@ class PendingJobs:
              "labels": json.dumps(dict(job.labels), sort_keys=True), "origin": job.origin,
              "created_s": float(job.started_s), "ended_s": job.ended_s,
              "status": job.status},
-            {"job_id": job.id, "node": node.node, "instance_type": node.instance_type,
+            {"job_id": job.id, "node": node.node,
+             "instance_type": job.instance_type or node.instance_type,
              "region": node.region, "started_s": float(job.started_s),
              "ended_s": job.ended_s, "pids": json.dumps(sorted(list(job.pids)))},
         )

@@ -49,7 +49,7 @@ if not unit_choices:
             f"for example:\n\n{HOW}")
     st.stop()
 
-top = st.columns([1, 1, 1, 1, 3])
+top = st.columns([1, 1, 1, 1.3, 2.7])
 unit = top[0].selectbox("Unit", unit_choices, key="load_unit")
 keys = state.label_keys(url, "inference") or ["concurrency"]
 label_key = top[1].selectbox("Load level label", keys, key="load_label",

@@ -133,8 +133,9 @@ def test_load_curve_page_shows_the_three_concurrencies(demo_store, monkeypatch):
 
 
 def test_demo_through_a_running_agent(tmp_path):
-    """With an agent answering, the agent measures the jobs: they keep its instance
-    type, and `setup` names the configuration."""
+    """With an agent answering (on instance type c5.xlarge here, `local` as `make run`
+    starts it), the agent measures the jobs and records the placeholder type each says
+    it runs as: the comparison the demo prints is priced."""
     with running_agent(tmp_path, "--interval", "0.5", "--flush-interval", "1",
                        "--instance-type", "c5.xlarge") as agent:
         env = agent.client_env(XDG_DATA_HOME=str(tmp_path / "data"))
@@ -148,8 +149,11 @@ def test_demo_through_a_running_agent(tmp_path):
         ("demo-train", "demo-2vcpu")]
     for job in jobs:
         assert job.status == "ended" and job.total_j > 0
-        assert {itype for _node, itype in job.nodes} == {"c5.xlarge"}
+        assert {itype for _node, itype in job.nodes} == {job.labels["setup"]}
     assert "per sample:" in result.stdout and "per inference:" in result.stdout
+    rows = [line for line in result.stdout.splitlines()
+            if line.startswith(("setup=", "concurrency=")) and " vs " not in line]
+    assert len(rows) == 3 and all("$" in row for row in rows), rows
 
 
 @pytest.mark.skipif(find_spec("torch") is None,
