@@ -100,15 +100,19 @@ class AgentClient:
         job_id: str | None = None,
         origin: str | None = None,
         holding: str | None = None,
+        agent_labels: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
         """Register a job (or register ``job_id`` again); ``holding``: the token of the
         job that holds ``pids`` now, which lets this one take them over (and is sent
-        again with this job's later registrations)."""
+        again with this job's later registrations); ``agent_labels``: what joulestat
+        noted about how the job is measured (``cpu_source``), apart from its labels."""
         body: dict[str, Any] = {"name": name, "kind": kind}
         if pids is not None:
             body["pids"] = sorted(pids)
         if labels is not None:
             body["labels"] = dict(labels)
+        if agent_labels:
+            body["agent_labels"] = dict(agent_labels)
         if job_id is not None:
             body["job_id"] = job_id
         if origin is not None:
