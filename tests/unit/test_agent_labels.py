@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from joulestat.api import server
+from joulestat.api.agent_client import AgentClient, AgentError
 from joulestat.api.server import ApiServer
 from joulestat.attribution.accounting import JobAccounting
 from joulestat.attribution.agent_labels import (
@@ -127,6 +129,23 @@ def test_the_api_takes_cpu_source_apart_and_refuses_the_idle_policy(
     assert status == 400 and "recorded by the agent" in answer["error"]
     status, _, answer = call(port, "POST", "/v1/jobs", {**JOB, "agent_labels": {"x": "1"}})
     assert status == 400 and "not an agent label" in answer["error"]
+
+
+def test_an_agent_from_before_agent_labels_still_registers_the_job(
+        api: ApiServer, registry: JobRegistry, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A node's agent still running the code from before an upgrade refuses the field
+    it does not know; `joulestat run` then registers its job without it (and says so)
+    instead of failing."""
+    fields = {k: v for k, v in server.JOB_FIELDS.items() if k != "agent_labels"}
+    monkeypatch.setattr(server, "JOB_FIELDS", fields)
+    client = AgentClient(f"http://127.0.0.1:{api.port}")
+    job = client.register("wrapped", "training", labels={"team": "nlp"},
+                          agent_labels={"cpu_source": "process tree"}, origin="run")
+    assert registry.get(job["id"]).labels == {"team": "nlp"}
+    assert "predates agent labels" in caplog.text
+    with pytest.raises(AgentError, match="unknown field"):  # other refusals stay refusals
+        client._object("POST", "/v1/jobs", {**JOB, "colour": "red"})
 
 
 def test_an_older_agents_spooled_job_moves_its_cpu_source_out_of_the_labels() -> None:
