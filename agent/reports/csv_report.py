@@ -125,6 +125,8 @@ COLUMNS: tuple[_Column, ...] = (
     ("untracked_cpu_shares", lambda r: _per_node(r, "untracked_cpu_share", "nodes")),
     ("external_co2e_g", lambda r: _pairs({e["tool"]: e["co2e_g"]
                                           for e in r.get("external_co2e") or []})),
+    # What joulestat recorded about how it measured the job, apart from ``labels``.
+    ("agent_labels", lambda r: _pairs(r["job"].get("agent_labels") or {})),
 )
 COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _ in COLUMNS)
 # Columns that hold one number (or nothing): written as they are, so ``-1.5`` stays a

@@ -42,6 +42,8 @@ EXPECTED_COLUMNS = (
     "energy_sources", "notes", "agent_version", "generated_at",
     # appended for issue 11 (columns are only ever appended)
     "energy_by_class", "untracked_cpu_shares", "external_co2e_g",
+    # appended for issue 24: what joulestat recorded, apart from the user's labels
+    "agent_labels",
 )
 
 
@@ -99,6 +101,10 @@ def test_csv_columns_and_values(reports: dict[str, dict[str, Any]],
     assert "world average" in solo["region_resolution"]
     assert "mars-central-7" in solo["region_resolution"]
     assert secretive["labels"] == "api_token=[redacted]; db_password=[redacted]; team=nlp"
+    # What joulestat recorded is its own column, never among the labels.
+    assert dist["labels"] == "run=42; team=nlp"
+    assert dist["agent_labels"] == "cpu_source=process tree; idle_policy=share"
+    assert (solo["agent_labels"], secretive["agent_labels"]) == ("idle_policy=exclude", "")
 
 
 def test_html_is_one_self_contained_page(reports: dict[str, dict[str, Any]]) -> None:
@@ -118,6 +124,12 @@ def test_html_is_one_self_contained_page(reports: dict[str, dict[str, Any]]) -> 
         assert expected in text, expected
     # one polyline per component in the chart, with the legend naming them
     assert parsed.tags.count("polyline") == 3
+    # the user's labels, and apart what joulestat recorded about how it measured
+    assert "run=42, team=nlp" in text
+    assert "Recorded by joulestat" in text
+    assert text.count("cpu_source=process tree, idle_policy=share") == 1
+    assert "unknown (stored or reported before joulestat recorded it" in html_text(
+        render_html(reports["secretive"])).text
 
 
 def test_html_escapes_store_text(reports: dict[str, dict[str, Any]]) -> None:
