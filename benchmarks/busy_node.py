@@ -258,7 +258,7 @@ def main() -> int:
         last_scrape, elapsed_s = scrape(metrics_url), time.monotonic() - first_s
         rss = {name: peak_rss_bytes(p.pid) for name, p in procs.items()}
         running = {j["id"]: j for j in api(api_url, "/v1/jobs?running=1")["jobs"]}
-        sources = {j.get("labels", {}).get("cpu_source", "process tree").split(" /")[0]
+        sources = {j.get("agent_labels", {}).get("cpu_source", "process tree").split(" /")[0]
                    for j in running.values() if j["id"] in job_ids}  # without the paths
     finally:
         stop(runs, timeout_s=60)  # each forwards SIGTERM to its sleep and ends its job

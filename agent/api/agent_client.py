@@ -41,6 +41,11 @@ class AgentError(RuntimeError):
         self.status, self.message = status, message
 
 
+def _unknown_field(exc: AgentError, name: str) -> bool:
+    """Whether the agent refused a request for holding a field it does not know."""
+    return exc.status == 400 and "unknown field" in exc.message and name in exc.message
+
+
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, *args: Any, **kwargs: Any) -> None:
         return None  # the 3xx becomes an HTTPError, hence an AgentError
@@ -80,6 +85,9 @@ class AgentClient:
         # job id -> the token of the job whose processes it took over (register's
         # ``holding``), sent again when it registers again (after an agent restart).
         self._holding: dict[str, str] = {}
+        # Set once the agent refused ``agent_labels`` as an unknown field: an agent of a
+        # joulestat from before them, still running after an upgrade of this one.
+        self._no_agent_labels = False
 
     def remember(self, job_id: str, job_token: str | None) -> None:
         """Act as the registrant of ``job_id`` (its token came from elsewhere: the
@@ -101,16 +109,21 @@ class AgentClient:
         origin: str | None = None,
         holding: str | None = None,
         instance_type: str | None = None,
+        agent_labels: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
         """Register a job (or register ``job_id`` again); ``holding``: the token of the
         job that holds ``pids`` now, which lets this one take them over (and is sent
         again with this job's later registrations); ``instance_type``: what the job runs
-        as, when not the node's own (the agent records it for the job)."""
+        as, when not the node's own (the agent records it for the job); ``agent_labels``:
+        what joulestat noted about how the job is measured (``cpu_source``), apart from
+        its labels."""
         body: dict[str, Any] = {"name": name, "kind": kind}
         if pids is not None:
             body["pids"] = sorted(pids)
         if labels is not None:
             body["labels"] = dict(labels)
+        if agent_labels and not self._no_agent_labels:
+            body["agent_labels"] = dict(agent_labels)
         if job_id is not None:
             body["job_id"] = job_id
         if origin is not None:
@@ -119,7 +132,19 @@ class AgentClient:
             body["instance_type"] = instance_type
         if job_id is not None:
             holding = holding or self._holding.get(job_id)
-        answer = self._object("POST", "/v1/jobs", body, job_id, holding)
+        try:
+            answer = self._object("POST", "/v1/jobs", body, job_id, holding)
+        except AgentError as exc:
+            if "agent_labels" not in body or not _unknown_field(exc, "agent_labels"):
+                raise
+            # Refused whole (400), so nothing was registered: register without them
+            # rather than not measure the job at all.
+            self._no_agent_labels = True
+            log.warning("the agent at %s predates agent labels (it refused %s): the job is "
+                        "registered without them; restart the agent to run this joulestat's "
+                        "version", self.base_url, ", ".join(sorted(body["agent_labels"])))
+            del body["agent_labels"]
+            answer = self._object("POST", "/v1/jobs", body, job_id, holding)
         if isinstance(answer.get("id"), str) and isinstance(answer.get("job_token"), str):
             self._job_tokens[answer["id"]] = answer["job_token"]
             if holding:

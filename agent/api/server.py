@@ -71,8 +71,11 @@ LINGER_S = 1.0  # after an early answer, read what the client still sends, so it
 STORE_RETRY_AFTER_S = 2
 API_ORIGINS = ("api", "run", "client")  # the origins a caller may claim; discovery's are ours
 # field -> required
+# agent_labels: what joulestat itself noted (``cpu_source`` from `joulestat run`), kept
+# apart from the user's labels (joulestat.attribution.agent_labels).
 JOB_FIELDS = {"name": True, "kind": True, "pids": False, "labels": False, "job_id": False,
-              "origin": False, "instance_type": False}
+              "origin": False, "instance_type": False,
+              "agent_labels": False}
 UNIT_FIELDS = {"unit": True, "count": True}
 # cpu_s: the wrapper's total CPU seconds of the job, from wait4(); ended_at: when its
 # command exited (epoch s), so an end that arrives late (an agent restart) keeps its time.
@@ -197,7 +200,8 @@ def _answer(job: Job) -> dict[str, Any]:
     """A job as the API answers it: labels through the one redaction (agent/core/redact.py),
     as in every other output, since anyone who can read the API is not necessarily
     who registered a job with a token or a password in a label."""
-    return {**job.to_json(), "labels": redact_labels(job.labels)}
+    return {**job.to_json(), "labels": redact_labels(job.labels),
+            "agent_labels": redact_labels(job.agent_labels)}
 
 
 class _Handler(GatedHandler):
@@ -460,7 +464,8 @@ class _Handler(GatedHandler):
             self._check_claim(data.get("pids"), job_id)
             job = registry.register(data["name"], data["kind"], data.get("pids"),
                                     data.get("labels"), job_id, origin=origin,
-                                    instance_type=data.get("instance_type"))
+                                    instance_type=data.get("instance_type"),
+                                    agent_labels=data.get("agent_labels"))
             answer = {**_answer(job), "job_token": self.server.job_token(job.id)}
             if self.server.persist is not None and not existed:
                 # On disk before the 201, or the answer says it is not (yet): the

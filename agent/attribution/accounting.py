@@ -20,6 +20,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import NamedTuple
 
+from joulestat.attribution.agent_labels import policy_labels
 from joulestat.attribution.idle import IdleBaselines
 from joulestat.attribution.kube import PodNames
 from joulestat.attribution.registry import Job, JobRegistry
@@ -104,6 +105,9 @@ class JobAccounting:
         self.procfs_root = Path(procfs_root)
         self.idle = idle
         self.idle_policy = idle_policy
+        # Every job this divides energy for says under which idle policy (its agent
+        # label idle_policy): a report of it must not leave a reader to guess.
+        registry.set_own_agent_labels(policy_labels(idle_policy))
         self._discover = discover
         self._discover_every_s = discover_every_s
         self._next_discovery = 0.0

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from joulestat.attribution.agent_labels import merge_agent_labels, validate_agent_labels
 from joulestat.attribution.model_units import BUSY, MAX_MODELS_PER_JOB, split_key
 from joulestat.attribution.validation import (
     MAX_LABELS,
@@ -74,6 +75,9 @@ class Job:
     # those rows are committed to the store: its figures will not change any more.
     # `joulestat run` waits for it so its summary is the stored total.
     final: bool = False
+    # What joulestat recorded about how it measured the job (cpu_source, idle_policy:
+    # joulestat.attribution.agent_labels), apart from the user's labels.
+    agent_labels: dict[str, str] = field(default_factory=dict)
 
     @property
     def status(self) -> str:
@@ -90,6 +94,7 @@ class Job:
             "name": self.name,
             "kind": self.kind,
             "labels": dict(self.labels),
+            "agent_labels": dict(sorted(self.agent_labels.items())),
             "pids": sorted(self.pids),
             "origin": self.origin,
             "instance_type": self.instance_type,
@@ -138,6 +143,24 @@ class JobRegistry:
         # where jobs change, so it keeps the list rather than the loop diffing every job.
         self._changed: dict[str, Job] = {}
         self._unit_deltas: dict[str, dict[str, float]] = {}
+        # Agent labels this registry's owner records on every job it holds: the idle
+        # policy it attributes under (set_own_agent_labels).
+        self._own_agent_labels: dict[str, str] = {}
+
+    def set_own_agent_labels(self, agent_labels: dict[str, str]) -> None:
+        """Record ``agent_labels`` on every job held, and on every one registered or
+        restored from now on. The accounting calls it with its idle policy
+        (:func:`joulestat.attribution.agent_labels.policy_labels`): whatever way a job
+        comes in, its stored record then says under which policy it was attributed. A
+        job that held another policy becomes ``mixed``
+        (:func:`~joulestat.attribution.agent_labels.merge_agent_labels`)."""
+        with self._lock:
+            self._own_agent_labels = dict(agent_labels)
+            for job in self._jobs.values():
+                merged = merge_agent_labels(job.agent_labels, agent_labels)
+                if merged != job.agent_labels:
+                    job.agent_labels = merged
+                    self._changed[job.id] = job
 
     def register(
         self,
@@ -148,6 +171,7 @@ class JobRegistry:
         job_id: Any = None,
         origin: str = "api",
         instance_type: Any = None,
+        agent_labels: Any = None,
     ) -> Job:
         """A new job, or the running one with this ``job_id`` (its pids are added).
 
@@ -159,10 +183,14 @@ class JobRegistry:
         registration is refused. Registering an ended job's id again reopens it.
         ``instance_type``, when given, is what the job runs as on this node (a later
         registration that gives one replaces it); else the node's own.
+        ``agent_labels`` (``cpu_source`` only: :mod:`joulestat.attribution.agent_labels`)
+        merge the same way, apart from the labels and not counted against their limit;
+        the registry adds its own (:meth:`set_own_agent_labels`).
         """
         name, kind = validate_name(name), validate_kind(kind)
         own_type = validate_instance_type(instance_type) if instance_type is not None else None
         pid_set, label_map = validate_pids(pids), validate_labels(labels)
+        agent_map = validate_agent_labels(agent_labels)
         job_id = validate_job_id(job_id) if job_id is not None else uuid.uuid4().hex
         with self._lock:
             existing = self._jobs.get(job_id)
@@ -175,9 +203,11 @@ class JobRegistry:
                 if merged > MAX_LABELS:
                     raise JobError(f"labels: job {job_id!r} would have {merged} labels with "
                                    f"these, over the limit of {MAX_LABELS}")
+                agent_merged = merge_agent_labels(existing.agent_labels, agent_map)
                 if (not pid_set <= existing.pids or existing.ended_s is not None
                         or any(existing.labels.get(k) != v for k, v in label_map.items())
-                        or (own_type is not None and own_type != existing.instance_type)):
+                        or (own_type is not None and own_type != existing.instance_type)
+                        or agent_merged != existing.agent_labels):
                     if existing.ended_s is not None:
                         self._admit(job_id)
                         self._unsettled.pop(job_id, None)
@@ -187,13 +217,15 @@ class JobRegistry:
                     existing.labels.update(label_map)
                     if own_type is not None:
                         existing.instance_type = own_type
+                    existing.agent_labels = agent_merged
                     existing.ended_s = None
                     existing.final = False
                     self._changed[job_id] = existing
                 return existing
             self._admit(job_id)
             job = Job(job_id, name, kind, label_map, pid_set, self._clock(), origin,
-                      instance_type=own_type)
+                      instance_type=own_type,
+                      agent_labels={**agent_map, **self._own_agent_labels})
             self._jobs[job_id] = job
             if pid_set or origin == RUN_ORIGIN:
                 self._measured[job_id] = job
@@ -210,9 +242,13 @@ class JobRegistry:
         self._live.add(job_id)
 
     def restore(self, job: Job) -> None:
-        """Put back a job loaded from the store after a restart (never refused)."""
+        """Put back a job loaded from the store after a restart (never refused); it gets
+        this registry's own agent labels (an idle policy other than the one it was
+        attributed under before makes it ``mixed``)."""
         with self._lock:
             if job.id not in self._jobs:
+                job.agent_labels = merge_agent_labels(job.agent_labels,
+                                                      self._own_agent_labels)
                 self._jobs[job.id] = job
                 self._changed[job.id] = job
                 if job.ended_s is None:

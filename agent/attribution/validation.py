@@ -150,29 +150,32 @@ def validate_job_id(job_id: Any) -> str:
     return job_id
 
 
-def validate_labels(labels: Any) -> dict[str, str]:
+def validate_labels(labels: Any, field: str = "labels", limit: int = MAX_LABELS
+                    ) -> dict[str, str]:
+    """Labels (or, with ``field`` and ``limit``, another map checked as labels are:
+    :mod:`joulestat.attribution.agent_labels`); errors name ``field``."""
     if labels is None:
         return {}
     if not isinstance(labels, Mapping):
-        raise JobError(f"labels: expected an object of strings, got {type(labels).__name__}")
-    if len(labels) > MAX_LABELS:
-        raise JobError(f"labels: at most {MAX_LABELS}, got {len(labels)}")
+        raise JobError(f"{field}: expected an object of strings, got {type(labels).__name__}")
+    if len(labels) > limit:
+        raise JobError(f"{field}: at most {limit}, got {len(labels)}")
     clean: dict[str, str] = {}
     for key, value in labels.items():
         # A refused key or value is shown cut short: an error must not echo a megabyte.
         if isinstance(key, str) and len(key) > MAX_LABEL_KEY_CHARS:
-            raise JobError(f"labels: key {key[:40]!r}... is {len(key)} characters, at most "
+            raise JobError(f"{field}: key {key[:40]!r}... is {len(key)} characters, at most "
                            f"{MAX_LABEL_KEY_CHARS}")
         if not isinstance(key, str) or not LABEL_KEY_RE.match(key):
             shown = key[:40] if isinstance(key, str) else key
-            raise JobError(f"labels: key {shown!r} must match {LABEL_KEY_RE.pattern}")
+            raise JobError(f"{field}: key {shown!r} must match {LABEL_KEY_RE.pattern}")
         if isinstance(value, bool) or not isinstance(value, str | int | float):
-            raise JobError(f"labels.{key}: expected a string, got {type(value).__name__}")
+            raise JobError(f"{field}.{key}: expected a string, got {type(value).__name__}")
         text = str(value)
         if len(text) > MAX_LABEL_VALUE_CHARS:
-            raise JobError(f"labels.{key}: {len(text)} characters, at most "
+            raise JobError(f"{field}.{key}: {len(text)} characters, at most "
                            f"{MAX_LABEL_VALUE_CHARS}")
-        message = _control_message(f"labels.{key}", text)
+        message = _control_message(f"{field}.{key}", text)
         if message is not None:
             raise JobError(message)
         clean[key] = text

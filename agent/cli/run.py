@@ -9,7 +9,9 @@ be attributed and stored, prints that summary on stderr and exits with CMD's exi
 Where the node allows it (a writable cgroup v2 subtree, else v1 cpuacct), CMD runs in
 a cgroup of its own, ``joulestat-job-<id>`` below the wrapper's (:mod:`joulestat.host.cgroup_jobs`),
 and its CPU time is that cgroup's counter; elsewhere it is read from CMD's process tree.
-Which one is said in the log and in the job's ``cpu_source`` label.
+Which one is said in the log and in the job's ``cpu_source`` agent label (what joulestat
+records about how it measured the job, apart from the user's ``--label`` labels:
+:mod:`joulestat.attribution.agent_labels`).
 
 CMD gets ``JOULESTAT_JOB_ID``, ``JOULESTAT_AGENT_URL``, ``JOULESTAT_JOB_TOKEN`` (the
 job's registrant credential; the job is registered just before CMD starts, so it can)
@@ -30,10 +32,10 @@ import time
 import uuid
 from typing import Any
 
+from joulestat.attribution.agent_labels import CPU_SOURCE
 from joulestat.attribution.registry import RUN_ORIGIN
 from joulestat.attribution.validation import (
     KINDS,
-    MAX_LABELS,
     JobError,
     validate_job_id,
     validate_labels,
@@ -217,6 +219,9 @@ class _Tracker:
         self.args, self.settings, self.labels = args, settings, labels
         # --instance-type: in-process it names the node; to an agent, what the job runs as.
         self.instance_type: str | None = settings["instance_type"]
+        # cpu_source, once placed: recorded apart from the user's labels, so it neither
+        # shows among them nor takes one of their places.
+        self.agent_labels: dict[str, str] = {}
         self.host = settings.section(HostSettings)
         self.address = settings.section(AgentAddress)
         self.client: Any = None
@@ -227,14 +232,15 @@ class _Tracker:
 
     def place(self) -> Placement:
         """Make the job's own cgroup where the node allows it, and say which way the
-        job's CPU time will be read: in the log, and in its ``cpu_source`` label."""
+        job's CPU time will be read: in the log, and in its ``cpu_source`` agent label."""
         from pathlib import Path
 
         from joulestat.host.cgroup_jobs import place
 
         self.placement = place(Path(self.host.sysfs_root) / "fs" / "cgroup",
                                self.job_id, self.host.procfs_root)
-        # DEBUG: the label says it in the summary and the store, the agent's log per job.
+        # DEBUG: the agent label says it in the summary and the store, the agent's log
+        # per job.
         if self.placement.cgroup is not None:
             log.debug("job %s: CMD runs %s; its CPU time is read from that cgroup",
                       self.job_id, self.placement.reason)
@@ -254,8 +260,7 @@ class _Tracker:
         self._label_source()
 
     def _label_source(self) -> None:
-        if "cpu_source" in self.labels or len(self.labels) < MAX_LABELS:
-            self.labels = {**self.labels, "cpu_source": self.placement.cpu_source}
+        self.agent_labels = {**self.agent_labels, CPU_SOURCE: self.placement.cpu_source}
 
     def prepare(self) -> None:
         """Before CMD starts: find the agent, or get in-process sampling ticking."""
@@ -283,7 +288,7 @@ class _Tracker:
 
         self.embedded = EmbeddedJob(self.args.name, self.args.kind, self.labels, set(),
                                     job_id=self.job_id, settings=embedded_settings(self.settings),
-                                    reason=reason).start()
+                                    reason=reason, agent_labels=self.agent_labels).start()
 
     def _register_first(self) -> None:
         """Register the job, with no process yet, before CMD starts: its answer holds
@@ -301,7 +306,8 @@ class _Tracker:
         try:
             job = self.client.register(self.args.name, self.args.kind, labels=self.labels,
                                        job_id=self.job_id, origin=RUN_ORIGIN,
-                                       instance_type=self.instance_type)
+                                       instance_type=self.instance_type,
+                                       agent_labels=self.agent_labels)
         except (AgentError, AgentUnavailable) as exc:
             raise ConfigError(f"the agent refused the job: {exc}") from None
         self.job_id = job["id"]
@@ -331,12 +337,13 @@ class _Tracker:
         from joulestat.api.agent_client import AgentError, AgentUnavailable
 
         if self.embedded is not None:
-            self.embedded.add_pid(pid, labels=self.labels)
+            self.embedded.add_pid(pid, labels=self.labels, agent_labels=self.agent_labels)
             return
         try:
             job = self.client.register(self.args.name, self.args.kind, pids=[pid],
                                        labels=self.labels, job_id=self.job_id,
-                                       origin=RUN_ORIGIN, instance_type=self.instance_type)
+                                       origin=RUN_ORIGIN, instance_type=self.instance_type,
+                                       agent_labels=self.agent_labels)
         except (AgentError, AgentUnavailable) as exc:
             raise JobError(f"the agent refused the job: {exc}") from None
         self.job_id = job["id"]

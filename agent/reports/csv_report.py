@@ -128,6 +128,8 @@ COLUMNS: tuple[_Column, ...] = (
     ("untracked_cpu_shares", lambda r: _per_node(r, "untracked_cpu_share", "nodes")),
     ("external_co2e_g", lambda r: _pairs({e["tool"]: e["co2e_g"]
                                           for e in r.get("external_co2e") or []})),
+    # What joulestat recorded about how it measured the job, apart from ``labels``.
+    ("agent_labels", lambda r: _pairs(r["job"].get("agent_labels") or {})),
     ("dynamic_energy_j_per_unit", lambda r: _pairs({
         unit: figures.get("dynamic_energy_j") for unit, figures in r["per_unit"].items()})),
     ("idle_policy", lambda r: r.get("idle_policy") or ""),

@@ -10,45 +10,40 @@ figure could not be read. Every comparison and report therefore shows energy twi
   (:mod:`joulestat.attribution.shares`), so a lone job carries the whole node;
 * ``exclude``: CPU, DRAM and network idle power stayed unattributed, so the job carries
   what its work added (plus the idle power of accelerators it held);
-* not recorded: a job measured before the agent recorded its policy, or imported.
+* ``mixed``: partly each (nodes or agent runs with different settings), for one job or
+  for a group of jobs measured under different policies;
+* not recorded: a job stored before the agent recorded its policy, or imported without.
 
 The policy is the agent's record of the job (its ``agent_labels``, read by
-:func:`recorded_idle_policy`), never guessed from the figures. A group of jobs measured
-under different policies reads :data:`MIXED`.
+:func:`joulestat.attribution.agent_labels.idle_policy_of`), never guessed from the
+figures.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from joulestat.attribution.shares import IDLE_POLICIES, IdlePolicy
+from joulestat.attribution.agent_labels import MIXED, idle_policy_of
+from joulestat.attribution.shares import IdlePolicy
+from joulestat.store.jobs import JobSummary, JobTotals
 
-__all__ = ["IDLE_POLICY_KEY", "MIXED", "NOT_RECORDED", "common_policy", "idle_policy_of",
-           "policy_words", "recorded_idle_policy"]
+__all__ = ["MIXED", "NOT_RECORDED", "common_policy", "job_idle_policy", "policy_words"]
 
-IDLE_POLICY_KEY = "idle_policy"  # the agent's label that records it
-MIXED = "mixed"  # jobs under different policies (or some not recorded) in one figure
 NOT_RECORDED = "idle policy not recorded"
 _WORDS = {
     IdlePolicy.SHARE.value: "idle policy share: the node's idle power is split among the "
                             "jobs running, so a lone job carries all of it",
     IdlePolicy.EXCLUDE.value: "idle policy exclude: CPU, DRAM and network idle power "
                               "stays unattributed, so a job carries what its work added",
-    MIXED: "idle policy mixed: these jobs were measured under different idle policies",
+    MIXED: "idle policy mixed: attributed partly under share and partly under exclude "
+           "(nodes or agent runs with different settings)",
 }
 
 
-def recorded_idle_policy(agent_labels: dict[str, str] | None) -> str | None:
-    """The policy the agent recorded in a job's ``agent_labels`` (``share`` or
-    ``exclude``); None when it recorded none or something this version does not know."""
-    policy = (agent_labels or {}).get(IDLE_POLICY_KEY)
-    return policy if policy in IDLE_POLICIES else None
-
-
-def idle_policy_of(job: object) -> str | None:
-    """The idle policy of a job as the store reads it (any of its read models): from the
-    ``agent_labels`` the agent recorded for it; None for a job that has none."""
-    return recorded_idle_policy(getattr(job, "agent_labels", None))
+def job_idle_policy(job: JobTotals | JobSummary) -> str | None:
+    """The idle policy the agent recorded for ``job`` (any of the store's read models of
+    a job): ``share``, ``exclude``, ``mixed``; None when it recorded none."""
+    return idle_policy_of(job.agent_labels)
 
 
 def common_policy(policies: Iterable[str | None]) -> str | None:

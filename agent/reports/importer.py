@@ -14,6 +14,11 @@ file or across files and imports, merge into one multi-node job. A node still ru
 when the report was made is imported as held until ``generated_s``, the time the
 report's figures were computed for.
 
+A report's ``job.agent_labels`` (what joulestat recorded about how it measured the job:
+``cpu_source``, ``idle_policy``) are imported apart from its labels. A report made
+before they existed has none; the ``cpu_source`` that ``joulestat run`` then wrote among
+its labels moves to them, as store migration 0007 moves it in a store.
+
 Reports of schema 1 (before issue 14 renamed the component ``gpu`` to ``accelerator``)
 import too: their ``gpu`` figures, series and sources become ``accelerator``'s, so the
 imported job reports the same energy, CO2e, cost and units as it did. A version this
@@ -35,6 +40,12 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
+from joulestat.attribution.agent_labels import (
+    AGENT_LABEL_KEYS,
+    legacy_split,
+    merge_agent_labels,
+    validate_agent_labels,
+)
 from joulestat.attribution.validation import (
     JobError,
     control_character,
@@ -292,6 +303,10 @@ def _report_job(entry: Any) -> ImportedJob:
         name = validate_name(_get(job, "name", "job"))
         kind = validate_kind(_get(job, "kind", "job"))
         labels = validate_labels(_get(job, "labels", "job"))
+        if "agent_labels" in job:
+            agent_labels = validate_agent_labels(job["agent_labels"], AGENT_LABEL_KEYS)
+        else:  # made before agent labels: run's cpu_source is among the labels
+            labels, agent_labels = legacy_split(labels)
     except JobError as exc:
         raise _Bad("job", str(exc)) from None
     generated_s = _epoch(_get(entry, "generated_s", ""), "generated_s")
@@ -303,7 +318,7 @@ def _report_job(entry: Any) -> ImportedJob:
     parts = tuple(_node(n, f"nodes[{i}]", generated_s, f"joulestat {version}", rename)
                   for i, n in enumerate(nodes))
     return ImportedJob(job_id, name, kind, labels, "import:joulestat", started_s, parts,
-                       placeholder=REDACTED)
+                       placeholder=REDACTED, agent_labels=agent_labels)
 
 
 def _merge(jobs: list[tuple[int, ImportedJob]]) -> list[ImportedJob]:
@@ -324,7 +339,9 @@ def _merge(jobs: list[tuple[int, ImportedJob]]) -> list[ImportedJob]:
                                      if not (v == REDACTED and k in known.labels)}}
         merged[job.id] = replace(known, labels=labels,
                                  started_s=min(known.started_s, job.started_s),
-                                 nodes=tuple(nodes.values()))
+                                 nodes=tuple(nodes.values()),
+                                 agent_labels=merge_agent_labels(known.agent_labels,
+                                                                 job.agent_labels))
     return list(merged.values())
 
 

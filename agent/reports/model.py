@@ -14,6 +14,11 @@ What a report never holds unless asked (``keep_secrets=True``, ``--no-redact``):
 secrets. The store has no environment variables or command lines; job labels are
 redacted by :func:`joulestat.core.redact.redact_labels` (credential-like keys, and URLs with a
 password or bearer tokens in any value).
+
+``job.labels`` are the user's only; what joulestat recorded about how it measured the
+job (``cpu_source``, ``idle_policy``: :mod:`joulestat.attribution.agent_labels`) is
+``job.agent_labels``, shown apart ("Recorded by joulestat"), so no format lists it as a
+label the user gave.
 """
 
 from __future__ import annotations
@@ -199,6 +204,7 @@ def report_from_detail(engine: Engine, detail: JobDetail,
             "name": detail.name,
             "kind": detail.kind,
             "labels": redact_labels(detail.labels, keep=keep_secrets),
+            "agent_labels": redact_labels(detail.agent_labels, keep=keep_secrets),
             "status": detail.status,
             "started_at": iso_time(detail.started_s),
             "ended_at": iso_time(detail.ended_s),

@@ -106,6 +106,10 @@ def summary(report: Report) -> Table:
         # Another tool's result labels are its figures below, not label text.
         ("Labels", ", ".join(f"{k}={v}" for k, v in shown_labels(job["labels"]).items())
          or "none"),
+        # How joulestat measured it (cpu_source, idle_policy), never among the labels.
+        ("Recorded by joulestat", ", ".join(
+            f"{k}={v}" for k, v in (job.get("agent_labels") or {}).items())
+         or f"{UNKNOWN} (stored or reported before joulestat recorded it, or imported)"),
         ("Energy", f"{energy(total_j)} ({_known(fmt.energy_wh(total_j))})"),
         ("Dynamic / idle energy", f"{energy(report['dynamic_energy_j']['total'])} / "
                                   f"{energy(report['idle_energy_j']['total'])}"),

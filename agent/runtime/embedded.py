@@ -24,6 +24,7 @@ import threading
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from joulestat.attribution.agent_labels import validate_agent_labels
 from joulestat.attribution.registry import Job, JobRegistry
 from joulestat.attribution.validation import (
     validate_job_id,
@@ -70,7 +71,10 @@ class EmbeddedJob:
         job_id: str | None = None,
         settings: PipelineSettings | None = None,
         reason: str = "no agent answered",
+        agent_labels: dict[str, str] | None = None,
     ) -> None:
+        # Its accounting records the idle policy it attributes under on every job here
+        # (the agent label idle_policy), as an agent's does.
         self._registry = JobRegistry()
         # Validate before any sensor is opened: bad input fails fast and clearly. The job
         # itself is registered once the pipeline ticks, so its lifetime starts with
@@ -78,6 +82,7 @@ class EmbeddedJob:
         self._fields = (validate_name(name), validate_kind(kind), sorted(validate_pids(pids)),
                         validate_labels(labels),
                         validate_job_id(job_id) if job_id is not None else uuid.uuid4().hex)
+        self._agent_labels = validate_agent_labels(agent_labels)
         self.id = self._fields[4]
         self.job: Job | None = None
         self._settings = settings if settings is not None else embedded_settings()
@@ -117,7 +122,8 @@ class EmbeddedJob:
             self._pipeline.accounting.host.source_log_level = logging.DEBUG
         self._pipeline.start(None)
         name, kind, pids, labels, job_id = self._fields
-        self.job = self._registry.register(name, kind, pids, labels, job_id, origin="embedded")
+        self.job = self._registry.register(name, kind, pids, labels, job_id, origin="embedded",
+                                           agent_labels=self._agent_labels)
         self._api = ApiServer(self._registry, "127.0.0.1", 0, token=self.api_token,
                               node=self._pipeline.node.node,
                               interval_s=self._settings.tick.interval_s, mode="embedded")
@@ -157,13 +163,15 @@ class EmbeddedJob:
         TickLoop(self._pipeline.tick, self._settings.tick.interval_s, self._stop,
                  [flush_hook]).run()
 
-    def add_pid(self, pid: int, labels: dict[str, str] | None = None) -> None:
+    def add_pid(self, pid: int, labels: dict[str, str] | None = None,
+                agent_labels: dict[str, str] | None = None) -> None:
         """Attach a process started after :meth:`start` (``joulestat run`` spawns then adds);
-        ``labels``, when given, replace the ones given at start (the run's ``cpu_source``
-        may have changed when CMD could not enter its cgroup)."""
+        ``labels`` and ``agent_labels``, when given, are merged into the job's (the run's
+        ``cpu_source`` agent label changes when CMD could not enter its cgroup)."""
         name, kind, _pids, start_labels, job_id = self._fields
         labels = validate_labels(labels) if labels is not None else start_labels
-        self._registry.register(name, kind, [pid], labels, job_id, origin="embedded")
+        self._registry.register(name, kind, [pid], labels, job_id, origin="embedded",
+                                agent_labels=agent_labels)
 
     def count(self, unit: str, count: float) -> None:
         self._registry.count(self.id, unit, count)

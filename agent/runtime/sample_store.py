@@ -25,14 +25,18 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.engine import Engine
 
+from joulestat.attribution.agent_labels import policy_labels
 from joulestat.attribution.registry import Job
-from joulestat.attribution.shares import DeviceUse, TickUsage, attribute
+from joulestat.attribution.shares import DeviceUse, IdlePolicy, TickUsage, attribute
 from joulestat.core.tick import Component, Tick, TickEntry
 from joulestat.devices.sensor import DeviceInfo
 from joulestat.host.identity import NodeInfo
 from joulestat.store.writer import StoreWriter
 
 CPU, DRAM, ACCELERATOR = Component.CPU, Component.DRAM, Component.ACCELERATOR
+# The idle policy the sample is attributed under, recorded on every job as an agent
+# records its own (the agent label idle_policy).
+POLICY = IdlePolicy.SHARE
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +154,8 @@ def plan(start_s: float, end_s: float, jobs: int, leave_running: bool = True) ->
             job_id = f"{spec['name']}-{nodes[0].split('-')[0]}-{i:05d}"
             job = Job(id=job_id, name=spec["name"], kind=kind, labels=dict(spec["labels"]),
                       pids={1000 + i % 30000}, started_s=round(t0, 3), origin="api",
-                      ended_s=None if t1 is None else round(t1, 3))
+                      ended_s=None if t1 is None else round(t1, 3),
+                      agent_labels=policy_labels(POLICY))
             result.append(Planned(job, round(t0, 3), None if t1 is None else round(t1, 3),
                                   dict(spec["work"])))
     return sorted(result, key=lambda p: (p.start_s, p.job.id))
@@ -218,7 +223,7 @@ def simulate_node(engine: Engine, node: str, planned: list[Planned], start_s: fl
             running_jobs=tuple(p.job.id for p in active),
         )
         writer.add(tick)
-        writer.add_shares(tick, attribute(tick, usage, idle_w))
+        writer.add_shares(tick, attribute(tick, usage, idle_w, POLICY))
         for p in active:
             work = p.work[node]
             if work.unit and work.rate_per_s > 0:
@@ -241,7 +246,7 @@ def simulate_node(engine: Engine, node: str, planned: list[Planned], start_s: fl
 def _as(job: Job, ended_s: float | None) -> Job:
     return Job(id=job.id, name=job.name, kind=job.kind, labels=dict(job.labels),
                pids=set(job.pids), started_s=job.started_s, origin=job.origin,
-               ended_s=ended_s)
+               ended_s=ended_s, agent_labels=dict(job.agent_labels))
 
 
 def fill(engine: Engine, *, end_s: float | None = None, hours: float = 3.0, jobs: int = 22,

@@ -169,7 +169,8 @@ OPTIONS: dict[str, Option] = {
                "URL of the node agent's job API, for `joulestat run` and track()", "URL"),
         Option("idle_policy", member_of(IdlePolicy), IdlePolicy.SHARE,
                "share: idle CPU/DRAM power goes to running jobs by their dynamic share; "
-               "exclude: it stays unattributed", "POLICY"),
+               "exclude: it stays unattributed. Every job records the policy it was "
+               "attributed under (its agent label idle_policy)", "POLICY"),
         Option("discover", _discover, frozenset(),
                "turn processes of these schedulers into jobs: docker,k8s,slurm,sagemaker",
                "KINDS"),

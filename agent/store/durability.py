@@ -62,6 +62,7 @@ from sqlalchemy import select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from joulestat.attribution.agent_labels import legacy_split
 from joulestat.attribution.registry import Job
 from joulestat.devices.sensor import current_component
 from joulestat.store.engine import StoreError, describe_error, redact_url
@@ -304,9 +305,22 @@ def _decode(data: dict[str, Any]) -> tuple[RowBuffer, PendingJobs]:
     for t_end, t_start, dynamic_j, idle_j, key in data["rows"]:
         batch.append(int(t_end), int(t_start), float(dynamic_j), float(idle_j), keys[key])
     pending = PendingJobs()
-    pending.jobs = {job_id: (rows[0], rows[1]) for job_id, rows in data["jobs"].items()}
+    pending.jobs = {job_id: (_with_agent_labels(rows[0]), rows[1])
+                    for job_id, rows in data["jobs"].items()}
     pending.checkpoint = data["checkpoint"]
     return batch, pending
+
+
+def _with_agent_labels(job_row: dict[str, Any]) -> dict[str, Any]:
+    """A spooled job row as this writer writes it: one spooled by an agent from before
+    agent labels (store revision 0007) has none, and may hold the ``cpu_source`` that
+    ``joulestat run`` then put among the labels; it moves out, as the migration moves
+    it in stored jobs."""
+    if "agent_labels" in job_row:
+        return job_row
+    labels, agent_labels = legacy_split(json.loads(job_row["labels"]))
+    return {**job_row, "labels": json.dumps(labels, sort_keys=True),
+            "agent_labels": json.dumps(agent_labels, sort_keys=True)}
 
 
 def _renamed(key: tuple[Any, ...]) -> Key:
@@ -477,7 +491,7 @@ def load_running_jobs(engine: Engine, node: str) -> list[Job]:
     jobs, parts = JOBS.c, JOB_NODES.c
     query = (
         select(jobs.id, jobs.name, jobs.kind, jobs.labels, jobs.origin, parts.pids,
-               parts.started_s, parts.instance_type)
+               parts.started_s, parts.instance_type, jobs.agent_labels)
         .select_from(JOBS.join(JOB_NODES, parts.job_id == jobs.id))
         .where(parts.node == node, parts.ended_s.is_(None))
         .order_by(parts.started_s, jobs.id)
@@ -492,13 +506,14 @@ def load_running_jobs(engine: Engine, node: str) -> list[Job]:
         raise StoreError(f"{redact_url(engine.url)}: cannot load the running jobs of node "
                          f"{node!r}: {describe_error(exc)}") from exc
     result = []
-    for job_id, name, kind, labels, origin, pids, started_s, instance_type in rows:
+    for job_id, name, kind, labels, origin, pids, started_s, instance_type, agent_labels in rows:
         dynamic, idle = by_component(energy, job_id, node)
         result.append(Job(  # the type it ran as stays, if the node's changed since
             id=job_id, name=name, kind=kind, labels=json.loads(labels),
             pids=set(json.loads(pids)), started_s=started_s, origin=origin, ended_s=None,
             instance_type=instance_type,
             units=by_unit(units, job_id, node), dynamic_j=dynamic, idle_j=idle,
+            agent_labels=json.loads(agent_labels),
         ))
     return result
 

@@ -19,9 +19,11 @@ importing the same file twice changes nothing (and the part is reported
 newer export of the same job replaces the older one. A part the store already holds as
 measured data (rows with other devices) is left alone: importing a report into the
 store it came from must not count the job twice. The job row is inserted, or merged
-into the stored one (labels key by key, the earliest start) only when that changes it;
-a placeholder label value (``[redacted]`` from a report) never overwrites a value the
-store holds.
+into the stored one (labels and agent labels key by key, the earliest start) only when
+that changes it; a placeholder label value (``[redacted]`` from a report) never
+overwrites a value the store holds. Agent labels merge as the agent's writer merges them
+(:func:`joulestat.attribution.agent_labels.merge_agent_labels`: two idle policies make
+``mixed``).
 
 Where a node name already exists with a prune boundary (a live node whose old raw
 rows have been rolled up), a row ending before the boundary goes to the minute tables
@@ -44,6 +46,7 @@ from typing import Any
 from sqlalchemy import and_, delete, exists, select, update
 from sqlalchemy.engine import Connection, Engine
 
+from joulestat.attribution.agent_labels import merge_agent_labels
 from joulestat.store.engine import dialect_insert
 from joulestat.store.rows import _status_update
 from joulestat.store.schema import (
@@ -104,6 +107,8 @@ class ImportedJob:
     # a label value that stands for a hidden one (a redacted report's): it never
     # replaces a value the store holds
     placeholder: str | None = None
+    # what joulestat recorded about how it measured the job (cpu_source, idle_policy)
+    agent_labels: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -159,7 +164,7 @@ def _save_job_row(connection: Connection, job: ImportedJob) -> bool:
     whether it wrote."""
     jobs = JOBS.c
     stored = connection.execute(
-        select(jobs.name, jobs.kind, jobs.labels, jobs.created_s)
+        select(jobs.name, jobs.kind, jobs.labels, jobs.created_s, jobs.agent_labels)
         .where(jobs.id == job.id).with_for_update()).first()
     if stored is None:
         ended = [p.ended_s for p in job.nodes]
@@ -168,17 +173,22 @@ def _save_job_row(connection: Connection, job: ImportedJob) -> bool:
             "labels": json.dumps(dict(job.labels), sort_keys=True), "origin": job.origin,
             "created_s": float(job.started_s), "ended_s": max(ended) if ended else None,
             "status": "ended",
+            "agent_labels": json.dumps(dict(job.agent_labels), sort_keys=True),
         }])
         return True
     if (stored.name, stored.kind) != (job.name, job.kind):
         raise ImportConflict(f"job {job.id!r} is already in the store as {stored.kind} job "
                              f"{stored.name!r}, not {job.kind} job {job.name!r}")
-    labels = json.loads(stored.labels)
+    labels, agent_labels = json.loads(stored.labels), json.loads(stored.agent_labels)
     merged = _merged_labels(labels, job)
+    merged_agent = merge_agent_labels(agent_labels, {
+        k: v for k, v in job.agent_labels.items()
+        if not (v == job.placeholder and k in agent_labels)})
     created_s = min(float(stored.created_s), float(job.started_s))
-    if merged != labels or created_s != stored.created_s:
+    if merged != labels or merged_agent != agent_labels or created_s != stored.created_s:
         connection.execute(update(JOBS).where(jobs.id == job.id).values(
-            labels=json.dumps(merged, sort_keys=True), created_s=created_s))
+            labels=json.dumps(merged, sort_keys=True), created_s=created_s,
+            agent_labels=json.dumps(merged_agent, sort_keys=True)))
         return True
     return False
 

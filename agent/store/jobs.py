@@ -10,6 +10,11 @@ Three shapes of a job, each for what its readers need and no more:
   over all nodes, and (detail) per node (:class:`JobNodePart`);
 * :class:`JobTotals`: the lists' totals without the split by component.
 
+The last two carry the user's ``labels`` and, apart, the job's ``agent_labels``: what
+joulestat recorded about how it measured it (``cpu_source``, ``idle_policy``; read the
+policy with :func:`joulestat.attribution.agent_labels.idle_policy_of`). Lists, filters
+and groupings by label see the user's labels only.
+
 **Totals.** A job's energy per component and its unit counts are ``job_energy_totals``
 and ``job_unit_totals`` (each node's settled past, one row per job, node and component
 or unit; see :mod:`joulestat.store.maintenance`) plus the raw rows after that node's
@@ -52,7 +57,7 @@ import difflib
 import json
 import shlex
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
@@ -283,6 +288,9 @@ class JobTotals(Held):
     units: dict[str, float]
     per_node: tuple[PartTotals, ...]
     accelerator_j: float = 0.0  # the part of total_j on accelerators, all nodes
+    # What joulestat recorded about how it measured the job (cpu_source, idle_policy),
+    # never among ``labels``: joulestat.attribution.agent_labels (idle_policy_of).
+    agent_labels: dict[str, str] = field(default_factory=dict)
     dynamic_j: float = 0.0  # the part of total_j above idle, all nodes
 
 
@@ -296,7 +304,7 @@ def job_totals(engine: Engine, where: JobFilter = JobFilter()) -> list[JobTotals
     job_ids = _job_id_select(where)
     jobs, parts = JOBS.c, JOB_NODES.c
     meta_query = (select(jobs.id, jobs.name, jobs.kind, jobs.labels, jobs.status,
-                         jobs.created_s, jobs.ended_s)
+                         jobs.created_s, jobs.ended_s, jobs.agent_labels)
                   .where(jobs.id.in_(job_ids)).order_by(jobs.created_s, jobs.id))
     parts_query = (select(parts.job_id, parts.node, parts.instance_type, parts.region,
                           parts.started_s, parts.ended_s)
@@ -311,6 +319,11 @@ def job_totals(engine: Engine, where: JobFilter = JobFilter()) -> list[JobTotals
 
 def _sorted_units(counts: dict[str, float]) -> dict[str, float]:
     return counts if len(counts) < 2 else dict(sorted(counts.items()))
+
+
+def _json_map(text: str) -> dict[str, str]:
+    """A stored JSON object of labels; most are empty, and those need no parse."""
+    return json.loads(text) if text != "{}" else {}
 
 
 def _assemble(metas: Any, part_rows: Any,
@@ -331,7 +344,7 @@ def _assemble(metas: Any, part_rows: Any,
                                          accelerator_j, dynamic_j))
     result = []
     no_parts: list[PartTotals] = []
-    for job_id, name, kind, labels, status, created_s, ended_s in metas:
+    for job_id, name, kind, labels, status, created_s, ended_s, agent_labels in metas:
         node_parts = by_job.get(job_id, no_parts)
         if len(node_parts) == 1:
             job_units = dict(node_parts[0].units)
@@ -342,10 +355,11 @@ def _assemble(metas: Any, part_rows: Any,
                     merged[unit] += count
             job_units = _sorted_units(dict(merged))
         result.append(JobTotals(
-            job_id, name, kind, json.loads(labels) if labels != "{}" else {}, status,
+            job_id, name, kind, _json_map(labels), status,
             created_s, ended_s, tuple((p.node, p.instance_type) for p in node_parts),
             sum(p.total_j for p in node_parts), job_units, tuple(node_parts),
-            sum(p.accelerator_j for p in node_parts), sum(p.dynamic_j for p in node_parts),
+            sum(p.accelerator_j for p in node_parts), agent_labels=_json_map(agent_labels),
+            dynamic_j=sum(p.dynamic_j for p in node_parts),
         ))
     return result
 
@@ -455,6 +469,9 @@ class JobSummary(Held):
     idle_j: dict[str, float]
     total_j: float
     units: dict[str, float]
+    # What joulestat recorded about how it measured the job (cpu_source, idle_policy),
+    # never among ``labels``: joulestat.attribution.agent_labels (idle_policy_of).
+    agent_labels: dict[str, str] = field(default_factory=dict)
 
     def energy_j(self, component: str) -> float:
         return self.dynamic_j.get(component, 0.0) + self.idle_j.get(component, 0.0)
@@ -470,7 +487,8 @@ class JobDetail(JobSummary):
 def _summaries(connection: Connection, job_ids: Select[Any] | None) -> list[JobDetail]:
     jobs, parts = JOBS.c, JOB_NODES.c
     meta_query = select(jobs.id, jobs.name, jobs.kind, jobs.labels, jobs.status,
-                        jobs.created_s, jobs.ended_s).order_by(jobs.created_s, jobs.id)
+                        jobs.created_s, jobs.ended_s, jobs.agent_labels
+                        ).order_by(jobs.created_s, jobs.id)
     parts_query = select(parts.job_id, parts.node, parts.instance_type, parts.region,
                          parts.started_s, parts.ended_s, parts.pids).order_by(parts.node)
     if job_ids is not None:
@@ -483,7 +501,7 @@ def _summaries(connection: Connection, job_ids: Select[Any] | None) -> list[JobD
     energy = part_energy(connection, job_ids, None)
     units = part_units(connection, job_ids, None)
     result = []
-    for job_id, name, kind, labels, status, created_s, ended_s in metas:
+    for job_id, name, kind, labels, status, created_s, ended_s, agent_labels in metas:
         per_node = []
         for part in by_job[job_id]:
             dynamic, idle = by_component(energy, job_id, part.node)
@@ -497,7 +515,7 @@ def _summaries(connection: Connection, job_ids: Select[Any] | None) -> list[JobD
             job_id, name, kind, json.loads(labels), status, created_s, ended_s,
             tuple((p.node, p.instance_type) for p in per_node), dynamic, idle,
             sum(dynamic.values()) + sum(idle.values()), by_unit(units, job_id),
-            tuple(per_node),
+            agent_labels=_json_map(agent_labels), per_node=tuple(per_node),
         ))
     return result
 
@@ -505,7 +523,7 @@ def _summaries(connection: Connection, job_ids: Select[Any] | None) -> list[JobD
 def _as_summary(detail: JobDetail) -> JobSummary:
     return JobSummary(detail.id, detail.name, detail.kind, detail.labels, detail.status,
                       detail.started_s, detail.ended_s, detail.nodes, detail.dynamic_j,
-                      detail.idle_j, detail.total_j, detail.units)
+                      detail.idle_j, detail.total_j, detail.units, detail.agent_labels)
 
 
 def list_jobs(

@@ -18,10 +18,13 @@ whose commit did reach the server changes nothing:
   name, kind and origin (the registry refuses a different name or kind under one id);
   ``created_s`` keeps the earliest start and labels are merged key by key, in SQL
   (``json_patch`` / ``jsonb ||``), so two agents saving the same job at once cannot
-  lose each other's labels. ``status`` and ``ended_s`` are then derived from all of
-  the job's ``job_nodes`` rows: a multi-node job runs while any node runs it. The
-  ``jobs`` upsert comes first and locks the row on PostgreSQL, so two nodes ending
-  the job at the same moment see each other's ``job_nodes`` rows.
+  lose each other's labels. Agent labels merge the same way, except that two
+  different ``idle_policy`` values make ``mixed``
+  (:func:`joulestat.attribution.agent_labels.merge_agent_labels`, here in SQL).
+  ``status`` and ``ended_s`` are then derived from all of the job's ``job_nodes`` rows:
+  a multi-node job runs while any node runs it. The ``jobs`` upsert comes first and
+  locks the row on PostgreSQL, so two nodes ending the job at the same moment see each
+  other's ``job_nodes`` rows.
 * ``node_checkpoints`` keeps the latest state saved. It is JSON-encoded at flush, not
   at save: the agent saves one every tick and keeps only the last, so encoding each
   would cost more than the rest of the tick. The caller hands over a fresh object it
@@ -47,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Table, case, exists, func, literal_column, select, update
 from sqlalchemy.engine import Connection, Engine
 
+from joulestat.attribution.agent_labels import IDLE_POLICY, MIXED
 from joulestat.devices.sensor import DeviceInfo
 from joulestat.host.identity import NodeInfo
 from joulestat.store.schema import (
@@ -424,7 +428,8 @@ class PendingJobs:
             {"id": job.id, "name": job.name, "kind": job.kind,
              "labels": json.dumps(dict(job.labels), sort_keys=True), "origin": job.origin,
              "created_s": float(job.started_s), "ended_s": job.ended_s,
-             "status": job.status},
+             "status": job.status,
+             "agent_labels": json.dumps(dict(job.agent_labels), sort_keys=True)},
             {"job_id": job.id, "node": node.node,
              "instance_type": job.instance_type or node.instance_type,
              "region": node.region, "started_s": float(job.started_s),
@@ -474,6 +479,25 @@ def _encoded(checkpoint: dict[str, Any] | None) -> dict[str, Any] | None:
     return {**checkpoint, "state": state}
 
 
+def _merged_agent_labels(dialect: str) -> Any:
+    """The stored and the new agent labels merged key by key, an ``idle_policy`` that
+    differs between them made ``mixed`` (and kept so: ``mixed`` differs from any policy
+    a node reports); :func:`joulestat.attribution.agent_labels.merge_agent_labels` in SQL."""
+    key, mixed = f"'{IDLE_POLICY}'", f"'{MIXED}'"
+    if dialect == "postgresql":
+        old, new = "jobs.agent_labels::jsonb", "excluded.agent_labels::jsonb"
+        return literal_column(
+            f"CASE WHEN ({old} ->> {key}) <> ({new} ->> {key}) "
+            f"THEN ({old} || {new} || jsonb_build_object({key}, {mixed}))::text "
+            f"ELSE ({old} || {new})::text END")
+    old, new = "jobs.agent_labels", "excluded.agent_labels"
+    path = f"'$.{IDLE_POLICY}'"
+    return literal_column(
+        f"CASE WHEN json_extract({old}, {path}) <> json_extract({new}, {path}) "
+        f"THEN json_set(json_patch({old}, {new}), {path}, {mixed}) "
+        f"ELSE json_patch({old}, {new}) END")
+
+
 def _jobs_upsert(insert: Any, dialect: str) -> Any:
     statement = insert(JOBS)
     excluded = statement.excluded
@@ -485,6 +509,7 @@ def _jobs_upsert(insert: Any, dialect: str) -> Any:
         index_elements=["id"],
         set_={
             "labels": labels,
+            "agent_labels": _merged_agent_labels(dialect),
             "created_s": case((excluded.created_s < JOBS.c.created_s, excluded.created_s),
                               else_=JOBS.c.created_s),
         },

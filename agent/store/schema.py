@@ -161,13 +161,17 @@ MINUTE_ENERGY = Table(
 # One job, however many nodes report it: a multi-node job is one row. created_s is the
 # earliest start any node reported; status/ended_s are derived from job_nodes by the
 # writer (running while any node runs it, else ended at the last node's end); labels is
-# a JSON object (text), merged key by key as nodes report more labels.
+# a JSON object (text), merged key by key as nodes report more labels. agent_labels
+# (migration 0007) is the same for what joulestat recorded about how it measured the
+# job (cpu_source, idle_policy: joulestat.attribution.agent_labels), kept out of the
+# user's labels; merged alike, except that two idle policies make "mixed".
 JOBS = Table(
     "jobs", METADATA,
     _key("id", String(JOB_ID_LENGTH)),
     _col("name", String), _col("kind", String), _col("labels", String),
     _col("origin", String), _col("created_s", Double), _col("ended_s", Double, null=True),
     _col("status", String),
+    Column("agent_labels", String, nullable=False, server_default="{}"),
 )
 # One node's part in a job: where (instance type) and when it ran there; pids is a
 # JSON list (text) of the process ids registered on that node.

@@ -4,8 +4,10 @@
 and on a real PostgreSQL (whose raw tables are partitioned by then) in
 tests/integration/test_store_postgres.py. Rows are written at revision 0005 through the
 real writer exactly as the agent before the rename wrote them (every accelerator
-``gpu``), rolled up, pruned and summed into job totals, so every table with a
-``component`` column holds some; figures are read through the store's read modules.
+``gpu``; job rows as before 0007, which added a column to ``jobs``), rolled up, pruned
+and summed into job totals, so every table with a ``component`` column holds some;
+figures are read through the store's read modules (per job through the per-part reads,
+which need no column of ``jobs`` and so read revision 0005 too).
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from sqlalchemy.engine import Engine
 from joulestat.devices.sensor import DeviceInfo
 from joulestat.store import migrate
 from joulestat.store.durability import load_checkpoint
-from joulestat.store.jobs import list_jobs
 from joulestat.store.nodes import minute_energy_rows, node_devices, node_energy_j
 from joulestat.store.series import job_energy_series
 from joulestat.store.writer import StoreWriter
@@ -36,6 +37,8 @@ from tests.helpers.store_jobs import (
     feed,
     make_job,
     make_tick,
+    part_figures,
+    save_jobs_before_0007,
     shares_for,
 )
 
@@ -90,11 +93,11 @@ def figures(engine: Engine, back: Mapping[str, str] | None = None) -> dict[tuple
         return back.get(component, component)
 
     found: dict[tuple, Any] = {}
-    for job in list_jobs(engine):
-        for kind, joules in (("dynamic", job.dynamic_j), ("idle", job.idle_j)):
+    for job, (dynamic_j, idle_j, units) in part_figures(engine).items():
+        for kind, joules in (("dynamic", dynamic_j), ("idle", idle_j)):
             for component, value in joules.items():
-                found[(kind, job.id, name(component))] = value
-        found[("units", job.id)] = job.units
+                found[(kind, job, name(component))] = value
+        found[("units", job)] = units
     for (component, device), value in node_energy_j(engine, TRAINER.node, T0 - 60,
                                                     T0 + 10_000).items():
         found[("node", name(component), device)] = value
@@ -128,8 +131,7 @@ def check_rename_keeps_figures(engine: Engine) -> None:
     are merged by the next upgrade, their joules added."""
     assert migrate.upgrade(engine, "0005") == "0005"
     writer = StoreWriter(engine, TRAINER, OLD_DEVICES, raw_retention_s=RETENTION_S)
-    for job in JOBS:
-        writer.save_job(make_job(job, T0))
+    save_jobs_before_0007(engine, [make_job(job, T0) for job in JOBS])
     feed_as_before(writer, T0, 600)
     writer.save_checkpoint(checkpoint("gpu"), "boot-1", T0 + 600)
     # Prunes minutes 0..4 (rolled up) and sums all ten into the job totals.
@@ -153,20 +155,19 @@ def check_rename_keeps_figures(engine: Engine) -> None:
     feed(writer, T0 + 960, 120, JOBS)
     assert writer.maintain(T0 + 1080 + RETENTION_S - 270) is not None
     assert components(engine) == {"cpu", "gpu", "accelerator"}
-    jobs = {s.id: s for s in list_jobs(engine)}
+    jobs = part_figures(engine)
     node = node_energy_j(engine, TRAINER.node, T0 - 60, T0 + 10_000)
-    assert all(jobs[job].energy_j("gpu") > 0 < jobs[job].energy_j("accelerator")
-               for job in JOBS)
+    assert all(jobs[job][0]["gpu"] > 0 < jobs[job][0]["accelerator"] for job in JOBS)
     assert migrate.upgrade(engine) == migrate.HEAD_REVISION
     assert components(engine) == {"cpu", "accelerator"}
-    merged = {s.id: s for s in list_jobs(engine)}
+    merged = part_figures(engine)
     for job in JOBS:
-        for kind in ("dynamic_j", "idle_j"):
-            was, now = getattr(jobs[job], kind), getattr(merged[job], kind)
+        for kind in (0, 1):  # dynamic, idle
+            was, now = jobs[job][kind], merged[job][kind]
             assert now == pytest.approx({"cpu": was["cpu"],
                                          "accelerator": was["gpu"] + was["accelerator"]},
                                         rel=1e-12), (job, kind)
-        assert merged[job].units == jobs[job].units
+        assert merged[job][2] == jobs[job][2]
     assert node_energy_j(engine, TRAINER.node, T0 - 60, T0 + 10_000) == pytest.approx(
         {("cpu", "0"): node[("cpu", "0")],
          ("accelerator", "0"): node[("gpu", "0")] + node[("accelerator", "0")]}, rel=1e-12)

@@ -70,6 +70,9 @@ def assert_same_figures(original: dict[str, Any], again: dict[str, Any]) -> None
     assert [n for n in kept if n not in again["notes"]] == []
     for key in ("id", "name", "kind", "labels", "started_s", "duration_s"):
         assert_same(original["job"][key], again["job"][key], f"job.{key}")
+    # A report made before agent labels existed (the schema 1 fixture) has none.
+    assert_same(original["job"].get("agent_labels", {}), again["job"]["agent_labels"],
+                "job.agent_labels")
     assert len(original["nodes"]) == len(again["nodes"])
     for node, node_again in zip(original["nodes"], again["nodes"], strict=True):
         for key in NODE_FIGURES:

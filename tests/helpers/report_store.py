@@ -80,9 +80,11 @@ def write_ticks(writer: StoreWriter, node: NodeInfo, start_s: float, count: int,
 
 
 def make_job(job_id: str, name: str, kind: str, started_s: float,
-             ended_s: float | None = None, labels: dict[str, str] | None = None) -> Job:
+             ended_s: float | None = None, labels: dict[str, str] | None = None,
+             agent_labels: dict[str, str] | None = None) -> Job:
     return Job(id=job_id, name=name, kind=kind, labels=dict(labels or {}), pids={100},
-               started_s=started_s, origin="api", ended_s=ended_s)
+               started_s=started_s, origin="api", ended_s=ended_s,
+               agent_labels=dict(agent_labels or {}))
 
 
 def fill_store(engine: Engine) -> Totals:
@@ -91,9 +93,14 @@ def fill_store(engine: Engine) -> Totals:
     loader = StoreWriter(engine, LOADER, node_devices(LOADER), raw_retention_s=3600)
     trainer = StoreWriter(engine, TRAINER, node_devices(TRAINER), raw_retention_s=3600)
     odd = StoreWriter(engine, ODD, node_devices(ODD), raw_retention_s=3600)
-    loader.save_job(make_job("dist-1", "bert-large", "training", T0, labels={"team": "nlp"}))
-    trainer.save_job(make_job("dist-1", "bert-large", "training", T0, labels={"run": "42"}))
-    odd.save_job(make_job("solo", "resnet-serve", "inference", T0 + 10))
+    # What the agents recorded apart (agent labels): dist-1 ran under `joulestat run`.
+    loader.save_job(make_job("dist-1", "bert-large", "training", T0, labels={"team": "nlp"},
+                             agent_labels={"cpu_source": "process tree",
+                                           "idle_policy": "share"}))
+    trainer.save_job(make_job("dist-1", "bert-large", "training", T0, labels={"run": "42"},
+                              agent_labels={"idle_policy": "share"}))
+    odd.save_job(make_job("solo", "resnet-serve", "inference", T0 + 10,
+                          agent_labels={"idle_policy": "exclude"}))
     trainer.save_job(make_job("secretive", "probe", "other", T0 + 100,
                               labels=SECRET_LABELS))
     write_ticks(loader, LOADER, T0, 90, ("dist-1",), totals, {"sample": 64.0},

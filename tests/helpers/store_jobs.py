@@ -20,9 +20,18 @@ from joulestat.devices.sensor import DeviceInfo
 from joulestat.host.identity import NodeInfo
 from joulestat.store import migrate
 from joulestat.store.durability import Checkpoint, load_checkpoint, load_running_jobs
-from joulestat.store.jobs import JobSummary, job_detail, list_jobs
+from joulestat.store.jobs import (
+    JobSummary,
+    by_component,
+    by_unit,
+    job_detail,
+    list_jobs,
+    part_energy,
+    part_units,
+)
 from joulestat.store.maintenance import SETTLE_MS
 from joulestat.store.nodes import node_energy_j, unattributed_check
+from joulestat.store.rows import PendingJobs
 from joulestat.store.series import job_energy_series
 from joulestat.store.writer import StoreWriter
 
@@ -296,6 +305,34 @@ def downgrade(engine: Engine, revision: str) -> None:
         config.attributes["connection"] = connection
         command.downgrade(config, revision)
     assert migrate.current_revision(engine) == revision
+
+
+def save_jobs_before_0007(engine: Engine, jobs: list[Job], node: NodeInfo = TRAINER) -> None:
+    """``jobs`` saved as the writer before store revision 0007 saved them: without
+    ``agent_labels``, the column 0007 adds, so a test can fill a store at an older
+    revision (today's writer writes that column and needs the head). A job or node part
+    already stored is left as it is."""
+    pending = PendingJobs()
+    for job in jobs:
+        pending.save_job(job, node)
+    with engine.begin() as connection:
+        for job_row, node_row in pending.jobs.values():
+            for table, row in (("jobs", job_row), ("job_nodes", node_row)):
+                row = {k: v for k, v in row.items() if k != "agent_labels"}
+                connection.execute(text(
+                    f"INSERT INTO {table} ({', '.join(row)}) "
+                    f"VALUES ({', '.join(':' + k for k in row)}) ON CONFLICT DO NOTHING"), row)
+
+
+def part_figures(engine: Engine) -> dict[str, tuple[dict[str, float], dict[str, float],
+                                                    dict[str, float]]]:
+    """Per job (dynamic, idle) joules per component and unit counts, over all its nodes,
+    through the store's per-part reads: what ``list_jobs`` sums, without the columns of
+    ``jobs``, so it reads a store at any revision since 0003."""
+    with engine.connect() as connection:
+        energy = part_energy(connection, None, None)
+        units = part_units(connection, None, None)
+    return {job: (*by_component(energy, job), by_unit(units, job)) for job in sorted(energy)}
 
 
 def _figures(engine: Engine) -> dict[str, tuple[dict[str, float], dict[str, float],

@@ -55,8 +55,11 @@ def _agent(tmp_path: Path, sysfs: Path, *args: str, api_port: int | None = None)
 
 
 def _in_cgroups(jobs: dict, names: set[str]) -> None:
+    """Each job's agent label says its cgroup; its labels (the user's) never do."""
     for name in names:
-        assert jobs[name]["labels"]["cpu_source"].startswith("cgroup v"), jobs[name]["labels"]
+        job = jobs[name]
+        assert job["agent_labels"]["cpu_source"].startswith("cgroup v"), job["agent_labels"]
+        assert "cpu_source" not in job["labels"], job["labels"]
 
 
 def test_two_burners_in_cgroups_get_dynamic_cpu_in_ratio_2_to_1(tmp_path: Path,
@@ -115,7 +118,8 @@ def test_kill_9_during_a_cgroup_job_resumes_from_its_counter(tmp_path: Path,
 
 def test_run_says_where_its_cpu_time_comes_from(tmp_path: Path, sysfs: Path) -> None:
     """Embedded mode (no agent): in a cgroup where the node allows one, else the process
-    tree; the job's cpu_source label says which, and both count the same burn."""
+    tree; the job's cpu_source agent label says which (never among its labels), and both
+    count the same burn."""
     from tests.helpers.agent_process import agent_env
 
     no_cgroups = tmp_path / "bare-sys"
@@ -128,7 +132,8 @@ def test_run_says_where_its_cpu_time_comes_from(tmp_path: Path, sysfs: Path) -> 
                         JOULESTAT_INTERVAL="0.2", JOULESTAT_NVML="false")
         summaries[name] = summary_of(start_run(name, burn, env))
         assert summaries[name]["mode"] == "embedded"
-    assert summaries["cgroup"]["labels"]["cpu_source"].startswith("cgroup v")
-    assert summaries["tree"]["labels"]["cpu_source"] == "process tree"
+    assert summaries["cgroup"]["agent_labels"]["cpu_source"].startswith("cgroup v")
+    assert summaries["tree"]["agent_labels"]["cpu_source"] == "process tree"
     for summary in summaries.values():
         assert summary["dynamic_energy_j"] > 0
+        assert summary["labels"] == {} and summary["agent_labels"]["idle_policy"] == "share"

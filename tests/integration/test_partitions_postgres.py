@@ -36,7 +36,13 @@ from joulestat.store.maintenance import (
 )
 from joulestat.store.writer import StoreWriter
 from tests.helpers.pg import PostgresServer
-from tests.helpers.store_jobs import DEVICES, downgrade, make_job, shares_for
+from tests.helpers.store_jobs import (
+    DEVICES,
+    downgrade,
+    make_job,
+    save_jobs_before_0007,
+    shares_for,
+)
 
 pytestmark = pytest.mark.postgres
 
@@ -85,8 +91,8 @@ def feed(writer: StoreWriter, after_s: int, until_s: int, expected: Expected,
 
 def writer_for(engine: Engine, name: str, retention_s: float) -> StoreWriter:
     writer = StoreWriter(engine, node(name), DEVICES, raw_retention_s=retention_s)
-    for job in ("a", "b"):
-        writer.save_job(make_job(job, D0))
+    # Job rows as before 0007 (no agent_labels): these tests write revision 0004 too.
+    save_jobs_before_0007(engine, [make_job(job, D0) for job in ("a", "b")], node(name))
     return writer
 
 

@@ -26,7 +26,7 @@ READERS = {
 # ... and the one command that changes rows of a store it must neither create nor
 # migrate: the same rule (an existing store at the head revision only).
 NEVER_CREATE = {**READERS, "jobs delete": ["jobs", "delete", "abcd1234", "--yes"]}
-OLDER = "0005"  # one migration behind the head
+OLDER = "0006"  # one migration behind the head
 NEWER = "0099"  # a revision no joulestat of this version knows
 
 

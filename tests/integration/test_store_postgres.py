@@ -30,6 +30,10 @@ from joulestat.store.rows import PendingJobs, write_pending
 from joulestat.store.schema import METADATA
 from joulestat.store.writer import StoreWriter
 from tests.helpers import store_jobs as jobs
+from tests.helpers.agent_labels_store import (
+    check_agent_labels_kept_apart_and_merged,
+    check_migration_moves_cpu_source,
+)
 from tests.helpers.job_delete_store import check_delete_keeps_node_energy
 from tests.helpers.job_refs import check_resolver
 from tests.helpers.pg import PostgresServer
@@ -246,6 +250,23 @@ def test_accelerator_rename_merges_a_key_held_under_both_names(pg_url):
     engine = make_engine(pg_url)
     try:
         check_both_names_merge(engine)
+    finally:
+        engine.dispose()
+
+
+def test_agent_labels_are_kept_apart_and_two_policies_merge_to_mixed(pg_url):
+    """``jsonb`` in the upsert as ``json_patch`` on SQLite (tests/helpers/agent_labels_store.py)."""
+    engine = make_engine(pg_url)
+    try:
+        check_agent_labels_kept_apart_and_merged(engine)
+    finally:
+        engine.dispose()
+
+
+def test_migration_0007_moves_runs_cpu_source_out_of_the_labels_and_back(pg_url):
+    engine = make_engine(pg_url)
+    try:
+        check_migration_moves_cpu_source(engine)
     finally:
         engine.dispose()
 

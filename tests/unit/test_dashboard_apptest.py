@@ -354,3 +354,32 @@ def test_a_job_started_seconds_ago_is_on_jobs_and_its_node_reports(tmp_path, mon
     at = run_page(url, "pages/overview.py", monkeypatch)
     [nodes] = [f.value for f in at.dataframe if "reporting" in f.value.columns]
     assert list(nodes["reporting"]) == ["yes"]
+
+
+def test_what_joulestat_recorded_is_never_among_the_pages_labels(tmp_path, monkeypatch):
+    """A `joulestat run` job: its cpu_source and idle_policy (agent labels) are not
+    labels on Jobs, Job detail, nor Compare's labels to group by (issue 24)."""
+    from joulestat.attribution.registry import Job
+    from tests.helpers.store_jobs import T0, feed, writer_for
+
+    url = f"sqlite:///{tmp_path / 'run.db'}"
+    engine = make_engine(url)
+    migrate.upgrade(engine)
+    writer = writer_for(engine)
+    writer.save_job(Job(id="wrapped", name="wrapped", kind="training",
+                        labels={"team": "nlp"}, pids={100}, started_s=T0, origin="run",
+                        ended_s=T0 + 30, agent_labels={"cpu_source": "process tree",
+                                                       "idle_policy": "share"}))
+    feed(writer, T0, 30, ("wrapped",), units={"sample": 10.0})
+    assert writer.flush()
+    engine.dispose()
+
+    at = run_page(url, "pages/jobs.py", monkeypatch)
+    at.selectbox(key="jobs_period").set_value("All time").run()
+    assert list(at.dataframe[0].value["labels"]) == ["team=nlp"]
+    at = run_page(url, "pages/job_detail.py", monkeypatch, job="wrapped")
+    caption = " ".join(c.value for c in at.caption)
+    assert "team=nlp" in caption and "cpu_source" not in caption
+    at = run_page(url, "pages/compare.py", monkeypatch)
+    at.radio(key="cmp_mode").set_value("by label").run()
+    assert at.selectbox(key="cmp_label").options == ["team"]

@@ -43,8 +43,9 @@ EXPECTED_COLUMNS = (
     "energy_sources", "notes", "agent_version", "generated_at",
     # appended for issue 11 (columns are only ever appended)
     "energy_by_class", "untracked_cpu_shares", "external_co2e_g",
-    # appended for issue 24: energy per unit above idle, and the idle policy
-    "dynamic_energy_j_per_unit", "idle_policy",
+    # appended for issue 24: what joulestat recorded, apart from the user's labels;
+    # energy per unit above idle, and the idle policy
+    "agent_labels", "dynamic_energy_j_per_unit", "idle_policy",
 )
 
 
@@ -102,14 +103,19 @@ def test_csv_columns_and_values(reports: dict[str, dict[str, Any]],
     assert "world average" in solo["region_resolution"]
     assert "mars-central-7" in solo["region_resolution"]
     assert secretive["labels"] == "api_token=[redacted]; db_password=[redacted]; team=nlp"
-    # Energy per unit twice: in all and above idle (the stored dynamic joules over units).
+    # What joulestat recorded is its own column, never among the labels.
+    assert dist["labels"] == "run=42; team=nlp"
+    assert dist["agent_labels"] == "cpu_source=process tree; idle_policy=share"
+    assert (solo["agent_labels"], secretive["agent_labels"]) == ("idle_policy=exclude", "")
+    # Energy per unit twice: in all and above idle (the stored dynamic joules over units),
+    # under the policy the agent recorded (none for a job it did not).
     dynamic_j = sum(d for (job, _node, _c), (d, _i) in totals.items() if job == "dist-1")
     total_j = job_energy(totals, "dist-1")
     per = dict(pair.split("=") for pair in dist["dynamic_energy_j_per_unit"].split("; "))
     assert float(per["sample"]) == pytest.approx(dynamic_j / 5760, rel=1e-12)
     assert float(per["token"]) == pytest.approx(dynamic_j / 409600, rel=1e-12)
     assert 0 < dynamic_j < total_j  # the fixture's jobs carry idle power too
-    assert dist["idle_policy"] == ""  # not recorded by a store written without an agent
+    assert [r["idle_policy"] for r in rows] == ["share", "exclude", ""]
 
 
 def test_html_is_one_self_contained_page(reports: dict[str, dict[str, Any]]) -> None:
@@ -129,9 +135,15 @@ def test_html_is_one_self_contained_page(reports: dict[str, dict[str, Any]]) -> 
         assert expected in text, expected
     # one polyline per component in the chart, with the legend naming them
     assert parsed.tags.count("polyline") == 3
-    # energy per unit twice, and the idle policy (not recorded: no agent wrote the store)
+    # the user's labels, and apart what joulestat recorded about how it measured
+    assert "run=42, team=nlp" in text
+    assert "Recorded by joulestat" in text
+    assert text.count("cpu_source=process tree, idle_policy=share") == 1
+    assert "unknown (stored or reported before joulestat recorded it" in html_text(
+        render_html(reports["secretive"])).text
+    # energy per unit twice, and the idle policy the agent recorded
     per_sample = reports["dist-1"]["per_unit"]["sample"]
-    for expected in ("Idle policy", "idle policy not recorded",
+    for expected in ("Idle policy", "share: the node's idle power is split",
                      "dynamic energy/unit (above idle)",
                      fmt.energy(per_sample["dynamic_energy_j"])):
         assert expected in text, expected
@@ -161,7 +173,7 @@ def test_pdf_opens_and_holds_the_content(reports: dict[str, dict[str, Any]]) -> 
                      "c5.4xlarge", "p4d.24xlarge", "18.8 kJ", "$0.627", "ccf:aws",
                      "US state figure", "country figure", "model:tdp-curve", "Methodology",
                      "time since start (seconds)", "power (W)", "Idle policy",
-                     "idle policy not recorded", "above idle",
+                     "share: the node's idle power", "above idle",
                      fmt.energy(reports["dist-1"]["per_unit"]["sample"]["dynamic_energy_j"])):
         assert expected in text, expected
     assert "codecarbon:usa-egrid2023:VA" in text.replace(" ", "")

@@ -159,6 +159,48 @@ def test_entries_of_one_job_merge_into_one_multi_node_job(
     assert_same_figures(report, build_report(other, "dist-1", now_s=NOW))
 
 
+def test_agent_labels_import_apart_and_an_older_reports_cpu_source_moves_to_them(
+        filled: tuple[Engine, Totals], tmp_path: Path) -> None:
+    """A report carries what joulestat recorded (``job.agent_labels``) apart from the
+    labels; one made before that field existed held run's ``cpu_source`` among its
+    labels, which moves as the store migration moves it. Entries of one job attributed
+    under two idle policies import as ``mixed``."""
+    source, _ = filled
+    report = build_report(source, "dist-1", now_s=NOW)
+    assert report["job"]["labels"] == {"run": "42", "team": "nlp"}
+    assert report["job"]["agent_labels"] == {"cpu_source": "process tree",
+                                             "idle_policy": "share"}
+    older = {**report, "job": {k: v for k, v in report["job"].items() if k != "agent_labels"}}
+    older["job"]["labels"] = {"team": "nlp", "cpu_source": "cgroup v2 /joulestat-job-dist-1"}
+    (tmp_path / "older.json").write_text(render_json(older))
+    target = new_store(tmp_path / "target.db")
+    import_file(target, tmp_path / "older.json")
+    imported = job_detail(target, "dist-1")
+    assert imported.labels == {"team": "nlp"}
+    assert imported.agent_labels == {"cpu_source": "cgroup v2 /joulestat-job-dist-1"}
+
+    # the same job's nodes, each attributed under another policy
+    halves = [{**report, "nodes": [node], "job": {**report["job"], "agent_labels": {
+        "idle_policy": policy}}} for node, policy in zip(report["nodes"], ("share", "exclude"),
+                                                        strict=True)]
+    (tmp_path / "halves.json").write_text(render_json_many(halves))
+    other = new_store(tmp_path / "other.db")
+    import_file(other, tmp_path / "halves.json")
+    assert job_detail(other, "dist-1").agent_labels == {"idle_policy": "mixed"}
+    (tmp_path / "first.json").write_text(render_json(halves[0]))
+    (tmp_path / "second.json").write_text(render_json(halves[1]))
+    third = new_store(tmp_path / "third.db")
+    import_file(third, tmp_path / "first.json")
+    assert job_detail(third, "dist-1").agent_labels == {"idle_policy": "share"}
+    import_file(third, tmp_path / "second.json")
+    assert job_detail(third, "dist-1").agent_labels == {"idle_policy": "mixed"}
+
+    bad = {**report, "job": {**report["job"], "agent_labels": {"idle_policy": "most"}}}
+    (tmp_path / "bad.json").write_text(render_json(bad))
+    with pytest.raises(ImportFileError, match="agent_labels.idle_policy: expected one of"):
+        import_file(new_store(tmp_path / "bad.db"), tmp_path / "bad.json")
+
+
 def test_importing_into_the_measuring_store_never_counts_twice(
         filled: tuple[Engine, Totals], tmp_path: Path) -> None:
     source, _ = filled
