@@ -45,7 +45,7 @@ from joulestat.core.tick import Component
 from joulestat.core.version import __version__
 from joulestat.reports import narrative
 from joulestat.reports.external import external_figures
-from joulestat.reports.idle import idle_policy_of
+from joulestat.reports.idle import job_idle_policy
 from joulestat.reports.provenance import node_provenance
 from joulestat.reports.series import COMPONENT_ORDER, node_series, power_series, unit_series
 from joulestat.reports.sources import energy_by_class
@@ -224,7 +224,7 @@ def report_from_detail(engine: Engine, detail: JobDetail,
         "energy_kwh": j_to_kwh(energy["total"]),
         "dynamic_energy_j": dynamic,
         "idle_energy_j": component_totals(detail.idle_j),
-        "idle_policy": idle_policy_of(detail),
+        "idle_policy": job_idle_policy(detail),
         "co2e_g": result.operational_co2e_g,
         "embodied_co2e_g": result.embodied_co2e_g,
         "total_co2e_g": result.total_co2e_g,

@@ -113,7 +113,7 @@ def summary(report: Report) -> Table:
         ("Energy", f"{energy(total_j)} ({_known(fmt.energy_wh(total_j))})"),
         ("Dynamic / idle energy", f"{energy(report['dynamic_energy_j']['total'])} / "
                                   f"{energy(report['idle_energy_j']['total'])}"),
-        ("Idle policy", policy_words(report.get("idle_policy"))),
+        ("Idle policy", policy_words(report.get("idle_policy")).removeprefix("idle policy ")),
         ("Measured / not measured", _measured(report)),
         ("Operational CO2e", mass(report["co2e_g"])),
         ("Embodied CO2e (apart)", mass(report["embodied_co2e_g"])),

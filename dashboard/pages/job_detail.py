@@ -27,7 +27,7 @@ from joulestat.core.csv_cells import text_cell
 from joulestat.core.redact import redact_labels
 from joulestat.dashboard import analysis, charts, costing, downloads, fmt, state, ui
 from joulestat.reports.external import comparison_note, external_figures, shown_labels
-from joulestat.reports.idle import idle_policy_of, policy_words
+from joulestat.reports.idle import job_idle_policy, policy_words
 from joulestat.reports.sources import WHY, sources_class
 
 BADGE_COLORS = {"measured": "green", "estimated": "orange", "unstated": "red",
@@ -101,7 +101,7 @@ footprint[3].metric("Cost", fmt.usd(cost.cost_usd),
 # Energy per unit twice, in all and above idle, under the idle policy the agent recorded:
 # on a VM most of a small job's energy can be idle power (joulestat.reports.idle).
 dynamic_j = sum(job.dynamic_j.values())
-policy = idle_policy_of(job)
+policy = job_idle_policy(job)
 work = st.columns(max(4, 3 + len(external)))  # a label per quarter of the page's width
 work[0].metric(f"Work ({fmt.md(fmt.plural(unit)) if unit else 'units'})",
                fmt.count(count) if unit else fmt.UNKNOWN)

@@ -25,7 +25,7 @@ from joulestat.carbon.footprint import CarbonSettings, energy_points
 from joulestat.carbon.pricing import JobPrice, Pricer
 from joulestat.core.tick import Component
 from joulestat.reports.compare.table import CompareError, JobFigures
-from joulestat.reports.idle import idle_policy_of
+from joulestat.reports.idle import job_idle_policy
 from joulestat.store.jobs import (
     JobDetail,
     JobRef,
@@ -133,7 +133,7 @@ def job_figures(job: JobTotals | JobDetail, price: JobPrice, now_s: float,
     wall-clock time to ``now_s`` while it runs, ``sources`` its nodes'
     (:func:`node_sources`), ``models`` their accelerators (:func:`node_accelerators`;
     None: the catalog's); its idle policy is the one the agent recorded for it
-    (:func:`joulestat.reports.idle.idle_policy_of`)."""
+    (:func:`joulestat.reports.idle.job_idle_policy`)."""
     return JobFigures(
         job_id=job.id, name=job.name, kind=job.kind, nodes=price.nodes,
         units=dict(job.units), duration_s=job.held_s(now_s), energy_j=job.total_j,
@@ -142,7 +142,7 @@ def job_figures(job: JobTotals | JobDetail, price: JobPrice, now_s: float,
         started_s=job.started_s, sources=tuple(sorted(set(sources))),
         accelerator_j=accelerator_j_of(job),
         accelerators=accelerator_names(job.nodes, models or {}),
-        dynamic_j=dynamic_j_of(job), idle_policy=idle_policy_of(job))
+        dynamic_j=dynamic_j_of(job), idle_policy=job_idle_policy(job))
 
 
 def sources_of(job: JobTotals | JobDetail, by_node: Mapping[str, Sequence[str]]
