@@ -10,8 +10,9 @@ figure could not be read. Every comparison and report therefore shows energy twi
   (:mod:`joulestat.attribution.shares`), so a lone job carries the whole node;
 * ``exclude``: CPU, DRAM and network idle power stayed unattributed, so the job carries
   what its work added (plus the idle power of accelerators it held);
-* ``mixed``: partly each (nodes or agent runs with different settings), for one job or
-  for a group of jobs measured under different policies;
+* ``mixed``: for one job, partly each (nodes or agent runs with different settings);
+  for a group of jobs (a comparison's row or table), jobs whose policies differ, a job
+  without a recorded policy beside one with;
 * not recorded: a job stored before the agent recorded its policy, or imported without.
 
 The policy is the agent's record of the job (its ``agent_labels``, read by
@@ -48,13 +49,18 @@ def job_idle_policy(job: JobTotals | JobSummary) -> str | None:
 
 def common_policy(policies: Iterable[str | None]) -> str | None:
     """The one policy of several jobs' figures: theirs when they all agree (None when
-    none was recorded), :data:`MIXED` when they differ."""
+    none was recorded), :data:`MIXED` when they differ (a policy not recorded differs
+    from any recorded one: nothing says it was the same)."""
     found = set(policies)
     if len(found) > 1:
         return MIXED
     return found.pop() if found else None
 
 
-def policy_words(policy: str | None) -> str:
-    """A sentence part naming ``policy`` and what it means for the figures beside it."""
+def policy_words(policy: str | None, jobs: bool = False) -> str:
+    """A sentence part naming ``policy`` and what it means for the figures beside it; of
+    several ``jobs`` (a comparison), ``mixed`` says they differ."""
+    if jobs and policy == MIXED:
+        return ("idle policies differ: the jobs were not all attributed under one idle "
+                "policy (or some under none recorded)")
     return _WORDS.get(policy or "", NOT_RECORDED)

@@ -129,7 +129,7 @@ st.caption("Throughput per instance-hour (every node a job held counts), CO2e op
            "and sentences of `joulestat compare` (docs/compare.md). Prices: "
            f"{costing.price_source()}. This view's link keeps its settings.")
 policy = result.table.idle_policy
-said = policy_words(policy)
+said = policy_words(policy, jobs=True)
 st.caption(f"Energy is what each row was attributed; dynamic energy is its part above the "
            f"node's idle power. {said[:1].upper() + said[1:]}"
            + (" (see the idle policy column)." if policy == MIXED else "."))
@@ -156,6 +156,8 @@ embodied_col, cost_col = f"embodied CO2e {per}", f"cost {million}"
 # estimate read beside measured rows must say so where it is seen.
 table = pd.DataFrame([{
     "group": names[comparison.row_key(r)], fmt.ENERGY_IS: fmt.energy_is(r.sources),
+    # where rows differ, what each energy figure holds, before the figures
+    "idle policy": r.idle_policy or "not recorded",
     energy_col: r.energy_per_unit_j, dynamic_col: r.dynamic_per_unit_j,
     co2e_col: r.co2e_per_unit_g, cost_col: r.cost_per_million_usd,
     throughput_col: r.units_per_hour,
@@ -167,7 +169,6 @@ table = pd.DataFrame([{
     "instance types": "+".join(r.instance_types),
     "jobs": r.runs, units_name: r.units, "instance-hours": r.instance_hours,
     embodied_col: r.embodied_per_unit_g, "power per instance": r.power_per_instance_w,
-    "idle policy": r.idle_policy or "not recorded",
 } for r in result.per_unit])
 if result.table.by == "instance_type" or per_setup:
     table = table.drop(columns="instance types")  # the row's name says it already
@@ -197,11 +198,13 @@ if result.per_run:
                "`joulestat compare` lists them (no deltas against a per-unit baseline).")
     per_run = pd.DataFrame([{
         "group": names[comparison.row_key(r)], fmt.ENERGY_IS: fmt.energy_is(r.sources),
+        "idle policy": r.idle_policy or "not recorded",
         "energy per run": r.energy_per_run_j, "dynamic energy per run": r.dynamic_per_run_j,
         "CO2e per run (operational)": r.co2e_per_run_g,
         "cost per run": r.cost_per_run_usd, "jobs": r.runs,
-        "idle policy": r.idle_policy or "not recorded",
     } for r in result.per_run])
+    if policy != MIXED:
+        per_run = per_run.drop(columns="idle policy")
     st.dataframe(fmt.styled(per_run, {"energy per run": fmt.energy, "cost per run": fmt.usd,
                                       "dynamic energy per run": fmt.energy,
                                       "CO2e per run (operational)": fmt.mass}),

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from joulestat.reports.idle import policy_words
 from joulestat.store.engine import make_engine
 from joulestat.store.jobs import list_jobs
 from tests.helpers.agent_process import JOULESTAT, agent_env, running_agent
@@ -49,6 +50,9 @@ def test_make_run_then_the_demo_is_priced_and_every_page_reads_it(tmp_path: Path
         out = demo.stdout
         rows = compare_rows(out)
         assert len(rows) == 5 and all("$" in row for row in rows), out  # every row priced
+        # ... say the idle policy the agent recorded, and carry dynamic energy per unit
+        assert out.count(policy_words("share", jobs=True)) == 2, out  # both tables
+        assert "dynamic/sample" in out and "dynamic/inference" in out
         engine = make_engine(store)
         jobs = list_jobs(engine)
         engine.dispose()

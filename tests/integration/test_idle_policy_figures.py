@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from joulestat.core import units
+from joulestat.reports.idle import policy_words
 from tests.helpers.agent_process import run_cli, running_agent, start_run, stored_jobs, summary_of
 from tests.helpers.dashboard_app import run_page
 
@@ -103,7 +105,7 @@ def test_compare_gives_both_figures_and_each_rows_policy(measured):
     text = run_cli("compare", "--db", url, "--jobs", "job-share", "job-exclude")
     assert text.returncode == 0, text.stderr
     lines = text.stdout.splitlines()
-    assert "idle policy mixed" in lines[1]
+    assert policy_words("mixed", jobs=True) in lines[1]
     header = next(line for line in lines if line.startswith("job "))
     assert "dynamic/step" in header and "idle policy" in header
     rows = {line.split()[0]: line.split() for line in lines
@@ -148,15 +150,15 @@ def test_the_dashboard_gives_both_figures_and_the_policy(measured, monkeypatch):
         assert shown["dynamic energy per step"] == pytest.approx(row["dynamic_per_unit_j"],
                                                                  rel=1e-9)
         assert shown["idle policy"] == row["idle_policy"]
-    assert any("idle policy mixed" in c.value.lower() for c in at.caption)
+    said = policy_words("mixed", jobs=True)
+    assert any(said[:1].upper() + said[1:] in c.value for c in at.caption)
 
     for policy in POLICIES:
         detail = run_page(url, "pages/job_detail.py", monkeypatch, job=jobs[policy]["id"])
         metrics = {m.label: m.value for m in detail.metric}
         report = json.loads(run_cli("report", jobs[policy]["id"], "--db", url).stdout)
         per = report["per_unit"]["step"]
-        from joulestat.core import units
-
         assert metrics["Energy per step"] == units.energy(per["energy_j"])
         assert metrics["Dynamic energy per step"] == units.energy(per["dynamic_energy_j"])
-        assert any(f"idle policy {policy}" in c.value.lower() for c in detail.caption)
+        said = policy_words(policy)
+        assert any(said[:1].upper() + said[1:] in c.value for c in detail.caption)

@@ -256,7 +256,7 @@ def render_text(table: Any, notes: list[str], prices: list[Any] | None = None) -
            f"{base_label}: throughput per instance-hour, CO2e operational (location-based), "
            "cost = hourly price x hours held (prices below)",
            "energy = what the jobs were attributed; dynamic = its part above the node's "
-           f"idle power; {policy_words(table.idle_policy)}", ""]
+           f"idle power; {policy_words(table.idle_policy, jobs=True)}", ""]
     mixed = table.idle_policy == MIXED  # else the line above says the one policy
     policy_head = ["idle policy"] if mixed else []
     if per_unit:
