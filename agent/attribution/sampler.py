@@ -31,6 +31,11 @@ log = logging.getLogger(__name__)
 Key = tuple[str, str, str]  # (component, device, source)
 
 
+# Past this, a tick starting before the last one ended is a wall-clock step, not the
+# jitter of reading two clocks in turn, and the tick keeps its monotonic length.
+CLOCK_JITTER_S = 1.0
+
+
 class Sampler:
     """Reads sensors and yields :class:`Tick` objects covering consecutive intervals."""
 
@@ -49,6 +54,12 @@ class Sampler:
         # comes back (see TickEntry.t0_s).
         self._missed_since: dict[Key, float] = {}
         self._last_mono: float | None = None
+        # The last tick's end (wall clock). A tick's start is its end minus the monotonic
+        # time elapsed, and the two clocks are read one after the other: a process
+        # preempted between the reads (a loaded node) would start the next tick a few
+        # ms before this one ended, and two ticks would overlap. The next tick starts
+        # here instead (unless the wall clock stepped).
+        self._last_wall: float | None = None
         # A failing sensor (or its checkpoint) is said once until it recovers.
         self._failing = LogOnce(log, logging.ERROR)
         self._checkpoint_failing = LogOnce(log)
@@ -66,6 +77,7 @@ class Sampler:
     def start(self) -> None:
         """Take the baseline reading; the first tick then covers (start, first tick]."""
         self._last_mono = self._monotonic()
+        self._last_wall = None
         for reading in self._read_all(self._last_mono):
             self._last_j[(reading.component, reading.device, reading.source)] = reading.energy_j
 
@@ -130,6 +142,7 @@ class Sampler:
             last_j[(reading.component, reading.device, reading.source)] = reading.energy_j
         self._last_j = last_j
         self._last_mono = mono_s
+        self._last_wall = None  # the gap tick starts where the checkpoint was taken
         return True
 
     @staticmethod
@@ -203,7 +216,11 @@ class Sampler:
         for key in self._last_j.keys() - seen:
             self._missed_since.setdefault(key, last_mono)
         self._last_mono = now_mono
-        return Tick(t0_s=now_wall - elapsed_s, t1_s=now_wall, entries=tuple(entries))
+        t0_s = now_wall - elapsed_s
+        last_wall, self._last_wall = self._last_wall, now_wall
+        if last_wall is not None and last_wall - CLOCK_JITTER_S < t0_s < last_wall < now_wall:
+            t0_s = last_wall  # the clocks' reads drifted apart: continue, never overlap
+        return Tick(t0_s=t0_s, t1_s=now_wall, entries=tuple(entries))
 
     def _read_all(
         self, now_mono: float, sensors: Sequence[Sensor] | None = None

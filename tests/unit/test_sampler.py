@@ -87,3 +87,26 @@ def test_counter_going_backwards_counts_zero() -> None:
     assert sampler.tick().entries[0].energy_j == 2.0
     assert sampler.tick().entries[0].energy_j == 0.0
     assert sampler.tick().entries[0].energy_j == 1.0
+
+
+def test_ticks_never_overlap_when_the_clocks_are_read_apart() -> None:
+    """Seen under two CPU burners (test_fleet): preempted between reading the monotonic
+    and the wall clock, a tick ended 4 ms after the next one started. The next tick now
+    starts where the last ended; a real wall-clock step keeps its monotonic length."""
+    mono = Clock()
+    wall = {"now": 1_000.0}
+    sampler = Sampler([ConstantPower("a", 10.0)], monotonic=mono, wall=lambda: wall["now"])
+    sampler.start()
+    mono.now += 1.0
+    wall["now"] = 1_001.004  # read 4 ms late
+    first = sampler.tick()
+    mono.now += 1.0
+    wall["now"] = 1_002.0  # read on time
+    second = sampler.tick()
+    assert first.t1_s == pytest.approx(1_001.004)
+    assert second.t0_s == pytest.approx(first.t1_s) and second.t1_s == pytest.approx(1_002.0)
+    assert second.entries[0].energy_j == pytest.approx(10.0)  # energy: monotonic, unchanged
+    mono.now += 1.0
+    wall["now"] = 900.0  # the wall clock stepped back 100 s
+    stepped = sampler.tick()
+    assert stepped.t1_s - stepped.t0_s == pytest.approx(1.0)
