@@ -9,6 +9,7 @@ an agent the test starts, never at one a developer may have running.
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Iterator
 from importlib.util import find_spec
@@ -76,7 +77,9 @@ def test_demo_fills_a_fresh_store_with_measured_jobs(demo_store):
     rows = [line for line in out.splitlines()
             if line.startswith(("setup=", "concurrency=")) and " vs " not in line]
     assert len(rows) == 5 and all("$" in row for row in rows), rows  # every row priced
-    assert "setup=demo-2vcpu vs setup=demo-1vcpu: ×" in out
+    # Which setup is the baseline depends on which was faster: on a loaded 2-vCPU machine,
+    # two vCPUs need not beat one.
+    assert re.search(r"setup=demo-[12]vcpu vs setup=demo-[12]vcpu: [×/]", out), out
     assert "concurrency=16 vs concurrency=1: ×" in out
     # The dashboard that runs, on its own port, not the default's.
     assert "the dashboard is running; open:" in out
@@ -181,7 +184,7 @@ def test_the_demo_links_open_in_a_real_browser(demo_store, tmp_path):
     with chromium() as browser:
         page = browser.open(printed,
                             ["setup=demo-1vcpu", "setup=demo-2vcpu", "energy per sample",
-                             "setup=demo-2vcpu vs setup=demo-1vcpu: ×"])
+                             " vs setup=demo-"])
         assert "energy is" in page  # measured or estimated, said beside the figures
         browser.screenshot(tmp_path / "demo-compare.png")
         # The table is drawn on a canvas; the chart's axes and legend are text.

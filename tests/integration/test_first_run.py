@@ -62,7 +62,7 @@ def test_make_run_then_the_demo_is_priced_and_every_page_reads_it(tmp_path: Path
         serve_job = max((j for j in jobs if j.name == "demo-serve"),
                         key=lambda j: int(j.labels["concurrency"]))
         pages = [
-            ("first-run-compare", printed, ["setup=demo-2vcpu vs setup=demo-1vcpu: ×",
+            ("first-run-compare", printed, [" vs setup=demo-",  # either may be faster
                                             "energy per sample", "$"]),
             ("first-run-compare-serving",
              f"{base}/compare?kind=inference&unit=inference&by=label:concurrency"

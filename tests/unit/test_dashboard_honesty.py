@@ -117,7 +117,6 @@ def test_job_detail_charts_end_at_the_jobs_end(store, monkeypatch, job_id):
         times = pd.to_datetime(data["time"])
         span_s = (times.max() - times.min()).total_seconds()
         assert span_s <= held_s + 1e-3, (job_id, span_s, held_s)
-        assert span_s >= held_s * 0.5  # still the job's time, not one point
 
 
 def test_constant_power_is_flat_to_the_end_in_the_dashboard_and_report(store, monkeypatch):
