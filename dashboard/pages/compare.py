@@ -175,14 +175,27 @@ if result.table.by == "instance_type" or per_setup:
 if policy != MIXED:
     table = table.drop(columns="idle policy")  # one policy: the caption above says it
 NAMED = ui.named_columns("group")
-SHORT = {**NAMED,
+# Widths in pixels so the name, the provenance and the five figures the sentences compare
+# (energy, dynamic energy, CO2e, cost, throughput) fit a 1,400 px window beside the
+# sidebar (about 900 px of table); counts and the rest follow past the edge.
+FIGURE_PX = {energy_col: 115, dynamic_col: 125, co2e_col: 115, cost_col: 140,
+             throughput_col: 125}
+SHORT = {**ui.named_columns("group", name_px=135, energy_is_px=165),
+         energy_col: st.column_config.Column(
+             f"energy / {unit}", width=FIGURE_PX[energy_col],
+             help=f"energy {per}: all the energy the job was given, its idle share included"),
          co2e_col: st.column_config.Column(
-             f"CO2e {per}", help="operational (location-based); embodied CO2e apart"),
+             f"CO2e / {unit}", width=FIGURE_PX[co2e_col],
+             help=f"CO2e {per}: operational (location-based); embodied CO2e apart"),
          dynamic_col: st.column_config.Column(
-             f"dynamic {per}", help="the energy above the node's idle power, per unit"),
+             f"dynamic / {unit}", width=FIGURE_PX[dynamic_col],
+             help=f"dynamic energy {per}: the energy above the node's idle power"),
+         cost_col: st.column_config.Column(
+             f"cost / 1M {units_name}", width=FIGURE_PX[cost_col],
+             help=f"cost {million}: hourly price × hours held"),
          throughput_col: st.column_config.Column(
-             f"{units_name} per instance-h", help="throughput: units per instance-hour, "
-                                                 "every node a job held counted")}
+             f"{units_name} / inst-h", width=FIGURE_PX[throughput_col],
+             help="throughput: units per instance-hour, every node a job held counted")}
 st.dataframe(fmt.styled(table, {
     units_name: fmt.count, "instance-hours": units.sig, throughput_col: fmt.count,
     energy_col: fmt.energy, dynamic_col: fmt.energy, co2e_col: fmt.mass,
