@@ -107,6 +107,10 @@ def _run(args: argparse.Namespace) -> int:
         picked = pick_jobs(engine, kind=args.kind, jobs=args.jobs)
         _say("--jobs", [*_runs_notes(engine, args.jobs, args.kind), *picked.notes])
         figures = figures_for(engine, picked.refs, carbon)
+        if not figures:
+            print(_nothing_to_compare(engine, args), file=sys.stderr)
+            return 1
+        _check_label_key(args.by, figures)
         left_out: list[str] = []
         if args.by == "model":
             figures, left_out = _by_model(engine, figures)
@@ -131,6 +135,37 @@ def _run(args: argparse.Namespace) -> int:
 
     print(render_text(table, notes, prices))
     return 0
+
+
+def _nothing_to_compare(engine: Engine, args: argparse.Namespace) -> str:
+    """What is true when nothing was picked: an empty store, or what the store holds
+    that ``--kind`` / ``--jobs`` left out."""
+    from collections import Counter
+
+    from joulestat.store.jobs import job_refs
+
+    kinds = Counter(ref.kind for ref in job_refs(engine))
+    if not kinds:
+        return ("no jobs to compare yet: the store is empty; measure some with "
+                "`joulestat run --name NAME -- CMD`, or `joulestat demo`")
+    given = " ".join([*([f"--kind {args.kind}"] if args.kind else []),
+                      *([f"--jobs {' '.join(args.jobs)}"] if args.jobs else [])])
+    held = ", ".join(f"{n} {kind}" for kind, n in kinds.most_common())
+    return (f"no job matches {given or 'the selection'}: the store holds "
+            f"{sum(kinds.values())} job(s) ({held}); `joulestat jobs` lists them")
+
+
+def _check_label_key(by: str, figures: Sequence[JobFigures]) -> None:
+    """``--by label:KEY`` where no compared job has KEY would be one "KEY unset" row per
+    setup, silently: a typo. Refused, naming the keys the jobs do have."""
+    from joulestat.reports.compare.table import label_key
+
+    key = label_key(by)
+    if key is None or any(key in f.labels for f in figures):
+        return
+    keys = sorted({k for f in figures for k in f.labels})
+    raise ConfigError(f"--by {by}: none of the {len(figures)} compared job(s) has a label "
+                      f"{key!r}; their labels: {', '.join(keys) or 'none'}")
 
 
 def _by_model(engine: Engine, figures: list[JobFigures]) -> tuple[list[JobFigures], list[str]]:

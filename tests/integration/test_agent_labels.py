@@ -92,9 +92,8 @@ def test_run_beside_an_agent_keeps_its_cpu_source_and_idle_policy_out_of_the_lab
     assert by_team.returncode == 0, by_team.stderr
     assert [r["group"] for r in json.loads(by_team.stdout)["rows"]] == ["team=nlp"]
     by_source = run_cli("compare", "--by", "label:cpu_source", "--json", env=env)
-    assert by_source.returncode == 0, by_source.stderr
-    assert [r["group"] for r in json.loads(by_source.stdout)["rows"]] == [
-        "cpu_source unset"]
+    assert by_source.returncode == 2  # no job has such a label: refused, keys named
+    assert "label 'cpu_source'" in by_source.stderr and "team" in by_source.stderr
 
 
 def test_an_embedded_run_records_the_policy_it_attributed_under(tmp_path: Path) -> None:

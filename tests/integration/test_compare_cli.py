@@ -13,6 +13,7 @@ import pytest
 from joulestat.reports.compare.figures import load_job_figures
 from joulestat.reports.compare.table import CompareError
 from joulestat.store.engine import make_engine
+from tests.helpers.agent_process import run_cli
 from tests.helpers.compare_store import (
     C6I,
     G5,
@@ -193,3 +194,25 @@ def test_bad_input_exits_2_naming_the_flag(store: str, args: tuple[str, ...], fl
     result = compare_cli(store, *args)
     assert result.returncode == 2, result.stdout
     assert flag in result.stderr, result.stderr
+
+
+def test_what_compare_says_when_nothing_or_no_label_matches(store: str, tmp_path: Path) -> None:
+    """Issue 24: `--kind other` with no match said "run some..." though the store held
+    jobs, and `--by label:nokey` gave one silent "nokey unset" row."""
+    none = compare_cli(store, "--kind", "other")
+    assert none.returncode == 1 and none.stdout == ""
+    assert "no job matches --kind other" in none.stderr
+    listed = json.loads(run_jobs_json(store))
+    assert f"the store holds {len(listed)} job(s)" in none.stderr
+    typo = compare_cli(store, "--kind", "inference", "--by", "label:nokey")
+    assert typo.returncode == 2 and "label 'nokey'" in typo.stderr, typo.stderr
+    empty = f"sqlite:///{tmp_path / 'empty.db'}"
+    assert run_cli("db", "upgrade", "--db", empty).returncode == 0
+    nothing = compare_cli(empty)
+    assert nothing.returncode == 1 and "the store is empty" in nothing.stderr
+
+
+def run_jobs_json(url: str) -> str:
+    listed = run_cli("jobs", "--json", "--db", url)
+    assert listed.returncode == 0, listed.stderr
+    return listed.stdout
