@@ -159,11 +159,12 @@ class LateJobs:
 
 
 def build_pipeline(settings: PipelineSettings, registry: JobRegistry, *,
-                   with_metrics: bool) -> Assembly:
+                   with_metrics: bool, api_url: str | None = None) -> Assembly:
     """The node's pipeline with its store; shared by the daemon and embedded mode.
 
     ``with_metrics``: the node agent's build (Prometheus node metrics, a spool for store
     outages, the lease taken as ``agent``); else embedded mode's (neither, ``embedded``).
+    ``api_url``: where the agent's job API will answer, recorded with its lease.
     """
     # Imported here: the store and prometheus_client cost start-up time that a command
     # importing this module for its names alone should not pay.
@@ -214,8 +215,8 @@ def build_pipeline(settings: PipelineSettings, registry: JobRegistry, *,
     engine, wait = (_agent_store(store) if with_metrics
                     else (open_engine(store.db, wait_s=store.db_wait_s), None))
     boot_id = read_boot_id(procfs_root)
-    lease = NodeLease(node.node, Writer.this_process(boot_id, "agent" if with_metrics
-                                                     else "embedded"), boot_id, procfs_root)
+    lease = NodeLease(node.node, Writer.this_process(
+        boot_id, "agent" if with_metrics else "embedded", api_url), boot_id, procfs_root)
     late_jobs = None
     if wait is not None and accounting is not None:
         late_jobs = LateJobs(engine, node.node, registry, accounting)

@@ -196,6 +196,16 @@ def _raise_open_file_limit(wanted: int = 8192) -> None:
             log.debug("cannot raise the open-file limit from %d: %s", soft, exc)
 
 
+def _api_url(host: str, port: int) -> str | None:
+    """The job API's URL as a client on this node would give it (None: no API, or a
+    port chosen at start, not known yet)."""
+    if not port:
+        return None
+    shown = "127.0.0.1" if host in ("0.0.0.0", "") else "[::1]" if host == "::" else (
+        f"[{host}]" if ":" in host else host)
+    return f"http://{shown}:{port}"
+
+
 def run_agent(settings: AgentSettings) -> int:
     from joulestat.api.server import JOB_SECRET_FILE, ApiServer, load_job_secret
 
@@ -206,8 +216,9 @@ def run_agent(settings: AgentSettings) -> int:
         signal.signal(signum, lambda *_: stop.set())
 
     registry = JobRegistry(max_live_jobs=settings.pipeline.attribution.max_jobs)
-    built = build_pipeline(settings.pipeline, registry, with_metrics=True)
     metrics, api_settings = settings.metrics, settings.api
+    built = build_pipeline(settings.pipeline, registry, with_metrics=True,
+                           api_url=_api_url(api_settings.api_host, api_settings.api_port))
     interval_s = settings.pipeline.tick.interval_s
     pipeline, writer = built.pipeline, built.writer
     servers: list[Any] = []

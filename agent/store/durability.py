@@ -358,10 +358,12 @@ class Writer:
     writer_id: str
     host: str
     mode: str  # "agent" or "embedded"
+    api_url: str | None = None  # an agent's job API, for a run that missed it
 
     @classmethod
-    def this_process(cls, boot_id: str, mode: str) -> Writer:
-        return cls(f"{boot_id or 'unknown-boot'}:{os.getpid()}", socket.gethostname(), mode)
+    def this_process(cls, boot_id: str, mode: str, api_url: str | None = None) -> Writer:
+        return cls(f"{boot_id or 'unknown-boot'}:{os.getpid()}", socket.gethostname(), mode,
+                   api_url)
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,19 +373,20 @@ class Holder:
 
     def describe(self) -> str:
         boot, _, pid = self.writer.writer_id.rpartition(":")
+        api = f", job API at {self.writer.api_url}" if self.writer.api_url else ""
         return (f"{self.writer.mode} pid {pid} on host {self.writer.host} "
-                f"(lease until {self.until_s:.0f})")
+                f"(lease until {self.until_s:.0f}{api})")
 
 
 def current_holder(connection: Connection, node: str) -> Holder | None:
     row = connection.execute(
         select(NODES.c.writer_id, NODES.c.writer_host, NODES.c.writer_mode,
-               NODES.c.lease_until_s).where(NODES.c.node == node)
+               NODES.c.lease_until_s, NODES.c.writer_api_url).where(NODES.c.node == node)
     ).first()
     if row is None or row.writer_id is None:
         return None
-    return Holder(Writer(row.writer_id, row.writer_host or "?", row.writer_mode or "agent"),
-                  row.lease_until_s)
+    return Holder(Writer(row.writer_id, row.writer_host or "?", row.writer_mode or "agent",
+                         row.writer_api_url), row.lease_until_s)
 
 
 def is_live(holder: Holder, now_s: float, boot_id: str, procfs_root: Path) -> bool:
@@ -406,7 +409,7 @@ def acquire(connection: Connection, node: str, me: Writer, now_s: float, boot_id
         return holder
     connection.execute(update(NODES).where(NODES.c.node == node).values(
         writer_id=me.writer_id, writer_host=me.host, writer_mode=me.mode,
-        lease_until_s=now_s + LEASE_S))
+        writer_api_url=me.api_url, lease_until_s=now_s + LEASE_S))
     return None
 
 
@@ -452,9 +455,11 @@ class NodeLease:
                 "one node would store its energy twice; stop that one, or give this agent "
                 "another --node")
         self.ticks_allowed = False
+        hint = (f"; to have it measure your jobs, point JOULESTAT_AGENT_URL at "
+                f"{other.writer.api_url}" if other.writer.api_url else "")
         log.warning("node %r is written by %s: this run records its job only and leaves "
-                    "the node's ticks to it (the node is measured once)", self.node,
-                    other.describe())
+                    "the node's ticks to it (the node is measured once)%s", self.node,
+                    other.describe(), hint)
 
     def keep(self, connection: Connection, now_s: float) -> None:
         if not self.ticks_allowed or renew(connection, self.node, self.me, now_s):

@@ -129,6 +129,9 @@ NODES = Table(
     # lease holds; a second live writer of the node is refused.
     _col("writer_id", String, null=True), _col("writer_host", String, null=True),
     _col("writer_mode", String, null=True), _col("lease_until_s", Double, null=True),
+    # Where that writer, an agent, answers its job API (migration 0007), so a run that
+    # missed it can say which JOULESTAT_AGENT_URL to give; NULL when it has none.
+    _col("writer_api_url", String, null=True),
 )
 # A device a sensor reported on a node, as recorded at the agent's last start.
 NODE_DEVICES = Table(

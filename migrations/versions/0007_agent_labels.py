@@ -79,6 +79,9 @@ def _row(job_id: str, labels: dict, agent_labels: dict) -> dict[str, str]:
 def upgrade() -> None:
     op.add_column("jobs", sa.Column("agent_labels", sa.String(), nullable=False,
                                     server_default="{}"))
+    # Where the node's writer answers its job API, if an agent: named to a run that
+    # missed it (joulestat.store.durability).
+    op.add_column("nodes", sa.Column("writer_api_url", sa.String(), nullable=True))
     changed = []
     for job_id, labels, agent_labels in _holding(JOBS.c.labels):
         if isinstance(labels, dict) and _written_by_run(labels.get(KEY)):
@@ -98,3 +101,4 @@ def downgrade() -> None:
     # Plain ALTER TABLE (SQLite >= 3.35 drops a column in place): a batch rebuild of
     # jobs would trip the foreign key of job_nodes, which refers to it.
     op.drop_column("jobs", "agent_labels")
+    op.drop_column("nodes", "writer_api_url")

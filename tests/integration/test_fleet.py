@@ -140,6 +140,9 @@ def test_an_embedded_run_beside_the_agent_counts_its_job_once_and_no_tick_twice(
         summary = json.loads([line for line in err.splitlines() if line.startswith("{")][-1])
         assert summary["mode"] == "embedded"
         assert "this run records its job only" in err
+        # ... and says where the agent answers (issue 24: it knew the pid, not the URL).
+        assert f"job API at {agent.api_url}" in err
+        assert f"point JOULESTAT_AGENT_URL at {agent.api_url}" in err
         # A second agent for the same node is refused, naming the first.
         second = subprocess.run(
             [sys.executable, "-m", "agent", "agent", "--db", agent.db_url, "--node", "n1",
@@ -148,6 +151,7 @@ def test_an_embedded_run_beside_the_agent_counts_its_job_once_and_no_tick_twice(
             env=agent_env(), capture_output=True, text=True, timeout=60)
         assert second.returncode == 2
         assert "node 'n1' is written by agent pid" in second.stderr
+        assert f"job API at {agent.api_url}" in second.stderr
         time.sleep(1.0)
         assert agent.stop() == 0
     _energy, _covered, spans = _stored(agent.db_url, "n1")
