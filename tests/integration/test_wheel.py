@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 
+from joulestat.store.migrate import HEAD_REVISION
 from tests.helpers.agent_process import free_port
 
 pytestmark = pytest.mark.slow
@@ -168,7 +169,7 @@ def test_store_run_jobs_and_report_work_outside_the_tree(installed: Installed) -
     joulestat = installed.bin("joulestat")
     upgrade = installed.run(joulestat, "db", "upgrade", "--db", "sqlite:///w.db")
     assert upgrade.returncode == 0, upgrade.stderr
-    assert "0006" in upgrade.stdout and (installed.work / "w.db").is_file()
+    assert HEAD_REVISION in upgrade.stdout and (installed.work / "w.db").is_file()
 
     code = "import pathlib; pathlib.Path('body.txt').write_text('ran')"
     run = installed.run(joulestat, "run", "--db", "sqlite:///w.db", "--name", "x", "--",
