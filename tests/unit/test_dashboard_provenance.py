@@ -54,9 +54,10 @@ def captions(at: AppTest) -> str:
 def test_compare_says_how_energy_was_obtained_right_after_the_name(store, monkeypatch):
     at = run_page(store, "pages/compare.py", monkeypatch)
     table = at.dataframe[0].value
-    assert list(table.columns[:6]) == [
-        "group", "energy is", "energy per request", "CO2e per request (operational)",
-        "cost per million requests", "throughput (requests/instance-h)"]
+    assert list(table.columns[:7]) == [
+        "group", "energy is", "energy per request", "dynamic energy per request",
+        "CO2e per request (operational)", "cost per million requests",
+        "throughput (requests/instance-h)"]
     assert not [c for c in table.columns if "vs baseline" in c]  # the sentences say them
     shown = table.set_index("group")["energy is"]
     assert shown["c6i.2xlarge"] == ESTIMATED_VM and shown["g5.xlarge"] == "measured"
