@@ -23,23 +23,14 @@ from joulestat.core import units
 from joulestat.reports.idle import policy_words
 from tests.helpers.agent_process import run_cli, running_agent, start_run, stored_jobs, summary_of
 from tests.helpers.dashboard_app import run_page
+from tests.helpers.workloads import looping
 
 pytestmark = pytest.mark.slow
 
-WORK = """
-import time
-from joulestat import count
-
-def work(seconds):
-    until = time.perf_counter() + seconds
-    while time.perf_counter() < until:
-        pass
-
-end = time.time() + {seconds}
-while time.time() < end:
+WORK = looping("""
     work(0.02)
     count("step", 1)
-"""
+    """, "{seconds}", "from joulestat import count")
 POLICIES = ("share", "exclude")
 
 

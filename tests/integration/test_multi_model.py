@@ -18,29 +18,26 @@ from joulestat.store.jobs import list_jobs
 from joulestat.store.model_split import model_splits, split_rows
 from tests.fakes.powercap import FakePowercap
 from tests.helpers.agent_process import run_cli, running_agent, start_run, summary_of
+from tests.helpers.workloads import looping
 
 POWER_W = 50.0
-# Blocks of 300 and 100 ms: a block's wall time is its model's busy time, and a loaded
-# machine may stretch any block by a few milliseconds, which must stay small beside it.
-SERVER = """
-import time
-from joulestat import serving
 
-def work(seconds):
-    until = time.perf_counter() + seconds
-    while time.perf_counter() < until:
-        pass
 
-end = time.time() + {seconds}
-while time.time() < end:
-    with serving("model-a") as model:
-        work(0.3)
-        model.count(1)
-    with serving("model-b") as model:
-        work(0.1)
-        model.count(1)
-    time.sleep(0.1)  # between requests: no model is busy
-"""
+def server(seconds: float) -> str:
+    """Two models, busy 300 and 100 ms a request, then 100 ms between requests (no model
+    busy). Blocks of 300 and 100 ms: a block's wall time is its model's busy time, and a
+    loaded machine may stretch any block by a few milliseconds, which must stay small
+    beside it."""
+    return looping("""
+        with serving("model-a") as model:
+            work(0.3)
+            model.count(1)
+        with serving("model-b") as model:
+            work(0.1)
+            model.count(1)
+        time.sleep(0.1)  # the workload: between requests no model is busy
+        """, seconds, "from joulestat import serving")
+
 
 pytestmark = pytest.mark.slow
 
@@ -55,7 +52,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict]:
             tmp_path, "--sysfs-root", str(tmp_path / "sys"), "--interval", "0.25",
             "--node", "n1") as agent:
         time.sleep(1.0)
-        run = start_run("two-models", SERVER.format(seconds=8), agent.client_env(),
+        run = start_run("two-models", server(8), agent.client_env(),
                         "--kind", "inference")
         summary = summary_of(run)
         assert summary["final"] is True and summary["exit_code"] == 0, summary
@@ -123,22 +120,13 @@ def cli_json(url: str, *args: str) -> dict:
 
 
 # One model, busy about a fifth of the time: 50 ms of work, then 200 ms between requests.
-ONE_MODEL_SERVER = """
-import time
-from joulestat import serving, track
-
-def work(seconds):
-    until = time.perf_counter() + seconds
-    while time.perf_counter() < until:
-        pass
-
-end = time.time() + {seconds}
-while time.time() < end:
-    with serving("m1") as model:
-        work(0.05)
-        model.count(1)
-    time.sleep(0.2)
-"""
+def one_model_server(seconds: float) -> str:
+    return looping("""
+        with serving("m1") as model:
+            work(0.05)
+            model.count(1)
+        time.sleep(0.2)  # the workload: 200 ms between requests
+        """, seconds, "from joulestat import serving")
 
 
 def test_a_one_model_server_reads_the_same_by_model_as_by_job(tmp_path: Path) -> None:
@@ -149,7 +137,7 @@ def test_a_one_model_server_reads_the_same_by_model_as_by_job(tmp_path: Path) ->
     with fake.drive("intel-rapl:0", power_w=POWER_W, hz=500), running_agent(
             tmp_path, "--sysfs-root", str(tmp_path / "sys"), "--interval", "0.25",
             "--node", "n1") as agent:
-        run = start_run("one-model", ONE_MODEL_SERVER.format(seconds=5), agent.client_env(),
+        run = start_run("one-model", one_model_server(5), agent.client_env(),
                         "--kind", "inference")
         plain = start_run("no-model", "import time; time.sleep(1)", agent.client_env(),
                           "--kind", "inference")
