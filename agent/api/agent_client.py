@@ -166,6 +166,16 @@ class AgentClient:
     def get(self, job_id: str) -> dict[str, Any]:
         return self._object("GET", _job_path(job_id))
 
+    def figures(self, job_id: str) -> dict[str, Any]:
+        """The job's figures so far (energy, CO2e, cost, per unit, how measured), from the
+        agent's store as ``joulestat report`` gives them now
+        (:func:`joulestat.reports.figures.figures_of`)."""
+        return self._object("GET", f"{_job_path(job_id)}/figures")
+
+    def report(self, job_id: str) -> dict[str, Any]:
+        """The job's report (``joulestat report --format json``), built by the agent now."""
+        return self._object("GET", f"{_job_path(job_id)}/report")
+
     def wait_final(self, job_id: str, timeout_s: float, poll_s: float = 0.05
                    ) -> dict[str, Any]:
         """The ended job once its last tick is attributed and stored (``"final": true``),

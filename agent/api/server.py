@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from enum import Enum
 from http import HTTPStatus
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from joulestat.api.gate import GatedHandler, HttpGate, Limits, busy_response
@@ -54,6 +54,9 @@ from joulestat.attribution.validation import (
 from joulestat.core import jsonout
 from joulestat.core.redact import redact_labels
 from joulestat.host.peers import PeerLookup
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from joulestat.reports.figures import JobFigures
 
 log = logging.getLogger(__name__)
 
@@ -277,6 +280,8 @@ class _Handler(GatedHandler):
         elif len(parts) in (4, 5) and parts[:3] == ["", "v1", "jobs"] and parts[3]:
             if len(parts) == 4:
                 routes = {"GET": self._get}
+            elif parts[4] in ("figures", "report"):
+                routes = {"GET": self._figures if parts[4] == "figures" else self._report}
             elif parts[4] in ("units", "end"):
                 routes = {"POST": self._units if parts[4] == "units" else self._end}
             else:
@@ -381,6 +386,39 @@ class _Handler(GatedHandler):
 
     def _get(self, job_id: str) -> tuple[int, Any]:
         return 200, _answer(self.server.registry.get(job_id))
+
+    def _figures(self, job_id: str) -> tuple[int, Any]:
+        return 200, self._from_store(job_id, lambda figures: figures.figures(job_id))
+
+    def _report(self, job_id: str) -> tuple[int, Any]:
+        return 200, self._from_store(job_id, lambda figures: figures.report(job_id))
+
+    def _from_store(self, job_id: str, read: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
+        """A job's figures or report, read from the store after the agent wrote what it
+        buffers (:class:`joulestat.reports.figures.JobFigures`): the numbers
+        ``joulestat report`` gives now. Reading a job is open like ``GET /v1/jobs/{id}``;
+        its labels come redacted, as in every report."""
+        from sqlalchemy.exc import SQLAlchemyError
+
+        from joulestat.store.jobs import UnknownJobError
+
+        figures = self.server.figures
+        if figures is None:
+            raise _HttpError(HTTPStatus.NOT_IMPLEMENTED,
+                             "this API has no store to build figures from")
+        try:
+            return read(figures)
+        except UnknownJobError:
+            if _known(self.server.registry, job_id):
+                raise _HttpError(HTTPStatus.SERVICE_UNAVAILABLE,
+                                 f"job {job_id!r} is not in the store yet; try again",
+                                 [("Retry-After", str(STORE_RETRY_AFTER_S))]) from None
+            raise JobNotFound(f"no job with id {job_id!r}") from None
+        except SQLAlchemyError as exc:
+            log.debug("job API: figures of %s: %s", job_id, exc)
+            raise _HttpError(HTTPStatus.SERVICE_UNAVAILABLE,
+                             "the store does not answer; try again",
+                             [("Retry-After", str(STORE_RETRY_AFTER_S))]) from None
 
     def _given_tokens(self) -> list[str]:
         """The job tokens the request carries: ``X-Joulestat-Job-Token`` holds one, or
@@ -535,6 +573,7 @@ class _Server:
         self.job_token, self.peers = api.job_token, api.peers
         self.agent_pid = api.agent_pid
         self.store_state = api.store_state
+        self.figures = api.figures
 
 
 @dataclass(frozen=True, slots=True)
@@ -574,6 +613,7 @@ class ApiServer:
         procfs_root: Path | str = "/proc",
         agent_pid: int | None | ThisProcess = ThisProcess.PID,
         store_state: Callable[[], str] | None = None,
+        figures: JobFigures | None = None,
     ) -> None:
         self.registry, self.host, self.requested_port = registry, host, port
         # The process no job may claim (the one measuring: a job holding it would be
@@ -597,6 +637,9 @@ class ApiServer:
         # The node agent's store as /v1/health tells it: "up", "away" (an outage) or
         # "waiting" (not answered since start-up: jobs of before the start unknown yet).
         self.store_state = store_state
+        # GET /v1/jobs/{id}/figures and /report: a job's figures from the store, as
+        # `joulestat report` gives them (None: this API answers 501).
+        self.figures = figures
         self.max_in_flight, self.request_timeout_s = max_in_flight, request_timeout_s
         self.max_connections = max_connections
         self._gate: HttpGate | None = None

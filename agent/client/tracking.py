@@ -396,6 +396,47 @@ class TrackedJob:
         bad_argument(call, exc, NOT_COUNTED)
         return None
 
+    def figures(self) -> dict[str, Any] | None:
+        """The job's figures so far, from whoever measures it (the agent's store, else
+        this process's): energy, CO2e and cost, in total and per unit, and how the
+        energy was obtained (``energy_is``, ``measured_share``): the numbers
+        ``joulestat report`` gives now (:func:`joulestat.reports.figures.figures_of`).
+        Counts not sent yet are sent first. None where there are none (the job is not
+        measured, or its agent does not answer), said once; never raises."""
+        return self._from_measurer("figures")
+
+    def report(self) -> dict[str, Any] | None:
+        """The job's report (``joulestat report --format json``) now; None as for
+        :meth:`figures`."""
+        return self._from_measurer("report")
+
+    def _from_measurer(self, what: str) -> dict[str, Any] | None:
+        if self._parent is not None:
+            return self._parent._from_measurer(what)
+        if self._id is None or self._mode in (None, Mode.NONE):
+            warn_once((what, "not measured", self._id),
+                      f"job {self.name!r} has no {what}: {self._mode_reason}")
+            return None
+        try:
+            if self._embedded is not None:
+                service = self._embedded.figures()
+                return service.figures(self._id) if what == "figures" \
+                    else service.report(self._id)
+            if self._active:
+                self._flush()  # the counts so far, so per-unit figures include them
+            if what == "figures":
+                return self._client.figures(self._id)
+            return self._client.report(self._id)
+        except (AgentUnavailable, AgentError) as exc:
+            # 503 while the store has not taken the job yet: quietly, it will.
+            if not (isinstance(exc, AgentError) and exc.status == 503):
+                warn_once((what, self._id, type(exc).__name__),
+                          f"job {self._id}: no {what} from {self.agent_url}: {exc}")
+            return None
+        except Exception as exc:
+            _internal(f"job.{what}()", exc)
+            return None
+
     def serving(self, model: str, unit: str = "inference") -> AbstractContextManager[Serving]:
         """``with job.serving("model-a") as s: ... s.count(n)``: the block's wall time is
         ``model``'s busy time, and ``s.count(n)`` counts ``n`` ``unit`` for it."""

@@ -172,8 +172,12 @@ def _devices(engine: Engine, node: str) -> list[dict[str, str]]:
 
 def report_from_detail(engine: Engine, detail: JobDetail,
                        carbon: CarbonSettings = NO_OVERRIDES, keep_secrets: bool = False,
-                       now_s: float | None = None) -> dict[str, Any]:
-    """The report of an already loaded job (see :func:`build_report`)."""
+                       now_s: float | None = None, *, series: bool = True) -> dict[str, Any]:
+    """The report of an already loaded job (see :func:`build_report`). ``series=False``
+    leaves the per-tick series empty (``energy_series``, ``unit_series``,
+    ``power_series``): every figure is the same, and the reads no longer grow with the
+    job's length, which is what a caller asking every few seconds needs
+    (:mod:`joulestat.reports.figures`)."""
     now = time.time() if now_s is None else float(now_s)
     points = [p for part in detail.per_node
               for p in energy_points(part.node, job_energy_series(engine, detail.id, part.node))]
@@ -188,10 +192,10 @@ def report_from_detail(engine: Engine, detail: JobDetail,
         detail.units, energy["total"], dynamic["total"], result.operational_co2e_g,
         result.embodied_co2e_g, result.cost_usd, duration_s)
     cost_notes = [n for n in result.notes if n.startswith("cost unknown")]
-    rows = job_energy_parts(engine, detail.id)
+    rows = job_energy_parts(engine, detail.id) if series else []
     per_node_series = node_series(rows, detail.started_s, end_s)
     per_node_units = unit_series(job_unit_rows(engine, detail.id), rows, detail.started_s,
-                                 end_s)
+                                 end_s) if series else {}
     by_source: dict[str, float] = {}
     for row in job_energy_by_source(engine, detail.id):
         by_source[row.source] = by_source.get(row.source, 0.0) + row.energy_j
@@ -253,11 +257,12 @@ def report_from_detail(engine: Engine, detail: JobDetail,
 
 
 def build_report(engine: Engine, job_id: str, carbon: CarbonSettings = NO_OVERRIDES,
-                 keep_secrets: bool = False, *, now_s: float | None = None) -> dict[str, Any]:
+                 keep_secrets: bool = False, *, now_s: float | None = None,
+                 series: bool = True) -> dict[str, Any]:
     """The report of ``job_id``; :class:`~joulestat.store.jobs.UnknownJobError` if the
     store has no such job. ``carbon``: the user's carbon and price overrides (the
     commands' section; none by default: the data's figures); ``now_s`` fixes "now" for
     running jobs (a running node is counted as held until then) and for
     ``generated_at``."""
     return report_from_detail(engine, job_detail(engine, job_id), carbon, keep_secrets,
-                              now_s)
+                              now_s, series=series)

@@ -208,6 +208,7 @@ def _api_url(host: str, port: int) -> str | None:
 
 def run_agent(settings: AgentSettings) -> int:
     from joulestat.api.server import JOB_SECRET_FILE, ApiServer, load_job_secret
+    from joulestat.reports.figures import JobFigures
 
     _limit_malloc_arenas()
     _raise_open_file_limit()
@@ -255,7 +256,8 @@ def run_agent(settings: AgentSettings) -> int:
                             interval_s=interval_s, persist=writer.save_job_now,
                             job_secret=secret,
                             procfs_root=settings.pipeline.host.procfs_root,
-                            store_state=lambda: _store_state(writer, built.late_jobs))
+                            store_state=lambda: _store_state(writer, built.late_jobs),
+                            figures=JobFigures(writer.engine, writer.flush))
             try:
                 api.start()
             except ValueError as exc:

@@ -36,6 +36,7 @@ from joulestat.attribution.validation import (
 from joulestat.runtime.tick_loop import Every, TickLoop
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
+    from joulestat.reports.figures import JobFigures
     from joulestat.runtime.assembly import PipelineSettings
     from joulestat.runtime.settings import ResolvedSettings
 
@@ -92,6 +93,7 @@ class EmbeddedJob:
         self._thread: threading.Thread | None = None
         self._reason = reason
         self._api: Any = None
+        self._figures: JobFigures | None = None
         self.api_url: str | None = None
         self.api_token = secrets.token_urlsafe(24)
 
@@ -113,6 +115,7 @@ class EmbeddedJob:
 
     def _start(self) -> EmbeddedJob:
         from joulestat.api.server import ApiServer
+        from joulestat.reports.figures import JobFigures
         from joulestat.runtime.assembly import build_pipeline
 
         built = build_pipeline(self._settings, self._registry, with_metrics=False)
@@ -124,9 +127,11 @@ class EmbeddedJob:
         name, kind, pids, labels, job_id = self._fields
         self.job = self._registry.register(name, kind, pids, labels, job_id, origin="embedded",
                                            agent_labels=self._agent_labels)
+        self._figures = JobFigures(self._writer.engine, self._writer.flush)
         self._api = ApiServer(self._registry, "127.0.0.1", 0, token=self.api_token,
                               node=self._pipeline.node.node,
-                              interval_s=self._settings.tick.interval_s, mode="embedded")
+                              interval_s=self._settings.tick.interval_s, mode="embedded",
+                              figures=self._figures)
         self._api.start()
         self.api_url = f"http://127.0.0.1:{self._api.port}"
         self._thread = threading.Thread(target=self._loop, name="joulestat-embedded",
@@ -194,5 +199,17 @@ class EmbeddedJob:
             self._thread.join()  # the loop's final tick covers the job's last moments
         if self._pipeline is not None:
             self._pipeline.close()
+        self._figures = None  # its engine is closed with the pipeline
         assert self.job is not None, "end() before start()"
         return self.job.to_json()
+
+    def figures(self) -> JobFigures:
+        """Where this job's figures and report come from (the integrations ask it, as
+        they ask an agent's API): the running store writer's, flushing first; after
+        :meth:`end`, a reader of the same store."""
+        from joulestat.reports.figures import JobFigures
+        from joulestat.store.engine import open_reader_engine
+
+        if self._figures is None:
+            self._figures = JobFigures(open_reader_engine(self._settings.store.db))
+        return self._figures
