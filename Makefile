@@ -53,6 +53,9 @@ docs: install
 	$(BIN)/python -m joulestat.outputs.metric_catalog > docs/metrics.md
 
 ## Re-resolve the test environment's pins (newest releases within pyproject's ranges).
+## torch is pinned by version only: where pip finds the CPU build (its +cpu wheel, as on
+## our CI machines) it takes it; elsewhere add PyTorch's CPU index first
+## (PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu), or pip brings CUDA.
 lock:
 	rm -rf .lock-venv
 	$(PYTHON) -m venv .lock-venv
@@ -60,7 +63,8 @@ lock:
 	.lock-venv/bin/pip install --quiet '.[dev]'
 	{ echo "# Pins for make test and .ci/run (pip constraints), made by make lock on $$(date -u +%F)."; \
 	  echo "# Update on purpose: make lock, make test, commit."; \
-	  .lock-venv/bin/pip freeze --all --exclude joulestat --exclude setuptools; } > $(CONSTRAINTS)
+	  .lock-venv/bin/pip freeze --all --exclude joulestat --exclude setuptools \
+	  | sed 's/^torch==\(.*\)+cpu$$/torch==\1/'; } > $(CONSTRAINTS)
 	rm -rf .lock-venv
 
 clean:
