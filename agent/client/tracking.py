@@ -42,7 +42,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from enum import StrEnum
 from typing import Any
@@ -119,6 +119,7 @@ class TrackedJob:
         token: str | None = None,
         flush_interval_s: float = FLUSH_INTERVAL_S,
         timeout_s: float = TIMEOUT_S,
+        pids: Iterable[int] | None = None,
     ) -> None:
         # Checked here, so a bad argument is said the same way whether an agent runs or
         # not; each is replaced by what still measures the job, never raised.
@@ -132,6 +133,9 @@ class TrackedJob:
         timeout_s = _positive("timeout_s", timeout_s, TIMEOUT_S)
         token = token if token is not None else os.environ.get(ENV_TOKEN) or None
         self.agent_url, self._client = _agent_client(agent_url, token, timeout_s)
+        # The processes the job is, with their descendants: this one, and those a run of
+        # several processes names (joulestat.integrations.training: a node's ranks).
+        self._pids = sorted({os.getpid(), *(pids or ())})
         self._id: str | None = None
         self._mode: Mode | None = None
         self._mode_reason = "not started"
@@ -264,7 +268,7 @@ class TrackedJob:
             # This process may be in the job our environment names (an outer track(),
             # a `joulestat run`): its token lets this job take the process over.
             enclosing = enclosing_job()
-            job = self._client.register(self.name, self.kind, [os.getpid()], self.labels,
+            job = self._client.register(self.name, self.kind, self._pids, self.labels,
                                         self.requested_id, origin="client",
                                         holding=None if enclosing is None
                                         else enclosing.job_token)
@@ -295,7 +299,7 @@ class TrackedJob:
         try:
             from joulestat.runtime.embedded import EmbeddedJob
 
-            embedded = EmbeddedJob(self.name, self.kind, dict(self.labels), {os.getpid()},
+            embedded = EmbeddedJob(self.name, self.kind, dict(self.labels), set(self._pids),
                                    self.requested_id, reason=no_agent)
             embedded.start()
         except Exception as exc:  # the store, a sensor, a setting, a missing dependency
@@ -580,7 +584,7 @@ class TrackedJob:
 
     def _register_again(self) -> None:
         try:
-            self._client.register(self.name, self.kind, [os.getpid()], self.labels, self.id,
+            self._client.register(self.name, self.kind, self._pids, self.labels, self.id,
                                   origin="client")
         except (AgentUnavailable, AgentError) as exc:
             log.debug("joulestat: job %s: registering again failed: %s", self._id, exc)
