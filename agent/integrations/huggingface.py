@@ -43,7 +43,17 @@ import inspect
 from typing import Any
 
 from joulestat.client.notice import warn_once
-from joulestat.integrations.training import SAMPLE, STEP, TOKEN, TrainingRun, metrics_of
+from joulestat.integrations.training import (
+    SAMPLE,
+    STEP,
+    TOKEN,
+    TrainingRun,
+    as_number,
+    batch_size,
+    batch_tokens,
+    metrics_of,
+    torch_gather,
+)
 
 try:
     from transformers import TrainerCallback
@@ -115,7 +125,7 @@ class JoulestatCallback(TrainerCallback):
         self._ended, self._final = False, None
         world = int(getattr(args, "world_size", 1) or 1)
         self.run.start(self._default_name(args, model), int(args.process_index),
-                       _gather() if world > 1 else None)
+                       torch_gather() if world > 1 else None)
         if not self.run.counts:
             return
         self._scale = world
@@ -146,19 +156,12 @@ class JoulestatCallback(TrainerCallback):
         try:
             if not getattr(module, "training", False):
                 return
-            inputs = {**dict(enumerate(args)), **kwargs}
-            ids = kwargs.get("input_ids")
-            first = ids if ids is not None else next(
-                (v for v in inputs.values() if hasattr(v, "shape") and len(v.shape) > 0),
-                None)
-            if first is None:
+            samples = batch_size(kwargs) or batch_size(args)
+            if samples is None:
                 return
-            self.run.count(SAMPLE, int(first.shape[0]) * self._scale)
-            if self.count_tokens and not self._trainer_counts_tokens and ids is not None:
-                mask = kwargs.get("attention_mask")
-                # On the device, summed lazily: no host sync per batch.
-                self._tokens = self._tokens + (mask.sum() if mask is not None
-                                               else ids.numel())
+            self.run.count(SAMPLE, samples * self._scale)
+            if self.count_tokens and not self._trainer_counts_tokens:
+                self._tokens = self._tokens + batch_tokens(kwargs)
         except Exception as exc:
             warn_once(("hf", "count", type(exc).__name__),
                       f"joulestat: counting a batch failed ({exc!r}); training goes on")
@@ -172,8 +175,7 @@ class JoulestatCallback(TrainerCallback):
             self._tokens_seen = seen
             return
         tokens, self._tokens = self._tokens, 0
-        value = tokens.item() if hasattr(tokens, "item") else tokens
-        self.run.count(TOKEN, float(value) * self._scale)
+        self.run.count(TOKEN, as_number(tokens) * self._scale)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.run.count(STEP, 1)
@@ -214,24 +216,6 @@ class JoulestatCallback(TrainerCallback):
         except Exception as exc:
             warn_once(("hf", "end", type(exc).__name__),
                       f"joulestat: ending the training run's job failed ({exc!r})")
-
-
-def _gather() -> Any:
-    """An all_gather of one picklable object over torch.distributed's default group,
-    which the Trainer (through Accelerate) set up; None where there is none."""
-    try:
-        import torch.distributed as dist
-    except ImportError:
-        return None
-    if not (dist.is_available() and dist.is_initialized()):
-        return None
-
-    def gather(obj: Any) -> list[Any]:
-        found: list[Any] = [None] * dist.get_world_size()
-        dist.all_gather_object(found, obj)
-        return found
-
-    return gather
 
 
 def _to_trackers(args: Any, run: TrainingRun) -> None:

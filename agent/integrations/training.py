@@ -207,3 +207,63 @@ def report_files(job: TrackedJob | None, directory: str) -> list[str]:
         path.write_text(text, encoding="utf-8")
         written.append(str(path))
     return written
+
+
+def batch_size(batch: Any) -> int | None:
+    """The samples in a batch: the first dimension of its ``input_ids``, else of its
+    first tensor (a batch may be a tensor, a sequence or a mapping of them); None when
+    it holds no tensor."""
+    if hasattr(batch, "shape"):
+        return int(batch.shape[0]) if len(batch.shape) > 0 else None
+    if isinstance(batch, Mapping):
+        ids = batch.get("input_ids")
+        if ids is not None and hasattr(ids, "shape") and len(ids.shape) > 0:
+            return int(ids.shape[0])
+        values: Iterable[Any] = batch.values()
+    elif isinstance(batch, list | tuple):
+        values = batch
+    else:
+        return None
+    for value in values:
+        found = batch_size(value)
+        if found is not None:
+            return found
+    return None
+
+
+def batch_tokens(batch: Any) -> Any:
+    """The tokens of a batch of text: its ``attention_mask``'s ones, else every input
+    id; 0 for a batch with neither. A tensor sum stays on its device (adding it up
+    costs no host sync per batch; ``.item()`` when sent)."""
+    if not isinstance(batch, Mapping):
+        return 0
+    mask, ids = batch.get("attention_mask"), batch.get("input_ids")
+    if mask is not None and hasattr(mask, "sum"):
+        return mask.sum()
+    if ids is not None and hasattr(ids, "numel"):
+        return ids.numel()
+    return 0
+
+
+def as_number(value: Any) -> float:
+    """A count that may be a tensor (a device sync, once per send) as a float."""
+    return float(value.item() if hasattr(value, "item") else value)
+
+
+def torch_gather() -> Callable[[Any], list[Any]] | None:
+    """An all_gather of one picklable object over torch.distributed's default group,
+    which the Trainer (through Accelerate) or Lightning's strategy set up; None where
+    there is none (one process)."""
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return None
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return None
+
+    def gather(obj: Any) -> list[Any]:
+        found: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(found, obj)
+        return found
+
+    return gather

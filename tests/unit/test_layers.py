@@ -9,6 +9,8 @@ The layers, lowest first (docs/architecture.md draws them)::
     3. store, outputs, api, reports  where figures go and how they are read back
     4. runtime                       what puts the layers below together
     5. cli, client, dashboard        what a person runs or imports
+    6. integrations                  the client inside ML frameworks (Trainer, Lightning,
+                                     MLflow, W&B)
 
 The rule is over package prefixes: ``joulestat.<dir>.…`` is in ``<dir>``'s layer. The
 ``joulestat`` package itself (``__init__``, ``__main__``) is the public face, above
@@ -40,6 +42,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("store, outputs, api, reports", ("store", "outputs", "api", "reports", "migrations")),
     ("runtime", ("runtime",)),
     ("cli, client, dashboard", ("cli", "client", "dashboard")),
+    ("integrations", ("integrations",)),
 )
 FACE = len(LAYERS)  # the joulestat package itself: above every layer
 
