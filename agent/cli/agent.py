@@ -37,6 +37,10 @@ AGENT_OPTIONS = (
     "spool_max",
     "max_jobs",
     "max_job_series",
+    "otlp_endpoint",
+    "otlp_protocol",
+    "otlp_headers",
+    "otlp_interval",
 )
 
 
@@ -45,9 +49,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "agent",
         help="run the sampling daemon (Prometheus endpoint + SQL store)",
         description="Sample this node's CPU, DRAM, accelerator and network energy every "
-        "--interval seconds, serve it to Prometheus on --metrics-port and write it to the "
-        "store (--db). Measured sources (RAPL, NVML) are used where readable; elsewhere documented "
-        "estimates (see `joulestat estimate` and docs/methodology.md). Stop with Ctrl-C or "
+        "--interval seconds, serve it to Prometheus on --metrics-port (and push it over "
+        "OTLP to --otlp-endpoint, if set) and write it to the store (--db). Measured "
+        "sources (RAPL, NVML) are used where readable; elsewhere documented estimates "
+        "(see `joulestat estimate` and docs/methodology.md). Stop with Ctrl-C or "
         "SIGTERM: the last partial tick is counted and the store flushed.",
     )
     add_options(parser, AGENT_OPTIONS)

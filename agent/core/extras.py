@@ -33,6 +33,7 @@ class Extra(StrEnum):
     AMD = "amd"
     GAUDI = "gaudi"
     EXAMPLES = "examples"
+    OTEL = "otel"
 
 
 def install_hint(extra: Extra) -> str:

@@ -217,6 +217,9 @@ def render_markdown() -> str:
         "`--metrics-host` (default 127.0.0.1). Standard `process_*` metrics describe the agent",
         "process itself.",
         "",
+        "The same figures can be pushed over OTLP (`--otlp-endpoint`), under the",
+        "OpenTelemetry names [docs/opentelemetry.md](opentelemetry.md) lists.",
+        "",
         "The accelerator component was `gpu` before store revision 0006 (issue 14): a "
         "query or rule that selected `component=\"gpu\"` selects "
         "`component=\"accelerator\"` now.",

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -144,6 +144,13 @@ class NodeMetrics(Collector):
                     if before is not None:
                         self._power_w[(*device, before)] = 0.0
                     self._source_of[device] = entry.source
+
+    def values(self) -> tuple[dict[Key, float], dict[Key, float]]:
+        """Copies of the energy and power a scrape would show now, (energy_j, power_w)
+        by (component, device, source): what another exporter of the same figures reads
+        (:mod:`joulestat.outputs.otlp`), so it cannot show other numbers than /metrics."""
+        with self._lock:
+            return dict(self._energy_j), dict(self._power_w)
 
     def observe_tick_work(self, seconds: float) -> None:
         with self._lock:
@@ -273,6 +280,19 @@ def serve(registry: CollectorRegistry, host: str, port: int) -> HttpGate:
     return server
 
 
+def select_jobs(jobs: Iterable[JobTotals], now_s: float, retention_s: float, max_jobs: int
+                ) -> tuple[list[JobTotals], int]:
+    """The jobs an exporter sends at ``now_s``: within retention, running first, then the
+    most recently ended, at most ``max_jobs``; and how many there were when that cap cut
+    them (0: it did not). One rule for every exporter (Prometheus here, OTLP in
+    :mod:`joulestat.outputs.otlp`), so both show the same jobs."""
+    kept = [j for j in jobs if j.ended_s is None or now_s - j.ended_s <= retention_s]
+    kept.sort(key=lambda j: (j.ended_s is not None, -(j.ended_s or j.started_s)))
+    if len(kept) > max_jobs:
+        return kept[:max_jobs], len(kept)
+    return kept, 0
+
+
 class JobMetrics(Collector):
     """Per-job energy and work units, with bounded cardinality.
 
@@ -312,17 +332,11 @@ class JobMetrics(Collector):
             else:
                 log.debug("job registry busy for %.2f s: exporting the previous copy",
                           self.lock_wait_s)
-            jobs = [j for j in self._jobs
-                    if j.ended_s is None or now - j.ended_s <= self.retention_s]
-            jobs.sort(key=lambda j: (j.ended_s is not None, -(j.ended_s or j.started_s)))
-            if len(jobs) > self.max_jobs:
-                if not self._capped:
-                    log.warning("%d jobs to export, more than --max-job-series %d: exporting "
-                                "the running and most recent ones", len(jobs), self.max_jobs)
-                self._capped = True
-                jobs = jobs[: self.max_jobs]
-            else:
-                self._capped = False
+            jobs, over = select_jobs(self._jobs, now, self.retention_s, self.max_jobs)
+            if over and not self._capped:
+                log.warning("%d jobs to export, more than --max-job-series %d: exporting "
+                            "the running and most recent ones", over, self.max_jobs)
+            self._capped = bool(over)
         return jobs
 
     def collect(self) -> Iterator[Metric]:

@@ -45,7 +45,9 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from joulestat.attribution.accounting import AttributionSettings
     from joulestat.attribution.registry import Job
     from joulestat.devices.factory import DeviceSettings
+    from joulestat.host.identity import NodeInfo
     from joulestat.host.usage import HostSettings
+    from joulestat.outputs.otlp import OtlpExporter, OtlpSettings
     from joulestat.outputs.prometheus import NodeMetrics
     from joulestat.outputs.sink import Sink
     from joulestat.runtime.settings import ResolvedSettings
@@ -68,6 +70,8 @@ class PipelineSettings:
     attribution: AttributionSettings
     store: StoreSettings
     tick: TickSettings
+    # The agent's OTLP export (None, or no endpoint: none); embedded mode exports nothing.
+    otlp: OtlpSettings | None = None
 
     @classmethod
     def of(cls, resolved: ResolvedSettings, **store: float) -> PipelineSettings:
@@ -76,12 +80,14 @@ class PipelineSettings:
         from joulestat.attribution.accounting import AttributionSettings
         from joulestat.devices.factory import DeviceSettings
         from joulestat.host.usage import HostSettings
+        from joulestat.outputs.otlp import OtlpSettings
         from joulestat.runtime.tick_loop import TickSettings
         from joulestat.store.writer import StoreSettings
 
         return cls(resolved.section(DeviceSettings), resolved.section(HostSettings),
                    resolved.section(NodeSettings), resolved.section(AttributionSettings),
-                   resolved.section(StoreSettings, **store), resolved.section(TickSettings))
+                   resolved.section(StoreSettings, **store), resolved.section(TickSettings),
+                   resolved.section(OtlpSettings))
 
 
 @dataclass
@@ -97,6 +103,7 @@ class Assembly:
     node_metrics: NodeMetrics | None  # also in pipeline.sinks, when built with metrics
     checkpoint: Checkpoint | None  # found in the store (or spool); pass to pipeline.start()
     late_jobs: LateJobs | None = None
+    otlp: OtlpExporter | None = None  # also in pipeline.sinks, when --otlp-endpoint is set
 
 
 class LateJobs:
@@ -181,6 +188,11 @@ def build_pipeline(settings: PipelineSettings, registry: JobRegistry, *,
     from joulestat.store.engine import open_engine
     from joulestat.store.writer import StoreWriter
 
+    otlp = settings.otlp if with_metrics else None
+    if otlp is not None and otlp.otlp_endpoint is not None:
+        from joulestat.outputs.otlp import check_settings
+
+        check_settings(otlp)  # a missing extra or a bad endpoint stops the start here
     procfs_root = settings.host.procfs_root
     sensors = build_sensors(settings.devices, time.monotonic(),
                             detect_cloud(settings.devices.sysfs_root))
@@ -246,9 +258,9 @@ def build_pipeline(settings: PipelineSettings, registry: JobRegistry, *,
                         "%.0f s ago, the time since it stopped is not measured (its "
                         "checkpoint is in the store)", CHECKPOINT_MAX_AGE_S)
         metrics = _node_metrics(node, sampler, sensors, devices) if with_metrics else None
-        sinks: list[Sink] = [metrics, writer] if metrics is not None else [writer]
-        return Assembly(Pipeline(sampler, node, accounting, sinks, boot_id), writer, metrics,
-                        checkpoint, late_jobs)
+        exporter = _otlp_exporter(otlp, node, metrics, accounting)
+        return Assembly(Pipeline(sampler, node, accounting, _sinks(metrics, exporter, writer),
+                                 boot_id), writer, metrics, checkpoint, late_jobs, exporter)
     if writer.spool:  # rows from an outage before the last stop: into the store first, so
         writer.flush()  # the checkpoint and running jobs read below are the latest
     for job in load_running_jobs(engine, node.node):
@@ -256,17 +268,39 @@ def build_pipeline(settings: PipelineSettings, registry: JobRegistry, *,
         log.info("job %s (%s) was running before the restart; still tracking it",
                  job.name, job.id)
     metrics = _node_metrics(node, sampler, sensors, devices) if with_metrics else None
-    # The node metrics first, as before sinks were a list: a tick is exported before
-    # it is buffered for the store.
-    sinks = [metrics, writer] if metrics is not None else [writer]
-    pipeline = Pipeline(sampler, node, accounting, sinks, boot_id)
+    exporter = _otlp_exporter(otlp, node, metrics, accounting)
+    pipeline = Pipeline(sampler, node, accounting, _sinks(metrics, exporter, writer), boot_id)
     checkpoint = load_checkpoint(engine, node.node)
     if checkpoint is not None and lease.replaced is not None \
             and lease.replaced.writer.mode == "embedded":
         log.info("an embedded run wrote this node's ticks since the last checkpoint (%s); "
                  "not resuming from it, so no tick overlaps", lease.replaced.describe())
         checkpoint = None
-    return Assembly(pipeline, writer, metrics, checkpoint)
+    return Assembly(pipeline, writer, metrics, checkpoint, otlp=exporter)
+
+
+def _sinks(metrics: NodeMetrics | None, exporter: OtlpExporter | None,
+           writer: StoreWriter) -> list[Sink]:
+    """The node metrics first, as before sinks were a list: a tick is exported before it
+    is buffered for the store. The OTLP exporter right after them, since it copies what
+    they hold after the tick."""
+    return [sink for sink in (metrics, exporter, writer) if sink is not None]
+
+
+def _otlp_exporter(settings: OtlpSettings | None, node: NodeInfo,
+                   metrics: NodeMetrics | None, accounting: JobAccounting | None
+                   ) -> OtlpExporter | None:
+    """The OTLP sink when ``--otlp-endpoint`` is set (the agent only: it reads the node
+    metrics the Prometheus endpoint serves, built whether or not that port is open)."""
+    if settings is None or settings.otlp_endpoint is None or metrics is None:
+        return None
+    from joulestat.outputs.otlp import OtlpExporter
+
+    exporter = OtlpExporter(settings, node, metrics.values,
+                            accounting.snapshot if accounting is not None else None)
+    log.info("exporting OTLP (%s) to %s every %.3g s", settings.otlp_protocol,
+             exporter.endpoint, settings.otlp_interval_s)
+    return exporter
 
 
 def _node_metrics(node: Any, sampler: Sampler, sensors: Any, devices: Any) -> NodeMetrics:

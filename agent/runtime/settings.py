@@ -51,6 +51,7 @@ from joulestat.core.setting_parsers import (
     parse_size_bytes,
     parse_text,
 )
+from joulestat.outputs.otlp import OtlpProtocol, parse_endpoint, parse_headers
 
 ENV_PREFIX = "JOULESTAT_"
 # Environment variables earlier versions read, and what replaced them: still set, they
@@ -193,6 +194,20 @@ OPTIONS: dict[str, Option] = {
                "N"),
         Option("max_job_series", number_in(int, 1, 100_000), 500,
                "cap on jobs exported to Prometheus at once (a warning when reached)", "N"),
+        Option("otlp_endpoint", parse_endpoint, None,
+               "OpenTelemetry collector to push node and job metrics to over OTLP "
+               "(needs the otel extra); OTLP/HTTP posts to URL/v1/metrics when the URL "
+               "has no path; gRPC takes host:port (default port 4317). Unset: no export "
+               "(docs/opentelemetry.md)", "URL"),
+        Option("otlp_protocol", member_of(OtlpProtocol), OtlpProtocol.HTTP_PROTOBUF,
+               "OTLP transport: http/protobuf or grpc", "PROTOCOL"),
+        Option("otlp_headers", parse_headers, (),
+               "headers sent with every OTLP export, key=value,key2=value2 as in "
+               "OTEL_EXPORTER_OTLP_HEADERS (values percent-encoded; never logged)",
+               "HEADERS", "none"),
+        Option("otlp_interval", number_in(float, 0.05, 3600, " s"), 10.0,
+               "seconds between OTLP exports (at the first tick after each), 0.05..3600",
+               "S", field="otlp_interval_s"),
         Option("carbon_intensity", optional_number_in(0, 5000), None,
                "grid carbon intensity in gCO2e/kWh, instead of the region's", "G",
                field="carbon_intensity_g_per_kwh"),

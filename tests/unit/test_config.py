@@ -96,12 +96,14 @@ def sections() -> list[type]:
     from joulestat.devices.factory import DeviceSettings
     from joulestat.host.identity import NodeSettings
     from joulestat.host.usage import HostSettings
+    from joulestat.outputs.otlp import OtlpSettings
     from joulestat.outputs.prometheus import MetricsSettings
     from joulestat.runtime.tick_loop import TickSettings
     from joulestat.store.writer import StoreSettings
 
     return [DeviceSettings, HostSettings, NodeSettings, AttributionSettings, StoreSettings,
-            MetricsSettings, ApiSettings, AgentAddress, CarbonSettings, TickSettings]
+            MetricsSettings, ApiSettings, AgentAddress, CarbonSettings, TickSettings,
+            OtlpSettings]
 
 
 def test_every_section_field_is_filled_by_one_option_and_defaults_live_there() -> None:
