@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.powercap import FakePowercap
-from tests.helpers.agent_process import free_port, run_cli, running_agent
+from tests.helpers.agent_process import agent_env, free_port, run_cli, running_agent
 
 pytest.importorskip("transformers", reason="the hf extra is not installed")
 pytest.importorskip("mlflow", reason="the mlflow extra is not installed")
@@ -142,3 +142,39 @@ def test_two_ranks_of_one_run_make_one_job_counted_once(tmp_path):
     final = next(entry for entry in state["log_history"] if "train_runtime" in entry)
     assert final["joulestat/steps"] == 10
     assert final["joulestat/energy_j"] == pytest.approx(report["energy_j"]["total"], rel=0.10)
+
+
+def test_under_joulestat_run_the_callback_joins_the_runs_job(tmp_path):
+    with _fake_node(tmp_path).drive("intel-rapl:0", power_w=POWER_W, hz=500), \
+            running_agent(tmp_path, *_agent_args(tmp_path)) as agent:
+        result = subprocess.run(
+            [str(Path(sys.executable).with_name("joulestat")), "run", "--name", "hf-run",
+             "--kind", "training", "--json", "--", sys.executable, str(EXAMPLE),
+             "--output-dir", str(tmp_path / "out")],
+            env=agent.client_env(OMP_NUM_THREADS="1"), cwd=tmp_path, capture_output=True,
+            text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-4000:]
+        jobs = json.loads(run_cli("jobs", "--json", env=agent.client_env()).stdout)
+    summary = json.loads([x for x in result.stderr.splitlines() if x.startswith("{")][-1])
+    assert [job["name"] for job in jobs] == ["hf-run"], "joined, not a job of its own"
+    assert summary["units"]["step"] == 20 and summary["units"]["sample"] == 160
+    state = json.loads((tmp_path / "out" / "trainer_state.json").read_text())
+    final = next(entry for entry in state["log_history"] if "train_runtime" in entry)
+    # The run's job goes on after training (until its command exits): the figures
+    # logged are those so far, never more than the job's total.
+    assert 0 < final["joulestat/energy_j"] <= summary["total_energy_j"]
+
+
+def test_without_an_agent_training_goes_on_measured_in_process(tmp_path):
+    env = agent_env(JOULESTAT_AGENT_URL=f"http://127.0.0.1:{free_port()}",
+                    JOULESTAT_DB=f"sqlite:///{tmp_path / 'embedded.db'}", OMP_NUM_THREADS="1")
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--output-dir", str(tmp_path / "out")],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "in-process (embedded mode)" in result.stderr
+    state = json.loads((tmp_path / "out" / "trainer_state.json").read_text())
+    final = next(entry for entry in state["log_history"] if "train_runtime" in entry)
+    report = _stored_report(env, NAME)
+    assert final["joulestat/energy_j"] == pytest.approx(report["energy_j"]["total"], rel=0.10)
+    assert report["work_units"]["step"] == 20
