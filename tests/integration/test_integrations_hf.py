@@ -173,6 +173,7 @@ def test_without_an_agent_training_goes_on_measured_in_process(tmp_path):
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     assert "in-process (embedded mode)" in result.stderr
+    assert "Traceback" not in result.stderr
     state = json.loads((tmp_path / "out" / "trainer_state.json").read_text())
     final = next(entry for entry in state["log_history"] if "train_runtime" in entry)
     report = _stored_report(env, NAME)

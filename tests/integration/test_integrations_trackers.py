@@ -63,6 +63,7 @@ def test_mlflow_helpers_log_figures_at_steps_and_the_report_at_the_end(tmp_path)
     steps = client.get_metric_history(run.info.run_id, "joulestat/steps")
     assert steps[-1].value == 20
     assert run.data.params["joulestat.job_id"] == printed["job_id"]
+    assert run.data.params["joulestat.measured_by"] == "agent"
     assert run.data.params["joulestat.energy_is"] == printed["final"]["energy_is"]
     assert run.data.tags["joulestat.energy_is"] == printed["final"]["energy_is"]
     names = {a.path for a in client.list_artifacts(run.info.run_id, "joulestat")}
