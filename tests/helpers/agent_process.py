@@ -164,3 +164,20 @@ def stored_jobs(env: dict[str, str]) -> dict[str, dict]:
                             text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     return {job["name"]: job for job in json.loads(result.stdout)}
+
+
+@contextmanager
+def agent_on_fake_rapl(tmp_path: Path, *args: str, power_w: float = 60.0,
+                       interval_s: float = 0.25, env: dict[str, str] | None = None
+                       ) -> Iterator[RunningAgent]:
+    """The real agent, node ``n1``, on a fake RAPL package drawing ``power_w``, ticking
+    every ``interval_s``: the node the integration tests measure jobs on."""
+    from tests.fakes.powercap import FakePowercap
+
+    fake = FakePowercap(tmp_path / "sys")
+    fake.add_zone("intel-rapl:0", "package-0", max_energy_range_uj=10**13)
+    node = ("--sysfs-root", str(tmp_path / "sys"), "--interval", str(interval_s),
+            "--node", "n1")
+    with fake.drive("intel-rapl:0", power_w=power_w, hz=500), \
+            running_agent(tmp_path, *node, *args, env=env) as agent:
+        yield agent

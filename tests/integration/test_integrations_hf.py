@@ -13,33 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.powercap import FakePowercap
-from tests.helpers.agent_process import agent_env, free_port, run_cli, running_agent
+from tests.helpers.agent_process import agent_env, agent_on_fake_rapl, free_port, run_cli
 
 pytest.importorskip("transformers", reason="the hf extra is not installed")
 pytest.importorskip("mlflow", reason="the mlflow extra is not installed")
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(autouse=True)
-def _mlflow_file_store(monkeypatch):
-    """MLflow 3 refuses its file store unless told (it is in maintenance mode); the
-    issue's test uses one, and this process reads it back."""
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("mlflow_file_store")]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "huggingface" / "trainer.py"
-POWER_W = 60.0
 NAME = "tiny-bert-finetune"  # the example's default --name
-
-
-def _agent_args(tmp_path: Path) -> tuple[str, ...]:
-    return ("--sysfs-root", str(tmp_path / "sys"), "--interval", "0.25", "--node", "n1")
-
-
-def _fake_node(tmp_path: Path) -> FakePowercap:
-    fake = FakePowercap(tmp_path / "sys")
-    fake.add_zone("intel-rapl:0", "package-0", max_energy_range_uj=10**13)
-    return fake
 
 
 def _stored_report(env: dict[str, str], name: str) -> dict:
@@ -60,8 +41,7 @@ def _mlflow_metric(store: Path, key: str) -> list[tuple[int, float]]:
 
 
 def test_trainer_logs_the_agents_figures_to_mlflow_and_the_store_agrees(tmp_path):
-    with _fake_node(tmp_path).drive("intel-rapl:0", power_w=POWER_W, hz=500), \
-            running_agent(tmp_path, *_agent_args(tmp_path)) as agent:
+    with agent_on_fake_rapl(tmp_path) as agent:
         store = tmp_path / "mlruns"
         env = agent.client_env(MLFLOW_TRACKING_URI=store.as_uri(),
                                MLFLOW_ALLOW_FILE_STORE="true", OMP_NUM_THREADS="1")
@@ -119,8 +99,7 @@ def test_two_ranks_of_one_run_make_one_job_counted_once(tmp_path):
     """torchrun, two processes on CPU (gloo): one job holding both ranks' processes,
     steps counted once, samples for the whole run."""
     torchrun = Path(sys.executable).with_name("torchrun")
-    with _fake_node(tmp_path).drive("intel-rapl:0", power_w=POWER_W, hz=500), \
-            running_agent(tmp_path, *_agent_args(tmp_path)) as agent:
+    with agent_on_fake_rapl(tmp_path) as agent:
         env = agent.client_env(OMP_NUM_THREADS="1")
         result = subprocess.run(
             [str(torchrun), "--nproc-per-node", "2", "--master-port", str(free_port()),
@@ -145,8 +124,7 @@ def test_two_ranks_of_one_run_make_one_job_counted_once(tmp_path):
 
 
 def test_under_joulestat_run_the_callback_joins_the_runs_job(tmp_path):
-    with _fake_node(tmp_path).drive("intel-rapl:0", power_w=POWER_W, hz=500), \
-            running_agent(tmp_path, *_agent_args(tmp_path)) as agent:
+    with agent_on_fake_rapl(tmp_path) as agent:
         result = subprocess.run(
             [str(Path(sys.executable).with_name("joulestat")), "run", "--name", "hf-run",
              "--kind", "training", "--json", "--", sys.executable, str(EXAMPLE),

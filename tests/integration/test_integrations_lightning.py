@@ -12,19 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.powercap import FakePowercap
-from tests.helpers.agent_process import run_cli, running_agent
+from tests.helpers.agent_process import agent_on_fake_rapl, run_cli
 from tests.helpers.wandb_offline import read_run
 
 pytest.importorskip("lightning", reason="the lightning extra is not installed")
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(autouse=True)
-def _mlflow_file_store(monkeypatch):
-    """MLflow 3 refuses its file store unless told (it is in maintenance mode); the
-    issue's test uses one, and this process reads it back."""
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("mlflow_file_store")]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "lightning" / "fit.py"
 NAME = "tiny-transformer-fit"  # the example's job name
@@ -32,11 +24,7 @@ NAME = "tiny-transformer-fit"  # the example's job name
 
 def _fit(tmp_path: Path, logger: str, **env_extra: str) -> dict:
     """Run the example under an agent; the stored report of its job."""
-    fake = FakePowercap(tmp_path / "sys")
-    fake.add_zone("intel-rapl:0", "package-0", max_energy_range_uj=10**13)
-    args = ("--sysfs-root", str(tmp_path / "sys"), "--interval", "0.25", "--node", "n1")
-    with fake.drive("intel-rapl:0", power_w=60.0, hz=500), \
-            running_agent(tmp_path, *args) as agent:
+    with agent_on_fake_rapl(tmp_path) as agent:
         env = agent.client_env(OMP_NUM_THREADS="1", **env_extra)
         result = subprocess.run(
             [sys.executable, str(EXAMPLE), "--logger", logger, "--samples", "160",

@@ -12,26 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.powercap import FakePowercap
-from tests.helpers.agent_process import free_port, run_cli, running_agent
+from tests.helpers.agent_process import agent_on_fake_rapl, free_port, run_cli
 from tests.helpers.wandb_offline import read_run
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("mlflow_file_store")]
 LOOP = Path(__file__).resolve().parents[1] / "helpers" / "custom_loop.py"
-
-
-@pytest.fixture(autouse=True)
-def _mlflow_file_store(monkeypatch):
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3: opt in to it
 
 
 def _run_loop(tmp_path: Path, tracker: str, **env_extra: str) -> tuple[dict, dict]:
     """The loop's printed result and the stored report of its job."""
-    fake = FakePowercap(tmp_path / "sys")
-    fake.add_zone("intel-rapl:0", "package-0", max_energy_range_uj=10**13)
-    args = ("--sysfs-root", str(tmp_path / "sys"), "--interval", "0.25", "--node", "n1")
-    with fake.drive("intel-rapl:0", power_w=60.0, hz=500), \
-            running_agent(tmp_path, *args) as agent:
+    with agent_on_fake_rapl(tmp_path) as agent:
         env = agent.client_env(PYTHONPATH=str(Path(__file__).resolve().parents[2]),
                                **env_extra)
         result = subprocess.run([sys.executable, str(LOOP), "--tracker", tracker],

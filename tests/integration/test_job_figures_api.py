@@ -10,24 +10,19 @@ import sys
 
 import pytest
 
-from tests.fakes.powercap import FakePowercap
 from tests.helpers import job_api
-from tests.helpers.agent_process import agent_env, run_cli, running_agent, wait_for
+from tests.helpers.agent_process import agent_env, agent_on_fake_rapl, run_cli, wait_for
 
 pytestmark = pytest.mark.slow
 
 
 def test_figures_are_the_reports_now_and_after_the_end_exactly(tmp_path):
-    fake = FakePowercap(tmp_path / "sys")
-    fake.add_zone("intel-rapl:0", "package-0", max_energy_range_uj=10**13)
-    args = ("--sysfs-root", str(tmp_path / "sys"), "--interval", "0.25", "--node", "n1")
     # A flush interval far longer than the test: figures come from rows the agent
     # writes when asked, not from its next flush.
     env = agent_env(JOULESTAT_FLUSH_INTERVAL="300")
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        with fake.drive("intel-rapl:0", power_w=60.0, hz=500), \
-                running_agent(tmp_path, *args, env=env) as agent:
+        with agent_on_fake_rapl(tmp_path, env=env) as agent:
             port = agent.api_port
             job = job_api.register(port, name="figured", pids=[busy.pid])
             path = f"/v1/jobs/{job['id']}"
@@ -93,9 +88,6 @@ def test_an_api_without_a_store_answers_501(tmp_path):
 
 def test_track_figures_come_from_the_job_api(tmp_path, monkeypatch):
     """job.figures() is the API's figures: the same numbers, asked through track()."""
-    fake = FakePowercap(tmp_path / "sys")
-    fake.add_zone("intel-rapl:0", "package-0", max_energy_range_uj=10**13)
-    args = ("--sysfs-root", str(tmp_path / "sys"), "--interval", "0.25", "--node", "n1")
     code = ("import json, time\nfrom joulestat import track\n"
             "with track('asked') as job:\n"
             "    job.count('step', 3)\n"
@@ -103,8 +95,7 @@ def test_track_figures_come_from_the_job_api(tmp_path, monkeypatch):
             "    while time.time() < end: pass\n"
             "    running = job.figures()\n"
             "print(json.dumps({'running': running, 'final': job.figures(), 'id': job.id}))\n")
-    with fake.drive("intel-rapl:0", power_w=60.0, hz=500), \
-            running_agent(tmp_path, *args) as agent:
+    with agent_on_fake_rapl(tmp_path) as agent:
         result = subprocess.run([sys.executable, "-c", code], env=agent.client_env(),
                                 capture_output=True, text=True, timeout=120)
         assert result.returncode == 0, result.stderr
