@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from joulestat.api.gate import GatedHandler, HttpGate, Limits, busy_response
+from joulestat.attribution.agent_labels import SERVING_METRICS, validate_serving_url
 from joulestat.attribution.registry import Job, JobRegistry
 from joulestat.attribution.validation import (
     JobError,
@@ -76,9 +77,11 @@ API_ORIGINS = ("api", "run", "client")  # the origins a caller may claim; discov
 # field -> required
 # agent_labels: what joulestat itself noted (``cpu_source`` from `joulestat run`), kept
 # apart from the user's labels (joulestat.attribution.agent_labels).
+# serving_metrics: the serving engine's Prometheus URL the agent reads the job's tokens
+# and requests from (kept as the agent label of that name: joulestat.runtime.serving).
 JOB_FIELDS = {"name": True, "kind": True, "pids": False, "labels": False, "job_id": False,
               "origin": False, "instance_type": False,
-              "agent_labels": False}
+              "agent_labels": False, "serving_metrics": False}
 UNIT_FIELDS = {"unit": True, "count": True}
 # cpu_s: the wrapper's total CPU seconds of the job, from wait4(); ended_at: when its
 # command exited (epoch s), so an end that arrives late (an agent restart) keeps its time.
@@ -197,6 +200,18 @@ def _known(registry: JobRegistry, job_id: str) -> bool:
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _with_serving(data: Mapping[str, Any]) -> Any:
+    """The registration's agent labels, with its ``serving_metrics`` field among them."""
+    agent_labels = data.get("agent_labels")
+    url = data.get("serving_metrics")
+    if url is None:
+        return agent_labels
+    validate_serving_url(url, "serving_metrics")
+    if agent_labels is not None and not isinstance(agent_labels, Mapping):
+        return agent_labels  # the registry says what is wrong with it
+    return {**(agent_labels or {}), SERVING_METRICS: url}
 
 
 def _answer(job: Job) -> dict[str, Any]:
@@ -503,7 +518,7 @@ class _Handler(GatedHandler):
             job = registry.register(data["name"], data["kind"], data.get("pids"),
                                     data.get("labels"), job_id, origin=origin,
                                     instance_type=data.get("instance_type"),
-                                    agent_labels=data.get("agent_labels"))
+                                    agent_labels=_with_serving(data))
             answer = {**_answer(job), "job_token": self.server.job_token(job.id)}
             if self.server.persist is not None and not existed:
                 # On disk before the 201, or the answer says it is not (yet): the

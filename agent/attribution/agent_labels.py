@@ -24,6 +24,13 @@ reader can trust that each one means what this module says:
   with another policy while the job ran) is :data:`MIXED`, and stays so: its idle
   energy is neither policy's, and saying either would be wrong for part of it.
 
+* ``serving_metrics`` (:data:`SERVING_METRICS`): the Prometheus endpoint of the serving
+  engine (vLLM, TGI, SGLang) whose token and request counters the agent reads into the
+  job every tick (``joulestat run --serving-metrics``, ``track(serving_metrics=...)``,
+  the API's ``serving_metrics``; :mod:`joulestat.runtime.serving`): how the job's
+  ``output_token``, ``prompt_token`` and ``request`` units were counted, and why its
+  energy is split among its models by their tokens. An ``http(s)://`` URL.
+
 Read the policy with :func:`idle_policy_of`; ``None`` means unknown (jobs stored before
 joulestat recorded it, CodeCarbon imports, reports made before it).
 """
@@ -37,15 +44,16 @@ from joulestat.attribution.shares import IDLE_POLICIES, IdlePolicy
 from joulestat.attribution.validation import JobError, validate_labels
 
 __all__ = ["AGENT_LABEL_KEYS", "CPU_SOURCE", "IDLE_POLICY", "MIXED", "REGISTERED_KEYS",
-           "idle_policy_of", "legacy_split", "merge_agent_labels", "policy_labels",
-           "validate_agent_labels"]
+           "SERVING_METRICS", "idle_policy_of", "legacy_split", "merge_agent_labels",
+           "policy_labels", "validate_agent_labels", "validate_serving_url"]
 
 CPU_SOURCE = "cpu_source"
 IDLE_POLICY = "idle_policy"
-AGENT_LABEL_KEYS = (CPU_SOURCE, IDLE_POLICY)
+SERVING_METRICS = "serving_metrics"
+AGENT_LABEL_KEYS = (CPU_SOURCE, IDLE_POLICY, SERVING_METRICS)
 # The keys a registration may give (the API's ``agent_labels``, the registry's); the
 # idle policy is the attributing process's own, so nobody else can say it.
-REGISTERED_KEYS = (CPU_SOURCE,)
+REGISTERED_KEYS = (CPU_SOURCE, SERVING_METRICS)
 # A job's idle_policy once it was attributed under more than one policy.
 MIXED = "mixed"
 IDLE_POLICY_VALUES = (*IDLE_POLICIES, MIXED)
@@ -66,11 +74,33 @@ def validate_agent_labels(agent_labels: Any, keys: tuple[str, ...] = REGISTERED_
                            f"not given; a registration may give {', '.join(keys)}")
         raise JobError(f"{FIELD}: {key!r} is not an agent label (those are "
                        f"{', '.join(AGENT_LABEL_KEYS)}); a job's own labels go in labels")
+    url = clean.get(SERVING_METRICS)
+    if url is not None:
+        validate_serving_url(url)
     policy = clean.get(IDLE_POLICY)
     if policy is not None and policy not in IDLE_POLICY_VALUES:
         raise JobError(f"{FIELD}.{IDLE_POLICY}: expected one of "
                        f"{', '.join(IDLE_POLICY_VALUES)}, got {policy!r}")
     return clean
+
+
+def validate_serving_url(url: Any, field: str = f"{FIELD}.{SERVING_METRICS}") -> str:
+    """``url`` when it is an ``http(s)://host[:port]/path`` URL, else :class:`JobError`
+    naming ``field`` (the agent fetches it, so nothing else may pass)."""
+    from urllib.parse import urlsplit
+
+    if not isinstance(url, str):
+        raise JobError(f"{field}: expected a URL string, got {type(url).__name__}")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError as exc:
+        raise JobError(f"{field}: not a URL ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise JobError(f"{field}: expected http(s)://HOST[:PORT]/PATH (the server's "
+                       f"Prometheus endpoint, e.g. http://127.0.0.1:8000/metrics), got "
+                       f"{url[:100]!r}")
+    return url
 
 
 def policy_labels(idle_policy: IdlePolicy | str) -> dict[str, str]:

@@ -78,6 +78,9 @@ class Job:
     # What joulestat recorded about how it measured the job (cpu_source, idle_policy:
     # joulestat.attribution.agent_labels), apart from the user's labels.
     agent_labels: dict[str, str] = field(default_factory=dict)
+    # A serving job's latency on this node, per model and kind (ttft, itl, e2e): JSON-able
+    # histograms (joulestat.runtime.serving), stored on its job_nodes row.
+    latency: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
     @property
     def status(self) -> str:
@@ -262,6 +265,17 @@ class JobRegistry:
         if job is None:
             raise JobNotFound(f"no job with id {job_id!r}")
         return job
+
+    def set_latency(self, job_id: str, latency: dict[str, dict[str, dict[str, Any]]]) -> None:
+        """Replace a serving job's latency histograms (JSON-able, per model and kind);
+        they are stored with the job's next save. JobNotFound for an unknown id."""
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None:
+                raise JobNotFound(f"no job with id {job_id!r}")
+            if job.latency != latency:
+                job.latency = latency
+                self._changed[job_id] = job
 
     def count(self, job_id: str, unit: Any, count: Any) -> Job:
         """Add ``count`` of ``unit`` to a running job. A per-model unit

@@ -13,7 +13,7 @@ import argparse
 import math
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from joulestat.attribution.validation import KINDS
 from joulestat.core import jsonout
@@ -53,6 +53,15 @@ def _by(text: str) -> str:
     return text
 
 
+def _target(text: str) -> Any:
+    from joulestat.reports.compare.latency import parse_target
+
+    try:
+        return parse_target(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "compare",
@@ -85,6 +94,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--sla", type=_number, metavar="UNITS_PER_HOUR",
                         help="size a fleet of each row's instances for this many units "
                         "per hour")
+    parser.add_argument("--latency-target", action="append", type=_target, default=[],
+                        metavar="KIND_PXX=S",
+                        help="keep the rows whose served latency meets this (ttft_p99=0.5: "
+                        "99th percentile time to first token at most 0.5 s; KIND ttft, itl "
+                        "or e2e, PXX p50, p90, p95 or p99; from the serving engine's "
+                        "histograms, --serving-metrics) and name the one of least energy "
+                        "per unit among them; repeat for several")
     parser.add_argument("--json", action="store_true",
                         help='one JSON object: {"unit", "baseline", "rows", ...}')
     add_options(parser, COMPARE_OPTIONS)
@@ -125,15 +141,29 @@ def _run(args: argparse.Namespace) -> int:
     notes = [*left_out,
              *dict.fromkeys(f"{f.name}: {note}" for f in figures for note in f.notes)]
     prices = prices_used((n.instance_type for f in figures for n in f.nodes), carbon)
+    outcome = None
+    if args.latency_target:
+        from joulestat.reports.compare.latency import meet_targets
+
+        outcome = meet_targets([r for r in table.rows if r.basis == "unit"],
+                               args.latency_target, {f.job_id: f.latency for f in figures})
     if args.json:
+        from joulestat.reports.compare.latency import outcome_json
         from joulestat.reports.compare.words import as_json
 
-        sys.stdout.write(jsonout.dumps(as_json(table, notes, prices), indent=1))
+        answer = as_json(table, notes, prices)
+        if outcome is not None:
+            answer["latency_target"] = outcome_json(outcome)
+        sys.stdout.write(jsonout.dumps(answer, indent=1))
         sys.stdout.write("\n")
         return 0
+    from joulestat.reports.compare.latency import latency_text
     from joulestat.reports.compare.words import render_text
 
     print(render_text(table, notes, prices))
+    block = latency_text(table, outcome)
+    if block:
+        print("\n" + block)
     return 0
 
 

@@ -32,7 +32,11 @@ import time
 import uuid
 from typing import Any
 
-from joulestat.attribution.agent_labels import CPU_SOURCE
+from joulestat.attribution.agent_labels import (
+    CPU_SOURCE,
+    SERVING_METRICS,
+    validate_serving_url,
+)
 from joulestat.attribution.registry import RUN_ORIGIN
 from joulestat.attribution.validation import (
     KINDS,
@@ -81,6 +85,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="a label; repeat for more")
     parser.add_argument("--job-id", help="join an existing job id (multi-node or multi-step "
                         "jobs report under one id)")
+    parser.add_argument("--serving-metrics", metavar="URL",
+                        help="the Prometheus endpoint of the serving engine CMD runs or "
+                             "talks to (vLLM, TGI, SGLang: http://HOST:PORT/metrics); the "
+                             "agent reads its output_token, prompt_token and request "
+                             "counters and latency histograms into the job every tick")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.add_argument("--embedded", action="store_true",
                         help="measure in-process even if an agent answers")
@@ -160,6 +169,8 @@ def _run(args: argparse.Namespace) -> int:
         labels = validate_labels(labels)
         if args.job_id is not None:
             validate_job_id(args.job_id)
+        if args.serving_metrics is not None:
+            validate_serving_url(args.serving_metrics, "--serving-metrics")
     except JobError as exc:
         raise ConfigError(str(exc)) from None
     tracker = _Tracker(args, settings, labels)
@@ -222,6 +233,8 @@ class _Tracker:
         # cpu_source, once placed: recorded apart from the user's labels, so it neither
         # shows among them nor takes one of their places.
         self.agent_labels: dict[str, str] = {}
+        if args.serving_metrics is not None:
+            self.agent_labels[SERVING_METRICS] = args.serving_metrics
         self.host = settings.section(HostSettings)
         self.address = settings.section(AgentAddress)
         self.client: Any = None

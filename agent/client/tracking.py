@@ -48,6 +48,7 @@ from enum import StrEnum
 from typing import Any
 
 from joulestat.api.agent_client import AgentClient, AgentError, AgentUnavailable
+from joulestat.attribution.agent_labels import SERVING_METRICS, validate_serving_url
 from joulestat.attribution.model_units import BUSY, split_key
 from joulestat.attribution.validation import (
     MAX_LABELS,
@@ -120,6 +121,7 @@ class TrackedJob:
         flush_interval_s: float = FLUSH_INTERVAL_S,
         timeout_s: float = TIMEOUT_S,
         pids: Iterable[int] | None = None,
+        serving_metrics: str | None = None,
     ) -> None:
         # Checked here, so a bad argument is said the same way whether an agent runs or
         # not; each is replaced by what still measures the job, never raised.
@@ -136,6 +138,11 @@ class TrackedJob:
         # The processes the job is, with their descendants: this one, and those a run of
         # several processes names (joulestat.integrations.training: a node's ranks).
         self._pids = sorted({os.getpid(), *(pids or ())})
+        # A serving engine's Prometheus endpoint the agent reads tokens and requests from.
+        url = None if serving_metrics is None else _checked(
+            "serving_metrics", serving_metrics, validate_serving_url, None,
+            "the job is tracked without the server's token counts")
+        self._agent_labels = {SERVING_METRICS: url} if url else {}
         self._id: str | None = None
         self._mode: Mode | None = None
         self._mode_reason = "not started"
@@ -270,6 +277,7 @@ class TrackedJob:
             enclosing = enclosing_job()
             job = self._client.register(self.name, self.kind, self._pids, self.labels,
                                         self.requested_id, origin="client",
+                                        agent_labels=self._agent_labels or None,
                                         holding=None if enclosing is None
                                         else enclosing.job_token)
         except AgentUnavailable as exc:
@@ -300,7 +308,8 @@ class TrackedJob:
             from joulestat.runtime.embedded import EmbeddedJob
 
             embedded = EmbeddedJob(self.name, self.kind, dict(self.labels), set(self._pids),
-                                   self.requested_id, reason=no_agent)
+                                   self.requested_id, reason=no_agent,
+                                   agent_labels=self._agent_labels or None)
             embedded.start()
         except Exception as exc:  # the store, a sensor, a setting, a missing dependency
             failure = _failure(exc)
@@ -585,7 +594,7 @@ class TrackedJob:
     def _register_again(self) -> None:
         try:
             self._client.register(self.name, self.kind, self._pids, self.labels, self.id,
-                                  origin="client")
+                                  origin="client", agent_labels=self._agent_labels or None)
         except (AgentUnavailable, AgentError) as exc:
             log.debug("joulestat: job %s: registering again failed: %s", self._id, exc)
 
@@ -604,6 +613,7 @@ def track(
     agent_url: str | None = None,
     *,
     flush_interval_s: float = FLUSH_INTERVAL_S,
+    serving_metrics: str | None = None,
 ) -> TrackedJob:
     """A job for ``with``: registered with this process's pid on enter, ended on exit.
 
@@ -613,9 +623,12 @@ def track(
     says which (:class:`Mode`), ``job.mode_reason`` why. Inside another job (an open
     track() of this process, or ``joulestat run``) it joins that job instead;
     ``job.joined`` says so. Never raises: the block always runs, and whatever fails is
-    said once on the ``joulestat`` logger.
+    said once on the ``joulestat`` logger. ``serving_metrics``: the Prometheus endpoint
+    of a serving engine (vLLM, TGI, SGLang) this job serves through; the agent reads its
+    token and request counters and latency histograms into the job every tick.
     """
-    return TrackedJob(name, kind, labels, job_id, agent_url, flush_interval_s=flush_interval_s)
+    return TrackedJob(name, kind, labels, job_id, agent_url, flush_interval_s=flush_interval_s,
+                      serving_metrics=serving_metrics)
 
 
 def current_job() -> TrackedJob | None:

@@ -36,6 +36,7 @@ from joulestat.outputs.prometheus import (
 )
 from joulestat.runtime.assembly import PipelineSettings, build_pipeline
 from joulestat.runtime.pipeline import Pipeline
+from joulestat.runtime.serving import ServingUnits
 from joulestat.runtime.tick_loop import Every, TickHook, TickLoop
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -123,6 +124,7 @@ class Daemon:
     writer: Any = None  # joulestat.store.writer.StoreWriter
     node_metrics: NodeMetrics | None = None
     late_jobs: TickHook | None = None  # joulestat.runtime.assembly.LateJobs
+    serving: ServingUnits | None = None  # tokens from serving engines' metrics
 
     def run(self) -> None:
         worker = None
@@ -145,6 +147,8 @@ class Daemon:
         hooks.append(Every(MAINTAIN_EVERY_S, lambda _now_s: self._prune_ended_jobs()))
         if self.late_jobs is not None:
             hooks.append(self.late_jobs)
+        if self.serving is not None:
+            hooks.append(self.serving)
         return hooks
 
     def _prune_ended_jobs(self) -> None:
@@ -157,6 +161,8 @@ class Daemon:
         if old:
             accounting.registry.forget(old)
             accounting.forget(old)
+            if self.serving is not None:
+                self.serving.forget(old)
 
 
 def _limit_malloc_arenas(arenas: int = 1) -> None:
@@ -275,8 +281,12 @@ def run_agent(settings: AgentSettings) -> int:
         raise
 
     pipeline.start(built.checkpoint, now_s=time.time())
+    serving = ServingUnits(registry, interval_s)
+    serving.start()
     Daemon(pipeline, interval_s, metrics.job_retention_s, stop,
-           writer=writer, node_metrics=built.node_metrics, late_jobs=built.late_jobs).run()
+           writer=writer, node_metrics=built.node_metrics, late_jobs=built.late_jobs,
+           serving=serving).run()
+    serving.close()
     for server in servers:
         _close(server)
     if writer.fatal is not None:

@@ -156,6 +156,8 @@ class EmbeddedJob:
         self.api_url = None
 
     def _loop(self) -> None:
+        from joulestat.runtime.serving import ServingUnits
+
         writer = self._writer
 
         def flush(now_s: float) -> None:
@@ -165,8 +167,13 @@ class EmbeddedJob:
         # Flush every flush interval, or at once when the writer asks (a job ended and
         # its final figures should be stored before anyone reads them).
         flush_hook = Every(writer.flush_interval_s, flush, asked=writer.wake.is_set)
-        TickLoop(self._pipeline.tick, self._settings.tick.interval_s, self._stop,
-                 [flush_hook]).run()
+        serving = ServingUnits(self._registry, self._settings.tick.interval_s)
+        serving.start()
+        try:
+            TickLoop(self._pipeline.tick, self._settings.tick.interval_s, self._stop,
+                     [flush_hook, serving]).run()
+        finally:
+            serving.close()
 
     def add_pid(self, pid: int, labels: dict[str, str] | None = None,
                 agent_labels: dict[str, str] | None = None) -> None:

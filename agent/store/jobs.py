@@ -451,6 +451,9 @@ class JobNodePart(Held):
     idle_j: dict[str, float]
     total_j: float
     units: dict[str, float]
+    # A serving job's latency histograms here, per model and kind (migration 0008;
+    # joulestat.host.serving_metrics reads them): {} for any other job.
+    latency: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -490,7 +493,8 @@ def _summaries(connection: Connection, job_ids: Select[Any] | None) -> list[JobD
                         jobs.created_s, jobs.ended_s, jobs.agent_labels
                         ).order_by(jobs.created_s, jobs.id)
     parts_query = select(parts.job_id, parts.node, parts.instance_type, parts.region,
-                         parts.started_s, parts.ended_s, parts.pids).order_by(parts.node)
+                         parts.started_s, parts.ended_s, parts.pids, parts.latency
+                         ).order_by(parts.node)
     if job_ids is not None:
         meta_query = meta_query.where(jobs.id.in_(job_ids))
         parts_query = parts_query.where(parts.job_id.in_(job_ids))
@@ -509,6 +513,7 @@ def _summaries(connection: Connection, job_ids: Select[Any] | None) -> list[JobD
                 part.node, part.instance_type, part.region, part.started_s, part.ended_s,
                 tuple(json.loads(part.pids)), dynamic, idle,
                 sum(dynamic.values()) + sum(idle.values()), by_unit(units, job_id, part.node),
+                json.loads(part.latency) if part.latency else {},
             ))
         dynamic, idle = by_component(energy, job_id)
         result.append(JobDetail(

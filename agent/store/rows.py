@@ -433,7 +433,8 @@ class PendingJobs:
             {"job_id": job.id, "node": node.node,
              "instance_type": job.instance_type or node.instance_type,
              "region": node.region, "started_s": float(job.started_s),
-             "ended_s": job.ended_s, "pids": json.dumps(sorted(list(job.pids)))},
+             "ended_s": job.ended_s, "pids": json.dumps(sorted(list(job.pids))),
+             "latency": json.dumps(job.latency, sort_keys=True) if job.latency else None},
         )
 
     def save_checkpoint(self, state: Mapping[str, Any], boot_id: str, saved_s: float) -> None:
@@ -521,7 +522,7 @@ def _job_nodes_upsert(insert: Any) -> Any:
     return statement.on_conflict_do_update(
         index_elements=["job_id", "node"],
         set_={name: statement.excluded[name] for name in (
-            "instance_type", "region", "started_s", "ended_s", "pids")},
+            "instance_type", "region", "started_s", "ended_s", "pids", "latency")},
     )
 
 

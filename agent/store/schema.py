@@ -54,6 +54,7 @@ from sqlalchemy import (
     Select,
     String,
     Table,
+    Text,
     func,
     literal_column,
     or_,
@@ -183,6 +184,8 @@ JOB_NODES = Table(
     _key("job_id", String, "jobs.id"), _node_key(),
     _col("instance_type", String), _col("region", String), _col("started_s", Double),
     _col("ended_s", Double, null=True), _col("pids", String),
+    # A serving job's latency histograms on this node, JSON (migration 0008); else null.
+    _col("latency", Text, null=True),
 )
 # Raw per-tick shares: what one job got of one device over (t_start_ms, t_end_ms],
 # keyed like tick_energy plus job_id ('' for the unattributed remainder). The

@@ -24,6 +24,7 @@ from joulestat.carbon.catalog import accelerators_of
 from joulestat.carbon.footprint import CarbonSettings, energy_points
 from joulestat.carbon.pricing import JobPrice, Pricer
 from joulestat.core.tick import Component
+from joulestat.reports.compare.latency import job_latency
 from joulestat.reports.compare.table import CompareError, JobFigures
 from joulestat.reports.idle import job_idle_policy
 from joulestat.store.jobs import (
@@ -142,7 +143,8 @@ def job_figures(job: JobTotals | JobDetail, price: JobPrice, now_s: float,
         started_s=job.started_s, sources=tuple(sorted(set(sources))),
         accelerator_j=accelerator_j_of(job),
         accelerators=accelerator_names(job.nodes, models or {}),
-        dynamic_j=dynamic_j_of(job), idle_policy=job_idle_policy(job))
+        dynamic_j=dynamic_j_of(job), idle_policy=job_idle_policy(job),
+        latency=job_latency(job.per_node) if isinstance(job, JobDetail) else {})
 
 
 def sources_of(job: JobTotals | JobDetail, by_node: Mapping[str, Sequence[str]]

@@ -78,10 +78,12 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from joulestat.carbon.pricing import NodeFigures
 from joulestat.carbon.units import S_PER_HOUR
 from joulestat.core.redact import redact_labels
+from joulestat.reports.compare.latency import row_latency
 from joulestat.reports.idle import common_policy
 from joulestat.reports.sources import sources_class
 from joulestat.store.model_split import ModelSplit
@@ -131,6 +133,9 @@ class JobFigures:
     accelerators: tuple[str, ...] = ()
     dynamic_j: float | None = None  # the part of energy_j above idle; None: unknown
     idle_policy: str | None = None  # share | exclude; None: not recorded
+    # a serving job's latency histograms per kind (ttft, itl, e2e), over its nodes and
+    # models (joulestat.reports.compare.latency); empty for any other job
+    latency: Mapping[Any, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Checked without names first: the dashboard builds ten thousand of these a page.
@@ -237,6 +242,8 @@ class ComparisonRow:
     dynamic_per_run_j: float | None = None
     dynamic_pct: float | None = None
     idle_policy: str | None = None  # share | exclude | mixed; None: not recorded
+    # served latency, seconds: {"ttft": {"p50": s, "p99": s}, "itl": ...}; {} without
+    latency_s: dict[str, dict[str, float | None]] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -340,6 +347,7 @@ def _row(members: list[JobFigures], unit: str | None, by: str,
         dynamic_j=dynamic_j, dynamic_per_unit_j=_per(dynamic_j, count),
         dynamic_per_run_j=_per(dynamic_j, runs),
         idle_policy=common_policy(job.idle_policy for job in members),
+        latency_s=row_latency(job.latency for job in members),
     )
 
 

@@ -1,0 +1,238 @@
+"""Tokens and requests from a serving engine's own metrics, into the jobs that name it.
+
+A job registered with ``serving_metrics`` (the agent label of that name: ``joulestat
+run --serving-metrics URL``, ``track(serving_metrics=URL)``, the API's field) is
+counted from the engine's Prometheus endpoint rather than by its code: vLLM, TGI and
+SGLang never call ``count()``, but each exposes cumulative token and request counters
+and latency histograms per model (:mod:`joulestat.host.serving_metrics` reads them).
+
+Two halves, so no HTTP request ever runs on the tick thread:
+
+* a poller thread fetches each endpoint every ``interval_s`` and keeps the latest
+  sample with the time it was taken;
+* a tick hook (:meth:`ServingUnits.__call__`) takes, per job, the samples that arrived
+  since the last tick and counts their differences into the registry: per model,
+  ``output_token@<model>``, ``prompt_token@<model>`` and ``request@<model>`` (the
+  registry adds each to the job's plain unit), and ``busy_s@<model>``: the time between
+  the two samples shared among the models by the tokens (prompt and output) each
+  processed in it. The store's per-model split (:mod:`joulestat.store.model_split`)
+  divides the job's energy by busy time, so a job serving several models is split by
+  tokens: an estimate, as the reports say (the agent label names the endpoint).
+
+Counters are differenced as Prometheus' ``increase()`` does: a value lower than the last
+is a restart, counted from zero, so a server restart loses no tokens. The first sample
+of a job is its baseline (tokens served before the job began are not its). An endpoint
+that stops answering is said once (WARNING) and again when it answers (INFO); the job
+keeps the units it has, and the next sample's difference covers the outage.
+
+Latency: per job and model, the histograms' differences since the job's first sample,
+added up (TTFT, inter-token latency, end-to-end), which the store keeps with the job
+(:meth:`ServingUnits.latency`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from joulestat.attribution.agent_labels import SERVING_METRICS
+from joulestat.attribution.model_units import BUSY, MAX_MODELS_PER_JOB, model_key, validate_model
+from joulestat.attribution.registry import JobRegistry
+from joulestat.attribution.validation import JobError
+from joulestat.core.redact import redact_url
+from joulestat.host.serving_metrics import (
+    Histogram,
+    Latency,
+    ServingMetricsError,
+    ServingSample,
+    counter_delta,
+    fetch_serving_metrics,
+    histogram_add,
+    histogram_delta,
+    histogram_to_json,
+    parse_serving_metrics,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["OUTPUT_TOKEN", "PROMPT_TOKEN", "REQUEST", "ServingUnits"]
+
+OUTPUT_TOKEN, PROMPT_TOKEN, REQUEST = "output_token", "prompt_token", "request"
+FETCH_TIMEOUT_S = 2.0
+
+
+@dataclass
+class _JobState:
+    """One job's view of its endpoint: the last sample counted, and its latency so far."""
+
+    url: str
+    last: ServingSample | None = None
+    last_s: float | None = None
+    latency: dict[str, dict[Latency, Histogram]] = field(default_factory=dict)
+    failing: bool = False
+
+
+class ServingUnits:
+    """Counts serving engines' tokens and requests into the jobs that name them.
+
+    Call it after each tick (a tick hook); :meth:`start` the poller, :meth:`close` it.
+    ``fetch`` and ``clock`` are parameters for tests.
+    """
+
+    def __init__(self, registry: JobRegistry, interval_s: float = 1.0, *,
+                 fetch: Callable[[str, float], str] = fetch_serving_metrics,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._registry, self._interval_s = registry, interval_s
+        self._fetch, self._clock = fetch, clock
+        self._lock = threading.Lock()
+        self._latest: dict[str, tuple[ServingSample, float]] = {}  # by job id
+        self._jobs: dict[str, _JobState] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- the poller ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="joulestat-serving",
+                                        daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=FETCH_TIMEOUT_S + 1)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            try:
+                self.poll()
+            except Exception:  # never kill the thread: the next round tries again
+                log.exception("serving metrics: polling failed")
+
+    def poll(self) -> None:
+        """Fetch every running job's endpoint once (one fetch per URL)."""
+        wanted: dict[str, list[str]] = {}
+        for job in self._registry.jobs(running_only=True):
+            url = job.agent_labels.get(SERVING_METRICS)
+            if url:
+                wanted.setdefault(url, []).append(job.id)
+        for url, job_ids in wanted.items():
+            try:
+                sample = parse_serving_metrics(self._fetch(url, FETCH_TIMEOUT_S))
+            except ServingMetricsError as exc:
+                self._failed(url, job_ids, str(exc))
+                continue
+            taken_s = self._clock()
+            with self._lock:
+                for job_id in job_ids:
+                    self._latest[job_id] = (sample, taken_s)
+                    state = self._jobs.get(job_id)
+                    if state is not None and state.failing:
+                        state.failing = False
+                        log.info("serving metrics of job %s answer again at %s", job_id,
+                                 redact_url(url))
+
+    def _failed(self, url: str, job_ids: list[str], why: str) -> None:
+        with self._lock:
+            for job_id in job_ids:
+                state = self._jobs.setdefault(job_id, _JobState(url))
+                if not state.failing:
+                    state.failing = True
+                    log.warning("serving metrics of job %s: %s; its tokens so far are kept, "
+                                "and counted on from the next answer", job_id, why)
+
+    # -- the tick hook -------------------------------------------------------------------
+
+    def __call__(self, _now_s: float = 0.0, _work_s: float = 0.0) -> None:
+        with self._lock:
+            latest, self._latest = self._latest, {}
+        for job_id, (sample, taken_s) in latest.items():
+            try:
+                self._count(job_id, sample, taken_s)
+            except JobError as exc:  # the job ended or was forgotten meanwhile
+                log.debug("serving metrics of job %s not counted: %s", job_id, exc)
+
+    def _count(self, job_id: str, sample: ServingSample, taken_s: float) -> None:
+        job = self._registry.get(job_id)
+        url = job.agent_labels.get(SERVING_METRICS, "")
+        with self._lock:
+            state = self._jobs.setdefault(job_id, _JobState(url))
+        previous, previous_s = state.last, state.last_s
+        state.last, state.last_s = sample, taken_s
+        if previous is None or previous_s is None:
+            return  # the job's baseline: what the server served before it is not its
+        tokens: dict[str, float] = {}
+        for model, counters in sorted(sample.models.items())[:MAX_MODELS_PER_JOB]:
+            try:
+                validate_model(model)
+            except ValueError:
+                log.debug("serving metrics: model name %r cannot be counted", model)
+                continue
+            before = previous.models.get(model)
+            deltas = {
+                OUTPUT_TOKEN: _increase(counters.output_tokens,
+                                        before.output_tokens if before else None),
+                PROMPT_TOKEN: _increase(counters.prompt_tokens,
+                                        before.prompt_tokens if before else None),
+                REQUEST: _increase(counters.requests, before.requests if before else None),
+            }
+            for unit, delta in deltas.items():
+                if delta > 0:
+                    self._registry.count(job_id, model_key(unit, model), delta)
+            tokens[model] = deltas[OUTPUT_TOKEN] + deltas[PROMPT_TOKEN]
+            self._add_latency(state, model, counters.latency,
+                              before.latency if before else None)
+        self._count_busy(job_id, tokens, taken_s - previous_s)
+        if state.latency:
+            self._registry.set_latency(job_id, {
+                model: {kind.value: histogram_to_json(h) for kind, h in sorted(hists.items())}
+                for model, hists in sorted(state.latency.items()) if hists})
+
+    def _count_busy(self, job_id: str, tokens: Mapping[str, float], elapsed_s: float) -> None:
+        """The time between two samples, shared among the models by their tokens: how
+        the store's per-model split divides the job's energy (an estimate)."""
+        total = sum(tokens.values())
+        if total <= 0 or elapsed_s <= 0:
+            return
+        for model, count in tokens.items():
+            if count > 0:
+                self._registry.count(job_id, model_key(BUSY, model), elapsed_s * count / total)
+
+    @staticmethod
+    def _add_latency(state: _JobState, model: str, now: Mapping[Latency, Histogram],
+                     before: Mapping[Latency, Histogram] | None) -> None:
+        per_model = state.latency.setdefault(model, {})
+        for kind, histogram in now.items():
+            then = before.get(kind) if before is not None else None
+            if then is None:
+                continue  # first sight of this histogram: its baseline
+            per_model[kind] = histogram_add(per_model.get(kind), histogram_delta(histogram, then))
+
+    def latency(self, job_id: str) -> dict[str, dict[Latency, Histogram]]:
+        """Per model, the job's latency histograms since its first sample."""
+        with self._lock:
+            state = self._jobs.get(job_id)
+            if state is None:
+                return {}
+            return {model: dict(hists) for model, hists in state.latency.items() if hists}
+
+    def forget(self, job_ids: list[str]) -> None:
+        with self._lock:
+            for job_id in job_ids:
+                self._jobs.pop(job_id, None)
+                self._latest.pop(job_id, None)
+
+
+def _increase(now: float | None, then: float | None) -> float:
+    """What a counter counted between two samples of the job: a counter the engine does
+    not expose counts nothing; one absent from the earlier sample appeared since (a
+    model's first request), so all of it is new; else Prometheus' ``increase()`` rule
+    (:func:`~joulestat.host.serving_metrics.counter_delta`: a drop is a restart)."""
+    if now is None:
+        return 0.0
+    if then is None:
+        return max(0.0, now)
+    return counter_delta(now, then)

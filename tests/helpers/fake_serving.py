@@ -1,0 +1,145 @@
+"""A serving engine's Prometheus endpoint at known rates: what ``--serving-metrics``
+reads, in vLLM's, TGI's or SGLang's names (as tests/fixtures/serving/*.prom show them,
+from each engine's source).
+
+Each model's counters grow linearly with wall time at the rates given (output and prompt
+tokens, requests a second), so the truth over any window is rate x its length; every
+request is observed once in the latency histograms at the model's fixed TTFT, ITL and
+end-to-end latency. ``restart()`` zeroes the counters as a server restart does (the
+truth goes on), ``down()``/``up()`` stop and resume answering.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0)
+
+
+@dataclass(frozen=True)
+class ModelRates:
+    output_tokens_per_s: float = 200.0
+    prompt_tokens_per_s: float = 50.0
+    requests_per_s: float = 2.0
+    ttft_s: float = 0.12
+    itl_s: float = 0.02
+    e2e_s: float = 2.0
+
+
+class FakeServingEngine:
+    """``with FakeServingEngine("vllm", {"m": ModelRates()}) as engine: engine.url``."""
+
+    def __init__(self, engine: str, models: dict[str, ModelRates]) -> None:
+        self.engine, self.models = engine, models
+        self._lock = threading.Lock()
+        self._since = time.monotonic()  # counters count from here (a restart resets it)
+        self._answering = True
+        engine_self = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                if not engine_self._answering:
+                    self.send_error(503, "down")
+                    return
+                body = engine_self.render().encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_port}/metrics"
+
+    def __enter__(self) -> FakeServingEngine:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def restart(self) -> None:
+        with self._lock:
+            self._since = time.monotonic()
+
+    def down(self) -> None:
+        self._answering = False
+
+    def up(self) -> None:
+        self._answering = True
+
+    # -- the exposition ----------------------------------------------------------------
+
+    def render(self) -> str:
+        with self._lock:
+            elapsed = time.monotonic() - self._since
+        lines: list[str] = []
+        render = {"vllm": self._vllm, "sglang": self._sglang, "tgi": self._tgi}[self.engine]
+        render(lines, elapsed)
+        return "\n".join(lines) + "\n"
+
+    @staticmethod
+    def _histogram(lines: list[str], name: str, labels: str, value_s: float,
+                   observations: float) -> None:
+        sep = "," if labels else ""
+        for bound in BUCKETS_S:
+            count = observations if value_s <= bound else 0.0
+            lines.append(f'{name}_bucket{{{labels}{sep}le="{bound}"}} {count}')
+        lines.append(f'{name}_bucket{{{labels}{sep}le="+Inf"}} {observations}')
+        lines.append(f"{name}_sum{{{labels}}} {observations * value_s}" if labels
+                     else f"{name}_sum {observations * value_s}")
+        lines.append(f"{name}_count{{{labels}}} {observations}" if labels
+                     else f"{name}_count {observations}")
+
+    def _prefixed(self, lines: list[str], elapsed: float, prefix: str, requests: str,
+                  extra: str) -> None:
+        """vLLM and SGLang: the same shapes under their own prefixes."""
+        for kind, name in (("counter", f"{prefix}:generation_tokens"),
+                           ("counter", f"{prefix}:prompt_tokens"),
+                           ("counter", f"{prefix}:{requests}")):
+            lines.append(f"# TYPE {name} {kind}")
+            for model, rates in self.models.items():
+                value = {f"{prefix}:generation_tokens": rates.output_tokens_per_s,
+                         f"{prefix}:prompt_tokens": rates.prompt_tokens_per_s,
+                         }.get(name, rates.requests_per_s) * elapsed
+                lines.append(f'{name}_total{{model_name="{model}"{extra}}} {value}')
+        for name, attr in ((f"{prefix}:time_to_first_token_seconds", "ttft_s"),
+                           (f"{prefix}:inter_token_latency_seconds", "itl_s"),
+                           (f"{prefix}:e2e_request_latency_seconds", "e2e_s")):
+            lines.append(f"# TYPE {name} histogram")
+            for model, rates in self.models.items():
+                self._histogram(lines, name, f'model_name="{model}"', getattr(rates, attr),
+                                rates.requests_per_s * elapsed)
+
+    def _vllm(self, lines: list[str], elapsed: float) -> None:
+        self._prefixed(lines, elapsed, "vllm", "request_success", ',finished_reason="stop"')
+
+    def _sglang(self, lines: list[str], elapsed: float) -> None:
+        self._prefixed(lines, elapsed, "sglang", "num_requests", "")
+
+    def _tgi(self, lines: list[str], elapsed: float) -> None:
+        (rates,) = self.models.values()  # TGI serves one model
+        requests = rates.requests_per_s * elapsed
+        lines += ["# TYPE tgi_request_success counter", f"tgi_request_success {requests}"]
+        for name, per_request in (
+                ("tgi_request_generated_tokens", rates.output_tokens_per_s / rates.requests_per_s),
+                ("tgi_request_input_length", rates.prompt_tokens_per_s / rates.requests_per_s)):
+            lines.append(f"# TYPE {name} histogram")
+            lines.append(f'{name}_bucket{{le="+Inf"}} {requests}')
+            lines.append(f"{name}_sum {requests * per_request}")
+            lines.append(f"{name}_count {requests}")
+        for name, value in (("tgi_request_mean_time_per_token_duration", rates.itl_s),
+                            ("tgi_request_duration", rates.e2e_s)):
+            lines.append(f"# TYPE {name} histogram")
+            self._histogram(lines, name, "", value, requests)

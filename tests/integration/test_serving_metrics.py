@@ -1,0 +1,170 @@
+"""``joulestat run --serving-metrics URL`` beside the real agent on a fake RAPL node: a
+server exposing vLLM's, TGI's or SGLang's metric names at known rates (200 output
+tokens, 50 prompt tokens and 2 requests a second: tests/helpers/fake_serving.py) is
+counted into the job; a restart and an outage of the server lose no tokens; two models'
+energies add up to the job's; compare gives energy per output token and picks the
+setup a latency target allows."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import compare_store
+from tests.helpers.agent_process import (
+    JOULESTAT,
+    agent_on_fake_rapl,
+    run_cli,
+    stored_jobs,
+    summary_of,
+    wait_for,
+)
+from tests.helpers.fake_serving import FakeServingEngine, ModelRates
+
+pytestmark = pytest.mark.slow
+RATES = ModelRates(output_tokens_per_s=200.0, prompt_tokens_per_s=50.0, requests_per_s=2.0)
+TOLERANCE = 0.15  # the issue's: units within 15 % of the truth
+
+
+def _serve(agent, engine: FakeServingEngine, name: str, tmp_path: Path,
+           during=None) -> tuple[dict, dict]:
+    """A job under `joulestat run --serving-metrics` that lasts until told to stop;
+    ``during(units_so_far)`` runs once some tokens are counted. The run's summary, and
+    the job as stored."""
+    done = tmp_path / f"{name}.done"
+    code = ("import os, time\n"
+            f"while not os.path.exists({str(done)!r}): time.sleep(0.05)\n")
+    proc = subprocess.Popen(
+        [JOULESTAT, "run", "--name", name, "--kind", "inference", "--json",
+         "--serving-metrics", engine.url, "--", sys.executable, "-c", code],
+        env=agent.client_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        def counted(minimum: float) -> float:
+            jobs = json.loads(run_cli("jobs", "--json", env=agent.client_env()).stdout)
+            found = [j for j in jobs if j["name"] == name]
+            return found[0]["units"].get("output_token", 0) >= minimum if found else False
+
+        wait_for(lambda: counted(200), timeout_s=120, every_s=0.2)
+        if during is not None:
+            during()
+        wait_for(lambda: counted(1200), timeout_s=120, every_s=0.2)
+    finally:
+        done.touch()
+    summary = summary_of(proc, timeout_s=120)
+    return summary, stored_jobs(agent.client_env())[name]
+
+
+def _truth(job: dict, per_s: float) -> float:
+    return per_s * (job["ended_s"] - job["started_s"])
+
+
+@pytest.mark.parametrize("engine_name", ["vllm", "tgi", "sglang"])
+def test_units_from_the_servers_metrics_within_15_percent(tmp_path, engine_name):
+    model = "default" if engine_name == "tgi" else "meta-llama/Llama-3.1-8B-Instruct"
+    with agent_on_fake_rapl(tmp_path) as agent, \
+            FakeServingEngine(engine_name, {model: RATES}) as engine:
+        summary, job = _serve(agent, engine, f"llm-{engine_name}", tmp_path)
+        compared = json.loads(run_cli("compare", "--jobs", f"llm-{engine_name}", "--unit",
+                                      "output_token", "--json",
+                                      env=agent.client_env()).stdout)
+    assert summary["final"] is True
+    units = job["units"]
+    for unit, per_s in (("output_token", 200.0), ("prompt_token", 50.0), ("request", 2.0)):
+        truth = _truth(job, per_s)
+        assert units[unit] == pytest.approx(truth, rel=TOLERANCE), (unit, units, truth)
+    assert job["agent_labels"]["serving_metrics"] == engine.url
+    (row,) = compared["rows"]
+    energy_j = sum(job["dynamic_j"].values()) + sum(job["idle_j"].values())
+    assert row["unit"] == "output_token"
+    assert row["energy_per_unit_j"] == pytest.approx(energy_j / units["output_token"], rel=1e-9)
+    # The latency the server reported: its histograms' percentiles beside the energy.
+    expected = {"itl", "e2e"} if engine_name == "tgi" else {"ttft", "itl", "e2e"}
+    assert set(row["latency_s"]) == expected
+    assert 0.0 < row["latency_s"]["e2e"]["p50"] <= 2.5  # e2e is 2 s, in the (1, 2.5] bucket
+
+
+def test_a_restart_and_an_outage_of_the_server_lose_no_tokens(tmp_path):
+    with agent_on_fake_rapl(tmp_path) as agent, \
+            FakeServingEngine("vllm", {"m": RATES}) as engine:
+
+        def restart_and_drop_out() -> None:
+            engine.restart()  # counters back to 0, as a restarted vLLM's
+            engine.down()  # then a second of 503s
+            wait_for(lambda: "serving metrics of job" in agent.log(), timeout_s=60)
+            engine.up()
+
+        _summary, job = _serve(agent, engine, "llm-restarted", tmp_path, restart_and_drop_out)
+        log = agent.log()
+    truth = _truth(job, 200.0)
+    assert job["units"]["output_token"] == pytest.approx(truth, rel=TOLERANCE)
+    assert log.count("its tokens so far are kept") == 1, "an outage is said once"
+    assert "answer again" in log
+
+
+def test_two_models_split_the_jobs_energy_by_their_tokens(tmp_path):
+    from joulestat.store.engine import make_engine
+    from joulestat.store.model_split import model_splits
+
+    big = ModelRates(output_tokens_per_s=300.0, prompt_tokens_per_s=50.0, requests_per_s=3.0)
+    small = ModelRates(output_tokens_per_s=100.0, prompt_tokens_per_s=50.0,
+                       requests_per_s=1.0)
+    with agent_on_fake_rapl(tmp_path) as agent, \
+            FakeServingEngine("vllm", {"big": big, "small": small}) as engine:
+        _summary, job = _serve(agent, engine, "two-models", tmp_path)
+        engine_db = make_engine(agent.db_url)
+        split = model_splits(engine_db, [job["id"]])[job["id"]]
+        engine_db.dispose()
+    job_j = sum(job["dynamic_j"].values()) + sum(job["idle_j"].values())
+    models = {m.model: m for m in split.models}
+    assert set(models) == {"big", "small"}
+    # Models + what no model's tokens covered = the job's energy.
+    assert sum(m.energy_j for m in models.values()) + split.idle_j == pytest.approx(
+        job_j, rel=1e-9)
+    fractions = split.job_fractions()
+    assert sum(fractions.values()) == pytest.approx(1.0)
+    assert fractions["big"] == pytest.approx(350 / 500, abs=0.05), fractions  # by tokens
+    assert models["big"].units["output_token"] == pytest.approx(
+        3 * models["small"].units["output_token"], rel=TOLERANCE)
+
+
+def test_a_latency_target_picks_the_cheapest_setup_that_meets_it(tmp_path):
+    """Three setups with known figures: A the cheapest per token but slow to first
+    token, B meeting ttft_p99 <= 0.5 s at less energy per token than C."""
+    from joulestat.store import migrate
+    from joulestat.store.engine import make_engine
+    from tests.helpers.store_jobs import make_job
+
+    url = f"sqlite:///{tmp_path / 'setups.db'}"
+    engine = make_engine(url)
+    migrate.upgrade(engine)
+
+    def histogram(value_s: float, count: float) -> dict:
+        bounds = (0.1, 0.25, 0.5, 1.0, 2.5)
+        return {"buckets": [[b, count if value_s <= b else 0.0] for b in bounds]
+                + [["+Inf", count]], "sum": value_s * count, "count": count}
+
+    setups = (("a", "inf2.xlarge", 1.0, 0.8), ("b", "g5.xlarge", 2.0, 0.2),
+              ("c", "p4d.24xlarge", 3.0, 0.09))
+    for i, (name, itype, gpu_j, ttft_s) in enumerate(setups):
+        job = make_job(f"job-{name}", compare_store.T0 + i * 10_000, {"setup": name})
+        job.name, job.kind = f"serve-{name}", "inference"
+        job.latency = {"m": {"ttft": histogram(ttft_s, 1000.0)}}
+        compare_store.run_job(engine, compare_store.node(f"node-{name}", itype), job, 4,
+                              gpu_j * 1000.0, {"output_token": 1000.0})
+    engine.dispose()
+    result = run_cli("compare", "--db", url, "--by", "instance_type", "--unit",
+                     "output_token", "--latency-target", "ttft_p99=0.5", "--json")
+    assert result.returncode == 0, result.stderr
+    outcome = json.loads(result.stdout)["latency_target"]
+    assert outcome["meeting"] == ["g5.xlarge", "p4d.24xlarge"]
+    assert outcome["cheapest"] == "g5.xlarge"
+    assert [m["row"] for m in outcome["missed"]] == ["inf2.xlarge"]
+    text = run_cli("compare", "--db", url, "--by", "instance_type", "--unit",
+                   "output_token", "--latency-target", "ttft_p99=0.5").stdout
+    assert "least energy per output_token among them: g5.xlarge" in text
+    bad = run_cli("compare", "--db", url, "--latency-target", "ttft_p42=x")
+    assert bad.returncode == 2 and "--latency-target" in bad.stderr
