@@ -1,0 +1,492 @@
+"""What an LLM server's Prometheus endpoint says it served: tokens, requests, latency.
+
+``joulestat run --serving-metrics URL`` divides a job's energy by the tokens and requests
+the server reports, so this module turns one scrape of vLLM, Hugging Face TGI or SGLang
+into the same shape: per model, cumulative counters (output tokens, prompt tokens,
+requests) and the latency histograms (TTFT, inter-token, end-to-end) as the server
+exposes them. Parsing only: the agent polls, subtracts and stores (docs/llm-serving.md
+lists every metric read and the source it was checked against).
+
+Why by metric names and not by a setting: the three engines use distinct namespaces
+(``vllm:``, ``sglang:``, ``tgi_``), so the scrape itself says which one answered, and a
+user cannot pick the wrong one. Names are matched on samples, not on declared types: the
+prometheus_client parser strips ``_total`` from counter families and adds it to the
+samples of a typed counter (TGI's exporter writes ``tgi_request_success`` bare), and an
+untyped or gauge-declared counter keeps its name as written.
+
+Every label but the model's is summed over: vLLM's ``engine`` (data-parallel engine
+cores) and ``finished_reason``, SGLang's ``engine_type`` and custom labels. Histograms of
+one family share their bucket bounds, so their buckets add exactly.
+
+Counters and histograms reset when the server restarts; :func:`counter_delta` and
+:func:`histogram_delta` treat a value that went down as a restart, as Prometheus'
+``increase()`` does.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from joulestat.core.redact import redact_text
+
+# A vLLM scrape with a few models is some 100 KiB, TGI's (a 1024-bucket batch-size
+# histogram) a few hundred KiB; anything past this is not a metrics page to read every tick.
+MAX_RESPONSE_BYTES = 8 << 20
+# The model name given to TGI's counters: TGI serves one model and labels no metric with
+# it (its /info endpoint has model_id; the agent may rename).
+DEFAULT_MODEL = "default"
+MODEL_LABEL = "model_name"
+_INF = math.inf
+
+
+class ServingEngine(StrEnum):
+    VLLM = "vllm"
+    TGI = "tgi"
+    SGLANG = "sglang"
+
+
+class Latency(StrEnum):
+    """The latency distributions a serving job reports: time to first token,
+    inter-token latency, end-to-end request latency."""
+
+    TTFT = "ttft"
+    ITL = "itl"
+    E2E = "e2e"
+
+
+class ServingMetricsError(ValueError):
+    """A scrape that cannot be read: unreachable, too large, or no known engine in it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Histogram:
+    """A cumulative histogram as the server exposes it, in the observed unit (seconds for
+    latency). ``buckets``: (upper bound ``le``, cumulative count), ascending, ``+inf`` last."""
+
+    buckets: tuple[tuple[float, float], ...]
+    sum: float
+    count: float
+
+    @property
+    def bounds(self) -> tuple[float, ...]:
+        return tuple(le for le, _ in self.buckets)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCounters:
+    """Cumulative since the server started. ``None``: this engine (or this version of it)
+    does not expose the figure; never a guess."""
+
+    output_tokens: float | None
+    prompt_tokens: float | None
+    requests: float | None
+    latency: Mapping[Latency, Histogram]
+
+
+@dataclass(frozen=True, slots=True)
+class ServingSample:
+    engine: ServingEngine
+    models: Mapping[str, ModelCounters]  # by model name
+
+
+class _Kind(StrEnum):
+    COUNTER = "counter"  # a counter's value
+    HISTOGRAM_SUM = "histogram_sum"  # the _sum of a histogram of per-request counts (TGI)
+
+
+@dataclass(frozen=True, slots=True)
+class _Source:
+    name: str  # as the engine names it, without _total
+    kind: _Kind = _Kind.COUNTER
+
+
+@dataclass(frozen=True, slots=True)
+class _EngineSpec:
+    """Where one engine keeps each figure. Latency names are in order of preference
+    (the newer name first: vLLM 0.11 exposes both ITL names with the same values)."""
+
+    engine: ServingEngine
+    label: str  # for messages
+    prefix: str  # the engine's namespace
+    model_label: str | None  # None: one model, named DEFAULT_MODEL
+    output_tokens: _Source
+    prompt_tokens: _Source
+    requests: _Source | None
+    latency: Mapping[Latency, tuple[str, ...]]
+    # True where the exporter creates a metric at its first use (TGI's metrics-rs): a
+    # known figure missing from the scrape is then 0 so far, not unexposed.
+    lazy: bool = False
+
+    def names(self) -> frozenset[str]:
+        sources = [self.output_tokens, self.prompt_tokens, self.requests]
+        return frozenset([s.name for s in sources if s is not None]
+                         + [n for names in self.latency.values() for n in names])
+
+
+# Checked against each engine's source and documentation: docs/llm-serving.md cites them.
+ENGINES: tuple[_EngineSpec, ...] = (
+    _EngineSpec(
+        ServingEngine.VLLM, "vLLM", "vllm:", MODEL_LABEL,
+        output_tokens=_Source("vllm:generation_tokens"),
+        prompt_tokens=_Source("vllm:prompt_tokens"),
+        requests=_Source("vllm:request_success"),  # by finished_reason: summed
+        latency=MappingProxyType({
+            Latency.TTFT: ("vllm:time_to_first_token_seconds",),
+            Latency.ITL: ("vllm:inter_token_latency_seconds",
+                          "vllm:time_per_output_token_seconds"),
+            Latency.E2E: ("vllm:e2e_request_latency_seconds",),
+        })),
+    _EngineSpec(
+        ServingEngine.SGLANG, "SGLang", "sglang:", MODEL_LABEL,
+        output_tokens=_Source("sglang:generation_tokens"),
+        prompt_tokens=_Source("sglang:prompt_tokens"),
+        requests=_Source("sglang:num_requests"),  # absent before SGLang added it: None
+        latency=MappingProxyType({
+            Latency.TTFT: ("sglang:time_to_first_token_seconds",),
+            Latency.ITL: ("sglang:inter_token_latency_seconds",
+                          "sglang:time_per_output_token_seconds"),
+            Latency.E2E: ("sglang:e2e_request_latency_seconds",),
+        })),
+    _EngineSpec(
+        ServingEngine.TGI, "TGI", "tgi_", None,
+        # Per-request histograms of token counts: their _sum is the tokens so far.
+        output_tokens=_Source("tgi_request_generated_tokens", _Kind.HISTOGRAM_SUM),
+        prompt_tokens=_Source("tgi_request_input_length", _Kind.HISTOGRAM_SUM),
+        requests=_Source("tgi_request_success"),
+        # TGI has no time-to-first-token metric: TTFT stays absent. Its ITL is each
+        # request's mean time per token (one observation per request).
+        latency=MappingProxyType({
+            Latency.ITL: ("tgi_request_mean_time_per_token_duration",),
+            Latency.E2E: ("tgi_request_duration",),
+        }),
+        lazy=True),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Series:
+    labels: Mapping[str, str]
+    value: float
+
+
+class _Scrape:
+    """One exposition text's samples by exact sample name, and the names it declares."""
+
+    def __init__(self, text: str) -> None:
+        try:
+            families = list(text_string_to_metric_families(text))
+        except Exception as exc:  # the parser raises ValueError, and others on odd input
+            raise ServingMetricsError(f"not Prometheus text exposition: {exc}") from exc
+        self.family_names = sorted({f.name for f in families})
+        self.samples: dict[str, list[_Series]] = defaultdict(list)
+        names: set[str] = set()
+        for family in families:
+            names.add(_strip_total(family.name))
+            for sample in family.samples:
+                self.samples[sample.name].append(_Series(sample.labels, float(sample.value)))
+                names.add(_strip_total(sample.name))
+        self.names = frozenset(names)
+
+    def counter(self, name: str) -> list[_Series]:
+        # A typed counter's samples end in _total (the parser adds it to TGI's bare
+        # name); an untyped or gauge-declared one keeps what the server wrote.
+        return self.samples.get(f"{name}_total") or self.samples.get(name, [])
+
+    def declares(self, name: str) -> bool:
+        return name in self.names or any(
+            f"{name}{suffix}" in self.names for suffix in ("_bucket", "_sum", "_count"))
+
+
+def _strip_total(name: str) -> str:
+    return name[:-len("_total")] if name.endswith("_total") else name
+
+
+def _model_of(spec: _EngineSpec, labels: Mapping[str, str]) -> str:
+    if spec.model_label is None:
+        return DEFAULT_MODEL
+    return labels.get(spec.model_label) or DEFAULT_MODEL
+
+
+def _recognise(scrape: _Scrape) -> _EngineSpec:
+    found = []
+    for spec in ENGINES:
+        in_namespace = any(name.startswith(spec.prefix) for name in scrape.names)
+        known = any(scrape.declares(name) for name in spec.names())
+        if known or (in_namespace and spec.lazy):
+            found.append(spec)
+        elif in_namespace:
+            raise ServingMetricsError(
+                f"{spec.label} metrics but none of those joulestat reads "
+                f"({', '.join(sorted(spec.names()))}): a version that renamed them?")
+    if len(found) > 1:
+        raise ServingMetricsError(
+            "metrics of more than one engine (" + ", ".join(s.label for s in found)
+            + "): point joulestat at one server's endpoint")
+    if not found:
+        shown = ", ".join(scrape.family_names[:5])
+        more = ", ..." if len(scrape.family_names) > 5 else ""
+        raise ServingMetricsError(
+            f"no vLLM, TGI or SGLang metrics: found {len(scrape.family_names)} families, "
+            f"none known" + (f" ({shown}{more})" if shown else ""))
+    return found[0]
+
+
+def _sum_by_model(spec: _EngineSpec, series: Iterable[_Series]) -> dict[str, float]:
+    totals: dict[str, float] = defaultdict(float)
+    for item in series:
+        totals[_model_of(spec, item.labels)] += item.value
+    return dict(totals)
+
+
+def _le(text: str) -> float:
+    try:
+        return float(text)  # float() reads "+Inf"
+    except ValueError as exc:
+        raise ServingMetricsError(f"a histogram bucket with le={text!r}") from exc
+
+
+def _histograms(spec: _EngineSpec, scrape: _Scrape, name: str) -> dict[str, Histogram]:
+    """The histogram ``name`` per model, summed over every other label."""
+    buckets: dict[str, dict[float, float]] = defaultdict(lambda: defaultdict(float))
+    bounds_of_series: dict[tuple[str, frozenset[tuple[str, str]]], set[float]] = \
+        defaultdict(set)
+    for item in scrape.samples.get(f"{name}_bucket", []):
+        if "le" not in item.labels:
+            continue
+        model = _model_of(spec, item.labels)
+        le = _le(item.labels["le"])
+        buckets[model][le] += item.value
+        rest = frozenset((k, v) for k, v in item.labels.items() if k != "le")
+        bounds_of_series[(model, rest)].add(le)
+    bounds_by_model: dict[str, set[frozenset[float]]] = defaultdict(set)
+    for (model, _rest), bounds in bounds_of_series.items():
+        bounds_by_model[model].add(frozenset(bounds))
+    for model, shapes in bounds_by_model.items():
+        if len(shapes) > 1:
+            raise ServingMetricsError(
+                f"{name} for model {model!r}: series with different bucket bounds")
+    sums = _sum_by_model(spec, scrape.samples.get(f"{name}_sum", []))
+    counts = _sum_by_model(spec, scrape.samples.get(f"{name}_count", []))
+    result = {}
+    for model, by_le in buckets.items():
+        ordered = sorted(by_le.items())
+        if ordered[-1][0] != _INF:  # a server that left out +Inf: its count is the total
+            ordered.append((_INF, counts.get(model, ordered[-1][1])))
+        count = counts.get(model, ordered[-1][1])
+        result[model] = Histogram(tuple(ordered), sums.get(model, 0.0), count)
+    return result
+
+
+def _figure(spec: _EngineSpec, scrape: _Scrape, source: _Source | None,
+            models: Iterable[str]) -> dict[str, float | None]:
+    if source is None:
+        return dict.fromkeys(models)
+    if source.kind is _Kind.COUNTER:
+        values = _sum_by_model(spec, scrape.counter(source.name))
+    else:
+        values = _sum_by_model(spec, scrape.samples.get(f"{source.name}_sum", []))
+    # Declared but no sample for a model (a labelled prometheus_client counter before
+    # its first increment), or a lazily created one not there yet: nothing counted yet.
+    missing = 0.0 if (spec.lazy or scrape.declares(source.name)) else None
+    return {model: values.get(model, missing) for model in models}
+
+
+def parse_serving_metrics(text: str) -> ServingSample:
+    """One scrape of a serving engine's /metrics, per model.
+
+    A model appears once any figure read here has a sample for it; TGI's one model is
+    :data:`DEFAULT_MODEL`. Raises :class:`ServingMetricsError` when the text is not
+    exposition text or holds no known engine's metrics (the message says what it found).
+    """
+    scrape = _Scrape(text)
+    spec = _recognise(scrape)
+    latency: dict[str, dict[Latency, Histogram]] = defaultdict(dict)
+    for kind, names in spec.latency.items():
+        for name in reversed(names):  # the preferred (newer) name overwrites
+            for model, histogram in _histograms(spec, scrape, name).items():
+                latency[model][kind] = histogram
+    sources = (spec.output_tokens, spec.prompt_tokens, spec.requests)
+    models: set[str] = set(latency)
+    for source in sources:
+        if source is None:
+            continue
+        series = (scrape.counter(source.name) if source.kind is _Kind.COUNTER
+                  else scrape.samples.get(f"{source.name}_sum", []))
+        models.update(_model_of(spec, item.labels) for item in series)
+    if spec.lazy and not models:
+        models.add(DEFAULT_MODEL)  # TGI up, nothing served yet: zeros
+    output, prompt, requests = (_figure(spec, scrape, s, models) for s in sources)
+    return ServingSample(spec.engine, MappingProxyType({
+        model: ModelCounters(output[model], prompt[model], requests[model],
+                             MappingProxyType(dict(latency.get(model, {}))))
+        for model in sorted(models)}))
+
+
+def fetch_serving_metrics(url: str, timeout_s: float = 2.0) -> str:
+    """The text of ``url`` (an http(s) metrics endpoint), for :func:`parse_serving_metrics`.
+
+    Credentials in the URL (``http://user:pass@host/metrics``) go as HTTP basic auth.
+    Raises :class:`ServingMetricsError` naming the URL, its password hidden, and the
+    cause: the agent logs it and tries again next tick.
+    """
+    shown = redact_text(url)
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ServingMetricsError(f"{shown}: not an http(s) URL")
+    headers = {"Accept": "text/plain;version=0.0.4", "User-Agent": "joulestat"}
+    if parts.username is not None:
+        user = urllib.parse.unquote(parts.username)
+        password = urllib.parse.unquote(parts.password or "")
+        token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+        headers["Authorization"] = f"Basic {token}"
+        netloc = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
+        if parts.port is not None:
+            netloc += f":{parts.port}"
+        url = urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            length = response.headers.get("Content-Length")
+            if length is not None and length.isdigit() and int(length) > MAX_RESPONSE_BYTES:
+                raise ServingMetricsError(
+                    f"{shown}: a response of {int(length)} bytes, over the "
+                    f"{MAX_RESPONSE_BYTES} joulestat reads")
+            body = response.read(MAX_RESPONSE_BYTES + 1)
+    except urllib.error.HTTPError as exc:
+        raise ServingMetricsError(f"{shown}: HTTP {exc.code} {exc.reason}") from None
+    except urllib.error.URLError as exc:
+        reason = exc.reason
+        if isinstance(reason, TimeoutError):
+            raise ServingMetricsError(f"{shown}: no answer within {timeout_s:g} s") from None
+        raise ServingMetricsError(f"{shown}: {redact_text(str(reason))}") from None
+    except TimeoutError:
+        raise ServingMetricsError(f"{shown}: no answer within {timeout_s:g} s") from None
+    except OSError as exc:
+        raise ServingMetricsError(f"{shown}: {redact_text(str(exc))}") from None
+    if len(body) > MAX_RESPONSE_BYTES:
+        raise ServingMetricsError(
+            f"{shown}: a response over the {MAX_RESPONSE_BYTES} bytes joulestat reads")
+    return body.decode("utf-8", errors="replace")
+
+
+def counter_delta(now: float, then: float | None) -> float:
+    """What a counter gained since ``then``.
+
+    ``now < then``: the server restarted and counted ``now`` since, as Prometheus'
+    ``increase()`` reads a reset. ``then`` None: the first scrape, no baseline: 0. A
+    series that appears on a later scrape started from 0 at the server's start: pass
+    ``then=0.0`` for it, or its first counts are lost.
+    """
+    if then is None:
+        return 0.0
+    if now < then:
+        return now
+    return now - then
+
+
+def _empty_like(histogram: Histogram) -> Histogram:
+    return Histogram(tuple((le, 0.0) for le, _ in histogram.buckets), 0.0, 0.0)
+
+
+def histogram_delta(now: Histogram, then: Histogram | None) -> Histogram:
+    """The observations between two scrapes of one histogram.
+
+    ``then`` None: the first scrape: empty (as :func:`counter_delta` gives 0). A count
+    or bucket that went down (a restart), or bucket bounds that changed (a restart with
+    other settings): ``now`` whole, what the new server observed.
+    """
+    if then is None:
+        return _empty_like(now)
+    if now.bounds != then.bounds or now.count < then.count or any(
+            b < a for (_, a), (_, b) in zip(then.buckets, now.buckets, strict=True)):
+        return now
+    return Histogram(
+        tuple((le, b - a) for (le, b), (_, a) in zip(now.buckets, then.buckets, strict=True)),
+        now.sum - then.sum, now.count - then.count)
+
+
+def _at_bounds(histogram: Histogram, bounds: Iterable[float]) -> tuple[float, ...]:
+    by_le = dict(histogram.buckets)
+    return tuple(by_le[le] for le in bounds)
+
+
+def histogram_add(a: Histogram | None, b: Histogram) -> Histogram:
+    """``a`` plus ``b``: deltas accumulated over a job's life.
+
+    Bounds that differ (the server restarted with other buckets) keep the bounds both
+    have, +Inf at least: cumulative counts there are exact, only resolution is lost.
+    """
+    if a is None:
+        return b
+    if a.bounds == b.bounds:
+        buckets = tuple((le, x + y) for (le, x), (_, y) in zip(a.buckets, b.buckets, strict=True))
+    else:
+        common = sorted((set(a.bounds) & set(b.bounds)) | {_INF})
+        a_counts = _at_bounds(_with_inf(a), common)
+        b_counts = _at_bounds(_with_inf(b), common)
+        buckets = tuple(zip(common, (x + y for x, y in zip(a_counts, b_counts, strict=True)),
+                            strict=True))
+    return Histogram(buckets, a.sum + b.sum, a.count + b.count)
+
+
+def _with_inf(histogram: Histogram) -> Histogram:
+    if histogram.buckets and histogram.buckets[-1][0] == _INF:
+        return histogram
+    return Histogram(histogram.buckets + ((_INF, histogram.count),), histogram.sum,
+                     histogram.count)
+
+
+def histogram_quantile(q: float, histogram: Histogram) -> float | None:
+    """The ``q`` quantile (0 <= q <= 1) as PromQL's ``histogram_quantile`` estimates it.
+
+    Linear interpolation within the bucket the rank falls in, the first bucket starting
+    at 0 (unless its bound is <= 0: then that bound); a rank in the +Inf bucket gives the
+    highest finite bound. Counts that decrease along the buckets are raised to be
+    monotonic, as Prometheus does. None where PromQL gives NaN: no observations, or no
+    finite bucket.
+    """
+    if not 0.0 <= q <= 1.0 or math.isnan(q):
+        raise ValueError(f"quantile {q} is outside [0, 1]")
+    buckets = list(_with_inf(histogram).buckets)
+    if len(buckets) < 2:
+        return None
+    running = 0.0
+    for i, (le, count) in enumerate(buckets):
+        running = max(running, count)
+        buckets[i] = (le, running)
+    total = buckets[-1][1]
+    if total <= 0:
+        return None
+    rank = q * total
+    b = next(i for i, (_, count) in enumerate(buckets) if count >= rank)
+    if b == len(buckets) - 1:
+        return buckets[-2][0]
+    if b == 0 and buckets[0][0] <= 0:
+        return buckets[0][0]
+    start, end, count = 0.0, buckets[b][0], buckets[b][1]
+    if b > 0:
+        start = buckets[b - 1][0]
+        count -= buckets[b - 1][1]
+        rank -= buckets[b - 1][1]
+    if count <= 0:  # rank 0 in an empty first bucket
+        return start
+    return start + (end - start) * (rank / count)
+
+
+__all__ = [
+    "DEFAULT_MODEL", "ENGINES", "MAX_RESPONSE_BYTES", "Histogram", "Latency",
+    "ModelCounters", "ServingEngine", "ServingMetricsError", "ServingSample",
+    "counter_delta", "fetch_serving_metrics", "histogram_add", "histogram_delta",
+    "histogram_quantile", "parse_serving_metrics",
+]
