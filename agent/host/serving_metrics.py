@@ -35,6 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -490,3 +491,22 @@ __all__ = [
     "counter_delta", "fetch_serving_metrics", "histogram_add", "histogram_delta",
     "histogram_quantile", "parse_serving_metrics",
 ]
+
+
+def histogram_to_json(histogram: Histogram) -> dict[str, Any]:
+    """``{"buckets": [[le, count], ...], "sum": s, "count": n}``, ``le`` of the +Inf bucket
+    written ``"+Inf"`` as Prometheus writes it (JSON has no infinity): how a job's latency
+    is stored (``job_nodes.latency``, store migration 0008)."""
+    return {"buckets": [["+Inf" if math.isinf(le) else le, count]
+                        for le, count in histogram.buckets],
+            "sum": histogram.sum, "count": histogram.count}
+
+
+def histogram_from_json(stored: Mapping[str, Any]) -> Histogram:
+    """:func:`histogram_to_json` read back; ValueError, KeyError or TypeError when it is
+    not one."""
+    buckets = tuple((_INF if le == "+Inf" else float(le), float(count))
+                    for le, count in stored["buckets"])
+    if any(b[0] <= a[0] for a, b in zip(buckets, buckets[1:], strict=False)):
+        raise ValueError("histogram bounds are not ascending")
+    return Histogram(buckets, float(stored["sum"]), float(stored["count"]))

@@ -42,7 +42,7 @@ from joulestat.attribution.agent_labels import SERVING_METRICS
 from joulestat.attribution.model_units import BUSY, MAX_MODELS_PER_JOB, model_key, validate_model
 from joulestat.attribution.registry import JobRegistry
 from joulestat.attribution.validation import JobError
-from joulestat.core.redact import redact_url
+from joulestat.core.redact import redact_text
 from joulestat.host.serving_metrics import (
     Histogram,
     Latency,
@@ -133,7 +133,7 @@ class ServingUnits:
                     if state is not None and state.failing:
                         state.failing = False
                         log.info("serving metrics of job %s answer again at %s", job_id,
-                                 redact_url(url))
+                                 redact_text(url))
 
     def _failed(self, url: str, job_ids: list[str], why: str) -> None:
         with self._lock:
