@@ -307,9 +307,9 @@ class TrackedJob:
         try:
             from joulestat.runtime.embedded import EmbeddedJob
 
+            extra = {"agent_labels": self._agent_labels} if self._agent_labels else {}
             embedded = EmbeddedJob(self.name, self.kind, dict(self.labels), set(self._pids),
-                                   self.requested_id, reason=no_agent,
-                                   agent_labels=self._agent_labels or None)
+                                   self.requested_id, reason=no_agent, **extra)
             embedded.start()
         except Exception as exc:  # the store, a sensor, a setting, a missing dependency
             failure = _failure(exc)

@@ -309,16 +309,16 @@ def downgrade(engine: Engine, revision: str) -> None:
 
 def save_jobs_before_0007(engine: Engine, jobs: list[Job], node: NodeInfo = TRAINER) -> None:
     """``jobs`` saved as the writer before store revision 0007 saved them: without
-    ``agent_labels``, the column 0007 adds, so a test can fill a store at an older
-    revision (today's writer writes that column and needs the head). A job or node part
-    already stored is left as it is."""
+    ``agent_labels`` and ``latency``, the columns 0007 and 0008 add, so a test can fill a
+    store at an older revision (today's writer writes them and needs the head). A job or
+    node part already stored is left as it is."""
     pending = PendingJobs()
     for job in jobs:
         pending.save_job(job, node)
     with engine.begin() as connection:
         for job_row, node_row in pending.jobs.values():
             for table, row in (("jobs", job_row), ("job_nodes", node_row)):
-                row = {k: v for k, v in row.items() if k != "agent_labels"}
+                row = {k: v for k, v in row.items() if k not in ("agent_labels", "latency")}
                 connection.execute(text(
                     f"INSERT INTO {table} ({', '.join(row)}) "
                     f"VALUES ({', '.join(':' + k for k in row)}) ON CONFLICT DO NOTHING"), row)
