@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 from joulestat.attribution.kube import PodNames
 from joulestat.attribution.shares import IdlePolicy
 from joulestat.core.errors import ConfigError
+from joulestat.core.otlp_options import OtlpProtocol, parse_endpoint, parse_headers
 from joulestat.core.setting_parsers import (
     member_of,
     number_in,
@@ -51,7 +52,6 @@ from joulestat.core.setting_parsers import (
     parse_size_bytes,
     parse_text,
 )
-from joulestat.outputs.otlp import OtlpProtocol, parse_endpoint, parse_headers
 
 ENV_PREFIX = "JOULESTAT_"
 # Environment variables earlier versions read, and what replaced them: still set, they
