@@ -44,6 +44,7 @@ from joulestat.core.redact import redact_labels
 from joulestat.core.tick import Component
 from joulestat.core.version import __version__
 from joulestat.reports import narrative
+from joulestat.reports.compare.latency import served_latency
 from joulestat.reports.external import external_figures
 from joulestat.reports.idle import job_idle_policy
 from joulestat.reports.provenance import node_provenance
@@ -246,6 +247,7 @@ def report_from_detail(engine: Engine, detail: JobDetail,
         "provenance": [node_provenance(n) for n in result.nodes],
         "notes": list(result.notes),
         "power_series": power_series(rows, detail.started_s, end_s),
+        "latency": served_latency(detail.per_node),
         "methodology": METHODOLOGY,
         "agent_version": __version__,
         "generated_at": iso_time(now),

@@ -71,6 +71,8 @@ def test_units_from_the_servers_metrics_within_15_percent(tmp_path, engine_name)
         compared = json.loads(run_cli("compare", "--jobs", f"llm-{engine_name}", "--unit",
                                       "output_token", "--json",
                                       env=agent.client_env()).stdout)
+        report = json.loads(run_cli("report", "--format", "json", f"llm-{engine_name}",
+                                    env=agent.client_env()).stdout)
     assert summary["final"] is True
     units = job["units"]
     for unit, per_s in (("output_token", 200.0), ("prompt_token", 50.0), ("request", 2.0)):
@@ -85,6 +87,14 @@ def test_units_from_the_servers_metrics_within_15_percent(tmp_path, engine_name)
     expected = {"itl", "e2e"} if engine_name == "tgi" else {"ttft", "itl", "e2e"}
     assert set(row["latency_s"]) == expected
     assert 0.0 < row["latency_s"]["e2e"]["p50"] <= 2.5  # e2e is 2 s, in the (1, 2.5] bucket
+    # The report says it per model, with the number of requests observed.
+    served = report["latency"][model]
+    assert set(served) == expected
+    assert 1.0 < served["e2e"]["p50_s"] <= 2.5
+    assert served["e2e"]["mean_s"] == pytest.approx(2.0)
+    assert served["e2e"]["count"] == pytest.approx(units["request"], rel=TOLERANCE)
+    if engine_name != "tgi":
+        assert 0.1 < served["ttft"]["p99_s"] <= 0.25  # TTFT 0.12 s: the (0.1, 0.25] bucket
 
 
 def test_a_restart_and_an_outage_of_the_server_lose_no_tokens(tmp_path):
@@ -168,3 +178,28 @@ def test_a_latency_target_picks_the_cheapest_setup_that_meets_it(tmp_path):
     assert "least energy per output_token among them: g5.xlarge" in text
     bad = run_cli("compare", "--db", url, "--latency-target", "ttft_p42=x")
     assert bad.returncode == 2 and "--latency-target" in bad.stderr
+
+
+def test_track_and_the_job_api_take_serving_metrics_and_refuse_a_bad_one(tmp_path):
+    from tests.helpers import job_api
+
+    code = ("import sys, time\nfrom joulestat import track\n"
+            "with track('tracked-llm', kind='inference', serving_metrics=sys.argv[1]) as job:\n"
+            "    time.sleep(3)\n"
+            "print(job.summary['units'].get('output_token', 0))\n")
+    with agent_on_fake_rapl(tmp_path) as agent, \
+            FakeServingEngine("vllm", {"m": RATES}) as engine:
+        result = subprocess.run([sys.executable, "-c", code, engine.url],
+                                env=agent.client_env(), capture_output=True, text=True,
+                                timeout=120)
+        assert result.returncode == 0, result.stderr
+        status, _, job = job_api.call(agent.api_port, "POST", "/v1/jobs", {
+            "name": "api-llm", "kind": "inference", "serving_metrics": engine.url})
+        assert status == 201 and job["agent_labels"]["serving_metrics"] == engine.url
+        status, _, refused = job_api.call(agent.api_port, "POST", "/v1/jobs", {
+            "name": "api-llm", "kind": "inference", "serving_metrics": "ftp://x/metrics"})
+        bad_run = run_cli("run", "--name", "x", "--serving-metrics", "not a url", "--",
+                          "true", env=agent.client_env())
+    assert float(result.stdout.strip().splitlines()[-1]) > 200  # 3 s at 200 a second
+    assert status == 400 and "serving_metrics" in refused["error"]
+    assert bad_run.returncode == 2 and "--serving-metrics" in bad_run.stderr

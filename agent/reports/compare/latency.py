@@ -48,6 +48,27 @@ def job_latency(parts: Iterable[Any]) -> dict[Latency, Histogram]:
     return merged
 
 
+def served_latency(parts: Iterable[Any]) -> dict[str, dict[str, dict[str, float | None]]]:
+    """A report's ``latency``: per model, per kind, the p50 and p99 in seconds, the mean
+    and the number of observations, over the job's nodes; {} for a job that served
+    nothing through ``--serving-metrics``."""
+    merged: dict[str, dict[Latency, Histogram]] = {}
+    for part in parts:
+        for model, per_kind in (getattr(part, "latency", None) or {}).items():
+            for kind, stored in per_kind.items():
+                try:
+                    latency, histogram = Latency(kind), histogram_from_json(stored)
+                except (ValueError, KeyError, TypeError):
+                    continue
+                mine = merged.setdefault(model, {})
+                mine[latency] = histogram_add(mine.get(latency), histogram)
+    return {model: {kind.value: {
+                "p50_s": histogram_quantile(0.5, h), "p99_s": histogram_quantile(0.99, h),
+                "mean_s": h.sum / h.count if h.count > 0 else None, "count": h.count}
+                for kind, h in sorted(per_kind.items())}
+            for model, per_kind in sorted(merged.items())}
+
+
 def row_latency(members: Iterable[Mapping[Latency, Histogram]]
                 ) -> dict[str, dict[str, float | None]]:
     """``{"ttft": {"p50": s, "p99": s}, ...}`` of the rows' jobs added up; {} without any."""
