@@ -10,6 +10,7 @@ never read as the equal of the measured row beside it.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping
 from datetime import datetime, tzinfo
@@ -97,3 +98,10 @@ def styled(frame: pd.DataFrame, formats: Mapping[str, Callable[[Any], str]]) -> 
     table, thousands of rows, carries text columns instead)."""
     known = {column: f for column, f in formats.items() if column in frame.columns}
     return frame.style.format(known, na_rep=UNKNOWN)
+
+
+def seconds(value: Any) -> str:
+    """A latency: ``120 ms``, ``2.05 s``; unknown for a missing one."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return UNKNOWN
+    return f"{value * 1000:.3g} ms" if value < 1 else f"{value:.3g} s"

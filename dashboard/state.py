@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd
 import streamlit as st
@@ -35,6 +35,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from joulestat.dashboard import analysis, comparison, costing, fmt
 from joulestat.dashboard.bulk import gc_paused
+from joulestat.reports.compare.latency import latency_by_job
 from joulestat.reports.compare.table import by_model
 from joulestat.store.engine import (
     StoreError,
@@ -55,6 +56,7 @@ from joulestat.store.jobs import (
     count_jobs,
     job_choices,
     job_detail,
+    job_node_latency,
     job_totals,
     job_units_by_kind,
     resolve_job,
@@ -273,6 +275,12 @@ def compare(url: str, kind: str, unit: str, since_s: float | None, until_s: floa
     nodes = {node for job in found for node, _t in job.nodes}
     sources = node_sources(engine(url), nodes)
     jobs = comparison.figures(found, at_s, picked, sources, node_accelerators(engine(url), nodes))
+    # A serving job's latency (--serving-metrics): its rows then show p50/p99 beside the
+    # energy per unit, from the same histograms `joulestat compare` reads.
+    served = latency_by_job(job_node_latency(engine(url), [j.id for j in found]))
+    if served:
+        jobs = [replace(job, latency=served[job.job_id]) if job.job_id in served else job
+                for job in jobs]
     left_out: list[str] = []
     if by == "model" and picked is None:
         parts = by_model(jobs, model_splits(engine(url), [j.id for j in found]))

@@ -57,6 +57,7 @@ import difflib
 import json
 import shlex
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -786,3 +787,16 @@ def resolve_job(engine: Engine, ref: str, kind: str | None = None,
         if by_prefix:
             raise _ambiguous(connection, ref, kind, by_prefix, by_name)
         raise _unknown(connection, ref, kind, by_name)
+
+
+def job_node_latency(engine: Engine, job_ids: Sequence[str]
+                     ) -> list[tuple[str, dict[str, dict[str, Any]]]]:
+    """(job id, latency) of each node part of ``job_ids`` that holds a serving job's
+    latency histograms (store revision 0008; the JSON of ``JobNodePart.latency``)."""
+    if not job_ids:
+        return []
+    parts = JOB_NODES.c
+    query = (select(parts.job_id, parts.latency)
+             .where(parts.job_id.in_(list(job_ids)), parts.latency.is_not(None)))
+    with engine.connect() as connection:
+        return [(job_id, json.loads(text)) for job_id, text in connection.execute(query)]

@@ -202,6 +202,26 @@ st.dataframe(fmt.styled(table, {
     embodied_col: fmt.mass, cost_col: fmt.usd, accel_col: fmt.energy,
     "power per instance": fmt.power}), hide_index=True, width="stretch",
     placeholder=fmt.UNKNOWN, column_config=SHORT)
+served = [r for r in result.per_unit if r.latency_s]
+if served:
+    # Serving jobs (--serving-metrics): the latency each row was served at, beside its
+    # energy per unit, as `joulestat compare` prints it (docs/llm-serving.md).
+    st.caption(f"Served latency from the serving engine's histograms (p50 / p99), beside "
+               f"the energy {per}: `joulestat compare --latency-target ttft_p99=0.5` names "
+               "the row of least energy that meets a target.")
+    latency_rows = []
+    for r in served:
+        entry: dict[str, object] = {"group": names[comparison.row_key(r)],
+                                    energy_col: r.energy_per_unit_j}
+        for kind, values in r.latency_s.items():
+            for quantile, seconds in values.items():
+                entry[f"{kind.upper()} {quantile}"] = seconds
+        latency_rows.append(entry)
+    latency_table = pd.DataFrame(latency_rows)
+    st.dataframe(fmt.styled(latency_table, {
+        energy_col: fmt.energy,
+        **{c: fmt.seconds for c in latency_table.columns if c not in ("group", energy_col)}}),
+        hide_index=True, width="stretch", placeholder=fmt.UNKNOWN, column_config=NAMED)
 if any(r.energy_class and r.energy_class != "measured" for r in result.per_unit):
     st.caption("Rows whose energy is not all measured rest on the estimate they name "
                "(docs/methodology.md): compare them with measured rows with care.")

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import compare_store
 from tests.helpers.agent_process import (
     JOULESTAT,
     agent_on_fake_rapl,
@@ -24,6 +23,7 @@ from tests.helpers.agent_process import (
     wait_for,
 )
 from tests.helpers.fake_serving import FakeServingEngine, ModelRates
+from tests.helpers.serving_store import serving_store
 
 pytestmark = pytest.mark.slow
 RATES = ModelRates(output_tokens_per_s=200.0, prompt_tokens_per_s=50.0, requests_per_s=2.0)
@@ -144,28 +144,8 @@ def test_two_models_split_the_jobs_energy_by_their_tokens(tmp_path):
 def test_a_latency_target_picks_the_cheapest_setup_that_meets_it(tmp_path):
     """Three setups with known figures: A the cheapest per token but slow to first
     token, B meeting ttft_p99 <= 0.5 s at less energy per token than C."""
-    from joulestat.store import migrate
-    from joulestat.store.engine import make_engine
-    from tests.helpers.store_jobs import make_job
-
     url = f"sqlite:///{tmp_path / 'setups.db'}"
-    engine = make_engine(url)
-    migrate.upgrade(engine)
-
-    def histogram(value_s: float, count: float) -> dict:
-        bounds = (0.1, 0.25, 0.5, 1.0, 2.5)
-        return {"buckets": [[b, count if value_s <= b else 0.0] for b in bounds]
-                + [["+Inf", count]], "sum": value_s * count, "count": count}
-
-    setups = (("a", "inf2.xlarge", 1.0, 0.8), ("b", "g5.xlarge", 2.0, 0.2),
-              ("c", "p4d.24xlarge", 3.0, 0.09))
-    for i, (name, itype, gpu_j, ttft_s) in enumerate(setups):
-        job = make_job(f"job-{name}", compare_store.T0 + i * 10_000, {"setup": name})
-        job.name, job.kind = f"serve-{name}", "inference"
-        job.latency = {"m": {"ttft": histogram(ttft_s, 1000.0)}}
-        compare_store.run_job(engine, compare_store.node(f"node-{name}", itype), job, 4,
-                              gpu_j * 1000.0, {"output_token": 1000.0})
-    engine.dispose()
+    serving_store(url)
     result = run_cli("compare", "--db", url, "--by", "instance_type", "--unit",
                      "output_token", "--latency-target", "ttft_p99=0.5", "--json")
     assert result.returncode == 0, result.stderr

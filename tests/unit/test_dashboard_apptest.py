@@ -400,3 +400,21 @@ def test_compare_tables_figures_fit_a_1400_px_window(sample_url, monkeypatch):
     assert all(isinstance(w, int) for w in widths), dict(zip(shown, widths, strict=True))
     assert sum(widths) <= 940, dict(zip(shown, widths, strict=True))
     assert any(c.startswith("dynamic energy per") for c in shown)
+
+
+def test_compare_shows_served_latency_beside_energy_per_token(tmp_path, monkeypatch):
+    """Serving jobs (--serving-metrics) with their engine's TTFT histograms: the page
+    lists p50 and p99 beside the energy per output token, the figures
+    `joulestat compare` reads."""
+    from tests.helpers.serving_store import serving_store
+
+    url = f"sqlite:///{tmp_path / 'serving.db'}"
+    serving_store(url)
+    at = run_page(url, "pages/compare.py", monkeypatch)
+    [latency] = [d.value for d in at.dataframe if "TTFT p99" in d.value.columns]
+    latency = latency.set_index("group")
+    assert set(latency.index) == {"g5.xlarge", "inf2.xlarge", "p4d.24xlarge"}
+    assert 0.1 < latency.at["g5.xlarge", "TTFT p99"] <= 0.25  # 0.2 s, in (0.1, 0.25]
+    assert 0.5 < latency.at["inf2.xlarge", "TTFT p99"] <= 1.0  # 0.8 s
+    assert latency.at["g5.xlarge", "energy per output_token"] == pytest.approx(
+        (2.0 * 1000 + 0) / 1000, rel=0.01)

@@ -48,6 +48,22 @@ def job_latency(parts: Iterable[Any]) -> dict[Latency, Histogram]:
     return merged
 
 
+def latency_by_job(rows: Iterable[tuple[str, Mapping[str, Any]]]
+                   ) -> dict[str, dict[Latency, Histogram]]:
+    """Per job, its histograms per kind over its nodes and models, from
+    :func:`joulestat.store.jobs.job_node_latency`'s rows (the dashboard's read, which
+    starts from job totals rather than details)."""
+    by_job: dict[str, list[Any]] = {}
+    for job_id, latency in rows:
+        by_job.setdefault(job_id, []).append(_Part(latency))
+    return {job_id: job_latency(parts) for job_id, parts in by_job.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class _Part:
+    latency: Mapping[str, Any]
+
+
 def served_latency(parts: Iterable[Any]) -> dict[str, dict[str, dict[str, float | None]]]:
     """A report's ``latency``: per model, per kind, the p50 and p99 in seconds, the mean
     and the number of observations, over the job's nodes; {} for a job that served
