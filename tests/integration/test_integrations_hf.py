@@ -66,6 +66,9 @@ def test_trainer_logs_the_agents_figures_to_mlflow_and_the_store_agrees(tmp_path
     logged = [entry for entry in history if "joulestat/energy_j" in entry]
     assert [entry["step"] for entry in logged if "loss" in entry] == [5, 10, 15, 20]
     final = next(entry for entry in history if "train_runtime" in entry)
+    print(f"Trainer: stored {stored_j:.3f} J, {report['work_units']}; final log "
+          f"{final['joulestat/energy_j']:.3f} J; logged at steps "
+          f"{[(e['step'], round(e['joulestat/energy_j'], 2)) for e in logged]}")
     assert final["joulestat/energy_j"] == pytest.approx(stored_j, rel=0.10)
     assert final["joulestat/steps"] == 20 and final["joulestat/samples"] == 160
     assert final["joulestat/energy_j_per_step"] == pytest.approx(stored_j / 20, rel=0.10)
@@ -77,6 +80,7 @@ def test_trainer_logs_the_agents_figures_to_mlflow_and_the_store_agrees(tmp_path
     # MLflow got the same numbers as metrics, the provenance as parameters, and the
     # report (JSON and HTML) as artifacts.
     last_step, last_j = _mlflow_metric(store, "joulestat/energy_j")[-1]
+    print(f"MLflow: joulestat/energy_j at step {last_step} = {last_j:.3f} J")
     assert last_step == 20 and last_j == pytest.approx(stored_j, rel=0.10)
     assert len(_mlflow_metric(store, "joulestat/energy_j")) == len(logged)
     from mlflow.tracking import MlflowClient

@@ -49,6 +49,8 @@ def test_lightning_fit_logs_the_agents_figures_to_wandb_offline(tmp_path):
     # Logged through self.log every log_every_n_steps, then the final figures.
     assert [row["trainer/global_step"] for row in rows[:-1]] == [4, 9, 14, 19]
     final = rows[-1]
+    print(f"Lightning + W&B offline: stored {stored_j:.3f} J; W&B's last "
+          f"{final['joulestat/energy_j']:.3f} J at step {final['trainer/global_step']}")
     assert final["trainer/global_step"] == 20
     assert final["joulestat/energy_j"] == pytest.approx(stored_j, rel=0.10)
     assert final["joulestat/steps"] == 20 and final["joulestat/samples"] == 160
