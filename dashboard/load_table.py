@@ -17,6 +17,10 @@ the highest of their values, the worst its jobs saw, since percentiles of separa
 cannot be pooled. A job's latency is the whole server's, so every model of a job shows
 the same.
 
+Served latency (jobs measured with ``--serving-metrics``) comes from the serving
+engine's histograms instead: a row's jobs' histograms are added up and then read
+(``ttft p50 (s)``, ``ttft p99 (s)``, ...), exact for a row of several jobs.
+
 Each row carries the sources of its jobs' nodes (``rapl``, ``model:ccf-vcpu``), so the
 page can say which lines are estimates: a c6i's modelled energy per request drawn
 beside a g5's measured one reads as their equal unless the line says otherwise.
@@ -32,6 +36,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from joulestat.dashboard import analysis
+from joulestat.host.serving_metrics import Histogram, Latency
+from joulestat.reports.compare.latency import row_latency
 
 if TYPE_CHECKING:  # the store's records, taken from state as the pages take them
     from joulestat.dashboard.state import JobTotals, ModelSplit
@@ -104,19 +110,40 @@ def _sources(jobs: list[JobTotals], by_node: Mapping[str, Iterable[str]]
                          for s in by_node.get(node, ())}))
 
 
+def served_key(kind: str, quantile: str) -> str:
+    """The column of a served latency percentile: ``ttft p99 (s)``."""
+    return f"{kind} {quantile} (s)"
+
+
+def _served(jobs: list[JobTotals], served: Mapping[str, Mapping[Latency, Histogram]]
+            ) -> tuple[tuple[str, float | None], ...]:
+    """Served latency (``--serving-metrics``) of a row's jobs: their histograms added up,
+    then read, so a row of several jobs is exact (unlike percentile labels)."""
+    merged = row_latency(served[job.id] for job in jobs if job.id in served)
+    return tuple((served_key(kind, q), value) for kind, values in merged.items()
+                 for q, value in values.items())
+
+
 def _rows(group_of: str | None, points: list[analysis.LoadPoint],
           members: Mapping[tuple[str, float], list[JobTotals]], keys: list[str],
-          by_node: Mapping[str, Iterable[str]]) -> list[LoadRow]:
-    return [LoadRow(group_of or p.setup, p.setup, p.level, p.jobs, p.units, p.energy_j,
-                    p.run_s, _worst(members.get((p.setup, p.level), []), keys),
+          by_node: Mapping[str, Iterable[str]],
+          served: Mapping[str, Mapping[Latency, Histogram]]) -> list[LoadRow]:
+    rows = [LoadRow(group_of or p.setup, p.setup, p.level, p.jobs, p.units, p.energy_j,
+                    p.run_s, _worst(members.get((p.setup, p.level), []), keys)
+                    + _served(members.get((p.setup, p.level), []), served),
                     _sources(members.get((p.setup, p.level), []), by_node))
             for p in points]
+    # Every row the same columns: a served percentile one row lacks is unknown there.
+    columns = list(dict.fromkeys(k for row in rows for k, _v in row.latency))
+    return [replace(row, latency=tuple((k, dict(row.latency).get(k)) for k in columns))
+            for row in rows]
 
 
 def load_rows(jobs: list[JobTotals], unit: str, now_s: float, level_key: str,
               left_out: Collection[str] = (), by: str = BY_SETUP,
               splits: Mapping[str, ModelSplit] | None = None,
-              sources: Mapping[str, Iterable[str]] | None = None
+              sources: Mapping[str, Iterable[str]] | None = None,
+              served: Mapping[str, Mapping[Latency, Histogram]] | None = None
               ) -> tuple[list[LoadRow], int]:
     """Rows by setup or by model (``splits``: :func:`joulestat.dashboard.state.splits` of ``jobs``;
     jobs without one have no model and no row by model), and how many jobs were left out
@@ -127,7 +154,7 @@ def load_rows(jobs: list[JobTotals], unit: str, now_s: float, level_key: str,
     keys = latency_keys(jobs, level_key)
     members = _members(jobs, unit, level_key, left_out)
     if by != BY_MODEL:
-        return _rows(None, points, members, keys, by_node), skipped
+        return _rows(None, points, members, keys, by_node, served or {}), skipped
     rows: list[LoadRow] = []
     models = sorted({share.model for split in (splits or {}).values() for share in split.models})
     for model in models:
@@ -139,7 +166,7 @@ def load_rows(jobs: list[JobTotals], unit: str, now_s: float, level_key: str,
                 parts.append(replace(job, units={unit: found.units.get(unit, 0.0)},
                                      total_j=found.energy_j))
         model_points, _skipped = analysis.load_curve(parts, unit, now_s, level_key, left_out)
-        rows += _rows(model, model_points, members, keys, by_node)
+        rows += _rows(model, model_points, members, keys, by_node, served or {})
     return rows, skipped
 
 

@@ -303,6 +303,14 @@ def compare_candidates(url: str, kind: str, unit: str, since_s: float | None,
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 @gc_paused
+def served_latency(url: str, job_ids: tuple[str, ...]) -> dict[str, dict]:
+    """Per job, the latency histograms its serving engine reported (``--serving-metrics``),
+    per kind, over its nodes and models; jobs without any are absent."""
+    return latency_by_job(job_node_latency(engine(url), list(job_ids)))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+@gc_paused
 def label_keys(url: str, kind: str | None, since_s: float | None = None,
                until_s: float | None = None) -> list[str]:
     """Label keys of the jobs of ``kind`` whose values are numbers on two jobs or more

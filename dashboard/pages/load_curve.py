@@ -76,8 +76,9 @@ left_out = top[4].multiselect("Leave out runs", list(labels), format_func=labels
                               key="load_left_out", placeholder="e.g. a short smoke test")
 splits = state.splits(url, tuple(j.id for j in runs)) if by == load_table.BY_MODEL else {}
 node_sources = state.energy_sources(url, tuple(sorted({n for j in runs for n, _t in j.nodes})))
+served = state.served_latency(url, tuple(j.id for j in runs))
 points, skipped = load_table.load_rows(runs, unit, now, label_key, set(left_out), by, splits,
-                                       node_sources)
+                                       node_sources, served)
 if skipped:
     st.caption(f"{skipped} job(s) left out: their {fmt.code(label_key)} label is not a positive "
                "number.")
@@ -153,14 +154,38 @@ with left:
 with right:
     curve(f"Rate ({rate_name})", "rate_per_s", f"rate ({rate_name})", "rate_text")
 
+served_p99 = next((key for key in latency
+                   if key in (load_table.served_key("ttft", "p99"),
+                              load_table.served_key("e2e", "p99"))), None)
+if served_p99 is not None:
+    # Energy per unit and what users waited, on one chart: the level past which more load
+    # buys no energy and costs latency (docs/llm-serving.md).
+    st.subheader(fmt.md(f"Energy per {unit} and {served_p99.removesuffix(' (s)')} "
+                        "against load"))
+    base = alt.Chart(frame.assign(**{group: frame[group].map(line_of)})).encode(
+        x=alt.X(f"{label_key}:Q", title=f"{label_key} (load level)",
+                scale=alt.Scale(type="log")),
+        color=alt.Color(f"{group}:N", title=group))
+    energy_line = base.mark_line(point=True).encode(
+        y=alt.Y("energy_per_unit:Q", title=f"energy per {unit} ({energy_unit}), solid"),
+        tooltip=[f"{group}:N", f"{label_key}:Q", "energy_text:N"])
+    latency_line = base.mark_line(point=True, strokeDash=[6, 4]).encode(
+        y=alt.Y(f"{served_p99}:Q", title=f"{served_p99}, dashed"),
+        tooltip=[f"{group}:N", f"{label_key}:Q", f"{served_p99}:Q"])
+    st.altair_chart(alt.layer(energy_line, latency_line).resolve_scale(y="independent"),
+                    width="stretch")
+    st.caption("Served latency from the serving engine's histograms (its jobs' added up "
+               "per point, then read): the dashed line on the right axis.")
+
 if marked:
     how = fmt.md("; ".join(f"{line}: {fmt.energy_is(line_sources[line])}" for line in marked))
     st.caption(f"Dashed lines are not read from a hardware counter ({how}), so they rest on "
                "the named model's assumptions (docs/methodology.md); solid lines are "
                "measured. Compare a dashed line with a solid one with care.")
-if latency and any(p.jobs > 1 for p in points):
-    st.caption(f"{fmt.md(', '.join(latency))}: the highest of a row's jobs, where it sums several "
-               "(percentiles of separate runs cannot be pooled).")
+labelled = [key for key in latency if not key.endswith(" (s)")]
+if labelled and any(p.jobs > 1 for p in points):
+    st.caption(f"{fmt.md(', '.join(labelled))}: the highest of a row's jobs, where it sums "
+               "several (percentiles of separate runs cannot be pooled).")
 shown = frame.drop(columns=["energy_per_unit", "energy_text", "rate_text"]).rename(columns={
     "energy_per_unit_j": f"energy per {unit}", "rate_per_s": rate_name})
 st.dataframe(fmt.styled(shown, {f"energy per {unit}": fmt.energy, "run time": fmt.duration,

@@ -36,3 +36,21 @@ def serving_store(url: str) -> None:
         compare_store.run_job(engine, compare_store.node(f"node-{name}", itype), job, 4,
                               j_per_token * TOKENS / 4, {"output_token": TOKENS / 4})
     engine.dispose()
+
+
+LEVELS = ((1, 3.0, 0.05), (2, 2.0, 0.2), (4, 1.5, 0.8))  # (concurrency, J/token, TTFT s)
+
+
+def load_store(url: str) -> None:
+    """One setup (g5.xlarge) served at concurrency 1, 2 and 4: less energy per token and
+    a longer time to first token as the load grows (the Load curve's trade-off)."""
+    engine = make_engine(url)
+    migrate.upgrade(engine)
+    for i, (level, j_per_token, ttft_s) in enumerate(LEVELS):
+        job = make_job(f"level-{level}", compare_store.T0 + i * 10_000,
+                       {"concurrency": str(level)})
+        job.name, job.kind = "serve", "inference"
+        job.latency = {"m": {"ttft": histogram(ttft_s, 1000.0)}}
+        compare_store.run_job(engine, compare_store.node("node-g5", "g5.xlarge"), job, 4,
+                              j_per_token * TOKENS / 4, {"output_token": TOKENS / 4})
+    engine.dispose()

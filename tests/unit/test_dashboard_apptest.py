@@ -418,3 +418,20 @@ def test_compare_shows_served_latency_beside_energy_per_token(tmp_path, monkeypa
     assert 0.5 < latency.at["inf2.xlarge", "TTFT p99"] <= 1.0  # 0.8 s
     assert latency.at["g5.xlarge", "energy per output_token"] == pytest.approx(
         (2.0 * 1000 + 0) / 1000, rel=0.01)
+
+
+def test_load_curve_draws_energy_per_token_with_served_latency(tmp_path, monkeypatch):
+    from tests.helpers.serving_store import LEVELS, load_store
+
+    url = f"sqlite:///{tmp_path / 'levels.db'}"
+    load_store(url)
+    at = run_page(url, "pages/load_curve.py", monkeypatch)
+    assert not at.error
+    assert any("ttft p99" in s.value for s in at.subheader)  # the two-axis chart's title
+    [frame] = [d.value for d in at.dataframe if "ttft p99 (s)" in d.value.columns]
+    frame = frame.set_index("concurrency")
+    for level, j_per_token, ttft_s in LEVELS:
+        assert frame.at[level, "energy per output_token"] == pytest.approx(j_per_token,
+                                                                          rel=0.01)
+        upper = next(b for b in (0.1, 0.25, 0.5, 1.0) if ttft_s <= b)
+        assert frame.at[level, "ttft p99 (s)"] <= upper
