@@ -164,7 +164,9 @@ if served_p99 is not None:
                         "against load"))
     base = alt.Chart(frame.assign(**{group: frame[group].map(line_of)})).encode(
         x=alt.X(f"{label_key}:Q", title=f"{label_key} (load level)",
-                scale=alt.Scale(type="log")),
+                scale=alt.Scale(type="log", nice=False,
+                                domain=[float(frame[label_key].min()),
+                                        float(frame[label_key].max())])),
         color=alt.Color(f"{group}:N", title=group))
     energy_line = base.mark_line(point=True).encode(
         y=alt.Y("energy_per_unit:Q", title=f"energy per {unit} ({energy_unit}), solid"),
