@@ -22,6 +22,14 @@ start-up. The workloads are
 :mod:`joulestat.cli.demo_workers`, each run as a process of its own; they need numpy
 (which the dashboard already brings) or PyTorch, nothing else. A job interrupted
 (Ctrl-C) is ended with what it measured so far, never left running in the store.
+
+``joulestat demo --llm`` measures LLM serving instead (:func:`_demo_llm`): a tiny GPT-2
+of random weights generating tokens in this process, pinned to at most two CPUs (setup
+``demo-2vcpu``), behind a server exposing vLLM's metric names
+(:mod:`joulestat.cli.demo_llm`). One ``demo-llm`` job per concurrency (1, 2, 4) on this
+process's pid, each counted from those metrics as ``--serving-metrics`` counts a real
+vLLM's, so a new store shows energy per output token and time to first token. It needs
+the ``hf`` extra (torch and transformers), checked before anything is written.
 """
 
 from __future__ import annotations
@@ -35,12 +43,12 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from joulestat.cli.demo_workers import FEATURES
 from joulestat.core.errors import ConfigError
-from joulestat.core.extras import Extra, install_hint, require_installed
+from joulestat.core.extras import Extra, install_hint, require, require_installed
 from joulestat.runtime.embedded import EMBEDDED_OPTIONS
 from joulestat.runtime.settings import add_options, resolve
 
@@ -48,7 +56,12 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from joulestat.api.agent_client import AgentAddress
     from joulestat.runtime.assembly import PipelineSettings
 
-TRAIN, SERVE = "demo-train", "demo-serve"
+TRAIN, SERVE, LLM = "demo-train", "demo-serve", "demo-llm"
+TRAIN_SECONDS, SERVE_LEVELS = 12.0, "1,4,16"
+# --llm: three stages of 30 s, with the model's build (~10 s) and each stage's waits for
+# the metrics' reads, about two minutes on two cores.
+LLM_SECONDS, LLM_LEVELS = 30.0, "1,2,4"
+LLM_CPUS = 2  # the LLM demo runs pinned to this many CPUs at most (its setup's name)
 OPTIONS = tuple(dict.fromkeys(("agent_url", "api_token", "log_level",
                                *(o for o in EMBEDDED_OPTIONS if o != "instance_type"))))
 
@@ -61,13 +74,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "server loaded at three concurrencies, each a job measured by the node's agent "
         "(or in this process when none answers), then `joulestat compare` of them and "
         "the dashboard's URL. numpy by default, PyTorch when installed; about two "
-        "minutes. Instance types and prices are demo placeholders, not cloud offers.")
-    parser.add_argument("--seconds", type=float, default=12.0,
-                        help="length of each job, in seconds [12]")
-    parser.add_argument("--concurrency", default="1,4,16",
-                        help="the inference stages' concurrencies [1,4,16]")
+        "minutes. With --llm, an LLM serving job instead: a tiny GPT-2 (random weights, "
+        "no download) generating on CPU behind a server with vLLM's metric names, at "
+        "three concurrencies, for energy per output token and time to first token. "
+        "Instance types and prices are demo placeholders, not cloud offers.")
+    parser.add_argument("--llm", action="store_true",
+                        help="measure LLM serving instead: a GPT-2 of 2 layers with random "
+                        "weights generating tokens in this process, counted from its "
+                        "vLLM-named Prometheus metrics (--serving-metrics), a job per "
+                        "concurrency; needs the hf extra (pip install 'joulestat[hf]')")
+    parser.add_argument("--seconds", type=float, default=None,
+                        help=f"length of each job, in seconds [{TRAIN_SECONDS:g}; "
+                        f"{LLM_SECONDS:g} with --llm]")
+    parser.add_argument("--concurrency", default=None,
+                        help=f"the inference stages' concurrencies [{SERVE_LEVELS}; "
+                        f"{LLM_LEVELS} with --llm]")
     parser.add_argument("--backend", choices=("auto", "numpy", "torch"), default="auto",
-                        help="auto: PyTorch when installed, else numpy [auto]")
+                        help="auto: PyTorch when installed, else numpy; --llm runs on "
+                        "PyTorch [auto]")
     parser.add_argument("--embedded", action="store_true",
                         help="measure in-process even if an agent answers")
     add_options(parser, OPTIONS)
@@ -108,19 +132,21 @@ class _Job:
     """One demo job on one process, through the agent's API or measured in-process."""
 
     def __init__(self, api: Any, settings: PipelineSettings, name: str, kind: str,
-                 labels: dict[str, str], pid: int, instance_type: str) -> None:
+                 labels: dict[str, str], pid: int, instance_type: str,
+                 agent_labels: dict[str, str] | None = None) -> None:
         self.api, self.name, self.kind, self.pid = api, name, kind, pid
         self.labels, self.id, self.embedded = dict(labels), uuid.uuid4().hex, None
-        self.instance_type = instance_type
+        self.instance_type, self.agent_labels = instance_type, dict(agent_labels or {})
         if api is not None:  # the agent records the placeholder type: the job is priced
             api.register(name, kind, [pid], self.labels, self.id,
-                         instance_type=instance_type)
+                         instance_type=instance_type, agent_labels=self.agent_labels or None)
             return
         from joulestat.runtime.embedded import EmbeddedJob
 
         node = replace(settings.node, instance_type=instance_type)
         self.embedded = EmbeddedJob(name, kind, self.labels, {pid}, self.id,
-                                    replace(settings, node=node), reason="demo").start()
+                                    replace(settings, node=node), reason="demo",
+                                    agent_labels=self.agent_labels or None).start()
 
     def count(self, unit: str, n: float) -> None:
         if n <= 0:
@@ -137,7 +163,15 @@ class _Job:
             self.embedded.add_pid(self.pid, labels=self.labels)
         else:
             self.api.register(self.name, self.kind, [self.pid], self.labels, self.id,
-                              instance_type=self.instance_type)
+                              instance_type=self.instance_type,
+                              agent_labels=self.agent_labels or None)
+
+    def counted(self, unit: str) -> float:
+        """How much of ``unit`` the running job has counted so far."""
+        if self.embedded is not None:
+            assert self.embedded.job is not None
+            return float(self.embedded.job.units.get(unit, 0.0))
+        return float((self.api.get(self.id).get("units") or {}).get(unit, 0.0))
 
     def end(self, cpu_s: float | None = None) -> dict[str, Any]:
         """End it; the summary is the stored one (its last tick attributed and stored)."""
@@ -334,9 +368,14 @@ def _demo(args: argparse.Namespace) -> int:
     quiet = "log_level" not in vars(args) and "JOULESTAT_LOG_LEVEL" not in os.environ
     setup_logging("WARNING" if quiet else settings["log_level"])
     logging.getLogger("joulestat.host.identity").setLevel(logging.ERROR)  # demo-1vcpu is no typo
-    if not 1 <= args.seconds <= 600:
-        raise ConfigError(f"--seconds {args.seconds:g}: expected 1..600")
-    levels, backend = _levels(args.concurrency), _backend(args.backend)
+    seconds = args.seconds if args.seconds is not None else (
+        LLM_SECONDS if args.llm else TRAIN_SECONDS)
+    if not 1 <= seconds <= 600:
+        raise ConfigError(f"--seconds {seconds:g}: expected 1..600")
+    levels = _levels(args.concurrency or (LLM_LEVELS if args.llm else SERVE_LEVELS))
+    # --llm: torch and transformers imported here, before the store is opened, so a
+    # missing extra is one line and nothing is written.
+    backend = _llm_backend(args.backend) if args.llm else _backend(args.backend)
     # The store first: one that cannot be opened stops the demo with one line naming it
     # (password hidden), before any worker runs, not with a worker killed mid-way.
     open_engine(settings.get("db")).dispose()
@@ -347,13 +386,15 @@ def _demo(args: argparse.Namespace) -> int:
 
     api, where = _agent(settings.section(AgentAddress), args.embedded)
     pipeline = embedded_settings(settings)  # what jobs measured in this process use
-    print(f"joulestat demo: {len(configs) + len(levels)} jobs of {args.seconds:g} s on "
+    if args.llm:
+        return _demo_llm(api, pipeline, where, levels, seconds, settings.get("db"))
+    print(f"joulestat demo: {len(configs) + len(levels)} jobs of {seconds:g} s on "
           f"{backend}, measured {where}" + ("" if len(cpus) > 1 else
           "; one CPU available, so no 2-vCPU configuration"), file=sys.stderr)
     progress = _Progress(len(configs) + len(levels))
-    results = [_train(api, pipeline, progress, backend, setup, use, args.seconds)
+    results = [_train(api, pipeline, progress, backend, setup, use, seconds)
                for setup, use in configs]
-    results += _serve(api, pipeline, progress, backend, cpus, levels, args.seconds)
+    results += _serve(api, pipeline, progress, backend, cpus, levels, seconds)
     progress.done()
     _print_jobs(results)
     db = ["--db", settings["db"]] if settings.get("db") else []
@@ -406,3 +447,167 @@ def _print_dashboard(db: str) -> None:
           "Instance types named demo-* are placeholders for this machine's CPUs, priced at "
           "made-up rates (price source `demo`), not cloud offers; `setup` names the "
           "configuration.")
+
+
+# -- joulestat demo --llm --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _LlmStage:
+    """One --llm stage as stored: its job, and its figures read back from the store."""
+
+    concurrency: int
+    job_id: str
+    final: bool
+    output_tokens: float
+    prompt_tokens: float
+    requests: float
+    energy_j: float
+    duration_s: float | None
+    ttft_p50_s: float | None
+    ttft_p99_s: float | None
+
+    @property
+    def energy_per_output_token_j(self) -> float | None:
+        return self.energy_j / self.output_tokens if self.output_tokens > 0 else None
+
+
+def _llm_backend(name: str) -> str:
+    """--llm runs on PyTorch with transformers (the hf extra), imported now: a missing
+    one is one line naming the extra, before anything is written."""
+    if name == "numpy":
+        raise ConfigError("--llm: the model runs on PyTorch; --backend numpy does not apply")
+    for module in ("torch", "transformers"):
+        require(module, Extra.HF, "joulestat demo --llm")
+    return "torch"
+
+
+def _demo_llm(api: Any, pipeline: PipelineSettings, where: str, levels: list[int],
+              seconds: float, db: str | None) -> int:
+    """A stage per concurrency, each a job on this process (whose threads generate),
+    counted from the server's metrics: the agent's path for a real vLLM."""
+    from joulestat.cli.demo_llm import TinyLLMServer
+
+    mine = os.sched_getaffinity(0)
+    use = sorted(mine)[:LLM_CPUS]
+    setup = f"demo-{len(use)}vcpu"
+    # Every thread started from here on (the model's, the metrics server's, an in-process
+    # measurement's) inherits the pin: the job runs on the CPUs its setup names.
+    os.sched_setaffinity(0, use)
+    interval_s = (api.health().get("interval_s") if api is not None else None) or \
+        pipeline.tick.interval_s
+    print(f"joulestat demo --llm: {len(levels)} jobs of {seconds:g} s, a tiny GPT-2 (random "
+          f"weights) generating on torch CPU ({setup}), its tokens read from its vLLM-named "
+          f"metrics, measured {where}", file=sys.stderr)
+    progress = _Progress(len(levels) + 1)
+    jobs: list[tuple[int, _Job, dict[str, Any]]] = []
+    try:
+        progress.step("building a GPT-2 of 2 layers with random weights")
+        with TinyLLMServer() as server:
+            for level in levels:
+                job, summary = _llm_stage(api, pipeline, progress, server, setup, len(use),
+                                          level, seconds, float(interval_s))
+                jobs.append((level, job, summary))
+    finally:
+        os.sched_setaffinity(0, mine)
+    progress.done()
+    _print_llm(_llm_read_back(jobs, pipeline), db)
+    return 0
+
+
+def _llm_stage(api: Any, pipeline: PipelineSettings, progress: _Progress, server: Any,
+               setup: str, vcpus: int, level: int, seconds: float, interval_s: float
+               ) -> tuple[_Job, dict[str, Any]]:
+    from joulestat.attribution.agent_labels import SERVING_METRICS
+    from joulestat.cli.demo_llm import run_load
+
+    progress.step(f"LLM generation at concurrency {level} ({setup})")
+    wait_s = 3 * interval_s + 5.0
+    before, scrapes = server.totals(), server.scrapes
+    job = _Job(api, pipeline, LLM, "inference", {
+        "setup": setup, "vcpus": str(vcpus), "concurrency": str(level), "backend": "torch",
+        "demo": "true"}, os.getpid(), setup, agent_labels={SERVING_METRICS: server.url})
+    try:
+        # The job's first read of the metrics is its baseline (what was served before is
+        # not the job's). An in-process measurement starts its own poller with the job,
+        # so its first read is the job's; an agent's may be reading for the job before
+        # (ended, still listed): two reads, so that one surely began after this one's.
+        if not server.wait_scrapes(scrapes + (1 if job.embedded is not None else 2), wait_s):
+            raise ConfigError(f"the measurement did not read the demo server's metrics "
+                              f"within {wait_s:g} s (an agent older than --serving-metrics? "
+                              "restart it, or run with --embedded)")
+        run_load(server, level, seconds, progress.update)
+        # Tokens are counted when the metrics are next read: wait for a read after the
+        # last token and for the job to have counted every one (a tick later).
+        expected = server.totals().output_tokens - before.output_tokens
+        server.wait_scrapes(server.scrapes + 1, wait_s)
+        deadline = time.monotonic() + wait_s
+        while job.counted("output_token") < expected and time.monotonic() < deadline:
+            time.sleep(0.1)
+        counted = job.counted("output_token")
+        if counted < expected:
+            logging.getLogger(__name__).warning(
+                "demo-llm concurrency=%d: %d of %d output tokens counted before the job ended",
+                level, counted, expected)
+    finally:
+        summary = job.end()
+    return job, summary
+
+
+def _llm_read_back(jobs: list[tuple[int, _Job, dict[str, Any]]], pipeline: PipelineSettings
+                   ) -> list[_LlmStage]:
+    """Each stage's figures as the store has them: its report (the agent's, through its
+    API, or built from the store the in-process measurement wrote)."""
+    from joulestat.cli.demo_llm import MODEL_NAME
+    from joulestat.reports.model import build_report
+    from joulestat.store.engine import open_reader_engine
+
+    engine = None
+    stages = []
+    try:
+        for level, job, summary in jobs:
+            if job.embedded is None:
+                report = job.api.report(job.id)
+            else:
+                engine = engine or open_reader_engine(pipeline.store.db)
+                report = build_report(engine, job.id, series=False)
+            work = report.get("work_units") or {}
+            ttft = ((report.get("latency") or {}).get(MODEL_NAME) or {}).get("ttft") or {}
+            stages.append(_LlmStage(
+                level, job.id, bool(summary.get("final", True)),
+                float(work.get("output_token", 0.0)), float(work.get("prompt_token", 0.0)),
+                float(work.get("request", 0.0)), float(report["energy_j"]["total"]),
+                report["job"].get("duration_s"), ttft.get("p50_s"), ttft.get("p99_s")))
+    finally:
+        if engine is not None:
+            engine.dispose()
+    return stages
+
+
+def _print_llm(stages: list[_LlmStage], db: str | None) -> None:
+    from joulestat.cli.dashboard import DEFAULT_PORT, running_dashboard
+    from joulestat.core import units
+    from joulestat.core.redact import redact_url
+
+    print("\nLLM serving jobs measured (energy attributed to this process; tokens and "
+          "latency from the server's vLLM-named metrics):")
+    for stage in stages:
+        rate = (f", {units.sig(stage.output_tokens / stage.duration_s)} tokens/s"
+                if stage.duration_s else "")
+        print(f"  {LLM} concurrency={stage.concurrency}: "
+              f"{units.count(stage.output_tokens)} output tokens{rate} "
+              f"({units.count(stage.requests)} requests), {units.energy(stage.energy_j)}, "
+              f"{units.per(units.energy(stage.energy_per_output_token_j), 'output token')}; "
+              f"TTFT p50 {units.si(stage.ttft_p50_s, 's')}, p99 {units.si(stage.ttft_p99_s, 's')}"
+              + ("" if stage.final else " (not final)"))
+    shown_db = f" --db {redact_url(db)}" if db else ""
+    running = running_dashboard()
+    base = running.url if running is not None else f"http://127.0.0.1:{DEFAULT_PORT}"
+    print(f"\ncompare them:  joulestat compare --jobs {LLM} --by label:concurrency "
+          f"--unit output_token{shown_db}\n"
+          f"look at them:  joulestat dashboard{shown_db}, then "
+          f"{base}/compare?kind=inference&unit=output_token&by=label:concurrency"
+          "&period=All%20time\n"
+          "demo-* instance types are placeholders for this machine's CPUs, priced at made-up "
+          "rates, not cloud offers; the model's weights are random, so its tokens are "
+          "nonsense, but what they cost is measured.")

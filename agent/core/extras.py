@@ -34,6 +34,7 @@ class Extra(StrEnum):
     GAUDI = "gaudi"
     EXAMPLES = "examples"
     OTEL = "otel"
+    HF = "hf"
 
 
 def install_hint(extra: Extra) -> str:

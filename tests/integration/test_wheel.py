@@ -7,7 +7,7 @@ site-packages; ``db upgrade``, an embedded ``run``, ``jobs``, ``report --format 
 ``from joulestat import track, count`` and ``python -m joulestat --help`` work; a user
 project with its own ``agent`` and ``dashboard`` packages imports them next to
 joulestat. The base install also answers a command that needs a missing extra with one
-line naming it (dashboard, postgres, pdf, demo). The copy holds the files git tracks, as
+line naming it (dashboard, postgres, pdf, demo, hf). The copy holds the files git tracks, as
 they are now: an untracked file in the worktree cannot make the wheel pass or fail.
 
 Cost: one wheel build (setuptools in pip's isolated build env) and a base install of
@@ -232,6 +232,7 @@ def test_a_project_with_its_own_agent_and_dashboard_packages(installed: Installe
     (("jobs", "--db", "postgresql+psycopg://me:s3cret@127.0.0.1:1/js"), "postgres"),
     (("report", "x", "--db", "sqlite:///w.db", "--format", "pdf", "-o", "r.pdf"), "pdf"),
     (("demo", "--seconds", "1", "--backend", "numpy"), "demo"),
+    (("demo", "--llm", "--db", "sqlite:///w.db"), "hf"),
 ])
 def test_a_missing_extra_is_one_line_naming_it(installed: Installed, argv: tuple[str, ...],
                                                extra: str) -> None:
