@@ -154,30 +154,37 @@ with left:
 with right:
     curve(f"Rate ({rate_name})", "rate_per_s", f"rate ({rate_name})", "rate_text")
 
-served_p99 = next((key for key in latency
-                   if key in (load_table.served_key("ttft", "p99"),
-                              load_table.served_key("e2e", "p99"))), None)
+# What users wait for first: time to first token, else the whole request.
+served_p99 = next((key for key in (load_table.served_key("ttft", "p99"),
+                                   load_table.served_key("e2e", "p99")) if key in latency), None)
 if served_p99 is not None:
     # Energy per unit and what users waited, on one chart: the level past which more load
     # buys no energy and costs latency (docs/llm-serving.md).
     st.subheader(fmt.md(f"Energy per {unit} and {served_p99.removesuffix(' (s)')} "
                         "against load"))
-    base = alt.Chart(frame.assign(**{group: frame[group].map(line_of)})).encode(
+    drawn = frame.assign(**{group: frame[group].map(line_of)})
+    base = alt.Chart(drawn).encode(
         x=alt.X(f"{label_key}:Q", title=f"{label_key} (load level)",
                 scale=alt.Scale(type="log", nice=False,
                                 domain=[float(frame[label_key].min()),
                                         float(frame[label_key].max())])),
         color=alt.Color(f"{group}:N", title=group))
+    # Energy as on the charts above (a line dashed where it is an estimate); latency
+    # dotted with square points, on the right axis.
     energy_line = base.mark_line(point=True).encode(
-        y=alt.Y("energy_per_unit:Q", title=f"energy per {unit} ({energy_unit}), solid"),
+        y=alt.Y("energy_per_unit:Q", title=f"energy per {unit} ({energy_unit}): line"),
+        strokeDash=alt.StrokeDash(f"{group}:N", legend=None, scale=alt.Scale(
+            domain=list(line_of.values()),
+            range=[DASHED if line in marked else SOLID for line in line_of])),
         tooltip=[f"{group}:N", f"{label_key}:Q", "energy_text:N"])
-    latency_line = base.mark_line(point=True, strokeDash=[6, 4]).encode(
-        y=alt.Y(f"{served_p99}:Q", title=f"{served_p99}, dashed"),
+    latency_line = base.mark_line(strokeDash=[2, 3], point=alt.OverlayMarkDef(
+        shape="square", size=60)).encode(
+        y=alt.Y(f"{served_p99}:Q", title=f"{served_p99}: dotted, squares"),
         tooltip=[f"{group}:N", f"{label_key}:Q", f"{served_p99}:Q"])
-    st.altair_chart(alt.layer(energy_line, latency_line).resolve_scale(y="independent"),
-                    width="stretch")
+    st.altair_chart(alt.layer(energy_line, latency_line).resolve_scale(
+        y="independent", strokeDash="independent"), width="stretch")
     st.caption("Served latency from the serving engine's histograms (its jobs' added up "
-               "per point, then read): the dashed line on the right axis.")
+               "per point, then read): the dotted line with squares, on the right axis.")
 
 if marked:
     how = fmt.md("; ".join(f"{line}: {fmt.energy_is(line_sources[line])}" for line in marked))

@@ -49,4 +49,4 @@ def test_compare_and_load_curve_show_energy_per_token_with_latency(tmp_path):
         text = _shoot(browser, levels, tmp_path, "serving-load-curve",
                       "/load_curve?unit=output_token",
                       ["and ttft p99 against load", "Energy per output_token"])
-        assert "dashed line on the right axis" in text
+        assert "dotted line with squares, on the right axis" in text

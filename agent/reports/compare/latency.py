@@ -92,9 +92,10 @@ def row_latency(members: Iterable[Mapping[Latency, Histogram]]
     for latency in members:
         for kind, histogram in latency.items():
             merged[kind] = histogram_add(merged.get(kind), histogram)
-    return {kind.value: {name: histogram_quantile(QUANTILES[name], histogram)
+    # In the enum's order (TTFT, ITL, end-to-end): what a user waits for first, first.
+    return {kind.value: {name: histogram_quantile(QUANTILES[name], merged[kind])
                          for name in SHOWN}
-            for kind, histogram in sorted(merged.items()) if histogram.count > 0}
+            for kind in Latency if kind in merged and merged[kind].count > 0}
 
 
 @dataclass(frozen=True, slots=True)
