@@ -165,7 +165,12 @@ def test_track_and_the_job_api_take_serving_metrics_and_refuse_a_bad_one(tmp_pat
 
     code = ("import sys, time\nfrom joulestat import track\n"
             "with track('tracked-llm', kind='inference', serving_metrics=sys.argv[1]) as job:\n"
-            "    time.sleep(3)\n"
+            # until the agent has counted the server's tokens, however slowly it ticks
+            "    deadline = time.monotonic() + 120\n"
+            "    while time.monotonic() < deadline:\n"
+            "        figures = job.figures() or {}\n"
+            "        if figures.get('work_units', {}).get('output_token', 0) > 200: break\n"
+            "        time.sleep(0.1)\n"
             "print(job.summary['units'].get('output_token', 0))\n")
     with agent_on_fake_rapl(tmp_path) as agent, \
             FakeServingEngine("vllm", {"m": RATES}) as engine:
@@ -180,6 +185,6 @@ def test_track_and_the_job_api_take_serving_metrics_and_refuse_a_bad_one(tmp_pat
             "name": "api-llm", "kind": "inference", "serving_metrics": "ftp://x/metrics"})
         bad_run = run_cli("run", "--name", "x", "--serving-metrics", "not a url", "--",
                           "true", env=agent.client_env())
-    assert float(result.stdout.strip().splitlines()[-1]) > 200  # 3 s at 200 a second
+    assert float(result.stdout.strip().splitlines()[-1]) > 200
     assert status == 400 and "serving_metrics" in refused["error"]
     assert bad_run.returncode == 2 and "--serving-metrics" in bad_run.stderr
