@@ -24,6 +24,7 @@ wording of deltas (``−92 %``, ``×6.3``: :mod:`joulestat.reports.compare.words
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 UNKNOWN = "—"
 J_PER_WH = 3600.0
@@ -193,3 +194,31 @@ def scale_for(values: list[float], unit: str) -> tuple[float, str]:
         if top >= factor:
             return factor, name
     return steps[-1]
+
+
+EN_DASH = "\u2013"
+
+
+def _range(low: float | None, high: float | None, one: Callable[[float | None], str],
+           unit: str) -> str:
+    """``20.1–28.9 kJ``: both ends in one unit when they share it, else each with its
+    own (``950 J–1.20 kJ``); unknown when either end is."""
+    if not (_known(low) and _known(high)):
+        return UNKNOWN
+    low_text, high_text = one(low), one(high)
+    low_num, _sp, low_unit = low_text.partition(" ")
+    high_num, _sp, high_unit = high_text.partition(" ")
+    if low_unit == high_unit and low_unit.endswith(unit):
+        return f"{low_num}{EN_DASH}{high_num} {high_unit}"
+    return f"{low_text}{EN_DASH}{high_text}"
+
+
+def energy_range(low_j: float | None, high_j: float | None) -> str:
+    """Bounds of an energy figure: ``20.1–28.9 kJ``, as a report prints them beside it
+    ("24.2 kJ, 20.1–28.9 kJ"); unknown bounds read :data:`UNKNOWN`."""
+    return _range(low_j, high_j, energy, "J")
+
+
+def mass_range(low_g: float | None, high_g: float | None) -> str:
+    """Bounds of a CO2e mass: ``11.2–15.9 g``."""
+    return _range(low_g, high_g, mass, "g")

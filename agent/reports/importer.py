@@ -74,8 +74,9 @@ from joulestat.store.import_writer import (
 
 SOURCE = "import:joulestat"
 _PREFIX = SOURCE + "/"
-# The report schemas this joulestat reads; schema 1 named every accelerator "gpu".
-READ_VERSIONS = (1, SCHEMA_VERSION)
+# The report schemas this joulestat reads; schema 1 named every accelerator "gpu",
+# schema 3 added bounds (recomputed on import from the sources the rows keep).
+READ_VERSIONS = (1, 2, SCHEMA_VERSION)
 Rename = Callable[[str], str]
 
 
@@ -295,7 +296,8 @@ def _report_job(entry: Any) -> ImportedJob:
     schema = entry.get("schema_version")
     if isinstance(schema, bool) or not isinstance(schema, int) or schema not in READ_VERSIONS:
         raise _Bad("schema_version", "this joulestat reads versions "
-                   f"{' and '.join(map(str, READ_VERSIONS))}, got {json.dumps(schema)}")
+                   f"{', '.join(map(str, READ_VERSIONS[:-1]))} and {READ_VERSIONS[-1]}, "
+                   f"got {json.dumps(schema)}")
     rename = current_component if schema == 1 else _same
     job = _get(entry, "job", "")
     try:

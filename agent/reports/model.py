@@ -44,6 +44,7 @@ from joulestat.core.redact import redact_labels
 from joulestat.core.tick import Component
 from joulestat.core.version import __version__
 from joulestat.reports import narrative
+from joulestat.reports.bounds import EnergyBounds, proportional, stored_bounds
 from joulestat.reports.compare.latency import served_latency
 from joulestat.reports.external import external_figures
 from joulestat.reports.idle import job_idle_policy
@@ -52,12 +53,17 @@ from joulestat.reports.series import COMPONENT_ORDER, node_series, power_series,
 from joulestat.reports.sources import energy_by_class
 from joulestat.store.jobs import JobDetail, JobNodePart, job_detail
 from joulestat.store.nodes import node_devices
-from joulestat.store.provenance import job_energy_by_source, job_sources, untracked_cpu_j
+from joulestat.store.provenance import (
+    job_sources,
+    jobs_energy_by_source,
+    untracked_cpu_j,
+)
 from joulestat.store.series import job_energy_parts, job_energy_series, job_unit_rows
 
 REPORT_FORMAT = "joulestat-report"
-# 2: the component "gpu" is "accelerator" (issue 14); the importer still reads 1.
-SCHEMA_VERSION = 2
+# 3: energy, CO2e and per-unit figures carry their bounds (``energy_bounds_j``...,
+# issue 27); 2: the component "gpu" is "accelerator" (issue 14). The importer reads 1-3.
+SCHEMA_VERSION = 3
 PER_MILLION = 1_000_000.0
 NO_OVERRIDES = CarbonSettings()  # every factor from the data
 
@@ -99,11 +105,14 @@ def _effective(footprint_: Footprint) -> tuple[float | None, float | None]:
 
 
 def _per_unit(units: Mapping[str, float], energy_j: float, dynamic_j: float, co2e_g: float,
-              embodied_g: float | None, cost_usd: float | None, duration_s: float
+              embodied_g: float | None, cost_usd: float | None, duration_s: float,
+              bounds: EnergyBounds | None = None
               ) -> tuple[dict[str, Any], dict[str, Any], dict[str, float | None]]:
     """per_unit, per_million_units and throughput_per_hour (units per hour of the job);
     energy per unit twice: all the job's (``energy_j``) and above idle
-    (``dynamic_energy_j``)."""
+    (``dynamic_energy_j``); the energy's and CO2e's bounds per unit (counts are exact)."""
+    total = bounds.total if bounds is not None else None
+    co2e_bounds = proportional(total, energy_j, co2e_g)
     per_unit: dict[str, Any] = {}
     per_million: dict[str, Any] = {}
     throughput: dict[str, float | None] = {}
@@ -117,6 +126,9 @@ def _per_unit(units: Mapping[str, float], energy_j: float, dynamic_j: float, co2
             "co2e_g": co2e_g / count,
             "cost_usd": cost,
             "sci_co2e_g": (co2e_g + embodied_g) / count if embodied_g is not None else None,
+            "energy_bounds_j": None if total is None else total.scaled(1 / count).as_list(),
+            "co2e_bounds_g": (None if co2e_bounds is None
+                              else co2e_bounds.scaled(1 / count).as_list()),
         }
         per_million[unit] = {
             "energy_j": energy_j / count * PER_MILLION,
@@ -164,6 +176,15 @@ def _node_entry(part: JobNodePart, node_fp: NodeFootprint | None, now_s: float,
     }
 
 
+def intensity_uncertainty(nodes: list[NodeFootprint]) -> str:
+    """What the CO2e bounds leave out: no intensity source joulestat reads (CodeCarbon's
+    energy-mix and cloud tables, Electricity Maps, an override) publishes an
+    uncertainty, so CO2e bounds carry the energy's alone, and say so."""
+    sources = ", ".join(sorted({n.intensity.source for n in nodes})) or "none"
+    return (f"energy's bounds only: the grid intensity's source ({sources}) publishes no "
+            "uncertainty")
+
+
 def _devices(engine: Engine, node: str) -> list[dict[str, str]]:
     """What each device of the node is ("AWS Inferentia2", "NVIDIA T4"), as the agent
     last recorded it, so a reader need not guess from "gpu0"."""
@@ -189,16 +210,18 @@ def report_from_detail(engine: Engine, detail: JobDetail,
     energy = component_totals(detail.dynamic_j, detail.idle_j)
     dynamic = component_totals(detail.dynamic_j)
     pue, intensity = _effective(result)
+    bounds = stored_bounds(engine, [detail.id])[detail.id]
     per_unit, per_million, throughput = _per_unit(
         detail.units, energy["total"], dynamic["total"], result.operational_co2e_g,
-        result.embodied_co2e_g, result.cost_usd, duration_s)
+        result.embodied_co2e_g, result.cost_usd, duration_s, bounds)
+    co2e_bounds = proportional(bounds.total, energy["total"], result.operational_co2e_g)
     cost_notes = [n for n in result.notes if n.startswith("cost unknown")]
     rows = job_energy_parts(engine, detail.id) if series else []
     per_node_series = node_series(rows, detail.started_s, end_s)
     per_node_units = unit_series(job_unit_rows(engine, detail.id), rows, detail.started_s,
                                  end_s) if series else {}
     by_source: dict[str, float] = {}
-    for row in job_energy_by_source(engine, detail.id):
+    for row in jobs_energy_by_source(engine, [detail.id])[detail.id]:
         by_source[row.source] = by_source.get(row.source, 0.0) + row.energy_j
     external = external_figures(detail.labels)
     report = {
@@ -226,11 +249,15 @@ def report_from_detail(engine: Engine, detail: JobDetail,
                               })
                   for part in detail.per_node],
         "energy_j": energy,
+        "energy_bounds_j": bounds.as_json(COMPONENT_ORDER + (Component.OTHER,)),
         "energy_kwh": j_to_kwh(energy["total"]),
         "dynamic_energy_j": dynamic,
         "idle_energy_j": component_totals(detail.idle_j),
         "idle_policy": job_idle_policy(detail),
         "co2e_g": result.operational_co2e_g,
+        "co2e_bounds_g": None if co2e_bounds is None else co2e_bounds.as_list(),
+        "bounds": {**bounds.basis_json(),
+                   "co2e": intensity_uncertainty(list(result.nodes))},
         "embodied_co2e_g": result.embodied_co2e_g,
         "total_co2e_g": result.total_co2e_g,
         "carbon_intensity_g_per_kwh": intensity,

@@ -81,8 +81,12 @@ def headline(report: Report) -> str:
                  else "embodied unknown)"))
     cost = f"cost {units.usd(report['cost_usd'])}" if report["cost_usd"] is not None else (
         "cost unknown")
+    bounds = (report.get("energy_bounds_j") or {}).get("total")
+    within = (f", {units.energy_range(*bounds)}" if bounds
+              else ", bounds unknown" if "energy_bounds_j" in report else "")
     text = (f"{job['name']} ({job['kind']}, {units.duration(job['duration_s'])}) used "
-            f"{units.energy(energy_j)} ({units.energy_wh(energy_j)}): {carbon}, {cost}")
+            f"{units.energy(energy_j)}{within} ({units.energy_wh(energy_j)}): {carbon}, "
+            f"{cost}")
     per_unit = report.get("per_unit") or {}
     if per_unit:
         unit, figures = max(per_unit.items(),
@@ -161,11 +165,37 @@ def _idle_notes(report: Report) -> list[str]:
             "node as much as its work; the dynamic energy (above idle) is what the work added"]
 
 
+def _bounds_notes(report: Report) -> list[str]:
+    """What the bounds rest on, source by source, and what has none (schema 3)."""
+    basis = report.get("bounds")
+    if not basis:
+        return []
+    applied = "; ".join(
+        f"{source} {_pct(a['low_pct'])}/{_pct(a['high_pct'])} ({a['basis']}: {a['reference']})"
+        for source, a in basis["sources"].items())
+    found = [f"energy bounds: {applied}" if applied else "energy bounds: no energy yet"]
+    if basis.get("attribution"):
+        a = basis["attribution"]
+        found.append(f"energy bounds: the job's share above idle adds "
+                     f"{_pct(a['low_pct'])}/{_pct(a['high_pct'])} ({a['basis']}: "
+                     f"{a['reference']})")
+    if basis["unknown"]:
+        found.append(f"energy bounds unknown: no accuracy is known for "
+                     f"{', '.join(basis['unknown'])} (docs/methodology.md, Uncertainty)")
+    if basis.get("co2e"):
+        found.append(f"CO2e bounds: {basis['co2e']}")
+    return found
+
+
+def _pct(value: float) -> str:
+    return f"{value:+.3g} %"
+
+
 def notes(report: Report) -> list[str]:
     """Every unknown (footprint's notes, already in ``report['notes']``) and every
     estimated factor, in words, without repeats."""
     found = [*report["notes"], *_energy_notes(report), *_node_notes(report),
-             *_idle_notes(report)]
+             *_idle_notes(report), *_bounds_notes(report)]
     for figures in report.get("external_co2e") or []:
         found.append(comparison_note(ExternalFigures(**figures), report["co2e_g"]))
     return list(dict.fromkeys(found))

@@ -52,6 +52,21 @@ def usd(value: float | None) -> str:
     return _known(fmt.usd(value))
 
 
+def bounds_text(bounds: Any, kind: str = "J") -> str:
+    """A figure's bounds as the report prints them (``20.1–28.9 kJ``), or "bounds
+    unknown" where some of its energy has no known accuracy (report["bounds"] says
+    which source)."""
+    if not bounds:
+        return "bounds unknown"
+    low, high = bounds
+    return fmt.energy_range(low, high) if kind == "J" else fmt.mass_range(low, high)
+
+
+def with_bounds(text: str, bounds: Any, kind: str = "J") -> str:
+    """``24.2 kJ, 20.1–28.9 kJ``: a figure followed by its bounds."""
+    return f"{text}, {bounds_text(bounds, kind)}"
+
+
 def number(value: float | None) -> str:
     """A plain figure (a count, a PUE): three significant digits; None -> unknown."""
     return UNKNOWN if value is None else fmt.sig(value)
@@ -110,12 +125,14 @@ def summary(report: Report) -> Table:
         ("Recorded by joulestat", ", ".join(
             f"{k}={v}" for k, v in (job.get("agent_labels") or {}).items())
          or f"{UNKNOWN} (stored or reported before joulestat recorded it, or imported)"),
-        ("Energy", f"{energy(total_j)} ({_known(fmt.energy_wh(total_j))})"),
+        ("Energy", f"{with_bounds(energy(total_j), _bounds(report, 'total'))} "
+                   f"({_known(fmt.energy_wh(total_j))})"),
         ("Dynamic / idle energy", f"{energy(report['dynamic_energy_j']['total'])} / "
                                   f"{energy(report['idle_energy_j']['total'])}"),
         ("Idle policy", policy_words(report.get("idle_policy")).removeprefix("idle policy ")),
         ("Measured / not measured", _measured(report)),
-        ("Operational CO2e", mass(report["co2e_g"])),
+        ("Operational CO2e", with_bounds(mass(report["co2e_g"]), report.get("co2e_bounds_g"),
+                                         "g")),
         ("Embodied CO2e (apart)", mass(report["embodied_co2e_g"])),
         ("Operational + embodied", mass(report["total_co2e_g"])),
         *((f"{e['tool']}'s own CO2e", f"{_external(e)} (joulestat's: "
@@ -127,6 +144,12 @@ def summary(report: Report) -> Table:
         ("Untracked CPU time on the node", _untracked(report)),
     ]
     return Table("Summary", ("", ""), tuple(rows), (1.0, 3.0))
+
+
+def _bounds(report: Report, component: str) -> Any:
+    """A component's energy bounds (``[low, high]`` or None); a schema-2 report has
+    none."""
+    return (report.get("energy_bounds_j") or {}).get(component)
 
 
 def _external(figures: Mapping[str, Any]) -> str:
@@ -158,15 +181,17 @@ def energy_by_component(report: Report) -> Table:
         return f"{', '.join(found)} ({cls})" if cls in WHY else ", ".join(found)
 
     rows = [(c, energy(report["dynamic_energy_j"][c]), energy(report["idle_energy_j"][c]),
-             energy(report["energy_j"][c]), sources(c)) for c in components]
+             energy(report["energy_j"][c]), bounds_text(_bounds(report, c)), sources(c))
+            for c in components]
     extra = sorted((c for c in report["sources"] if c not in components
                     and c not in COMPONENT_ORDER), key=component_sort_key)
-    rows += [(f"other: {c}", "", "", "", sources(c)) for c in extra]
+    rows += [(f"other: {c}", "", "", "", "", sources(c)) for c in extra]
     rows.append(("total", energy(report["dynamic_energy_j"]["total"]),
                  energy(report["idle_energy_j"]["total"]), energy(report["energy_j"]["total"]),
-                 ""))
-    return Table("Energy by component", ("component", "dynamic", "idle", "total", "sources"),
-                 tuple(rows), (1.0, 1.0, 1.0, 1.0, 4.0))
+                 bounds_text(_bounds(report, "total")), ""))
+    return Table("Energy by component", ("component", "dynamic", "idle", "total", "bounds",
+                                         "sources"),
+                 tuple(rows), (1.0, 1.0, 1.0, 1.0, 1.6, 3.4))
 
 
 def nodes(report: Report) -> Table:
@@ -186,15 +211,16 @@ def units(report: Report) -> Table:
         per = report["per_unit"].get(unit)
         million = report["per_million_units"].get(unit)
         if per is None or million is None:
-            rows.append((unit, fmt.count(count), "", "", "", "", "", "", ""))
+            rows.append((unit, fmt.count(count), "", "", "", "", "", "", "", ""))
             continue
         rows.append((unit, fmt.count(count),
                      _known(fmt.count(report["throughput_per_hour"].get(unit))),
-                     energy(per["energy_j"]), energy(per.get("dynamic_energy_j")),
+                     energy(per["energy_j"]), bounds_text(per.get("energy_bounds_j")),
+                     energy(per.get("dynamic_energy_j")),
                      mass(per["co2e_g"]), mass(per["sci_co2e_g"]),
                      _known(fmt.energy_wh(million["energy_j"])), usd(million["cost_usd"])))
     return Table("Work units", ("unit", "count", "per hour", "energy/unit",
-                                "dynamic energy/unit (above idle)",
+                                "energy/unit bounds", "dynamic energy/unit (above idle)",
                                 "CO2e/unit (operational)", "SCI/unit (+ embodied)",
                                 "energy/M units", "cost/M units"), tuple(rows))
 

@@ -82,6 +82,22 @@ def node_devices(engine: Engine, node: str) -> list[DeviceInfo]:
         return [DeviceInfo(*row) for row in connection.execute(query)]
 
 
+def source_models(engine: Engine, nodes: Iterable[str]) -> dict[tuple[str, str], tuple[str, ...]]:
+    """(node, source) -> the model names of the devices its agent registered under that
+    source (``("nvml_power", ...) -> ("NVIDIA H100 80GB HBM3",)``): a sensor's accuracy
+    can depend on the board (:mod:`joulestat.reports.bounds`)."""
+    wanted = sorted(set(nodes))
+    found: dict[tuple[str, str], set[str]] = {}
+    if not wanted:
+        return {}
+    query = (select(NodeDevice.node, NodeDevice.source, NodeDevice.model)
+             .where(NodeDevice.node.in_(wanted)).distinct())
+    with engine.connect() as connection:
+        for node, source, model in connection.execute(query):
+            found.setdefault((str(node), str(source)), set()).update([model] if model else [])
+    return {key: tuple(sorted(models)) for key, models in found.items()}
+
+
 def node_accelerators(engine: Engine, nodes: Iterable[str]) -> dict[str, dict[str, int]]:
     """node -> {accelerator model: how many} as its agent registered them at its last
     start (one row per device, whatever number of series it has); a node with no named

@@ -71,25 +71,60 @@ def _with_minute_source(rolled: Any) -> Any:
         minutes.component == rolled.component, minutes.device == rolled.device))
 
 
-def job_energy_by_source(engine: Engine, job_id: str) -> list[SourceEnergy]:
-    """A job's energy per node, component and source; rolled minutes take the node's
-    minute source, as job rollups keep none of their own."""
+@dataclass(frozen=True, slots=True)
+class JobSourceEnergy:
+    """A job's energy on one node's component from one source, above idle and idle."""
+
+    job_id: str
+    node: str
+    component: str
+    source: str
+    dynamic_j: float
+    idle_j: float
+
+    @property
+    def energy_j(self) -> float:
+        return self.dynamic_j + self.idle_j
+
+
+def jobs_energy_by_source(engine: Engine, job_ids: Iterable[str]
+                          ) -> dict[str, list[JobSourceEnergy]]:
+    """Per job of ``job_ids``: its energy per node, component and source, above idle and
+    idle apart (what a figure's bounds are made of, :mod:`joulestat.reports.bounds`);
+    rolled minutes take the node's minute source, as job rollups keep none of their
+    own. One statement for all the jobs, so a page comparing thousands reads once."""
+    wanted = sorted(set(job_ids))
+    found: dict[str, list[JobSourceEnergy]] = {job_id: [] for job_id in wanted}
+    if not wanted:
+        return found
     shares, rolled, minutes = JOB_ENERGY.c, JOB_MINUTE_ENERGY.c, MINUTE_ENERGY.c
-    raw = (select(shares.node, shares.component, shares.source,
-                  func.sum(shares.dynamic_j + shares.idle_j))
-           .where(shares.job_id == job_id)
-           .group_by(shares.node, shares.component, shares.source))
-    minute_rows = (select(rolled.node, rolled.component, minutes.source,
-                          func.sum(rolled.dynamic_j + rolled.idle_j))
+    raw = (select(shares.job_id, shares.node, shares.component, shares.source,
+                  func.sum(shares.dynamic_j), func.sum(shares.idle_j))
+           .where(shares.job_id.in_(wanted))
+           .group_by(shares.job_id, shares.node, shares.component, shares.source))
+    minute_rows = (select(rolled.job_id, rolled.node, rolled.component, minutes.source,
+                          func.sum(rolled.dynamic_j), func.sum(rolled.idle_j))
                    .select_from(_with_minute_source(rolled))
-                   .where(rolled.job_id == job_id)
-                   .group_by(rolled.node, rolled.component, minutes.source))
-    totals: defaultdict[tuple[str, str, str], float] = defaultdict(float)
+                   .where(rolled.job_id.in_(wanted))
+                   .group_by(rolled.job_id, rolled.node, rolled.component, minutes.source))
+    totals: defaultdict[tuple[str, str, str, str], list[float]] = defaultdict(
+        lambda: [0.0, 0.0])
     with engine.connect() as connection:
-        for node, component, source, energy_j in connection.execute(
+        for job_id, node, component, source, dynamic_j, idle_j in connection.execute(
                 raw_and_rolled(raw, JOB_ENERGY, minute_rows, JOB_MINUTE_ENERGY)):
-            totals[(node, component, source)] += float(energy_j)
-    return [SourceEnergy(n, c, s, j) for (n, c, s), j in sorted(totals.items())]
+            pair = totals[(job_id, node, component, source)]
+            pair[0] += float(dynamic_j or 0.0)
+            pair[1] += float(idle_j or 0.0)
+    for (job_id, node, component, source), (dynamic_j, idle_j) in sorted(totals.items()):
+        found[job_id].append(JobSourceEnergy(job_id, node, component, source, dynamic_j,
+                                             idle_j))
+    return found
+
+
+def job_energy_by_source(engine: Engine, job_id: str) -> list[SourceEnergy]:
+    """A job's energy per node, component and source (:func:`jobs_energy_by_source`)."""
+    return [SourceEnergy(row.node, row.component, row.source, row.energy_j)
+            for row in jobs_energy_by_source(engine, [job_id])[job_id]]
 
 
 def job_sources(engine: Engine, job_id: str, node: str | None = None) -> dict[str, list[str]]:

@@ -204,7 +204,7 @@ def test_a_schema_1_report_imports_and_reports_the_same_figures(tmp_path: Path) 
     assert "1 job(s), 2 node part(s) written: llm-9" in result.stdout, result.stdout
     again = json.loads(report(env, "llm-9", "--format", "json").stdout)
     validate(again)
-    assert again["schema_version"] == 2
+    assert again["schema_version"] == 3
     for key in ("energy_j", "dynamic_energy_j", "idle_energy_j"):
         assert "gpu" not in again[key]
         assert again[key]["accelerator"] == pytest.approx(old[key]["gpu"], rel=1e-12), key
@@ -216,9 +216,10 @@ def test_a_schema_1_report_imports_and_reports_the_same_figures(tmp_path: Path) 
         # written since: energy per unit above idle (the imported dynamic joules)
         assert again["per_unit"][unit]["dynamic_energy_j"] == pytest.approx(
             old["dynamic_energy_j"]["total"] / old["work_units"][unit], rel=1e-12)
-    # The figures the old report wrote are the same (per-unit energy above idle is new).
+    # The figures the old report wrote are the same (per-unit energy above idle and
+    # bounds are new).
     assert_same_figures(renamed(old, "gpu", "accelerator"), {**again, **{
-        table: {unit: {k: v for k, v in figures.items() if k != "dynamic_energy_j"}
+        table: {unit: {k: v for k, v in figures.items() if k in old[table][unit]}
                 for unit, figures in again[table].items()}
         for table in ("per_unit", "per_million_units")}})
     trainer = next(n for n in again["nodes"] if n["node"] == "trainer-1")
@@ -227,10 +228,51 @@ def test_a_schema_1_report_imports_and_reports_the_same_figures(tmp_path: Path) 
     assert float(csv_row["energy_accelerator_j"]) == pytest.approx(old["energy_j"]["gpu"])
     # a version this joulestat does not know is refused, naming the two it reads
     future = tmp_path / "future.json"
-    future.write_text(json.dumps({**old, "schema_version": 3}))
+    future.write_text(json.dumps({**old, "schema_version": 4}))
     refused = run_cli("import", str(future), env=env)
     assert refused.returncode == 2
-    assert "schema_version: this joulestat reads versions 1 and 2, got 3" in refused.stderr
+    assert "schema_version: this joulestat reads versions 1, 2 and 3, got 4" in refused.stderr
+
+
+SCHEMA_2 = Path(__file__).parents[1] / "fixtures" / "report-schema2.json"
+
+
+def test_a_schema_2_report_imports_and_its_figures_gain_bounds(tmp_path: Path) -> None:
+    """A report written before figures carried bounds (tests/fixtures/README.md): imported
+    through the real CLI, its figures are the same, and the report of the imported job
+    (schema 3) bounds them from the sources the import kept: RAPL and NVML within a few
+    percent, the tdp-curve estimate as wide as its measured error."""
+    old = json.loads(SCHEMA_2.read_text())
+    assert old["schema_version"] == 2 and "energy_bounds_j" not in old
+    env = agent_env(JOULESTAT_DB=f"sqlite:///{tmp_path / 'target.db'}")
+    result = run_cli("import", str(SCHEMA_2), env=env)
+    assert result.returncode == 0, result.stderr
+    again = json.loads(report(env, "dist-1", "--format", "json").stdout)
+    validate(again)
+    assert again["schema_version"] == 3
+    for key in ("energy_j", "dynamic_energy_j", "idle_energy_j"):
+        assert again[key] == pytest.approx(old[key], rel=1e-12), key
+    assert again["co2e_g"] == pytest.approx(old["co2e_g"], rel=1e-12)
+    bounds = again["energy_bounds_j"]
+    for component in ("cpu", "dram", "accelerator", "total"):
+        low, high = bounds[component]
+        assert low <= again["energy_j"][component] <= high, component
+    # the accelerator (nvml_energy) within +/-10 %, the CPU (partly model:tdp-curve) wider
+    low, high = bounds["accelerator"]
+    assert 0.9 * again["energy_j"]["accelerator"] <= low < high <= (
+        1.1 * again["energy_j"]["accelerator"])
+    sources = again["bounds"]["sources"]
+    assert sources["import:joulestat/model:tdp-curve"]["basis"] == "measured"
+    assert sources["import:joulestat/nvml_energy"]["high_pct"] == pytest.approx(5.0)
+    for unit, figures in again["per_unit"].items():
+        low, high = figures["energy_bounds_j"]
+        assert low <= figures["energy_j"] <= high, unit
+        assert low * again["work_units"][unit] == pytest.approx(bounds["total"][0]), unit
+    low, high = again["co2e_bounds_g"]
+    assert low < again["co2e_g"] < high
+    assert "publishes no uncertainty" in again["bounds"]["co2e"]
+    html = report(env, "dist-1", "--format", "html").stdout
+    assert units.energy_range(*bounds["total"]) in html
 
 
 def bad_files(tmp_path: Path, env: dict[str, str]) -> list[tuple[Path, str]]:

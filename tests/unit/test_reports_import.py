@@ -79,7 +79,7 @@ def test_a_schema_1_report_imports_its_gpu_as_accelerator(filled: tuple[Engine, 
     same figures, series and sources, under the name accelerator."""
     source, _ = filled
     original = build_report(source, "dist-1", now_s=NOW)
-    assert original["schema_version"] == 2 and original["energy_j"]["accelerator"] > 0
+    assert original["schema_version"] == 3 and original["energy_j"]["accelerator"] > 0
     old = {**renamed(original, "accelerator", "gpu"), "schema_version": 1}
     assert old["energy_j"]["gpu"] == original["energy_j"]["accelerator"]
     path = tmp_path / "schema1.json"
@@ -249,9 +249,9 @@ def test_an_import_older_than_a_live_nodes_prune_boundary_still_counts(
     ('{"format": "joulestat-report",\n "job": {', r"line 2 column \d+: not valid JSON"),
     ('[{"format": "something-else"}]', r"entry 0: format: expected 'joulestat-report'"),
     ('{"format": "joulestat-report", "schema_version": 99}',
-     r"schema_version: this joulestat reads versions 1 and 2, got 99"),
-    ('{"format": "joulestat-report", "schema_version": true}', r"reads versions 1 and 2, got true"),
-    ('{"format": "joulestat-report", "schema_version": "2"}', r"reads versions 1 and 2, got \"2\""),
+     r"schema_version: this joulestat reads versions 1, 2 and 3, got 99"),
+    ('{"format": "joulestat-report", "schema_version": true}', r"reads versions 1, 2 and 3, got true"),
+    ('{"format": "joulestat-report", "schema_version": "2"}', r"reads versions 1, 2 and 3, got \"2\""),
 ])
 def test_bad_json_files_are_named(tmp_path: Path, content: str, expected: str) -> None:
     path = tmp_path / "bad.json"

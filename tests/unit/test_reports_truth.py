@@ -46,7 +46,8 @@ def test_a_report_opens_with_a_headline(honest: tuple[Engine, Any]) -> None:
     validate(report)
     per_sample = report["per_unit"]["sample"]
     assert report["headline"] == (
-        f"steady (training, 1 min 01 s) used {units.energy(report['energy_j']['total'])} "
+        f"steady (training, 1 min 01 s) used {units.energy(report['energy_j']['total'])}, "
+        f"{units.energy_range(*report['energy_bounds_j']['total'])} "
         f"({units.energy_wh(report['energy_j']['total'])}): {units.mass(report['co2e_g'])} "
         "CO2e operational (embodied unknown), cost unknown; "
         f"{units.energy(per_sample['energy_j'])} "
