@@ -250,8 +250,10 @@ def test_an_import_older_than_a_live_nodes_prune_boundary_still_counts(
     ('[{"format": "something-else"}]', r"entry 0: format: expected 'joulestat-report'"),
     ('{"format": "joulestat-report", "schema_version": 99}',
      r"schema_version: this joulestat reads versions 1, 2 and 3, got 99"),
-    ('{"format": "joulestat-report", "schema_version": true}', r"reads versions 1, 2 and 3, got true"),
-    ('{"format": "joulestat-report", "schema_version": "2"}', r"reads versions 1, 2 and 3, got \"2\""),
+    ('{"format": "joulestat-report", "schema_version": true}',
+     r"reads versions 1, 2 and 3, got true"),
+    ('{"format": "joulestat-report", "schema_version": "2"}',
+     r"reads versions 1, 2 and 3, got \"2\""),
 ])
 def test_bad_json_files_are_named(tmp_path: Path, content: str, expected: str) -> None:
     path = tmp_path / "bad.json"
