@@ -101,19 +101,34 @@ def lines(frame: pd.DataFrame, *, x: str, y: str, color: str, x_title: str, y_ti
 
 
 def compare_bars(frame: pd.DataFrame, *, group: str, value: str, title: str,
-                 baseline: str, height: int | None = None, text: str | None = None
-                 ) -> alt.Chart:
-    """One bar per group; the baseline in grey, the others coloured.
+                 baseline: str, height: int | None = None, text: str | None = None,
+                 error: tuple[str, str, str] | None = None) -> alt.Chart | alt.LayerChart:
+    """One bar per group; the baseline in grey, the others coloured; ``error`` names
+    the columns (low, high, their text) of an error bar per group, where known.
 
     The colour is a field with a fixed scale rather than ``alt.condition``: Altair
     validates a condition against the whole Vega-Lite schema, three times the cost of
     the chart, and the Compare page draws four.
     """
     roles = ["baseline" if g == baseline else "compared" for g in frame[group]]
-    return alt.Chart(frame.assign(role=roles)).mark_bar().encode(
+    bars = alt.Chart(frame.assign(role=roles)).mark_bar().encode(
         y=alt.Y(f"{group}:N", title=None, sort=None, axis=alt.Axis(labelLimit=0)),
         x=alt.X(f"{value}:Q", title=title),
         color=alt.Color("role:N", legend=None, scale=alt.Scale(
             domain=["baseline", "compared"], range=["#9E9E9E", "#4C78A8"])),
         tooltip=[alt.Tooltip(f"{group}:N", title="group"), _value_tip(value, title, text)],
     ).properties(height=height or 120 + 34 * len(frame), title=title)  # room for each label
+    if error is None:
+        return bars
+    low, high, words = error
+    known = frame.dropna(subset=[low, high])
+    if known.empty:
+        return bars
+    # Error bars: the row's interval (its bounds widened by its runs' spread), so two
+    # bars whose whiskers overlap read as what the sentence says: not distinguishable.
+    whiskers = alt.Chart(known).mark_errorbar(ticks=True, color="#222222").encode(
+        y=alt.Y(f"{group}:N", sort=None),
+        x=alt.X(f"{low}:Q", title=title), x2=alt.X2(f"{high}:Q"),
+        tooltip=[alt.Tooltip(f"{group}:N", title="group"),
+                 alt.Tooltip(f"{words}:N", title="interval")])
+    return alt.layer(bars, whiskers)

@@ -35,6 +35,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from joulestat.dashboard import analysis, comparison, costing, fmt
 from joulestat.dashboard.bulk import gc_paused
+from joulestat.reports.bounds import EnergyBounds, stored_bounds
 from joulestat.reports.compare.latency import latency_by_job
 from joulestat.reports.compare.table import by_model
 from joulestat.store.engine import (
@@ -281,11 +282,21 @@ def compare(url: str, kind: str, unit: str, since_s: float | None, until_s: floa
     if served:
         jobs = [replace(job, latency=served[job.job_id]) if job.job_id in served else job
                 for job in jobs]
+    # Each job's bounds (its sources' accuracy), as the command reads them: the rows'
+    # error bars and the "not distinguishable" rule (joulestat.reports.bounds).
+    bounds = stored_bounds(engine(url), [j.id for j in found])
+    jobs = [replace(job, energy_bounds_j=_total_bounds(bounds.get(job.job_id)))
+            for job in jobs]
     left_out: list[str] = []
     if by == "model" and picked is None:
         parts = by_model(jobs, model_splits(engine(url), [j.id for j in found]))
         jobs, left_out = list(parts.parts), parts.notes()
     return comparison.comparison(jobs, unit, "job" if picked is not None else by, left_out)
+
+
+def _total_bounds(found: EnergyBounds | None) -> tuple[float, float] | None:
+    total = found.total if found is not None else None
+    return None if total is None else (total.low, total.high)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

@@ -42,6 +42,18 @@ def _number(text: str) -> float:
     return value
 
 
+def _count(text: str) -> int:
+    """An argparse ``type`` for ``--min-runs``: a whole number of runs, at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of runs, got {text!r}"
+                                         ) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1 run, got {value}")
+    return value
+
+
 def _by(text: str) -> str:
     """An argparse ``type`` for ``--by``: job, instance_type, model or label:KEY."""
     from joulestat.reports.compare.table import CompareError, check_by
@@ -70,7 +82,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "energy and dynamic energy (above idle) with the idle policy they were attributed "
         "under, operational CO2e and cost per unit, cost per million units) against a "
         "baseline, and size a fleet for a throughput target. Jobs that did not count the "
-        "unit are compared per run. See docs/compare.md.",
+        "unit are compared per run. Each figure carries its bounds (its sources' accuracy) "
+        "and, for pooled runs, their spread; a difference within them is written "
+        "\"not distinguishable from the baseline\". See docs/compare.md.",
     )
     parser.add_argument("--kind", choices=KINDS, help="only jobs of this kind")
     parser.add_argument("--jobs", nargs="+", action="extend", metavar="JOB",
@@ -79,17 +93,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "ids to compare only some); --jobs may be repeated, adding to the "
                         "list [default: every job, by start time]")
     parser.add_argument("--by", type=_by, default="job",
-                        metavar="job|instance_type|model|label:KEY",
-                        help="a row per job, per instance type with its jobs pooled, per "
-                        "model served (each model carries its share of its jobs' whole "
-                        "energy, split by busy time; jobs that served no named model are "
-                        "left out), or per value of the job label KEY (label:concurrency) "
-                        "with its jobs pooled [default: job]")
+                        metavar="job|name|instance_type|model|label:KEY",
+                        help="a row per job, per job name with its repeated runs pooled, "
+                        "per instance type with its jobs pooled, per model served (each "
+                        "model carries its share of its jobs' whole energy, split by busy "
+                        "time; jobs that served no named model are left out), or per value "
+                        "of the job label KEY (label:concurrency) with its jobs pooled; "
+                        "pooled rows show their runs' mean and spread [default: job]")
+    parser.add_argument("--min-runs", type=_count, default=1, metavar="N",
+                        help="warn about each row with fewer than N runs: one run is a "
+                        "sample, and a delta against it may be noise [default: 1, no "
+                        "warning]")
     parser.add_argument("--unit", help="unit of work to compare per [default: the unit "
                         "most jobs counted]")
     parser.add_argument("--baseline", metavar="X", help="job id, id prefix or name (--by "
-                        "job; a name: its latest compared run), instance type (--by "
-                        "instance_type) or model (--by model) the deltas are against "
+                        "job; a name: its latest compared run), job name (--by name), "
+                        "instance type (--by instance_type) or model (--by model) the "
+                        "deltas are against "
                         "[default: the first row]")
     parser.add_argument("--sla", type=_number, metavar="UNITS_PER_HOUR",
                         help="size a fleet of each row's instances for this many units "
@@ -138,7 +158,11 @@ def _run(args: argparse.Namespace) -> int:
                         sla_units_per_hour=args.sla)
     except CompareError as exc:
         raise ConfigError(f"{FLAGS.get(exc.argument, exc.argument)}: {exc}") from None
-    notes = [*left_out,
+    from joulestat.reports.compare.words import few_runs
+
+    warnings = few_runs(table, args.min_runs)
+    _say("--min-runs", warnings)
+    notes = [*left_out, *warnings,
              *dict.fromkeys(f"{f.name}: {note}" for f in figures for note in f.notes)]
     prices = prices_used((n.instance_type for f in figures for n in f.nodes), carbon)
     outcome = None

@@ -21,19 +21,20 @@ row) whenever the rows change. Energy per unit is shown twice, in all and above 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import pandas as pd
 import streamlit as st
 
 from joulestat.core import units
 from joulestat.dashboard import charts, comparison, costing, fmt, state, ui
-from joulestat.reports.compare.table import LABEL_BY, SETUP_SEPARATOR
-from joulestat.reports.compare.words import headline, plural
+from joulestat.reports.compare.table import LABEL_BY, SETUP_SEPARATOR, ComparisonRow
+from joulestat.reports.compare.words import bounds_text, headline, plural, spread_text
 from joulestat.reports.idle import MIXED, policy_words
 
 MAX_PICK = 500
-MODES = {"instance_type": "by instance type", "label": "by label", "model": "by model",
-         "jobs": "picked jobs"}
+MODES = {"instance_type": "by instance type", "name": "by job name", "label": "by label",
+         "model": "by model", "jobs": "picked jobs"}
 
 url, now, tz = ui.open_page("Compare")
 
@@ -61,7 +62,7 @@ def seed(key: str, wanted: object, allowed: list, default: object) -> None:
 
 by_param = query.get("by", "")
 mode_key = ("label" if by_param.startswith("label:") else "jobs" if by_param == "job"
-            else "model" if by_param == "model" else "instance_type")
+            else by_param if by_param in ("model", "name") else "instance_type")
 top = st.columns(4)
 seed("cmp_kind", query.get("kind"), kinds, "inference" if "inference" in kinds else kinds[0])
 kind = top[0].selectbox("Kind", kinds, key="cmp_kind")
@@ -83,6 +84,10 @@ if mode == MODES["label"]:
         st.stop()
     seed("cmp_label", by_param.removeprefix("label:"), keys, keys[0])
     by = f"label:{st.selectbox('Label', keys, key='cmp_label')}"
+elif mode == MODES["name"]:
+    by = "name"
+    st.caption("A row per job name: its repeated runs pooled (per name and setup when they "
+               "ran on several), with their mean and spread.")
 elif mode == MODES["model"]:
     by = "model"
     st.caption("A row per model served (`job.serving(model)`, docs/jobs.md): each model "
@@ -139,6 +144,11 @@ if per_setup:
     st.caption(f"These jobs ran on several setups, so a row is one value of "
                f"{fmt.code(by.removeprefix(LABEL_BY))} on one setup: a delta between rows of two "
                "setups is a change of hardware as well as of load.")
+st.caption("Each energy figure has bounds (where it lies given the accuracy of every source "
+           "of its energy, docs/methodology.md) and, for pooled runs, a spread (the runs' "
+           "standard deviation); the error bars below are the bounds widened by the spread. "
+           "A difference within them is written \"not distinguishable from the baseline\", "
+           "never as a percentage.")
 for row in result.per_unit:
     if not row.is_baseline:
         st.markdown(f"**{fmt.md(names[comparison.row_key(row)])}** vs {fmt.md(base_label)}: "
@@ -161,6 +171,9 @@ table = pd.DataFrame([{
     energy_col: r.energy_per_unit_j, dynamic_col: r.dynamic_per_unit_j,
     co2e_col: r.co2e_per_unit_g, cost_col: r.cost_per_million_usd,
     throughput_col: r.units_per_hour,
+    # the energy's bounds and its runs' spread, just past the compared figures (their
+    # error bars are on the chart below)
+    "bounds": bounds_text(r.energy_bounds_per_unit_j), "runs (mean ± spread)": spread_text(r),
     # What each setup computes on ("1 x AWS Inferentia2" against "1 x NVIDIA T4"): the
     # models its agents registered, else the catalog's (compare_data.accelerator_names,
     # as the command names them); and their part of the energy.
@@ -232,7 +245,9 @@ if result.per_run:
     per_run = pd.DataFrame([{
         "group": names[comparison.row_key(r)], fmt.ENERGY_IS: fmt.energy_is(r.sources),
         "idle policy": r.idle_policy or "not recorded",
-        "energy per run": r.energy_per_run_j, "dynamic energy per run": r.dynamic_per_run_j,
+        "energy per run": r.energy_per_run_j, "bounds": bounds_text(r.energy_bounds_per_run_j),
+        "runs (mean ± spread)": spread_text(r),
+        "dynamic energy per run": r.dynamic_per_run_j,
         "CO2e per run (operational)": r.co2e_per_run_g,
         "cost per run": r.cost_per_run_usd, "jobs": r.runs,
     } for r in result.per_run])
@@ -246,10 +261,31 @@ if result.per_run:
 
 panels = [(energy_col, "J", fmt.energy), (co2e_col, "g", fmt.mass), (cost_col, "$", fmt.usd),
           (throughput_col, "", fmt.count)]
+
+
+def intervals(per_joule: Callable[[ComparisonRow], float | None]) -> pd.DataFrame:
+    """Each per-unit row's interval (its bounds widened by its spread) in the panel's
+    quantity: ``per_joule(row)`` of it per joule of energy (1 for energy, the row's
+    CO2e per joule for CO2e); NaN where unknown."""
+    found = []
+    for r in result.per_unit:
+        factor = per_joule(r)
+        known = r.interval_j is not None and factor is not None
+        found.append({"low": r.interval_j[0] * factor if known else None,
+                      "high": r.interval_j[1] * factor if known else None})
+    return pd.DataFrame(found, index=table.index, dtype="float64")
+
+
+ERRORS = {energy_col: intervals(lambda r: 1.0),
+          co2e_col: intervals(lambda r: r.co2e_per_unit_g / r.energy_per_unit_j
+                              if r.energy_per_unit_j and r.co2e_per_unit_g is not None
+                              else None)}
 for pair in (panels[:2], panels[2:]):
     cols = st.columns(2)
     for col, (column, unit_of, shown) in zip(cols, pair, strict=True):
-        data = table[["group", column]].dropna()
+        data = table[["group", column]].join(ERRORS[column]) if column in ERRORS else (
+            table[["group", column]])
+        data = data.dropna(subset=[column])
         with col:
             if data.empty:
                 st.caption(f"{fmt.md(column)}: unknown (an instance type without catalog data).")
@@ -258,9 +294,17 @@ for pair in (panels[:2], panels[2:]):
                                   if unit_of in ("J", "g") else (1.0, unit_of))
             title = column if not axis_unit else f"{column} ({axis_unit})"
             data = data.assign(value=data[column] / divisor, text=data[column].map(shown))
+            error = None
+            if column in ERRORS:
+                data = data.assign(low=data["low"] / divisor, high=data["high"] / divisor,
+                                   interval=[f"{shown(lo * divisor)} – {shown(hi * divisor)}"
+                                             if pd.notna(lo) else fmt.UNKNOWN
+                                             for lo, hi in zip(data["low"], data["high"],
+                                                               strict=True)])
+                error = ("low", "high", "interval")
             st.altair_chart(charts.compare_bars(data, group="group", value="value",
                                                 title=title, baseline=base_label,
-                                                text="text"), width="stretch")
+                                                text="text", error=error), width="stretch")
 
 st.subheader("Sizing for a service level")
 best = max((r.units_per_hour or 0.0 for r in result.per_unit), default=0.0)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -242,11 +243,16 @@ def test_compare_shows_energy_per_request_by_instance_type_and_deltas(
     text = g5.split(": ", 1)[1]
     throughput, energy, dynamic, co2e, cost = text.split(", ")
     assert throughput.startswith("×") and throughput.endswith(" throughput")
-    assert energy == f"{compare_words.MINUS}{abs(change):.0f} % energy per request"
-    dynamic_change = (_group_energy_per_unit(jobs, "g5.xlarge", dynamic=True)
-                      / _group_energy_per_unit(jobs, "c6i.2xlarge", dynamic=True) - 1) * 100
-    assert dynamic == f"{compare_words.format_pct(dynamic_change)} dynamic energy per request"
-    assert co2e.endswith(" % CO2e per request")
+    # c6i.2xlarge's energy is the ccf-vcpu estimate, whose bounds (its error against
+    # published RAPL points: -18 % to +274 %) are wide: a 48 % difference lies within
+    # them, so the sentence says so rather than a percentage (issue 27).
+    assert change < -20
+    bounds = table.at["c6i.2xlarge", "bounds"]
+    low, high = (float(x) for x in re.findall(r"[\d.]+", bounds)[:2])
+    assert bounds.count(" ") == 1 and high / low > 1.5, bounds  # one unit: "3.85–6.95 J"
+    assert energy == "energy per request not distinguishable from the baseline"
+    assert dynamic == "dynamic energy per request not distinguishable from the baseline"
+    assert co2e.startswith("CO2e per request") or co2e.endswith(" % CO2e per request")
     assert cost.startswith("$") and cost.endswith(" per million requests")
     assert cost.split(" vs ")[0] == fmt.usd(table.at["g5.xlarge", "cost per million requests"])
 

@@ -24,6 +24,7 @@ from joulestat.carbon.catalog import accelerators_of
 from joulestat.carbon.footprint import CarbonSettings, energy_points
 from joulestat.carbon.pricing import JobPrice, Pricer
 from joulestat.core.tick import Component
+from joulestat.reports.bounds import EnergyBounds, stored_bounds
 from joulestat.reports.compare.latency import job_latency
 from joulestat.reports.compare.table import CompareError, JobFigures
 from joulestat.reports.idle import job_idle_policy
@@ -127,14 +128,17 @@ def dynamic_j_of(job: JobTotals | JobDetail) -> float:
 
 def job_figures(job: JobTotals | JobDetail, price: JobPrice, now_s: float,
                 sources: Sequence[str] = (),
-                models: Mapping[str, Mapping[str, int]] | None = None) -> JobFigures:
+                models: Mapping[str, Mapping[str, int]] | None = None,
+                bounds: EnergyBounds | None = None) -> JobFigures:
     """The job as :func:`~joulestat.reports.compare.table.compare` takes it: energy is the job's
     attributed energy (and its part above idle), CO2e operational with embodied apart, cost
     and held time per node (``price``, from :meth:`Pricer.job`), ``duration_s`` its
     wall-clock time to ``now_s`` while it runs, ``sources`` its nodes'
     (:func:`node_sources`), ``models`` their accelerators (:func:`node_accelerators`;
     None: the catalog's); its idle policy is the one the agent recorded for it
-    (:func:`joulestat.reports.idle.job_idle_policy`)."""
+    (:func:`joulestat.reports.idle.job_idle_policy`); ``bounds`` its energy's
+    (:func:`joulestat.reports.bounds.stored_bounds`; None: unknown)."""
+    total = bounds.total if bounds is not None else None
     return JobFigures(
         job_id=job.id, name=job.name, kind=job.kind, nodes=price.nodes,
         units=dict(job.units), duration_s=job.held_s(now_s), energy_j=job.total_j,
@@ -144,7 +148,8 @@ def job_figures(job: JobTotals | JobDetail, price: JobPrice, now_s: float,
         accelerator_j=accelerator_j_of(job),
         accelerators=accelerator_names(job.nodes, models or {}),
         dynamic_j=dynamic_j_of(job), idle_policy=job_idle_policy(job),
-        latency=job_latency(job.per_node) if isinstance(job, JobDetail) else {})
+        latency=job_latency(job.per_node) if isinstance(job, JobDetail) else {},
+        energy_bounds_j=None if total is None else (total.low, total.high))
 
 
 def sources_of(job: JobTotals | JobDetail, by_node: Mapping[str, Sequence[str]]
@@ -153,8 +158,10 @@ def sources_of(job: JobTotals | JobDetail, by_node: Mapping[str, Sequence[str]]
     return [s for node, _itype in job.nodes for s in by_node.get(node, ())]
 
 
-def figures_of(engine: Engine, detail: JobDetail, pricer: Pricer, now_s: float) -> JobFigures:
-    """One stored job's :class:`JobFigures`, priced by ``pricer``."""
+def figures_of(engine: Engine, detail: JobDetail, pricer: Pricer, now_s: float,
+               bounds: EnergyBounds | None = None) -> JobFigures:
+    """One stored job's :class:`JobFigures`, priced by ``pricer``, bounded by ``bounds``
+    (read here when not given)."""
 
     def points() -> list[tuple[float, str, float]]:
         return [point for part in detail.per_node
@@ -164,8 +171,10 @@ def figures_of(engine: Engine, detail: JobDetail, pricer: Pricer, now_s: float) 
     price = pricer.job(detail.per_node, now_s, points)
     nodes = [p.node for p in detail.per_node]
     sources = node_sources(engine, nodes)
+    if bounds is None:
+        bounds = stored_bounds(engine, [detail.id])[detail.id]
     return job_figures(detail, price, now_s, sources_of(detail, sources),
-                       node_accelerators(engine, nodes))
+                       node_accelerators(engine, nodes), bounds)
 
 
 def load_job_figures(
@@ -192,4 +201,6 @@ def figures_for(engine: Engine, refs: Sequence[JobRef], settings: CarbonSettings
     """Figures of ``refs`` (from :func:`pick_jobs`), in their order, priced alike."""
     now = time.time() if now_s is None else float(now_s)
     pricer = Pricer(settings)
-    return [figures_of(engine, job_detail(engine, ref.id), pricer, now) for ref in refs]
+    bounds = stored_bounds(engine, [ref.id for ref in refs])
+    return [figures_of(engine, job_detail(engine, ref.id), pricer, now, bounds[ref.id])
+            for ref in refs]

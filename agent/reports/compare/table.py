@@ -39,6 +39,27 @@ The rules, each chosen so a comparison is fair to the hardware rather than to th
   the single-type groups; two nodes of one type pool with that type.
 * An unknown cost stays None (printed "unknown"), never 0: one unpriced job makes its
   group's cost unknown.
+* ``by="name"`` pools the repeated runs of one job name (per name and setup when the
+  runs ran on several), the way a setup pools its jobs.
+
+**Is a difference real?** One run of each setup is a sample, not a fact: the same
+training run here took 13.2 s, 40.2 s and 85.3 s on three occasions. So every row
+carries two kinds of uncertainty on its energy per unit (per run for per-run rows):
+
+* within a run, the **bounds** of its figure (``energy_bounds_per_unit_j``), from each
+  job's :attr:`JobFigures.energy_bounds_j` (:mod:`joulestat.reports.bounds`: the
+  accuracy of every source of its energy), summed over the row's jobs and divided by its
+  units as the figure is; None when some job's bounds are unknown;
+* across runs, the **mean and spread** of its runs' own figures (``runs_mean_j``,
+  ``runs_spread_j``: the sample standard deviation; None with one run).
+
+The row's **interval** (``interval_j``) is its bounds widened by its spread on both sides
+(``[low - spread, high + spread]``; the figure +/- spread when the bounds are unknown;
+None with neither). A delta against the baseline whose intervals overlap is **not
+distinguishable** (``energy_distinguishable`` False): the words say so instead of a
+percentage. So two setups whose figures differ by less than their combined spread are
+never called different, and two setups 3x apart measured by sensors with a few percent
+of error are.
 
 Which row a job joins (by job, by setup, by a label's value or by model): pages and
 reports name a job's setup with :func:`setup_name` too. ``by="label:KEY"`` answers "what
@@ -89,8 +110,8 @@ from joulestat.reports.sources import sources_class
 from joulestat.store.model_split import ModelSplit
 
 __all__ = ["BY_CHOICES", "CompareError", "ComparisonRow", "ComparisonTable", "JobFigures",
-           "LABEL_BY", "PER_MILLION", "PER_RUN", "PER_UNIT", "UNKNOWN_TYPE", "ModelParts",
-           "by_model",
+           "LABEL_BY", "NAME_BY", "PER_MILLION", "PER_RUN", "PER_UNIT", "UNKNOWN_TYPE",
+           "ModelParts", "by_model", "distinguishable",
            "check_by", "choose_unit", "compare", "find_baseline", "group_of", "label_key",
            "pct_change", "ratio_of", "rebase", "setup_name", "split_by_setup"]
 
@@ -136,6 +157,8 @@ class JobFigures:
     # a serving job's latency histograms per kind (ttft, itl, e2e), over its nodes and
     # models (joulestat.reports.compare.latency); empty for any other job
     latency: Mapping[Any, Any] = field(default_factory=dict)
+    # [low, high] around energy_j (joulestat.reports.bounds); None: unknown
+    energy_bounds_j: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         # Checked without names first: the dashboard builds ten thousand of these a page.
@@ -244,6 +267,14 @@ class ComparisonRow:
     idle_policy: str | None = None  # share | exclude | mixed; None: not recorded
     # served latency, seconds: {"ttft": {"p50": s, "p99": s}, "itl": ...}; {} without
     latency_s: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    # Is a difference real? (the module's docstring): the row's energy per unit (per run
+    # for per-run rows) within its runs' bounds, across runs, and the two combined
+    energy_bounds_per_unit_j: tuple[float, float] | None = None
+    energy_bounds_per_run_j: tuple[float, float] | None = None
+    runs_mean_j: float | None = None
+    runs_spread_j: float | None = None
+    interval_j: tuple[float, float] | None = None
+    energy_distinguishable: bool | None = None  # vs the baseline; None: cannot say
 
     @property
     def label(self) -> str:
@@ -301,6 +332,59 @@ def choose_unit(jobs: Sequence[JobFigures], unit: str | None = None) -> str | No
     return min(counts, key=lambda u: (-counts[u], u)) if counts else None
 
 
+def _summed_bounds(members: Sequence[JobFigures], count: float
+                   ) -> tuple[float, float] | None:
+    """The members' energy bounds summed and divided by ``count`` (units or runs), as
+    the row's figure is; None when a member's are unknown."""
+    if count <= 0 or any(job.energy_bounds_j is None for job in members):
+        return None
+    low = sum(job.energy_bounds_j[0] for job in members if job.energy_bounds_j)
+    high = sum(job.energy_bounds_j[1] for job in members if job.energy_bounds_j)
+    return low / count, high / count
+
+
+def _spread(values: Sequence[float]) -> tuple[float | None, float | None]:
+    """Mean and sample standard deviation of the runs' figures (None with one run)."""
+    if not values:
+        return None, None
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return mean, None
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def _interval(figure: float | None, bounds: tuple[float, float] | None,
+              spread: float | None) -> tuple[float, float] | None:
+    """The row's bounds widened by its spread across runs (see the module docstring)."""
+    if figure is None:
+        return None
+    if bounds is None and spread is None:
+        return None
+    low, high = bounds if bounds is not None else (figure, figure)
+    widen = spread or 0.0
+    return max(0.0, low - widen), high + widen
+
+
+def _uncertainty(members: Sequence[JobFigures], unit: str | None, units: float | None,
+                 figure: float | None) -> dict[str, Any]:
+    """The row's uncertainty fields (the module's docstring): bounds, runs' spread,
+    interval."""
+    runs = len(members)
+    if unit is not None:
+        values = [job.energy_j / job.counted(unit) for job in members if job.counted(unit) > 0]
+        bounds = _summed_bounds(members, units or 0.0)
+    else:
+        values = [job.energy_j for job in members]
+        bounds = _summed_bounds(members, runs)
+    mean, spread = _spread(values)
+    return {
+        "energy_bounds_per_unit_j": bounds if unit is not None else None,
+        "energy_bounds_per_run_j": _summed_bounds(members, runs),
+        "runs_mean_j": mean, "runs_spread_j": spread,
+        "interval_j": _interval(figure, bounds, spread),
+    }
+
+
 def _row(members: list[JobFigures], unit: str | None, by: str,
          per_setup: bool = False) -> ComparisonRow:
     basis = PER_UNIT if unit is not None else PER_RUN
@@ -348,6 +432,8 @@ def _row(members: list[JobFigures], unit: str | None, by: str,
         dynamic_per_run_j=_per(dynamic_j, runs),
         idle_policy=common_policy(job.idle_policy for job in members),
         latency_s=row_latency(job.latency for job in members),
+        **_uncertainty(members, unit, units,
+                       _per(energy_j, count) if unit is not None else energy_j / runs),
     )
 
 
@@ -377,9 +463,18 @@ def _sized(row: ComparisonRow, sla_units_per_hour: float) -> ComparisonRow:
     )
 
 
+def distinguishable(row: ComparisonRow, base: ComparisonRow) -> bool | None:
+    """Whether ``row``'s energy differs from ``base``'s beyond their intervals (the
+    module's docstring); None when either has none (one run of unknown bounds)."""
+    if row.interval_j is None or base.interval_j is None:
+        return None
+    return row.interval_j[1] < base.interval_j[0] or base.interval_j[1] < row.interval_j[0]
+
+
 def _against(row: ComparisonRow, base: ComparisonRow) -> ComparisonRow:
     if row.basis != base.basis:
         return row
+    row = replace(row, energy_distinguishable=distinguishable(row, base))
     if row.basis == PER_UNIT:
         return replace(
             row, throughput_x=ratio_of(row.units_per_hour, base.units_per_hour),
@@ -427,7 +522,8 @@ def compare(
 
 
 _RELATIVE = dict.fromkeys(("throughput_x", "energy_pct", "dynamic_pct", "co2e_pct", "cost_pct",
-                           "instances_needed", "fleet_power_w", "fleet_cost_per_hour_usd"))
+                           "instances_needed", "fleet_power_w", "fleet_cost_per_hour_usd",
+                           "energy_distinguishable"))
 
 
 def rebase(table: ComparisonTable, baseline: str | None = None,
@@ -455,6 +551,7 @@ def rebase(table: ComparisonTable, baseline: str | None = None,
 # -- Which row of a comparison a job joins: by job, by setup, or by a label's value ----
 
 BY_CHOICES = ("job", "instance_type")
+NAME_BY = "name"  # a row per job name: its repeated runs pooled
 LABEL_BY = "label:"  # by="label:KEY": a row per value of the label KEY
 MODEL_BY = "model"  # a row per model served (JobFigures.model)
 MODEL_ROW = "model="
@@ -489,21 +586,24 @@ def label_key(by: str) -> str | None:
 def check_by(by: str) -> None:
     """Raise :class:`CompareError` (argument ``by``) unless ``by`` is a grouping."""
     key = label_key(by)
-    if by in BY_CHOICES or by == MODEL_BY or (key is not None and _LABEL_KEY.match(key)):
+    if by in (*BY_CHOICES, NAME_BY, MODEL_BY) or (key is not None and _LABEL_KEY.match(key)):
         return
-    raise CompareError("by", f"expected one of {', '.join(BY_CHOICES)}, {MODEL_BY} or "
-                       f"label:KEY (a label key), got {by!r}")
+    raise CompareError("by", f"expected one of {', '.join(BY_CHOICES)}, {NAME_BY}, "
+                       f"{MODEL_BY} or label:KEY (a label key), got {by!r}")
 
 
 def split_by_setup(jobs: Iterable[JobFigures], by: str) -> bool:
-    """Whether ``by="label:KEY"`` rows must each be one setup: the jobs ran on more than
-    one (see the module's docstring), unless the label names each job's setup itself
-    (``joulestat demo``'s ``setup=demo-1vcpu`` on instance type ``demo-1vcpu``), when its
-    rows are one setup each already. Never for the other groupings."""
+    """Whether ``by="label:KEY"`` or ``by="name"`` rows must each be one setup: the jobs
+    ran on more than one (see the module's docstring), unless the label names each job's
+    setup itself (``joulestat demo``'s ``setup=demo-1vcpu`` on instance type
+    ``demo-1vcpu``), when its rows are one setup each already. Never for the other
+    groupings."""
+    jobs = list(jobs)
+    if by == NAME_BY:
+        return len({job.setup for job in jobs}) > 1
     key = label_key(by)
     if key is None:
         return False
-    jobs = list(jobs)
     return (len({job.setup for job in jobs}) > 1
             and any(job.labels.get(key) != job.setup for job in jobs))
 
@@ -517,6 +617,8 @@ def group_of(job: JobFigures, by: str, per_setup: bool = False) -> str:
         return job.job_id
     if by == MODEL_BY:
         return job.job_id if job.model is None else f"{MODEL_ROW}{job.model}"
+    if by == NAME_BY:
+        return f"{job.name}{SETUP_SEPARATOR}{job.setup}" if per_setup else job.name
     key = label_key(by)
     if key is None:
         return job.setup
@@ -551,7 +653,8 @@ def find_baseline(rows: list[ComparisonRow], baseline: str, by: str) -> int:
             found = _one_setup(rows, [baseline, f"{prefix}{baseline}"], known)
     if not found:
         what = "jobs" if by == "job" else "instance types" if by in BY_CHOICES else (
-            "models" if by == MODEL_BY else f"values of label {label_key(by)}")
+            "models" if by == MODEL_BY else "job names" if by == NAME_BY
+            else f"values of label {label_key(by)}")
         raise CompareError("baseline", f"{baseline!r} is none of the compared "
                            f"{what} ({known or 'none'})")
     return found[0]  # per-unit rows come first, so a setup present both ways is per unit
@@ -584,7 +687,10 @@ def _part(job: JobFigures, fraction: float, model: str, units: dict[str, float]
     nodes = tuple(NodeFigures(n.node, n.instance_type, n.held_s, n.energy_j * fraction,
                               _scaled(n.cost_usd, fraction))
                   for n in job.nodes)
+    bounds = job.energy_bounds_j
     return replace(job, nodes=nodes, units=units, energy_j=job.energy_j * fraction,
+                   energy_bounds_j=None if bounds is None else (bounds[0] * fraction,
+                                                                bounds[1] * fraction),
                    dynamic_j=_scaled(job.dynamic_j, fraction),
                    accelerator_j=job.accelerator_j * fraction,
                    operational_co2e_g=job.operational_co2e_g * fraction,

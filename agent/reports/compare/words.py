@@ -68,10 +68,47 @@ def format_usd(value: float) -> str:
     return f"{value:,.2f}" if abs(value) >= 0.01 or value == 0 else f"{value:.2g}"
 
 
+NOT_DISTINGUISHABLE = "not distinguishable from the baseline"
+ND = "n.d."  # the text table's cell for a delta within the intervals
+
+
+def co2e_distinguishable(row: ComparisonRow, baseline: ComparisonRow) -> bool | None:
+    """The energy rule (:func:`joulestat.reports.compare.table.distinguishable`) for CO2e
+    per unit: each interval at its row's CO2e per joule (intensity x PUE), so a real
+    difference of grid stays one while a difference of energy within the bounds does
+    not."""
+    if row.interval_j is None or baseline.interval_j is None:
+        return None
+    def scaled(r: ComparisonRow) -> tuple[float, float] | None:
+        per_unit = r.basis == PER_UNIT
+        energy = r.energy_per_unit_j if per_unit else r.energy_per_run_j
+        co2e = r.co2e_per_unit_g if per_unit else r.co2e_per_run_g
+        if not energy or co2e is None or r.interval_j is None:
+            return None
+        return r.interval_j[0] * co2e / energy, r.interval_j[1] * co2e / energy
+    mine, theirs = scaled(row), scaled(baseline)
+    if mine is None or theirs is None:
+        return None
+    return mine[1] < theirs[0] or theirs[1] < mine[0]
+
+
+def _delta_words(pct: float | None, what: str, per: str, real: bool | None) -> str | None:
+    """``−92 % energy per inference``, or ``energy per inference not distinguishable from
+    the baseline`` when the intervals overlap (``real`` False)."""
+    if pct is None:
+        return None
+    if real is False:
+        return f"{what} {per} {NOT_DISTINGUISHABLE}"
+    return f"{format_pct(pct)} {what} {per}"
+
+
 def headline(row: ComparisonRow, baseline: ComparisonRow) -> str:
     """``row``'s deltas against ``baseline`` in words, e.g. ``×6.3 throughput, −92 %
     energy per inference, −95 % dynamic energy per inference, −92 % CO2e per
     inference, $2.00 vs $25.00 per million inferences`` (dynamic: the energy above idle).
+    A difference within the rows' intervals is written "energy per inference not
+    distinguishable from the baseline" rather than as a percentage (the rule is
+    :mod:`joulestat.reports.compare.table`'s; the dynamic energy follows the energy's).
     Rows on different bases (per unit vs per run) are not comparable."""
     if row.basis != baseline.basis:
         unit = row.unit or baseline.unit
@@ -94,7 +131,10 @@ def headline(row: ComparisonRow, baseline: ComparisonRow) -> str:
                   "dynamic energy"),
                  (pct_change(row.co2e_per_run_g, baseline.co2e_per_run_g), "CO2e")]
         parts = []
-    parts += [f"{format_pct(pct)} {what} {per}" for pct, what in pairs if pct is not None]
+    real = {"energy": row.energy_distinguishable, "dynamic energy": row.energy_distinguishable,
+            "CO2e": co2e_distinguishable(row, baseline)}
+    parts += [text for pct, what in pairs
+              if (text := _delta_words(pct, what, per, real[what])) is not None]
     if costs[0] is None or costs[1] is None:
         unknown = [r.label for r, c in zip((row, baseline), costs, strict=True) if c is None]
         parts.append(f"cost {cost_per} unknown for {' and '.join(unknown)}")
@@ -153,7 +193,9 @@ def as_json(table: Any, notes: list[str], prices: list[Any] | None = None
         "unit": table.unit, "by": table.by, "baseline": table.baseline,
         "sla_units_per_hour": table.sla_units_per_hour, "idle_policy": table.idle_policy,
         "rows": [asdict(row) for row in table.rows],
-        "headlines": [{"row": row.label, "job_id": row.job_id, "text": headline(row, base)}
+        "headlines": [{"row": row.label, "job_id": row.job_id, "text": headline(row, base),
+                       "energy_distinguishable": row.energy_distinguishable,
+                       "co2e_distinguishable": co2e_distinguishable(row, base)}
                       for row in table.rows if not row.is_baseline],
         "prices": [asdict(p) for p in prices or []],
         "notes": notes,
@@ -212,13 +254,43 @@ def _policy(row: Any, shown: bool) -> list[str]:
     return [row.idle_policy or "not recorded"] if shown else []
 
 
-def _delta(value: float | None, comparable: bool, kind: str = "pct") -> str:
-
+def _delta(value: float | None, comparable: bool, kind: str = "pct",
+           real: bool | None = None) -> str:
+    """A delta cell: ``−92 %``, ``×6.3``, ``n.d.`` within the intervals (``real`` False),
+    ``-`` between rows of different bases."""
     if not comparable:
         return NOT_APPLICABLE
     if value is None:
         return UNKNOWN
+    if real is False:
+        return ND
     return format_ratio(value) if kind == "x" else format_pct(value)
+
+
+def spread_text(row: Any) -> str:
+    """The runs' mean +/- their spread (``2.05 mJ ± 0.31 mJ, 3 runs``), ``1 run`` alone."""
+    if row.runs_mean_j is None:
+        return UNKNOWN
+    if row.runs_spread_j is None:
+        return "1 run"
+    return (f"{units.energy(row.runs_mean_j)} \u00b1 {units.energy(row.runs_spread_j)}, "
+            f"{row.runs} runs")
+
+
+def bounds_text(bounds: tuple[float, float] | None) -> str:
+    """A row's within-run bounds, ``1.90–2.21 mJ``; unknown where a job's are."""
+    return UNKNOWN if bounds is None else units.energy_range(*bounds)
+
+
+def few_runs(table: Any, min_runs: int) -> list[str]:
+    """A note per row with fewer runs than ``min_runs`` (``--min-runs``): its spread
+    across runs is unknown or rests on too few, so its deltas may be noise."""
+    if min_runs <= 1:
+        return []
+    return [f"{row.label}: {row.runs} run(s), fewer than --min-runs {min_runs}: one run is "
+            "a sample, not a fact; its spread across runs is "
+            + ("unknown" if row.runs < 2 else "from too few runs")
+            for row in table.rows if row.runs < min_runs]
 
 
 def _price_lines(prices: list[Any]) -> list[str]:
@@ -256,14 +328,18 @@ def render_text(table: Any, notes: list[str], prices: list[Any] | None = None) -
            f"{base_label}: throughput per instance-hour, CO2e operational (location-based), "
            "cost = hourly price x hours held (prices below)",
            "energy = what the jobs were attributed; dynamic = its part above the node's "
-           f"idle power; {policy_words(table.idle_policy, jobs=True)}", ""]
+           f"idle power; {policy_words(table.idle_policy, jobs=True)}",
+           "bounds = where the energy lies given its sources' accuracy; spread = the runs' "
+           f"mean \u00b1 standard deviation; {ND} = not distinguishable from the baseline "
+           "(the bounds widened by the spread overlap)", ""]
     mixed = table.idle_policy == MIXED  # else the line above says the one policy
     policy_head = ["idle policy"] if mixed else []
     if per_unit:
         unit = table.unit
         out.append(f"per {unit}:")
         headers = [*lead, "accelerators", "runs", f"{plural(unit)}/instance-h",
-                   f"energy/{unit}", f"dynamic/{unit}", f"accelerator energy/{unit}",
+                   f"energy/{unit}", "bounds", "spread", f"dynamic/{unit}",
+                   f"accelerator energy/{unit}",
                    f"CO2e/{unit}", f"USD/1M {plural(unit)}", "energy/run",
                    "throughput", f"energy/{unit}", f"dynamic/{unit}", f"CO2e/{unit}",
                    f"cost/{unit}", *policy_head, "energy is"]
@@ -271,28 +347,36 @@ def render_text(table: Any, notes: list[str], prices: list[Any] | None = None) -
         out += _grid(headers, [[
             *_lead(labels[i], r, grouped), _accelerators(r), str(r.runs),
             _figure(units.count(r.units_per_hour)), _figure(units.energy(r.energy_per_unit_j)),
+            bounds_text(r.energy_bounds_per_unit_j), spread_text(r),
             _figure(units.energy(r.dynamic_per_unit_j)),
             _figure(units.energy(r.accelerator_per_unit_j)),
             _figure(units.mass(r.co2e_per_unit_g)),
             _figure(units.usd(r.cost_per_million_usd)), units.energy(r.energy_per_run_j),
-            _delta(r.throughput_x, same, "x"), _delta(r.energy_pct, same),
-            _delta(r.dynamic_pct, same), _delta(r.co2e_pct, same), _delta(r.cost_pct, same),
+            _delta(r.throughput_x, same, "x"),
+            _delta(r.energy_pct, same, real=r.energy_distinguishable),
+            _delta(r.dynamic_pct, same, real=r.energy_distinguishable),
+            _delta(r.co2e_pct, same, real=co2e_distinguishable(r, base)),
+            _delta(r.cost_pct, same),
             *_policy(r, mixed), r.energy_class or UNKNOWN,
         ] for i, r in per_unit], left=len(lead) + 1)
         out.append("")
     if per_run:
         counted = f" (no {plural(table.unit)} counted)" if table.unit else ""
         out.append(f"per run{counted}:")
-        headers = [*lead, "accelerators", "runs", "energy/run", "dynamic/run", "CO2e/run",
+        headers = [*lead, "accelerators", "runs", "energy/run", "bounds", "spread",
+                   "dynamic/run", "CO2e/run",
                    "cost/run", "energy/run", "dynamic/run", "CO2e/run", "cost/run",
                    *policy_head, "energy is"]
         same = base.basis != PER_UNIT
         out += _grid(headers, [[
             *_lead(labels[i], r, grouped), _accelerators(r), str(r.runs),
-            units.energy(r.energy_per_run_j), _figure(units.energy(r.dynamic_per_run_j)),
+            units.energy(r.energy_per_run_j), bounds_text(r.energy_bounds_per_run_j),
+            spread_text(r), _figure(units.energy(r.dynamic_per_run_j)),
             units.mass(r.co2e_per_run_g), _figure(units.usd(r.cost_per_run_usd)),
-            _delta(r.energy_pct, same), _delta(r.dynamic_pct, same),
-            _delta(r.co2e_pct, same), _delta(r.cost_pct, same),
+            _delta(r.energy_pct, same, real=r.energy_distinguishable),
+            _delta(r.dynamic_pct, same, real=r.energy_distinguishable),
+            _delta(r.co2e_pct, same, real=co2e_distinguishable(r, base)),
+            _delta(r.cost_pct, same),
             *_policy(r, mixed), r.energy_class or UNKNOWN,
         ] for i, r in per_run], left=len(lead) + 1)
         out.append("")
