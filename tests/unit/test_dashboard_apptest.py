@@ -21,7 +21,6 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from joulestat.dashboard import downloads, fmt
-from joulestat.reports.compare import words as compare_words
 from joulestat.runtime import sample_store as sample
 from joulestat.store import migrate
 from joulestat.store.engine import make_engine
