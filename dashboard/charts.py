@@ -81,6 +81,18 @@ def stacked_area(frame: pd.DataFrame, *, time: str, value: str, stack: str,
     ).properties(height=height).interactive(bind_y=False)
 
 
+def with_band(chart: alt.Chart, band: pd.DataFrame, *, time: str, low: str, high: str,
+              text: str) -> alt.LayerChart:
+    """``chart`` with a grey band from ``low`` to ``high`` over ``time``: where the total
+    lies given its sources' accuracy (the job's bounds), drawn under the figures."""
+    shade = alt.Chart(band).mark_area(interpolate="step-before", opacity=0.25,
+                                      color="#555555").encode(
+        x=alt.X(f"{time}:T"), y=alt.Y(f"{low}:Q"), y2=alt.Y2(f"{high}:Q"),
+        tooltip=[alt.Tooltip("when:N", title="time"),
+                 alt.Tooltip(f"{text}:N", title="total within")])
+    return alt.layer(chart, shade)
+
+
 def lines(frame: pd.DataFrame, *, x: str, y: str, color: str, x_title: str, y_title: str,
           temporal: bool = False, log_x: bool = False, height: int = 260,
           text: str | None = None, axis_format: str = "%H:%M") -> alt.Chart:

@@ -431,3 +431,10 @@ def power_range(url: str, node: str) -> dict[str, tuple[float, float]]:
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def job_sources(url: str, job_id: str) -> list[SourceEnergy]:
     return job_energy_by_source(engine(url), job_id)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def job_bounds(url: str, job_id: str) -> EnergyBounds:
+    """The job's energy bounds by component and in total, as its report gives them
+    (:func:`joulestat.reports.bounds.stored_bounds`)."""
+    return stored_bounds(engine(url), [job_id])[job_id]

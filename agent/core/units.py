@@ -222,3 +222,8 @@ def energy_range(low_j: float | None, high_j: float | None) -> str:
 def mass_range(low_g: float | None, high_g: float | None) -> str:
     """Bounds of a CO2e mass: ``11.2–15.9 g``."""
     return _range(low_g, high_g, mass, "g")
+
+
+def power_range(low_w: float | None, high_w: float | None) -> str:
+    """Bounds of a power figure: ``41.2–47.9 W``."""
+    return _range(low_w, high_w, power, "W")

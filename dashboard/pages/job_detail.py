@@ -112,8 +112,13 @@ work[2].metric(f"Dynamic energy per {fmt.md(unit) if unit else 'unit'}",
                fmt.energy(dynamic_j / count) if count else fmt.UNKNOWN,
                help="the part above the node's idle power: what the work itself added")
 said = policy_words(policy)
-st.caption(f"Energy {fmt.energy(job.total_j)}, of which {fmt.energy(dynamic_j)} dynamic "
-           f"(above idle) and {fmt.energy(job.total_j - dynamic_j)} idle. "
+# The energy's bounds, from its sources' accuracy (the report's, docs/methodology.md).
+bounds = state.job_bounds(url, job.id)
+within = (f"within {units.energy_range(bounds.total.low, bounds.total.high)} given the "
+          "accuracy of its sources" if bounds.total is not None else
+          "bounds unknown: no accuracy is known for " + ", ".join(bounds.unknown))
+st.caption(f"Energy {fmt.energy(job.total_j)} ({within}), of which {fmt.energy(dynamic_j)} "
+           f"dynamic (above idle) and {fmt.energy(job.total_j - dynamic_j)} idle. "
            f"{said[:1].upper() + said[1:]}.")
 for column, figures in zip(work[3:], external, strict=False):
     column.metric(f"CO2e ({fmt.md(figures.tool)}'s own)", fmt.mass(figures.co2e_g),
@@ -194,10 +199,29 @@ if power_rows:
     frame["when"] = frame["time"].dt.strftime("%Y-%m-%d %H:%M:%S")
     frame["power"] = frame["power_w"] / divisor
     frame["text"] = frame["power_w"].map(fmt.power)
-    st.altair_chart(charts.stacked_area(
+    area = charts.stacked_area(
         frame, time="time", value="power", stack="component",
         value_title=f"Power ({power_unit})", time_title=f"time ({ui.tz_label(tz)})",
-        text="text", axis_format=charts.time_format(span_s)), width="stretch")
+        text="text", axis_format=charts.time_format(span_s))
+    # A band around the total: each component's power at its bounds relative to its
+    # energy (the job's), so an estimated CPU widens it and measured accelerators not.
+    scale = {c: (b.low / e, b.high / e) for c, b in bounds.components.items()
+             if b is not None and (e := job.energy_j(c)) > 0}
+    if bounds.total is not None and scale:
+        frame["low_w"] = [w * scale.get(c, (1.0, 1.0))[0]
+                          for w, c in zip(frame["power_w"], frame["component"], strict=True)]
+        frame["high_w"] = [w * scale.get(c, (1.0, 1.0))[1]
+                           for w, c in zip(frame["power_w"], frame["component"], strict=True)]
+        band = frame.groupby(["time", "when"], as_index=False)[["low_w", "high_w"]].sum()
+        band["low"], band["high"] = band["low_w"] / divisor, band["high_w"] / divisor
+        band["text"] = [units.power_range(lo, hi)
+                        for lo, hi in zip(band["low_w"], band["high_w"], strict=True)]
+        st.altair_chart(charts.with_band(area, band, time="time", low="low", high="high",
+                                         text="text"), width="stretch")
+        st.caption("The grey band: where the total power lies given its sources' accuracy "
+                   "(the job's bounds, component by component).")
+    else:
+        st.altair_chart(area, width="stretch")
 else:
     st.caption("No energy rows for this job yet.")
 

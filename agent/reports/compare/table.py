@@ -594,13 +594,17 @@ def check_by(by: str) -> None:
 
 def split_by_setup(jobs: Iterable[JobFigures], by: str) -> bool:
     """Whether ``by="label:KEY"`` or ``by="name"`` rows must each be one setup: the jobs
-    ran on more than one (see the module's docstring), unless the label names each job's
+    ran on more than one (for ``name``: the runs of one name did; see the module's
+    docstring), unless the label names each job's
     setup itself (``joulestat demo``'s ``setup=demo-1vcpu`` on instance type
     ``demo-1vcpu``), when its rows are one setup each already. Never for the other
     groupings."""
     jobs = list(jobs)
-    if by == NAME_BY:
-        return len({job.setup for job in jobs}) > 1
+    if by == NAME_BY:  # a name whose runs ran on several setups
+        setups: dict[str, set[str]] = {}
+        for job in jobs:
+            setups.setdefault(job.name, set()).add(job.setup)
+        return any(len(found) > 1 for found in setups.values())
     key = label_key(by)
     if key is None:
         return False
@@ -651,6 +655,8 @@ def find_baseline(rows: list[ComparisonRow], baseline: str, by: str) -> int:
         known = ", ".join(dict.fromkeys(r.group for r in rows))
         if not found and label_key(by) is not None:  # a value whose rows are per setup
             found = _one_setup(rows, [baseline, f"{prefix}{baseline}"], known)
+        if not found and by == NAME_BY:  # a name whose rows are per setup
+            found = _one_setup(rows, [baseline], known)
     if not found:
         what = "jobs" if by == "job" else "instance types" if by in BY_CHOICES else (
             "models" if by == MODEL_BY else "job names" if by == NAME_BY
