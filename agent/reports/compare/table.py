@@ -541,7 +541,7 @@ def rebase(table: ComparisonTable, baseline: str | None = None,
     index = 0 if baseline is None else find_baseline(rows, baseline, table.by)
     base = rows[index]
     rows = [_against(r, base) for r in rows]
-    rows[index] = replace(rows[index], is_baseline=True)
+    rows[index] = replace(rows[index], is_baseline=True, energy_distinguishable=None)
     if sla_units_per_hour is not None:
         rows = [_sized(r, sla_units_per_hour) for r in rows]
     return replace(table, baseline=base.label, sla_units_per_hour=sla_units_per_hour,
