@@ -135,10 +135,9 @@ def test_compare_pools_runs_and_says_which_differences_are_real(tmp_path: Path) 
     # p4d is three times g5: a real difference, written as one
     assert p4d["energy_distinguishable"] is True
     texts = {h["row"]: h for h in answer["headlines"]}
-    assert "energy per inference not distinguishable from the baseline" in (
-        texts["inf2.xlarge"]["text"])
-    assert "%" not in texts["inf2.xlarge"]["text"].split("energy per inference")[0].split(
-        ", ")[-1]
+    assert ("energy, dynamic energy and CO2e per inference not distinguishable from the "
+            "baseline") in texts["inf2.xlarge"]["text"]
+    assert "%" not in texts["inf2.xlarge"]["text"]
     assert texts["p4d.24xlarge"]["energy_distinguishable"] is True
     assert f"{words.format_pct(p4d['energy_pct'])} energy per inference" in (
         texts["p4d.24xlarge"]["text"])
@@ -179,8 +178,8 @@ def test_the_compare_page_follows_the_same_rule(tmp_path: Path,
     lines = [m.value for m in at.markdown]
     inf2 = next(line for line in lines if line.startswith("**inf2.xlarge** vs g5.xlarge: "))
     p4d = next(line for line in lines if line.startswith("**p4d.24xlarge** vs g5.xlarge: "))
-    assert "energy per inference not distinguishable from the baseline" in inf2
-    assert "energy per inference not distinguishable" not in p4d
+    assert "energy, dynamic energy and CO2e per inference not distinguishable" in inf2
+    assert "not distinguishable" not in p4d
     table = at.dataframe[0].value.set_index("group")
     spread = table.at["g5.xlarge", "runs (mean ± spread)"]
     assert spread.endswith("3 runs") and "±" in spread

@@ -102,6 +102,7 @@ def _delta_words(pct: float | None, what: str, per: str, real: bool | None) -> s
     return f"{format_pct(pct)} {what} {per}"
 
 
+
 def headline(row: ComparisonRow, baseline: ComparisonRow) -> str:
     """``row``'s deltas against ``baseline`` in words, e.g. ``×6.3 throughput, −92 %
     energy per inference, −95 % dynamic energy per inference, −92 % CO2e per
@@ -133,8 +134,13 @@ def headline(row: ComparisonRow, baseline: ComparisonRow) -> str:
         parts = []
     real = {"energy": row.energy_distinguishable, "dynamic energy": row.energy_distinguishable,
             "CO2e": co2e_distinguishable(row, baseline)}
-    parts += [text for pct, what in pairs
-              if (text := _delta_words(pct, what, per, real[what])) is not None]
+    within = [what for pct, what in pairs if pct is not None and real[what] is False]
+    for pct, what in pairs:
+        if what in within[:1]:  # the figures within their intervals, said once together
+            named = ", ".join(within[:-1]) + (" and " if len(within) > 1 else "") + within[-1]
+            parts.append(f"{named} {per} {NOT_DISTINGUISHABLE}")
+        elif what not in within and (text := _delta_words(pct, what, per, None)):
+            parts.append(text)
     if costs[0] is None or costs[1] is None:
         unknown = [r.label for r, c in zip((row, baseline), costs, strict=True) if c is None]
         parts.append(f"cost {cost_per} unknown for {' and '.join(unknown)}")
