@@ -53,9 +53,7 @@ alike), guarded by an escaped ``LIKE`` that an index can use.
 
 from __future__ import annotations
 
-import difflib
 import json
-import shlex
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -725,6 +723,8 @@ def _unknown(connection: Connection, ref: str, kind: str | None,
         named = connection.execute(select(func.count()).select_from(
             _select(JOBS.c.name == ref, kind).subquery())).scalar_one()
         if named:
+            import shlex  # error paths only: the agent's store path never pays for them
+
             message += (f" ({ref!r} is the name of {named} job(s): give their ids; "
                         f"`joulestat jobs --name {shlex.quote(ref)}` lists them)")
         return UnknownJobRef(message + " (joulestat jobs lists them)" if not named
@@ -733,6 +733,8 @@ def _unknown(connection: Connection, ref: str, kind: str | None,
     if kind is not None:
         names_query = names_query.where(JOBS.c.kind == kind)
     names = [str(n) for n in connection.execute(names_query).scalars()]
+    import difflib
+
     close = tuple(difflib.get_close_matches(ref, names, n=MAX_SUGGESTIONS, cutoff=0.6))
     if close:
         message += "; did you mean " + " or ".join(repr(name) for name in close) + "?"
