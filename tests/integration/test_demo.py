@@ -100,7 +100,11 @@ def test_compare_page_shows_the_demo_configurations(demo_store, monkeypatch):
         assert table.at[f"setup={setup}", "energy per sample"] == pytest.approx(
             job.total_j / job.units["sample"])
     sentences = [m.value for m in at.markdown if " vs setup=demo-" in m.value]
-    assert len(sentences) == 1 and "energy per sample" in sentences[0]
+    # the demo's setups are both this VM's ccf-vcpu estimate: their energy per sample
+    # is within the model's bounds of each other, and the sentence says either
+    assert len(sentences) == 1 and "per sample" in sentences[0]
+    assert ("energy per sample" in sentences[0]
+            or "per sample not distinguishable from the baseline" in sentences[0])
 
 
 def test_overview_after_the_demo_prices_it_and_says_unknown_not_zero(demo_store, monkeypatch):
