@@ -13,7 +13,7 @@ at the end, with SQLite's WAL checkpointed and PostgreSQL's buffers checkpointed
 difference over the simulated hours is the growth per node-hour (during the raw
 retention, i.e. raw rows and their rollups both held; what stays constant, such as the
 last minutes of raw job windows, weighs less the longer the run). A breakdown by table
-follows.
+follows, and the growth after a 10-minute warm-up (the rate a store keeps growing at).
 
     .venv/bin/python benchmarks/store_growth.py [--minutes 60] [--jobs 0 10 50]
         [--backends sqlite postgresql]
@@ -50,6 +50,9 @@ from joulestat.store.writer import StoreWriter  # noqa: E402
 COMPONENTS = (("cpu", "package-0"), ("dram", "package-0"), ("accelerator", "0"),
               ("net", "eth0"))
 MIB = 1024 * 1024
+# Growth is also measured from here on: what stays constant once the node runs (the last
+# minutes of raw job windows, a day partition's first pages) is then left out.
+WARM_UP_S = 600
 
 
 def synthetic_tick(t1_s: float, jobs: int, node: str = "node") -> tuple[Tick, TickResult]:
@@ -80,8 +83,10 @@ def vacuum(engine: Engine) -> None:
 
 
 def drive(engine: Engine, node: str, jobs: int, start_s: float, seconds: int,
-          flush_interval_s: float = 10.0) -> StoreWriter:
-    """``seconds`` ticks of one node through the writer as the agent drives it."""
+          flush_interval_s: float = 10.0, at_s: int = 0,
+          then: Callable[[], None] | None = None) -> StoreWriter:
+    """``seconds`` ticks of one node through the writer as the agent drives it;
+    ``then()`` after the maintain pass of simulated second ``at_s``."""
     writer = StoreWriter(engine, NodeInfo(node, "c6i.xlarge", "us-east-1", "Xeon", "bench"),
                          [DeviceInfo(c, d, "rapl") for c, d in COMPONENTS],
                          raw_retention_s=7 * 86400, flush_interval_s=flush_interval_s)
@@ -97,6 +102,8 @@ def drive(engine: Engine, node: str, jobs: int, start_s: float, seconds: int,
             writer.maintain(now_s)
             if engine.dialect.name == "postgresql":
                 vacuum(engine)
+            if second == at_s and then is not None:
+                then()
     writer.maintain(start_s + seconds + 1)
     return writer
 
@@ -137,14 +144,20 @@ def measure(backend: str, url: str, size: Callable[[Engine], tuple[int, dict[str
     migrate.upgrade(engine)
     start_s = float(int(time.time()) // 60 * 60)
     before, before_tables = size(engine)
+    warm: list[int] = []
     began = time.perf_counter()
-    writer = drive(engine, "node-0", jobs, start_s, seconds)
+    writer = drive(engine, "node-0", jobs, start_s, seconds, at_s=WARM_UP_S,
+                   then=lambda: warm.append(size(engine)[0]))
     took = time.perf_counter() - began
     after, after_tables = size(engine)
     hours = seconds / 3600
     per_hour = (after - before) / hours
+    steady = ""
+    if warm:
+        steady_per_hour = (after - warm[0]) / ((seconds - WARM_UP_S) / 3600)
+        steady = f"; {steady_per_hour / MIB:.2f} MiB after the first {WARM_UP_S // 60} min"
     print(f"{backend:<10} {jobs:>3} jobs: {per_hour / MIB:6.2f} MiB per node-hour "
-          f"({(after - before) / MIB:.2f} MiB over {seconds} simulated s, "
+          f"({(after - before) / MIB:.2f} MiB over {seconds} simulated s{steady}; "
           f"{writer.written_rows} rows written, {writer.flushes} flushes, "
           f"{took:.1f} s to write)")
     grown = {name: (after_tables.get(name, 0) - before_tables.get(name, 0)) / hours
