@@ -294,6 +294,8 @@ def _encode(batch: RowBuffer, pending: PendingJobs) -> dict[str, Any]:
                   batch.key[i]] for i in range(len(batch))],
         "jobs": {job_id: list(rows) for job_id, rows in pending.jobs.items()},
         "checkpoint": pending.checkpoint,
+        # Where a window must start (RowBuffer.cuts); absent in older spools (none).
+        "cuts": list(batch.cuts),
     }
 
 
@@ -304,6 +306,7 @@ def _decode(data: dict[str, Any]) -> tuple[RowBuffer, PendingJobs]:
     keys = [_renamed(tuple(k)) for k in data["keys"]]
     for t_end, t_start, dynamic_j, idle_j, key in data["rows"]:
         batch.append(int(t_end), int(t_start), float(dynamic_j), float(idle_j), keys[key])
+    batch.cuts = [int(c) for c in data.get("cuts", ())]
     pending = PendingJobs()
     pending.jobs = {job_id: (_with_agent_labels(rows[0]), rows[1])
                     for job_id, rows in data["jobs"].items()}

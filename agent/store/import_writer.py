@@ -26,10 +26,11 @@ overwrites a value the store holds. Agent labels merge as the agent's writer mer
 ``mixed``).
 
 Where a node name already exists with a prune boundary (a live node whose old raw
-rows have been rolled up), a row ending before the boundary goes to the minute tables
-instead (summed per minute), where queries look for rows that old; one ending at or
-before the node's totals boundary is added to the job totals too, which job lists read
-for that time (see :mod:`joulestat.store.maintenance`).
+rows have been rolled up), a node row ending before the boundary goes to
+``minute_energy`` instead (summed per minute), where queries look for rows that old;
+a job row ending at or before the node's totals boundary goes to ``job_minute_energy``
+and is added to the job totals, which is where readers take job rows that old (see
+:mod:`joulestat.store.maintenance`).
 
 Everything of one call runs in the caller's single transaction
 (:func:`write_imported_jobs`), so a bad file imports nothing.
@@ -309,42 +310,48 @@ def _bins(part: ImportedNode) -> list[EnergyBin]:
 
 def _plan(job_id: str, device: str, part: ImportedNode, pruned_ms: int | None,
           totals_ms: int | None) -> _Planned:
-    """Every row the part writes: a bin ending after the node's prune boundary is a
-    raw row, one before it joins its minute's rollup; one ending by the totals
-    boundary is also summed into the job totals (module doc)."""
+    """Every row the part writes: a bin's node row is raw after the node's prune
+    boundary and joins its minute's rollup before it; its job row likewise by the
+    totals boundary, where it is also summed into the job totals (module doc)."""
     planned = _Planned(job_id, part.node, device)
     planned.add(JOB_NODES, {"job_id": job_id, "node": part.node,
                             "instance_type": part.instance_type, "region": part.region,
                             "started_s": float(part.started_s),
                             "ended_s": float(part.ended_s), "pids": "[]"})
     minutes: dict[tuple[int, str], list[float]] = {}
+    job_minutes: dict[tuple[int, str], list[float]] = {}
     totals: dict[str, list[float]] = {}
     key = {"node": part.node, "device": device}
     for t0, t1, component, dynamic_j, idle_j in _bins(part):
         start_ms, end_ms = _ms(t0), _ms(t1)
         source = part.sources.get(component, part.source)
+        row = {**key, "component": component, "t_end_ms": end_ms, "t_start_ms": start_ms}
+        minute = ((end_ms - 1) // MINUTE_MS * 60, component)
+        # The node's rows by its prune boundary, the job's by its totals boundary (the
+        # job tables' own, migration 0009): each where the readers look for it.
         if pruned_ms is not None and end_ms <= pruned_ms:
-            cell = minutes.setdefault(((end_ms - 1) // MINUTE_MS * 60, component),
-                                      [0.0, 0.0, 0.0])
-            cell[0] += dynamic_j
-            cell[1] += idle_j
-            cell[2] += (end_ms - start_ms) / 1000
+            cell = minutes.setdefault(minute, [0.0, 0.0])
+            cell[0] += dynamic_j + idle_j
+            cell[1] += (end_ms - start_ms) / 1000
         else:
-            row = {**key, "component": component, "t_end_ms": end_ms,
-                   "t_start_ms": start_ms}
             planned.add(TICK_ENERGY, {**row, "energy_j": dynamic_j + idle_j,
                                       "source": source})
-            planned.add(JOB_ENERGY, {**row, "job_id": job_id, "dynamic_j": dynamic_j,
-                                     "idle_j": idle_j, "source": source})
         if totals_ms is not None and end_ms <= totals_ms:
+            job_cell = job_minutes.setdefault(minute, [0.0, 0.0])
+            job_cell[0] += dynamic_j
+            job_cell[1] += idle_j
             total = totals.setdefault(component, [0.0, 0.0])
             total[0] += dynamic_j
             total[1] += idle_j
-    for (minute_s, component), (dynamic_j, idle_j, covered_s) in sorted(minutes.items()):
+        else:
+            planned.add(JOB_ENERGY, {**row, "job_id": job_id, "dynamic_j": dynamic_j,
+                                     "idle_j": idle_j, "source": source})
+    for (minute_s, component), (energy_j, covered_s) in sorted(minutes.items()):
         row = {**key, "component": component, "minute_start_s": minute_s}
-        planned.add(MINUTE_ENERGY, {**row, "energy_j": dynamic_j + idle_j,
-                                    "covered_s": covered_s,
+        planned.add(MINUTE_ENERGY, {**row, "energy_j": energy_j, "covered_s": covered_s,
                                     "source": part.sources.get(component, part.source)})
+    for (minute_s, component), (dynamic_j, idle_j) in sorted(job_minutes.items()):
+        row = {**key, "component": component, "minute_start_s": minute_s}
         planned.add(JOB_MINUTE_ENERGY, {**row, "job_id": job_id, "dynamic_j": dynamic_j,
                                         "idle_j": idle_j})
     for component, (dynamic_j, idle_j) in sorted(totals.items()):

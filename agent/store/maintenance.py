@@ -1,23 +1,25 @@
 """Keeping the store's size in hand: minute rollups, raw-row retention, and PostgreSQL's
 daily partitions of the raw tables.
 
-**Rollups and retention**, for node ticks and job shares alike, follow one rule (see
-:mod:`joulestat.store.schema`): the minute ``m`` holds the rows ending in ``(m, m +
-60]``, and ``nodes.raw_pruned_until_ms`` is the one boundary before which only rollups
-remain. Ticks and job shares are pruned in the same transaction at the same boundary,
-so queries pick rollups or raw rows for both by that boundary and never count a minute
-twice, and the conservation identity (job rows sum to the tick) holds for rollups as it
-does for raw rows. Job unit counts have no rollup table: when their raw rows are
-pruned, each pruned minute's rows are merged into one row at the minute's end, so sums
-stay exact and the table grows by minutes, not ticks.
+**Rollups and retention** follow one rule (see :mod:`joulestat.store.schema`): the
+minute ``m`` holds the rows ending in ``(m, m + 60]``, and a node's boundary is the
+instant before which only rollups remain, so queries pick rollups or raw rows by it
+and never count a minute twice. Node ticks have ``nodes.raw_pruned_until_ms``: they
+are rolled into ``minute_energy`` as they come and kept raw for the retention.
 
-Job totals (``job_energy_totals``, ``job_unit_totals``) hold each (job, node)'s sums of
-the rows ending at or before ``nodes.totals_until_ms``; job lists read them plus the
-raw rows after that boundary. The boundary advances here, to the last complete minute
-less :data:`SETTLE_MS`, by adding the raw rows in between - never behind the prune
-boundary, so those rows always exist. The writer flushes its whole buffer before
-maintaining and refuses rows ending at or before the boundary afterwards (only a wall
-clock stepped back produces them), so a row is either in the totals or after the
+The job tables have ``nodes.totals_until_ms`` (migration 0009). Job totals
+(``job_energy_totals``, ``job_unit_totals``) hold each (job, node)'s sums of the rows
+ending at or before it; job lists read them plus the raw windows after it. The
+boundary advances here, to the last complete minute less :data:`SETTLE_MS`, and in the
+same step (:func:`advance_totals`) the minutes it passes are rolled up into
+``job_minute_energy`` from their raw windows, their unit counts merged into one row a
+minute (there is no units rollup table: sums stay exact and the table grows by
+minutes, not ticks), and those raw windows deleted: a job's shares stay at the flush
+window's resolution for a few minutes, then at the minute's, and the conservation
+identity (job rows sum to the node's ticks) holds per window and per minute. The
+boundary never falls behind the prune boundary. The writer flushes its whole buffer
+before maintaining and refuses rows ending at or before the boundary afterwards (only
+a wall clock stepped back produces them), so a row is either in the totals or after the
 boundary, never both or neither. :func:`maintain_node` is called by
 :meth:`joulestat.store.writer.StoreWriter.maintain` inside one transaction.
 
@@ -497,13 +499,11 @@ def maintain_node(
     latest = connection.execute(select(func.max(MINUTE_ENERGY.c.minute_start_s))
                                 .where(MINUTE_ENERGY.c.node == node)).scalar()
     rolled = roll_up_ticks(connection, insert, node, resume_after(latest), complete_until_ms)
-    latest = connection.execute(select(func.max(JOB_MINUTE_ENERGY.c.minute_start_s))
-                                .where(JOB_MINUTE_ENERGY.c.node == node)).scalar()
-    job_rolled = roll_up_jobs(connection, insert, node, resume_after(latest), complete_until_ms)
     # Never summed from before the prune boundary (the boundaries start equal, by
     # migration 0003; this only guards against a NULL totals boundary after a prune).
-    totals_until = advance_totals(connection, insert, node, _latest(totals_until, pruned_until),
-                                  complete_until_ms - SETTLE_MS)
+    totals_until, job_rolled = advance_totals(
+        connection, insert, node, _latest(totals_until, pruned_until),
+        complete_until_ms - SETTLE_MS)
     bound = min(complete_until_ms, keep_after_ms)
     if totals_until is not None:
         bound = min(bound, totals_until)
@@ -523,11 +523,22 @@ def _add_into(insert: Any, target: Any, names: list[str], keys: int, query: Any)
 
 def advance_totals(
     connection: Connection, insert: Any, node: str, totals_until: int | None, until_ms: int
-) -> int | None:
+) -> tuple[int | None, int]:
     """Add ``node``'s job shares and unit counts ending in (totals_until, until_ms] to the
-    job totals and move the boundary to ``until_ms``; returns the boundary."""
+    job totals and move the boundary to ``until_ms``; returns the boundary and the job
+    minute rows rolled up.
+
+    The job tables' raw rows go here too (migration 0009): before the boundary moves,
+    the minutes of (totals_until, until_ms] are rolled up into ``job_minute_energy``
+    from their raw windows (late ones included), their unit counts are merged into one
+    row a minute, and those raw windows are deleted. Readers take job rows up to this
+    boundary from the minute rollups (:func:`joulestat.store.schema.boundary_of`), so
+    a busy node's store keeps one row per job, device and minute instead of one per
+    flush window for the whole raw retention. The node's own ticks stay raw until
+    :func:`prune`."""
     if totals_until is not None and until_ms <= totals_until:
-        return totals_until
+        return totals_until, 0
+    rolled = roll_up_jobs(connection, insert, node, totals_until, until_ms)
     shares, units = JOB_ENERGY.c, JOB_UNITS.c
     energy = (select(shares.job_id, shares.node, shares.component, func.sum(shares.dynamic_j),
                      func.sum(shares.idle_j))
@@ -541,9 +552,12 @@ def advance_totals(
               .group_by(units.job_id, units.node, units.unit))
     connection.execute(_add_into(insert, JOB_UNIT_TOTALS, ["job_id", "node", "unit", "count"],
                                  3, counts))
+    connection.execute(delete(JOB_ENERGY).where(
+        shares.node == node, *_window(shares.t_end_ms, totals_until, until_ms)))
+    compact_units(connection, node, totals_until, until_ms)
     connection.execute(update(NODES).where(NODES.c.node == node)
                        .values(totals_until_ms=until_ms))
-    return until_ms
+    return until_ms, rolled
 
 
 def roll_up_ticks(
@@ -644,10 +658,9 @@ def prune(
         return 0, 0, pruned_until
     # The minutes about to lose their raw rows are rolled up from those very rows, in
     # this transaction: rows that arrived late for an already rolled minute are
-    # counted, and nothing is deleted that the rollups do not hold.
+    # counted, and nothing is deleted that the rollups do not hold. (The job tables'
+    # raw rows before the boundary went already, with the totals: advance_totals.)
     roll_up_ticks(connection, insert, node, pruned_until, bound_ms)
-    roll_up_jobs(connection, insert, node, pruned_until, bound_ms)
-    compact_units(connection, node, pruned_until, bound_ms)
     if partitioned:
         deleted, job_deleted = (_delete_partitioned(connection, table, node, pruned_until,
                                                     bound_ms)

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, func, literal_column, select
+from sqlalchemy import func, literal_column, select
 from sqlalchemy.engine import Engine
 
 from joulestat.core.tick import Component
@@ -233,38 +233,59 @@ def minute_energy_rows(
 
 
 def unattributed_check(engine: Engine, node: str) -> list[tuple[int, str, str, float, float]]:
-    """``(t_end_ms, component, device, node_j, sum_j)`` for every stored entry of ``node``.
+    """``(t_end_ms, component, device, node_j, sum_j)`` for every stored job window of
+    ``node``, and every node entry no window covers.
 
-    ``sum_j`` is the sum of its job rows, the unattributed ``''`` row included, so the
-    conservation identity is ``node_j == sum_j`` (to float rounding) wherever shares
-    were written. Raw ticks after the prune boundary; before it, minute rollups
-    (``t_end_ms`` at the minute's end).
+    A window is a set of job rows ending at ``t_end_ms`` (a flush window's raw rows, or
+    a minute rollup at the minute's end: migration 0009), the unattributed ``''`` row
+    included; ``sum_j`` is their sum and ``node_j`` the node's energy of the entries
+    (raw ticks, or minute rollups before the prune boundary) ending after the window's
+    start and at or before its end. The conservation identity is ``node_j == sum_j``
+    (to float rounding) wherever shares were written; a node entry no window covers is
+    listed on its own with ``sum_j`` 0. Each side is read by its own boundary
+    (:func:`joulestat.store.schema.boundary_of`).
     """
     ticks, shares = TickEnergy, JOB_ENERGY.c
     minutes, job_minutes = MinuteEnergy, JOB_MINUTE_ENERGY.c
-    raw = (
-        select(ticks.t_end_ms, ticks.component, ticks.device, ticks.energy_j,
-               func.coalesce(func.sum(shares.dynamic_j + shares.idle_j), 0.0))
-        .select_from(TICK_ENERGY.outerjoin(JOB_ENERGY, and_(
-            shares.node == ticks.node, shares.t_end_ms == ticks.t_end_ms,
-            shares.component == ticks.component, shares.device == ticks.device)))
-        .where(ticks.node == node)
-        .group_by(ticks.t_end_ms, ticks.component, ticks.device, ticks.energy_j)
-    )
-    rolled = (
-        select(minute_end_ms(minutes.minute_start_s), minutes.component, minutes.device,
-               minutes.energy_j,
-               func.coalesce(func.sum(job_minutes.dynamic_j + job_minutes.idle_j), 0.0))
-        .select_from(MINUTE_ENERGY.outerjoin(JOB_MINUTE_ENERGY, and_(
-            job_minutes.node == minutes.node,
-            job_minutes.minute_start_s == minutes.minute_start_s,
-            job_minutes.component == minutes.component,
-            job_minutes.device == minutes.device)))
-        .where(minutes.node == node)
-        .group_by(minutes.minute_start_s, minutes.component, minutes.device,
-                  minutes.energy_j)
-    )
+    node_raw = (select(ticks.t_end_ms, ticks.component, ticks.device, ticks.energy_j)
+                .where(ticks.node == node))
+    node_rolled = (select(minute_end_ms(minutes.minute_start_s), minutes.component,
+                          minutes.device, minutes.energy_j)
+                   .where(minutes.node == node))
+    job_raw = (select(shares.t_end_ms, shares.component, shares.device,
+                      func.min(shares.t_start_ms),
+                      func.sum(shares.dynamic_j + shares.idle_j))
+               .where(shares.node == node)
+               .group_by(shares.t_end_ms, shares.component, shares.device))
+    job_rolled = (select(minute_end_ms(job_minutes.minute_start_s), job_minutes.component,
+                         job_minutes.device,
+                         job_minutes.minute_start_s * literal_column("1000"),
+                         func.sum(job_minutes.dynamic_j + job_minutes.idle_j))
+                  .where(job_minutes.node == node)
+                  .group_by(job_minutes.minute_start_s, job_minutes.component,
+                            job_minutes.device))
+    entries: defaultdict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
+    windows: defaultdict[tuple[str, str], list[tuple[int, int, float]]] = defaultdict(list)
     with engine.connect() as connection:
-        rows = connection.execute(raw_and_rolled(raw, TICK_ENERGY, rolled, MINUTE_ENERGY)).all()
-    return sorted((int(t), c, d, float(node_j), float(sum_j))
-                  for t, c, d, node_j, sum_j in rows)
+        for t, c, d, energy_j in connection.execute(
+                raw_and_rolled(node_raw, TICK_ENERGY, node_rolled, MINUTE_ENERGY)):
+            entries[(c, d)].append((int(t), float(energy_j)))
+        for t, c, d, start_ms, sum_j in connection.execute(
+                raw_and_rolled(job_raw, JOB_ENERGY, job_rolled, JOB_MINUTE_ENERGY)):
+            windows[(c, d)].append((int(t), int(start_ms), float(sum_j)))
+    result = []
+    for key in sorted(set(entries) | set(windows)):
+        component, device = key
+        pending = sorted(entries.get(key, []))
+        i = 0
+        for end_ms, start_ms, sum_j in sorted(windows.get(key, [])):
+            while i < len(pending) and pending[i][0] <= start_ms:  # before the window
+                result.append((pending[i][0], component, device, pending[i][1], 0.0))
+                i += 1
+            node_j = 0.0
+            while i < len(pending) and pending[i][0] <= end_ms:
+                node_j += pending[i][1]
+                i += 1
+            result.append((end_ms, component, device, node_j, sum_j))
+        result += [(t, component, device, energy_j, 0.0) for t, energy_j in pending[i:]]
+    return sorted(result)

@@ -58,6 +58,7 @@ from joulestat.store.schema import (
     JOB_NODES,
     JOB_UNITS,
     JOBS,
+    MINUTE_MS,
     NODE_CHECKPOINTS,
     NODE_DEVICES,
     NODES,
@@ -97,7 +98,7 @@ class RowBuffer:
     Not thread-safe on its own: the writer calls it under its buffer lock.
     """
 
-    __slots__ = (*_ARRAYS, "keys", "_index")
+    __slots__ = (*_ARRAYS, "keys", "_index", "cuts")
 
     def __init__(self) -> None:
         self.t_end_ms = array("q")
@@ -107,6 +108,10 @@ class RowBuffer:
         self.key = array("I")
         self.keys: list[Key] = []
         self._index: dict[Key, int] = {}
+        # Row positions where a window must start (see params): where a batch that failed
+        # to write was put back in front of newer rows. Its windows must come out as
+        # they did in the attempt whose commit may have reached the server.
+        self.cuts: list[int] = []
 
     def __len__(self) -> int:
         return len(self.t_end_ms)
@@ -177,10 +182,12 @@ class RowBuffer:
     def prepend(self, older: RowBuffer) -> None:
         """Put ``older`` (a batch that failed to write) back in front of these rows."""
         remap = [self.key_of(key) for key in older.keys]
+        shift = len(older)
         for name in _ARRAYS[:-1]:
             mine = getattr(self, name)
             setattr(self, name, getattr(older, name) + mine)
         self.key = array("I", (remap[k] for k in older.key)) + self.key
+        self.cuts = [*older.cuts, shift, *(c + shift for c in self.cuts)]
 
     def fold_jobs(self, count: int) -> tuple[int, float, float]:
         """Make room without losing node energy: in the oldest ticks, fold each job's
@@ -195,11 +202,15 @@ class RowBuffer:
         keys = self.keys
         kept = RowBuffer()
         first = last = 0
+        cuts, moved = sorted(self.cuts), []
         while i < n and removed < count:
             t_end = self.t_end_ms[i]
             j = i
             while j < n and self.t_end_ms[j] == t_end:
                 j += 1
+            while cuts and cuts[0] <= i:  # a cut before this tick's rows stays before them
+                cuts.pop(0)
+                moved.append(len(kept))
             folded: dict[Key, list[float]] = {}
             t_start = self.t_start_ms[i]
             rows_before = len(kept)
@@ -222,10 +233,15 @@ class RowBuffer:
             i = j
         if removed == 0:
             return 0, 0.0, 0.0
+        while cuts and cuts[0] < i:  # a cut within a folded tick: after its rows
+            cuts.pop(0)
+            moved.append(len(kept))
+        offset = len(kept) - i
         for r in range(i, n):
             kept.append(self.t_end_ms[r], self.t_start_ms[r], self.dynamic_j[r],
                         self.idle_j[r], keys[self.key[r]])
-        for name in (*_ARRAYS, "keys", "_index"):
+        kept.cuts = [*moved, *(c + offset for c in cuts)]
+        for name in (*_ARRAYS, "keys", "_index", "cuts"):
             setattr(self, name, getattr(kept, name))
         return removed, first / 1000, last / 1000
 
@@ -243,6 +259,7 @@ class RowBuffer:
         first = self.t_end_ms[0]
         for name in _ARRAYS:
             del getattr(self, name)[:count]
+        self.cuts = [c - count for c in self.cuts if c > count]
         return count, first / 1000, last / 1000
 
     def params(
@@ -253,9 +270,24 @@ class RowBuffer:
         stale count). Tuples, not dicts: the writer hands them to the driver's
         ``executemany`` as they are, which halves a flush's CPU on a node with many jobs.
 
+        Ticks go one row each. Job shares and unit counts go as **windows**: the rows
+        of one key (job, component, device, source; or job and unit) are summed over
+        the ticks of the range that end in the same minute, into one row from the
+        first such tick's start to the window's end, the last tick of that minute any
+        share (or unit count) of the range belongs to. A store row per job, component
+        and tick was most of a busy node's store (benchmarks/store_growth.py); the
+        sums stay exact to the joule, only their time resolution becomes the flush's,
+        and since a window never crosses a minute, every minute still holds exactly
+        its own ticks' shares (conservation per minute and per window: the shares of a
+        window sum to the node's ticks since the previous window). A window also ends
+        at a cut (:attr:`cuts`): a batch put back after a failed write comes out as it
+        did then, so a retry whose first commit did reach the server collides with
+        the stored rows instead of counting them twice.
+
         Rows ending at or before ``floor_ms`` (the node's totals boundary) are stale:
         the job totals already cover that time and its raw rows may be pruned, so
-        writing them would count them in some figures and not in others.
+        writing them would count them in some figures and not in others. The boundary
+        is minute-aligned, so a window is stale whole or not at all.
         """
         ticks: Params = []
         shares: Params = []
@@ -264,20 +296,56 @@ class RowBuffer:
         keys = self.keys
         t_end_all, t_start_all = self.t_end_ms, self.t_start_ms
         dynamic_all, idle_all, key_all = self.dynamic_j, self.idle_j, self.key
+        cuts = {c for c in self.cuts if start < c < end}
+        window_shares: dict[int, list[float]] = {}  # key index -> [t_start, dyn, idle]
+        window_units: dict[int, float] = {}
+        seen: set[tuple[int, int]] = set()  # (key, tick): a repeated row counts once
+        share_end = unit_end = 0
+        cell: int | None = None
+
+        def close() -> None:
+            for index, (t_start, dynamic_j, idle_j) in window_shares.items():
+                _kind, job, component, device, source = keys[index]
+                shares.append((job, node, share_end, component, device, int(t_start),
+                               dynamic_j, idle_j, source))
+            for index, count in window_units.items():
+                units.append((keys[index][1], node, unit_end, keys[index][2], count))
+            window_shares.clear()
+            window_units.clear()
+            seen.clear()
+
         for i in range(start, end):
             t_end_ms = t_end_all[i]
+            row_cell = (t_end_ms - 1) // MINUTE_MS
+            if row_cell != cell or i in cuts:
+                close()
+                cell, share_end, unit_end = row_cell, 0, 0
             if floor_ms is not None and t_end_ms <= floor_ms:
                 stale += 1
                 continue
-            kind, job, component, device, source = keys[key_all[i]]
+            index = key_all[i]
+            kind = keys[index][0]
             if kind == TICK:
+                _kind, _job, component, device, source = keys[index]
                 ticks.append((node, t_end_ms, component, device, t_start_all[i],
                               dynamic_all[i], source))
+            elif (index, t_end_ms) in seen:
+                continue  # the same share or count again (a retried add): stored once
             elif kind == SHARE:
-                shares.append((job, node, t_end_ms, component, device, t_start_all[i],
-                               dynamic_all[i], idle_all[i], source))
+                seen.add((index, t_end_ms))
+                share_end = max(share_end, t_end_ms)
+                total = window_shares.get(index)
+                if total is None:
+                    window_shares[index] = [t_start_all[i], dynamic_all[i], idle_all[i]]
+                else:
+                    total[0] = min(total[0], t_start_all[i])
+                    total[1] += dynamic_all[i]
+                    total[2] += idle_all[i]
             else:
-                units.append((job, node, t_end_ms, component, dynamic_all[i]))
+                seen.add((index, t_end_ms))
+                unit_end = max(unit_end, t_end_ms)
+                window_units[index] = window_units.get(index, 0.0) + dynamic_all[i]
+        close()
         return ticks, shares, units, stale
 
 
@@ -347,27 +415,23 @@ def insert_statements(engine: Engine) -> Statements:
 def insert_rows(connection: Connection, statements: Statements, batch: RowBuffer, node: str,
                 floor_ms: int | None, max_batch_rows: int, ticks_allowed: bool
                 ) -> tuple[int, int]:
-    """``batch`` in chunks of ``max_batch_rows``: (rows written, stale rows skipped).
+    """``batch`` (ticks, and job windows: :meth:`RowBuffer.params`) in statements of at
+    most ``max_batch_rows`` rows each: (rows written, stale rows skipped).
     Without ``ticks_allowed`` (another process writes this node's ticks) only the jobs'
     own rows go: no tick and no unattributed remainder."""
-    written = stale = 0
-    for start in range(0, len(batch), max_batch_rows):
-        end = min(start + max_batch_rows, len(batch))
-        ticks, shares, units, skipped = batch.params(node, start, end, floor_ms)
-        if not ticks_allowed:
-            ticks = []
-            shares = [share for share in shares if share[0] != UNATTRIBUTED]
-        for statement, params in zip(statements.sql, (ticks, shares, units), strict=True):
-            if not params:
-                continue
+    ticks, shares, units, stale = batch.params(node, 0, len(batch), floor_ms)
+    if not ticks_allowed:
+        ticks = []
+        shares = [share for share in shares if share[0] != UNATTRIBUTED]
+    for statement, rows in zip(statements.sql, (ticks, shares, units), strict=True):
+        for start in range(0, len(rows), max_batch_rows):
+            params = rows[start:start + max_batch_rows]
             if statements.columnar:
                 columns = tuple(list(column) for column in zip(*params, strict=True))
                 connection.exec_driver_sql(statement, columns)
             else:
                 connection.exec_driver_sql(statement, params)
-        written += len(ticks) + len(shares) + len(units)
-        stale += skipped
-    return written, stale
+    return len(ticks) + len(shares) + len(units), stale
 
 
 def upsert_node(connection: Connection, insert: Callable[..., Any], info: NodeInfo,

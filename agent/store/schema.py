@@ -14,23 +14,29 @@ Times:
     belongs to the minute it closes). Each tick lands in exactly one minute, which
     is what lets queries combine rollups and raw rows without double counting.
 
-Per-job tables (migration 0002) follow the same rules: ``job_energy`` holds a tick's
+Per-job tables (migration 0002) follow the same rules: ``job_energy`` holds the
 shares keyed like ``tick_energy`` plus ``job_id``, where ``job_id = ''`` is the
-unattributed remainder, so for every raw tick entry the job rows (that one included)
-sum to ``tick_energy.energy_j``; ``job_minute_energy`` rolls them up by the same
-minutes and is pruned at the same ``nodes.raw_pruned_until_ms``. The raw job tables
-carry no foreign key to ``jobs``: a share may reach the store before its job's
-metadata does, and the unattributed ``''`` rows belong to no job at all.
+unattributed remainder. Since migration 0009 a ``job_energy`` row is a **window**: a
+job's share of one device summed over the ticks of one flush within one minute
+(``(t_start_ms, t_end_ms]`` spans them; :meth:`joulestat.store.rows.RowBuffer.params`),
+so the job rows of a window (the unattributed one included) sum to the node's tick
+rows since the previous window, and every minute's job rows sum to its ticks.
+``job_minute_energy`` rolls them up by the same minutes. The raw job tables carry no
+foreign key to ``jobs``: a share may reach the store before its job's metadata does,
+and the unattributed ``''`` rows belong to no job at all.
 
 The reading rule (the second half of this module): the agent rolls raw rows
 (``tick_energy``, ``job_energy``) up into minutes (``minute_energy``,
 ``job_minute_energy``) and later prunes the raw rows, each node on its own schedule, up
-to ``nodes.raw_pruned_until_ms`` (minute-aligned; NULL while nothing is pruned). Both
+to a boundary of the node (minute-aligned; NULL while nothing is pruned). Both
 copies of a pruned minute's ticks may be in the store for a while, so every reader
 takes **raw rows after the node's boundary and minute rollups up to it**: each tick
 then counts exactly once, before, during and after a prune, and windows on whole
-minutes give the same totals either way. Job totals follow the same rule with their
-own boundary, ``nodes.totals_until_ms`` (:func:`settled_until_ms`). Readers build their
+minutes give the same totals either way. The boundary is ``nodes.raw_pruned_until_ms``
+for the node's ticks (raw for ``--raw-retention``) and ``nodes.totals_until_ms`` for
+the job tables, whose raw windows go as soon as the job totals hold them, a few
+minutes behind the clock (:func:`boundary_of`); job totals use that boundary too
+(:func:`settled_until_ms`). Readers build their
 raw and rolled halves with the columns and filters they need and hand them to
 :func:`raw_and_rolled` (or :func:`raw_side` / :func:`rolled_side`), which join each half
 to its node and add the boundary, so the rule is written here only. Time windows are
@@ -199,13 +205,15 @@ JOB_ENERGY = Table(
     Index("ix_job_energy_node_t_end_ms", "node", "t_end_ms"),
     **_NO_ROWID,
 )
-# Per-minute rollup of job_energy, minutes as in minute_energy.
+# Per-minute rollup of job_energy, minutes as in minute_energy. Since migration 0009 it
+# holds every job minute older than a few minutes, so it is a busy node's largest table:
+# read by job (the key's first column); its (node, minute_start_s) index, used only to
+# find where the rollup stopped, went with 0009 (a quarter of the table's size).
 JOB_MINUTE_ENERGY = Table(
     "job_minute_energy", METADATA,
     _job_key(), _node_key(), _key("minute_start_s", BigInteger), _key("component", String),
     _key("device", String),
     _col("dynamic_j", Double), _col("idle_j", Double),
-    Index("ix_job_minute_energy_node_minute_start_s", "node", "minute_start_s"),
     **_NO_ROWID,
 )
 # Units of work (tokens, samples, ...) a job counted on a node, per tick: count is the
@@ -302,17 +310,29 @@ def _joined(query: Select[Any], table: Any) -> Select[Any]:
     return query.join_from(table, NODES, NODES.c.node == table.c.node)
 
 
+def boundary_of(table: Any) -> Any:
+    """The joined node's boundary between ``table``'s raw rows and its minute rollups:
+    ``totals_until_ms`` for the job tables (migration 0009: a job's shares are rolled
+    into minutes and their raw windows deleted as the job totals advance, a few
+    minutes behind the clock), ``raw_pruned_until_ms`` for the node's ticks (kept raw
+    for ``--raw-retention``)."""
+    if table.name in (JOB_ENERGY.name, JOB_MINUTE_ENERGY.name):
+        return NODES.c.totals_until_ms
+    return NODES.c.raw_pruned_until_ms
+
+
 def raw_side(query: Select[Any], table: Any) -> Select[Any]:
     """``query`` over the raw ``table`` (``tick_energy``, ``job_energy``) kept to the rows
-    after each node's prune boundary."""
-    return _joined(query, table).where(after_boundary(table.c.t_end_ms))
+    after each node's boundary (:func:`boundary_of`)."""
+    return _joined(query, table).where(after_boundary(table.c.t_end_ms, boundary_of(table)))
 
 
 def rolled_side(query: Select[Any], table: Any) -> Select[Any]:
     """``query`` over the rollup ``table`` (``minute_energy``, ``job_minute_energy``) kept
-    to the minutes up to each node's prune boundary. Written on ``minute_start_s`` so
-    that the primary key serves it."""
-    return _joined(query, table).where(table.c.minute_start_s <= pruned_last_minute_s())
+    to the minutes up to each node's boundary (:func:`boundary_of`). Written on
+    ``minute_start_s`` so that the primary key serves it."""
+    return _joined(query, table).where(
+        table.c.minute_start_s <= pruned_last_minute_s(boundary_of(table)))
 
 
 def raw_and_rolled(raw: Select[Any], raw_table: Any, rolled: Select[Any], rolled_table: Any

@@ -1,8 +1,9 @@
 """Reads of energy and units over time: a job's or a node's rows, and chart series.
 
-Every read takes raw rows after each node's prune boundary and minute rollups up to it
-(:mod:`joulestat.store.schema`), so a chart, a report's series and the totals never
-disagree about which rows count.
+Every read takes raw rows after each node's boundary and minute rollups up to it (the
+prune boundary for node ticks, the totals boundary for job rows:
+:func:`joulestat.store.schema.boundary_of`), so a chart, a report's series and the
+totals never disagree about which rows count.
 
 Charts: a week of 1 s ticks is 600,000 rows a component and a chart needs a few hundred
 points, so rows are summed per bucket in the database. Each point carries the seconds
@@ -13,7 +14,8 @@ that ended in it: a job of constant power draws a flat line to its last tick, ho
 its ticks fall on the bucket grid. A job's minute rollup (``job_minute_energy``) has no
 length of its own: it covers the part of its minute the job ran on that node
 (``job_nodes``' start and end), not the whole minute, or a job that started or ended
-inside a minute would dip there.
+inside a minute would dip there; a raw job window (a flush's ticks, migration 0009)
+likewise covers only the part of it the job ran.
 """
 
 from __future__ import annotations
@@ -72,8 +74,9 @@ def job_energy_series(
     engine: Engine, job_id: str, node: str | None = None
 ) -> list[tuple[float, str, float, float]]:
     """``(t_end_s, component, dynamic_j, idle_j)`` in time order, summed over devices
-    (and nodes unless ``node`` is given): per tick where raw rows remain, per minute
-    (at the minute's end) where they were pruned."""
+    (and nodes unless ``node`` is given): per flush window where raw rows remain (the
+    last few minutes), per minute (at the minute's end) before the job totals'
+    boundary."""
     raw, rolled = JOB_ENERGY.c, JOB_MINUTE_ENERGY.c
     rolled_end_ms = minute_end_ms(rolled.minute_start_s)
     raw_query = (select(raw.t_end_ms, raw.component, func.sum(raw.dynamic_j),
@@ -106,16 +109,24 @@ def job_energy_parts(
     piling it on its end; dynamic and idle stay apart, so that a report's per-node
     series gives an import both back.
     """
-    raw, rolled = JOB_ENERGY.c, JOB_MINUTE_ENERGY.c
-    raw_query = (select(raw.node, raw.t_start_ms, raw.t_end_ms, raw.component,
+    raw, rolled, parts = JOB_ENERGY.c, JOB_MINUTE_ENERGY.c, JOB_NODES.c
+    raw_start, raw_end = _span_in_run_ms(raw.t_start_ms, raw.t_end_ms, parts.started_s,
+                                         parts.ended_s)
+    raw_query = (select(raw.node, raw_start, raw_end, raw.component,
                         func.sum(raw.dynamic_j), func.sum(raw.idle_j))
+                 .select_from(_parts_of(JOB_ENERGY))
                  .where(raw.job_id == job_id)
-                 .group_by(raw.node, raw.t_start_ms, raw.t_end_ms, raw.component))
-    rolled_query = (select(rolled.node, rolled.minute_start_s * literal_column("1000"),
-                           minute_end_ms(rolled.minute_start_s), rolled.component,
+                 .group_by(raw.node, raw.t_start_ms, raw.t_end_ms, raw_start, raw_end,
+                           raw.component))
+    minute_start = rolled.minute_start_s * literal_column("1000")
+    start_ms, end_ms = _span_in_run_ms(minute_start, minute_end_ms(rolled.minute_start_s),
+                                       parts.started_s, parts.ended_s)
+    rolled_query = (select(rolled.node, start_ms, end_ms, rolled.component,
                            func.sum(rolled.dynamic_j), func.sum(rolled.idle_j))
+                    .select_from(_parts_of(JOB_MINUTE_ENERGY))
                     .where(rolled.job_id == job_id)
-                    .group_by(rolled.node, rolled.minute_start_s, rolled.component))
+                    .group_by(rolled.node, rolled.minute_start_s, start_ms, end_ms,
+                              rolled.component))
     with engine.connect() as connection:
         rows = connection.execute(
             raw_and_rolled(raw_query, JOB_ENERGY, rolled_query, JOB_MINUTE_ENERGY)).all()
@@ -178,6 +189,29 @@ def _collect(rows: Iterable[Any], bucket_ms: int) -> list[SeriesPoint]:
             for (b, n, c), (d, i, cov) in sorted(summed.items())]
 
 
+def _span_in_run_ms(start_ms: Any, end_ms: Any, started_s: Any, ended_s: Any
+                    ) -> tuple[Any, Any]:
+    """``(start_ms, end_ms)`` of a job row clipped to the job's run on its node,
+    ``(started_s, ended_s]`` (a running part runs on): a minute rollup, or a flush
+    window another job's ticks ran to the end of (migration 0009), then spreads over the
+    seconds the job ran, not the whole minute or window. The row's own span where they
+    do not overlap (clocks a tick apart) or the part is unknown. Whole milliseconds, as
+    the store keeps times."""
+    start = func.round(started_s * literal_column("1000"))
+    end = func.coalesce(func.round(ended_s * literal_column("1000")), end_ms)
+    low = case((start > start_ms, start), else_=start_ms)
+    high = case((end < end_ms, end), else_=end_ms)
+    overlaps = high > low
+    return case((overlaps, low), else_=start_ms), case((overlaps, high), else_=end_ms)
+
+
+def _parts_of(table: Any) -> Any:
+    """``table`` (a job table) outer-joined to its rows' job parts (``job_nodes``)."""
+    parts = JOB_NODES.c
+    return table.outerjoin(JOB_NODES, (parts.job_id == table.c.job_id)
+                           & (parts.node == table.c.node))
+
+
 def _minute_in_run_ms(minute_start_s: Any, started_s: Any, ended_s: Any) -> Any:
     """Milliseconds of the minute ``(m, m + 60 s]`` the job ran on the node: its
     overlap with ``(started_s, ended_s]`` (a running part runs to the minute's end). A
@@ -196,9 +230,12 @@ def job_power_series(engine: Engine, job_id: str, bucket_s: int) -> list[SeriesP
     bucket_ms = int(bucket_s * 1000)
     shares, rolled, parts = JOB_ENERGY.c, JOB_MINUTE_ENERGY.c, JOB_NODES.c
     raw_bucket = _bucket(shares.t_end_ms, bucket_ms)
+    raw_start, raw_end = _span_in_run_ms(shares.t_start_ms, shares.t_end_ms,
+                                         parts.started_s, parts.ended_s)
     raw = (select(raw_bucket, shares.node, shares.component, shares.device,
                   func.sum(shares.dynamic_j), func.sum(shares.idle_j),
-                  func.sum(shares.t_end_ms - shares.t_start_ms))
+                  func.sum(raw_end - raw_start))
+           .select_from(_parts_of(JOB_ENERGY))
            .where(shares.job_id == job_id)
            .group_by(raw_bucket, shares.node, shares.component, shares.device))
     rolled_bucket = _bucket(minute_end_ms(rolled.minute_start_s), bucket_ms)

@@ -5,9 +5,11 @@ append a tick's numbers and its job shares to parallel ``array`` columns (about 
 bytes a row, no SQL, no dicts; see :class:`joulestat.store.rows.RowBuffer`) in the
 :class:`RowQueue`, under one lock (a few microseconds a tick); every ``flush_interval_s``
 the store thread takes everything at once and writes it in ONE transaction: tick rows
-and job shares as ``INSERT … ON CONFLICT DO NOTHING`` (keyed on ``(node, t_end_ms,
-component, device)``, plus ``job_id`` for shares), job metadata, unit counts and the
-checkpoint as upserts (:mod:`joulestat.store.rows`). A tick written twice (a retried
+(one a tick and device) and job shares and unit counts summed into one row a key per
+flush window and minute (:meth:`joulestat.store.rows.RowBuffer.params`) as ``INSERT …
+ON CONFLICT DO NOTHING`` (keyed on ``(node, t_end_ms, component, device)``, plus
+``job_id`` for shares), job metadata and the checkpoint as upserts
+(:mod:`joulestat.store.rows`). A tick written twice (a retried
 batch whose commit did reach the server) is stored once, and a crash never leaves job
 rows without their tick.
 
@@ -368,6 +370,11 @@ class StoreWriter:
         self.flush_interval_s = float(flush_interval_s)
         self.max_batch_rows = int(max_batch_rows)
         self.max_buffered_rows = int(max_buffered_rows)
+        # Buffered rows that make a flush due before its interval. Not max_batch_rows: a
+        # flush writes a job's shares of the whole interval as one window row
+        # (RowBuffer.params), so flushing at every thousand rows (every 4 ticks with 50
+        # jobs) would cut the windows, and the store's rows, to a few seconds.
+        self.flush_rows = max(self.max_batch_rows, self.max_buffered_rows // 10)
         self.written_rows = 0  # counters for logs and metrics (tick, share and unit rows)
         self.stale_rows = 0  # ending at or before the settled boundary: not written
         self.flushes = 0  # successful flushes, and the seconds they took (health metrics)
@@ -545,7 +552,7 @@ class StoreWriter:
         if self.fatal is not None:
             return False
         due = self._next_flush_s is None or now_s >= self._next_flush_s or (
-            not self.failing and len(self.queue) >= self.max_batch_rows
+            not self.failing and len(self.queue) >= self.flush_rows
         )
         if not due and self.failing and now_s >= self._next_probe_s:
             self._next_probe_s = now_s + RECONNECT_EVERY_S

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from sqlalchemy import text
 
 from joulestat.store.engine import make_engine
 from joulestat.store.nodes import unattributed_check
@@ -83,9 +84,15 @@ def dynamic_cpu_ratio(jobs: dict, over: str, under: str) -> float:
 
 
 def assert_conserved(db_url: str, node: str) -> None:
-    """Jobs + unattributed == node energy on every stored tick and component of ``node``
-    (and there are more than 30 such rows)."""
-    rows = unattributed_check(make_engine(db_url), node)
-    assert len(rows) > 30
+    """Jobs + unattributed == node energy on every stored job window and component of
+    ``node`` (a flush's ticks, migration 0009), over more than 30 stored tick entries."""
+    engine = make_engine(db_url)
+    rows = unattributed_check(engine, node)
+    assert rows
+    with engine.connect() as connection:
+        ticks = connection.execute(text(
+            "SELECT count(*) FROM tick_energy WHERE node = :node"),
+            {"node": node}).scalar_one()
+    assert ticks > 30
     for t_end_ms, component, device, node_j, sum_j in rows:
         assert sum_j == pytest.approx(node_j, rel=1e-9, abs=1e-9), (t_end_ms, component, device)

@@ -76,23 +76,19 @@ def settled_totals(engine: Engine, job_id: str, node: str) -> dict[str, float]:
 
 def remainder_rows_sum(engine: Engine, node: str, until_ms: int) -> dict[str, float]:
     """What the remainder's totals should hold: its rows ending at or before the
-    node's totals boundary, by the reading rule (raw rows after the prune boundary,
-    minute rollups up to it)."""
+    node's totals boundary, by the job tables' reading rule (migration 0009: minute
+    rollups up to the totals boundary; a raw window ending by it would be a stray)."""
     sums: defaultdict[str, float] = defaultdict(float)
     with engine.connect() as connection:
-        pruned = connection.execute(text(
-            "SELECT raw_pruned_until_ms FROM nodes WHERE node = :node"), {"node": node}
-        ).scalar_one()
         for component, joules in connection.execute(text(
                 "SELECT component, sum(dynamic_j + idle_j) FROM job_energy "
-                "WHERE job_id = '' AND node = :node AND t_end_ms > :pruned "
-                "AND t_end_ms <= :until GROUP BY component"),
-                {"node": node, "pruned": pruned, "until": until_ms}):
+                "WHERE job_id = '' AND node = :node AND t_end_ms <= :until "
+                "GROUP BY component"), {"node": node, "until": until_ms}):
             sums[str(component)] += float(joules)
         for component, joules in connection.execute(text(
                 "SELECT component, sum(dynamic_j + idle_j) FROM job_minute_energy "
-                "WHERE job_id = '' AND node = :node AND (minute_start_s + 60) * 1000 <= :pruned "
-                "GROUP BY component"), {"node": node, "pruned": pruned}):
+                "WHERE job_id = '' AND node = :node AND (minute_start_s + 60) * 1000 <= :until "
+                "GROUP BY component"), {"node": node, "until": until_ms}):
             sums[str(component)] += float(joules)
     return dict(sums)
 
@@ -127,7 +123,8 @@ def check_delete_keeps_node_energy(engine: Engine) -> None:
     remainder_before = remainder_totals(engine, node)
     a_settled = settled_totals(engine, "a", node)
     assert a_settled and rows_of(engine, "a")["job_minute_energy"] > 0
-    assert all(rows_of(engine, "a")[t] > 0 for t in ("job_energy", "job_energy_totals",
+    # Its raw windows went with the totals, rolled into minutes (migration 0009).
+    assert all(rows_of(engine, "a")[t] > 0 for t in ("job_energy_totals",
                                                      "job_units", "job_unit_totals"))
     before = counts(engine)
 
@@ -149,7 +146,8 @@ def check_delete_keeps_node_energy(engine: Engine) -> None:
     # The node's energy is what was measured; jobs + unattributed = node, per tick and
     # per minute; the other jobs keep theirs.
     assert node_energy_j(engine, node, *WINDOW) == node_before
-    assert_conserved(engine, node, expected_rows=2 * 300 + 2 * 5 + 1)  # + cc-2's one row
+    # Per minute (ten, both components: the job side is rolled up) + cc-2's one row.
+    assert_conserved(engine, node, expected_rows=2 * 10 + 1)
     b_after = {s.id: s for s in list_jobs(engine)}["b"]
     assert (b_after.total_j, b_after.units) == (b_before.total_j, b_before.units)
     # The remainder's totals took the job's, and are its rows' sums still.

@@ -52,7 +52,8 @@ def check_split_by_busy_time_and_after_rollup(engine: Engine) -> None:
     assert b.energy_j == pytest.approx(0.2 * job.total_j, rel=1e-9)
     assert before.idle_j == pytest.approx(0.2 * job.total_j, rel=1e-9)
     assert a.busy_s == pytest.approx(360.0) and a.units == {"inference": 3600.0}
-    assert len(assert_rows_conserved(engine, "svc", job.total_j)) == 600
+    # One flush of ten minutes: a window a minute (migration 0009).
+    assert len(assert_rows_conserved(engine, "svc", job.total_j)) == 10
 
     now = T0 + 600 + RETENTION_S - 270  # prunes minutes 0..4, keeps 5..9 raw
     assert writer.maintain(now).raw_pruned_until_ms == round((T0 + 300) * 1000)
@@ -64,7 +65,8 @@ def check_split_by_busy_time_and_after_rollup(engine: Engine) -> None:
         assert found is not None and found.units == model.units
         assert found.energy_j == pytest.approx(model.energy_j, rel=1e-9)
     rows = assert_rows_conserved(engine, "svc", before.energy_j)
-    assert sum(r.rolled for r in rows) == 5 and len(rows) == 5 + 300
+    # The job totals' boundary passed all ten minutes: their windows are minute rollups.
+    assert sum(r.rolled for r in rows) == 10 and len(rows) == 10
     assert rows[0].node == TRAINER.node and rows[0].t_end_s == T0 + 60
     [job] = list_jobs(engine)
     assert job.units == {"inference": 4800.0}  # the per-model keys are no unit of the job

@@ -214,28 +214,33 @@ def check_conservation_and_retention(engine: Engine) -> None:
         writer.save_job(make_job(job, T0))
     totals = feed(writer, T0, 600, ("a", "b"), policy="exclude", units={"tokens": 3.0})
     assert writer.flush()
-    assert_conserved(engine, TRAINER.node, expected_rows=2 * 600)
+    # One flush of ten minutes: a job window per minute and component (migration 0009).
+    assert_conserved(engine, TRAINER.node, expected_rows=2 * 10)
     before = {s.id: s for s in list_jobs(engine)}
     assert before["a"].total_j == pytest.approx(job_total(totals, "a"), rel=1e-12)
     series_before = job_energy_series(engine, "a")
-    assert len(series_before) == 2 * 600
+    assert len(series_before) == 2 * 10
     assert sum(d + i for _t, _c, d, i in series_before) == pytest.approx(before["a"].total_j)
     units_rows = count(engine, "job_units")
 
     now = T0 + 600 + RETENTION_S - 270  # prunes minutes 0..4, keeps 5..9 raw
     result = writer.maintain(now)
     assert result.raw_pruned_until_ms == round((T0 + 300) * 1000)
-    assert result.pruned_rows == 2 * 300 and result.job_pruned_rows == 2 * 300 * 3
-    assert count(engine, "job_energy") == 2 * 300 * 3
-    assert count(engine, "job_units") == units_rows // 2 + 5 * 2  # 5 minutes x 2 jobs
-    assert_conserved(engine, TRAINER.node, expected_rows=2 * 300 + 2 * 5)
+    assert result.pruned_rows == 2 * 300
+    # The job windows went with the totals (up to 2 minutes before "now", all ten
+    # minutes), rolled into minutes; units were one window a minute already.
+    assert result.totals_until_ms == round((T0 + 900) * 1000) - SETTLE_MS
+    assert result.job_pruned_rows == 0 and count(engine, "job_energy") == 0
+    assert count(engine, "job_units") == units_rows == 10 * 2  # 10 minutes x 2 jobs
+    # Node: minutes 0..4 rolled, 5..9 raw ticks; jobs: ten minutes; per minute, each.
+    assert_conserved(engine, TRAINER.node, expected_rows=2 * 10)
     after = {s.id: s for s in list_jobs(engine)}
     for job in ("a", "b"):
         assert after[job].dynamic_j == pytest.approx(before[job].dynamic_j, rel=1e-12)
         assert after[job].idle_j == pytest.approx(before[job].idle_j, rel=1e-12)
         assert after[job].units == before[job].units == {"tokens": 1800.0}
     series = job_energy_series(engine, "a")
-    assert len(series) == 2 * 5 + 2 * 300  # minutes where pruned, ticks where raw
+    assert len(series) == 2 * 10  # minutes, as the windows were
     assert series[0][0] == T0 + 60 and series[-1][0] == T0 + 600
     assert sum(d + i for _t, _c, d, i in series) == pytest.approx(before["a"].total_j)
 
@@ -369,8 +374,10 @@ def check_upgrades_keep_figures(engine: Engine) -> None:
     downgrade(engine, "0002")
     assert migrate.upgrade(engine) == migrate.HEAD_REVISION
     with engine.connect() as connection:
+        # Backfilled to the prune boundary, which 0009's downgrade moved up to the
+        # totals boundary (code before 0009 reads job rows by the prune boundary).
         assert connection.execute(text("SELECT totals_until_ms FROM nodes")).scalar() == round(
-            (T0 + 300) * 1000)  # backfilled to the prune boundary
+            (T0 + 900) * 1000) - SETTLE_MS
     _assert_same_figures(_figures(engine), figures)
     writer = writer_for(engine)  # an agent restarted on the upgraded store
     feed(writer, T0 + 960, 120, ("a", "b"), units={"tokens": 3.0}, totals=totals)
@@ -386,3 +393,100 @@ def check_upgrades_keep_figures(engine: Engine) -> None:
     assert migrate.is_at_head(engine)
     assert node_energy_j(engine, TRAINER.node, T0, T0 + 600) == pytest.approx(ticks_before)
     assert count(engine, "jobs") == 0 and count(engine, "job_energy_totals") == 0
+
+
+def _maintain_as_before_0009(engine: Engine, node: str, now_s: float) -> tuple[int, int]:
+    """A maintain pass as the code before migration 0009 made it: job minutes rolled up
+    as they completed, the job totals summed up to the last complete minute less
+    SETTLE_MS with the raw job rows kept, and raw rows (ticks and job rows alike)
+    pruned by the retention. Returns (prune boundary, totals boundary)."""
+    from joulestat.store.engine import dialect_insert
+    from joulestat.store.maintenance import compact_units, roll_up_jobs, roll_up_ticks
+
+    complete_ms = round(now_s * 1000) // 60_000 * 60_000
+    totals_ms = complete_ms - SETTLE_MS
+    pruned_ms = (round(now_s * 1000) - round(RETENTION_S * 1000)) // 60_000 * 60_000
+    insert = dialect_insert(engine)
+    with engine.begin() as connection:
+        roll_up_ticks(connection, insert, node, None, complete_ms)
+        roll_up_jobs(connection, insert, node, None, complete_ms)
+        window = {"node": node, "until": totals_ms, "pruned": pruned_ms}
+        connection.execute(text(
+            "INSERT INTO job_energy_totals (job_id, node, component, dynamic_j, idle_j) "
+            "SELECT job_id, node, component, sum(dynamic_j), sum(idle_j) FROM job_energy "
+            "WHERE node = :node AND t_end_ms <= :until GROUP BY job_id, node, component"),
+            window)
+        connection.execute(text(
+            "INSERT INTO job_unit_totals (job_id, node, unit, count) "
+            "SELECT job_id, node, unit, sum(count) FROM job_units "
+            "WHERE node = :node AND t_end_ms <= :until GROUP BY job_id, node, unit"), window)
+        compact_units(connection, node, None, pruned_ms)
+        for table in ("tick_energy", "job_energy"):
+            connection.execute(text(
+                f"DELETE FROM {table} WHERE node = :node AND t_end_ms <= :pruned"), window)
+        connection.execute(text(
+            "UPDATE nodes SET totals_until_ms = :until, raw_pruned_until_ms = :pruned "
+            "WHERE node = :node"), window)
+    return pruned_ms, totals_ms
+
+
+def check_0009_keeps_figures(engine: Engine) -> None:
+    """``engine`` points at an empty database. A store at 0008 as the code before 0009
+    left it (one job row per job, device and tick, kept raw for the retention; minute
+    rollups up to the prune boundary) is upgraded: every job, node and series total is
+    the same, conservation holds, and the raw job rows up to the totals boundary are
+    rolled into minutes; down to 0008 and up again, the same."""
+    from joulestat.store.jobs import job_detail
+
+    assert migrate.upgrade(engine, "0008") == "0008"
+    writer = writer_for(engine)
+    for job in ("a", "b"):
+        writer.save_job(make_job(job, T0))
+    totals: Totals = defaultdict(lambda: [0.0, 0.0])
+    for i in range(600):  # a flush a tick: one row per job, device and tick, as before
+        feed(writer, T0 + i, 1, ("a", "b"), units={"tokens": 3.0}, totals=totals)
+        assert writer.flush()
+    assert count(engine, "job_energy") == 600 * 2 * 3
+    pruned_ms, totals_ms = _maintain_as_before_0009(engine, TRAINER.node,
+                                                    T0 + 600 + RETENTION_S - 270)
+    assert (pruned_ms, totals_ms) == (round((T0 + 300) * 1000), round((T0 + 780) * 1000))
+    raw_left = count(engine, "job_energy")
+    assert raw_left == 300 * 2 * 3  # minutes 5..9 raw, as the retention kept them
+    figures = _figures(engine)
+    assert sum(figures["a"][0].values()) + sum(figures["a"][1].values()) == pytest.approx(
+        job_total(totals, "a"), rel=1e-12)
+    node_before = node_energy_j(engine, TRAINER.node, T0, T0 + 600)
+    series_before = {job: sum(d + i for _t, _c, d, i in job_energy_series(engine, job))
+                     for job in ("a", "b")}
+    detail_before = job_detail(engine, "a")
+
+    assert migrate.upgrade(engine) == migrate.HEAD_REVISION
+    _assert_same_figures(_figures(engine), figures)
+    assert node_energy_j(engine, TRAINER.node, T0, T0 + 600) == pytest.approx(node_before,
+                                                                              rel=1e-12)
+    for job, joules in series_before.items():
+        assert sum(d + i for _t, _c, d, i in job_energy_series(engine, job)) == pytest.approx(
+            joules, rel=1e-12)
+    detail = job_detail(engine, "a")
+    assert detail is not None and detail_before is not None
+    assert detail.dynamic_j == pytest.approx(detail_before.dynamic_j, rel=1e-12)
+    assert detail.units == pytest.approx(detail_before.units, rel=1e-12)
+    assert count(engine, "job_energy") == 0  # all ten minutes were behind the totals
+    assert count(engine, "job_units") == 10 * 2  # a row a minute and job
+    assert_conserved(engine, TRAINER.node, expected_rows=2 * 10)
+
+    # Down (the prune boundary moves up to the totals boundary) and up again.
+    downgrade(engine, "0008")
+    _assert_same_figures(_figures(engine), figures)
+    assert migrate.upgrade(engine) == migrate.HEAD_REVISION
+    _assert_same_figures(_figures(engine), figures)
+    assert node_energy_j(engine, TRAINER.node, T0, T0 + 600) == pytest.approx(node_before,
+                                                                              rel=1e-12)
+    # Today's writer goes on where the old one stopped.
+    writer = writer_for(engine)
+    more = feed(writer, T0 + 960, 120, ("a", "b"), units={"tokens": 3.0})
+    assert writer.flush() and writer.maintain(T0 + 1080 + RETENTION_S - 270) is not None
+    after = _figures(engine)
+    assert sum(after["b"][0].values()) + sum(after["b"][1].values()) == pytest.approx(
+        job_total(totals, "b") + job_total(more, "b"), rel=1e-12)
+    assert_conserved(engine, TRAINER.node)

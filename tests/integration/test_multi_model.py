@@ -81,7 +81,8 @@ def test_a_model_busy_three_times_as_long_gets_three_times_the_energy(served):
     assert split.energy_j == pytest.approx(job.total_j, rel=1e-9)
     assert a.energy_j + b.energy_j + split.idle_j == pytest.approx(job.total_j, rel=1e-9)
     assert 0 < split.idle_j < 0.5 * job.total_j  # the sleeps between requests
-    assert len(rows) > 20 and not any(row.rolled for row in rows)
+    # A row per flush window of the job's shares (migration 0009), none rolled yet.
+    assert len(rows) >= 2 and not any(row.rolled for row in rows)
     for row in rows:
         assert sum(row.models.values()) + row.idle_j == pytest.approx(row.energy_j, abs=1e-9)
     assert sum(row.energy_j for row in rows) == pytest.approx(job.total_j, rel=1e-9)

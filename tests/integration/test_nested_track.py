@@ -93,8 +93,19 @@ def _check_stored_once(db_url: str, job: dict[str, Any]) -> None:
         found.sort(key=lambda span: span[1])
         for (_s0, e0), (s1, _e1) in zip(found, found[1:], strict=False):
             assert s1 >= e0 - 1, f"{key}: a tick ends at {e0}, the next starts at {s1}"
-    energy = {(n, int(t), c, d): float(e) for n, t, c, d, _s, e in ticks}
-    start = {(n, int(t), c, d): int(s) for n, t, c, d, s, _e in ticks}
+    # Job rows are windows of a flush's ticks (migration 0009): the node's energy of a
+    # window is its ticks' since the previous window's end (a tick after the last window
+    # stands alone).
+    ends: dict[tuple[str, str, str], list[int]] = {}
+    for _job, node, t_end, component, device, _dynamic, _idle in shares:
+        ends.setdefault((node, component, device), []).append(int(t_end))
+    energy: dict[tuple[str, int, str, str], float] = {}
+    start: dict[tuple[str, int, str, str], int] = {}
+    for node, t_end, component, device, t_start, tick_j in sorted(ticks, key=lambda r: r[1]):
+        later = [e for e in ends.get((node, component, device), []) if e >= int(t_end)]
+        key = (node, min(later) if later else int(t_end), component, device)
+        energy[key] = energy.get(key, 0.0) + float(tick_j)
+        start.setdefault(key, int(t_start))
     everyone: dict[tuple[str, int, str, str], float] = {}
     everyone_dynamic: dict[tuple[str, int, str, str], float] = {}
     mine: dict[tuple[str, int, str, str], tuple[float, float]] = {}
@@ -106,7 +117,7 @@ def _check_stored_once(db_url: str, job: dict[str, Any]) -> None:
             mine[key] = (float(dynamic_j), float(idle_j))
     assert mine, "the job got no energy"
     for key, (dynamic_j, idle_j) in mine.items():
-        # Each tick's shares add up to the tick, and the job's is part of it.
+        # Each window's shares add up to its ticks, and the job's is part of it.
         assert everyone[key] == pytest.approx(energy[key], rel=1e-9, abs=1e-9), key
         assert dynamic_j + idle_j <= energy[key] + 1e-9, key
         assert dynamic_j <= everyone_dynamic[key] + 1e-9, key

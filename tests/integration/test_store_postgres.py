@@ -233,6 +233,12 @@ def test_upgrades_keep_figures(pg_url):
     engine.dispose()
 
 
+def test_migration_0009_keeps_figures_on_partitioned_tables(pg_url):
+    engine = make_engine(pg_url)
+    jobs.check_0009_keeps_figures(engine)
+    engine.dispose()
+
+
 def test_accelerator_rename_keeps_figures_on_partitioned_tables(pg_url):
     """Migration 0006 renames gpu to accelerator through the day-partitioned raw tables
     (0005) and back, every figure the same (tests/helpers/rename_store.py)."""

@@ -122,7 +122,7 @@ def test_job_detail_charts_end_at_the_jobs_end(store, monkeypatch, job_id):
 def test_constant_power_is_flat_to_the_end_in_the_dashboard_and_report(store, monkeypatch):
     at = run_page(store, "pages/job_detail.py", monkeypatch, job="steady")
     power = next(data for spec, data in charts(at) if "power_w" in data.columns)
-    assert len(power) > 30
+    assert len(power) >= 2  # a point per flush window of the job's shares (0009)
     assert power["power_w"].tolist() == pytest.approx([STEADY_W] * len(power), rel=1e-6)
     rate = next(data for spec, data in charts(at) if "rate" in data.columns)
     assert rate["rate"].tolist() == pytest.approx([50.0] * len(rate), rel=1e-6)

@@ -43,7 +43,8 @@ def test_sources_survive_the_minute_rollup(tmp_path: Path) -> None:
         "cpu": ["model:tdp-curve"], "dram": ["rapl"]}
     rows = job_energy_rows(engine, "dist-1")
     loader_rows = [r for r in rows if r[0] == "loader-1"]
-    assert {r[2] - r[1] for r in loader_rows} == {60.0}  # whole minutes now
+    # Whole minutes now, the last one clipped to the part's end at T0 + 90.
+    assert {r[2] - r[1] for r in loader_rows} == {60.0, 30.0}
     assert sum(r[4] for r in loader_rows) == pytest.approx(
         job_energy(totals, "dist-1", "loader-1"), rel=1e-12)
 
@@ -51,7 +52,9 @@ def test_sources_survive_the_minute_rollup(tmp_path: Path) -> None:
 def test_energy_rows_keep_each_rows_span(filled: tuple[Engine, Totals]) -> None:
     engine, totals = filled
     rows = job_energy_rows(engine, "dist-1")
-    assert {r[2] - r[1] for r in rows} == {1.0}
+    # One flush of each node: a window a minute (migration 0009), each kept to the time
+    # the job ran there (loader-1 to T0 + 90, trainer-1 to T0 + 100).
+    assert {r[2] - r[1] for r in rows} == {60.0, 30.0, 40.0}
     assert min(r[1] for r in rows) == T0 and max(r[2] for r in rows) == T0 + 100
     assert sum(r[4] for r in rows) == pytest.approx(job_energy(totals, "dist-1"), rel=1e-12)
     assert {r[3] for r in rows if r[0] == "loader-1"} == {"cpu", "dram"}

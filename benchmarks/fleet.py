@@ -1,0 +1,224 @@
+"""A fleet in one PostgreSQL: the dashboard's pages and ``joulestat compare`` over it.
+
+Fills a throwaway PostgreSQL (tests/helpers/pg.py), or ``--db``, with ``--nodes`` nodes
+of ``--jobs`` running jobs each over ``--days``, through the agent's own ``StoreWriter``
+(simulated time, as fast as the writer takes it: ``record`` every tick, ``maybe_flush``
+after it, ``maintain`` every simulated ``--maintain`` seconds), so the store holds what
+agents would have written: raw ticks for the raw retention, job windows turned into
+minute rollups and job totals, unit counts. Each node runs ``--jobs`` jobs at a time,
+each ``--job-hours`` long, started in a staggered way, so the fleet holds about
+``nodes x jobs x days x 24 / job-hours`` jobs. Then prints, for the Overview, Jobs, Job
+detail and Compare pages (Streamlit's AppTest, as benchmarks/dashboard.py), the server
+time of a run with the query cache emptied (cold) and of a rerun (warm), median of
+``--runs``; and the time of ``joulestat compare`` over every job of the fleet.
+
+The issue's (28) scale is 1,000 nodes x 7 days x 50 jobs at 1 s ticks; ``--tick`` (60 s
+by default) keeps the fill within reach of one machine: the job tables and totals do not
+depend on it past the first minutes (one row per job, device and minute either way),
+the raw tick table is ``60 / tick`` times smaller than at 1 s ticks.
+
+    .venv/bin/python benchmarks/fleet.py [--nodes 1000] [--days 7] [--jobs 50]
+        [--tick 60] [--job-hours 24] [--runs 3] [--db URL]   # an existing --db is reused
+
+Prints figures only; no assertions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from sqlalchemy import text  # noqa: E402
+from sqlalchemy.engine import Engine  # noqa: E402
+
+from benchmarks.dashboard import time_page  # noqa: E402
+from joulestat.attribution.accounting import TickResult  # noqa: E402
+from joulestat.attribution.registry import Job  # noqa: E402
+from joulestat.attribution.shares import Share  # noqa: E402
+from joulestat.core.tick import Tick, TickEntry  # noqa: E402
+from joulestat.devices.sensor import DeviceInfo  # noqa: E402
+from joulestat.host.identity import NodeInfo  # noqa: E402
+from joulestat.store import migrate  # noqa: E402
+from joulestat.store.engine import make_engine  # noqa: E402
+from joulestat.store.maintenance import ensure_partitions  # noqa: E402
+from joulestat.store.writer import StoreWriter  # noqa: E402
+
+COMPONENTS = (("cpu", "package-0"), ("dram", "package-0"), ("accelerator", "0"),
+              ("net", "eth0"))
+NAMES = ("bert-large", "resnet-50", "llama-ft", "whisper", "vit-b")
+
+
+def _job(node: str, slot: int, generation: int, start_s: float, ended_s: float | None
+         ) -> Job:
+    name = NAMES[(slot + generation) % len(NAMES)]
+    return Job(id=f"{node}-{slot}-{generation}", name=name, kind="training",
+               labels={"team": f"team-{slot % 7}"}, pids=set(), started_s=start_s,
+               ended_s=ended_s, units={"sample": 0.0})
+
+
+def fill_node(engine: Engine, index: int, jobs: int, start_s: float, end_s: float,
+              tick_s: float, job_s: float, maintain_s: float) -> int:
+    """One node's ticks, shares, units and jobs through the writer; returns ticks."""
+    node = f"node-{index:04d}"
+    writer = StoreWriter(engine, NodeInfo(node, "p4d.24xlarge", "us-east-1", "EPYC", "bench"),
+                         [DeviceInfo(c, d, "rapl") for c, d in COMPONENTS],
+                         raw_retention_s=7 * 86400, flush_interval_s=10.0,
+                         max_buffered_rows=400_000)
+    # Slot s runs generation g from start + (s / jobs + g) * job_s, so jobs end and start
+    # staggered over the period, always ``jobs`` running.
+    running: dict[int, tuple[int, float]] = {}
+    ticks = 0
+    t = start_s
+    next_maintain = start_s + maintain_s
+    while t + tick_s <= end_s:
+        t0, t1 = t, t + tick_s
+        t = t1
+        finished: list[Job] = []
+        changed: list[Job] = []
+        for slot in range(jobs):
+            offset = slot / jobs * job_s
+            generation = max(0, int((t1 - start_s + offset) // job_s))
+            began = start_s - offset + generation * job_s
+            current = running.get(slot)
+            if current is not None and current[0] != generation:
+                old = _job(node, slot, current[0], current[1], t0)
+                finished.append(old)
+                changed.append(old)
+            if current is None or current[0] != generation:
+                running[slot] = (generation, max(began, start_s))
+                changed.append(_job(node, slot, generation, max(began, start_s), None))
+        wobble = (int(t1) * 7919) % 97 / 97.0
+        entries = tuple(TickEntry(c, d, "rapl", (200.0 + 20.0 * wobble + i) * tick_s)
+                        for i, (c, d) in enumerate(COMPONENTS))
+        shares = []
+        ids = [f"{node}-{slot}-{gen}" for slot, (gen, _s) in sorted(running.items())]
+        for entry in entries:
+            each = entry.energy_j * 0.8 / len(ids)
+            shares += [Share(job_id, entry.component, entry.device, entry.source,
+                             each * 0.7, each * 0.3) for job_id in ids]
+            shares.append(Share(None, entry.component, entry.device, entry.source,
+                                entry.energy_j - each * len(ids), 0.0))
+        units = {job_id: {"sample": 32.0 * tick_s} for job_id in ids}
+        tick = Tick(t0, t1, entries)
+        writer.record(tick, TickResult(tick, shares, units, changed), None)
+        for job in finished:
+            job.final = True
+        writer.maybe_flush(t1)
+        if t1 >= next_maintain:
+            writer.maintain(t1)
+            next_maintain += maintain_s
+        ticks += 1
+    writer.flush()
+    writer.maintain(end_s + 1)
+    writer.close()
+    return ticks
+
+
+def fill(url: str, nodes: int, days: float, jobs: int, tick_s: float, job_hours: float,
+         maintain_s: float) -> None:
+    engine = make_engine(url)
+    migrate.upgrade(engine)
+    with engine.connect() as connection:
+        existing = connection.execute(text("SELECT count(*) FROM jobs")).scalar_one()
+    if existing:
+        print(f"reusing the store: {existing:,} jobs already there")
+        engine.dispose()
+        return
+    end_s = float(int(time.time()) // 60 * 60 - 60)
+    start_s = end_s - days * 86400
+    if engine.dialect.name == "postgresql":
+        # The agents would have made each day's partition days before its rows came
+        # (agent/store/maintenance.py); made here for the simulated past, else every row
+        # would land in the DEFAULT partition.
+        with engine.begin() as connection:
+            ensure_partitions(connection, start_s, days_ahead=int(days) + 4)
+    began = time.perf_counter()
+    for index in range(nodes):
+        fill_node(engine, index, jobs, start_s, end_s, tick_s, job_hours * 3600, maintain_s)
+        if (index + 1) % max(1, nodes // 10) == 0:
+            print(f"  {index + 1} nodes filled, {time.perf_counter() - began:.0f} s",
+                  flush=True)
+    with engine.connect() as connection:
+        counts = {table: connection.execute(text(f"SELECT count(*) FROM {table}")).scalar_one()
+                  for table in ("jobs", "tick_energy", "minute_energy", "job_energy",
+                                "job_minute_energy", "job_units", "job_energy_totals")}
+        size = connection.execute(text("SELECT pg_database_size(current_database())")
+                                  ).scalar_one()
+    engine.dispose()
+    print(f"filled {nodes} nodes x {days:g} days x {jobs} jobs ({tick_s:g} s ticks) in "
+          f"{time.perf_counter() - began:.0f} s, {size / 2**30:.2f} GiB: "
+          + ", ".join(f"{t} {n:,}" for t, n in counts.items()))
+
+
+@contextlib.contextmanager
+def store(url: str | None) -> Iterator[str]:
+    if url:
+        yield url
+        return
+    from tests.helpers.pg import running_postgres
+
+    with running_postgres() as server:
+        yield server.create_database("fleet")
+
+
+COMPARE = ("compare", "--by", "instance_type", "--unit", "sample")
+
+
+def time_compare(url: str, runs: int) -> list[float]:
+    """``joulestat compare`` over every job of the fleet, pooled by instance type, as a
+    user runs it (a new process each)."""
+    times = []
+    for _ in range(runs):
+        began = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "joulestat", *COMPARE, "--db", url],
+                       check=True, capture_output=True)
+        times.append(time.perf_counter() - began)
+    return times
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--days", type=float, default=7.0)
+    parser.add_argument("--jobs", type=int, default=50, help="running jobs per node")
+    parser.add_argument("--tick", type=float, default=60.0, help="seconds per tick")
+    parser.add_argument("--job-hours", type=float, default=24.0)
+    parser.add_argument("--maintain", type=float, default=600.0,
+                        help="simulated seconds between maintain passes [default: 600]")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--db", help="PostgreSQL URL (default: a throwaway server)")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    with store(args.db) as url:
+        fill(url, args.nodes, args.days, args.jobs, args.tick, args.job_hours, args.maintain)
+        os.environ["JOULESTAT_DB"] = url
+        logging.disable(logging.WARNING)  # AppTest's "missing ScriptRunContext" chatter
+        pages = (("Overview", "pages/overview.py", {}), ("Jobs", "pages/jobs.py", {}),
+                 ("Job detail", "pages/job_detail.py", {}),
+                 ("Compare", "pages/compare.py", {}))
+        time_page(pages[1][1], {}, 1)  # imports and first connection, not counted
+        print(f"{'page':<12} {'cold median':>12} {'cold max':>9} {'warm median':>12}  "
+              f"(s, {args.runs} runs)")
+        for label, page, widgets in pages:
+            cold, warm = time_page(page, widgets, args.runs)
+            print(f"{label:<12} {statistics.median(cold):>12.3f} {max(cold):>9.3f} "
+                  f"{statistics.median(warm):>12.3f}")
+        times = time_compare(url, args.runs)
+        print(f"joulestat {' '.join(COMPARE)}: median {statistics.median(times):.2f} s, "
+              f"max {max(times):.2f} s (a new process each, imports included)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,201 @@
+"""How fast the store grows: bytes per node-hour at 0, 10 and 50 running jobs.
+
+One simulated node ticks every second (simulated time, as fast as the writer takes it)
+through the agent's own ``StoreWriter``: 4 components (``cpu``, ``dram``,
+``accelerator``, ``net``), a share row per job and component plus the unattributed
+remainder, one unit count per job and tick. The writer is driven as the agent drives
+it: ``maybe_flush`` after every tick (so a flush goes out every ``flush_interval``
+seconds, 10 by default, or sooner when a full batch waits) and ``maintain`` once a
+simulated minute (rollups into minutes and job totals; the 7-day raw retention prunes
+nothing within the run; on PostgreSQL a plain ``VACUUM`` follows each, as autovacuum
+would within a minute of real time). The store's size is taken after the schema is made and again
+at the end, with SQLite's WAL checkpointed and PostgreSQL's buffers checkpointed; the
+difference over the simulated hours is the growth per node-hour (during the raw
+retention, i.e. raw rows and their rollups both held; what stays constant, such as the
+last minutes of raw job windows, weighs less the longer the run). A breakdown by table
+follows, and the growth after a 10-minute warm-up (the rate a store keeps growing at).
+
+    .venv/bin/python benchmarks/store_growth.py [--minutes 60] [--jobs 0 10 50]
+        [--backends sqlite postgresql]
+
+PostgreSQL is a throwaway server (tests/helpers/pg.py). Prints figures; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sqlalchemy import text  # noqa: E402
+from sqlalchemy.engine import Engine  # noqa: E402
+
+from joulestat.attribution.accounting import TickResult  # noqa: E402
+from joulestat.attribution.registry import Job  # noqa: E402
+from joulestat.attribution.shares import Share  # noqa: E402
+from joulestat.core.tick import Tick, TickEntry  # noqa: E402
+from joulestat.devices.sensor import DeviceInfo  # noqa: E402
+from joulestat.host.identity import NodeInfo  # noqa: E402
+from joulestat.store import migrate  # noqa: E402
+from joulestat.store.engine import make_engine  # noqa: E402
+from joulestat.store.schema import CORE_TABLES  # noqa: E402
+from joulestat.store.writer import StoreWriter  # noqa: E402
+
+COMPONENTS = (("cpu", "package-0"), ("dram", "package-0"), ("accelerator", "0"),
+              ("net", "eth0"))
+MIB = 1024 * 1024
+# Growth is also measured from here on: what stays constant once the node runs (the last
+# minutes of raw job windows, a day partition's first pages) is then left out.
+WARM_UP_S = 600
+
+
+def synthetic_tick(t1_s: float, jobs: int, node: str = "node") -> tuple[Tick, TickResult]:
+    """One second of a busy node: energies that vary from tick to tick, split among
+    ``jobs`` jobs with the rest unattributed (jobs + unattributed = node, exactly)."""
+    wobble = (int(t1_s) * 7919) % 97 / 97.0
+    entries = tuple(TickEntry(c, d, "rapl", 20.0 + 10.0 * wobble + i)
+                    for i, (c, d) in enumerate(COMPONENTS))
+    shares = []
+    for entry in entries:
+        each = entry.energy_j * 0.8 / jobs if jobs else 0.0
+        for j in range(jobs):
+            shares.append(Share(f"{node}-job-{j}", entry.component, entry.device,
+                                entry.source, each * 0.7, each * 0.3))
+        shares.append(Share(None, entry.component, entry.device, entry.source,
+                            entry.energy_j - each * jobs, 0.0))
+    units = {f"{node}-job-{j}": {"sample": 32.0} for j in range(jobs)}
+    tick = Tick(t1_s - 1.0, t1_s, entries)
+    return tick, TickResult(tick, shares, units, [])
+
+
+def vacuum(engine: Engine) -> None:
+    """PostgreSQL's autovacuum, which the simulated clock outruns: with its default
+    naptime of a minute it vacuums a table whose dead rows passed 20 % of it within
+    about a minute of real time, so the space of deleted rows is reused."""
+    with engine.connect() as connection:
+        connection.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("VACUUM")
+
+
+def drive(engine: Engine, node: str, jobs: int, start_s: float, seconds: int,
+          flush_interval_s: float = 10.0, at_s: int = 0,
+          then: Callable[[], None] | None = None) -> StoreWriter:
+    """``seconds`` ticks of one node through the writer as the agent drives it;
+    ``then()`` after the maintain pass of simulated second ``at_s``."""
+    writer = StoreWriter(engine, NodeInfo(node, "c6i.xlarge", "us-east-1", "Xeon", "bench"),
+                         [DeviceInfo(c, d, "rapl") for c, d in COMPONENTS],
+                         raw_retention_s=7 * 86400, flush_interval_s=flush_interval_s)
+    for j in range(jobs):
+        writer.save_job(Job(id=f"{node}-job-{j}", name=f"train-{j}", kind="training",
+                            labels={}, pids=set(), started_s=start_s))
+    for second in range(1, seconds + 1):
+        now_s = start_s + second
+        tick, result = synthetic_tick(now_s, jobs, node)
+        writer.record(tick, result, None)
+        writer.maybe_flush(now_s)
+        if second % 60 == 0:
+            writer.maintain(now_s)
+            if engine.dialect.name == "postgresql":
+                vacuum(engine)
+            if second == at_s and then is not None:
+                then()
+    writer.maintain(start_s + seconds + 1)
+    return writer
+
+
+def sqlite_size(engine: Engine, path: Path) -> tuple[int, dict[str, int]]:
+    with engine.connect() as connection:
+        connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+        try:
+            tables = dict(connection.exec_driver_sql(
+                "SELECT name, sum(pgsize) FROM dbstat GROUP BY name").all())
+        except Exception:  # noqa: BLE001 - dbstat is a compile-time option
+            tables = {}
+    size = path.stat().st_size
+    wal = path.with_name(path.name + "-wal")
+    if wal.exists():
+        size += wal.stat().st_size
+    return size, tables
+
+
+def postgres_size(engine: Engine) -> tuple[int, dict[str, int]]:
+    with engine.connect() as connection:
+        connection.exec_driver_sql("CHECKPOINT")
+        size = connection.execute(text("SELECT pg_database_size(current_database())")).scalar()
+        tables = {}
+        for table in CORE_TABLES:
+            # A partitioned table's size is its partitions'; a plain one has no tree.
+            tables[table.name] = connection.execute(text(
+                "SELECT coalesce((SELECT sum(pg_total_relation_size(relid)) "
+                "FROM pg_partition_tree(CAST(:name AS regclass)) WHERE isleaf), "
+                "pg_total_relation_size(CAST(:name AS regclass)))"), {"name": table.name}
+            ).scalar()
+    return int(size), {name: int(value) for name, value in tables.items()}
+
+
+def measure(backend: str, url: str, size: Callable[[Engine], tuple[int, dict[str, int]]],
+            jobs: int, seconds: int) -> None:
+    engine = make_engine(url)
+    migrate.upgrade(engine)
+    start_s = float(int(time.time()) // 60 * 60)
+    before, before_tables = size(engine)
+    warm: list[int] = []
+    began = time.perf_counter()
+    writer = drive(engine, "node-0", jobs, start_s, seconds, at_s=WARM_UP_S,
+                   then=lambda: warm.append(size(engine)[0]))
+    took = time.perf_counter() - began
+    after, after_tables = size(engine)
+    hours = seconds / 3600
+    per_hour = (after - before) / hours
+    steady = ""
+    if warm:
+        steady_per_hour = (after - warm[0]) / ((seconds - WARM_UP_S) / 3600)
+        steady = f"; {steady_per_hour / MIB:.2f} MiB after the first {WARM_UP_S // 60} min"
+    print(f"{backend:<10} {jobs:>3} jobs: {per_hour / MIB:6.2f} MiB per node-hour "
+          f"({(after - before) / MIB:.2f} MiB over {seconds} simulated s{steady}; "
+          f"{writer.written_rows} rows written, {writer.flushes} flushes, "
+          f"{took:.1f} s to write)")
+    grown = {name: (after_tables.get(name, 0) - before_tables.get(name, 0)) / hours
+             for name in after_tables}
+    parts = [f"{name} {value / MIB:.2f}" for name, value in
+             sorted(grown.items(), key=lambda item: -item[1]) if value > 0.005 * MIB]
+    if parts:
+        print(f"           MiB per node-hour by table: {', '.join(parts)}")
+    engine.dispose()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=60.0,
+                        help="simulated minutes per run [default: 60]")
+    parser.add_argument("--jobs", type=int, nargs="+", default=[0, 10, 50])
+    parser.add_argument("--backends", nargs="+", default=["sqlite", "postgresql"],
+                        choices=["sqlite", "postgresql"])
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    seconds = int(args.minutes * 60)
+    print(f"store growth: 1 node, 1 s ticks, {len(COMPONENTS)} components, one unit count "
+          f"per job and tick, {seconds} simulated s per run (PostgreSQL: VACUUM once a "
+          "simulated minute)")
+    if "sqlite" in args.backends:
+        with tempfile.TemporaryDirectory() as tmp:
+            for jobs in args.jobs:
+                path = Path(tmp) / f"growth-{jobs}.db"
+                measure("sqlite", f"sqlite:///{path}",
+                        lambda engine, path=path: sqlite_size(engine, path), jobs, seconds)
+    if "postgresql" in args.backends:
+        from tests.helpers.pg import running_postgres
+
+        with running_postgres() as server:
+            for jobs in args.jobs:
+                url = server.create_database(f"growth_{jobs}")
+                measure("postgresql", url, postgres_size, jobs, seconds)
+
+
+if __name__ == "__main__":
+    main()
