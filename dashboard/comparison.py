@@ -10,7 +10,7 @@ figure: jobs read as :class:`~joulestat.store.jobs.JobTotals` become
 the fleet. This module only picks the options the page offers (the grouping, the default
 baseline) and collects the notes the command prints under its table. ``by="model"``
 takes the command's per-model figures too
-(:func:`~joulestat.reports.compare.table.by_model`, which :mod:`joulestat.dashboard.state`
+(:func:`~joulestat.reports.compare.by_model.by_model`, which :mod:`joulestat.dashboard.state`
 calls, with its note on the jobs that served no named model).
 """
 

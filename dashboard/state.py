@@ -36,8 +36,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from joulestat.dashboard import analysis, comparison, costing, fmt
 from joulestat.dashboard.bulk import gc_paused
 from joulestat.reports.bounds import EnergyBounds, stored_bounds
+from joulestat.reports.compare.by_model import by_model
 from joulestat.reports.compare.latency import latency_by_job
-from joulestat.reports.compare.table import by_model
 from joulestat.store.engine import (
     StoreError,
     StoreMissingError,

@@ -226,7 +226,8 @@ def _by_model(engine: Engine, figures: list[JobFigures]) -> tuple[list[JobFigure
     """The per-model parts of ``figures`` and the note on the jobs left out (they served
     no named model); a :class:`CompareError` on ``--by`` when none served one, rather
     than a table of nothing."""
-    from joulestat.reports.compare.table import CompareError, by_model
+    from joulestat.reports.compare.by_model import by_model
+    from joulestat.reports.compare.table import CompareError
     from joulestat.store.model_split import model_splits
 
     found = by_model(figures, model_splits(engine, [f.job_id for f in figures]))

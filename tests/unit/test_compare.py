@@ -13,11 +13,11 @@ from dataclasses import replace
 import pytest
 
 from joulestat.carbon.catalog import lookup
+from joulestat.reports.compare.by_model import by_model
 from joulestat.reports.compare.table import (
     CompareError,
     JobFigures,
     NodeFigures,
-    by_model,
     compare,
     rebase,
     setup_name,

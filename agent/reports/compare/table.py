@@ -107,11 +107,10 @@ from joulestat.core.redact import redact_labels
 from joulestat.reports.compare.latency import row_latency
 from joulestat.reports.idle import common_policy
 from joulestat.reports.sources import sources_class
-from joulestat.store.model_split import ModelSplit
 
 __all__ = ["BY_CHOICES", "CompareError", "ComparisonRow", "ComparisonTable", "JobFigures",
            "LABEL_BY", "NAME_BY", "PER_MILLION", "PER_RUN", "PER_UNIT", "UNKNOWN_TYPE",
-           "ModelParts", "by_model", "distinguishable",
+           "distinguishable",
            "check_by", "choose_unit", "compare", "find_baseline", "group_of", "label_key",
            "pct_change", "ratio_of", "rebase", "setup_name", "split_by_setup"]
 
@@ -507,7 +506,7 @@ def compare(
     ``by``: ``job`` (a row per job), ``instance_type`` (a row per setup, jobs pooled),
     ``label:KEY`` (a row per value of the job label KEY, jobs pooled; per value and
     setup when the jobs ran on several) or ``model`` (a row per model, of
-    :func:`joulestat.reports.compare.table.by_model`'s figures).
+    :func:`joulestat.reports.compare.by_model.by_model`'s figures).
     ``baseline``: a job id or name, or a setup name; default the first row.
     ``sla_units_per_hour``: size a fleet per row for this many units per hour.
     Raises :class:`CompareError` naming the argument that is wrong.
@@ -678,62 +677,3 @@ def _one_setup(rows: list[ComparisonRow], names: list[str], known: str) -> list[
         raise CompareError("baseline", f"{names[0]!r} is {len(groups)} rows, one per setup "
                            f"({', '.join(groups)}): name one of them (known: {known})")
     return found
-
-
-# -- ``compare --by model`` ------------------------------------------------------------
-
-def _scaled(value: float | None, fraction: float) -> float | None:
-    return None if value is None else value * fraction
-
-
-def _part(job: JobFigures, fraction: float, model: str, units: dict[str, float]
-          ) -> JobFigures:
-    """``fraction`` of ``job``'s energy, dynamic energy, CO2e and cost, counting
-    ``units``, over the job's whole time held (see the module's docstring)."""
-    nodes = tuple(NodeFigures(n.node, n.instance_type, n.held_s, n.energy_j * fraction,
-                              _scaled(n.cost_usd, fraction))
-                  for n in job.nodes)
-    bounds = job.energy_bounds_j
-    return replace(job, nodes=nodes, units=units, energy_j=job.energy_j * fraction,
-                   energy_bounds_j=None if bounds is None else (bounds[0] * fraction,
-                                                                bounds[1] * fraction),
-                   dynamic_j=_scaled(job.dynamic_j, fraction),
-                   accelerator_j=job.accelerator_j * fraction,
-                   operational_co2e_g=job.operational_co2e_g * fraction,
-                   embodied_co2e_g=_scaled(job.embodied_co2e_g, fraction),
-                   cost_usd=_scaled(job.cost_usd, fraction), model=model)
-
-
-@dataclass(frozen=True, slots=True)
-class ModelParts:
-    """:func:`by_model`'s answer: a part per model of each job that served named models
-    (``parts``, what ``compare(by="model")`` takes), and the jobs that served none
-    (``unassigned``), left out of a comparison by model."""
-
-    parts: tuple[JobFigures, ...]
-    unassigned: tuple[JobFigures, ...] = ()
-
-    def notes(self) -> list[str]:
-        """What a comparison by model says about the jobs it left out."""
-        if not self.unassigned:
-            return []
-        names = ", ".join(dict.fromkeys(job.name for job in self.unassigned))
-        return [f"{len(self.unassigned)} job(s) served no named model and are not in this "
-                f"comparison by model ({names}): compare them by job"]
-
-
-def by_model(jobs: Sequence[JobFigures], splits: Mapping[str, ModelSplit]) -> ModelParts:
-    """``jobs`` as per-model parts (in model order), each job in turn; each model carries
-    :meth:`~joulestat.store.model_split.ModelSplit.job_fractions` of its job. A job
-    without a split (it served no named model) is :attr:`ModelParts.unassigned`."""
-    parts: list[JobFigures] = []
-    unassigned: list[JobFigures] = []
-    for job in jobs:
-        split = splits.get(job.job_id)
-        fractions = split.job_fractions() if split is not None else {}
-        if split is None or not fractions:
-            unassigned.append(job)
-            continue
-        parts += [_part(job, fractions[share.model], share.model, dict(share.units))
-                  for share in split.models]
-    return ModelParts(tuple(parts), tuple(unassigned))
