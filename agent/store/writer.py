@@ -18,7 +18,8 @@ into their unattributed rows first (who used the energy is lost, how much is not
 only a queue of node ticks alone drops its oldest ticks, each time with an error saying
 what went and why.
 
-While the database does not take its writes, :class:`Outage` keeps the outage's state
+While the database does not take its writes,
+:class:`joulestat.store.durability.Outage` keeps the outage's state
 and policy in one place: how many writes failed in a row and how long to wait before the
 next full write (doubling, up to a minute), a cheap probe of the store every
 ``RECONNECT_EVERY_S`` (2 s) meanwhile so the rows go in within a few seconds of its
@@ -69,7 +70,7 @@ from joulestat.core.errors import ConfigError
 from joulestat.core.tick import Tick
 from joulestat.devices.sensor import DeviceInfo
 from joulestat.host.identity import NodeInfo
-from joulestat.store.durability import NodeLease, NodeLeaseError, Spool
+from joulestat.store.durability import RECONNECT_EVERY_S, NodeLease, NodeLeaseError, Outage, Spool
 from joulestat.store.engine import (
     StoreAway,
     StoreError,
@@ -101,7 +102,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Outage", "RowQueue", "StoreSettings", "StoreWriter"]
+__all__ = ["RowQueue", "StoreSettings", "StoreWriter"]
 
 
 # -- What waits in memory for the node's next store write, under one lock --------------
@@ -203,106 +204,6 @@ class RowQueue:
             "store takes rows again)",
             self.max_rows, cause, count, first_s, last_s, self.dropped_rows,
         )
-
-
-# -- What the store writer does while the database does not take its writes ------------
-
-MAX_RETRY_DELAY_S = 60.0
-WARN_EVERY_S = 60.0
-# While the store is away: how often a cheap probe (one connection, one small read)
-# asks whether it is back; a full write (which spools its batch when it fails) keeps
-# the doubling above. 2 s: the rows go in within ~2 s of the store's return, and a
-# refused connection costs microseconds.
-RECONNECT_EVERY_S = 2.0
-
-
-class Outage:
-    """Failures in a row, throttled warnings and the spool of one node's writer."""
-
-    def __init__(self, url: str, queue: RowQueue, spool: Spool | None) -> None:
-        self.url = url  # redacted: it goes into logs
-        self.queue = queue
-        self.spool = spool
-        self.failures = 0
-        self.spooled_rows = 0  # rows handed to the spool while the store was away
-        self.spool_write_failures = 0  # batches the spool could not write (disk full...)
-        self._spool_failing = False  # said once until a spool write succeeds again
-        self._last_warning = -math.inf
-
-    def retry_delay_s(self, flush_interval_s: float) -> float:
-        """How long to wait after the latest failure: doubling, capped at a minute."""
-        return min(MAX_RETRY_DELAY_S, flush_interval_s * 2 ** min(self.failures, 10))
-
-    def keep(self, batch: RowBuffer, pending: PendingJobs, finishing: list[Job]) -> None:
-        """A batch the store did not take: to the spool, else back into memory."""
-        if self.spool is not None and (len(batch) or pending):
-            try:
-                self.spool.append(batch, pending)
-            except OSError as exc:
-                self.spool_write_failures += 1
-                level = logging.DEBUG if self._spool_failing else logging.ERROR
-                self._spool_failing = True
-                log.log(level, "cannot spool %d rows to %s (%s); keeping them in memory, "
-                        "up to %d rows, then dropping the oldest (counted as dropped); "
-                        "said once until the spool writes again", len(batch),
-                        self.spool.directory, exc, self.queue.max_rows)
-            else:
-                self.spooled_rows += len(batch)
-                batch, pending = RowBuffer(), PendingJobs()
-                if self._spool_failing:
-                    self._spool_failing = False
-                    log.warning("spool %s writes again (%d batch(es) could not be "
-                                "written)", self.spool.directory, self.spool_write_failures)
-        self.queue.put_back(batch, pending, finishing)
-
-    def replay(self, write: Callable[[RowBuffer, PendingJobs], tuple[int, int]]
-               ) -> tuple[int, int]:
-        """Spooled batches into the store, oldest first, each through ``write`` (one
-        transaction, returning rows written and stale); a segment is deleted only once
-        its transaction committed."""
-        assert self.spool is not None
-        written = stale = replayed = 0
-        for segment, batch, pending in self.spool.replay():
-            seg_written, seg_stale = write(batch, pending)
-            self.spool.done(segment)
-            written, stale, replayed = written + seg_written, stale + seg_stale, replayed + 1
-        if replayed:
-            log.info("store %s: wrote %d spooled batch(es) (%d rows) back", self.url,
-                     replayed, written)
-        return written, stale
-
-    def failed(self, exc: Exception, action: str) -> None:
-        self.failures += 1
-        if self.failures == 1 or self.may_warn():
-            kept = f"keeping {len(self.queue)} rows in memory"
-            if self.spool is not None:
-                kept += f" and {self.spool.bytes} bytes in the spool {self.spool.directory}"
-            self.warn(f"cannot {action} the store {self.url} ({describe_error(exc)}); "
-                      f"{kept} and retrying (attempt {self.failures})")
-
-    def recovered(self) -> None:
-        self.queue.said_dropping = False
-        if self.failures:
-            log.info("store %s reachable again after %d failed attempt(s)",
-                     self.url, self.failures)
-            self.failures = 0
-
-    def report_shutdown(self) -> None:
-        """The store is still away at exit: say where rows wait, or how many are lost."""
-        if self.spool is not None and not len(self.queue):
-            log.warning("store %s unreachable at shutdown: %d bytes of rows wait in the "
-                        "spool %s and go to the store at the next start", self.url,
-                        self.spool.bytes, self.spool.directory)
-            return
-        log.error("store %s unreachable at shutdown: %d buffered rows and %d job "
-                  "updates are lost", self.url, len(self.queue), len(self.queue.pending.jobs))
-
-    def may_warn(self) -> bool:
-        return time.monotonic() - self._last_warning >= WARN_EVERY_S
-
-    def warn(self, message: str) -> None:
-        self._last_warning = time.monotonic()
-        log.warning("%s", message)
 
 
 # -- The agent's SQL writer: batched, idempotent, patient when the database is away ----
