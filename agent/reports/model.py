@@ -44,7 +44,7 @@ from joulestat.core.redact import redact_labels
 from joulestat.core.tick import Component
 from joulestat.core.version import __version__
 from joulestat.reports import narrative
-from joulestat.reports.bounds import EnergyBounds, proportional, stored_bounds
+from joulestat.reports.bounds import EnergyBounds, job_bounds, proportional
 from joulestat.reports.compare.latency import served_latency
 from joulestat.reports.external import external_figures
 from joulestat.reports.idle import job_idle_policy
@@ -52,7 +52,7 @@ from joulestat.reports.provenance import node_provenance
 from joulestat.reports.series import COMPONENT_ORDER, node_series, power_series, unit_series
 from joulestat.reports.sources import energy_by_class
 from joulestat.store.jobs import JobDetail, JobNodePart, job_detail
-from joulestat.store.nodes import node_devices
+from joulestat.store.nodes import node_devices, source_models
 from joulestat.store.provenance import (
     job_sources,
     jobs_energy_by_source,
@@ -210,7 +210,10 @@ def report_from_detail(engine: Engine, detail: JobDetail,
     energy = component_totals(detail.dynamic_j, detail.idle_j)
     dynamic = component_totals(detail.dynamic_j)
     pue, intensity = _effective(result)
-    bounds = stored_bounds(engine, [detail.id])[detail.id]
+    # The job's energy per node, component and source, read once: its bounds
+    # (joulestat.reports.bounds) and its energy by class come from the same rows.
+    source_rows = jobs_energy_by_source(engine, [detail.id])[detail.id]
+    bounds = job_bounds(source_rows, source_models(engine, {r.node for r in source_rows}))
     per_unit, per_million, throughput = _per_unit(
         detail.units, energy["total"], dynamic["total"], result.operational_co2e_g,
         result.embodied_co2e_g, result.cost_usd, duration_s, bounds)
@@ -221,7 +224,7 @@ def report_from_detail(engine: Engine, detail: JobDetail,
     per_node_units = unit_series(job_unit_rows(engine, detail.id), rows, detail.started_s,
                                  end_s) if series else {}
     by_source: dict[str, float] = {}
-    for row in jobs_energy_by_source(engine, [detail.id])[detail.id]:
+    for row in source_rows:
         by_source[row.source] = by_source.get(row.source, 0.0) + row.energy_j
     external = external_figures(detail.labels)
     report = {

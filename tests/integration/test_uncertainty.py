@@ -184,3 +184,20 @@ def test_the_compare_page_follows_the_same_rule(tmp_path: Path,
     spread = table.at["g5.xlarge", "runs (mean ± spread)"]
     assert spread.endswith("3 runs") and "±" in spread
     assert "–" in table.at["p4d.24xlarge", "bounds"]
+
+
+def test_the_compare_page_pools_the_runs_of_a_name(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page's "by job name" mode (``by=name`` in its link), as ``--by name``."""
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    per_run = _fill(url)
+    at = run_page(url, "pages/compare.py", monkeypatch, by="name", baseline="bert-g5")
+    assert at.radio(key="cmp_mode").value == "by job name"
+    table = at.dataframe[0].value.set_index("group")
+    assert set(table.index) == {"bert-g5", "bert-inf2", "bert-p4d"}
+    spread = table.at["bert-g5", "runs (mean ± spread)"]
+    assert spread == (f"{units.energy(statistics.mean(per_run['g5.xlarge']))} ± "
+                      f"{units.energy(statistics.stdev(per_run['g5.xlarge']))}, 3 runs")
+    lines = [m.value for m in at.markdown]
+    assert any(line.startswith("**bert-inf2** vs bert-g5: ") and "not distinguishable" in line
+               for line in lines)

@@ -92,15 +92,9 @@ def co2e_distinguishable(row: ComparisonRow, baseline: ComparisonRow) -> bool | 
     return mine[1] < theirs[0] or theirs[1] < mine[0]
 
 
-def _delta_words(pct: float | None, what: str, per: str, real: bool | None) -> str | None:
-    """``−92 % energy per inference``, or ``energy per inference not distinguishable from
-    the baseline`` when the intervals overlap (``real`` False)."""
-    if pct is None:
-        return None
-    if real is False:
-        return f"{what} {per} {NOT_DISTINGUISHABLE}"
-    return f"{format_pct(pct)} {what} {per}"
-
+def _delta_words(pct: float | None, what: str, per: str) -> str | None:
+    """``−92 % energy per inference``; None when the change is unknown."""
+    return None if pct is None else f"{format_pct(pct)} {what} {per}"
 
 
 def headline(row: ComparisonRow, baseline: ComparisonRow) -> str:
@@ -139,7 +133,7 @@ def headline(row: ComparisonRow, baseline: ComparisonRow) -> str:
         if what in within[:1]:  # the figures within their intervals, said once together
             named = ", ".join(within[:-1]) + (" and " if len(within) > 1 else "") + within[-1]
             parts.append(f"{named} {per} {NOT_DISTINGUISHABLE}")
-        elif what not in within and (text := _delta_words(pct, what, per, None)):
+        elif what not in within and (text := _delta_words(pct, what, per)):
             parts.append(text)
     if costs[0] is None or costs[1] is None:
         unknown = [r.label for r, c in zip((row, baseline), costs, strict=True) if c is None]
