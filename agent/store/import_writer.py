@@ -245,7 +245,7 @@ _PART_TABLES: tuple[tuple[Any, tuple[str, ...]], ...] = (
     (JOB_ENERGY, ("t_end_ms", "component", "t_start_ms", "dynamic_j", "idle_j", "source")),
     (JOB_MINUTE_ENERGY, ("minute_start_s", "component", "dynamic_j", "idle_j")),
     (JOB_UNITS, ("t_end_ms", "unit", "count")),
-    (JOB_ENERGY_TOTALS, ("component", "dynamic_j", "idle_j")),
+    (JOB_ENERGY_TOTALS, ("component", "source", "dynamic_j", "idle_j")),
     (JOB_UNIT_TOTALS, ("unit", "count")),
 )
 _NODE_TABLES: tuple[tuple[Any, tuple[str, ...]], ...] = (
@@ -356,8 +356,9 @@ def _plan(job_id: str, device: str, part: ImportedNode, pruned_ms: int | None,
                                         "idle_j": idle_j})
     for component, (dynamic_j, idle_j) in sorted(totals.items()):
         planned.add(JOB_ENERGY_TOTALS, {"job_id": job_id, "node": part.node,
-                                        "component": component, "dynamic_j": dynamic_j,
-                                        "idle_j": idle_j})
+                                        "component": component,
+                                        "source": part.sources.get(component, part.source),
+                                        "dynamic_j": dynamic_j, "idle_j": idle_j})
     _plan_units(planned, part, totals_ms)
     return planned
 

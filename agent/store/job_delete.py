@@ -67,7 +67,8 @@ _SHARE_TABLES: tuple[tuple[Any, tuple[str, ...], tuple[str, ...], tuple[str, ...
      ("t_start_ms", "source"), ("dynamic_j", "idle_j")),
     (JOB_MINUTE_ENERGY, ("job_id", "node", "minute_start_s", "component", "device"),
      (), ("dynamic_j", "idle_j")),
-    (JOB_ENERGY_TOTALS, ("job_id", "node", "component"), (), ("dynamic_j", "idle_j")),
+    (JOB_ENERGY_TOTALS, ("job_id", "node", "component", "source"), (),
+     ("dynamic_j", "idle_j")),
 )
 # Every table with rows of a job, in the order they are deleted (children first).
 JOB_TABLES = (JOB_ENERGY, JOB_MINUTE_ENERGY, JOB_ENERGY_TOTALS, JOB_UNITS, JOB_UNIT_TOTALS,

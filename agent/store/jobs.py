@@ -86,8 +86,9 @@ Energy = dict[str, dict[tuple[str, str], list[float]]]
 Units = dict[str, dict[tuple[str, str], float]]
 
 
-def _recent_rows(table: Any, keys: list[Any], sums: list[Any], job_ids: Select[Any] | None,
-                 node: str | None) -> Select[Any]:
+def _recent_rows(table: Any, keys: list[Any], sums: list[Any],
+                 job_ids: Select[Any] | Sequence[str] | None, node: str | None
+                 ) -> Select[Any]:
     """The raw rows of ``table`` that each (job, node) part has after its node's totals
     boundary: ``sums`` per job, node and ``keys``.
 
@@ -112,7 +113,7 @@ def _recent_rows(table: Any, keys: list[Any], sums: list[Any], job_ids: Select[A
             .group_by(rows.job_id, rows.node, *keys))
 
 
-def _totals(table: Any, columns: list[Any], job_ids: Select[Any] | None,
+def _totals(table: Any, columns: list[Any], job_ids: Select[Any] | Sequence[str] | None,
             node: str | None) -> Select[Any]:
     """``columns`` of the totals ``table`` for the wanted jobs (and node); without a job
     filter, every job but the unattributed remainder (``jobs`` never holds it)."""
@@ -140,6 +141,28 @@ def part_energy(
         total[0] += float(dynamic_j)
         total[1] += float(idle_j)
     return energy
+
+
+def part_energy_by_source(connection: Connection, job_ids: Sequence[str], node: str | None
+                          ) -> dict[tuple[str, str, str, str], tuple[float, float]]:
+    """Per (job, node, component, source): (dynamic, idle) joules, the job totals (kept
+    by source since migration 0010) plus the raw shares after them: what a figure's
+    provenance and bounds are made of, read like the job lists' energy, never through
+    the job minutes."""
+    raw, totals = JOB_ENERGY.c, JOB_ENERGY_TOTALS.c
+    wanted = list(job_ids)
+    query = union_all(
+        _recent_rows(JOB_ENERGY, [raw.component, raw.source],
+                     [func.sum(raw.dynamic_j), func.sum(raw.idle_j)], wanted, node),
+        _totals(JOB_ENERGY_TOTALS, [totals.component, totals.source, totals.dynamic_j,
+                                    totals.idle_j], wanted, node))
+    found: defaultdict[tuple[str, str, str, str], tuple[float, float]] = defaultdict(
+        lambda: (0.0, 0.0))
+    for job_id, row_node, component, source, dynamic_j, idle_j in connection.execute(query):
+        key = (str(job_id), str(row_node), str(component), str(source))
+        before = found[key]
+        found[key] = (before[0] + float(dynamic_j or 0.0), before[1] + float(idle_j or 0.0))
+    return dict(found)
 
 
 def part_energy_j(connection: Connection, job_ids: Select[Any]

@@ -540,13 +540,15 @@ def advance_totals(
         return totals_until, 0
     rolled = roll_up_jobs(connection, insert, node, totals_until, until_ms)
     shares, units = JOB_ENERGY.c, JOB_UNITS.c
-    energy = (select(shares.job_id, shares.node, shares.component, func.sum(shares.dynamic_j),
+    # Grouped by the totals' key, (job, node, component, source) since migration 0010:
+    # every key column is a column of the raw shares.
+    keys = [column.name for column in JOB_ENERGY_TOTALS.primary_key.columns]
+    energy = (select(*(shares[k] for k in keys), func.sum(shares.dynamic_j),
                      func.sum(shares.idle_j))
               .where(shares.node == node, *_window(shares.t_end_ms, totals_until, until_ms))
-              .group_by(shares.job_id, shares.node, shares.component))
-    connection.execute(_add_into(insert, JOB_ENERGY_TOTALS,
-                                 ["job_id", "node", "component", "dynamic_j", "idle_j"], 3,
-                                 energy))
+              .group_by(*(shares[k] for k in keys)))
+    connection.execute(_add_into(insert, JOB_ENERGY_TOTALS, [*keys, "dynamic_j", "idle_j"],
+                                 len(keys), energy))
     counts = (select(units.job_id, units.node, units.unit, func.sum(units.count))
               .where(units.node == node, *_window(units.t_end_ms, totals_until, until_ms))
               .group_by(units.job_id, units.node, units.unit))

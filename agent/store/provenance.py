@@ -8,10 +8,10 @@ nodes hold only imported snapshots. Energy follows the rule of
 :mod:`joulestat.store.schema` (raw rows after each node's prune boundary, rollups up to
 it), the rows the totals sum.
 
-``job_minute_energy`` has no ``source`` column; a rolled-up minute's provenance is the
-``source`` of the node's ``minute_energy`` row for the same minute, component and
-device (the rollup joins differing sources with ``+``, split again where a caller needs
-single sources).
+A job's energy by source comes from its totals, which keep the raw shares' source
+(migration 0010), and the raw shares after them; ``job_minute_energy`` has no
+``source`` column. A node's minute rollup names a minute whose source changed ``a+b``
+(split again where a caller needs single sources).
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, case, exists, func, literal_column, or_, select
+from sqlalchemy import case, exists, func, literal_column, or_, select
 from sqlalchemy.engine import Engine
 
 from joulestat.core.tick import Component
+from joulestat.store.jobs import part_energy_by_source
 from joulestat.store.nodes import node_window_sums
 from joulestat.store.schema import (
     JOB_ENERGY,
@@ -62,15 +63,6 @@ def energy_by_source(engine: Engine, since_s: float, until_s: float) -> list[Sou
     return [SourceEnergy(n, c, s, j) for (n, c, s), j in sorted(totals.items())]
 
 
-def _with_minute_source(rolled: Any) -> Any:
-    """``job_minute_energy`` joined to the node's ``minute_energy`` row of the same
-    minute, component and device: where a rolled job row's source is."""
-    minutes = MINUTE_ENERGY.c
-    return JOB_MINUTE_ENERGY.join(MINUTE_ENERGY, and_(
-        minutes.node == rolled.node, minutes.minute_start_s == rolled.minute_start_s,
-        minutes.component == rolled.component, minutes.device == rolled.device))
-
-
 @dataclass(frozen=True, slots=True)
 class JobSourceEnergy:
     """A job's energy on one node's component from one source, above idle and idle."""
@@ -90,31 +82,16 @@ class JobSourceEnergy:
 def jobs_energy_by_source(engine: Engine, job_ids: Iterable[str]
                           ) -> dict[str, list[JobSourceEnergy]]:
     """Per job of ``job_ids``: its energy per node, component and source, above idle and
-    idle apart (what a figure's bounds are made of, :mod:`joulestat.reports.bounds`);
-    rolled minutes take the node's minute source, as job rollups keep none of their
-    own. One statement for all the jobs, so a page comparing thousands reads once."""
+    idle apart (what a figure's bounds are made of, :mod:`joulestat.reports.bounds`):
+    the job totals, kept by source (migration 0010), plus the raw shares after them
+    (:func:`joulestat.store.jobs.part_energy_by_source`). One statement for all the jobs,
+    and as cheap as the job lists' energy: a page comparing thousands reads once."""
     wanted = sorted(set(job_ids))
     found: dict[str, list[JobSourceEnergy]] = {job_id: [] for job_id in wanted}
     if not wanted:
         return found
-    shares, rolled, minutes = JOB_ENERGY.c, JOB_MINUTE_ENERGY.c, MINUTE_ENERGY.c
-    raw = (select(shares.job_id, shares.node, shares.component, shares.source,
-                  func.sum(shares.dynamic_j), func.sum(shares.idle_j))
-           .where(shares.job_id.in_(wanted))
-           .group_by(shares.job_id, shares.node, shares.component, shares.source))
-    minute_rows = (select(rolled.job_id, rolled.node, rolled.component, minutes.source,
-                          func.sum(rolled.dynamic_j), func.sum(rolled.idle_j))
-                   .select_from(_with_minute_source(rolled))
-                   .where(rolled.job_id.in_(wanted))
-                   .group_by(rolled.job_id, rolled.node, rolled.component, minutes.source))
-    totals: defaultdict[tuple[str, str, str, str], list[float]] = defaultdict(
-        lambda: [0.0, 0.0])
     with engine.connect() as connection:
-        for job_id, node, component, source, dynamic_j, idle_j in connection.execute(
-                raw_and_rolled(raw, JOB_ENERGY, minute_rows, JOB_MINUTE_ENERGY)):
-            pair = totals[(job_id, node, component, source)]
-            pair[0] += float(dynamic_j or 0.0)
-            pair[1] += float(idle_j or 0.0)
+        totals = part_energy_by_source(connection, wanted, None)
     for (job_id, node, component, source), (dynamic_j, idle_j) in sorted(totals.items()):
         found[job_id].append(JobSourceEnergy(job_id, node, component, source, dynamic_j,
                                              idle_j))
@@ -132,19 +109,11 @@ def job_sources(engine: Engine, job_id: str, node: str | None = None) -> dict[st
 
     Sorted and de-duplicated, ``a+b`` split; ``node`` restricts it to one node of the job.
     """
-    raw, rolled, minutes = JOB_ENERGY.c, JOB_MINUTE_ENERGY.c, MINUTE_ENERGY.c
-    raw_query = select(raw.component, raw.source).where(raw.job_id == job_id).distinct()
-    rolled_query = (select(rolled.component, minutes.source)
-                    .select_from(_with_minute_source(rolled))
-                    .where(rolled.job_id == job_id).distinct())
-    if node is not None:
-        raw_query = raw_query.where(raw.node == node)
-        rolled_query = rolled_query.where(rolled.node == node)
     found: defaultdict[str, set[str]] = defaultdict(set)
     with engine.connect() as connection:
-        for component, source in connection.execute(
-                raw_and_rolled(raw_query, JOB_ENERGY, rolled_query, JOB_MINUTE_ENERGY)):
-            found[component].update(part for part in str(source).split("+") if part)
+        totals = part_energy_by_source(connection, [job_id], node)
+    for (_job, _node, component, source) in totals:
+        found[component].update(part for part in source.split("+") if part)
     return {component: sorted(sources) for component, sources in sorted(found.items())}
 
 

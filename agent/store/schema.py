@@ -226,14 +226,17 @@ JOB_UNITS = Table(
     Index("ix_job_units_node_t_end_ms", "node", "t_end_ms"),
     **_NO_ROWID,
 )
-# A job's energy on a node per component, summed over its shares ending at or before
-# the node's totals_until_ms. Job lists sum ten thousand jobs at once; summing minute
-# rollups would scan millions of rows, so each node's settled past is one row per
-# (job, node, component) and queries add the raw shares after the boundary. Advanced by
-# the node's writer in its maintain transaction (agent/store/maintenance.py) and by imports.
+# A job's energy on a node per component and source, summed over its shares ending at
+# or before the node's totals_until_ms. Job lists sum ten thousand jobs at once; summing
+# minute rollups would scan millions of rows, so each node's settled past is one row per
+# (job, node, component, source) and queries add the raw shares after the boundary.
+# The source (migration 0010) is the raw shares' own, so a figure's provenance and bounds
+# (agent/store/provenance.py) read these rows too instead of joining every job minute to
+# its node minute. Advanced by the node's writer in its maintain transaction
+# (agent/store/maintenance.py) and by imports.
 JOB_ENERGY_TOTALS = Table(
     "job_energy_totals", METADATA,
-    _job_key(), _node_key(), _key("component", String),
+    _job_key(), _node_key(), _key("component", String), _key("source", String),
     _col("dynamic_j", Double), _col("idle_j", Double),
 )
 # A job's unit counts on a node, summed like job_energy_totals.

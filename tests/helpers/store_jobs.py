@@ -7,10 +7,12 @@ computed from :func:`joulestat.attribution.shares.attribute`'s own shares, never
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
+from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import Column, Double, MetaData, String, Table, text
 from sqlalchemy.engine import Engine
 
 from joulestat.attribution.registry import Job, JobRegistry
@@ -18,7 +20,7 @@ from joulestat.attribution.shares import DeviceUse, Share, TickUsage, attribute
 from joulestat.core.tick import Tick, TickEntry
 from joulestat.devices.sensor import DeviceInfo
 from joulestat.host.identity import NodeInfo
-from joulestat.store import migrate
+from joulestat.store import maintenance, migrate
 from joulestat.store.durability import Checkpoint, load_checkpoint, load_running_jobs
 from joulestat.store.jobs import (
     JobSummary,
@@ -395,6 +397,23 @@ def check_upgrades_keep_figures(engine: Engine) -> None:
     assert count(engine, "jobs") == 0 and count(engine, "job_energy_totals") == 0
 
 
+# job_energy_totals as migrations 0003 to 0009 made it: no source in its key.
+TOTALS_BEFORE_0010 = Table(
+    "job_energy_totals", MetaData(),
+    *(Column(name, String, primary_key=True) for name in ("job_id", "node", "component")),
+    Column("dynamic_j", Double), Column("idle_j", Double),
+)
+
+
+@contextlib.contextmanager
+def totals_before_0010() -> Iterator[None]:
+    """Today's writer on a store before migration 0010: its maintain passes sum the job
+    totals by the key that store has (job, node, component), as the writer did then."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(maintenance, "JOB_ENERGY_TOTALS", TOTALS_BEFORE_0010)
+        yield
+
+
 def _maintain_as_before_0009(engine: Engine, node: str, now_s: float) -> tuple[int, int]:
     """A maintain pass as the code before migration 0009 made it: job minutes rolled up
     as they completed, the job totals summed up to the last complete minute less
@@ -490,3 +509,71 @@ def check_0009_keeps_figures(engine: Engine) -> None:
     assert sum(after["b"][0].values()) + sum(after["b"][1].values()) == pytest.approx(
         job_total(totals, "b") + job_total(more, "b"), rel=1e-12)
     assert_conserved(engine, TRAINER.node)
+
+
+def check_0010_keeps_sources(engine: Engine) -> None:
+    """``engine`` points at an empty database. A store at 0009 whose CPU source changed
+    from RAPL to an estimate after five minutes is upgraded: each job's totals split by
+    source as its shares were (the readers' energy by source and sources, what bounds are
+    made of), the totals per component the same to the last bit; down to 0009 and up
+    again, the same; today's writer then adds into the totals by source."""
+    from joulestat.store.provenance import job_sources, jobs_energy_by_source
+
+    estimate = "model:ccf-vcpu"
+    assert migrate.upgrade(engine, "0009") == "0009"
+    writer = writer_for(engine)
+    for job in ("a", "b"):
+        writer.save_job(make_job(job, T0))
+    expected: defaultdict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
+
+    def run(start_s: float, count: int, cpu_source: str) -> None:
+        for i in range(count):
+            t = make_tick(start_s + i + 1, 20.0 + i % 7, 150.0 + i % 11)
+            t = Tick(t.t0_s, t.t1_s, tuple(
+                TickEntry(e.component, e.device, cpu_source, e.energy_j)
+                if e.component == "cpu" else e for e in t.entries))
+            shares = shares_for(t, ("a", "b"), i)
+            writer.add(t)
+            writer.add_shares(t, shares)
+            for share in shares:
+                if share.job is not None:
+                    cell = expected[(share.job, share.component, share.source)]
+                    cell[0] += share.dynamic_j
+                    cell[1] += share.idle_j
+        assert writer.flush()
+
+    def by_source() -> dict[tuple[str, str, str], list[float]]:
+        return {(row.job_id, row.component, row.source): [row.dynamic_j, row.idle_j]
+                for rows in jobs_energy_by_source(engine, ["a", "b"]).values() for row in rows}
+
+    def assert_by_source() -> None:
+        found = by_source()
+        assert found.keys() == expected.keys()
+        for key, (dynamic_j, idle_j) in expected.items():
+            assert found[key] == pytest.approx([dynamic_j, idle_j], rel=1e-9), key
+
+    run(T0, 300, "rapl")  # minutes 0..4 measured, 5..9 estimated: whole minutes each
+    run(T0 + 300, 300, estimate)
+    with totals_before_0010():  # totals over all ten minutes, without a source
+        result = writer.maintain(T0 + 600 + 180)
+    assert result is not None and result.totals_until_ms >= round((T0 + 600) * 1000)
+    assert count(engine, "job_energy") == 0  # every share is in the totals and minutes
+    figures = part_figures(engine)
+
+    assert migrate.upgrade(engine) == migrate.HEAD_REVISION
+    assert part_figures(engine) == figures  # exact: the split's parts add up to the total
+    assert_by_source()
+    assert job_sources(engine, "a") == {"accelerator": ["nvml_energy"],
+                                        "cpu": [estimate, "rapl"]}
+
+    downgrade(engine, "0009")
+    assert part_figures(engine) == figures
+    assert migrate.upgrade(engine) == migrate.HEAD_REVISION
+    assert_by_source()
+
+    # Today's writer goes on: its shares are summed into the totals by their own source.
+    writer = writer_for(engine)
+    run(T0 + 840, 120, "rapl")
+    assert writer.maintain(T0 + 960 + 180) is not None
+    assert count(engine, "job_energy") == 0
+    assert_by_source()

@@ -233,6 +233,12 @@ def test_upgrades_keep_figures(pg_url):
     engine.dispose()
 
 
+def test_migration_0010_splits_job_totals_by_source_on_postgres(pg_url):
+    engine = make_engine(pg_url)
+    jobs.check_0010_keeps_sources(engine)
+    engine.dispose()
+
+
 def test_migration_0009_keeps_figures_on_partitioned_tables(pg_url):
     engine = make_engine(pg_url)
     jobs.check_0009_keeps_figures(engine)
