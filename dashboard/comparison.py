@@ -2,25 +2,24 @@
 
 The page must say what the command says about the same jobs, so nothing here computes a
 figure: jobs read as :class:`~joulestat.store.jobs.JobTotals` become
-:class:`~joulestat.reports.compare.table.JobFigures` priced as the command prices them
-(:func:`joulestat.dashboard.costing.job_figures`:
-:class:`joulestat.carbon.pricing.Pricer` and
-:func:`joulestat.reports.compare.figures.job_figures`), and
+:class:`~joulestat.reports.compare.table.JobFigures` by the command's own function
+(:func:`joulestat.reports.compare.figures.totals_figures`, which
+:mod:`joulestat.dashboard.state` calls with the pages'
+:class:`~joulestat.carbon.pricing.Pricer`), and
 :func:`joulestat.reports.compare.table.compare` groups them, takes the deltas and sizes
-the fleet. This module only picks the options the page offers (the grouping, the default
-baseline) and collects the notes the command prints under its table. ``by="model"``
-takes the command's per-model figures too
+the fleet. This module only orders the jobs, picks the options the page offers (the
+grouping, the default baseline) and collects the notes the command prints under its
+table. ``by="model"`` takes the command's per-model figures too
 (:func:`~joulestat.reports.compare.by_model.by_model`, which :mod:`joulestat.dashboard.state`
 calls, with its note on the jobs that served no named model).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from joulestat.dashboard import costing
 from joulestat.reports.compare.table import (
     PER_UNIT,
     ComparisonRow,
@@ -34,7 +33,7 @@ from joulestat.reports.compare.words import row_names
 if TYPE_CHECKING:  # joulestat.dashboard.state imports this module
     from joulestat.dashboard.state import JobTotals
 
-__all__ = ["Comparison", "comparison", "figures", "row_key", "row_labels",
+__all__ = ["Comparison", "comparison", "in_order", "row_key", "row_labels",
            "slowest"]
 
 
@@ -61,19 +60,16 @@ class Comparison:
         return tuple(r for r in self.table.rows if r.basis != PER_UNIT)
 
 
-def figures(found: Sequence[JobTotals], now_s: float,
-            picked: Sequence[str] | None = None,
-            sources: Mapping[str, tuple[str, ...]] | None = None,
-            models: Mapping[str, Mapping[str, int]] | None = None) -> list[JobFigures]:
-    """``found`` as ``compare()`` takes them, in store order (by start, as the CLI reads
-    them), or in the order ``picked`` names them (as ``--jobs`` takes them); ``sources``
-    per node say whether each row's energy was measured, ``models`` per node its
-    accelerators (else the catalog's)."""
+def in_order(found: Sequence[JobTotals], picked: Sequence[str] | None = None
+             ) -> list[JobTotals]:
+    """``found`` in store order (by start, as the CLI reads them), or in the order
+    ``picked`` names them (as ``--jobs`` takes them): the order of the rows
+    :func:`joulestat.reports.compare.figures.totals_figures` makes of them."""
     jobs = list(found)
     if picked is not None:
         order = {job_id: i for i, job_id in enumerate(picked)}
         jobs.sort(key=lambda j: order.get(j.id, len(order)))
-    return costing.job_figures(jobs, now_s, sources, models)
+    return jobs
 
 
 def comparison(jobs: Sequence[JobFigures], unit: str, by: str,

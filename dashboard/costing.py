@@ -3,8 +3,9 @@
 Every figure is :class:`joulestat.carbon.pricing.Pricer`'s, the pricing ``joulestat
 compare`` uses too, so the pages and the command cannot disagree; this module only
 chooses the prices and turns the pricer's answers into what the pages show
-(:class:`~joulestat.dashboard.analysis.JobCost`,
-:class:`~joulestat.reports.compare.table.JobFigures`).
+(:class:`~joulestat.dashboard.analysis.JobCost`; the Compare page's
+:class:`~joulestat.reports.compare.table.JobFigures` are the command's own,
+:func:`joulestat.reports.compare.figures.totals_figures`, priced by :func:`pricer`).
 
 Prices: ``joulestat dashboard --prices FILE`` hands the file on as ``JOULESTAT_PRICES``
 (absolute path). :func:`pricer` reads it once per path per process and keeps one
@@ -18,22 +19,19 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from joulestat.carbon.footprint import CarbonSettings
 from joulestat.carbon.prices import PriceTable, load_prices
 from joulestat.carbon.pricing import Pricer
 from joulestat.dashboard.analysis import JobCost
-from joulestat.reports.compare.figures import job_figures as figures_of_job
-from joulestat.reports.compare.figures import sources_of
-from joulestat.reports.compare.table import JobFigures
 
 if TYPE_CHECKING:  # joulestat.dashboard.state imports this module
     from joulestat.dashboard.state import JobDetail, JobTotals
 
-__all__ = ["ENV_PRICES", "job_cost", "job_costs", "job_figures", "node_cost",
-           "price_source", "price_table", "pricer"]
+__all__ = ["ENV_PRICES", "job_cost", "job_costs", "node_cost", "price_source",
+           "price_table", "pricer"]
 
 ENV_PRICES = "JOULESTAT_PRICES"
 
@@ -91,16 +89,3 @@ def job_costs(jobs: Iterable[JobTotals], now_s: float) -> dict[str, JobCost]:
     """:func:`job_cost` of every job, by id (the Jobs page's thousands, one pricer)."""
     by = pricer()
     return {job.id: job_cost(job, now_s, by) for job in jobs}
-
-
-def job_figures(jobs: Iterable[JobTotals], now_s: float,
-                sources: Mapping[str, tuple[str, ...]] | None = None,
-                models: Mapping[str, Mapping[str, int]] | None = None) -> list[JobFigures]:
-    """The jobs as :func:`joulestat.reports.compare.table.compare` takes them, each built as
-    ``joulestat compare`` builds it (:func:`joulestat.reports.compare.figures.job_figures`);
-    ``sources``: node -> sources, read as the command reads them (``node_sources``);
-    ``models``: node -> its accelerators' models (``node_accelerators``)."""
-    by = pricer()
-    return [figures_of_job(job, by.job(job.per_node, now_s), now_s,
-                           sources_of(job, sources) if sources is not None else (), models)
-            for job in jobs]

@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import pandas as pd
 import streamlit as st
@@ -37,6 +37,7 @@ from joulestat.dashboard import analysis, comparison, costing, fmt
 from joulestat.dashboard.bulk import gc_paused
 from joulestat.reports.bounds import EnergyBounds, stored_bounds
 from joulestat.reports.compare.by_model import by_model
+from joulestat.reports.compare.figures import totals_figures
 from joulestat.reports.compare.latency import latency_by_job
 from joulestat.store.engine import (
     StoreError,
@@ -69,7 +70,6 @@ from joulestat.store.nodes import (
     latest_power_w,
     latest_tick_end_s,
     list_nodes,
-    node_accelerators,
     node_covered_s,
 )
 from joulestat.store.provenance import (
@@ -272,31 +272,16 @@ def compare(url: str, kind: str, unit: str, since_s: float | None, until_s: floa
     Against the first row and unsized: the page moves the baseline and SLA on the rows
     alone."""
     where = JobFilter(kind, None, since_s, until_s, job_ids=picked)
-    found = job_totals(engine(url), where)
-    nodes = {node for job in found for node, _t in job.nodes}
-    sources = node_sources(engine(url), nodes)
-    jobs = comparison.figures(found, at_s, picked, sources, node_accelerators(engine(url), nodes))
-    # A serving job's latency (--serving-metrics): its rows then show p50/p99 beside the
-    # energy per unit, from the same histograms `joulestat compare` reads.
-    served = latency_by_job(job_node_latency(engine(url), [j.id for j in found]))
-    if served:
-        jobs = [replace(job, latency=served[job.job_id]) if job.job_id in served else job
-                for job in jobs]
-    # Each job's bounds (its sources' accuracy), as the command reads them: the rows'
-    # error bars and the "not distinguishable" rule (joulestat.reports.bounds).
-    bounds = stored_bounds(engine(url), [j.id for j in found])
-    jobs = [replace(job, energy_bounds_j=_total_bounds(bounds.get(job.job_id)))
-            for job in jobs]
+    found = comparison.in_order(job_totals(engine(url), where), picked)
+    # Built as `joulestat compare` builds them, by the same function: each job's sources,
+    # accelerators, served latency (p50/p99 beside the energy per unit) and bounds (the
+    # rows' error bars and the "not distinguishable" rule) read once for all the jobs.
+    jobs = totals_figures(engine(url), found, costing.pricer(), at_s)
     left_out: list[str] = []
     if by == "model" and picked is None:
         parts = by_model(jobs, model_splits(engine(url), [j.id for j in found]))
         jobs, left_out = list(parts.parts), parts.notes()
     return comparison.comparison(jobs, unit, "job" if picked is not None else by, left_out)
-
-
-def _total_bounds(found: EnergyBounds | None) -> tuple[float, float] | None:
-    total = found.total if found is not None else None
-    return None if total is None else (total.low, total.high)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

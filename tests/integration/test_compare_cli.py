@@ -9,9 +9,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import event
 
-from joulestat.reports.compare.figures import load_job_figures
+from joulestat.reports.compare.figures import figures_for, load_job_figures, pick_jobs
 from joulestat.reports.compare.table import CompareError
+from joulestat.store import migrate
 from joulestat.store.engine import make_engine
 from tests.helpers.agent_process import run_cli
 from tests.helpers.compare_store import (
@@ -216,3 +218,36 @@ def run_jobs_json(url: str) -> str:
     listed = run_cli("jobs", "--json", "--db", url)
     assert listed.returncode == 0, listed.stderr
     return listed.stdout
+
+
+def _statements_comparing(tmp_path: Path, runs: int) -> int:
+    """The SQL statements ``figures_for`` sends to compare ``runs`` stored runs (on two
+    nodes, so the nodes read do not grow with the runs either)."""
+    engine = make_engine(f"sqlite:///{tmp_path / f'runs-{runs}.db'}")
+    migrate.upgrade(engine)
+    for i in range(runs):
+        run_job(engine, node(f"g5-{i % 2}", "g5.xlarge"),
+                job(f"j-{i:03d}", "bert-g5", "inference", T0 + i * 3600, 900),
+                ticks=1, gpu_j=9_000.0, units={"inference": 100})
+    refs = pick_jobs(engine).refs
+    sent: list[str] = []
+
+    def count(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        sent.append(statement)
+
+    event.listen(engine, "before_cursor_execute", count)
+    found = figures_for(engine, refs, SETTINGS, now_s=T0 + runs * 3600)
+    event.remove(engine, "before_cursor_execute", count)
+    engine.dispose()
+    assert [f.job_id for f in found] == [f"j-{i:03d}" for i in range(runs)]
+    assert all(f.energy_j == pytest.approx(9_000.0) and f.units == {"inference": 100}
+               for f in found)
+    return len(sent)
+
+
+def test_compare_reads_jobs_in_bulk(tmp_path: Path) -> None:
+    """Issue 28: a detail read per job made ``joulestat compare`` over 3,000 jobs take
+    31.6 s. The jobs' totals, sources, accelerators, latency and bounds are read for all
+    of them at once, so 40 runs cost the statements 5 runs do (the structure, not a
+    timing, which would be flaky)."""
+    assert _statements_comparing(tmp_path, 5) == _statements_comparing(tmp_path, 40)
