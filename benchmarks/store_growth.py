@@ -144,17 +144,17 @@ def measure(backend: str, url: str, size: Callable[[Engine], tuple[int, dict[str
     migrate.upgrade(engine)
     start_s = float(int(time.time()) // 60 * 60)
     before, before_tables = size(engine)
-    warm: list[int] = []
+    warm: list[tuple[int, dict[str, int]]] = []
     began = time.perf_counter()
     writer = drive(engine, "node-0", jobs, start_s, seconds, at_s=WARM_UP_S,
-                   then=lambda: warm.append(size(engine)[0]))
+                   then=lambda: warm.append(size(engine)))
     took = time.perf_counter() - began
     after, after_tables = size(engine)
     hours = seconds / 3600
     per_hour = (after - before) / hours
     steady = ""
     if warm:
-        steady_per_hour = (after - warm[0]) / ((seconds - WARM_UP_S) / 3600)
+        steady_per_hour = (after - warm[0][0]) / ((seconds - WARM_UP_S) / 3600)
         steady = f"; {steady_per_hour / MIB:.2f} MiB after the first {WARM_UP_S // 60} min"
     print(f"{backend:<10} {jobs:>3} jobs: {per_hour / MIB:6.2f} MiB per node-hour "
           f"({(after - before) / MIB:.2f} MiB over {seconds} simulated s{steady}; "
@@ -166,6 +166,13 @@ def measure(backend: str, url: str, size: Callable[[Engine], tuple[int, dict[str
              sorted(grown.items(), key=lambda item: -item[1]) if value > 0.005 * MIB]
     if parts:
         print(f"           MiB per node-hour by table: {', '.join(parts)}")
+    if warm:
+        steady_hours = (seconds - WARM_UP_S) / 3600
+        grown = {name: (after_tables.get(name, 0) - warm[0][1].get(name, 0)) / steady_hours
+                 for name in after_tables}
+        parts = [f"{name} {value / MIB:.2f}" for name, value in
+                 sorted(grown.items(), key=lambda item: -item[1]) if value > 0.005 * MIB]
+        print(f"           after the first {WARM_UP_S // 60} min, by table: {', '.join(parts)}")
     engine.dispose()
 
 
