@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import event
+from sqlalchemy.engine import Engine
 
+from joulestat.reports.compare import figures
 from joulestat.reports.compare.figures import figures_for, load_job_figures, pick_jobs
 from joulestat.reports.compare.table import CompareError
 from joulestat.store import migrate
@@ -220,15 +222,21 @@ def run_jobs_json(url: str) -> str:
     return listed.stdout
 
 
-def _statements_comparing(tmp_path: Path, runs: int) -> int:
-    """The SQL statements ``figures_for`` sends to compare ``runs`` stored runs (on two
-    nodes, so the nodes read do not grow with the runs either)."""
+def _runs_store(tmp_path: Path, runs: int) -> Engine:
+    """``runs`` stored runs of one name, on two nodes."""
     engine = make_engine(f"sqlite:///{tmp_path / f'runs-{runs}.db'}")
     migrate.upgrade(engine)
     for i in range(runs):
         run_job(engine, node(f"g5-{i % 2}", "g5.xlarge"),
                 job(f"j-{i:03d}", "bert-g5", "inference", T0 + i * 3600, 900),
                 ticks=1, gpu_j=9_000.0, units={"inference": 100})
+    return engine
+
+
+def _statements_comparing(tmp_path: Path, runs: int) -> int:
+    """The SQL statements ``figures_for`` sends to compare ``runs`` stored runs (on two
+    nodes, so the nodes read do not grow with the runs either)."""
+    engine = _runs_store(tmp_path, runs)
     refs = pick_jobs(engine).refs
     sent: list[str] = []
 
@@ -251,3 +259,18 @@ def test_compare_reads_jobs_in_bulk(tmp_path: Path) -> None:
     of them at once, so 40 runs cost the statements 5 runs do (the structure, not a
     timing, which would be flaky)."""
     assert _statements_comparing(tmp_path, 5) == _statements_comparing(tmp_path, 40)
+
+
+def test_compare_reads_a_fleets_jobs_in_batches(tmp_path: Path, monkeypatch) -> None:
+    """A statement names every job's id and a database takes only so many parameters
+    (PostgreSQL 65,535): past BATCH jobs the reads go a batch at a time, and the figures
+    are the same as in one read."""
+    engine = _runs_store(tmp_path, 12)
+    refs = pick_jobs(engine).refs
+    whole = figures_for(engine, refs, SETTINGS, now_s=T0 + 12 * 3600)
+    monkeypatch.setattr(figures, "BATCH", 5)
+    batched = figures_for(engine, refs, SETTINGS, now_s=T0 + 12 * 3600)
+    engine.dispose()
+    assert batched == whole
+    assert [f.job_id for f in batched] == [f"j-{i:03d}" for i in range(12)]
+    assert all(f.energy_bounds_j is not None for f in batched)

@@ -200,16 +200,21 @@ def totals_figures(engine: Engine, jobs: Sequence[JobTotals], pricer: Pricer,
     takes them, in their order, priced by ``pricer``: their nodes' sources
     (:func:`node_sources`) and accelerators (:func:`node_accelerators`), their served
     latency (:func:`~joulestat.store.jobs.job_node_latency`) and their energy bounds
-    (:func:`~joulestat.reports.bounds.stored_bounds`) each read once for all of them, so
-    the reads do not grow with the number of jobs; the energy series per job only where
+    (:func:`~joulestat.reports.bounds.stored_bounds`) each read once for all of them
+    (per :data:`BATCH` jobs: a statement names each id), so the reads do not grow with
+    the number of jobs; the energy series per job only where
     ``pricer`` prices with live intensity. What ``joulestat compare`` and the Compare
     page both build their rows from."""
     ids = [job.id for job in jobs]
     nodes = {node for job in jobs for node, _itype in job.nodes}
     sources = node_sources(engine, nodes)
     models = node_accelerators(engine, nodes)
-    served = latency_by_job(job_node_latency(engine, ids))
-    bounds = stored_bounds(engine, ids)
+    served: dict[str, dict[Latency, Histogram]] = {}
+    bounds: dict[str, EnergyBounds] = {}
+    for start in range(0, len(ids), BATCH):  # a page's "All time" of a fleet: 10^5 jobs
+        batch = ids[start:start + BATCH]
+        served.update(latency_by_job(job_node_latency(engine, batch)))
+        bounds.update(stored_bounds(engine, batch))
     return [job_figures(job, pricer.job(job.per_node, now_s, series_of(engine, job)), now_s,
                         sources_of(job, sources), models, bounds.get(job.id),
                         served.get(job.id, {}))
