@@ -92,6 +92,12 @@ if selected:
     st.switch_page("pages/job_detail.py", query_params={"job": frame.at[selected[0], "_job_id"]})
 
 pickable = frame.head(MAX_PICKER)
+# The job picked on an earlier run stays pickable while it is listed, though a rerun's
+# order (ties in energy, a running job's cost) moved it past the first MAX_PICKER rows:
+# else the picker would fall back to another job under the user's hand.
+chosen = st.session_state.get("jobs_pick")
+if chosen is not None and chosen not in set(pickable["_job_id"]):
+    pickable = pd.concat([pickable, frame[frame["_job_id"] == chosen]])
 labels = {job_id: f"{name} · {fmt.local_time(started_s, tz)} · {setup}"
           for job_id, name, started_s, setup in zip(
               pickable["_job_id"], pickable["name"], pickable["_started_s"],

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -442,3 +443,32 @@ def test_load_curve_draws_energy_per_token_with_served_latency(tmp_path, monkeyp
                                                                           rel=0.01)
         upper = next(b for b in (0.1, 0.25, 0.5, 1.0) if ttft_s <= b)
         assert frame.at[level, "ttft p99 (s)"] <= upper
+
+
+def test_the_picked_job_stays_pickable_when_a_rerun_moves_it_down(tmp_path, monkeypatch):
+    """The Jobs page offers its first 500 rows in "Open a job". A job picked there and
+    then moved past them by the order (here the sort; on a fleet, ties in energy)
+    stays the one picked, not another job under the user's hand."""
+    from tests.helpers.store_jobs import make_job, writer_for
+
+    url = f"sqlite:///{tmp_path / 'many.db'}"
+    engine = make_engine(url)
+    migrate.upgrade(engine)
+    writer = writer_for(engine)
+    began = time.time() - 3600
+    for i in range(520):
+        writer.save_job(make_job(f"job-{i:03d}", began + i))
+    assert writer.flush()
+    engine.dispose()
+    at = run_page(url, "pages/jobs.py", monkeypatch)
+    at.selectbox(key="jobs_sort").set_value("Start")
+    at.toggle(key="jobs_desc").set_value(False).run()
+    assert at.selectbox(key="jobs_pick").value == "job-000"  # the first, oldest
+    assert len(at.selectbox(key="jobs_pick").options) == 500
+    at.toggle(key="jobs_desc").set_value(True).run()  # job-000 is now the 520th row
+    assert not at.exception, [e.value for e in at.exception]
+    picker = at.selectbox(key="jobs_pick")
+    assert picker.value == "job-000"
+    assert len(picker.options) == 501
+    at.button(key="jobs_open").click().run()
+    assert at.query_params["job"] == "job-000"
