@@ -48,8 +48,9 @@ RETENTION_S = 600.0
 Totals = dict[tuple[str, str], list[float]]  # (job, component) -> [dynamic, idle]
 
 
-def make_tick(t1_s: float, cpu_j: float, gpu_j: float | None) -> Tick:
-    entries = [TickEntry("cpu", "0", "rapl", cpu_j)]
+def make_tick(t1_s: float, cpu_j: float, gpu_j: float | None,
+              cpu_source: str = "rapl") -> Tick:
+    entries = [TickEntry("cpu", "0", cpu_source, cpu_j)]
     if gpu_j is not None:
         entries.append(TickEntry("accelerator", "0", "nvml_energy", gpu_j))
     return Tick(t1_s - 1.0, t1_s, tuple(entries))
@@ -528,10 +529,7 @@ def check_0010_keeps_sources(engine: Engine) -> None:
 
     def run(start_s: float, count: int, cpu_source: str) -> None:
         for i in range(count):
-            t = make_tick(start_s + i + 1, 20.0 + i % 7, 150.0 + i % 11)
-            t = Tick(t.t0_s, t.t1_s, tuple(
-                TickEntry(e.component, e.device, cpu_source, e.energy_j)
-                if e.component == "cpu" else e for e in t.entries))
+            t = make_tick(start_s + i + 1, 20.0 + i % 7, 150.0 + i % 11, cpu_source)
             shares = shares_for(t, ("a", "b"), i)
             writer.add(t)
             writer.add_shares(t, shares)
