@@ -46,11 +46,11 @@ from joulestat.store.engine import (
     open_readonly_engine,
     redact_url,
 )
+from joulestat.store.job_refs import JobRefError, resolve_job
 from joulestat.store.jobs import (
     JobDetail,
     JobFilter,
     JobRef,
-    JobRefError,
     JobSummary,
     JobTotals,
     PartTotals,
@@ -61,7 +61,6 @@ from joulestat.store.jobs import (
     job_node_latency,
     job_totals,
     job_units_by_kind,
-    resolve_job,
 )
 from joulestat.store.migrate import HEAD_REVISION, SchemaState, current_revision, schema_state
 from joulestat.store.model_split import ModelSplit, model_splits
@@ -376,7 +375,7 @@ class JobLookup:
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def lookup_job(url: str, ref: str) -> JobLookup:
     """``ref`` as every command reads a job: id, name (its latest run) or unique id prefix
-    (:func:`joulestat.store.jobs.resolve_job`), so a link with a name or a short id works."""
+    (:func:`joulestat.store.job_refs.resolve_job`), so a link with a name or a short id works."""
     try:
         found = resolve_job(engine(url), ref)
     except JobRefError as exc:

@@ -241,7 +241,8 @@ def _runs_notes(engine: Engine, refs: Sequence[str] | None, kind: str | None) ->
     """Which runs each name in ``--jobs`` brought, where it has several. A name means
     every run of it (comparing runs is what compare is for), where every other command
     takes the latest: never silently, so each such name lists its runs."""
-    from joulestat.store.jobs import MAX_LISTED, JobRefError, resolve_job, started_text
+    from joulestat.store.job_refs import MAX_LISTED, JobRefError, resolve_job
+    from joulestat.store.jobs import started_text
 
     notes = []
     for ref in dict.fromkeys(refs or ()):

@@ -194,7 +194,7 @@ def _delete_in(engine: Engine, args: argparse.Namespace) -> int:
 def _resolve_all(engine: Engine, refs: list[str]) -> list[JobRef]:
     """Every reference as one job (ids and unique id prefixes only); every error at
     once, so one look shows all that is wrong, and nothing is deleted."""
-    from joulestat.store.jobs import JobRefError, resolve_job
+    from joulestat.store.job_refs import JobRefError, resolve_job
 
     found: dict[str, JobRef] = {}
     errors = []

@@ -131,7 +131,8 @@ def _run(args: argparse.Namespace) -> int:
     from joulestat.carbon.footprint import CarbonSettings
     from joulestat.reports.model import build_report
     from joulestat.store.engine import open_reader_engine
-    from joulestat.store.jobs import JobRefError, UnknownJobError, job_ids_active_since, resolve_job
+    from joulestat.store.job_refs import JobRefError, resolve_job
+    from joulestat.store.jobs import UnknownJobError, job_ids_active_since
 
     if args.include_env:
         raise ConfigError("--include-env is now --no-redact: it never put the environment "

@@ -2,7 +2,7 @@
 
 The job comes from the ``job`` query parameter (the Jobs page links here with it, and
 the URL can be shared; an id, a unique id prefix or a name, read as every command reads
-a job: :func:`joulestat.store.jobs.resolve_job`) or the picker ("name · started ·
+a job: :func:`joulestat.store.job_refs.resolve_job`) or the picker ("name · started ·
 instance type"). Power is the job's attributed power: its dynamic share plus its share
 of idle, per component, from the same rows the totals sum, so the area under the curve
 is the energy in the header; each bucket's power is the average of the rows that ended

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy.engine import Engine
 
-from joulestat.store.jobs import (
+from joulestat.store.job_refs import (
     MIN_PREFIX,
     AmbiguousJobRef,
     UnknownJobRef,

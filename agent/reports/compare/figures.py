@@ -37,17 +37,16 @@ from joulestat.reports.bounds import EnergyBounds, stored_bounds
 from joulestat.reports.compare.latency import job_latency, latency_by_job
 from joulestat.reports.compare.table import CompareError, JobFigures
 from joulestat.reports.idle import job_idle_policy
+from joulestat.store.job_refs import JobRefError, resolve_job
 from joulestat.store.jobs import (
     JobDetail,
     JobFilter,
     JobRef,
-    JobRefError,
     JobTotals,
     UnknownJobError,
     job_node_latency,
     job_refs,
     job_totals,
-    resolve_job,
 )
 from joulestat.store.nodes import node_accelerators
 from joulestat.store.provenance import node_sources
@@ -72,7 +71,7 @@ def pick_jobs(engine: Engine, kind: str | None = None,
               jobs: Sequence[str] | None = None) -> PickedJobs:
     """Every job (of ``kind``) by start time, or the ``jobs`` named, in the order given.
 
-    Each reference resolves as everywhere (:func:`joulestat.store.jobs.resolve_job`: exact
+    Each reference resolves as everywhere (:func:`joulestat.store.job_refs.resolve_job`: exact
     id, else name, else unique id prefix), except that a name brings every run of that
     name, by start time: comparing runs is what compare is for. A job named twice comes
     once. Raises :class:`CompareError` (argument ``jobs``) for a reference that matches
