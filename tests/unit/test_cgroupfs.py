@@ -137,5 +137,9 @@ def test_a_command_placed_in_a_real_cgroup_is_counted_there(real_placement) -> N
     assert counter is not None
     used_s = counter.read_ns() / 1e9
     counter.close()
-    assert 0.3 <= used_s < 2.0  # the interpreter's start-up too, but nothing of ours
+    # The child burned 0.3 s by its own precise clock (CLOCK_PROCESS_CPUTIME_ID); the
+    # cgroup's cpu.stat may sum tick-sampled cputime, a few percent apart (0.291 s seen
+    # on a loaded VM), so the burn is counted when most of it is there. Above: the
+    # interpreter's start-up too, but nothing of ours.
+    assert 0.25 <= used_s < 2.0
     assert not counter.populated()
