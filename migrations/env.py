@@ -15,6 +15,7 @@ from alembic import context
 from sqlalchemy.engine import Connection
 
 from joulestat.store.engine import make_engine
+from joulestat.store.migrate import on_this_dialect
 from joulestat.store.schema import METADATA
 
 config = context.config
@@ -27,6 +28,7 @@ def _configure(connection: Connection) -> None:
         target_metadata=target_metadata,
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
+        include_object=on_this_dialect(connection.dialect.name),
     )
     with context.begin_transaction():
         context.run_migrations()

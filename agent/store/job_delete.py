@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import String, delete, exists, literal_column, or_, select, update
+from sqlalchemy import String, delete, exists, func, literal_column, or_, select, update
 from sqlalchemy.engine import Connection, Engine
 
 from joulestat.store.engine import dialect_insert
@@ -193,11 +193,38 @@ def _to_remainder(connection: Connection, insert: Any, table: Any, keys: tuple[s
     source = source.where(columns.job_id == job_id)
     if imported:
         source = source.where(columns.node.not_in(sorted(imported)))
+    if table is JOB_MINUTE_ENERGY:  # no unique key to upsert on (PostgreSQL, 0011)
+        _merge_without_key(connection, table, keys, summed, job_id, imported, source)
+        return
     statement = insert(table).from_select(names, source)
     statement = statement.on_conflict_do_update(
         index_elements=list(keys),
         set_={name: columns[name] + statement.excluded[name] for name in summed})
     connection.execute(statement)
+
+
+def _merge_without_key(connection: Connection, table: Any, keys: tuple[str, ...],
+                       summed: tuple[str, ...], job_id: str, imported: set[str],
+                       source: Any) -> None:
+    """What the upsert in :func:`_to_remainder` does, for a table without a unique key
+    (``job_minute_energy`` on PostgreSQL, see agent/store/schema.py): the job's rows are
+    added into the remainder rows of the same key, then those no remainder row had are
+    inserted as remainder rows. Summed, so rows sharing a key still add up whole."""
+    columns, job = table.c, table.alias("job").c
+    same_key = [job.job_id == job_id, *(job[k] == columns[k] for k in keys[1:])]
+    if imported:
+        same_key.append(job.node.not_in(sorted(imported)))
+    nodes = select(job.node).where(job.job_id == job_id).distinct()
+    connection.execute(
+        update(table)
+        .where(columns.job_id == UNATTRIBUTED, columns.node.in_(nodes), exists().where(*same_key))
+        .values({name: columns[name] + select(func.sum(job[name])).where(*same_key)
+                 .scalar_subquery() for name in summed}))
+    remainder = table.alias("remainder").c
+    had_one = exists().where(remainder.job_id == UNATTRIBUTED,
+                             *(remainder[k] == columns[k] for k in keys[1:]))
+    connection.execute(table.insert().from_select(
+        [*keys, *summed], source.where(~had_one)))
 
 
 def _delete_job(connection: Connection, insert: Any, job_id: str,

@@ -593,7 +593,12 @@ def roll_up_ticks(
 def roll_up_jobs(
     connection: Connection, insert: Any, node: str, after_ms: int | None, until_ms: int
 ) -> int:
-    """Upsert job_minute_energy from the job shares ending in (after_ms, until_ms]."""
+    """Add job_minute_energy rows from the job shares ending in (after_ms, until_ms].
+
+    A plain INSERT: the window starts at the node's totals boundary, which only this
+    pass moves, and the writer refuses shares ending at or before it, so no minute in
+    the window has rows yet (on PostgreSQL no unique key would catch one that had:
+    agent/store/schema.py; on SQLite the key would refuse it)."""
     if after_ms is not None and until_ms <= after_ms:
         return 0
     shares = JOB_ENERGY.c
@@ -605,11 +610,7 @@ def roll_up_jobs(
         .group_by(shares.job_id, shares.node, minute, shares.component, shares.device)
     )
     names = ["job_id", "node", "minute_start_s", "component", "device", "dynamic_j", "idle_j"]
-    statement = insert(JOB_MINUTE_ENERGY).from_select(names, query)
-    statement = statement.on_conflict_do_update(
-        index_elements=names[:5],
-        set_={name: statement.excluded[name] for name in names[5:]},
-    )
+    statement = JOB_MINUTE_ENERGY.insert().from_select(names, query)
     return max(connection.execute(statement).rowcount, 0)
 
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 import contextlib
 from collections import defaultdict
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from sqlalchemy import Column, Double, MetaData, String, Table, text
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 from joulestat.attribution.registry import Job, JobRegistry
 from joulestat.attribution.shares import DeviceUse, Share, TickUsage, attribute
@@ -34,6 +35,7 @@ from joulestat.store.jobs import (
 from joulestat.store.maintenance import SETTLE_MS
 from joulestat.store.nodes import node_energy_j, unattributed_check
 from joulestat.store.rows import PendingJobs
+from joulestat.store.schema import JOB_MINUTE_ENERGY
 from joulestat.store.series import job_energy_series
 from joulestat.store.writer import StoreWriter
 
@@ -415,13 +417,32 @@ def totals_before_0010() -> Iterator[None]:
         yield
 
 
+def _roll_up_jobs_as_before_0011(connection: Connection, insert: Any, node: str,
+                                 until_ms: int) -> None:
+    """Job minutes rolled up as the code before migration 0011 could: every minute up to
+    ``until_ms`` again on each pass, replacing its row through the table's unique key
+    (which every store before 0011 has)."""
+    query = text(
+        "SELECT job_id, node, ((t_end_ms - 1) / 60000) * 60 AS minute_start_s, component, "
+        "device, sum(dynamic_j) AS dynamic_j, sum(idle_j) AS idle_j FROM job_energy "
+        "WHERE node = :node AND t_end_ms <= :until "
+        "GROUP BY job_id, node, ((t_end_ms - 1) / 60000) * 60, component, device")
+    rows = [row._asdict() for row in connection.execute(query, {"node": node, "until": until_ms})]
+    if not rows:
+        return
+    statement = insert(JOB_MINUTE_ENERGY)
+    connection.execute(statement.on_conflict_do_update(
+        index_elements=["job_id", "node", "minute_start_s", "component", "device"],
+        set_={name: statement.excluded[name] for name in ("dynamic_j", "idle_j")}), rows)
+
+
 def _maintain_as_before_0009(engine: Engine, node: str, now_s: float) -> tuple[int, int]:
     """A maintain pass as the code before migration 0009 made it: job minutes rolled up
     as they completed, the job totals summed up to the last complete minute less
     SETTLE_MS with the raw job rows kept, and raw rows (ticks and job rows alike)
     pruned by the retention. Returns (prune boundary, totals boundary)."""
     from joulestat.store.engine import dialect_insert
-    from joulestat.store.maintenance import compact_units, roll_up_jobs, roll_up_ticks
+    from joulestat.store.maintenance import compact_units, roll_up_ticks
 
     complete_ms = round(now_s * 1000) // 60_000 * 60_000
     totals_ms = complete_ms - SETTLE_MS
@@ -429,7 +450,7 @@ def _maintain_as_before_0009(engine: Engine, node: str, now_s: float) -> tuple[i
     insert = dialect_insert(engine)
     with engine.begin() as connection:
         roll_up_ticks(connection, insert, node, None, complete_ms)
-        roll_up_jobs(connection, insert, node, None, complete_ms)
+        _roll_up_jobs_as_before_0011(connection, insert, node, complete_ms)
         window = {"node": node, "until": totals_ms, "pruned": pruned_ms}
         connection.execute(text(
             "INSERT INTO job_energy_totals (job_id, node, component, dynamic_j, idle_j) "
@@ -575,3 +596,89 @@ def check_0010_keeps_sources(engine: Engine) -> None:
     assert writer.maintain(T0 + 960 + 180) is not None
     assert count(engine, "job_energy") == 0
     assert_by_source()
+
+
+def _by_component(series: list[tuple[float, str, float, float]]) -> dict[str, float]:
+    summed: defaultdict[str, float] = defaultdict(float)
+    for _t, component, dynamic_j, idle_j in series:
+        summed[component] += dynamic_j + idle_j
+    return dict(summed)
+
+
+def check_0011_keeps_job_minutes(engine: Engine) -> None:
+    """``engine`` points at an empty database. A store at 0010 holding two jobs' minutes
+    is upgraded: every job minute is kept, each job's series and the node's conservation
+    read the same. On PostgreSQL the table then has no unique key but a (job_id, node)
+    index; a row written twice (which no writer does) is summed by the readers, and the
+    downgrade sums it into one row under the restored key, no joule lost. Up again,
+    today's writer rolls its next minutes and deleting a job moves its minutes into the
+    remainder, conservation holding."""
+    from joulestat.store.job_delete import delete_jobs
+
+    node = TRAINER.node
+    assert migrate.upgrade(engine, "0010") == "0010"
+    writer = writer_for(engine)
+    for job in ("a", "b"):
+        writer.save_job(make_job(job, T0, ended_s=T0 + 600))
+    feed(writer, T0, 600, ("a", "b"))
+    result = writer.maintain(T0 + 600 + 180)
+    assert result is not None and result.totals_until_ms >= round((T0 + 600) * 1000)
+    series = {job: job_energy_series(engine, job) for job in ("a", "b")}
+    minutes = count(engine, "job_minute_energy")
+    assert minutes >= 2 * 10 * 2  # two jobs, ten minutes, two devices
+    assert_conserved(engine, node)
+
+    assert migrate.upgrade(engine) == migrate.HEAD_REVISION
+    assert count(engine, "job_minute_energy") == minutes
+    assert {job: job_energy_series(engine, job) for job in ("a", "b")} == series
+    assert_conserved(engine, node)
+
+    def energy_j() -> float:
+        with engine.connect() as connection:
+            return connection.execute(text(
+                "SELECT sum(dynamic_j + idle_j) FROM job_minute_energy")).scalar_one()
+
+    if engine.dialect.name == "postgresql":
+        whole_j = energy_j()
+        with engine.begin() as connection:
+            doubled_j = connection.execute(text(
+                "INSERT INTO job_minute_energy SELECT * FROM job_minute_energy "
+                "WHERE job_id = 'a' AND component = 'cpu' ORDER BY minute_start_s LIMIT 1 "
+                "RETURNING dynamic_j + idle_j")).scalar_one()
+        doubled = _by_component(series["a"])
+        doubled["cpu"] += doubled_j
+        assert _by_component(job_energy_series(engine, "a")) == pytest.approx(doubled, rel=1e-12)
+        downgrade(engine, "0010")
+        assert count(engine, "job_minute_energy") == minutes
+        assert energy_j() == pytest.approx(whole_j + doubled_j, rel=1e-12)
+        with engine.begin() as connection:
+            key = connection.execute(text(
+                "SELECT pg_get_constraintdef(oid) FROM pg_constraint "
+                "WHERE conname = 'pk_job_minute_energy'")).scalar_one()
+            connection.execute(text(  # the injected double, taken out again
+                "UPDATE job_minute_energy SET dynamic_j = dynamic_j / 2, idle_j = idle_j / 2 "
+                "WHERE job_id = 'a' AND component = 'cpu' AND minute_start_s = "
+                "(SELECT min(minute_start_s) FROM job_minute_energy WHERE job_id = 'a')"))
+        assert key == "PRIMARY KEY (job_id, node, minute_start_s, component, device)"
+        for job in ("a", "b"):
+            assert _by_component(job_energy_series(engine, job)) == pytest.approx(
+                _by_component(series[job]), rel=1e-12)
+        assert migrate.upgrade(engine) == migrate.HEAD_REVISION
+    else:
+        downgrade(engine, "0010")  # nothing to do on SQLite, where the key stays
+        assert count(engine, "job_minute_energy") == minutes
+        assert migrate.upgrade(engine) == migrate.HEAD_REVISION
+    assert_conserved(engine, node)
+
+    writer = writer_for(engine)
+    writer.save_job(make_job("c", T0 + 900))
+    feed(writer, T0 + 900, 300, ("c",))
+    assert writer.maintain(T0 + 1200 + 180) is not None
+    assert count(engine, "job_minute_energy") > minutes
+    assert_conserved(engine, node)
+    delete_jobs(engine, ["a"])
+    with engine.connect() as connection:
+        left = connection.execute(text(
+            "SELECT count(*) FROM job_minute_energy WHERE job_id = 'a'")).scalar_one()
+    assert left == 0
+    assert_conserved(engine, node)

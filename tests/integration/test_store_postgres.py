@@ -79,11 +79,21 @@ def test_migrations_reach_head_and_match_the_models(pg_url):
     from alembic.migration import MigrationContext
 
     with engine.connect() as connection:
-        assert compare_metadata(MigrationContext.configure(connection), METADATA) == []
+        assert compare_metadata(MigrationContext.configure(connection, opts={
+            "include_object": migrate.on_this_dialect(connection.dialect.name)}), METADATA) == []
         key = connection.execute(text(
             "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'pk_tick_energy'"
         )).scalar_one()
+        # Job minutes: no unique key here, a (job_id, node) index instead (migration 0011).
+        minute_keys = connection.execute(text(
+            "SELECT count(*) FROM pg_constraint WHERE conrelid = 'job_minute_energy'::regclass "
+            "AND contype = 'p'")).scalar_one()
+        minute_indexes = connection.execute(text(
+            "SELECT indexdef FROM pg_indexes WHERE tablename = 'job_minute_energy'")
+        ).scalars().all()
     assert key == "PRIMARY KEY (node, t_end_ms, component, device)"
+    assert minute_keys == 0
+    assert [d.split(" USING ")[1] for d in minute_indexes] == ["btree (job_id, node)"]
     engine.dispose()
 
 
@@ -230,6 +240,12 @@ def test_job_references_resolve_as_on_sqlite(engine):
 def test_upgrades_keep_figures(pg_url):
     engine = make_engine(pg_url)
     jobs.check_upgrades_keep_figures(engine)
+    engine.dispose()
+
+
+def test_migration_0011_drops_the_job_minute_key_on_postgres(pg_url):
+    engine = make_engine(pg_url)
+    jobs.check_0011_keeps_job_minutes(engine)
     engine.dispose()
 
 

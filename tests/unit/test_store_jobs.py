@@ -205,6 +205,12 @@ def test_a_running_job_adds_its_recent_rows_to_its_settled_totals(engine):
     assert restored.units == {"tokens": 2.0 * 390}
 
 
+def test_migration_0011_keeps_job_minutes(db_url):
+    from tests.helpers.store_jobs import check_0011_keeps_job_minutes
+
+    check_0011_keeps_job_minutes(make_engine(db_url))
+
+
 def test_migration_0010_splits_job_totals_by_their_sources(db_url):
     from tests.helpers.store_jobs import check_0010_keeps_sources
 
