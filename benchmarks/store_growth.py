@@ -1,7 +1,8 @@
 """How fast the store grows: bytes per node-hour at 0, 10 and 50 running jobs.
 
-One simulated node ticks every second (simulated time, as fast as the writer takes it)
-through the agent's own ``StoreWriter``: 4 components (``cpu``, ``dram``,
+One simulated node (or ``--nodes`` of them, interleaved tick by tick in one store, as a
+fleet writes into one PostgreSQL) ticks every second (simulated time, as fast as the
+writer takes it) through the agent's own ``StoreWriter``: 4 components (``cpu``, ``dram``,
 ``accelerator``, ``net``), a share row per job and component plus the unattributed
 remainder, one unit count per job and tick. The writer is driven as the agent drives
 it: ``maybe_flush`` after every tick (so a flush goes out every ``flush_interval``
@@ -14,9 +15,12 @@ difference over the simulated hours is the growth per node-hour (during the raw
 retention, i.e. raw rows and their rollups both held; what stays constant, such as the
 last minutes of raw job windows, weighs less the longer the run). A breakdown by table
 follows, and the growth after a 10-minute warm-up (the rate a store keeps growing at).
+``--revisions 0010 head`` measures a store left at an older layout beside today's, the
+same writer on both (before and after migration 0011, which took the job minutes'
+unique key off PostgreSQL).
 
     .venv/bin/python benchmarks/store_growth.py [--minutes 60] [--jobs 0 10 50]
-        [--backends sqlite postgresql]
+        [--backends sqlite postgresql] [--nodes 1 4] [--revisions 0010 head]
 
 PostgreSQL is a throwaway server (tests/helpers/pg.py). Prints figures; asserts nothing.
 """
@@ -82,30 +86,39 @@ def vacuum(engine: Engine) -> None:
         connection.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("VACUUM")
 
 
-def drive(engine: Engine, node: str, jobs: int, start_s: float, seconds: int,
+def drive(engine: Engine, node: str | list[str], jobs: int, start_s: float, seconds: int,
           flush_interval_s: float = 10.0, at_s: int = 0,
           then: Callable[[], None] | None = None) -> StoreWriter:
-    """``seconds`` ticks of one node through the writer as the agent drives it;
-    ``then()`` after the maintain pass of simulated second ``at_s``."""
-    writer = StoreWriter(engine, NodeInfo(node, "c6i.xlarge", "us-east-1", "Xeon", "bench"),
-                         [DeviceInfo(c, d, "rapl") for c, d in COMPONENTS],
-                         raw_retention_s=7 * 86400, flush_interval_s=flush_interval_s)
-    for j in range(jobs):
-        writer.save_job(Job(id=f"{node}-job-{j}", name=f"train-{j}", kind="training",
-                            labels={}, pids=set(), started_s=start_s))
+    """``seconds`` ticks of a node (or of several, interleaved tick by tick as a fleet's
+    agents write into one store) through the writer as the agent drives it; ``then()``
+    after the maintain passes of simulated second ``at_s``. Returns the first node's
+    writer."""
+    nodes = [node] if isinstance(node, str) else node
+    writers = []
+    for name in nodes:
+        writer = StoreWriter(engine, NodeInfo(name, "c6i.xlarge", "us-east-1", "Xeon", "bench"),
+                             [DeviceInfo(c, d, "rapl") for c, d in COMPONENTS],
+                             raw_retention_s=7 * 86400, flush_interval_s=flush_interval_s)
+        for j in range(jobs):
+            writer.save_job(Job(id=f"{name}-job-{j}", name=f"train-{j}", kind="training",
+                                labels={}, pids=set(), started_s=start_s))
+        writers.append((name, writer))
     for second in range(1, seconds + 1):
         now_s = start_s + second
-        tick, result = synthetic_tick(now_s, jobs, node)
-        writer.record(tick, result, None)
-        writer.maybe_flush(now_s)
+        for name, writer in writers:
+            tick, result = synthetic_tick(now_s, jobs, name)
+            writer.record(tick, result, None)
+            writer.maybe_flush(now_s)
+            if second % 60 == 0:
+                writer.maintain(now_s)
         if second % 60 == 0:
-            writer.maintain(now_s)
             if engine.dialect.name == "postgresql":
                 vacuum(engine)
             if second == at_s and then is not None:
                 then()
-    writer.maintain(start_s + seconds + 1)
-    return writer
+    for _name, writer in writers:
+        writer.maintain(start_s + seconds + 1)
+    return writers[0][1]
 
 
 def sqlite_size(engine: Engine, path: Path) -> tuple[int, dict[str, int]]:
@@ -139,26 +152,27 @@ def postgres_size(engine: Engine) -> tuple[int, dict[str, int]]:
 
 
 def measure(backend: str, url: str, size: Callable[[Engine], tuple[int, dict[str, int]]],
-            jobs: int, seconds: int) -> None:
+            jobs: int, seconds: int, nodes: int = 1, revision: str = "head") -> None:
     engine = make_engine(url)
-    migrate.upgrade(engine)
+    migrate.upgrade(engine, revision)
     start_s = float(int(time.time()) // 60 * 60)
     before, before_tables = size(engine)
     warm: list[tuple[int, dict[str, int]]] = []
     began = time.perf_counter()
-    writer = drive(engine, "node-0", jobs, start_s, seconds, at_s=WARM_UP_S,
-                   then=lambda: warm.append(size(engine)))
+    writer = drive(engine, [f"node-{n}" for n in range(nodes)], jobs, start_s, seconds,
+                   at_s=WARM_UP_S, then=lambda: warm.append(size(engine)))
     took = time.perf_counter() - began
     after, after_tables = size(engine)
-    hours = seconds / 3600
+    hours = seconds / 3600 * nodes  # node-hours
     per_hour = (after - before) / hours
     steady = ""
     if warm:
-        steady_per_hour = (after - warm[0][0]) / ((seconds - WARM_UP_S) / 3600)
+        steady_per_hour = (after - warm[0][0]) / ((seconds - WARM_UP_S) / 3600 * nodes)
         steady = f"; {steady_per_hour / MIB:.2f} MiB after the first {WARM_UP_S // 60} min"
-    print(f"{backend:<10} {jobs:>3} jobs: {per_hour / MIB:6.2f} MiB per node-hour "
+    layout = f"{nodes} node{'s' if nodes > 1 else ''}, store at {revision}"
+    print(f"{backend:<10} {jobs:>3} jobs ({layout}): {per_hour / MIB:6.2f} MiB per node-hour "
           f"({(after - before) / MIB:.2f} MiB over {seconds} simulated s{steady}; "
-          f"{writer.written_rows} rows written, {writer.flushes} flushes, "
+          f"{writer.written_rows} rows written by each node, {writer.flushes} flushes, "
           f"{took:.1f} s to write)")
     grown = {name: (after_tables.get(name, 0) - before_tables.get(name, 0)) / hours
              for name in after_tables}
@@ -167,7 +181,7 @@ def measure(backend: str, url: str, size: Callable[[Engine], tuple[int, dict[str
     if parts:
         print(f"           MiB per node-hour by table: {', '.join(parts)}")
     if warm:
-        steady_hours = (seconds - WARM_UP_S) / 3600
+        steady_hours = (seconds - WARM_UP_S) / 3600 * nodes
         grown = {name: (after_tables.get(name, 0) - warm[0][1].get(name, 0)) / steady_hours
                  for name in after_tables}
         parts = [f"{name} {value / MIB:.2f}" for name, value in
@@ -183,25 +197,36 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, nargs="+", default=[0, 10, 50])
     parser.add_argument("--backends", nargs="+", default=["sqlite", "postgresql"],
                         choices=["sqlite", "postgresql"])
+    parser.add_argument("--nodes", type=int, nargs="+", default=[1],
+                        help="nodes writing into one store, interleaved tick by tick; "
+                             "several show a fleet's PostgreSQL, where each node's rows "
+                             "land in the middle of shared indexes [default: 1]")
+    parser.add_argument("--revisions", nargs="+", default=["head"],
+                        help="store revisions to measure side by side, today's writer "
+                             "on each (e.g. 0010 head: before and after migration 0011) "
+                             "[default: head]")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     seconds = int(args.minutes * 60)
-    print(f"store growth: 1 node, 1 s ticks, {len(COMPONENTS)} components, one unit count "
+    print(f"store growth: 1 s ticks, {len(COMPONENTS)} components, one unit count "
           f"per job and tick, {seconds} simulated s per run (PostgreSQL: VACUUM once a "
           "simulated minute)")
+    runs = [(jobs, nodes, revision) for revision in args.revisions for nodes in args.nodes
+            for jobs in args.jobs]
     if "sqlite" in args.backends:
         with tempfile.TemporaryDirectory() as tmp:
-            for jobs in args.jobs:
-                path = Path(tmp) / f"growth-{jobs}.db"
+            for jobs, nodes, revision in runs:
+                path = Path(tmp) / f"growth-{jobs}-{nodes}-{revision}.db"
                 measure("sqlite", f"sqlite:///{path}",
-                        lambda engine, path=path: sqlite_size(engine, path), jobs, seconds)
+                        lambda engine, path=path: sqlite_size(engine, path), jobs, seconds,
+                        nodes, revision)
     if "postgresql" in args.backends:
         from tests.helpers.pg import running_postgres
 
         with running_postgres() as server:
-            for jobs in args.jobs:
-                url = server.create_database(f"growth_{jobs}")
-                measure("postgresql", url, postgres_size, jobs, seconds)
+            for jobs, nodes, revision in runs:
+                url = server.create_database(f"growth_{jobs}_{nodes}_{revision}")
+                measure("postgresql", url, postgres_size, jobs, seconds, nodes, revision)
 
 
 if __name__ == "__main__":
