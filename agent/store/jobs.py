@@ -56,6 +56,7 @@ from joulestat.store.schema import (
     JOBS,
     NODES,
     UNATTRIBUTED,
+    one_of,
     settled_until_ms,
 )
 
@@ -65,6 +66,14 @@ from joulestat.store.schema import (
 # Keyed by job first: a list of ten thousand jobs looks each one up, never scans.
 Energy = dict[str, dict[tuple[str, str], list[float]]]
 Units = dict[str, dict[tuple[str, str], float]]
+
+
+def _job_in(column: Any, job_ids: Select[Any] | Sequence[str]) -> ColumnElement[bool]:
+    """``column`` is one of ``job_ids``: a query's, or a list's (one array parameter on
+    PostgreSQL, :func:`joulestat.store.schema.one_of`)."""
+    if isinstance(job_ids, Select):
+        return column.in_(job_ids)
+    return one_of(column, list(job_ids))
 
 
 def _recent_rows(table: Any, keys: list[Any], sums: list[Any],
@@ -82,7 +91,7 @@ def _recent_rows(table: Any, keys: list[Any], sums: list[Any],
                     settled_until_ms().label("after_ms"))
              .select_from(JOB_NODES.join(NODES, NODES.c.node == JOB_NODES.c.node)))
     if job_ids is not None:
-        parts = parts.where(JOB_NODES.c.job_id.in_(job_ids))
+        parts = parts.where(_job_in(JOB_NODES.c.job_id, job_ids))
     if node is not None:
         parts = parts.where(JOB_NODES.c.node == node)
     cte = parts.cte("parts").prefix_with("MATERIALIZED")
@@ -100,7 +109,7 @@ def _totals(table: Any, columns: list[Any], job_ids: Select[Any] | Sequence[str]
     filter, every job but the unattributed remainder (``jobs`` never holds it)."""
     query = select(table.c.job_id, table.c.node, *columns)
     query = query.where(table.c.job_id != UNATTRIBUTED if job_ids is None
-                        else table.c.job_id.in_(job_ids))
+                        else _job_in(table.c.job_id, job_ids))
     if node is not None:
         query = query.where(table.c.node == node)
     return query
@@ -239,7 +248,7 @@ def _job_id_select(where: JobFilter) -> Select[Any]:
     if where.since_s is not None:
         query = query.where(or_(jobs.ended_s.is_(None), jobs.ended_s > where.since_s))
     if where.job_ids is not None:
-        query = query.where(jobs.id.in_(list(where.job_ids)))
+        query = query.where(one_of(jobs.id, list(where.job_ids)))
     if where.label_key is not None:
         # labels is JSON text written with sort_keys: '{"concurrency": "8", ...}'. A
         # quoted key followed by ':' cannot occur inside a value, where quotes are
@@ -627,6 +636,6 @@ def job_node_latency(engine: Engine, job_ids: Sequence[str]
         return []
     parts = JOB_NODES.c
     query = (select(parts.job_id, parts.latency)
-             .where(parts.job_id.in_(list(job_ids)), parts.latency.is_not(None)))
+             .where(one_of(parts.job_id, list(job_ids)), parts.latency.is_not(None)))
     with engine.connect() as connection:
         return [(job_id, json.loads(text)) for job_id, text in connection.execute(query)]

@@ -55,6 +55,7 @@ from joulestat.store.schema import (
     MINUTE_MS,
     MINUTE_S,
     NODES,
+    one_of,
     raw_side,
     rolled_side,
     settled_until_ms,
@@ -155,7 +156,7 @@ def _minute(t_end_ms: Any) -> Any:
 
 
 def _ids(column: Any, job_ids: Sequence[str]) -> ColumnElement[bool]:
-    return column.in_(list(job_ids))
+    return one_of(column, list(job_ids))
 
 
 def _tick_energy(job_ids: Sequence[str]) -> Select[Any]:

@@ -32,6 +32,7 @@ from tests.helpers.compare_store import (
     node,
     run_job,
 )
+from tests.helpers.pg import PostgresServer
 
 
 @pytest.fixture()
@@ -222,9 +223,9 @@ def run_jobs_json(url: str) -> str:
     return listed.stdout
 
 
-def _runs_store(tmp_path: Path, runs: int) -> Engine:
-    """``runs`` stored runs of one name, on two nodes."""
-    engine = make_engine(f"sqlite:///{tmp_path / f'runs-{runs}.db'}")
+def _runs_store(tmp_path: Path, runs: int, url: str | None = None) -> Engine:
+    """``runs`` stored runs of one name, on two nodes (in SQLite, or at ``url``)."""
+    engine = make_engine(url or f"sqlite:///{tmp_path / f'runs-{runs}.db'}")
     migrate.upgrade(engine)
     for i in range(runs):
         run_job(engine, node(f"g5-{i % 2}", "g5.xlarge"),
@@ -259,6 +260,36 @@ def test_compare_reads_jobs_in_bulk(tmp_path: Path) -> None:
     of them at once, so 40 runs cost the statements 5 runs do (the structure, not a
     timing, which would be flaky)."""
     assert _statements_comparing(tmp_path, 5) == _statements_comparing(tmp_path, 40)
+
+
+@pytest.mark.postgres
+def test_compare_on_postgresql_names_a_batch_of_jobs_in_one_parameter(tmp_path: Path,
+                                                                     pg: PostgresServer) -> None:
+    """On PostgreSQL the bulk reads pass a batch's job ids as one array (``= ANY``), not
+    as a parameter per id, and find the same figures as SQLite's ``IN`` lists."""
+    lite = _runs_store(tmp_path, 6)
+    expected = figures_for(lite, pick_jobs(lite).refs, SETTINGS, now_s=T0 + 6 * 3600)
+    lite.dispose()
+    engine = _runs_store(tmp_path, 6, pg.create_database("compare_any"))
+    sent: list[tuple[str, object]] = []
+
+    def record(_conn: object, _cursor: object, statement: str, parameters: object,
+               *_args: object) -> None:
+        sent.append((statement, parameters))
+
+    event.listen(engine, "before_cursor_execute", record)
+    found = figures_for(engine, pick_jobs(engine).refs, SETTINGS, now_s=T0 + 6 * 3600)
+    event.remove(engine, "before_cursor_execute", record)
+    engine.dispose()
+    assert found == expected
+    ids = [f"j-{i:03d}" for i in range(6)]
+    with_ids = [(statement, dict(parameters)) for statement, parameters in sent
+                if "j-000" in str(parameters)]
+    assert with_ids, "no statement named the jobs"
+    for statement, parameters in with_ids:
+        assert "= ANY (" in statement
+        assert not any(isinstance(v, str) and v.startswith("j-") for v in parameters.values())
+        assert any(isinstance(v, list) and sorted(v) == ids for v in parameters.values())
 
 
 def test_compare_reads_a_fleets_jobs_in_batches(tmp_path: Path, monkeypatch) -> None:

@@ -17,6 +17,8 @@ from joulestat.reports.bounds import (
     accuracy_of,
     chain_accuracy,
     energy_bounds,
+    job_bounds,
+    total_bounds,
 )
 from joulestat.reports.compare.table import JobFigures, compare
 
@@ -70,6 +72,37 @@ def test_a_source_without_a_known_bound_makes_its_component_and_the_total_unknow
     assert found.components["dram"].as_list() == [0.0, 0.0]  # no energy: nothing unknown
     assert found.unknown == ("amdsmi",)
     assert found.as_json(["cpu", "dram", "accelerator"])["total"] is None
+
+
+def test_a_jobs_total_bounds_alone_are_its_bounds_total_to_the_last_bit() -> None:
+    """What a fleet's comparison reads per job (total_bounds) is job_bounds' total,
+    exactly: unknown sources, components without a name of their own, parts without
+    energy, device models that change an accuracy, several nodes."""
+    from joulestat.store.provenance import JobSourceEnergy
+
+    def row(node: str, component: str, source: str, dynamic_j: float, idle_j: float
+            ) -> JobSourceEnergy:
+        return JobSourceEnergy("j", node, component, source, dynamic_j, idle_j)
+
+    models = {("n2", "nvml_power"): ("NVIDIA A10G",), ("n3", "nvml_power"): ("H100",)}
+    jobs = [
+        [row("n1", "cpu", "rapl", 40.1, 60.3), row("n1", "cpu", "fill:rapl", 0.0, 10.7),
+         row("n1", "dram", "model:dram-gib", 3.3, 9.9),
+         row("n1", "accelerator", "nvml_energy", 200.2, 31.0),
+         row("n2", "accelerator", "nvml_power", 120.0, 7.5),
+         row("n2", "gpu0", "rapl", 1.0, 2.0), row("n2", "platform", "rapl", 0.5, 0.0),
+         row("n1", "net", "model:network", 0.01, 0.02),
+         row("n2", "cpu", "import:joulestat/rapl+fill:rapl", 5.0, 1e-9)],
+        [row("n1", "cpu", "model:ccf-vcpu", 0.0, 0.0), row("n1", "dram", "amdsmi", 0.0, 0.0),
+         row("n1", "cpu", "rapl", -1.0, 0.5)],
+        [row("n1", "cpu", "rapl", 10.0, 1.0), row("n3", "accelerator", "nvml_power", 5.0, 1.0)],
+        [row("n1", "cpu", "import:codecarbon", 10.0, 1.0), row("n1", "cpu", "rapl", 1.0, 1.0)],
+        [],
+    ]
+    for rows in jobs:
+        assert total_bounds(rows, models) == job_bounds(rows, models).total, rows
+    assert total_bounds(jobs[2], models) is None  # an H100's sampled power: unknown
+    assert total_bounds(jobs[0], models) is not None
 
 
 def test_the_models_error_is_measured_point_by_point_on_the_published_data() -> None:

@@ -33,7 +33,7 @@ from joulestat.carbon.footprint import CarbonSettings, energy_points
 from joulestat.carbon.pricing import JobPrice, Pricer
 from joulestat.core.tick import Component
 from joulestat.host.serving_metrics import Histogram, Latency
-from joulestat.reports.bounds import EnergyBounds, stored_bounds
+from joulestat.reports.bounds import Bounds, stored_total_bounds
 from joulestat.reports.compare.latency import job_latency, latency_by_job
 from joulestat.reports.compare.table import CompareError, JobFigures
 from joulestat.reports.idle import job_idle_policy
@@ -145,7 +145,7 @@ def dynamic_j_of(job: JobTotals | JobDetail) -> float:
 def job_figures(job: JobTotals | JobDetail, price: JobPrice, now_s: float,
                 sources: Sequence[str] = (),
                 models: Mapping[str, Mapping[str, int]] | None = None,
-                bounds: EnergyBounds | None = None,
+                bounds: Bounds | None = None,
                 latency: Mapping[Latency, Histogram] | None = None) -> JobFigures:
     """The job as :func:`~joulestat.reports.compare.table.compare` takes it: energy is the job's
     attributed energy (and its part above idle), CO2e operational with embodied apart, cost
@@ -153,11 +153,10 @@ def job_figures(job: JobTotals | JobDetail, price: JobPrice, now_s: float,
     wall-clock time to ``now_s`` while it runs, ``sources`` its nodes'
     (:func:`node_sources`), ``models`` their accelerators (:func:`node_accelerators`;
     None: the catalog's); its idle policy is the one the agent recorded for it
-    (:func:`joulestat.reports.idle.job_idle_policy`); ``bounds`` its energy's
-    (:func:`joulestat.reports.bounds.stored_bounds`; None: unknown); ``latency`` its
+    (:func:`joulestat.reports.idle.job_idle_policy`); ``bounds`` its energy's in total
+    (:func:`joulestat.reports.bounds.total_bounds`; None: unknown); ``latency`` its
     served latency histograms (:func:`~joulestat.reports.compare.latency.latency_by_job`;
     None: a detail's own, as totals carry none)."""
-    total = bounds.total if bounds is not None else None
     if latency is None:
         latency = job_latency(job.per_node) if isinstance(job, JobDetail) else {}
     return JobFigures(
@@ -170,7 +169,7 @@ def job_figures(job: JobTotals | JobDetail, price: JobPrice, now_s: float,
         accelerators=accelerator_names(job.nodes, models or {}),
         dynamic_j=dynamic_j_of(job), idle_policy=job_idle_policy(job),
         latency=dict(latency),
-        energy_bounds_j=None if total is None else (total.low, total.high))
+        energy_bounds_j=None if bounds is None else (bounds.low, bounds.high))
 
 
 def sources_of(job: JobTotals | JobDetail, by_node: Mapping[str, Sequence[str]]
@@ -199,7 +198,7 @@ def totals_figures(engine: Engine, jobs: Sequence[JobTotals], pricer: Pricer,
     takes them, in their order, priced by ``pricer``: their nodes' sources
     (:func:`node_sources`) and accelerators (:func:`node_accelerators`), their served
     latency (:func:`~joulestat.store.jobs.job_node_latency`) and their energy bounds
-    (:func:`~joulestat.reports.bounds.stored_bounds`) each read once for all of them
+    (:func:`~joulestat.reports.bounds.stored_total_bounds`) each read once for all of them
     (per :data:`BATCH` jobs: a statement names each id), so the reads do not grow with
     the number of jobs; the energy series per job only where
     ``pricer`` prices with live intensity. What ``joulestat compare`` and the Compare
@@ -209,11 +208,11 @@ def totals_figures(engine: Engine, jobs: Sequence[JobTotals], pricer: Pricer,
     sources = node_sources(engine, nodes)
     models = node_accelerators(engine, nodes)
     served: dict[str, dict[Latency, Histogram]] = {}
-    bounds: dict[str, EnergyBounds] = {}
+    bounds: dict[str, Bounds | None] = {}
     for start in range(0, len(ids), BATCH):  # a page's "All time" of a fleet: 10^5 jobs
         batch = ids[start:start + BATCH]
         served.update(latency_by_job(job_node_latency(engine, batch)))
-        bounds.update(stored_bounds(engine, batch))
+        bounds.update(stored_total_bounds(engine, batch))
     return [job_figures(job, pricer.job(job.per_node, now_s, series_of(engine, job)), now_s,
                         sources_of(job, sources), models, bounds.get(job.id),
                         served.get(job.id, {}))
