@@ -155,16 +155,31 @@ class RowBuffer:
         t_end_ms, t_start_ms = round(tick.t1_s * 1000), round(tick.t0_s * 1000)
         merged: dict[Key, list[float]] = {}
         bad = 0
+        isfinite = math.isfinite
         for share in shares:
-            if not (math.isfinite(share.dynamic_j) and math.isfinite(share.idle_j)):
+            dynamic_j, idle_j = share.dynamic_j, share.idle_j
+            if not (isfinite(dynamic_j) and isfinite(idle_j)):
                 bad += 1
                 continue
-            total = merged.setdefault(
-                share_key(share.job, share.component, share.device, share.source), [0.0, 0.0])
-            total[0] += share.dynamic_j
-            total[1] += share.idle_j
-        for key, (dynamic_j, idle_j) in merged.items():
-            self.append(t_end_ms, t_start_ms, dynamic_j, idle_j, key)
+            job = share.job
+            key = (SHARE, UNATTRIBUTED if job is None else job, share.component, share.device,
+                   share.source)  # share_key, inline: a busy node's tick has hundreds
+            total = merged.get(key)
+            if total is None:
+                merged[key] = [dynamic_j, idle_j]
+            else:
+                total[0] += dynamic_j
+                total[1] += idle_j
+        # A column at a time (what append does a row at a time): a tick's shares are most
+        # of what the agent buffers, 250 rows a second on a node with 50 jobs.
+        count = len(merged)
+        self.t_end_ms.extend(array("q", (t_end_ms,)) * count)
+        self.t_start_ms.extend(array("q", (t_start_ms,)) * count)
+        key_of = self.key_of
+        self.key.extend(array("I", [key_of(key) for key in merged]))
+        sums = list(merged.values())
+        self.dynamic_j.extend(array("d", [total[0] for total in sums]))
+        self.idle_j.extend(array("d", [total[1] for total in sums]))
         return bad
 
     def append_units(self, job_id: str, t_end_s: float, deltas: Mapping[str, float]) -> int:
