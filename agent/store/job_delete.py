@@ -194,7 +194,7 @@ def _to_remainder(connection: Connection, insert: Any, table: Any, keys: tuple[s
     if imported:
         source = source.where(columns.node.not_in(sorted(imported)))
     if table is JOB_MINUTE_ENERGY:  # no unique key to upsert on (PostgreSQL, 0011)
-        _merge_without_key(connection, table, keys, summed, job_id, imported, source)
+        _merge_without_key(connection, table, keys, summed, job_id, imported)
         return
     statement = insert(table).from_select(names, source)
     statement = statement.on_conflict_do_update(
@@ -204,27 +204,31 @@ def _to_remainder(connection: Connection, insert: Any, table: Any, keys: tuple[s
 
 
 def _merge_without_key(connection: Connection, table: Any, keys: tuple[str, ...],
-                       summed: tuple[str, ...], job_id: str, imported: set[str],
-                       source: Any) -> None:
+                       summed: tuple[str, ...], job_id: str, imported: set[str]) -> None:
     """What the upsert in :func:`_to_remainder` does, for a table without a unique key
-    (``job_minute_energy`` on PostgreSQL, see agent/store/schema.py): the job's rows are
-    added into the remainder rows of the same key, then those no remainder row had are
-    inserted as remainder rows. Summed, so rows sharing a key still add up whole."""
-    columns, job = table.c, table.alias("job").c
-    same_key = [job.job_id == job_id, *(job[k] == columns[k] for k in keys[1:])]
+    (``job_minute_energy`` on PostgreSQL, see agent/store/schema.py): the job's rows,
+    summed per key, are added into the remainder rows of the same key (an UPDATE joined
+    to those sums, so one pass over each side whatever the job's length), then the sums
+    no remainder row had are inserted as remainder rows."""
+    rows = table.alias("shares").c
+    picked = [rows.job_id == job_id]
     if imported:
-        same_key.append(job.node.not_in(sorted(imported)))
-    nodes = select(job.node).where(job.job_id == job_id).distinct()
+        picked.append(rows.node.not_in(sorted(imported)))
+    job = (select(*(rows[k] for k in keys[1:]), *(func.sum(rows[n]).label(n) for n in summed))
+           .where(*picked).group_by(*(rows[k] for k in keys[1:])).subquery("job"))
+    columns = table.c
     connection.execute(
         update(table)
-        .where(columns.job_id == UNATTRIBUTED, columns.node.in_(nodes), exists().where(*same_key))
-        .values({name: columns[name] + select(func.sum(job[name])).where(*same_key)
-                 .scalar_subquery() for name in summed}))
+        .where(columns.job_id == UNATTRIBUTED, *(columns[k] == job.c[k] for k in keys[1:]))
+        .values({name: columns[name] + job.c[name] for name in summed}))
     remainder = table.alias("remainder").c
     had_one = exists().where(remainder.job_id == UNATTRIBUTED,
-                             *(remainder[k] == columns[k] for k in keys[1:]))
+                             *(remainder[k] == job.c[k] for k in keys[1:]))
     connection.execute(table.insert().from_select(
-        [*keys, *summed], source.where(~had_one)))
+        [*keys, *summed],
+        select(literal_column(f"'{UNATTRIBUTED}'", String).label("job_id"),
+               *(job.c[k] for k in keys[1:]), *(job.c[n] for n in summed))
+        .where(~had_one)))
 
 
 def _delete_job(connection: Connection, insert: Any, job_id: str,
