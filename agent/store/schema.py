@@ -383,6 +383,8 @@ class OneOf(ColumnElement[bool]):
     (each list differs anyway)."""
 
     inherit_cache = False
+    # Not Boolean: SQLite, which has no boolean type, would get ``(... IN (...)) = 1``,
+    # a comparison its planner cannot use an index for.
     type = NullType()
 
     def __init__(self, column: Any, ids: Sequence[str]) -> None:
