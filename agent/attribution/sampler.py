@@ -31,8 +31,8 @@ log = logging.getLogger(__name__)
 Key = tuple[str, str, str]  # (component, device, source)
 
 
-# Past this, a tick starting before the last one ended is a wall-clock step, not the
-# jitter of reading two clocks in turn, and the tick keeps its monotonic length.
+# Past this, a tick starting before (or after) the last one ended is a wall-clock step,
+# not the jitter of reading two clocks in turn, and the tick keeps its monotonic length.
 CLOCK_JITTER_S = 1.0
 
 
@@ -84,8 +84,9 @@ class Sampler:
     def checkpoint(self) -> dict:
         """State to resume from after a crash: JSON types only, cheap enough for every tick.
 
-        ``{"mono_s": last tick's monotonic time, "last_j": [[component, device, source,
-        joules], ...], "sensors": {sensor name: sensor.checkpoint()}}``. A sensor whose
+        ``{"mono_s": last tick's monotonic time, "wall_s": its wall-clock end (absent
+        before the first tick), "last_j": [[component, device, source, joules], ...],
+        "sensors": {sensor name: sensor.checkpoint()}}``. A sensor whose
         checkpoint fails is left out (logged once); it then restarts from a baseline.
         """
         if self._last_mono is None:
@@ -100,11 +101,14 @@ class Sampler:
                     "from a baseline after a crash: %s", sensor.name, exc)
                 continue
             self._checkpoint_failing.recovered(sensor.name)
-        return {
+        state: dict[str, Any] = {
             "mono_s": self._last_mono,
             "last_j": [[c, d, src, j] for (c, d, src), j in self._last_j.items()],
             "sensors": sensors,
         }
+        if self._last_wall is not None:
+            state["wall_s"] = self._last_wall
+        return state
 
     def restore(self, state: dict) -> bool:
         """Resume from :meth:`checkpoint` instead of :meth:`start`; False if unusable.
@@ -142,7 +146,13 @@ class Sampler:
             last_j[(reading.component, reading.device, reading.source)] = reading.energy_j
         self._last_j = last_j
         self._last_mono = mono_s
-        self._last_wall = None  # the gap tick starts where the checkpoint was taken
+        # The gap tick starts where the checkpoint's tick ended, to the microsecond: the
+        # stored ticks stay contiguous through the crash (an agent before "wall_s" wrote
+        # none: then it starts at the checkpoint's monotonic time, read on today's wall).
+        wall_s = state.get("wall_s")
+        self._last_wall = (float(wall_s) if isinstance(wall_s, int | float)
+                           and not isinstance(wall_s, bool) and math.isfinite(wall_s)
+                           else None)
         return True
 
     @staticmethod
@@ -218,8 +228,12 @@ class Sampler:
         self._last_mono = now_mono
         t0_s = now_wall - elapsed_s
         last_wall, self._last_wall = self._last_wall, now_wall
-        if last_wall is not None and last_wall - CLOCK_JITTER_S < t0_s < last_wall < now_wall:
-            t0_s = last_wall  # the clocks' reads drifted apart: continue, never overlap
+        if (last_wall is not None and last_wall < now_wall
+                and last_wall - CLOCK_JITTER_S < t0_s < last_wall + CLOCK_JITTER_S):
+            # The clocks' reads drifted apart: continue where the last tick ended, with
+            # neither an overlap nor a hole (stored in whole milliseconds, a few
+            # microseconds either way could make either).
+            t0_s = last_wall
         return Tick(t0_s=t0_s, t1_s=now_wall, entries=tuple(entries))
 
     def _read_all(

@@ -74,6 +74,34 @@ def test_sampler_first_tick_after_restore_covers_exactly_the_gap(tmp_path: Path)
     assert second.tick().t0_s == pytest.approx(110.0 + WALL)
 
 
+def test_the_first_tick_after_a_restore_starts_where_the_checkpoints_tick_ended(
+        tmp_path: Path) -> None:
+    """The checkpoint keeps its tick's wall-clock end: the gap tick starts exactly
+    there, though the wall clock has drifted against the monotonic one meanwhile (a
+    hole of a millisecond in the stored ticks otherwise). A checkpoint without it (an
+    older agent's) still restores, from its monotonic time."""
+    (tmp_path / "trace.csv").write_text(TRACE)
+    FakeProc(tmp_path).meminfo(8 * 1024 * 1024)
+    clock = Clock(100.0)
+    first = _sampler(_build(tmp_path, 100.0), clock)
+    first.start()
+    clock.now += 1.0
+    ended = first.tick().t1_s
+    state = json.loads(json.dumps(first.checkpoint()))
+    assert state["wall_s"] == ended == 101.0 + WALL
+    clock.now = 105.0
+    drifted = Sampler(_build(tmp_path, 105.0), monotonic=clock,
+                      wall=lambda: clock.now + WALL + 0.0007)
+    assert drifted.restore(state) is True
+    clock.now = 106.0
+    assert drifted.tick().t0_s == ended
+    older = {key: value for key, value in state.items() if key != "wall_s"}
+    again = _sampler(_build(tmp_path, 105.0), clock)
+    assert again.restore(older) is True
+    clock.now = 107.0
+    assert again.tick().t0_s == pytest.approx(101.0 + WALL)
+
+
 class Constant:
     """A sensor at constant power whose restore can be made to fail."""
 

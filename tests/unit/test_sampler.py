@@ -89,6 +89,29 @@ def test_counter_going_backwards_counts_zero() -> None:
     assert sampler.tick().entries[0].energy_j == 1.0
 
 
+def test_ticks_never_leave_a_hole_when_the_clocks_are_read_apart() -> None:
+    """The other way round: the wall clock read a little early at the end of one tick
+    made the next start a few milliseconds after it (stored in whole milliseconds, 1 ms
+    apart, seen after a kill -9 in test_crash_recovery). The next tick starts where the
+    last ended; a wall-clock step forward keeps its monotonic length."""
+    mono = Clock()
+    wall = {"now": 1_000.0}
+    sampler = Sampler([ConstantPower("a", 10.0)], monotonic=mono, wall=lambda: wall["now"])
+    sampler.start()
+    mono.now += 1.0
+    wall["now"] = 1_000.9996  # read 0.4 ms early
+    first = sampler.tick()
+    mono.now += 1.0
+    wall["now"] = 1_002.0
+    second = sampler.tick()
+    assert second.t0_s == first.t1_s == 1_000.9996
+    assert second.entries[0].energy_j == pytest.approx(10.0)
+    mono.now += 1.0
+    wall["now"] = 1_103.0  # the wall clock stepped forward 100 s
+    stepped = sampler.tick()
+    assert stepped.t1_s - stepped.t0_s == pytest.approx(1.0)
+
+
 def test_ticks_never_overlap_when_the_clocks_are_read_apart() -> None:
     """Seen under two CPU burners (test_fleet): preempted between reading the monotonic
     and the wall clock, a tick ended 4 ms after the next one started. The next tick now
