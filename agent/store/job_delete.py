@@ -186,6 +186,9 @@ def _to_remainder(connection: Connection, insert: Any, table: Any, keys: tuple[s
                   imported: set[str]) -> None:
     """Add ``job_id``'s rows of ``table`` (but those of imported parts) into the
     unattributed rows of the same key, creating those that do not exist."""
+    if table is JOB_MINUTE_ENERGY:  # no unique key to upsert on (PostgreSQL, 0011)
+        _merge_without_key(connection, table, keys, summed, job_id, imported)
+        return
     columns = table.c
     names = [*keys, *kept, *summed]
     source = select(literal_column(f"'{UNATTRIBUTED}'", String).label("job_id"),
@@ -193,9 +196,6 @@ def _to_remainder(connection: Connection, insert: Any, table: Any, keys: tuple[s
     source = source.where(columns.job_id == job_id)
     if imported:
         source = source.where(columns.node.not_in(sorted(imported)))
-    if table is JOB_MINUTE_ENERGY:  # no unique key to upsert on (PostgreSQL, 0011)
-        _merge_without_key(connection, table, keys, summed, job_id, imported)
-        return
     statement = insert(table).from_select(names, source)
     statement = statement.on_conflict_do_update(
         index_elements=list(keys),

@@ -89,47 +89,32 @@ def test_counter_going_backwards_counts_zero() -> None:
     assert sampler.tick().entries[0].energy_j == 1.0
 
 
-def test_ticks_never_leave_a_hole_when_the_clocks_are_read_apart() -> None:
-    """The other way round: the wall clock read a little early at the end of one tick
-    made the next start a few milliseconds after it (stored in whole milliseconds, 1 ms
-    apart, seen after a kill -9 in test_crash_recovery). The next tick starts where the
-    last ended; a wall-clock step forward keeps its monotonic length."""
-    mono = Clock()
-    wall = {"now": 1_000.0}
-    sampler = Sampler([ConstantPower("a", 10.0)], monotonic=mono, wall=lambda: wall["now"])
-    sampler.start()
-    mono.now += 1.0
-    wall["now"] = 1_000.9996  # read 0.4 ms early
-    first = sampler.tick()
-    mono.now += 1.0
-    wall["now"] = 1_002.0
-    second = sampler.tick()
-    assert second.t0_s == first.t1_s == 1_000.9996
-    assert second.entries[0].energy_j == pytest.approx(10.0)
-    mono.now += 1.0
-    wall["now"] = 1_103.0  # the wall clock stepped forward 100 s
-    stepped = sampler.tick()
-    assert stepped.t1_s - stepped.t0_s == pytest.approx(1.0)
-
-
-def test_ticks_never_overlap_when_the_clocks_are_read_apart() -> None:
+@pytest.mark.parametrize(("first_end_s", "stepped_to_s"), [
+    (1_001.004, 900.0),      # read 4 ms late, then the wall clock steps back 100 s
+    (1_000.9996, 1_103.0),   # read 0.4 ms early, then it steps forward 100 s
+], ids=["overlap", "hole"])
+def test_ticks_stay_contiguous_when_the_clocks_are_read_apart(first_end_s: float,
+                                                              stepped_to_s: float) -> None:
     """Seen under two CPU burners (test_fleet): preempted between reading the monotonic
-    and the wall clock, a tick ended 4 ms after the next one started. The next tick now
-    starts where the last ended; a real wall-clock step keeps its monotonic length."""
+    and the wall clock, a tick ended 4 ms after the next one started; and the other way
+    round, a wall clock read a little early made the next tick start after the last one
+    ended (stored in whole milliseconds, 1 ms apart, seen after a kill -9 in
+    test_crash_recovery). The next tick starts where the last ended; a real wall-clock
+    step, back or forward, keeps its monotonic length."""
     mono = Clock()
     wall = {"now": 1_000.0}
     sampler = Sampler([ConstantPower("a", 10.0)], monotonic=mono, wall=lambda: wall["now"])
     sampler.start()
     mono.now += 1.0
-    wall["now"] = 1_001.004  # read 4 ms late
+    wall["now"] = first_end_s
     first = sampler.tick()
     mono.now += 1.0
     wall["now"] = 1_002.0  # read on time
     second = sampler.tick()
-    assert first.t1_s == pytest.approx(1_001.004)
-    assert second.t0_s == pytest.approx(first.t1_s) and second.t1_s == pytest.approx(1_002.0)
+    assert second.t0_s == first.t1_s == first_end_s
+    assert second.t1_s == pytest.approx(1_002.0)
     assert second.entries[0].energy_j == pytest.approx(10.0)  # energy: monotonic, unchanged
     mono.now += 1.0
-    wall["now"] = 900.0  # the wall clock stepped back 100 s
+    wall["now"] = stepped_to_s
     stepped = sampler.tick()
     assert stepped.t1_s - stepped.t0_s == pytest.approx(1.0)
