@@ -56,6 +56,7 @@ from joulestat.store.jobs import (
     PartTotals,
     UnknownJobError,
     count_jobs,
+    count_matching,
     job_choices,
     job_detail,
     job_node_latency,
@@ -66,10 +67,10 @@ from joulestat.store.migrate import HEAD_REVISION, SchemaState, current_revision
 from joulestat.store.model_split import ModelSplit, model_splits
 from joulestat.store.nodes import (
     NodeSummary,
-    latest_power_w,
-    latest_tick_end_s,
+    latest_tick_ends_s,
     list_nodes,
     node_covered_s,
+    nodes_latest_power_w,
 )
 from joulestat.store.provenance import (
     SourceEnergy,
@@ -190,14 +191,13 @@ def nodes(url: str) -> list[NodeSummary]:
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def current_power(url: str) -> dict[str, dict[str, float]]:
-    """Node -> component -> watts over its latest tick (devices summed)."""
-    eng = engine(url)
+    """Node -> component -> watts over its latest tick (devices summed); one read for
+    every node (:func:`joulestat.store.nodes.nodes_latest_power_w`)."""
     result: dict[str, dict[str, float]] = {}
-    for node in list_nodes(eng):
-        per_component: dict[str, float] = {}
-        for (component, _device), watts in latest_power_w(eng, node.node).items():
+    for node, latest in nodes_latest_power_w(engine(url)).items():
+        per_component = result.setdefault(node, {})
+        for (component, _device), watts in latest.items():
             per_component[component] = per_component.get(component, 0.0) + watts
-        result[node.node] = per_component
     return result
 
 
@@ -212,15 +212,14 @@ def covered(url: str, since_s: float, until_s: float) -> dict[str, float]:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def last_tick_s(url: str, node: str, until_s: float, lookback_s: float) -> float | None:
-    """When ``node``'s newest tick within ``lookback_s`` before ``until_s`` ended (at
-    most ``until_s``); None without one. From the ticks themselves
-    (:func:`joulestat.store.nodes.latest_tick_end_s`): a node's heartbeat (``last_seen_s``)
-    says its agent runs, not that it still measures."""
-    end_s = latest_tick_end_s(engine(url), node)
-    if end_s is None or end_s <= until_s - lookback_s:
-        return None
-    return min(end_s, until_s)
+def last_ticks_s(url: str, until_s: float, lookback_s: float) -> dict[str, float]:
+    """Per node, when its newest tick within ``lookback_s`` before ``until_s`` ended (at
+    most ``until_s``); a node without one is absent. From the ticks themselves
+    (:func:`joulestat.store.nodes.latest_tick_ends_s`, one read for every node): a
+    node's heartbeat (``last_seen_s``) says its agent runs, not that it still measures."""
+    return {node: min(end_s, until_s)
+            for node, end_s in latest_tick_ends_s(engine(url)).items()
+            if end_s > until_s - lookback_s}
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -234,8 +233,9 @@ def energy_sources(url: str, names: tuple[str, ...]) -> dict[str, tuple[str, ...
 @gc_paused
 def jobs(url: str, kind: str | None = None, status: str | None = None,
          since_s: float | None = None, until_s: float | None = None, node: str | None = None,
-         instance_type: str | None = None) -> list[JobTotals]:
-    where = JobFilter(kind, status, since_s, until_s, node, instance_type)
+         instance_type: str | None = None, newest: int | None = None) -> list[JobTotals]:
+    """The matching jobs by start; only the ``newest`` of them when given."""
+    where = JobFilter(kind, status, since_s, until_s, node, instance_type, newest=newest)
     return job_totals(engine(url), where)
 
 
@@ -243,10 +243,11 @@ def jobs(url: str, kind: str | None = None, status: str | None = None,
 @gc_paused
 def job_table(url: str, kind: str | None, status: str | None, since_s: float | None,
               until_s: float | None, node: str | None, instance_type: str | None,
-              at_s: float) -> pd.DataFrame:
+              at_s: float, newest: int | None = None) -> pd.DataFrame:
     """The Jobs table (one row per job, ``started`` in epoch seconds), cached as a frame:
-    a frame is cheap to copy out of the cache, ten thousand job objects are not."""
-    where = JobFilter(kind, status, since_s, until_s, node, instance_type)
+    a frame is cheap to copy out of the cache, ten thousand job objects are not. Only
+    the ``newest`` matching jobs when given (:func:`matching_count` says how many match)."""
+    where = JobFilter(kind, status, since_s, until_s, node, instance_type, newest=newest)
     found = job_totals(engine(url), where)
     frame = pd.DataFrame(analysis.job_rows(found, costing.job_costs(found, at_s), at_s))
     by_node = node_sources(engine(url), {n for job in found for n, _t in job.nodes})
@@ -257,6 +258,14 @@ def job_table(url: str, kind: str | None, status: str | None, since_s: float | N
         column.append(said.get(key) or said.setdefault(key, fmt.energy_is(key)))
     frame.insert(1, fmt.ENERGY_IS, column)
     return frame
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def matching_count(url: str, kind: str | None, status: str | None, since_s: float | None,
+                   until_s: float | None, node: str | None, instance_type: str | None) -> int:
+    """How many jobs :func:`job_table` would list without its ``newest``."""
+    return count_matching(engine(url), JobFilter(kind, status, since_s, until_s, node,
+                                                 instance_type))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

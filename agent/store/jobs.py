@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -234,6 +234,13 @@ class JobFilter:
     instance_type: str | None = None
     job_ids: tuple[str, ...] | None = None
     label_key: str | None = None  # jobs carrying this label (any value)
+    # Only the newest this many of the jobs that match (by start; still listed by start):
+    # a page that lists a fleet's week of jobs reads a page of them, not 10^5.
+    newest: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.newest is not None and self.newest < 1:
+            raise ValueError(f"newest must be a number of jobs >= 1, got {self.newest!r}")
 
 
 def _job_id_select(where: JobFilter) -> Select[Any]:
@@ -261,7 +268,18 @@ def _job_id_select(where: JobFilter) -> Select[Any]:
         if where.instance_type is not None:
             on_node = on_node.where(parts.instance_type == where.instance_type)
         query = query.where(jobs.id.in_(on_node))
+    if where.newest is not None:
+        query = query.order_by(jobs.created_s.desc(), jobs.id).limit(where.newest)
     return query
+
+
+def count_matching(engine: Engine, where: JobFilter) -> int:
+    """How many jobs match ``where`` (all of them, whatever its ``newest``): what a page
+    that shows the newest few says it left out."""
+    query = select(func.count()).select_from(
+        _job_id_select(replace(where, newest=None)).subquery())
+    with engine.connect() as connection:
+        return int(connection.execute(query).scalar_one())
 
 
 @dataclass(frozen=True, slots=True)

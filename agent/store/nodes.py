@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, literal_column, select
+from sqlalchemy import and_, func, literal_column, select
 from sqlalchemy.engine import Engine
 
 from joulestat.core.tick import Component
@@ -30,6 +30,7 @@ from joulestat.store.schema import (
     minute_end_ms,
     minute_ends_within,
     ms,
+    one_of,
     raw_and_rolled,
 )
 
@@ -167,51 +168,91 @@ def node_covered_s(engine: Engine, since_s: float, until_s: float) -> dict[str, 
     return covered
 
 
-def latest_power_w(engine: Engine, node: str) -> dict[tuple[str, str], float]:
-    """Average watts per (component, device) over ``node``'s most recent stored tick.
+def _newest(table: Any, time_column: str) -> Any:
+    """The newest ``time_column`` in ``table`` of the node of the ``nodes`` row at hand:
+    a correlated subquery, so each node's is one seek on the table's primary key (node
+    first) inside one statement for all of them. A ``GROUP BY node`` would read every
+    row of the raw retention (billions on a fleet's PostgreSQL), and a statement per
+    node costs a round trip each (a thousand on the Overview page of a thousand nodes)."""
+    return (select(func.max(table.c[time_column])).where(table.c.node == Node.node)
+            .scalar_subquery())
 
-    Falls back to the most recent minute rollup when no raw ticks are left; empty when
-    the node has no data at all.
+
+def _per_node(nodes: Iterable[str] | None, *columns: Any) -> Any:
+    """``nodes`` (None: every node) with ``columns``, as a subquery named ``newest``."""
+    query = select(Node.node, *columns)
+    if nodes is not None:
+        query = query.where(one_of(Node.node, sorted(set(nodes))))
+    return query.subquery("newest")
+
+
+def latest_power_w(engine: Engine, node: str) -> dict[tuple[str, str], float]:
+    """Average watts per (component, device) over ``node``'s most recent stored tick
+    (:func:`nodes_latest_power_w` for one node)."""
+    return nodes_latest_power_w(engine, [node]).get(node, {})
+
+
+def nodes_latest_power_w(engine: Engine, nodes: Iterable[str] | None = None
+                         ) -> dict[str, dict[tuple[str, str], float]]:
+    """Per node (of ``nodes``; None: every node), the average watts per (component,
+    device) over its most recent stored tick.
+
+    A node with no raw ticks left falls back to its most recent minute rollup; a node
+    with no data at all is absent. Two statements for any number of nodes.
     """
-    latest_ms = (
-        select(func.max(TickEnergy.t_end_ms)).where(TickEnergy.node == node).scalar_subquery()
-    )
-    raw = select(
-        TickEnergy.component, TickEnergy.device, TickEnergy.energy_j,
-        TickEnergy.t_end_ms - TickEnergy.t_start_ms,
-    ).where(TickEnergy.node == node, TickEnergy.t_end_ms == latest_ms)
+    newest = _per_node(nodes, _newest(TICK_ENERGY, "t_end_ms").label("newest"))
+    raw = (select(newest.c.node, TickEnergy.component, TickEnergy.device,
+                  TickEnergy.energy_j, TickEnergy.t_end_ms - TickEnergy.t_start_ms)
+           .select_from(newest.join(TICK_ENERGY, and_(TickEnergy.node == newest.c.node,
+                                                      TickEnergy.t_end_ms == newest.c.newest))))
+    power: dict[str, dict[tuple[str, str], float]] = {}
     with engine.connect() as connection:
-        rows = connection.execute(raw).all()
-        if rows:
-            return {(c, d): (j / (span_ms / 1000) if span_ms > 0 else 0.0)
-                    for c, d, j, span_ms in rows}
-        latest_minute = (
-            select(func.max(MinuteEnergy.minute_start_s))
-            .where(MinuteEnergy.node == node).scalar_subquery()
-        )
-        rolled = select(
-            MinuteEnergy.component, MinuteEnergy.device, MinuteEnergy.energy_j,
-            MinuteEnergy.covered_s,
-        ).where(MinuteEnergy.node == node, MinuteEnergy.minute_start_s == latest_minute)
-        return {
-            (c, d): (j / covered if covered > 0 else 0.0)
-            for c, d, j, covered in connection.execute(rolled)
-        }
+        for node, component, device, energy_j, span_ms in connection.execute(raw):
+            power.setdefault(node, {})[(component, device)] = (
+                energy_j / (span_ms / 1000) if span_ms > 0 else 0.0)
+        wanted = None if nodes is None else set(nodes)
+        missing = [n for n in (wanted if wanted is not None else _all_nodes(connection))
+                   if n not in power]
+        if not missing:
+            return power
+        minute = _per_node(missing, _newest(MINUTE_ENERGY, "minute_start_s").label("newest"))
+        rolled = (select(minute.c.node, MinuteEnergy.component, MinuteEnergy.device,
+                         MinuteEnergy.energy_j, MinuteEnergy.covered_s)
+                  .select_from(minute.join(MINUTE_ENERGY, and_(
+                      MinuteEnergy.node == minute.c.node,
+                      MinuteEnergy.minute_start_s == minute.c.newest))))
+        for node, component, device, energy_j, covered in connection.execute(rolled):
+            power.setdefault(node, {})[(component, device)] = (
+                energy_j / covered if covered > 0 else 0.0)
+    return power
+
+
+def _all_nodes(connection: Any) -> list[str]:
+    return [str(n) for n in connection.execute(select(Node.node)).scalars()]
 
 
 def latest_tick_end_s(engine: Engine, node: str) -> float | None:
-    """When ``node``'s newest stored tick ended: its raw ticks' newest end, else the end
-    of its newest minute rollup; None when it has no data. Two seeks on the primary
-    keys, so a page can tell a silent node from a live one without reading its series."""
+    """When ``node``'s newest stored tick ended (:func:`latest_tick_ends_s` for one node)."""
+    return latest_tick_ends_s(engine, [node]).get(node)
+
+
+def latest_tick_ends_s(engine: Engine, nodes: Iterable[str] | None = None
+                       ) -> dict[str, float]:
+    """Per node (of ``nodes``; None: every node), when its newest stored tick ended: its
+    raw ticks' newest end, else the end of its newest minute rollup; a node with no data
+    is absent. Seeks on the primary keys, one statement for all the nodes, so a page can
+    tell a silent node from a live one without reading its series."""
+    newest = _per_node(nodes, _newest(TICK_ENERGY, "t_end_ms").label("raw_ms"),
+                       _newest(MINUTE_ENERGY, "minute_start_s").label("minute_s"))
+    query = select(newest.c.node, newest.c.raw_ms, newest.c.minute_s)
+    ends: dict[str, float] = {}
     with engine.connect() as connection:
-        latest_ms = connection.execute(
-            select(func.max(TickEnergy.t_end_ms)).where(TickEnergy.node == node)).scalar()
-        if latest_ms is not None:
-            return latest_ms / 1000
-        latest_minute = connection.execute(
-            select(func.max(MinuteEnergy.minute_start_s))
-            .where(MinuteEnergy.node == node)).scalar()
-    return None if latest_minute is None else float(latest_minute) + 60
+        for node, latest_ms, latest_minute in connection.execute(query):
+            if latest_ms is not None:
+                ends[node] = latest_ms / 1000
+            elif latest_minute is not None:
+                ends[node] = float(latest_minute) + 60
+    return ends
 
 
 def minute_energy_rows(

@@ -1,4 +1,7 @@
-"""Jobs: every job in the store, filtered and sorted; pick one to open its detail.
+"""Jobs: the jobs of a period, filtered and sorted; pick one to open its detail.
+
+The newest 1,000 are listed unless the user asks for more (:data:`SHOWN`): a fleet's week
+holds 10^5 jobs, which take seconds to read and price and nobody scrolls (issue 28).
 
 Figures are each job's attributed energy (dynamic plus its share of idle, all nodes),
 its operational CO2e with embodied apart (one definition of CO2e on every page:
@@ -21,6 +24,10 @@ ANY = "any"
 SORTS = {"Energy": "_energy_j", "CO2e": "_co2e_g", "Cost": "_cost_usd",
          "Energy per unit": "_energy_per_unit_j", "Start": "_started_s"}
 MAX_PICKER = 500
+# How many of the period's jobs the table reads: the newest 1,000 by default, as a runs
+# table pages (MLflow shows 100 a page), so a fleet's week (10^5 jobs, issue 28) opens in
+# a second; "all" reads every one. A text search always reads them all, as it searches.
+SHOWN = {"newest 1,000": 1_000, "newest 10,000": 10_000, "all": None}
 # Most read first; the rest keep the table's own order, the short id last.
 FIRST = ("name", fmt.ENERGY_IS, "energy", "CO2e (operational)", "cost", "energy per unit",
          "units", "instance types", "started", "duration")
@@ -35,20 +42,26 @@ status = row1[1].selectbox("Status", [ANY, "running", "ended"], key="jobs_status
 itype = row1[2].selectbox("Instance type", [ANY, *sorted({n.instance_type for n in nodes})],
                           key="jobs_itype")
 node = row1[3].selectbox("Node", [ANY, *[n.node for n in nodes]], key="jobs_node")
-row2 = st.columns([2, 1, 1, 1], vertical_alignment="bottom")
+row2 = st.columns([2, 1, 1, 1, 1], vertical_alignment="bottom")
 text = row2[0].text_input("Label or name", key="jobs_label",
                           placeholder="concurrency=8, model=bert-base, or any text").strip()
 with row2[1]:
     _period, length_s = ui.period_picker("jobs_period", default="Last 7 days")
-sort = row2[2].selectbox("Sort by", list(SORTS), key="jobs_sort")
-descending = row2[3].toggle("Largest first", value=True, key="jobs_desc")
+shown = row2[2].selectbox("Jobs", list(SHOWN), key="jobs_shown",
+                          help="how many of the period's jobs to list, newest first; "
+                               "a search looks through all of them")
+sort = row2[3].selectbox("Sort by", list(SORTS), key="jobs_sort")
+descending = row2[4].toggle("Largest first", value=True, key="jobs_desc")
 
-frame = state.job_table(url, None if kind == ANY else kind, None if status == ANY else status,
-                        None if length_s is None else now - length_s,
-                        None if length_s is None else state.window_end_s(now),
-                        None if node == ANY else node,
-                        None if itype == ANY else itype, now)
+where = (None if kind == ANY else kind, None if status == ANY else status,
+         None if length_s is None else now - length_s,
+         None if length_s is None else state.window_end_s(now),
+         None if node == ANY else node, None if itype == ANY else itype)
+newest = None if text else SHOWN[shown]
+frame = state.job_table(url, *where, now, newest)
 in_period = len(frame)
+matching = state.matching_count(url, *where) if newest is not None and in_period >= newest \
+    else in_period
 if text and "=" in text:
     key, _, value = text.partition("=")
     wanted = f"{key.strip()}={value.strip()}"
@@ -70,6 +83,10 @@ frame = frame.sort_values(SORTS[sort], ascending=not descending, na_position="la
 frame["started"] = (pd.to_datetime(frame["started"], unit="s", utc=True)
                     .dt.tz_convert(tz).dt.tz_localize(None))
 total_j = frame["_energy_j"].sum()
+if matching > in_period:
+    st.caption(f"The {in_period:,} started last of {matching:,} jobs in this period: choose "
+               "more under Jobs, narrow the filters, or search (a search looks through "
+               "them all).")
 st.caption(f"{len(frame)} jobs, {fmt.energy(total_j)} ({fmt.kwh(total_j)}) attributed. "
            f"CO2e is operational (energy × PUE × grid intensity), embodied apart. Sorted "
            f"by {sort.lower()} (column headers sort the text). Times in {ui.tz_label(tz)}. "

@@ -28,6 +28,9 @@ from joulestat.reports.sources import CLASSES, MEASURED
 
 STALE_S = 300.0  # a few flushes of the agent, and its maintenance pass, without a tick
 LOOKBACK_S = 86400.0  # how far back a silent node's last tick is looked for
+# Running jobs listed here: a fleet runs tens of thousands at once, a table of them all
+# would take seconds to read and draw (issue 28) and nobody reads it; the Jobs page does.
+RUNNING_SHOWN = 100
 
 url, now, tz = ui.open_page("Overview")
 nodes = state.nodes(url)
@@ -104,7 +107,7 @@ power = {node: watts for node, watts in state.current_power(url).items()
 
 def silent_for(node: str) -> str:
     """How long ago a silent node last measured, as the Nodes table says it."""
-    last = state.last_tick_s(url, node, now, LOOKBACK_S)
+    last = state.last_ticks_s(url, now, LOOKBACK_S).get(node)
     return (f"last tick {fmt.duration(now - last)} ago" if last is not None
             else f"no tick in {fmt.duration(LOOKBACK_S)}")
 
@@ -183,8 +186,12 @@ st.dataframe(fmt.styled(node_frame, {
                                         "embodied apart")})
 
 st.subheader("Jobs running")
-running = state.jobs(url, status="running")
+running = state.jobs(url, status="running", newest=RUNNING_SHOWN)
 if running:
+    running_now = state.running_count(url)
+    if running_now > len(running):
+        st.caption(f"The {len(running)} started last of {running_now:,} running jobs; "
+                   "the Jobs page lists them all (Status: running).")
     st.dataframe(pd.DataFrame([{
         "name": j.name,
         fmt.ENERGY_IS: fmt.energy_is(s for node, _t in j.nodes
@@ -196,7 +203,7 @@ if running:
         "kind": j.kind,
         "started": ui.to_local(j.started_s, tz),
         "id": analysis.short_id(j.id),
-    } for j in running]), hide_index=True, width="stretch", placeholder=fmt.UNKNOWN,
-        column_config=ui.named_columns("name"))
+    } for j in running]), hide_index=True, width="stretch",
+        placeholder=fmt.UNKNOWN, column_config=ui.named_columns("name"))
 else:
     st.caption("No job is running.")

@@ -472,3 +472,40 @@ def test_the_picked_job_stays_pickable_when_a_rerun_moves_it_down(tmp_path, monk
     assert len(picker.options) == 501
     at.button(key="jobs_open").click().run()
     assert at.query_params["job"] == "job-000"
+
+
+def test_a_fleet_of_jobs_lists_the_newest_and_says_how_many_more(tmp_path, monkeypatch):
+    """A fleet runs more jobs than a table can show (issue 28): the Jobs page lists the
+    newest 1,000 of the period and says how many match, "all" lists every one, and a
+    search looks through all of them; the Overview lists the 100 running jobs started
+    last and says how many run."""
+    from tests.helpers.store_jobs import make_job, writer_for
+
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    engine = make_engine(url)
+    migrate.upgrade(engine)
+    writer = writer_for(engine)
+    began = time.time() - 3600
+    for i in range(1_010):
+        writer.save_job(make_job(f"job-{i:04d}", began + i))
+    assert writer.flush()
+    engine.dispose()
+    at = run_page(url, "pages/jobs.py", monkeypatch)
+    assert at.selectbox(key="jobs_shown").value == "newest 1,000"
+    table = at.dataframe[0].value
+    assert len(table) == 1_000
+    assert "job-0009" not in set(table["_job_id"]) and "job-1009" in set(table["_job_id"])
+    assert any("1,000 started last of 1,010 jobs" in c.value for c in at.caption)
+    at.selectbox(key="jobs_shown").set_value("all").run()
+    assert len(at.dataframe[0].value) == 1_010
+    assert not any("started last" in c.value for c in at.caption)
+    at.selectbox(key="jobs_shown").set_value("newest 1,000")
+    at.text_input(key="jobs_label").set_value("job-0003").run()  # among the oldest ten
+    assert list(at.dataframe[0].value["_job_id"]) == ["job-0003"]
+    at = run_page(url, "pages/overview.py", monkeypatch)
+    assert not at.exception, [e.value for e in at.exception]
+    running = at.dataframe[-1].value
+    assert len(running) == 100
+    assert set(running["name"]) == {f"name-job-{i:04d}" for i in range(910, 1_010)}
+    assert any("100 started last of 1,010 running jobs" in c.value for c in at.caption)
+    assert metric(at, "Jobs running").replace(",", "") == "1010"

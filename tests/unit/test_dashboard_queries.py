@@ -11,6 +11,7 @@ import json
 import sqlite3
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,7 @@ from joulestat.store import migrate
 from joulestat.store.engine import StoreError, StoreMissingError, make_engine, open_readonly_engine
 from joulestat.store.jobs import (
     JobFilter,
+    count_matching,
     job_choices,
     job_detail,
     job_totals,
@@ -157,6 +159,24 @@ def test_job_totals_match_list_jobs_for_every_filter(sample_url, ro):
                                             until_s=first.started_s + 1))
     assert first.id in {j.id for j in early}
     assert all(j.started_s <= first.started_s + 1 for j in early)
+
+
+def test_newest_keeps_the_newest_matching_jobs_with_their_whole_totals(sample_url, ro):
+    """A page of a fleet's jobs reads the newest few that match (``JobFilter.newest``),
+    each with the same totals as when all are read, and counts the rest."""
+    everything = job_totals(ro)
+    by_start = sorted(everything, key=lambda j: (-j.started_s, j.id))
+    for where in (JobFilter(), JobFilter(kind="inference"), JobFilter(status="ended")):
+        matching = job_totals(ro, where)
+        assert count_matching(ro, replace(where, newest=2)) == len(matching) >= 3
+        newest = job_totals(ro, replace(where, newest=2))
+        wanted = [j for j in by_start if j.id in {m.id for m in matching}][:2]
+        in_order = sorted(wanted, key=lambda j: (j.started_s, j.id))  # listed by start
+        assert [j.id for j in newest] == [j.id for j in in_order]
+        assert newest == in_order  # totals, units, parts: all the same
+    assert len(job_totals(ro, JobFilter(newest=len(everything) + 5))) == len(everything)
+    with pytest.raises(ValueError, match="newest"):
+        JobFilter(newest=0)
 
 
 def test_series_add_up_to_the_job_total_across_rollups_and_raw_rows(sample_url, ro):

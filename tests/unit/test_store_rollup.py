@@ -4,15 +4,26 @@ to, late rows, rows refused behind the settled boundary, pruning that keeps tota
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import pytest
 from sqlalchemy import text
 
 from joulestat.core.tick import Tick, TickEntry
 from joulestat.store.maintenance import SETTLE_MS
-from joulestat.store.nodes import latest_power_w, minute_energy_rows, node_energy_j
+from joulestat.store.nodes import (
+    latest_power_w,
+    latest_tick_end_s,
+    latest_tick_ends_s,
+    minute_energy_rows,
+    node_energy_j,
+    nodes_latest_power_w,
+)
+from joulestat.store.writer import StoreWriter
 from tests.helpers.store_rows import (
+    DEVICES,
     MINUTES_ACROSS_ENDS,
+    NODE,
     RETENTION_S,
     T0,
     minute_rows,
@@ -109,3 +120,30 @@ def test_latest_power_w_uses_the_newest_tick_then_rollups(engine):
     assert raw_count(engine) == 0
     assert latest_power_w(engine, "node-a") == {("cpu", "0"): 40.0 / 3,
                                                 ("accelerator", "0"): 400 / 3}
+
+
+def test_every_nodes_latest_power_and_tick_end_are_read_at_once_as_each_alone(engine):
+    """The Overview reads every node's power now and last tick in one statement each:
+    the same figures as one node at a time, for a node with raw ticks, one with only
+    minute rollups left, one with no data, and one not asked for."""
+    live = writer_for(engine)
+    live.add(tick(T0 + 1))
+    live.add(tick(T0 + 3, cpu_j=30.0, gpu_j=300.0, length_s=2.0))
+    live.flush()
+    rolled = StoreWriter(engine, replace(NODE, node="node-b"), DEVICES,
+                         raw_retention_s=RETENTION_S)
+    rolled.add(tick(T0 + 1, cpu_j=6.0))
+    rolled.add(tick(T0 + 2, cpu_j=9.0))
+    rolled.flush()
+    rolled.maintain(T0 + 60 + RETENTION_S)
+    StoreWriter(engine, replace(NODE, node="node-c"), DEVICES, RETENTION_S).flush()  # no data
+    names = ["node-a", "node-b", "node-c"]
+    each_power = {n: latest_power_w(engine, n) for n in names}
+    assert each_power["node-a"] == {("cpu", "0"): 15.0, ("accelerator", "0"): 150.0}
+    assert each_power["node-b"] == {("cpu", "0"): 7.5, ("accelerator", "0"): 100.0}
+    assert nodes_latest_power_w(engine) == {n: p for n, p in each_power.items() if p}
+    assert nodes_latest_power_w(engine, ["node-b"]) == {"node-b": each_power["node-b"]}
+    each_end = {n: latest_tick_end_s(engine, n) for n in names}
+    assert each_end == {"node-a": T0 + 3, "node-b": T0 + 60, "node-c": None}
+    assert latest_tick_ends_s(engine) == {"node-a": T0 + 3, "node-b": T0 + 60}
+    assert latest_tick_ends_s(engine, ["node-a", "node-x"]) == {"node-a": T0 + 3}
