@@ -130,7 +130,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     from joulestat.carbon.footprint import CarbonSettings
     from joulestat.carbon.pricing import prices_used
-    from joulestat.reports.compare.figures import figures_for, pick_baseline, pick_jobs
+    from joulestat.reports.compare.figures import (
+        figures_for,
+        figures_of_kind,
+        pick_baseline,
+        pick_jobs,
+    )
     from joulestat.reports.compare.table import CompareError, compare
     from joulestat.store.engine import open_reader_engine
 
@@ -140,9 +145,12 @@ def _run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--sla: must be a number of units per hour above 0, got {args.sla:g}")
     engine = open_reader_engine(settings["db"])
     try:
-        picked = pick_jobs(engine, kind=args.kind, jobs=args.jobs)
-        _say("--jobs", [*_runs_notes(engine, args.jobs, args.kind), *picked.notes])
-        figures = figures_for(engine, picked.refs, carbon)
+        if args.jobs is None:  # every job (of --kind), chosen in SQL
+            figures = figures_of_kind(engine, args.kind, carbon)
+        else:
+            picked = pick_jobs(engine, kind=args.kind, jobs=args.jobs)
+            _say("--jobs", [*_runs_notes(engine, args.jobs, args.kind), *picked.notes])
+            figures = figures_for(engine, picked.refs, carbon)
         if not figures:
             print(_nothing_to_compare(engine, args), file=sys.stderr)
             return 1

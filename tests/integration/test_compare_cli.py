@@ -55,6 +55,9 @@ def test_loader_reads_the_store_as_footprint_prices_it(store: str) -> None:
     assert dist.operational_co2e_g == pytest.approx(dist.energy_j / 3.6e6 * 400)
     assert [n.cost_usd for n in dist.nodes] == [pytest.approx(C6I), pytest.approx(P4D)]
 
+    for kind in ("training", "inference", None):  # chosen in SQL, or named: the same
+        assert load_job_figures(engine, SETTINGS, kind=kind, now_s=T0 + 86_400) == \
+            figures_for(engine, pick_jobs(engine, kind).refs, SETTINGS, now_s=T0 + 86_400)
     picked = load_job_figures(engine, SETTINGS, jobs=["bert-inf2", "j-g5"])
     assert [f.job_id for f in picked] == ["j-inf2", "j-g5"]  # the order asked for
     with pytest.raises(CompareError) as error:
