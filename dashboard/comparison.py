@@ -7,7 +7,10 @@ figure: jobs read as :class:`~joulestat.store.jobs.JobTotals` become
 :mod:`joulestat.dashboard.state` calls with the pages'
 :class:`~joulestat.carbon.pricing.Pricer`), and
 :func:`joulestat.reports.compare.table.compare` groups them, takes the deltas and sizes
-the fleet. This module only orders the jobs, picks the options the page offers (the
+the fleet. By instance type over a window, the store adds the single-node jobs up per
+setup instead (:func:`joulestat.reports.compare.setups.compare_setups`, which
+``joulestat compare --by instance_type`` calls too) and :func:`pooled` takes its table.
+This module only orders the jobs, picks the options the page offers (the
 grouping, the default baseline) and collects the notes the command prints under its
 table. ``by="model"`` takes the command's per-model figures too
 (:func:`~joulestat.reports.compare.by_model.by_model`, which :mod:`joulestat.dashboard.state`
@@ -33,7 +36,7 @@ from joulestat.reports.compare.words import row_names
 if TYPE_CHECKING:  # joulestat.dashboard.state imports this module
     from joulestat.dashboard.state import JobTotals
 
-__all__ = ["Comparison", "comparison", "in_order", "row_key", "row_labels",
+__all__ = ["Comparison", "comparison", "in_order", "pooled", "row_key", "row_labels",
            "slowest"]
 
 
@@ -83,6 +86,15 @@ def comparison(jobs: Sequence[JobFigures], unit: str, by: str,
     notes = tuple(dict.fromkeys([*left_out, *(f"{job.name}: {note}" for job in jobs
                                               for note in job.notes)]))
     return Comparison(table, notes)
+
+
+def pooled(table: ComparisonTable, notes: Sequence[str]) -> Comparison | None:
+    """A table the store pooled per setup
+    (:func:`joulestat.reports.compare.setups.compare_setups`) and its notes, as
+    :func:`comparison` gives them; None when no row is per unit (no job counted it)."""
+    if not any(row.basis == PER_UNIT for row in table.rows):
+        return None
+    return Comparison(table, tuple(notes))
 
 
 def row_key(row: ComparisonRow) -> str:

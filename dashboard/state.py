@@ -39,6 +39,8 @@ from joulestat.reports.bounds import EnergyBounds, stored_bounds
 from joulestat.reports.compare.by_model import by_model
 from joulestat.reports.compare.figures import totals_figures
 from joulestat.reports.compare.latency import latency_by_job
+from joulestat.reports.compare.setups import compare_setups
+from joulestat.reports.compare.table import CompareError
 from joulestat.store.engine import (
     StoreError,
     StoreMissingError,
@@ -280,6 +282,17 @@ def compare(url: str, kind: str, unit: str, since_s: float | None, until_s: floa
     Against the first row and unsized: the page moves the baseline and SLA on the rows
     alone."""
     where = JobFilter(kind, None, since_s, until_s, job_ids=picked)
+    if by == "instance_type" and picked is None:
+        # Per setup over a window's jobs: the store adds up the single-node ones, as
+        # `joulestat compare --by instance_type` does (the same table; a fleet's week of
+        # 10^5 jobs in a few seconds instead of tens); None where it cannot.
+        try:
+            pooled = compare_setups(engine(url), where, costing.pricer(), at_s, unit=unit,
+                                    with_ids=False)
+        except CompareError:  # nothing counted the unit
+            return None
+        if pooled is not None:
+            return comparison.pooled(pooled.table, pooled.notes)
     found = comparison.in_order(job_totals(engine(url), where), picked)
     # Built as `joulestat compare` builds them, by the same function: each job's sources,
     # accelerators, served latency (p50/p99 beside the energy per unit) and bounds (the

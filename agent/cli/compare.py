@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -144,6 +145,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.sla is not None and args.sla <= 0:  # before reading the store
         raise ConfigError(f"--sla: must be a number of units per hour above 0, got {args.sla:g}")
     engine = open_reader_engine(settings["db"])
+    if args.by == "instance_type" and args.jobs is None and not args.latency_target:
+        pooled = _pooled(engine, args, carbon)
+        if pooled is not None:
+            return pooled
     try:
         if args.jobs is None:  # every job (of --kind), chosen in SQL
             figures = figures_of_kind(engine, args.kind, carbon)
@@ -179,6 +184,14 @@ def _run(args: argparse.Namespace) -> int:
 
         outcome = meet_targets([r for r in table.rows if r.basis == "unit"],
                                args.latency_target, {f.job_id: f.latency for f in figures})
+    _print_table(args, table, notes, prices, outcome)
+    return 0
+
+
+def _print_table(args: argparse.Namespace, table: Any, notes: list[str], prices: list[Any],
+                 outcome: Any) -> None:
+    """The table as ``--json`` or as text, with its notes, the prices it used and the
+    latency targets' outcome (None: none asked)."""
     if args.json:
         from joulestat.reports.compare.latency import outcome_json
         from joulestat.reports.compare.words import as_json
@@ -188,7 +201,7 @@ def _run(args: argparse.Namespace) -> int:
             answer["latency_target"] = outcome_json(outcome)
         sys.stdout.write(jsonout.dumps(answer, indent=1))
         sys.stdout.write("\n")
-        return 0
+        return
     from joulestat.reports.compare.latency import latency_text
     from joulestat.reports.compare.words import render_text
 
@@ -196,6 +209,34 @@ def _run(args: argparse.Namespace) -> int:
     block = latency_text(table, outcome)
     if block:
         print("\n" + block)
+
+
+def _pooled(engine: Engine, args: argparse.Namespace, carbon: Any) -> int | None:
+    """``--by instance_type`` over every job (of ``--kind``): the store adds up the
+    single-node jobs per setup (:func:`joulestat.reports.compare.setups.compare_setups`,
+    the same table as one record per job, seconds sooner over a fleet); None where it
+    cannot (live intensity, served latency), for the per-job path."""
+    from joulestat.carbon.pricing import Pricer, prices_used
+    from joulestat.reports.compare.setups import compare_setups
+    from joulestat.reports.compare.table import CompareError
+    from joulestat.reports.compare.words import few_runs
+    from joulestat.store.jobs import JobFilter
+
+    try:
+        found = compare_setups(engine, JobFilter(kind=args.kind), Pricer(carbon), time.time(),
+                               unit=args.unit, baseline=args.baseline,
+                               sla_units_per_hour=args.sla, with_ids=args.json)
+    except CompareError as exc:
+        raise ConfigError(f"{FLAGS.get(exc.argument, exc.argument)}: {exc}") from None
+    if found is None:
+        return None
+    if not found.jobs:
+        print(_nothing_to_compare(engine, args), file=sys.stderr)
+        return 1
+    warnings = few_runs(found.table, args.min_runs)
+    _say("--min-runs", warnings)
+    _print_table(args, found.table, [*warnings, *found.notes],
+                 prices_used(found.instance_types, carbon), None)
     return 0
 
 

@@ -76,9 +76,9 @@ def _job_in(column: Any, job_ids: Select[Any] | Sequence[str]) -> ColumnElement[
     return one_of(column, list(job_ids))
 
 
-def _recent_rows(table: Any, keys: list[Any], sums: list[Any],
-                 job_ids: Select[Any] | Sequence[str] | None, node: str | None
-                 ) -> Select[Any]:
+def recent_rows(table: Any, keys: list[Any], sums: list[Any],
+                job_ids: Select[Any] | Sequence[str] | None, node: str | None,
+                name: str = "parts") -> Select[Any]:
     """The raw rows of ``table`` that each (job, node) part has after its node's totals
     boundary: ``sums`` per job, node and ``keys``.
 
@@ -94,7 +94,7 @@ def _recent_rows(table: Any, keys: list[Any], sums: list[Any],
         parts = parts.where(_job_in(JOB_NODES.c.job_id, job_ids))
     if node is not None:
         parts = parts.where(JOB_NODES.c.node == node)
-    cte = parts.cte("parts").prefix_with("MATERIALIZED")
+    cte = parts.cte(name).prefix_with("MATERIALIZED")
     rows = table.c
     return (select(rows.job_id, rows.node, *keys, *sums)
             .select_from(cte.join(table, and_(rows.job_id == cte.c.job_id,
@@ -103,8 +103,8 @@ def _recent_rows(table: Any, keys: list[Any], sums: list[Any],
             .group_by(rows.job_id, rows.node, *keys))
 
 
-def _totals(table: Any, columns: list[Any], job_ids: Select[Any] | Sequence[str] | None,
-            node: str | None) -> Select[Any]:
+def totals_rows(table: Any, columns: list[Any], job_ids: Select[Any] | Sequence[str] | None,
+                node: str | None) -> Select[Any]:
     """``columns`` of the totals ``table`` for the wanted jobs (and node); without a job
     filter, every job but the unattributed remainder (``jobs`` never holds it)."""
     query = select(table.c.job_id, table.c.node, *columns)
@@ -121,9 +121,9 @@ def part_energy(
     """Per (job, node, component): the job totals plus the raw shares after them."""
     raw, totals = JOB_ENERGY.c, JOB_ENERGY_TOTALS.c
     query = union_all(
-        _recent_rows(JOB_ENERGY, [raw.component],
+        recent_rows(JOB_ENERGY, [raw.component],
                      [func.sum(raw.dynamic_j), func.sum(raw.idle_j)], job_ids, node),
-        _totals(JOB_ENERGY_TOTALS, [totals.component, totals.dynamic_j, totals.idle_j],
+        totals_rows(JOB_ENERGY_TOTALS, [totals.component, totals.dynamic_j, totals.idle_j],
                 job_ids, node))
     energy: Energy = defaultdict(dict)
     for job_id, row_node, component, dynamic_j, idle_j in connection.execute(query):
@@ -142,9 +142,9 @@ def part_energy_by_source(connection: Connection, job_ids: Sequence[str], node: 
     raw, totals = JOB_ENERGY.c, JOB_ENERGY_TOTALS.c
     wanted = list(job_ids)
     query = union_all(
-        _recent_rows(JOB_ENERGY, [raw.component, raw.source],
+        recent_rows(JOB_ENERGY, [raw.component, raw.source],
                      [func.sum(raw.dynamic_j), func.sum(raw.idle_j)], wanted, node),
-        _totals(JOB_ENERGY_TOTALS, [totals.component, totals.source, totals.dynamic_j,
+        totals_rows(JOB_ENERGY_TOTALS, [totals.component, totals.source, totals.dynamic_j,
                                     totals.idle_j], wanted, node))
     found: defaultdict[tuple[str, str, str, str], tuple[float, float]] = defaultdict(
         lambda: (0.0, 0.0))
@@ -170,8 +170,8 @@ def part_energy_j(connection: Connection, job_ids: Select[Any]
                 func.sum(rows.dynamic_j)]
 
     query = union_all(
-        _recent_rows(JOB_ENERGY, [], sums(raw), job_ids, None),
-        _totals(JOB_ENERGY_TOTALS, sums(totals), job_ids, None)
+        recent_rows(JOB_ENERGY, [], sums(raw), job_ids, None),
+        totals_rows(JOB_ENERGY_TOTALS, sums(totals), job_ids, None)
         .group_by(totals.job_id, totals.node))
     energy: defaultdict[tuple[str, str], tuple[float, float, float]] = defaultdict(
         lambda: (0.0, 0.0, 0.0))
@@ -187,9 +187,9 @@ def part_units(connection: Connection, job_ids: Select[Any] | None, node: str | 
     units only (per-model keys are :mod:`joulestat.store.model_split`'s)."""
     units, totals = JOB_UNITS.c, JOB_UNIT_TOTALS.c
     query = union_all(
-        _recent_rows(JOB_UNITS, [units.unit], [func.sum(units.count)], job_ids, node)
+        recent_rows(JOB_UNITS, [units.unit], [func.sum(units.count)], job_ids, node)
         .where(ordinary_units(units.unit)),
-        _totals(JOB_UNIT_TOTALS, [totals.unit, totals.count], job_ids, node)
+        totals_rows(JOB_UNIT_TOTALS, [totals.unit, totals.count], job_ids, node)
         .where(ordinary_units(totals.unit)))
     counts: Units = defaultdict(dict)
     for job_id, row_node, unit, count in connection.execute(query):
@@ -243,7 +243,7 @@ class JobFilter:
             raise ValueError(f"newest must be a number of jobs >= 1, got {self.newest!r}")
 
 
-def _job_id_select(where: JobFilter) -> Select[Any]:
+def job_id_select(where: JobFilter) -> Select[Any]:
     jobs, parts = JOBS.c, JOB_NODES.c
     query = select(jobs.id)
     if where.kind is not None:
@@ -277,7 +277,7 @@ def count_matching(engine: Engine, where: JobFilter) -> int:
     """How many jobs match ``where`` (all of them, whatever its ``newest``): what a page
     that shows the newest few says it left out."""
     query = select(func.count()).select_from(
-        _job_id_select(replace(where, newest=None)).subquery())
+        job_id_select(replace(where, newest=None)).subquery())
     with engine.connect() as connection:
         return int(connection.execute(query).scalar_one())
 
@@ -331,7 +331,7 @@ def job_totals(engine: Engine, where: JobFilter = JobFilter()) -> list[JobTotals
     :func:`part_energy_j` and :func:`part_units` reads: settled totals plus the raw
     rows after them), with the job ids chosen in SQL.
     """
-    job_ids = _job_id_select(where)
+    job_ids = job_id_select(where)
     jobs, parts = JOBS.c, JOB_NODES.c
     meta_query = (select(jobs.id, jobs.name, jobs.kind, jobs.labels, jobs.status,
                          jobs.created_s, jobs.ended_s, jobs.agent_labels)

@@ -104,12 +104,14 @@ from typing import Any
 from joulestat.carbon.pricing import NodeFigures
 from joulestat.carbon.units import S_PER_HOUR
 from joulestat.core.redact import redact_labels
+from joulestat.host.serving_metrics import histogram_add
 from joulestat.reports.compare.latency import row_latency
 from joulestat.reports.idle import common_policy
 from joulestat.reports.sources import sources_class
 
 __all__ = ["BY_CHOICES", "CompareError", "ComparisonRow", "ComparisonTable", "JobFigures",
-           "LABEL_BY", "NAME_BY", "PER_MILLION", "PER_RUN", "PER_UNIT", "UNKNOWN_TYPE",
+           "LABEL_BY", "NAME_BY", "PER_MILLION", "PER_RUN", "PER_UNIT", "UNKNOWN_TYPE", "Pool",
+           "choose_unit_of", "pool_of", "row_of",
            "distinguishable",
            "check_by", "choose_unit", "compare", "find_baseline", "group_of", "label_key",
            "pct_change", "ratio_of", "rebase", "setup_name", "split_by_setup"]
@@ -322,24 +324,19 @@ def _per(value: float | None, count: float) -> float | None:
 def choose_unit(jobs: Sequence[JobFigures], unit: str | None = None) -> str | None:
     """``unit`` if some job counted it; by default the unit the most jobs counted (ties:
     alphabetical), None when no job counted anything."""
-    counts = Counter(u for job in jobs for u, c in job.units.items() if c > 0)
+    return choose_unit_of(Counter(u for job in jobs for u, c in job.units.items() if c > 0),
+                          unit)
+
+
+def choose_unit_of(counts: Mapping[str, int], unit: str | None = None) -> str | None:
+    """:func:`choose_unit` from how many jobs counted each unit (``counts``; a store's
+    pooled read counts them in SQL)."""
     if unit is not None:
         if unit not in counts:
             known = ", ".join(sorted(counts)) or "none"
             raise CompareError("unit", f"no job counted unit {unit!r} (counted: {known})")
         return unit
     return min(counts, key=lambda u: (-counts[u], u)) if counts else None
-
-
-def _summed_bounds(members: Sequence[JobFigures], count: float
-                   ) -> tuple[float, float] | None:
-    """The members' energy bounds summed and divided by ``count`` (units or runs), as
-    the row's figure is; None when a member's are unknown."""
-    if count <= 0 or any(job.energy_bounds_j is None for job in members):
-        return None
-    low = sum(job.energy_bounds_j[0] for job in members if job.energy_bounds_j)
-    high = sum(job.energy_bounds_j[1] for job in members if job.energy_bounds_j)
-    return low / count, high / count
 
 
 def _spread(values: Sequence[float]) -> tuple[float | None, float | None]:
@@ -364,21 +361,149 @@ def _interval(figure: float | None, bounds: tuple[float, float] | None,
     return max(0.0, low - widen), high + widen
 
 
-def _uncertainty(members: Sequence[JobFigures], unit: str | None, units: float | None,
-                 figure: float | None) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """What one comparison row is made of: its jobs' figures added up.
+
+    :func:`pool_of` adds up :class:`JobFigures`; the store's pooled reads
+    (:func:`joulestat.reports.compare.figures.setup_pools`) add up a fleet's single-node
+    jobs in SQL instead, since building a record per job is what a comparison of 10^5
+    jobs spent its seconds on (issue 28). :func:`row_of` is the one place a row's figures
+    are derived from the sums, whichever way they were added. ``units`` is None for a
+    per-run pool. The runs' own figures (energy per unit, or per run) are kept as
+    ``run_values`` where the jobs were read one by one, else as their count, sum and sum
+    of squares (``run_moments``), from which their spread is taken. ``first`` is the
+    first job, for a row per job (its name, id, labels and start)."""
+
+    job_ids: tuple[str, ...]
+    group: str
+    runs: int
+    instance_s: float
+    instance_types: tuple[str, ...]
+    units: float | None
+    energy_j: float
+    operational_g: float
+    embodied_g: float | None
+    cost_usd: float | None
+    sources: tuple[str, ...]
+    accelerator_j: float
+    accelerators: tuple[str, ...]
+    dynamic_j: float | None
+    idle_policies: frozenset[str | None]
+    latency: Mapping[Any, Any]
+    bounds_j: tuple[float, float] | None  # the jobs' bounds summed; None: one unknown
+    run_moments: tuple[int, float, float]  # (n, sum, sum of squares) of the runs' figures
+    run_values: tuple[float, ...] | None = None
+    first: JobFigures | None = None
+
+    def merged(self, other: Pool) -> Pool:
+        """The two pools as one (the jobs of ``other`` after these): sums added, an
+        unknown cost or embodied figure or bound unknown in the whole."""
+        n, total, squares = self.run_moments
+        latency: dict[Any, Any] = dict(self.latency)
+        for kind, histogram in other.latency.items():
+            latency[kind] = histogram_add(latency.get(kind), histogram)
+        return Pool(
+            job_ids=self.job_ids + other.job_ids, group=self.group, runs=self.runs + other.runs,
+            instance_s=self.instance_s + other.instance_s,
+            instance_types=tuple(sorted({*self.instance_types, *other.instance_types})),
+            units=None if self.units is None else self.units + (other.units or 0.0),
+            energy_j=self.energy_j + other.energy_j,
+            operational_g=self.operational_g + other.operational_g,
+            embodied_g=_sum_known((self.embodied_g, other.embodied_g)),
+            cost_usd=_sum_known((self.cost_usd, other.cost_usd)),
+            sources=tuple(sorted({*self.sources, *other.sources})),
+            accelerator_j=self.accelerator_j + other.accelerator_j,
+            accelerators=tuple(dict.fromkeys((*self.accelerators, *other.accelerators))),
+            dynamic_j=_sum_known((self.dynamic_j, other.dynamic_j)),
+            idle_policies=self.idle_policies | other.idle_policies, latency=latency,
+            bounds_j=None if self.bounds_j is None or other.bounds_j is None
+            else (self.bounds_j[0] + other.bounds_j[0], self.bounds_j[1] + other.bounds_j[1]),
+            run_moments=(n + other.run_moments[0], total + other.run_moments[1],
+                         squares + other.run_moments[2]),
+            run_values=None if self.run_values is None or other.run_values is None
+            else self.run_values + other.run_values,
+            first=self.first)
+
+
+def _moments(values: Sequence[float]) -> tuple[int, float, float]:
+    return len(values), float(sum(values)), float(sum(v * v for v in values))
+
+
+def _spread_of_moments(moments: tuple[int, float, float]
+                       ) -> tuple[float | None, float | None]:
+    """:func:`_spread` from the runs' count, sum and sum of squares (a pool added up in
+    SQL): the same mean, the same sample standard deviation up to rounding (none below
+    zero)."""
+    n, total, squares = moments
+    if n == 0:
+        return None, None
+    mean = total / n
+    if n < 2:
+        return mean, None
+    return mean, math.sqrt(max(0.0, (squares - total * mean) / (n - 1)))
+
+
+def pool_of(members: Sequence[JobFigures], unit: str | None, group: str) -> Pool:
+    """``members`` added up as the row ``group`` per ``unit`` (None: per run)."""
+    if unit is not None:
+        values = tuple(job.energy_j / job.counted(unit) for job in members
+                       if job.counted(unit) > 0)
+    else:
+        values = tuple(job.energy_j for job in members)
+    bounded = all(job.energy_bounds_j is not None for job in members)
+    return Pool(
+        job_ids=tuple(job.job_id for job in members), group=group, runs=len(members),
+        instance_s=sum(n.held_s for job in members for n in job.nodes),
+        instance_types=tuple(sorted({t for job in members for t in job.instance_types})),
+        units=sum(job.counted(unit) for job in members) if unit is not None else None,
+        energy_j=sum(job.energy_j for job in members),
+        operational_g=sum(job.operational_co2e_g for job in members),
+        embodied_g=_sum_known(job.embodied_co2e_g for job in members),
+        cost_usd=_sum_known(job.cost_usd for job in members),
+        sources=tuple(sorted({s for job in members for s in job.sources})),
+        accelerator_j=sum(job.accelerator_j for job in members),
+        accelerators=tuple(dict.fromkeys(a for job in members for a in job.accelerators)),
+        dynamic_j=_sum_known(job.dynamic_j for job in members),
+        idle_policies=frozenset(job.idle_policy for job in members),
+        latency=_added_latency(job.latency for job in members),
+        bounds_j=(sum(job.energy_bounds_j[0] for job in members if job.energy_bounds_j),
+                  sum(job.energy_bounds_j[1] for job in members if job.energy_bounds_j))
+        if bounded else None,
+        run_moments=_moments(values), run_values=values, first=members[0])
+
+
+def _added_latency(members: Iterable[Mapping[Any, Any]]) -> dict[Any, Any]:
+    merged: dict[Any, Any] = {}
+    for latency in members:
+        for kind, histogram in latency.items():
+            merged[kind] = histogram_add(merged.get(kind), histogram)
+    return merged
+
+
+def _bounds_per(bounds: tuple[float, float] | None, count: float
+                ) -> tuple[float, float] | None:
+    """A pool's summed bounds divided by ``count`` (units or runs), as the row's figure
+    is; None when unknown or nothing to divide by."""
+    if count <= 0 or bounds is None:
+        return None
+    return bounds[0] / count, bounds[1] / count
+
+
+def _uncertainty(pool: Pool, figure: float | None) -> dict[str, Any]:
     """The row's uncertainty fields (the module's docstring): bounds, runs' spread,
     interval."""
-    runs = len(members)
-    if unit is not None:
-        values = [job.energy_j / job.counted(unit) for job in members if job.counted(unit) > 0]
-        bounds = _summed_bounds(members, units or 0.0)
+    if pool.run_values is not None:
+        mean, spread = _spread(pool.run_values)
     else:
-        values = [job.energy_j for job in members]
-        bounds = _summed_bounds(members, runs)
-    mean, spread = _spread(values)
+        mean, spread = _spread_of_moments(pool.run_moments)
+    if pool.units is not None:
+        bounds = _bounds_per(pool.bounds_j, pool.units or 0.0)
+    else:
+        bounds = _bounds_per(pool.bounds_j, pool.runs)
     return {
-        "energy_bounds_per_unit_j": bounds if unit is not None else None,
-        "energy_bounds_per_run_j": _summed_bounds(members, runs),
+        "energy_bounds_per_unit_j": bounds if pool.units is not None else None,
+        "energy_bounds_per_run_j": _bounds_per(pool.bounds_j, pool.runs),
         "runs_mean_j": mean, "runs_spread_j": spread,
         "interval_j": _interval(figure, bounds, spread),
     }
@@ -386,29 +511,31 @@ def _uncertainty(members: Sequence[JobFigures], unit: str | None, units: float |
 
 def _row(members: list[JobFigures], unit: str | None, by: str,
          per_setup: bool = False) -> ComparisonRow:
+    first = members[0]
+    group = first.setup if by in BY_CHOICES else group_of(first, by, per_setup)
+    return row_of(pool_of(members, unit, group), unit, by)
+
+
+def row_of(pool: Pool, unit: str | None, by: str) -> ComparisonRow:
+    """The comparison row of ``pool`` per ``unit`` (None: per run), grouped ``by``."""
     basis = PER_UNIT if unit is not None else PER_RUN
-    runs = len(members)
-    instance_s = sum(n.held_s for job in members for n in job.nodes)
-    instance_h = instance_s / S_PER_HOUR
-    energy_j = sum(job.energy_j for job in members)
-    operational_g = sum(job.operational_co2e_g for job in members)
-    embodied_g = _sum_known(job.embodied_co2e_g for job in members)
-    cost = _sum_known(job.cost_usd for job in members)
-    units = sum(job.counted(unit) for job in members) if unit is not None else None
+    runs = pool.runs
+    instance_h = pool.instance_s / S_PER_HOUR
+    energy_j, operational_g, embodied_g, cost = (pool.energy_j, pool.operational_g,
+                                                 pool.embodied_g, pool.cost_usd)
+    units = pool.units if unit is not None else None
     count = units or 0.0
     cost_per_unit = _per(cost, count)
-    first = members[0]
-    sources = tuple(sorted({s for job in members for s in job.sources}))
-    accelerator_j = sum(job.accelerator_j for job in members)
-    dynamic_j = _sum_known(job.dynamic_j for job in members)
+    first = pool.first if by == "job" else None
+    accelerator_j, dynamic_j = pool.accelerator_j, pool.dynamic_j
     return ComparisonRow(
-        job=first.name if by == "job" else None,
-        job_id=first.job_id if by == "job" else None,
-        group=first.setup if by in BY_CHOICES else group_of(first, by, per_setup),
+        job=first.name if first is not None else None,
+        job_id=first.job_id if first is not None else None,
+        group=pool.group,
         basis=basis,
         unit=unit,
-        job_ids=tuple(job.job_id for job in members),
-        instance_types=tuple(sorted({t for job in members for t in job.instance_types})),
+        job_ids=pool.job_ids,
+        instance_types=pool.instance_types,
         runs=runs, instance_hours=instance_h, units=units, energy_j=energy_j,
         operational_co2e_g=operational_g, embodied_co2e_g=embodied_g, cost_usd=cost,
         units_per_hour=_per(units, instance_h) if units else None,
@@ -419,20 +546,19 @@ def _row(members: list[JobFigures], unit: str | None, by: str,
         cost_per_million_usd=None if cost_per_unit is None else cost_per_unit * PER_MILLION,
         energy_per_run_j=energy_j / runs, co2e_per_run_g=operational_g / runs,
         cost_per_run_usd=_per(cost, runs),
-        power_per_instance_w=_per(energy_j, instance_s),
+        power_per_instance_w=_per(energy_j, pool.instance_s),
         cost_per_instance_hour_usd=_per(cost, instance_h),
-        labels=tuple(sorted(redact_labels(first.labels).items())) if by == "job" else (),
-        started_s=first.started_s if by == "job" else None,
-        energy_class=sources_class(sources) if sources else "",
-        sources=sources,
+        labels=tuple(sorted(redact_labels(first.labels).items())) if first is not None else (),
+        started_s=first.started_s if first is not None else None,
+        energy_class=sources_class(pool.sources) if pool.sources else "",
+        sources=pool.sources,
         accelerator_j=accelerator_j, accelerator_per_unit_j=_per(accelerator_j, count),
-        accelerators=tuple(dict.fromkeys(a for job in members for a in job.accelerators)),
+        accelerators=pool.accelerators,
         dynamic_j=dynamic_j, dynamic_per_unit_j=_per(dynamic_j, count),
         dynamic_per_run_j=_per(dynamic_j, runs),
-        idle_policy=common_policy(job.idle_policy for job in members),
-        latency_s=row_latency(job.latency for job in members),
-        **_uncertainty(members, unit, units,
-                       _per(energy_j, count) if unit is not None else energy_j / runs),
+        idle_policy=common_policy(pool.idle_policies),
+        latency_s=row_latency([pool.latency]),
+        **_uncertainty(pool, _per(energy_j, count) if unit is not None else energy_j / runs),
     )
 
 

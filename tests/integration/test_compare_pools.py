@@ -1,0 +1,147 @@
+"""A comparison by setup from the store's pooled sums is the per-job comparison.
+
+``compare_setups`` (agent/reports/compare/setups.py) adds up single-node jobs per
+instance type in SQL and reads jobs on several nodes one by one; ``compare(figures,
+by="instance_type")`` builds a record per job. Every row, figure and note must agree
+(floats to 1e-9 of their size: only the order of additions differs), on stores that
+hold what makes the pooled path differ if it is wrong: a job on two nodes of different
+types and one on two nodes of one type (which joins the single-node jobs' pool), an
+unpriced instance type (a note, an unknown cost), jobs that count nothing (per-run
+rows), a running job (held up to now), idle policies recorded or not, estimated and
+measured sources, and a PostgreSQL store. Where the pooled sums cannot give the table
+(served latency, live intensity), ``compare_setups`` answers None.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy.engine import Engine
+
+from joulestat.carbon.footprint import CarbonSettings
+from joulestat.carbon.pricing import Pricer
+from joulestat.reports.compare.figures import figures_for, pick_jobs
+from joulestat.reports.compare.setups import compare_setups
+from joulestat.reports.compare.table import CompareError, compare
+from joulestat.runtime import sample_store as sample
+from joulestat.store import migrate
+from joulestat.store.engine import make_engine
+from joulestat.store.jobs import JobFilter
+from tests.helpers.compare_store import (
+    SETTINGS,
+    T0,
+    fill_compare_store,
+    job,
+    node,
+    run_job,
+)
+from tests.helpers.pg import PostgresServer
+
+NOW = T0 + 86_400
+
+
+def _close(a: Any, b: Any, scale: float) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9 * scale)
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(_close(x, y, scale) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k], scale) for k in a)
+    return a == b
+
+
+def assert_pooled_is_per_job(engine: Engine, kind: str | None, unit: str | None = None,
+                             settings: CarbonSettings = SETTINGS, now_s: float = NOW,
+                             **options: Any) -> None:
+    """The pooled table of the jobs of ``kind`` equals the per-job one, row by row and
+    field by field, with the same notes and instance types."""
+    figures = figures_for(engine, pick_jobs(engine, kind).refs, settings, now_s=now_s)
+    expected = compare(figures, by="instance_type", unit=unit, **options)
+    found = compare_setups(engine, JobFilter(kind=kind), Pricer(settings), now_s, unit=unit,
+                           **options)
+    assert found is not None
+    assert found.jobs == len(figures)
+    assert (found.table.by, found.table.unit, found.table.baseline) == (
+        expected.by, expected.unit, expected.baseline)
+    assert [r.group for r in found.table.rows] == [r.group for r in expected.rows]
+    for mine, theirs in zip(found.table.rows, expected.rows, strict=True):
+        got, wanted = asdict(mine), asdict(theirs)
+        scale = abs(theirs.runs_mean_j or 0.0)  # a spread of equal runs is 0 to rounding
+        for field, value in wanted.items():
+            assert _close(got[field], value, scale), (theirs.group, field, got[field], value)
+    notes = list(dict.fromkeys(f"{f.name}: {note}" for f in figures for note in f.notes))
+    assert sorted(found.notes) == sorted(notes)
+    assert found.instance_types == tuple(sorted({n.instance_type for f in figures
+                                                 for n in f.nodes}))
+
+
+def test_pooled_setups_are_the_per_job_comparison(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'compare.db'}"
+    fill_compare_store(url)
+    engine = make_engine(url)
+    # Two g5 jobs on one node each, and one on two g5 nodes: all one setup, g5.xlarge.
+    run_job(engine, node("g5-2", "g5.xlarge"),
+            job("j-g5-b", "bert-g5", "inference", T0 + 20_000, 1800), ticks=2,
+            gpu_j=80_000.0, units={"inference": 2_000})
+    pair = job("j-g5-pair", "bert-g5-pair", "inference", T0 + 30_000, 1800)
+    for name in ("g5-3", "g5-4"):
+        run_job(engine, node(name, "g5.xlarge"), pair, ticks=2, gpu_j=70_000.0,
+                units={"inference": 1_500})
+    # Still running: held up to now in both paths.
+    running = replace(job("j-g5-live", "bert-g5", "inference", T0 + 40_000, 0),
+                      ended_s=None, agent_labels={"idle_policy": "share"})
+    run_job(engine, node("g5-1", "g5.xlarge"), running, ticks=3, gpu_j=60_000.0,
+            units={"inference": 900})
+    for kind in ("inference", "training", None):
+        assert_pooled_is_per_job(engine, kind)
+    assert_pooled_is_per_job(engine, None, unit="inference", baseline="inf2.xlarge",
+                             sla_units_per_hour=100_000)
+    assert_pooled_is_per_job(engine, "training", unit="sample")
+    with pytest.raises(CompareError) as error:
+        compare_setups(engine, JobFilter(kind="training"), Pricer(SETTINGS), NOW,
+                       unit="inference")
+    assert error.value.argument == "unit"
+    assert "sample" in str(error.value)
+    found = compare_setups(engine, JobFilter(kind="inference"), Pricer(SETTINGS), NOW,
+                           with_ids=False)
+    assert found is not None and all(row.job_ids == () for row in found.table.rows)
+    engine.dispose()
+
+
+def test_pooled_setups_over_the_sample_store(tmp_path: Path) -> None:
+    """The dashboard's sample data: several setups, estimated and measured sources, a
+    loader-fed trainer on two types; its serving jobs carry no latency histograms."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'sample.db'}")
+    migrate.upgrade(engine)
+    end_s = T0 + 30 * 86_400
+    sample.fill(engine, end_s=end_s)
+    for kind in ("inference", "training", None):
+        assert_pooled_is_per_job(engine, kind, now_s=end_s + 60)
+    engine.dispose()
+
+
+def test_what_pooled_sums_cannot_give_is_left_to_the_per_job_path(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'compare.db'}"
+    fill_compare_store(url)
+    engine = make_engine(url)
+    live = CarbonSettings(electricity_maps_token="token")  # CO2e depends on when it ran
+    assert compare_setups(engine, JobFilter(), Pricer(live), NOW) is None
+    engine.dispose()
+
+
+@pytest.mark.postgres
+def test_pooled_setups_on_postgresql(tmp_path: Path, pg: PostgresServer) -> None:
+    url = pg.create_database("compare_pools")
+    fill_compare_store(url)
+    engine = make_engine(url)
+    pair = job("j-p4d-pair", "resnet-pair", "training", T0 + 30_000, 1800)
+    for name in ("p4d-3", "p4d-4"):
+        run_job(engine, node(name, "p4d.24xlarge"), pair, ticks=2, gpu_j=2_000_000.0,
+                units={"sample": 90_000})
+    for kind in ("inference", "training", None):
+        assert_pooled_is_per_job(engine, kind)
+    engine.dispose()
