@@ -64,6 +64,7 @@ from joulestat.store.jobs import (
     job_node_latency,
     job_totals,
     job_units_by_kind,
+    label_key_counts,
 )
 from joulestat.store.migrate import HEAD_REVISION, SchemaState, current_revision, schema_state
 from joulestat.store.model_split import ModelSplit, model_splits
@@ -337,13 +338,10 @@ def label_keys(url: str, kind: str | None, since_s: float | None = None,
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-@gc_paused
 def all_label_keys(url: str, kind: str | None) -> list[str]:
-    """Every label key the jobs of ``kind`` carry, most used first (Compare's grouping)."""
-    counts: dict[str, int] = {}
-    for job in job_totals(engine(url), JobFilter(kind)):
-        for key in job.labels:
-            counts[key] = counts.get(key, 0) + 1
+    """Every label key the jobs of ``kind`` carry, most used first (Compare's grouping),
+    counted in the store (:func:`joulestat.store.jobs.label_key_counts`)."""
+    counts = label_key_counts(engine(url), kind)
     return sorted(counts, key=lambda k: (-counts[k], k))
 
 

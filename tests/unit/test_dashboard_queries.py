@@ -35,6 +35,7 @@ from joulestat.store.jobs import (
     job_detail,
     job_totals,
     job_units_by_kind,
+    label_key_counts,
     list_jobs,
 )
 from joulestat.store.nodes import list_nodes, node_covered_s, node_energy_j
@@ -177,6 +178,16 @@ def test_newest_keeps_the_newest_matching_jobs_with_their_whole_totals(sample_ur
     assert len(job_totals(ro, JobFilter(newest=len(everything) + 5))) == len(everything)
     with pytest.raises(ValueError, match="newest"):
         JobFilter(newest=0)
+
+
+def test_label_keys_are_counted_in_the_store_as_over_every_job(sample_url, ro):
+    for kind in (None, "inference", "training"):
+        expected: dict[str, int] = {}
+        for job in job_totals(ro, JobFilter(kind=kind)):
+            for key in job.labels:
+                expected[key] = expected.get(key, 0) + 1
+        assert label_key_counts(ro, kind) == expected
+    assert label_key_counts(ro, None)  # the sample's jobs carry labels
 
 
 def test_series_add_up_to_the_job_total_across_rollups_and_raw_rows(sample_url, ro):
