@@ -98,6 +98,10 @@ __all__ = ["HEAD_REVISION", "JobDetail", "JobRef", "JobSummary", "JobTotals", "M
 
 ENV_DB = "JOULESTAT_DB"
 TTL_S = 10
+# A comparison is kept a minute: over a fleet it takes seconds to build (issue 28), and a
+# page rebuilt every ten seconds would rebuild it on nearly every click; the page says
+# what time its figures are of.
+COMPARE_PERIOD_S = 60
 
 
 def db_url() -> str:
@@ -132,19 +136,20 @@ def in_app() -> bool:
     return bool(getattr(_run, "active", False))
 
 
-def now_s() -> float:
+def now_s(period_s: int = TTL_S) -> float:
     """Now, rounded down to the cache period so "last hour" windows share cache entries."""
-    return math.floor(time.time() / TTL_S) * TTL_S
+    return math.floor(time.time() / period_s) * period_s
 
 
-def window_end_s(now: float) -> float:
+def window_end_s(now: float, period_s: int = TTL_S) -> float:
     """Where a window "up to now" ends, for ``now`` from :func:`now_s`: the end of the
     current cache period. ``now`` itself is up to a period in the past, and a window
     ending there would leave out the jobs and ticks of the last seconds: a job just
     started was missing from Jobs (and its node from "reporting") until the next
     period. Nothing is stored past the real now, so ending later adds nothing else,
-    and the cache key still changes once a period."""
-    return now + TTL_S
+    and the cache key still changes once a period (``period_s``, what ``now`` was
+    rounded to)."""
+    return now + period_s
 
 
 @st.cache_resource(show_spinner=False)
@@ -271,7 +276,7 @@ def matching_count(url: str, kind: str | None, status: str | None, since_s: floa
                                                  instance_type))
 
 
-@st.cache_data(ttl=TTL_S, show_spinner=False)
+@st.cache_data(ttl=COMPARE_PERIOD_S, show_spinner=False)
 @gc_paused
 def compare(url: str, kind: str, unit: str, since_s: float | None, until_s: float | None,
             at_s: float, picked: tuple[str, ...] | None = None,

@@ -36,7 +36,7 @@ MAX_PICK = 500
 MODES = {"instance_type": "by instance type", "name": "by job name", "label": "by label",
          "model": "by model", "jobs": "picked jobs"}
 
-url, now, tz = ui.open_page("Compare")
+url, _now, tz = ui.open_page("Compare")
 
 units_by_kind = state.units_by_kind(url)
 if not units_by_kind:
@@ -74,7 +74,9 @@ mode = top[2].radio("Compare", list(MODES.values()), key="cmp_mode")
 seed("cmp_period", query.get("period"), list(ui.PERIODS_S), "All time")
 with top[3]:
     period, length_s = ui.period_picker("cmp_period", default="All time")
-since, until = (None, None) if length_s is None else (now - length_s, state.window_end_s(now))
+as_of = state.now_s(state.COMPARE_PERIOD_S)  # a comparison is rebuilt once a minute
+since, until = (None, None) if length_s is None else (
+    as_of - length_s, state.window_end_s(as_of, state.COMPARE_PERIOD_S))
 picked: tuple[str, ...] | None = None
 by = "instance_type"
 if mode == MODES["label"]:
@@ -106,7 +108,7 @@ elif mode == MODES["jobs"]:
     picked = tuple(st.multiselect("Jobs", list(labels), format_func=labels.__getitem__,
                                   key="cmp_jobs"))
 units_name = plural(unit)
-found = state.compare(url, kind, unit, since, until, now, picked, by)
+found = state.compare(url, kind, unit, since, until, as_of, picked, by)
 if found is None:
     st.info(f"No {fmt.md(kind)} job served a named model and counted {fmt.md(units_name)} "
             "in this selection: compare them by instance type or pick the jobs."
@@ -132,7 +134,9 @@ base_label = names[comparison.row_key(base)]
 st.caption("Throughput per instance-hour (every node a job held counts), CO2e operational "
            "(location-based; embodied apart), cost = hourly price × hours held: the figures "
            "and sentences of `joulestat compare` (docs/compare.md). Prices: "
-           f"{costing.price_source()}. This view's link keeps its settings.")
+           f"{costing.price_source()}. Figures as of {fmt.local_time(as_of, tz)[11:16]} "
+           "(rebuilt once a minute; running jobs count up to then). This view's link keeps "
+           "its settings.")
 policy = result.table.idle_policy
 said = policy_words(policy, jobs=True)
 st.caption(f"Energy is what each row was attributed; dynamic energy is its part above the "

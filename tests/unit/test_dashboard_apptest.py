@@ -509,3 +509,29 @@ def test_a_fleet_of_jobs_lists_the_newest_and_says_how_many_more(tmp_path, monke
     assert set(running["name"]) == {f"name-job-{i:04d}" for i in range(910, 1_010)}
     assert any("100 started last of 1,010 running jobs" in c.value for c in at.caption)
     assert metric(at, "Jobs running").replace(",", "") == "1010"
+
+
+def test_a_comparison_is_built_once_a_minute_and_says_of_when(sample_url, monkeypatch):
+    """Over a fleet a comparison takes seconds to build: it is kept a minute
+    (``state.COMPARE_PERIOD_S``), so a rerun in that minute reads it from the cache, and
+    the page says what time its figures are of."""
+    from joulestat.dashboard import state
+
+    state.compare.clear()
+    built: list[str] = []
+    real = state.compare_setups
+
+    def counted(*args, **kwargs):
+        built.append("pooled")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(state, "compare_setups", counted)
+    minute = state.now_s(state.COMPARE_PERIOD_S)
+    at = run_page(sample_url, "pages/compare.py", monkeypatch)
+    at.selectbox(key="cmp_base").set_value(at.selectbox(key="cmp_base").options[0]).run()
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    same_minute = state.now_s(state.COMPARE_PERIOD_S) == minute
+    assert len(built) == (1 if same_minute else 2)  # the minute may turn during the test
+    captions = " ".join(c.value for c in at.caption)
+    assert re.search(r"Figures as of \d\d:\d\d \(rebuilt once a minute", captions)
