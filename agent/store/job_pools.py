@@ -88,12 +88,13 @@ class JobPools:
 
 
 def multi_node_ids(engine: Engine, where: JobFilter) -> list[str]:
-    """The matching jobs that ran on several nodes (by start, then id): those
-    :func:`job_pools` leaves to the per-job path."""
+    """The matching jobs not on exactly one node (by start, then id): those
+    :func:`job_pools` leaves to the per-job path (several nodes; or none, which no
+    writer leaves, but the per-job path says what such a job is)."""
     parts, jobs = JOB_NODES.c, JOBS.c
-    several = (select(parts.job_id).where(parts.job_id.in_(job_id_select(where)))
-               .group_by(parts.job_id).having(func.count() > 1))
-    query = select(jobs.id).where(jobs.id.in_(several)).order_by(jobs.created_s, jobs.id)
+    one = select(parts.job_id).group_by(parts.job_id).having(func.count() == 1)
+    query = (select(jobs.id).where(jobs.id.in_(job_id_select(where)), jobs.id.not_in(one))
+             .order_by(jobs.created_s, jobs.id))
     with engine.connect() as connection:
         return [str(job_id) for job_id in connection.execute(query).scalars()]
 

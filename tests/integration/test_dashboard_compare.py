@@ -170,9 +170,10 @@ def test_picked_jobs_get_the_commands_sentences(cli_store, monkeypatch):
 
 
 def test_a_running_job_counts_up_to_the_pages_now(sample_url, monkeypatch):
-    """The page's "now" (rounded to the cache period) is the CLI loader's ``now_s``."""
-    now = math.floor(time.time() / state.TTL_S) * state.TTL_S
-    monkeypatch.setattr(state, "now_s", lambda: now)
+    """The page's "now" (rounded to the comparison's period) is the CLI loader's
+    ``now_s``."""
+    now = math.floor(time.time() / state.COMPARE_PERIOD_S) * state.COMPARE_PERIOD_S
+    monkeypatch.setattr(state, "now_s", lambda period_s=state.TTL_S: now)
     at = page(sample_url, monkeypatch)
     base = at.selectbox(key="cmp_base").value
     engine = make_engine(sample_url)
