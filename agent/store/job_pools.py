@@ -194,9 +194,10 @@ def job_pools(engine: Engine, where: JobFilter, unit: str | None, now_s: float,
         counted_units = func.coalesce(units.c.count, 0.0)
     energy_j = func.coalesce(energy.c.energy_j, 0.0)
     held = func.coalesce(parts.ended_s, now_s) - parts.started_s
-    per_part = (select(
-        jobs.id.label("job_id"), jobs.name.label("name"), jobs.created_s.label("created_s"),
-        jobs.agent_labels.label("agent_labels"), parts.node.label("node"),
+    one_node = (select(parts.job_id).where(parts.job_id.in_(matching))
+                .group_by(parts.job_id).having(func.count() == 1))
+    single = (select(
+        jobs.id.label("job_id"), jobs.created_s.label("created_s"), parts.node.label("node"),
         parts.instance_type.label("instance_type"), parts.region.label("region"),
         case((held > 0, held), else_=0.0).label("held_s"),
         energy_j.label("energy_j"),
@@ -204,13 +205,11 @@ def job_pools(engine: Engine, where: JobFilter, unit: str | None, now_s: float,
         func.coalesce(energy.c.dynamic_j, 0.0).label("dynamic_j"),
         counted_units.label("units"),
         case((counted_units > 0, 1), else_=0).label("counted"),
-        case((counted_units > 0, energy_j / counted_units), else_=energy_j).label("value"),
-        func.count().over(partition_by=parts.job_id).label("nodes"))
-        .select_from(joined).where(jobs.id.in_(matching))
-        .cte("per_part").prefix_with("MATERIALIZED"))
-    single = (select(per_part).where(per_part.c.nodes == 1)
-              .cte("single").prefix_with("MATERIALIZED"))
+        case((counted_units > 0, energy_j / counted_units), else_=energy_j).label("value"))
+        .select_from(joined).where(jobs.id.in_(one_node))
+        .cte("single").prefix_with("MATERIALIZED"))
     j = single.c
+    named = single.join(JOBS, jobs.id == j.job_id)  # name and idle labels, where asked
     key = [j.instance_type, j.counted]
     number = null().cast(Double)
     word = null().cast(String)
@@ -235,9 +234,10 @@ def job_pools(engine: Engine, where: JobFilter, unit: str | None, now_s: float,
         branch(_REGION, [j.region], [func.sum(j.energy_j), func.sum(j.held_s)]
                ).group_by(*key, j.region),
         branch(_NODE, [j.node], [func.min(j.created_s)]).group_by(*key, j.node),
-        branch(_LABELS, [j.agent_labels], []).group_by(*key, j.agent_labels),
-        branch(_NAME, [j.name, j.node, j.region], [func.min(j.created_s)]
-               ).group_by(*key, j.name, j.node, j.region),
+        branch(_LABELS, [jobs.agent_labels], []).select_from(named)
+        .group_by(*key, jobs.agent_labels),
+        branch(_NAME, [jobs.name, j.node, j.region], [func.min(j.created_s)])
+        .select_from(named).group_by(*key, jobs.name, j.node, j.region),
         branch(_SOURCE, [b.node, b.component, b.source],
                [func.sum(b.dynamic_j + b.idle_j), func.sum(b.dynamic_j)])
         .select_from(sources.join(single, and_(j.job_id == b.job_id, j.node == b.node)))
