@@ -96,10 +96,15 @@ def recent_rows(table: Any, keys: list[Any], sums: list[Any],
         parts = parts.where(JOB_NODES.c.node == node)
     cte = parts.cte(name).prefix_with("MATERIALIZED")
     rows = table.c
+    # Every part's boundary is at or after the earliest node's: said as a bound of its
+    # own, it lets PostgreSQL read only the raw rows after it (an index range, the day
+    # partitions it spans) instead of hashing the whole raw retention to join the parts.
+    earliest = select(func.min(settled_until_ms())).select_from(NODES).scalar_subquery()
     return (select(rows.job_id, rows.node, *keys, *sums)
             .select_from(cte.join(table, and_(rows.job_id == cte.c.job_id,
                                               rows.node == cte.c.node,
                                               rows.t_end_ms > cte.c.after_ms)))
+            .where(rows.t_end_ms > earliest)
             .group_by(rows.job_id, rows.node, *keys))
 
 
