@@ -445,21 +445,28 @@ def test_load_curve_draws_energy_per_token_with_served_latency(tmp_path, monkeyp
         assert frame.at[level, "ttft p99 (s)"] <= upper
 
 
-def test_the_picked_job_stays_pickable_when_a_rerun_moves_it_down(tmp_path, monkeypatch):
-    """The Jobs page offers its first 500 rows in "Open a job". A job picked there and
-    then moved past them by the order (here the sort; on a fleet, ties in energy)
-    stays the one picked, not another job under the user's hand."""
+def _store_of_jobs(tmp_path: Path, count: int, id_format: str) -> str:
+    """A store of ``count`` running jobs started a second apart over the last hour, with
+    ids ``id_format.format(i)``: its URL."""
     from tests.helpers.store_jobs import make_job, writer_for
 
-    url = f"sqlite:///{tmp_path / 'many.db'}"
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
     engine = make_engine(url)
     migrate.upgrade(engine)
     writer = writer_for(engine)
     began = time.time() - 3600
-    for i in range(520):
-        writer.save_job(make_job(f"job-{i:03d}", began + i))
+    for i in range(count):
+        writer.save_job(make_job(id_format.format(i), began + i))
     assert writer.flush()
     engine.dispose()
+    return url
+
+
+def test_the_picked_job_stays_pickable_when_a_rerun_moves_it_down(tmp_path, monkeypatch):
+    """The Jobs page offers its first 500 rows in "Open a job". A job picked there and
+    then moved past them by the order (here the sort; on a fleet, ties in energy)
+    stays the one picked, not another job under the user's hand."""
+    url = _store_of_jobs(tmp_path, 520, "job-{:03d}")
     at = run_page(url, "pages/jobs.py", monkeypatch)
     at.selectbox(key="jobs_sort").set_value("Start")
     at.toggle(key="jobs_desc").set_value(False).run()
@@ -479,17 +486,7 @@ def test_a_fleet_of_jobs_lists_the_newest_and_says_how_many_more(tmp_path, monke
     newest 1,000 of the period and says how many match, "all" lists every one, and a
     search looks through all of them; the Overview lists the 100 running jobs started
     last and says how many run."""
-    from tests.helpers.store_jobs import make_job, writer_for
-
-    url = f"sqlite:///{tmp_path / 'fleet.db'}"
-    engine = make_engine(url)
-    migrate.upgrade(engine)
-    writer = writer_for(engine)
-    began = time.time() - 3600
-    for i in range(1_010):
-        writer.save_job(make_job(f"job-{i:04d}", began + i))
-    assert writer.flush()
-    engine.dispose()
+    url = _store_of_jobs(tmp_path, 1_010, "job-{:04d}")
     at = run_page(url, "pages/jobs.py", monkeypatch)
     assert at.selectbox(key="jobs_shown").value == "newest 1,000"
     table = at.dataframe[0].value
