@@ -64,8 +64,8 @@ BY_SETUP = "instance_type"
 @dataclass(frozen=True, slots=True)
 class SetupComparison:
     """The table, the notes ``compare`` prints under it (``"<job name>: <note>"``, in
-    the order of the jobs) and the instance types its jobs ran on (whose prices it
-    lists)."""
+    the order of the jobs), the instance types its jobs ran on (whose prices it lists)
+    and how many jobs it compares (0: nothing matched)."""
 
     table: ComparisonTable
     notes: tuple[str, ...]
