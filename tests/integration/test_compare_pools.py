@@ -14,6 +14,7 @@ measured sources, and a PostgreSQL store. Where the pooled sums cannot give the 
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -32,8 +33,10 @@ from joulestat.store import migrate
 from joulestat.store.engine import make_engine
 from joulestat.store.jobs import JobFilter
 from tests.helpers.compare_store import (
+    PINNED,
     SETTINGS,
     T0,
+    compare_cli,
     fill_compare_store,
     job,
     node,
@@ -110,6 +113,32 @@ def test_pooled_setups_are_the_per_job_comparison(tmp_path: Path) -> None:
                            with_ids=False)
     assert found is not None and all(row.job_ids == () for row in found.table.rows)
     engine.dispose()
+
+
+def test_the_command_lists_a_pooled_rows_jobs_in_json(tmp_path: Path) -> None:
+    """``joulestat compare --by instance_type --json`` (the pooled path) lists each row's
+    jobs by start, a job on two nodes of one type among the single-node ones."""
+    url = f"sqlite:///{tmp_path / 'compare.db'}"
+    fill_compare_store(url)
+    engine = make_engine(url)
+    pair = job("j-g5-pair", "bert-g5-pair", "inference", T0 + 1800, 1800)
+    for name in ("g5-3", "g5-4"):
+        run_job(engine, node(name, "g5.xlarge"), pair, ticks=2, gpu_j=70_000.0,
+                units={"inference": 1_500})
+    run_job(engine, node("g5-2", "g5.xlarge"),
+            job("j-g5-b", "bert-g5", "inference", T0 + 20_000, 1800), ticks=2,
+            gpu_j=80_000.0, units={"inference": 2_000})
+    engine.dispose()
+    result = compare_cli(url, "--by", "instance_type", "--kind", "inference", "--json",
+                         *PINNED)
+    assert result.returncode == 0, result.stderr
+    rows = {row["group"]: row for row in json.loads(result.stdout)["rows"]}
+    assert rows["g5.xlarge"]["job_ids"] == ["j-g5", "j-g5-pair", "j-g5-b"]
+    assert rows["g5.xlarge"]["runs"] == 3
+    assert rows["inf2.xlarge"]["job_ids"] == ["j-inf2"]
+    text = compare_cli(url, "--by", "instance_type", "--kind", "inference", *PINNED)
+    assert text.returncode == 0, text.stderr
+    assert "g5.xlarge" in text.stdout and "inf2.xlarge" in text.stdout
 
 
 def test_pooled_setups_over_the_sample_store(tmp_path: Path) -> None:
