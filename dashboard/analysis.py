@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from joulestat.core import units
 from joulestat.core.redact import redact_labels
 from joulestat.core.tick import Component
-from joulestat.reports.compare.table import setup_name
+from joulestat.reports.compare.groups import setup_name
 from joulestat.reports.external import shown_labels
 from joulestat.reports.sources import source_class
 
@@ -64,7 +64,7 @@ def provenance_totals(rows: Iterable[SourceEnergy]) -> dict[str, float]:
 
 def setup_of(job: AnyJob) -> str:
     """The instance types a job ran on, one name per type: its comparison group, named by
-    :func:`joulestat.reports.compare.table.setup_name` so every page and the CLI agree."""
+    :func:`joulestat.reports.compare.groups.setup_name` so every page and the CLI agree."""
     return setup_name(itype for _node, itype in job.nodes)
 
 

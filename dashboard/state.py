@@ -38,9 +38,9 @@ from joulestat.dashboard.bulk import gc_paused
 from joulestat.reports.bounds import EnergyBounds, stored_bounds
 from joulestat.reports.compare.by_model import by_model
 from joulestat.reports.compare.figures import totals_figures
+from joulestat.reports.compare.groups import CompareError
 from joulestat.reports.compare.latency import latency_by_job
 from joulestat.reports.compare.setups import compare_setups
-from joulestat.reports.compare.table import CompareError
 from joulestat.store.engine import (
     StoreError,
     StoreMissingError,

@@ -57,7 +57,7 @@ def _count(text: str) -> int:
 
 def _by(text: str) -> str:
     """An argparse ``type`` for ``--by``: job, instance_type, model or label:KEY."""
-    from joulestat.reports.compare.table import CompareError, check_by
+    from joulestat.reports.compare.groups import CompareError, check_by
 
     try:
         check_by(text)
@@ -137,7 +137,8 @@ def _run(args: argparse.Namespace) -> int:
         pick_baseline,
         pick_jobs,
     )
-    from joulestat.reports.compare.table import CompareError, compare
+    from joulestat.reports.compare.groups import CompareError
+    from joulestat.reports.compare.table import compare
     from joulestat.store.engine import open_reader_engine
 
     settings = resolve(args, COMPARE_OPTIONS)
@@ -217,8 +218,8 @@ def _pooled(engine: Engine, args: argparse.Namespace, carbon: Any) -> int | None
     the same table as one record per job, seconds sooner over a fleet); None where it
     cannot (live intensity, served latency), for the per-job path."""
     from joulestat.carbon.pricing import Pricer, prices_used
+    from joulestat.reports.compare.groups import CompareError
     from joulestat.reports.compare.setups import compare_setups
-    from joulestat.reports.compare.table import CompareError
     from joulestat.reports.compare.words import few_runs
     from joulestat.store.jobs import JobFilter
 
@@ -261,7 +262,7 @@ def _nothing_to_compare(engine: Engine, args: argparse.Namespace) -> str:
 def _check_label_key(by: str, figures: Sequence[JobFigures]) -> None:
     """``--by label:KEY`` where no compared job has KEY would be one "KEY unset" row per
     setup, silently: a typo. Refused, naming the keys the jobs do have."""
-    from joulestat.reports.compare.table import label_key
+    from joulestat.reports.compare.groups import label_key
 
     key = label_key(by)
     if key is None or any(key in f.labels for f in figures):
@@ -276,7 +277,7 @@ def _by_model(engine: Engine, figures: list[JobFigures]) -> tuple[list[JobFigure
     no named model); a :class:`CompareError` on ``--by`` when none served one, rather
     than a table of nothing."""
     from joulestat.reports.compare.by_model import by_model
-    from joulestat.reports.compare.table import CompareError
+    from joulestat.reports.compare.groups import CompareError
     from joulestat.store.model_split import model_splits
 
     found = by_model(figures, model_splits(engine, [f.job_id for f in figures]))

@@ -28,7 +28,8 @@ import streamlit as st
 
 from joulestat.core import units
 from joulestat.dashboard import charts, comparison, costing, fmt, state, ui
-from joulestat.reports.compare.table import LABEL_BY, SETUP_SEPARATOR, ComparisonRow
+from joulestat.reports.compare.groups import LABEL_BY, SETUP_SEPARATOR
+from joulestat.reports.compare.table import ComparisonRow
 from joulestat.reports.compare.words import bounds_text, headline, plural, spread_text
 from joulestat.reports.idle import MIXED, policy_words
 

@@ -14,7 +14,7 @@ from sqlalchemy.engine import Engine
 
 from joulestat.reports.compare import figures
 from joulestat.reports.compare.figures import figures_for, load_job_figures, pick_jobs
-from joulestat.reports.compare.table import CompareError
+from joulestat.reports.compare.groups import CompareError
 from joulestat.store import migrate
 from joulestat.store.engine import make_engine
 from tests.helpers.agent_process import run_cli

@@ -23,11 +23,13 @@ from typing import Any
 import pytest
 from sqlalchemy.engine import Engine
 
+from joulestat.attribution.registry import Job
 from joulestat.carbon.footprint import CarbonSettings
 from joulestat.carbon.pricing import Pricer
 from joulestat.reports.compare.figures import figures_for, pick_jobs
+from joulestat.reports.compare.groups import CompareError
 from joulestat.reports.compare.setups import compare_setups
-from joulestat.reports.compare.table import CompareError, compare
+from joulestat.reports.compare.table import compare
 from joulestat.runtime import sample_store as sample
 from joulestat.store import migrate
 from joulestat.store.engine import make_engine
@@ -55,6 +57,14 @@ def _close(a: Any, b: Any, scale: float) -> bool:
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_close(a[k], b[k], scale) for k in a)
     return a == b
+
+
+def _two_nodes(engine: Engine, pair: Job, instance_type: str, gpu_j: float,
+               units: dict[str, float]) -> None:
+    """``pair`` on two new nodes of one ``instance_type``, two ticks on each: a job on
+    several nodes whose setup is a single-node setup's."""
+    for name in (f"{pair.id}-a", f"{pair.id}-b"):
+        run_job(engine, node(name, instance_type), pair, ticks=2, gpu_j=gpu_j, units=units)
 
 
 def assert_pooled_is_per_job(engine: Engine, kind: str | None, unit: str | None = None,
@@ -90,10 +100,8 @@ def test_pooled_setups_are_the_per_job_comparison(tmp_path: Path) -> None:
     run_job(engine, node("g5-2", "g5.xlarge"),
             job("j-g5-b", "bert-g5", "inference", T0 + 20_000, 1800), ticks=2,
             gpu_j=80_000.0, units={"inference": 2_000})
-    pair = job("j-g5-pair", "bert-g5-pair", "inference", T0 + 30_000, 1800)
-    for name in ("g5-3", "g5-4"):
-        run_job(engine, node(name, "g5.xlarge"), pair, ticks=2, gpu_j=70_000.0,
-                units={"inference": 1_500})
+    _two_nodes(engine, job("j-g5-pair", "bert-g5-pair", "inference", T0 + 30_000, 1800),
+               "g5.xlarge", 70_000.0, {"inference": 1_500})
     # Still running: held up to now in both paths.
     running = replace(job("j-g5-live", "bert-g5", "inference", T0 + 40_000, 0),
                       ended_s=None, agent_labels={"idle_policy": "share"})
@@ -121,10 +129,8 @@ def test_the_command_lists_a_pooled_rows_jobs_in_json(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'compare.db'}"
     fill_compare_store(url)
     engine = make_engine(url)
-    pair = job("j-g5-pair", "bert-g5-pair", "inference", T0 + 1800, 1800)
-    for name in ("g5-3", "g5-4"):
-        run_job(engine, node(name, "g5.xlarge"), pair, ticks=2, gpu_j=70_000.0,
-                units={"inference": 1_500})
+    _two_nodes(engine, job("j-g5-pair", "bert-g5-pair", "inference", T0 + 1800, 1800),
+               "g5.xlarge", 70_000.0, {"inference": 1_500})
     run_job(engine, node("g5-2", "g5.xlarge"),
             job("j-g5-b", "bert-g5", "inference", T0 + 20_000, 1800), ticks=2,
             gpu_j=80_000.0, units={"inference": 2_000})
@@ -167,10 +173,8 @@ def test_pooled_setups_on_postgresql(tmp_path: Path, pg: PostgresServer) -> None
     url = pg.create_database("compare_pools")
     fill_compare_store(url)
     engine = make_engine(url)
-    pair = job("j-p4d-pair", "resnet-pair", "training", T0 + 30_000, 1800)
-    for name in ("p4d-3", "p4d-4"):
-        run_job(engine, node(name, "p4d.24xlarge"), pair, ticks=2, gpu_j=2_000_000.0,
-                units={"sample": 90_000})
+    _two_nodes(engine, job("j-p4d-pair", "resnet-pair", "training", T0 + 30_000, 1800),
+               "p4d.24xlarge", 2_000_000.0, {"sample": 90_000})
     for kind in ("inference", "training", None):
         assert_pooled_is_per_job(engine, kind)
     engine.dispose()

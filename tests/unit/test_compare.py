@@ -14,14 +14,8 @@ import pytest
 
 from joulestat.carbon.catalog import lookup
 from joulestat.reports.compare.by_model import by_model
-from joulestat.reports.compare.table import (
-    CompareError,
-    JobFigures,
-    NodeFigures,
-    compare,
-    rebase,
-    setup_name,
-)
+from joulestat.reports.compare.groups import CompareError, setup_name
+from joulestat.reports.compare.table import JobFigures, NodeFigures, compare, rebase
 from joulestat.reports.compare.words import (
     as_json,
     format_pct,

@@ -34,8 +34,9 @@ from joulestat.carbon.pricing import JobPrice, Pricer
 from joulestat.core.tick import Component
 from joulestat.host.serving_metrics import Histogram, Latency
 from joulestat.reports.bounds import Bounds, stored_total_bounds
+from joulestat.reports.compare.groups import CompareError
 from joulestat.reports.compare.latency import job_latency, latency_by_job
-from joulestat.reports.compare.table import CompareError, JobFigures
+from joulestat.reports.compare.table import JobFigures
 from joulestat.reports.idle import job_idle_policy
 from joulestat.store.job_refs import JobRefError, resolve_job
 from joulestat.store.jobs import (
@@ -232,7 +233,7 @@ def load_job_figures(
     ``kind`` keeps one kind (training, inference, other); ``jobs`` names jobs by id,
     unique id prefix or name, in the order wanted (a name brings every run of it); with
     neither, every job by start time (see :func:`pick_jobs`, which also raises its
-    :class:`~joulestat.reports.compare.table.CompareError`). ``settings`` overrides intensity,
+    :class:`~joulestat.reports.compare.groups.CompareError`). ``settings`` overrides intensity,
     PUE, price or asks for live intensity (:class:`~joulestat.carbon.footprint.CarbonSettings`).
     """
     if jobs is None:

@@ -35,8 +35,8 @@ from joulestat.attribution.agent_labels import idle_policy_of
 from joulestat.carbon.pricing import Pricer
 from joulestat.reports.bounds import total_bounds
 from joulestat.reports.compare.figures import accelerator_names, figures_for
+from joulestat.reports.compare.groups import UNKNOWN_TYPE, setup_name
 from joulestat.reports.compare.table import (
-    UNKNOWN_TYPE,
     ComparisonTable,
     JobFigures,
     Pool,
@@ -44,7 +44,6 @@ from joulestat.reports.compare.table import (
     pool_of,
     rebase,
     row_of,
-    setup_name,
 )
 from joulestat.store.job_pools import (
     JobPools,
@@ -82,7 +81,7 @@ def compare_setups(engine: Engine, where: JobFilter, pricer: Pricer, now_s: floa
     cannot give it (live intensity, served latency), for the per-job path. Without
     ``with_ids`` a pooled row's ``job_ids`` are left empty (a page that shows no ids
     need not read 10^5 of them). Raises
-    :class:`~joulestat.reports.compare.table.CompareError` as ``compare()`` does."""
+    :class:`~joulestat.reports.compare.groups.CompareError` as ``compare()`` does."""
     if pricer.live or has_latency(engine, where):
         return None
     # A unit asked for is checked once the pools are read (a pool or a job on several

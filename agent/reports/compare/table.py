@@ -61,8 +61,9 @@ percentage. So two setups whose figures differ by less than their combined sprea
 never called different, and two setups 3x apart measured by sensors with a few percent
 of error are.
 
-Which row a job joins (by job, by setup, by a label's value or by model): pages and
-reports name a job's setup with :func:`setup_name` too. ``by="label:KEY"`` answers "what
+Which row a job joins (by job, by setup, by a label's value or by model) is
+:mod:`joulestat.reports.compare.groups`; pages and reports name a job's setup with its
+:func:`~joulestat.reports.compare.groups.setup_name` too. ``by="label:KEY"`` answers "what
 does concurrency 16 cost per request compared with 4?" directly: the rows are
 ``concurrency=1``, ``concurrency=4``, ``concurrency=16``, each pooling its jobs as an
 instance-type group does. When the jobs ran on several setups, a label row is one value
@@ -95,7 +96,6 @@ itself is per node and minute.
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -105,16 +105,23 @@ from joulestat.carbon.pricing import NodeFigures
 from joulestat.carbon.units import S_PER_HOUR
 from joulestat.core.redact import redact_labels
 from joulestat.host.serving_metrics import histogram_add
+from joulestat.reports.compare.groups import (
+    BY_CHOICES,
+    UNKNOWN_TYPE,
+    CompareError,
+    check_by,
+    find_baseline,
+    group_of,
+    setup_name,
+    split_by_setup,
+)
 from joulestat.reports.compare.latency import row_latency
 from joulestat.reports.idle import common_policy
 from joulestat.reports.sources import sources_class
 
-__all__ = ["BY_CHOICES", "CompareError", "ComparisonRow", "ComparisonTable", "JobFigures",
-           "LABEL_BY", "NAME_BY", "PER_MILLION", "PER_RUN", "PER_UNIT", "UNKNOWN_TYPE", "Pool",
-           "choose_unit_of", "pool_of", "row_of",
-           "distinguishable",
-           "check_by", "choose_unit", "compare", "find_baseline", "group_of", "label_key",
-           "pct_change", "ratio_of", "rebase", "setup_name", "split_by_setup"]
+__all__ = ["ComparisonRow", "ComparisonTable", "JobFigures", "PER_MILLION", "PER_RUN",
+           "PER_UNIT", "Pool", "choose_unit", "choose_unit_of", "compare", "distinguishable",
+           "pct_change", "pool_of", "ratio_of", "rebase", "row_of"]
 
 # -- Compare measured jobs the way published comparisons are written, from plain numb ----
 
@@ -671,135 +678,3 @@ def rebase(table: ComparisonTable, baseline: str | None = None,
         rows = [_sized(r, sla_units_per_hour) for r in rows]
     return replace(table, baseline=base.label, sla_units_per_hour=sla_units_per_hour,
                    rows=tuple(rows))
-
-
-# -- Which row of a comparison a job joins: by job, by setup, or by a label's value ----
-
-BY_CHOICES = ("job", "instance_type")
-NAME_BY = "name"  # a row per job name: its repeated runs pooled
-LABEL_BY = "label:"  # by="label:KEY": a row per value of the label KEY
-MODEL_BY = "model"  # a row per model served (JobFigures.model)
-MODEL_ROW = "model="
-UNKNOWN_TYPE = "unknown"
-SETUP_SEPARATOR = " · "  # "concurrency=1 · g5.xlarge": a label value on one setup
-# The job API's label keys (joulestat.attribution.validation.LABEL_KEY_RE), without importing jobs.
-_LABEL_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
-
-
-class CompareError(ValueError):
-    """Input :func:`~joulestat.reports.compare.table.compare` (or the loader) cannot use.
-    ``argument`` names the parameter (``by``, ``unit``, ``baseline``,
-    ``sla_units_per_hour``, ``jobs``) so a command can name its own flag."""
-
-    def __init__(self, argument: str, message: str) -> None:
-        super().__init__(message)
-        self.argument = argument
-
-
-def setup_name(instance_types: Iterable[str]) -> str:
-    """A setup's name: its distinct instance types, sorted, joined by ``+`` (an empty type
-    reads ``unknown``). Public so every page and report that names a job's setup names it
-    as the comparison groups it."""
-    return "+".join(sorted({t or UNKNOWN_TYPE for t in instance_types})) or UNKNOWN_TYPE
-
-
-def label_key(by: str) -> str | None:
-    """KEY of ``by="label:KEY"``; None for the other groupings."""
-    return by[len(LABEL_BY):] if by.startswith(LABEL_BY) else None
-
-
-def check_by(by: str) -> None:
-    """Raise :class:`CompareError` (argument ``by``) unless ``by`` is a grouping."""
-    key = label_key(by)
-    if by in (*BY_CHOICES, NAME_BY, MODEL_BY) or (key is not None and _LABEL_KEY.match(key)):
-        return
-    raise CompareError("by", f"expected one of {', '.join(BY_CHOICES)}, {NAME_BY}, "
-                       f"{MODEL_BY} or label:KEY (a label key), got {by!r}")
-
-
-def split_by_setup(jobs: Iterable[JobFigures], by: str) -> bool:
-    """Whether ``by="label:KEY"`` or ``by="name"`` rows must each be one setup: the jobs
-    ran on more than one (for ``name``: the runs of one name did; see the module's
-    docstring), unless the label names each job's
-    setup itself (``joulestat demo``'s ``setup=demo-1vcpu`` on instance type
-    ``demo-1vcpu``), when its rows are one setup each already. Never for the other
-    groupings."""
-    jobs = list(jobs)
-    if by == NAME_BY:  # a name whose runs ran on several setups
-        setups: dict[str, set[str]] = {}
-        for job in jobs:
-            setups.setdefault(job.name, set()).add(job.setup)
-        return any(len(found) > 1 for found in setups.values())
-    key = label_key(by)
-    if key is None:
-        return False
-    return (len({job.setup for job in jobs}) > 1
-            and any(job.labels.get(key) != job.setup for job in jobs))
-
-
-def group_of(job: JobFigures, by: str, per_setup: bool = False) -> str:
-    """The row a job joins: its id (``job``), its setup (``instance_type``),
-    ``KEY=value`` of its label (``label:KEY``; ``KEY unset`` without it; with
-    ``per_setup``, followed by `` · `` and its setup) or ``model=NAME`` (``model``; a
-    job given whole, not as :func:`by_model`'s part, is its own row, by id)."""
-    if by == "job":
-        return job.job_id
-    if by == MODEL_BY:
-        return job.job_id if job.model is None else f"{MODEL_ROW}{job.model}"
-    if by == NAME_BY:
-        return f"{job.name}{SETUP_SEPARATOR}{job.setup}" if per_setup else job.name
-    key = label_key(by)
-    if key is None:
-        return job.setup
-    if key not in job.labels:
-        value = f"{key} unset"
-    else:  # a row name is shown
-        value = f"{key}={redact_labels({key: job.labels[key]})[key]}"
-    return f"{value}{SETUP_SEPARATOR}{job.setup}" if per_setup else value
-
-
-def find_baseline(rows: list[ComparisonRow], baseline: str, by: str) -> int:
-    """The index of the row ``baseline`` names among ``rows`` (a job id or name for
-    ``by="job"``, else a row's group, or a label's bare value: ``4`` for
-    ``concurrency=4``); raises :class:`CompareError` (argument ``baseline``) naming the
-    rows it could have been."""
-    if by == "job":
-        found = [i for i, r in enumerate(rows) if r.job_id == baseline]
-        found = found or [i for i, r in enumerate(rows) if r.job == baseline]
-        if len(found) > 1:
-            ids = ", ".join(rows[i].job_id or "" for i in found)
-            raise CompareError("baseline", f"{len(found)} jobs are named {baseline!r} "
-                               f"(ids {ids}): give the job id")
-        known = ", ".join(sorted({r.job or "" for r in rows}))
-    else:
-        found = [i for i, r in enumerate(rows) if r.group.lower() == baseline.lower()]
-        prefix = f"{label_key(by)}=" if label_key(by) is not None else (
-            MODEL_ROW if by == MODEL_BY else None)
-        if not found and prefix is not None:  # "4" for "concurrency=4", "bert" for model=
-            found = [i for i, r in enumerate(rows) if r.group == f"{prefix}{baseline}"]
-        known = ", ".join(dict.fromkeys(r.group for r in rows))
-        if not found and label_key(by) is not None:  # a value whose rows are per setup
-            found = _one_setup(rows, [baseline, f"{prefix}{baseline}"], known)
-        if not found and by == NAME_BY:  # a name whose rows are per setup
-            found = _one_setup(rows, [baseline], known)
-    if not found:
-        what = "jobs" if by == "job" else "instance types" if by in BY_CHOICES else (
-            "models" if by == MODEL_BY else "job names" if by == NAME_BY
-            else f"values of label {label_key(by)}")
-        raise CompareError("baseline", f"{baseline!r} is none of the compared "
-                           f"{what} ({known or 'none'})")
-    return found[0]  # per-unit rows come first, so a setup present both ways is per unit
-
-
-def _one_setup(rows: list[ComparisonRow], names: list[str], known: str) -> list[int]:
-    """The row of a label value split by setup (``concurrency=1`` for ``concurrency=1 ·
-    g5.xlarge``) when one setup has it; a value on several setups names no row, since
-    picking one would pick the hardware for the reader."""
-    heads = {name.lower() + SETUP_SEPARATOR for name in names}
-    found = [i for i, r in enumerate(rows)
-             if any(r.group.lower().startswith(head) for head in heads)]
-    groups = list(dict.fromkeys(rows[i].group for i in found))
-    if len(groups) > 1:
-        raise CompareError("baseline", f"{names[0]!r} is {len(groups)} rows, one per setup "
-                           f"({', '.join(groups)}): name one of them (known: {known})")
-    return found
