@@ -489,6 +489,7 @@ def test_a_fleet_of_jobs_lists_the_newest_and_says_how_many_more(tmp_path, monke
     url = _store_of_jobs(tmp_path, 1_010, "job-{:04d}")
     at = run_page(url, "pages/jobs.py", monkeypatch)
     assert at.selectbox(key="jobs_shown").value == "newest 1,000"
+    assert at.selectbox(key="jobs_shown").options == ["newest 1,000", "newest 10,000", "all"]
     table = at.dataframe[0].value
     assert len(table) == 1_000
     assert "job-0009" not in set(table["_job_id"]) and "job-1009" in set(table["_job_id"])
