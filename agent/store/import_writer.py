@@ -49,6 +49,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from joulestat.attribution.agent_labels import merge_agent_labels
 from joulestat.store.engine import dialect_insert
+from joulestat.store.job_days import unpool
 from joulestat.store.rows import _status_update
 from joulestat.store.schema import (
     JOB_ENERGY,
@@ -196,7 +197,8 @@ def _save_job_row(connection: Connection, job: ImportedJob) -> bool:
 
 def _write_job(connection: Connection, insert: Any, job: ImportedJob,
                result: ImportResult) -> None:
-    changed = _save_job_row(connection, job)
+    changed = _save_job_row(connection, job)  # the job's row locked first, as the writer
+    unpool(connection, [job.id])  # day sums holding the job are folded again after it
     device = IMPORT_DEVICE_PREFIX + job.id
     for part in sorted(job.nodes, key=lambda p: p.node):
         if _measured_here(connection, job.id, part.node, device):

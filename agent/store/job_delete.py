@@ -43,6 +43,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from joulestat.store.engine import dialect_insert
 from joulestat.store.import_writer import IMPORT_DEVICE_PREFIX
+from joulestat.store.job_days import unpool
 from joulestat.store.jobs import part_energy_j
 from joulestat.store.schema import (
     JOB_ENERGY,
@@ -129,6 +130,7 @@ def delete_jobs(engine: Engine, job_ids: Sequence[str], force: bool = False
             .where(JOBS.c.id.in_(ids)))}
         _check(ids, found, force)
         _lock_nodes(connection, ids)
+        unpool(connection, ids)  # their days' sums go; maintain folds the rest again
         energy = part_energy_j(connection, select(JOBS.c.id).where(JOBS.c.id.in_(ids)))
         done = {}
         for job_id in ids:

@@ -12,6 +12,13 @@ nodes (their sources and accelerators) and which idle policies. Jobs on several 
 are few and are left to the per-job path (:func:`multi_node_ids`), which names their
 setup from all their nodes' types.
 
+Jobs that ended on one node and settled are already added up per node and day in the
+store (:mod:`joulestat.store.job_days`): for the days a window holds whole
+(:func:`whole_days`), their sums are read instead of their jobs, and only the other jobs
+(running, not yet settled, on a day the window cuts) are added up from their totals
+here. Both are the same kinds of sums, so each kind is read from both and added in
+Python.
+
 The sums are those of the per-job path: the same totals (settled totals plus the raw
 rows after them, :func:`joulestat.store.jobs.recent_rows`), each running job held up to
 ``now_s``. Only the order of additions differs, so a figure agrees to rounding
@@ -24,10 +31,24 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Double, Select, String, and_, case, func, literal, null, select, union_all
+from sqlalchemy import (
+    Double,
+    Select,
+    String,
+    and_,
+    case,
+    exists,
+    func,
+    literal,
+    null,
+    or_,
+    select,
+    union_all,
+)
 from sqlalchemy.engine import Engine
 
 from joulestat.core.tick import Component
+from joulestat.store.job_days import units_key
 from joulestat.store.jobs import (
     JobFilter,
     job_id_select,
@@ -36,6 +57,8 @@ from joulestat.store.jobs import (
 )
 from joulestat.store.model_split import ordinary_units
 from joulestat.store.schema import (
+    JOB_DAY_SOURCES,
+    JOB_DAY_SUMS,
     JOB_ENERGY,
     JOB_ENERGY_TOTALS,
     JOB_NODES,
@@ -147,10 +170,47 @@ def _part_sources(job_ids: Select[Any]) -> Any:
     ).cte("source_parts").prefix_with("MATERIALIZED")
 
 
+def whole_days(where: JobFilter) -> Any | None:
+    """The (node, day_s) whose day sums (:mod:`joulestat.store.job_days`) hold every job
+    there that ``where`` matches, as a common table expression: a day after ``since_s``
+    (all its jobs ended after it) whose jobs all started by ``until_s``. None when
+    ``where`` asks for what the sums do not keep (a status, node, instance type, ids, a
+    label, the newest jobs): then every job is read one by one."""
+    if (where.status, where.node, where.instance_type, where.job_ids, where.label_key,
+            where.newest) != (None,) * 6:
+        return None
+    d = JOB_DAY_SUMS.c
+    query = select(d.node, d.day_s).where(d.unit == "")
+    if where.kind is not None:
+        query = query.where(d.kind == where.kind)
+    if where.since_s is not None:
+        query = query.where(d.day_s > where.since_s)
+    query = query.group_by(d.node, d.day_s)
+    if where.until_s is not None:
+        query = query.having(func.max(d.last_created_s) <= where.until_s)
+    return query.cte("whole_days")
+
+
+def _outside(matching: Select[Any], days: Any) -> Select[Any]:
+    """``matching`` less the jobs that ``days``' sums hold: read once (a MATERIALIZED
+    common table expression) for the statement's several uses of it. Inline, PostgreSQL
+    expected nearly every job to remain, and planned the joins on them for 10^5 jobs
+    (5.3 s over 124,200, where 5,000 remained)."""
+    parts = JOB_NODES.c
+    rest = (matching.where(~exists().where(
+        parts.job_id == JOBS.c.id, parts.node == days.c.node,
+        parts.pooled_day_s == days.c.day_s))
+        .cte("outside_days").prefix_with("MATERIALIZED"))
+    return select(rest.c.id)
+
+
 def units_counted(engine: Engine, where: JobFilter) -> dict[str, int]:
     """Per unit, how many matching jobs (on any number of nodes) counted some of it:
     which unit a comparison is per when none is asked."""
     job_ids = job_id_select(where)
+    days = whole_days(where)
+    if days is not None:
+        job_ids = _outside(job_ids, days)
     raw, totals = JOB_UNITS.c, JOB_UNIT_TOTALS.c
     both = union_all(
         recent_rows(JOB_UNITS, [raw.unit], [func.sum(raw.count).label("count")], job_ids,
@@ -159,14 +219,92 @@ def units_counted(engine: Engine, where: JobFilter) -> dict[str, int]:
                     None).where(ordinary_units(totals.unit))).subquery("all_units")
     per_job = (select(both.c.job_id, both.c.unit).group_by(both.c.job_id, both.c.unit)
                .having(func.sum(both.c.count) > 0).subquery("counted"))
-    query = select(per_job.c.unit, func.count()).group_by(per_job.c.unit)
+    queries = [select(per_job.c.unit, func.count().label("jobs")).group_by(per_job.c.unit)]
+    if days is not None:
+        d = JOB_DAY_SUMS.c
+        queries.append(select(d.unit, func.sum(d.runs))
+                       .select_from(_in_days(JOB_DAY_SUMS, days, where))
+                       .where(d.unit != "", *_of_kind(JOB_DAY_SUMS, where))
+                       .group_by(d.unit))
+    found: defaultdict[str, int] = defaultdict(int)
     with engine.connect() as connection:
-        return {str(u): int(n) for u, n in connection.execute(query)}
+        for unit, jobs in connection.execute(union_all(*queries)):
+            found[str(unit)] += int(jobs)
+    return dict(found)
+
+
+def _in_days(table: Any, days: Any, where: JobFilter) -> Any:
+    return table.join(days, and_(table.c.node == days.c.node, table.c.day_s == days.c.day_s))
+
+
+def _of_kind(table: Any, where: JobFilter) -> list[Any]:
+    return [] if where.kind is None else [table.c.kind == where.kind]
 
 
 # What each branch of the one statement of job_pools() is about, its first column.
 _SUMS, _FIRST, _IDS, _REGION, _NODE, _LABELS, _NAME, _SOURCE = (
     "sums", "first", "ids", "region", "node", "labels", "name", "source")
+_NUMBER = null().cast(Double)
+_WORD = null().cast(String)
+
+
+def _branch(kind: str, key: list[Any], words: list[Any], numbers: list[Any]) -> Select[Any]:
+    """A row of the one statement: its kind, the pool's key, three words, seven numbers
+    (NULL where a kind has fewer)."""
+    return select(literal(kind, String), *key, *(words + [_WORD] * (3 - len(words))),
+                  *(numbers + [_NUMBER] * (7 - len(numbers))))
+
+
+def _first_branch(rows: Any, key: list[Any], created: Any, job_id: Any) -> Select[Any]:
+    """Per pool, the first job (earliest start, then smallest id) of ``rows``."""
+    earliest = (select(*key, func.min(created).label("first_s")).select_from(rows)
+                .group_by(*key).subquery())
+    e = earliest.c
+    return (_branch(_FIRST, key, [func.min(job_id)], [e.first_s])
+            .select_from(rows.join(earliest, and_(key[0] == e[key[0].name],
+                                                  key[1] == e[key[1].name],
+                                                  created == e.first_s)))
+            .group_by(*key, e.first_s))
+
+
+def _day_branches(days: Any, where: JobFilter, unit: str | None) -> list[Select[Any]]:
+    """The branches of :func:`job_pools` read from the day sums of ``days``: per pool
+    the rows of ``unit`` (jobs that counted it) and the per-run rows of the jobs that
+    did not; the sources of either by the units they counted."""
+    d, s = JOB_DAY_SUMS.c, JOB_DAY_SOURCES.c
+    if unit is None:
+        chosen: Any = d.unit == ""
+        source_counted: Any = literal(0)
+    else:
+        counted_it = units_key([unit])  # ",unit,": within the set of a job's units
+        chosen = or_(d.unit == unit,
+                     and_(d.unit == "", ~d.units_key.contains(counted_it, autoescape=True)))
+        source_counted = case((s.units_key.contains(counted_it, autoescape=True), 1), else_=0)
+    rows = (select(JOB_DAY_SUMS, case((d.unit != "", 1), else_=0).label("counted"))
+            .select_from(_in_days(JOB_DAY_SUMS, days, where))
+            .where(chosen, *_of_kind(JOB_DAY_SUMS, where)).subquery("day_rows"))
+    r = rows.c
+    key = [r.instance_type, r.counted]
+    sources = (select(JOB_DAY_SOURCES, source_counted.label("counted"))
+               .select_from(_in_days(JOB_DAY_SOURCES, days, where))
+               .where(*_of_kind(JOB_DAY_SOURCES, where)).subquery("day_sources"))
+    b = sources.c
+    return [
+        _branch(_SUMS, key, [], [func.sum(r.runs), func.sum(r.energy_j),
+                                 func.sum(r.accelerator_j), func.sum(r.dynamic_j),
+                                 func.sum(r.units), func.sum(r.value_sum),
+                                 func.sum(r.value_squares)]).group_by(*key),
+        _first_branch(rows, key, r.first_s, r.first_job_id),
+        _branch(_REGION, key, [r.region], [func.sum(r.energy_j), func.sum(r.held_s)]
+                ).group_by(*key, r.region),
+        _branch(_NODE, key, [r.node], [func.min(r.first_s)]).group_by(*key, r.node),
+        _branch(_LABELS, key, [r.agent_labels], []).group_by(*key, r.agent_labels),
+        _branch(_NAME, key, [r.name, r.node, r.region], [func.min(r.first_s)])
+        .group_by(*key, r.name, r.node, r.region),
+        _branch(_SOURCE, [b.instance_type, b.counted], [b.node, b.component, b.source],
+                [func.sum(b.energy_j), func.sum(b.dynamic_j)])
+        .group_by(b.instance_type, b.counted, b.node, b.component, b.source),
+    ]
 
 
 def job_pools(engine: Engine, where: JobFilter, unit: str | None, now_s: float,
@@ -174,13 +312,17 @@ def job_pools(engine: Engine, where: JobFilter, unit: str | None, now_s: float,
     """The matching single-node jobs added up per :class:`PoolKey` (see the module's
     docstring), counted per ``unit`` (None: every pool is per run), running jobs held up
     to ``now_s``; their ids too when ``with_ids`` (a row lists its jobs; 10^5 of them
-    are most of what leaves the database).
+    are most of what leaves the database; the day sums keep no ids, so then every job is
+    read one by one).
 
     One statement: the jobs' parts are read once (a common table expression) and each
     kind of sum is a branch of a ``UNION ALL`` over them, its kind in the first column
-    and the columns it does not use NULL.
+    and the columns it does not use NULL; the day sums' branches are added to it.
     """
+    days = None if with_ids else whole_days(where)
     matching = job_id_select(where)
+    if days is not None:
+        matching = _outside(matching, days)
     jobs, parts = JOBS.c, JOB_NODES.c
     sources = _part_sources(matching)
     energy = _part_energy(sources)
@@ -211,64 +353,69 @@ def job_pools(engine: Engine, where: JobFilter, unit: str | None, now_s: float,
     j = single.c
     named = single.join(JOBS, jobs.id == j.job_id)  # name and idle labels, where asked
     key = [j.instance_type, j.counted]
-    number = null().cast(Double)
-    word = null().cast(String)
-
-    def branch(kind: str, words: list[Any], numbers: list[Any]) -> Select[Any]:
-        return select(literal(kind, String), *key,
-                      *(words + [word] * (3 - len(words))),
-                      *(numbers + [number] * (7 - len(numbers))))
-
     b = sources.c
-    earliest = select(*key, func.min(j.created_s).label("first_s")).group_by(*key).subquery()
-    e = earliest.c
     branches = [
-        branch(_FIRST, [func.min(j.job_id)], [e.first_s])
-        .select_from(single.join(earliest, and_(j.instance_type == e.instance_type,
-                                                j.counted == e.counted,
-                                                j.created_s == e.first_s)))
-        .group_by(*key, e.first_s),
-        branch(_SUMS, [], [func.count(), func.sum(j.energy_j), func.sum(j.accelerator_j),
-                           func.sum(j.dynamic_j), func.sum(j.units), func.sum(j.value),
-                           func.sum(j.value * j.value)]).group_by(*key),
-        branch(_REGION, [j.region], [func.sum(j.energy_j), func.sum(j.held_s)]
-               ).group_by(*key, j.region),
-        branch(_NODE, [j.node], [func.min(j.created_s)]).group_by(*key, j.node),
-        branch(_LABELS, [jobs.agent_labels], []).select_from(named)
+        _first_branch(single, key, j.created_s, j.job_id),
+        _branch(_SUMS, key, [], [func.count(), func.sum(j.energy_j), func.sum(j.accelerator_j),
+                                 func.sum(j.dynamic_j), func.sum(j.units), func.sum(j.value),
+                                 func.sum(j.value * j.value)]).group_by(*key),
+        _branch(_REGION, key, [j.region], [func.sum(j.energy_j), func.sum(j.held_s)]
+                ).group_by(*key, j.region),
+        _branch(_NODE, key, [j.node], [func.min(j.created_s)]).group_by(*key, j.node),
+        _branch(_LABELS, key, [jobs.agent_labels], []).select_from(named)
         .group_by(*key, jobs.agent_labels),
-        branch(_NAME, [jobs.name, j.node, j.region], [func.min(j.created_s)])
+        _branch(_NAME, key, [jobs.name, j.node, j.region], [func.min(j.created_s)])
         .select_from(named).group_by(*key, jobs.name, j.node, j.region),
-        branch(_SOURCE, [b.node, b.component, b.source],
-               [func.sum(b.dynamic_j + b.idle_j), func.sum(b.dynamic_j)])
+        _branch(_SOURCE, key, [b.node, b.component, b.source],
+                [func.sum(b.dynamic_j + b.idle_j), func.sum(b.dynamic_j)])
         .select_from(sources.join(single, and_(j.job_id == b.job_id, j.node == b.node)))
         .group_by(*key, b.node, b.component, b.source),
     ]
     if with_ids:
-        branches.append(branch(_IDS, [j.job_id], [j.created_s]))
+        branches.append(_branch(_IDS, key, [j.job_id], [j.created_s]))
+    if days is not None:
+        branches += _day_branches(days, where, unit)
+    with engine.connect() as connection:
+        return _added_up(connection.execute(union_all(*branches)))
+
+
+def _added_up(rows: Any) -> JobPools:
+    """:class:`JobPools` from the statement's rows; a pool's sums from its jobs and from
+    its day sums come as rows of the same kind, and are added here."""
     result = JobPools({}, {}, defaultdict(list), defaultdict(dict), defaultdict(dict),
                       defaultdict(list), defaultdict(set), defaultdict(dict))
-    nodes: dict[PoolKey, list[tuple[float, str]]] = defaultdict(list)
-    with engine.connect() as connection:
-        for kind, itype, counted, w1, w2, w3, *n in connection.execute(union_all(*branches)):
-            pool = PoolKey(itype, bool(counted))
-            if kind == _SUMS:
-                result.sums[pool] = PoolSums(int(n[0]), *(float(v) for v in n[1:]))
-            elif kind == _FIRST:
-                result.first[pool] = (float(n[0]), w1)
-            elif kind == _IDS:
-                result.job_ids[pool].append((float(n[0]), w1))
-            elif kind == _REGION:
-                result.regions[pool][w1] = (float(n[0]), float(n[1]))
-            elif kind == _NODE:
-                nodes[pool].append((float(n[0]), w1))
-            elif kind == _LABELS:
-                result.agent_labels[pool].add(w1)
-            elif kind == _NAME:
-                result.names[pool][(w1, w2, w3)] = float(n[0])
-            else:
-                result.sources[pool][(w1, w2, w3)] = (float(n[0]), float(n[1]))
+    nodes: dict[PoolKey, dict[str, float]] = defaultdict(dict)
+    for kind, itype, counted, w1, w2, w3, *n in rows:
+        pool = PoolKey(itype, bool(counted))
+        if kind == _SUMS:
+            found = PoolSums(int(n[0]), *(float(v) for v in n[1:]))
+            before = result.sums.get(pool)
+            result.sums[pool] = found if before is None else PoolSums(
+                before.runs + found.runs,
+                *(float(getattr(before, f) + getattr(found, f))
+                  for f in PoolSums.__dataclass_fields__ if f != "runs"))
+        elif kind == _FIRST:
+            first = (float(n[0]), w1)
+            result.first[pool] = min(result.first.get(pool, first), first)
+        elif kind == _IDS:
+            result.job_ids[pool].append((float(n[0]), w1))
+        elif kind == _REGION:
+            energy_j, held_s = result.regions[pool].get(w1, (0.0, 0.0))
+            result.regions[pool][w1] = (energy_j + float(n[0]), held_s + float(n[1]))
+        elif kind == _NODE:
+            nodes[pool][w1] = min(nodes[pool].get(w1, float(n[0])), float(n[0]))
+        elif kind == _LABELS:
+            result.agent_labels[pool].add(w1)
+        elif kind == _NAME:
+            named = result.names[pool]
+            named[(w1, w2, w3)] = min(named.get((w1, w2, w3), float(n[0])), float(n[0]))
+        else:
+            energy_j, dynamic_j = result.sources[pool].get((w1, w2, w3), (0.0, 0.0))
+            result.sources[pool][(w1, w2, w3)] = (energy_j + float(n[0]),
+                                                  dynamic_j + float(n[1]))
     for listed in result.job_ids.values():
         listed.sort()
-    for pool, found in nodes.items():
-        result.nodes[pool] = [node for _first, node in sorted(found)]
+    for pool, found_nodes in nodes.items():
+        result.nodes[pool] = [node for node, _first in sorted(
+            found_nodes.items(), key=lambda item: (item[1], item[0]))]
     return result

@@ -87,6 +87,7 @@ from sqlalchemy.sql.expression import TableClause
 
 from joulestat.core.logs import LogOnce
 from joulestat.store.engine import describe_error
+from joulestat.store.job_days import fold_settled
 from joulestat.store.schema import (
     JOB_ENERGY,
     JOB_ENERGY_TOTALS,
@@ -449,6 +450,7 @@ class MaintainResult:
     job_rolled_rows: int = 0
     job_pruned_rows: int = 0
     totals_until_ms: int | None = None
+    folded_jobs: int = 0  # ended jobs added to the node's day sums (agent/store/job_days.py)
 
 
 def _minute_of(t_end_ms: Any) -> ColumnElement[int]:
@@ -509,7 +511,10 @@ def maintain_node(
         bound = min(bound, totals_until)
     pruned, job_pruned, pruned_until = prune(connection, insert, node, pruned_until, bound,
                                              partitioned)
-    return MaintainResult(rolled, pruned, pruned_until, job_rolled, job_pruned, totals_until)
+    # Ended jobs whose totals are now final join the node's day sums (job_days.py).
+    folded = fold_settled(connection, node, totals_until)
+    return MaintainResult(rolled, pruned, pruned_until, job_rolled, job_pruned, totals_until,
+                          folded)
 
 
 def _add_into(insert: Any, target: Any, names: list[str], keys: int, query: Any) -> Any:

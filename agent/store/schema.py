@@ -199,6 +199,11 @@ JOB_NODES = Table(
     _col("ended_s", Double, null=True), _col("pids", String),
     # A serving job's latency histograms on this node, JSON (migration 0008); else null.
     _col("latency", Text, null=True),
+    # The UTC day (epoch seconds) whose job_day_sums hold this part (migration 0012):
+    # set when its node's maintain pass folds an ended single-node job, NULL otherwise
+    # and again whenever the job is written to (agent/store/job_days.py).
+    _col("pooled_day_s", BigInteger, null=True),
+    Index("ix_job_nodes_node_pooled_day_s", "node", "pooled_day_s"),
 )
 # Raw per-tick shares: what one job got of one device over (t_start_ms, t_end_ms],
 # keyed like tick_energy plus job_id ('' for the unattributed remainder). The
@@ -267,6 +272,35 @@ JOB_UNIT_TOTALS = Table(
     "job_unit_totals", METADATA,
     _job_key(), _node_key(), _key("unit", String),
     _col("count", Double),
+)
+# Ended single-node jobs added up per node, UTC day of their end and what a comparison
+# by setup tells apart (migration 0012, agent/store/job_days.py): kind, instance type,
+# region, name, agent labels and which units they counted (``units_key``, ",a,b,").
+# Per such group one row with ``unit`` '' (every job, compared per run: value = energy)
+# and one per unit in units_key (value = energy per unit), each holding runs, energy,
+# held time, units, the values' sum and sum of squares, the first job and the last
+# start. Rebuilt for a (node, day) whenever a job joins or leaves it, in one transaction
+# with the parts' ``job_nodes.pooled_day_s``, so a compare over a fleet's week reads
+# these few rows instead of every job's totals (issue 28). No key: written and deleted
+# per (node, day) only.
+JOB_DAY_SUMS = Table(
+    "job_day_sums", METADATA,
+    _col("node", String), _col("day_s", BigInteger), _col("kind", String),
+    _col("instance_type", String), _col("region", String), _col("name", String),
+    _col("agent_labels", String), _col("units_key", String), _col("unit", String),
+    _col("runs", Integer), _col("energy_j", Double), _col("accelerator_j", Double),
+    _col("dynamic_j", Double), _col("held_s", Double), _col("units", Double),
+    _col("value_sum", Double), _col("value_squares", Double), _col("first_s", Double),
+    _col("first_job_id", String(JOB_ID_LENGTH)), _col("last_created_s", Double),
+    Index("ix_job_day_sums_node_day_s", "node", "day_s"),
+)
+# The same jobs' energy per component and source (what bounds a comparison's rows).
+JOB_DAY_SOURCES = Table(
+    "job_day_sources", METADATA,
+    _col("node", String), _col("day_s", BigInteger), _col("kind", String),
+    _col("instance_type", String), _col("units_key", String), _col("component", String),
+    _col("source", String), _col("energy_j", Double), _col("dynamic_j", Double),
+    Index("ix_job_day_sources_node_day_s", "node", "day_s"),
 )
 # The agent's counters at saved_s, so a restart after ``kill -9`` can attribute the
 # gap. state is JSON text; boot_id tells whether the machine rebooted since (then the

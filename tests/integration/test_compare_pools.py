@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
 
 from joulestat.attribution.registry import Job
@@ -31,9 +32,14 @@ from joulestat.reports.compare.groups import CompareError
 from joulestat.reports.compare.setups import compare_setups
 from joulestat.reports.compare.table import compare
 from joulestat.runtime import sample_store as sample
-from joulestat.store import migrate
-from joulestat.store.engine import make_engine
-from joulestat.store.jobs import JobFilter
+from joulestat.store import job_days, migrate
+from joulestat.store import rows as store_rows
+from joulestat.store.engine import dialect_insert, make_engine
+from joulestat.store.job_days import FOLD_AFTER_MS
+from joulestat.store.job_delete import delete_jobs
+from joulestat.store.jobs import JobFilter, job_totals
+from joulestat.store.maintenance import maintain_node
+from joulestat.store.schema import JOB_DAY_SUMS, JOB_NODES, NODES
 from tests.helpers.compare_store import (
     PINNED,
     SETTINGS,
@@ -69,13 +75,20 @@ def _two_nodes(engine: Engine, pair: Job, instance_type: str, gpu_j: float,
 
 def assert_pooled_is_per_job(engine: Engine, kind: str | None, unit: str | None = None,
                              settings: CarbonSettings = SETTINGS, now_s: float = NOW,
-                             **options: Any) -> None:
-    """The pooled table of the jobs of ``kind`` equals the per-job one, row by row and
-    field by field, with the same notes and instance types."""
-    figures = figures_for(engine, pick_jobs(engine, kind).refs, settings, now_s=now_s)
+                             since_s: float | None = None, until_s: float | None = None,
+                             with_ids: bool = True, **options: Any) -> None:
+    """The pooled table of the jobs of ``kind`` (in the window, when given) equals the
+    per-job one, row by row and field by field, with the same notes and instance
+    types."""
+    where = JobFilter(kind=kind, since_s=since_s, until_s=until_s)
+    refs = pick_jobs(engine, kind).refs
+    if (since_s, until_s) != (None, None):
+        wanted = {job.id for job in job_totals(engine, where)}
+        refs = [ref for ref in refs if ref.id in wanted]
+    figures = figures_for(engine, refs, settings, now_s=now_s)
     expected = compare(figures, by="instance_type", unit=unit, **options)
-    found = compare_setups(engine, JobFilter(kind=kind), Pricer(settings), now_s, unit=unit,
-                           **options)
+    found = compare_setups(engine, where, Pricer(settings), now_s, unit=unit,
+                           with_ids=with_ids, **options)
     assert found is not None
     assert found.jobs == len(figures)
     assert (found.table.by, found.table.unit, found.table.baseline) == (
@@ -83,6 +96,8 @@ def assert_pooled_is_per_job(engine: Engine, kind: str | None, unit: str | None 
     assert [r.group for r in found.table.rows] == [r.group for r in expected.rows]
     for mine, theirs in zip(found.table.rows, expected.rows, strict=True):
         got, wanted = asdict(mine), asdict(theirs)
+        if not with_ids:
+            wanted["job_ids"] = ()
         scale = abs(theirs.runs_mean_j or 0.0)  # a spread of equal runs is 0 to rounding
         for field, value in wanted.items():
             assert _close(got[field], value, scale), (theirs.group, field, got[field], value)
@@ -177,4 +192,114 @@ def test_pooled_setups_on_postgresql(tmp_path: Path, pg: PostgresServer) -> None
                "p4d.24xlarge", 2_000_000.0, {"sample": 90_000})
     for kind in ("inference", "training", None):
         assert_pooled_is_per_job(engine, kind)
+    # Folded into day sums by the nodes' maintain passes: the same tables.
+    assert _maintain_every_node(engine, NOW + 2 * 86_400) > 0
+    _assert_every_way(engine, NOW + 2 * 86_400)
+    engine.dispose()
+
+
+def _maintain_every_node(engine: Engine, now_s: float) -> int:
+    """Every node's maintain pass at ``now_s``, as its agent runs it; parts folded."""
+    insert = dialect_insert(engine)
+    with engine.connect() as connection:
+        nodes = list(connection.execute(select(NODES.c.node)).scalars())
+    folded = 0
+    for name in nodes:
+        with engine.begin() as connection:
+            folded += maintain_node(connection, insert, name, now_s, 30 * 86_400).folded_jobs
+    return folded
+
+
+def _pooled(engine: Engine) -> dict[str, int]:
+    """Per folded job, the day its sums hold it."""
+    parts = JOB_NODES.c
+    with engine.connect() as connection:
+        return {str(job_id): int(day) for job_id, day in connection.execute(
+            select(parts.job_id, parts.pooled_day_s).where(parts.pooled_day_s.is_not(None)))}
+
+
+def _assert_every_way(engine: Engine, now_s: float) -> None:
+    """Pooled is per-job for each kind and unit, over all time and over windows that
+    cut the first day (its jobs read one by one) or end before the last start."""
+    for kind in ("inference", "training", None):
+        assert_pooled_is_per_job(engine, kind, now_s=now_s, with_ids=False)
+    assert_pooled_is_per_job(engine, None, unit="inference", now_s=now_s, with_ids=False,
+                             baseline="g5.xlarge", sla_units_per_hour=100_000)
+    assert_pooled_is_per_job(engine, "training", unit="sample", now_s=now_s, with_ids=False)
+    for since_s, until_s in ((T0, None), (T0 + 4_000, None), (T0 + 7_000, None),
+                             (None, T0 + 25_000),
+                             (T0 - 86_400, now_s)):
+        assert_pooled_is_per_job(engine, None, unit="inference", now_s=now_s,
+                                 since_s=since_s, until_s=until_s, with_ids=False)
+        assert_pooled_is_per_job(engine, "training", now_s=now_s, since_s=since_s,
+                                 until_s=until_s, with_ids=False)
+
+
+def test_ended_jobs_folded_into_day_sums_compare_as_before(tmp_path: Path) -> None:
+    """Once maintain has folded the settled single-node jobs into day sums, the pooled
+    table (read from the sums for whole days, per job for the rest) is still the
+    per-job one; after a folded job is written again, and after one is deleted, too."""
+    url = f"sqlite:///{tmp_path / 'compare.db'}"
+    fill_compare_store(url)
+    engine = make_engine(url)
+    run_job(engine, node("g5-2", "g5.xlarge"),
+            job("j-g5-b", "bert-g5", "inference", T0 + 20_000, 1800), ticks=2,
+            gpu_j=80_000.0, units={"inference": 2_000})
+    run_job(engine, node("g5-2", "g5.xlarge"),
+            job("j-g5-c", "bert-g5", "inference", T0 + 90_000, 1800), ticks=2,
+            gpu_j=85_000.0, units={"inference": 2_100})
+    _two_nodes(engine, job("j-g5-pair", "bert-g5-pair", "inference", T0 + 30_000, 1800),
+               "g5.xlarge", 70_000.0, {"inference": 1_500})
+    running = replace(job("j-g5-live", "bert-g5", "inference", T0 + 40_000, 0),
+                      ended_s=None, agent_labels={"idle_policy": "share"})
+    run_job(engine, node("g5-1", "g5.xlarge"), running, ticks=3, gpu_j=60_000.0,
+            units={"inference": 900})
+    now_s = T0 + 3 * 86_400
+    # Not yet: j-g5-b (on g5-2) ended less than FOLD_AFTER_MS before the boundary.
+    assert _maintain_every_node(engine, T0 + 21_800 + FOLD_AFTER_MS / 1000) > 0
+    assert "j-g5" in _pooled(engine) and "j-g5-b" not in _pooled(engine)
+    # A pass folds at most MAX_FOLD_PARTS parts of a node, the earliest ended first;
+    # the next passes the rest.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(job_days, "MAX_FOLD_PARTS", 1)
+        _maintain_every_node(engine, now_s)
+        assert "j-g5-b" in _pooled(engine) and "j-g5-c" not in _pooled(engine)
+        while _maintain_every_node(engine, now_s):
+            pass
+    pooled = _pooled(engine)
+    # Ended single-node jobs only, on the UTC day they ended; on two days.
+    assert "j-g5-live" not in pooled and "j-g5-pair" not in pooled
+    assert "j-dist" not in pooled  # on two nodes
+    assert {"j-g5", "j-inf2", "j-g5-b", "j-g5-c"} <= pooled.keys()
+    assert len(set(pooled.values())) == 2
+    assert all(day % 86_400 == 0 for day in pooled.values())
+    _assert_every_way(engine, now_s)
+    # A folded job written again leaves its day's sums, which the next pass rebuilds.
+    writer_job = job("j-g5-b", "bert-g5", "inference", T0 + 20_000, 1800)
+    run_job(engine, node("g5-2", "g5.xlarge"), replace(writer_job, labels={"try": "2"}),
+            ticks=0, gpu_j=0.0)
+    assert "j-g5-b" not in _pooled(engine)
+    _assert_every_way(engine, now_s)
+    assert _maintain_every_node(engine, now_s + 600) > 0
+    assert "j-g5-b" in _pooled(engine)
+    # A folded job that gains a part on another node in a transaction that could not
+    # see the fold (here: its writer's unpool skipped) leaves the sums at the next pass.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(store_rows, "unpool", lambda *_args: 0)
+        run_job(engine, node("g5-3", "g5.xlarge"),
+                job("j-g5-c", "bert-g5", "inference", T0 + 90_000, 1800), ticks=1,
+                gpu_j=10_000.0, units={"inference": 100})
+    assert "j-g5-c" in _pooled(engine)
+    _maintain_every_node(engine, now_s + 900)
+    assert "j-g5-c" not in _pooled(engine)
+    _assert_every_way(engine, now_s)
+    # Deleting a folded job takes its day's sums apart too.
+    delete_jobs(engine, ["j-inf2"])
+    _assert_every_way(engine, now_s)
+    _maintain_every_node(engine, now_s + 1200)
+    _assert_every_way(engine, now_s)
+    with engine.connect() as connection:
+        runs = connection.execute(select(func.sum(JOB_DAY_SUMS.c.runs))
+                                  .where(JOB_DAY_SUMS.c.unit == "")).scalar()
+    assert runs == len(_pooled(engine))
     engine.dispose()

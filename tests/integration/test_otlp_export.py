@@ -138,10 +138,13 @@ def test_the_export_equals_the_scrape_of_the_same_tick(tmp_path: Path, protocol:
     finally:
         child.kill()
         child.wait()
-    # The figures are the node's and the job's, not zeros that happen to agree.
-    for _tick, figures in matched:
-        assert 0.5 * POWER_W < figures.node_power_w < 1.5 * POWER_W, figures
-        assert figures.job_energy_j > 0
+    # The figures are the node's and the job's, not zeros that happen to agree. A tick
+    # on a loaded machine may see the fake counter stand still (its driver thread not
+    # run): power 0 there, equal in both; the others carry the driven power.
+    assert all(figures.job_energy_j > 0 and figures.node_power_w >= 0
+               for _tick, figures in matched), matched
+    assert any(0.5 * POWER_W < figures.node_power_w < 1.5 * POWER_W
+               for _tick, figures in matched), matched
     assert last.resource["service.name"] == "joulestat-agent"
     assert last.resource["host.name"] == "n1"
     assert last.headers["x-tenant"] == "energy"
