@@ -10,7 +10,9 @@ each ``--job-hours`` long, started in a staggered way, so the fleet holds about
 ``nodes x jobs x days x 24 / job-hours`` jobs. Then prints, for the Overview, Jobs, Job
 detail and Compare pages (Streamlit's AppTest, as benchmarks/dashboard.py), the server
 time of a run with the query cache emptied (cold) and of a rerun (warm), median of
-``--runs``; and the time of ``joulestat compare`` over every job of the fleet.
+``--runs``; and the time of ``joulestat compare`` over every job of the fleet. Says
+how many ended jobs the maintain passes folded into day sums (agent/store/job_days.py),
+which is what comparisons read of them.
 
 The issue's (28) scale is 1,000 nodes x 7 days x 50 jobs at 1 s ticks; ``--tick`` (60 s
 by default) keeps the fill within reach of one machine: the job tables and totals do not
@@ -161,6 +163,20 @@ def fill(url: str, nodes: int, days: float, jobs: int, tick_s: float, job_hours:
           + ", ".join(f"{t} {n:,}" for t, n in counts.items()))
 
 
+def print_folded(url: str) -> None:
+    """How many ended jobs the nodes' maintain passes folded into day sums (migration
+    0012: what a comparison reads as a few rows per node and day), in how many rows, and
+    how many jobs a comparison still reads one by one."""
+    engine = make_engine(url)
+    with engine.connect() as connection:
+        folded, jobs, rows = connection.execute(text(
+            "SELECT (SELECT count(*) FROM job_nodes WHERE pooled_day_s IS NOT NULL), "
+            "(SELECT count(*) FROM jobs), (SELECT count(*) FROM job_day_sums)")).one()
+    engine.dispose()
+    print(f"day sums: {folded:,} of {jobs:,} jobs folded into {rows:,} rows; "
+          f"{jobs - folded:,} read one by one (running, not yet settled, on several nodes)")
+
+
 @contextlib.contextmanager
 def store(url: str | None) -> Iterator[str]:
     if url:
@@ -202,6 +218,7 @@ def main() -> int:
     logging.basicConfig(level=logging.WARNING)
     with store(args.db) as url:
         fill(url, args.nodes, args.days, args.jobs, args.tick, args.job_hours, args.maintain)
+        print_folded(url)
         os.environ["JOULESTAT_DB"] = url
         logging.disable(logging.WARNING)  # AppTest's "missing ScriptRunContext" chatter
         pages = (("Overview", "pages/overview.py", {}), ("Jobs", "pages/jobs.py", {}),
