@@ -204,6 +204,23 @@ def _outside(matching: Select[Any], days: Any) -> Select[Any]:
     return select(rest.c.id)
 
 
+def _mostly_folded(engine: Engine, days: Any, where: JobFilter) -> bool:
+    """Whether the jobs ``days``' sums hold outnumber the parts no sum holds (a few
+    thousand rows of each kind to count). Setting the folded jobs aside costs the rest a
+    step of its own (:func:`_outside`); where most jobs are running (a fleet's first
+    hours) it cost more than the folded ones saved (3.5 against 2.9 s over 50,000
+    running jobs), so then every job is read one by one, as before the day sums."""
+    d, parts = JOB_DAY_SUMS.c, JOB_NODES.c
+    folded = (select(func.coalesce(func.sum(d.runs), 0))
+              .select_from(_in_days(JOB_DAY_SUMS, days, where))
+              .where(d.unit == "", *_of_kind(JOB_DAY_SUMS, where)).scalar_subquery())
+    unfolded = (select(func.count()).select_from(JOB_NODES)
+                .where(parts.pooled_day_s.is_(None)).scalar_subquery())
+    with engine.connect() as connection:
+        found, rest = connection.execute(select(folded, unfolded)).one()
+    return int(found) > 0 and int(found) >= int(rest)
+
+
 def units_counted(engine: Engine, where: JobFilter) -> dict[str, int]:
     """Per unit, how many matching jobs (on any number of nodes) counted some of it:
     which unit a comparison is per when none is asked."""
@@ -320,6 +337,8 @@ def job_pools(engine: Engine, where: JobFilter, unit: str | None, now_s: float,
     and the columns it does not use NULL; the day sums' branches are added to it.
     """
     days = None if with_ids else whole_days(where)
+    if days is not None and not _mostly_folded(engine, days, where):
+        days = None
     matching = job_id_select(where)
     if days is not None:
         matching = _outside(matching, days)
