@@ -212,7 +212,7 @@ def _mostly_folded(engine: Engine, days: Any, where: JobFilter) -> bool:
     running jobs), so then every job is read one by one, as before the day sums."""
     d, parts = JOB_DAY_SUMS.c, JOB_NODES.c
     folded = (select(func.coalesce(func.sum(d.runs), 0))
-              .select_from(_in_days(JOB_DAY_SUMS, days, where))
+              .select_from(_in_days(JOB_DAY_SUMS, days))
               .where(d.unit == "", *_of_kind(JOB_DAY_SUMS, where)).scalar_subquery())
     unfolded = (select(func.count()).select_from(JOB_NODES)
                 .where(parts.pooled_day_s.is_(None)).scalar_subquery())
@@ -240,7 +240,7 @@ def units_counted(engine: Engine, where: JobFilter) -> dict[str, int]:
     if days is not None:
         d = JOB_DAY_SUMS.c
         queries.append(select(d.unit, func.sum(d.runs))
-                       .select_from(_in_days(JOB_DAY_SUMS, days, where))
+                       .select_from(_in_days(JOB_DAY_SUMS, days))
                        .where(d.unit != "", *_of_kind(JOB_DAY_SUMS, where))
                        .group_by(d.unit))
     found: defaultdict[str, int] = defaultdict(int)
@@ -250,11 +250,13 @@ def units_counted(engine: Engine, where: JobFilter) -> dict[str, int]:
     return dict(found)
 
 
-def _in_days(table: Any, days: Any, where: JobFilter) -> Any:
+def _in_days(table: Any, days: Any) -> Any:
+    """``table`` (day sums or their sources) on the (node, day) of ``days``."""
     return table.join(days, and_(table.c.node == days.c.node, table.c.day_s == days.c.day_s))
 
 
 def _of_kind(table: Any, where: JobFilter) -> list[Any]:
+    """Its rows of the kind ``where`` asks for (all, when none)."""
     return [] if where.kind is None else [table.c.kind == where.kind]
 
 
@@ -298,12 +300,12 @@ def _day_branches(days: Any, where: JobFilter, unit: str | None) -> list[Select[
                      and_(d.unit == "", ~d.units_key.contains(counted_it, autoescape=True)))
         source_counted = case((s.units_key.contains(counted_it, autoescape=True), 1), else_=0)
     rows = (select(JOB_DAY_SUMS, case((d.unit != "", 1), else_=0).label("counted"))
-            .select_from(_in_days(JOB_DAY_SUMS, days, where))
+            .select_from(_in_days(JOB_DAY_SUMS, days))
             .where(chosen, *_of_kind(JOB_DAY_SUMS, where)).subquery("day_rows"))
     r = rows.c
     key = [r.instance_type, r.counted]
     sources = (select(JOB_DAY_SOURCES, source_counted.label("counted"))
-               .select_from(_in_days(JOB_DAY_SOURCES, days, where))
+               .select_from(_in_days(JOB_DAY_SOURCES, days))
                .where(*_of_kind(JOB_DAY_SOURCES, where)).subquery("day_sources"))
     b = sources.c
     return [

@@ -107,21 +107,26 @@ def assert_pooled_is_per_job(engine: Engine, kind: str | None, unit: str | None 
                                                  for n in f.nodes}))
 
 
-def test_pooled_setups_are_the_per_job_comparison(tmp_path: Path) -> None:
+def _mixed_store(tmp_path: Path) -> Engine:
+    """The compare store, plus two g5 jobs on one node each and one on two g5 nodes (all
+    one setup, g5.xlarge), and a g5 job still running (held up to now in both paths)."""
     url = f"sqlite:///{tmp_path / 'compare.db'}"
     fill_compare_store(url)
     engine = make_engine(url)
-    # Two g5 jobs on one node each, and one on two g5 nodes: all one setup, g5.xlarge.
     run_job(engine, node("g5-2", "g5.xlarge"),
             job("j-g5-b", "bert-g5", "inference", T0 + 20_000, 1800), ticks=2,
             gpu_j=80_000.0, units={"inference": 2_000})
     _two_nodes(engine, job("j-g5-pair", "bert-g5-pair", "inference", T0 + 30_000, 1800),
                "g5.xlarge", 70_000.0, {"inference": 1_500})
-    # Still running: held up to now in both paths.
     running = replace(job("j-g5-live", "bert-g5", "inference", T0 + 40_000, 0),
                       ended_s=None, agent_labels={"idle_policy": "share"})
     run_job(engine, node("g5-1", "g5.xlarge"), running, ticks=3, gpu_j=60_000.0,
             units={"inference": 900})
+    return engine
+
+
+def test_pooled_setups_are_the_per_job_comparison(tmp_path: Path) -> None:
+    engine = _mixed_store(tmp_path)
     for kind in ("inference", "training", None):
         assert_pooled_is_per_job(engine, kind)
     assert_pooled_is_per_job(engine, None, unit="inference", baseline="inf2.xlarge",
@@ -248,21 +253,10 @@ def test_ended_jobs_folded_into_day_sums_compare_as_before(tmp_path: Path) -> No
     """Once maintain has folded the settled single-node jobs into day sums, the pooled
     table (read from the sums for whole days, per job for the rest) is still the
     per-job one; after a folded job is written again, and after one is deleted, too."""
-    url = f"sqlite:///{tmp_path / 'compare.db'}"
-    fill_compare_store(url)
-    engine = make_engine(url)
-    run_job(engine, node("g5-2", "g5.xlarge"),
-            job("j-g5-b", "bert-g5", "inference", T0 + 20_000, 1800), ticks=2,
-            gpu_j=80_000.0, units={"inference": 2_000})
+    engine = _mixed_store(tmp_path)
     run_job(engine, node("g5-2", "g5.xlarge"),
             job("j-g5-c", "bert-g5", "inference", T0 + 90_000, 1800), ticks=2,
             gpu_j=85_000.0, units={"inference": 2_100})
-    _two_nodes(engine, job("j-g5-pair", "bert-g5-pair", "inference", T0 + 30_000, 1800),
-               "g5.xlarge", 70_000.0, {"inference": 1_500})
-    running = replace(job("j-g5-live", "bert-g5", "inference", T0 + 40_000, 0),
-                      ended_s=None, agent_labels={"idle_policy": "share"})
-    run_job(engine, node("g5-1", "g5.xlarge"), running, ticks=3, gpu_j=60_000.0,
-            units={"inference": 900})
     now_s = T0 + 3 * 86_400
     # Not yet: j-g5-b (on g5-2) ended less than FOLD_AFTER_MS before the boundary.
     assert _maintain_every_node(engine, T0 + 21_800 + FOLD_AFTER_MS / 1000) > 0
