@@ -83,13 +83,13 @@ def unpool(connection: Connection, job_ids: Sequence[str]) -> int:
     pooled = (select(parts.node, parts.pooled_day_s)
               .where(one_of(parts.job_id, list(job_ids)), parts.pooled_day_s.is_not(None))
               .distinct())
-    if not connection.execute(pooled).first():
+    found = connection.execute(pooled).all()
+    if not found:
         return 0  # the usual case: no lock taken
     # Their nodes' rows, in node order, as a maintain pass locks its node before it
     # folds (PostgreSQL; SQLite has one writer); then the days, as they are now.
     connection.execute(
-        select(NODES.c.node).where(NODES.c.node.in_(sorted({
-            str(row.node) for row in connection.execute(pooled)})))
+        select(NODES.c.node).where(NODES.c.node.in_(sorted({str(n) for n, _day in found})))
         .order_by(NODES.c.node).with_for_update()).all()
     days = connection.execute(pooled).all()
     for node, day_s in days:
@@ -109,13 +109,10 @@ def fold_settled(connection: Connection, node: str, totals_until_ms: int | None)
     """Fold ``node``'s settled parts into its day sums (see the module's docstring):
     ended single-node jobs whose end is :data:`FOLD_AFTER_MS` or more before the node's
     totals boundary and that no sum holds yet (at most :data:`MAX_FOLD_PARTS`), added
-    to the day each ended on.
-    Runs in the node's maintain transaction; returns how many parts it folded."""
+    to the day each ended on. Runs in the node's maintain transaction, which holds the
+    node's row (one fold of a node at once); returns how many parts it folded."""
     if totals_until_ms is None:
         return 0
-    # The node's row locked (a maintain pass has it already): one fold of a node at once.
-    connection.execute(select(NODES.c.node).where(NODES.c.node == node)
-                       .with_for_update()).all()
     parts, jobs = JOB_NODES.c, JOBS.c
     other = JOB_NODES.alias("other_parts")
     # A job that gained a part on another node while a recent pass folded it (another

@@ -204,6 +204,13 @@ def _outside(matching: Select[Any], days: Any) -> Select[Any]:
     return select(rest.c.id)
 
 
+def _days_to_read(engine: Engine, where: JobFilter) -> Any | None:
+    """:func:`whole_days` where reading their sums pays (:func:`_mostly_folded`), else
+    None: the one decision :func:`job_pools` and :func:`units_counted` both take."""
+    days = whole_days(where)
+    return days if days is not None and _mostly_folded(engine, days, where) else None
+
+
 def _mostly_folded(engine: Engine, days: Any, where: JobFilter) -> bool:
     """Whether the jobs ``days``' sums hold outnumber the parts no sum holds (a few
     thousand rows of each kind to count). Setting the folded jobs aside costs the rest a
@@ -225,7 +232,7 @@ def units_counted(engine: Engine, where: JobFilter) -> dict[str, int]:
     """Per unit, how many matching jobs (on any number of nodes) counted some of it:
     which unit a comparison is per when none is asked."""
     job_ids = job_id_select(where)
-    days = whole_days(where)
+    days = _days_to_read(engine, where)
     if days is not None:
         job_ids = _outside(job_ids, days)
     raw, totals = JOB_UNITS.c, JOB_UNIT_TOTALS.c
@@ -338,9 +345,7 @@ def job_pools(engine: Engine, where: JobFilter, unit: str | None, now_s: float,
     kind of sum is a branch of a ``UNION ALL`` over them, its kind in the first column
     and the columns it does not use NULL; the day sums' branches are added to it.
     """
-    days = None if with_ids else whole_days(where)
-    if days is not None and not _mostly_folded(engine, days, where):
-        days = None
+    days = None if with_ids else _days_to_read(engine, where)
     matching = job_id_select(where)
     if days is not None:
         matching = _outside(matching, days)

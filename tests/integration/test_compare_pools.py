@@ -277,6 +277,9 @@ def test_ended_jobs_folded_into_day_sums_compare_as_before(tmp_path: Path) -> No
     assert {"j-g5", "j-inf2", "j-g5-b", "j-g5-c"} <= pooled.keys()
     assert len(set(pooled.values())) == 2
     assert all(day % 86_400 == 0 for day in pooled.values())
+    with engine.connect() as connection:  # units_key as docs/store.md writes it
+        keys = set(connection.execute(select(JOB_DAY_SUMS.c.units_key)).scalars())
+    assert {",inference,", ","} <= keys
     _assert_every_way(engine, now_s)
     # A folded job written again leaves its day's sums, which the next pass rebuilds.
     writer_job = job("j-g5-b", "bert-g5", "inference", T0 + 20_000, 1800)
