@@ -53,6 +53,7 @@ from joulestat.devices.sensor import DeviceInfo  # noqa: E402
 from joulestat.host.identity import NodeInfo  # noqa: E402
 from joulestat.store import migrate  # noqa: E402
 from joulestat.store.engine import make_engine  # noqa: E402
+from joulestat.store.job_days import RUNNING_DAY_S  # noqa: E402
 from joulestat.store.maintenance import ensure_partitions  # noqa: E402
 from joulestat.store.writer import StoreWriter  # noqa: E402
 
@@ -165,16 +166,20 @@ def fill(url: str, nodes: int, days: float, jobs: int, tick_s: float, job_hours:
 
 def print_folded(url: str) -> None:
     """How many ended jobs the nodes' maintain passes folded into day sums (migration
-    0012: what a comparison reads as a few rows per node and day), in how many rows, and
-    how many jobs a comparison still reads one by one."""
+    0012: what a comparison reads as a few rows per node and day), how many running ones
+    into their node's running sums (``RUNNING_DAY_S``, as of its totals boundary), in how
+    many rows, and how many jobs a comparison still reads one by one."""
     engine = make_engine(url)
     with engine.connect() as connection:
-        folded, jobs, rows = connection.execute(text(
+        folded, running, jobs, rows = connection.execute(text(
             "SELECT (SELECT count(*) FROM job_nodes WHERE pooled_day_s IS NOT NULL), "
-            "(SELECT count(*) FROM jobs), (SELECT count(*) FROM job_day_sums)")).one()
+            "(SELECT count(*) FROM job_nodes WHERE pooled_day_s = :running), "
+            "(SELECT count(*) FROM jobs), (SELECT count(*) FROM job_day_sums)"),
+            {"running": RUNNING_DAY_S}).one()
     engine.dispose()
-    print(f"day sums: {folded:,} of {jobs:,} jobs folded into {rows:,} rows; "
-          f"{jobs - folded:,} read one by one (running, not yet settled, on several nodes)")
+    print(f"day sums: {folded - running:,} ended and {running:,} running of {jobs:,} jobs "
+          f"folded into {rows:,} rows; {jobs - folded:,} read one by one (ended in the last "
+          "minutes, started since the last maintain pass, on several nodes)")
 
 
 @contextlib.contextmanager

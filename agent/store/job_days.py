@@ -15,6 +15,13 @@ component and source their energy. A comparison reads those rows for the days it
 window holds whole, and the other jobs (running, not yet settled, on several nodes, on
 a day the window cuts) one by one as before.
 
+Running single-node jobs are kept the same way, as of their node's totals boundary: each
+maintain pass rebuilds the node's rows of :data:`RUNNING_DAY_S`, a day after every real
+one, from the running parts with something settled (:func:`fold_running`), their energy
+and units the totals up to the boundary and their held time up to it. That is what a
+fleet comparison counts of a running job (:mod:`joulestat.store.job_pools`), so over
+50,000 running jobs it reads a few thousand rows instead of every job's totals.
+
 What keeps the sums true: a (node, day)'s rows change only in the transaction that
 marks or unmarks its parts (a fold adds exactly the parts it marks); and whatever
 writes a job (the agent's writer, an import, a delete) first calls :func:`unpool` on it
@@ -38,6 +45,7 @@ from joulestat.store.jobs import part_energy_by_source, part_units
 from joulestat.store.schema import (
     JOB_DAY_SOURCES,
     JOB_DAY_SUMS,
+    JOB_ENERGY_TOTALS,
     JOB_NODES,
     JOBS,
     MINUTE_MS,
@@ -57,6 +65,9 @@ DAY_S = 86_400
 MAX_FOLD_PARTS = 20_000
 # How many days back a maintain pass looks for folded jobs that gained another node.
 RECHECK_DAYS = 2
+# The day that holds a node's running parts (:func:`fold_running`): after every real day,
+# so that a window's ``since`` never cuts it (a running job matches every ``since``).
+RUNNING_DAY_S = 2**53
 # Parts marked or read per statement (SQLite's bound parameters are limited).
 _CHUNK = 5_000
 
@@ -145,6 +156,41 @@ def fold_settled(connection: Connection, node: str, totals_until_ms: int | None)
     return len(settled)
 
 
+def fold_running(connection: Connection, node: str, totals_until_ms: int | None) -> int:
+    """Rebuild ``node``'s sums of :data:`RUNNING_DAY_S`: its running single-node jobs
+    that have settled totals, counted up to the node's totals boundary (energy and units
+    from the totals, held time up to the boundary). Runs in the node's maintain pass,
+    after the boundary moved and :func:`fold_settled`; only the parts that started or
+    stopped running since the last pass are marked or unmarked. Returns how many parts
+    the rows hold."""
+    if totals_until_ms is None:
+        return 0
+    parts, totals = JOB_NODES.c, JOB_ENERGY_TOTALS.c
+    other = JOB_NODES.alias("other_parts")
+    wanted = {str(job_id) for job_id in connection.execute(
+        select(parts.job_id).where(
+            parts.node == node, parts.ended_s.is_(None),
+            parts.pooled_day_s.is_(None) | (parts.pooled_day_s == RUNNING_DAY_S),
+            ~exists().where(other.c.job_id == parts.job_id, other.c.node != parts.node),
+            exists().where(totals.job_id == parts.job_id, totals.node == parts.node))
+    ).scalars()}
+    marked = {str(job_id) for job_id in connection.execute(
+        select(parts.job_id).where(parts.node == node, parts.pooled_day_s == RUNNING_DAY_S)
+    ).scalars()}
+    _clear(connection, node, RUNNING_DAY_S)
+    for ids, day_s in ((sorted(marked - wanted), None), (sorted(wanted - marked),
+                                                         RUNNING_DAY_S)):
+        for start in range(0, len(ids), _CHUNK):
+            connection.execute(
+                update(JOB_NODES)
+                .where(parts.node == node, one_of(parts.job_id, ids[start:start + _CHUNK]))
+                .values(pooled_day_s=day_s))
+    if wanted:
+        add_to_day(connection, node, RUNNING_DAY_S, sorted(wanted),
+                   held_until_s=totals_until_ms / 1000)
+    return len(wanted)
+
+
 @dataclass
 class _Group:
     """One row of ``job_day_sums`` being added up."""
@@ -192,13 +238,15 @@ class _Day:
         total[1] += dynamic_j
 
 
-def add_to_day(connection: Connection, node: str, day_s: int, job_ids: Sequence[str]) -> None:
+def add_to_day(connection: Connection, node: str, day_s: int, job_ids: Sequence[str],
+               held_until_s: float | None = None) -> None:
     """Add the parts of ``job_ids`` on ``node`` (marked with ``day_s``) to the (node,
     day)'s sums: their rows are read, added to, and written back. A maintain pass adds
-    the few jobs that ended since the last, not the whole day again."""
+    the few jobs that ended since the last, not the whole day again. A running part is
+    held up to ``held_until_s`` (its node's totals boundary)."""
     day = _stored(connection, node, day_s)
     for start in range(0, len(job_ids), _CHUNK):
-        _add_parts(connection, node, list(job_ids[start:start + _CHUNK]), day)
+        _add_parts(connection, node, list(job_ids[start:start + _CHUNK]), day, held_until_s)
     _clear(connection, node, day_s)
     if day.sums:
         connection.execute(JOB_DAY_SUMS.insert(), [
@@ -238,9 +286,11 @@ def _stored(connection: Connection, node: str, day_s: int) -> _Day:
     return day
 
 
-def _add_parts(connection: Connection, node: str, ids: list[str], day: _Day) -> None:
+def _add_parts(connection: Connection, node: str, ids: list[str], day: _Day,
+               held_until_s: float | None) -> None:
     """Add the parts of ``ids`` on ``node`` to ``day``: each job's energy, held time and
-    units (its totals, and the raw rows after them, as every reader takes them)."""
+    units (its totals, and the raw rows after them if it ended, as a fleet comparison
+    takes them; a running part up to its totals and ``held_until_s``)."""
     parts, jobs = JOB_NODES.c, JOBS.c
     held = connection.execute(
         select(parts.job_id, parts.instance_type, parts.region, parts.started_s,
@@ -250,13 +300,14 @@ def _add_parts(connection: Connection, node: str, ids: list[str], day: _Day) -> 
     energy: defaultdict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
     by_source: defaultdict[str, dict[tuple[str, str], tuple[float, float]]] = defaultdict(dict)
     for (job_id, _node, component, source), (dynamic_j, idle_j) in (
-            part_energy_by_source(connection, ids, node).items()):
+            part_energy_by_source(connection, ids, node, ended_only=True).items()):
         total = energy[job_id]
         total[0] += dynamic_j + idle_j
         total[1] += (dynamic_j + idle_j) if component == Component.ACCELERATOR else 0.0
         total[2] += dynamic_j
         by_source[job_id][(component, source)] = (dynamic_j + idle_j, dynamic_j)
-    counts = part_units(connection, select(JOBS.c.id).where(one_of(JOBS.c.id, ids)), node)
+    counts = part_units(connection, select(JOBS.c.id).where(one_of(JOBS.c.id, ids)), node,
+                        ended_only=True)
     for row in held:
         job_id = str(row.job_id)
         energy_j, accelerator_j, dynamic_j = energy[job_id]
@@ -264,7 +315,8 @@ def _add_parts(connection: Connection, node: str, ids: list[str], day: _Day) -> 
                  if count > 0}
         counted = units_key(list(units))
         created_s = float(row.created_s)
-        held_s = max(float(row.ended_s) - float(row.started_s), 0.0)
+        until_s = row.ended_s if row.ended_s is not None else held_until_s
+        held_s = max(float(until_s) - float(row.started_s), 0.0) if until_s is not None else 0.0
         for unit, count in [("", None), *sorted(units.items())]:
             value = energy_j if count is None else energy_j / count
             key = (row.kind, row.instance_type, row.region, row.name, row.agent_labels,

@@ -78,9 +78,12 @@ def _job_in(column: Any, job_ids: Select[Any] | Sequence[str]) -> ColumnElement[
 
 def recent_rows(table: Any, keys: list[Any], sums: list[Any],
                 job_ids: Select[Any] | Sequence[str] | None, node: str | None,
-                name: str = "parts") -> Select[Any]:
+                name: str = "parts", ended_only: bool = False) -> Select[Any]:
     """The raw rows of ``table`` that each (job, node) part has after its node's totals
-    boundary: ``sums`` per job, node and ``keys``.
+    boundary: ``sums`` per job, node and ``keys``. With ``ended_only``, only the parts
+    that ended: a fleet comparison counts a running part up to the boundary
+    (:mod:`joulestat.store.job_pools`), which spares it the raw windows of every
+    running job, most of a busy fleet's recent rows.
 
     The parts are a MATERIALIZED common table expression so that SQLite (which keeps no
     statistics) loops over them and seeks each part's few recent rows by primary key;
@@ -94,6 +97,8 @@ def recent_rows(table: Any, keys: list[Any], sums: list[Any],
         parts = parts.where(_job_in(JOB_NODES.c.job_id, job_ids))
     if node is not None:
         parts = parts.where(JOB_NODES.c.node == node)
+    if ended_only:
+        parts = parts.where(JOB_NODES.c.ended_s.is_not(None))
     cte = parts.cte(name).prefix_with("MATERIALIZED")
     rows = table.c
     # Every part's boundary is at or after the earliest node's: said as a bound of its
@@ -138,17 +143,19 @@ def part_energy(
     return energy
 
 
-def part_energy_by_source(connection: Connection, job_ids: Sequence[str], node: str | None
+def part_energy_by_source(connection: Connection, job_ids: Sequence[str], node: str | None,
+                          ended_only: bool = False
                           ) -> dict[tuple[str, str, str, str], tuple[float, float]]:
     """Per (job, node, component, source): (dynamic, idle) joules, the job totals (kept
-    by source since migration 0010) plus the raw shares after them: what a figure's
-    provenance and bounds are made of, read like the job lists' energy, never through
-    the job minutes."""
+    by source since migration 0010) plus the raw shares after them (of ended parts only,
+    with ``ended_only``: see :func:`recent_rows`): what a figure's provenance and bounds
+    are made of, read like the job lists' energy, never through the job minutes."""
     raw, totals = JOB_ENERGY.c, JOB_ENERGY_TOTALS.c
     wanted = list(job_ids)
     query = union_all(
         recent_rows(JOB_ENERGY, [raw.component, raw.source],
-                     [func.sum(raw.dynamic_j), func.sum(raw.idle_j)], wanted, node),
+                     [func.sum(raw.dynamic_j), func.sum(raw.idle_j)], wanted, node,
+                     ended_only=ended_only),
         totals_rows(JOB_ENERGY_TOTALS, [totals.component, totals.source, totals.dynamic_j,
                                     totals.idle_j], wanted, node))
     found: defaultdict[tuple[str, str, str, str], tuple[float, float]] = defaultdict(
@@ -187,12 +194,15 @@ def part_energy_j(connection: Connection, job_ids: Select[Any]
     return energy
 
 
-def part_units(connection: Connection, job_ids: Select[Any] | None, node: str | None) -> Units:
-    """Per (job, node, unit): the unit totals plus the raw counts after them; plain
-    units only (per-model keys are :mod:`joulestat.store.model_split`'s)."""
+def part_units(connection: Connection, job_ids: Select[Any] | None, node: str | None,
+               ended_only: bool = False) -> Units:
+    """Per (job, node, unit): the unit totals plus the raw counts after them (of ended
+    parts only, with ``ended_only``); plain units only (per-model keys are
+    :mod:`joulestat.store.model_split`'s)."""
     units, totals = JOB_UNITS.c, JOB_UNIT_TOTALS.c
     query = union_all(
-        recent_rows(JOB_UNITS, [units.unit], [func.sum(units.count)], job_ids, node)
+        recent_rows(JOB_UNITS, [units.unit], [func.sum(units.count)], job_ids, node,
+                    ended_only=ended_only)
         .where(ordinary_units(units.unit)),
         totals_rows(JOB_UNIT_TOTALS, [totals.unit, totals.count], job_ids, node)
         .where(ordinary_units(totals.unit)))

@@ -87,7 +87,7 @@ from sqlalchemy.sql.expression import TableClause
 
 from joulestat.core.logs import LogOnce
 from joulestat.store.engine import describe_error
-from joulestat.store.job_days import fold_settled
+from joulestat.store.job_days import fold_running, fold_settled
 from joulestat.store.schema import (
     JOB_ENERGY,
     JOB_ENERGY_TOTALS,
@@ -451,6 +451,7 @@ class MaintainResult:
     job_pruned_rows: int = 0
     totals_until_ms: int | None = None
     folded_jobs: int = 0  # ended jobs added to the node's day sums (agent/store/job_days.py)
+    running_jobs: int = 0  # running jobs its sums of RUNNING_DAY_S hold, as of the boundary
 
 
 def _minute_of(t_end_ms: Any) -> ColumnElement[int]:
@@ -513,8 +514,10 @@ def maintain_node(
                                              partitioned)
     # Ended jobs whose totals are now final join the node's day sums (job_days.py).
     folded = fold_settled(connection, node, totals_until)
+    # And its running jobs, as of the boundary this pass moved.
+    running = fold_running(connection, node, totals_until)
     return MaintainResult(rolled, pruned, pruned_until, job_rolled, job_pruned, totals_until,
-                          folded)
+                          folded, running)
 
 
 def _add_into(insert: Any, target: Any, names: list[str], keys: int, query: Any) -> Any:

@@ -62,6 +62,7 @@ def written_before_0012(check: Callable[..., None]) -> Callable[..., None]:
     def without_day_sums(*args: Any, **kwargs: Any) -> None:
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(maintenance, "fold_settled", lambda *_args: 0)
+            patch.setattr(maintenance, "fold_running", lambda *_args: 0)
             patch.setattr(store_rows, "unpool", lambda *_args: 0)
             check(*args, **kwargs)
 

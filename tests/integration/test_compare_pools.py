@@ -7,15 +7,21 @@ by="instance_type")`` builds a record per job. Every row, figure and note must a
 hold what makes the pooled path differ if it is wrong: a job on two nodes of different
 types and one on two nodes of one type (which joins the single-node jobs' pool), an
 unpriced instance type (a note, an unknown cost), jobs that count nothing (per-run
-rows), a running job (held up to now), idle policies recorded or not, estimated and
-measured sources, and a PostgreSQL store. Where the pooled sums cannot give the table
-(served latency, live intensity), ``compare_setups`` answers None.
+rows), a running job, idle policies recorded or not, estimated and measured sources,
+and a PostgreSQL store. Where the pooled sums cannot give the table (served latency,
+live intensity), ``compare_setups`` answers None.
+
+A running job on one node is counted up to its node's totals boundary (job_pools.py):
+the per-job path's figures of it are taken at that boundary, on stores whose running
+jobs have no raw rows after it (:func:`_as_a_fleet_counts`); what a running job's rows
+after the boundary change is tested on its own.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -29,30 +35,38 @@ from joulestat.carbon.footprint import CarbonSettings
 from joulestat.carbon.pricing import Pricer
 from joulestat.reports.compare.figures import figures_for, pick_jobs
 from joulestat.reports.compare.groups import CompareError
-from joulestat.reports.compare.setups import compare_setups
+from joulestat.reports.compare.setups import compare_setups, running_note
 from joulestat.reports.compare.table import compare
 from joulestat.runtime import sample_store as sample
 from joulestat.store import job_days, job_pools, migrate
 from joulestat.store import rows as store_rows
 from joulestat.store.engine import dialect_insert, make_engine
-from joulestat.store.job_days import FOLD_AFTER_MS
+from joulestat.store.job_days import FOLD_AFTER_MS, RUNNING_DAY_S
 from joulestat.store.job_delete import delete_jobs
-from joulestat.store.jobs import JobFilter, job_totals
+from joulestat.store.jobs import JobFilter, JobRef, job_totals
 from joulestat.store.maintenance import maintain_node
-from joulestat.store.schema import JOB_DAY_SUMS, JOB_NODES, NODES
+from joulestat.store.schema import (
+    JOB_DAY_SUMS,
+    JOB_NODES,
+    NODES,
+)
 from tests.helpers.compare_store import (
     PINNED,
     SETTINGS,
     T0,
+    as_a_fleet_counts,
     compare_cli,
     fill_compare_store,
     job,
     node,
     run_job,
+    settle,
 )
 from tests.helpers.pg import PostgresServer
 
-NOW = T0 + 86_400
+NOW = T0 + 86_400  # a whole minute, as a totals boundary is
+LIVE = replace(job("j-g5-live", "bert-g5", "inference", T0 + 40_000, 0), ended_s=None,
+               agent_labels={"idle_policy": "share"})
 
 
 def _close(a: Any, b: Any, scale: float) -> bool:
@@ -85,7 +99,7 @@ def assert_pooled_is_per_job(engine: Engine, kind: str | None, unit: str | None 
     if (since_s, until_s) != (None, None):
         wanted = {job.id for job in job_totals(engine, where)}
         refs = [ref for ref in refs if ref.id in wanted]
-    figures = figures_for(engine, refs, settings, now_s=now_s)
+    figures, counted, left_out = as_a_fleet_counts(engine, refs, settings, now_s)
     expected = compare(figures, by="instance_type", unit=unit, **options)
     found = compare_setups(engine, where, Pricer(settings), now_s, unit=unit,
                            with_ids=with_ids, **options)
@@ -103,14 +117,16 @@ def assert_pooled_is_per_job(engine: Engine, kind: str | None, unit: str | None 
             assert _close(got[field], value, scale), (theirs.group, field, got[field], value)
     notes = list(dict.fromkeys(f"{f.name}: {note}" for f in figures for note in f.notes))
     assert sorted(found.notes) == sorted(notes)
+    assert found.running == running_note(counted, left_out)
     assert found.instance_types == tuple(sorted({n.instance_type for f in figures
                                                  for n in f.nodes}))
 
 
-def _mixed_store(tmp_path: Path) -> Engine:
-    """The compare store, plus two g5 jobs on one node each and one on two g5 nodes (all
-    one setup, g5.xlarge), and a g5 job still running (held up to now in both paths)."""
-    url = f"sqlite:///{tmp_path / 'compare.db'}"
+def _mixed_store(tmp_path: Path, url: str | None = None) -> Engine:
+    """The compare store (SQLite, or at ``url``), plus two g5 jobs on one node each and
+    one on two g5 nodes (all one setup, g5.xlarge), and a g5 job still running, its
+    node's totals up to NOW."""
+    url = url or f"sqlite:///{tmp_path / 'compare.db'}"
     fill_compare_store(url)
     engine = make_engine(url)
     run_job(engine, node("g5-2", "g5.xlarge"),
@@ -118,10 +134,9 @@ def _mixed_store(tmp_path: Path) -> Engine:
             gpu_j=80_000.0, units={"inference": 2_000})
     _two_nodes(engine, job("j-g5-pair", "bert-g5-pair", "inference", T0 + 30_000, 1800),
                "g5.xlarge", 70_000.0, {"inference": 1_500})
-    running = replace(job("j-g5-live", "bert-g5", "inference", T0 + 40_000, 0),
-                      ended_s=None, agent_labels={"idle_policy": "share"})
-    run_job(engine, node("g5-1", "g5.xlarge"), running, ticks=3, gpu_j=60_000.0,
+    run_job(engine, node("g5-1", "g5.xlarge"), LIVE, ticks=3, gpu_j=60_000.0,
             units={"inference": 900})
+    settle(engine, "g5-1", NOW)  # all its rows in its node's totals: counted to NOW
     return engine
 
 
@@ -141,6 +156,75 @@ def test_pooled_setups_are_the_per_job_comparison(tmp_path: Path) -> None:
                            with_ids=False)
     assert found is not None and all(row.job_ids == () for row in found.table.rows)
     engine.dispose()
+
+
+def _running_counted_to_the_boundary(engine: Engine) -> None:
+    """A running job's rows after its node's boundary change nothing until the boundary
+    passes them; one with nothing settled is left out, and the note says so; the maintain
+    pass keeps the running jobs' sums (RUNNING_DAY_S) as of the boundary; a job that ends
+    leaves them and is read to its last window."""
+    where, pricer = JobFilter(kind="inference"), Pricer(SETTINGS)
+    later = NOW + 3_600
+
+    def pooled(now_s: float) -> Any:
+        found = compare_setups(engine, where, pricer, now_s, with_ids=False)
+        assert found is not None
+        return found
+
+    def live_energy_j(now_s: float) -> float:
+        ref = JobRef(LIVE.id, "", "", "", 0.0, None)
+        return figures_for(engine, [ref], SETTINGS, now_s=now_s)[0].energy_j
+
+    before = pooled(NOW)
+    assert before.running == running_note(1, 0)
+    assert before.jobs == 6
+    # Two ticks more, after the boundary (NOW): the job's own figures grow, the
+    # comparison's do not.
+    energy_j = live_energy_j(NOW)
+    run_job(engine, node("g5-1", "g5.xlarge"), LIVE, ticks=2, gpu_j=50_000.0,
+            units={"inference": 700}, from_s=NOW)
+    assert math.isclose(live_energy_j(later), energy_j + 100_000.0)
+    # A job started after its node's boundary: nothing settled, not counted, said.
+    fresh = replace(job("j-g5-fresh", "bert-g5", "inference", NOW + 600, 0), ended_s=None)
+    run_job(engine, node("g5-2", "g5.xlarge"), fresh, ticks=1, gpu_j=40_000.0,
+            units={"inference": 500}, from_s=NOW + 600)
+    after = pooled(later)
+    assert after.table == before.table and after.jobs == before.jobs
+    assert after.running == running_note(1, 1)
+    # The nodes' maintain passes move their boundaries past every row, and fold both
+    # running jobs into their running sums, as of the boundary.
+    for name in ("g5-1", "g5-2"):
+        with engine.begin() as connection:
+            result = maintain_node(connection, dialect_insert(engine), name, later + 120,
+                                   30 * 86_400)
+        assert result.totals_until_ms == later * 1000 and result.running_jobs == 1
+    assert _pooled(engine)[LIVE.id] == _pooled(engine)[fresh.id] == RUNNING_DAY_S
+    assert pooled(later).running == running_note(2, 0)
+    assert pooled(later).jobs == 7
+    assert_pooled_is_per_job(engine, "inference", now_s=later)
+    _assert_every_way(engine, later)
+    # The live job ends: out of the running sums, read to its last window.
+    run_job(engine, node("g5-1", "g5.xlarge"), replace(LIVE, ended_s=later - 600), ticks=0,
+            gpu_j=0.0)
+    assert LIVE.id not in _pooled(engine) and _pooled(engine)[fresh.id] == RUNNING_DAY_S
+    assert pooled(later).running == running_note(1, 0)
+    _assert_every_way(engine, later)
+
+
+def test_a_running_job_is_counted_up_to_its_nodes_totals(tmp_path: Path) -> None:
+    engine = _mixed_store(tmp_path)
+    _running_counted_to_the_boundary(engine)
+    engine.dispose()
+    # The command says so under its table, and in --json's notes.
+    url = f"sqlite:///{tmp_path / 'compare.db'}"
+    text = compare_cli(url, "--by", "instance_type", "--kind", "inference", *PINNED)
+    assert text.returncode == 0, text.stderr
+    assert re.search(r"running jobs: 1 counted up to their node's settled totals",
+                     text.stdout), text.stdout
+    listed = compare_cli(url, "--by", "instance_type", "--kind", "inference", "--json",
+                         *PINNED)
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout)["notes"][-1] == running_note(1, 0)
 
 
 def test_the_command_lists_a_pooled_rows_jobs_in_json(tmp_path: Path) -> None:
@@ -174,6 +258,10 @@ def test_pooled_setups_over_the_sample_store(tmp_path: Path) -> None:
     migrate.upgrade(engine)
     end_s = T0 + 30 * 86_400
     sample.fill(engine, end_s=end_s)
+    with engine.connect() as connection:
+        names = list(connection.execute(select(NODES.c.node)).scalars())
+    for name in names:  # its running jobs counted to the end, all their rows settled
+        settle(engine, name, end_s + 60)
     for kind in ("inference", "training", None):
         assert_pooled_is_per_job(engine, kind, now_s=end_s + 60)
     engine.dispose()
@@ -201,6 +289,9 @@ def test_pooled_setups_on_postgresql(tmp_path: Path, pg: PostgresServer) -> None
     assert _maintain_every_node(engine, NOW + 2 * 86_400) > 0
     _assert_every_way(engine, NOW + 2 * 86_400)
     engine.dispose()
+    mixed = _mixed_store(tmp_path, pg.create_database("compare_running"))
+    _running_counted_to_the_boundary(mixed)
+    mixed.dispose()
 
 
 def _maintain_every_node(engine: Engine, now_s: float) -> int:
@@ -271,8 +362,10 @@ def test_ended_jobs_folded_into_day_sums_compare_as_before(tmp_path: Path) -> No
             pass
     pooled = _pooled(engine)
     assert job_pools._mostly_folded(engine, job_pools.whole_days(JobFilter()), JobFilter())
-    # Ended single-node jobs only, on the UTC day they ended; on two days.
-    assert "j-g5-live" not in pooled and "j-g5-pair" not in pooled
+    # Ended single-node jobs on the UTC day they ended (two days); the running one in
+    # its node's running sums.
+    assert pooled.pop("j-g5-live") == RUNNING_DAY_S
+    assert "j-g5-pair" not in pooled
     assert "j-dist" not in pooled  # on two nodes
     assert {"j-g5", "j-inf2", "j-g5-b", "j-g5-c"} <= pooled.keys()
     assert len(set(pooled.values())) == 2

@@ -9,7 +9,8 @@ there would show here.
 
 The store is ``test_compare_cli``'s (filled through StoreWriter): inference on g5, inf2
 and an unpriced laptop, a loader-fed trainer on c6i + p4d and a training run that counts
-nothing; plus the dashboard's sample store, which has a job still running.
+nothing; plus the dashboard's sample store, which has a job still running (counted up to its
+node's settled totals, by instance type).
 """
 
 from __future__ import annotations
@@ -23,17 +24,19 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from sqlalchemy import select
 from streamlit.testing.v1 import AppTest
 
 from joulestat.dashboard import state
-from joulestat.reports.compare.figures import load_job_figures
+from joulestat.reports.compare.figures import pick_jobs
 from joulestat.reports.compare.table import compare
 from joulestat.reports.compare.words import headline
 from joulestat.runtime import sample_store as sample
 from joulestat.store import migrate
 from joulestat.store.engine import make_engine
+from joulestat.store.schema import NODES
 from tests.helpers.agent_process import run_cli
-from tests.helpers.compare_store import fill_compare_store
+from tests.helpers.compare_store import as_a_fleet_counts, fill_compare_store, settle
 from tests.helpers.dashboard_app import shown
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
@@ -50,10 +53,17 @@ def cli_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def sample_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The sample store with one job left running, every node's totals boundary moved
+    past its last row (as a maintain pass would a few minutes later)."""
     url = f"sqlite:///{tmp_path_factory.mktemp('cmp-sample') / 'sample.db'}"
     engine = make_engine(url)
     migrate.upgrade(engine)
-    sample.fill(engine, end_s=time.time() - 60, hours=1.0, jobs=10)  # one job left running
+    end_s = time.time() - 60
+    sample.fill(engine, end_s=end_s, hours=1.0, jobs=10)
+    with engine.connect() as connection:
+        nodes = list(connection.execute(select(NODES.c.node)).scalars())
+    for name in nodes:
+        settle(engine, name, math.ceil(end_s / 60) * 60)
     engine.dispose()
     return url
 
@@ -169,17 +179,23 @@ def test_picked_jobs_get_the_commands_sentences(cli_store, monkeypatch):
     assert list(table.index) == ["bert-g5", "bert-inf2", "bert-laptop"]
 
 
-def test_a_running_job_counts_up_to_the_pages_now(sample_url, monkeypatch):
-    """The page's "now" (rounded to the comparison's period) is the CLI loader's
-    ``now_s``."""
+def test_a_running_job_counts_up_to_its_nodes_settled_totals(sample_url, monkeypatch):
+    """By instance type the page counts a job running on one node up to its node's
+    totals boundary (docs/compare.md): the CLI loader's figures of it at that boundary,
+    every ended job's at the page's "now" (rounded to the comparison's period); and the
+    caption says so."""
     now = math.floor(time.time() / state.COMPARE_PERIOD_S) * state.COMPARE_PERIOD_S
     monkeypatch.setattr(state, "now_s", lambda period_s=state.TTL_S: now)
     at = page(sample_url, monkeypatch)
     base = at.selectbox(key="cmp_base").value
     engine = make_engine(sample_url)
-    table = compare(load_job_figures(engine, kind="inference", now_s=now),
-                    by="instance_type", unit="request", baseline=base)
+    figures, counted, left_out = as_a_fleet_counts(engine, pick_jobs(engine, "inference").refs,
+                                                   None, now)
+    table = compare(figures, by="instance_type", unit="request", baseline=base)
     engine.dispose()
+    assert (counted, left_out) == (1, 0)
+    captions = " ".join(c.value for c in at.caption)
+    assert "except on one node: running jobs: 1 counted up to their node's settled" in captions
     assert sentences(at) == {r.group: headline(r, table.baseline_row)
                              for r in table.rows if not r.is_baseline}
     shown = frame(at, "group", "instance-hours")

@@ -63,13 +63,15 @@ BY_SETUP = "instance_type"
 @dataclass(frozen=True, slots=True)
 class SetupComparison:
     """The table, the notes ``compare`` prints under it (``"<job name>: <note>"``, in
-    the order of the jobs), the instance types its jobs ran on (whose prices it lists)
-    and how many jobs it compares (0: nothing matched)."""
+    the order of the jobs), the instance types its jobs ran on (whose prices it lists),
+    how many jobs it compares (0: nothing matched), and what it counted of the running
+    jobs on one node (:func:`running_note`; None when there are none)."""
 
     table: ComparisonTable
     notes: tuple[str, ...]
     instance_types: tuple[str, ...]
     jobs: int
+    running: str | None = None
 
 
 def compare_setups(engine: Engine, where: JobFilter, pricer: Pricer, now_s: float,
@@ -87,7 +89,7 @@ def compare_setups(engine: Engine, where: JobFilter, pricer: Pricer, now_s: floa
     # A unit asked for is checked once the pools are read (a pool or a job on several
     # nodes counted it); counting every unit's jobs first is only needed to pick one.
     chosen = unit if unit is not None else choose_unit_of(units_counted(engine, where))
-    found = job_pools(engine, where, chosen, now_s, with_ids)
+    found = job_pools(engine, where, chosen, with_ids)
     several = _several_nodes(engine, where, pricer, now_s)
     if unit is not None and not any(key.counted for key in found.sums) and not any(
             job.counted(unit) > 0 for job in several):
@@ -130,7 +132,22 @@ def compare_setups(engine: Engine, where: JobFilter, pricer: Pricer, now_s: floa
                    sla_units_per_hour)
     said = tuple(dict.fromkeys(note for _start, note in sorted(notes)))
     runs = sum(s.runs for s in found.sums.values()) + len(several)
-    return SetupComparison(table, said, tuple(sorted(types)), runs)
+    return SetupComparison(table, said, tuple(sorted(types)), runs,
+                           running_note(*found.running))
+
+
+def running_note(counted: int, left_out: int) -> str | None:
+    """What the comparison counted of the running jobs on one node (None: there are
+    none): up to their node's settled totals, not to their last flush
+    (:mod:`joulestat.store.job_pools`). The command prints it under the table's notes,
+    the Compare page beside when its figures are of."""
+    if not counted and not left_out:
+        return None
+    said = (f"running jobs: {counted:,} counted up to their node's settled totals "
+            "(2 to 7 minutes behind the clock; a job's own page counts it to its last flush)")
+    if left_out:
+        said += f"; {left_out:,} not counted yet (nothing of theirs is settled)"
+    return said
 
 
 def _pool(found: JobPools, key: PoolKey, group: str, pricer: Pricer,
