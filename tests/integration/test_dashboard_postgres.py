@@ -83,8 +83,16 @@ def test_the_dashboard_engine_is_read_only_even_for_the_owner(store):
     engine = open_readonly_engine(owner_url)
     with engine.connect() as connection:
         assert connection.execute(text("SHOW default_transaction_read_only")).scalar() == "on"
+        # Readers never JIT-compile (engine.py says why), unless the URL's options ask.
+        assert connection.execute(text("SHOW jit")).scalar() == "off"
         with pytest.raises(DBAPIError, match="read-only transaction"):
             connection.execute(text("DELETE FROM jobs"))
+    asked = open_readonly_engine(f"{owner_url}{'&' if '?' in owner_url else '?'}"
+                                 "options=-c%20jit%3Don")
+    with asked.connect() as connection:
+        assert connection.execute(text("SHOW jit")).scalar() == "on"
+        assert connection.execute(text("SHOW default_transaction_read_only")).scalar() == "on"
+    asked.dispose()
     found = job_totals(engine)
     assert len(found) == 22
     assert fmt.energy(sum(j.total_j for j in found)).endswith("J")
