@@ -69,6 +69,7 @@ from sqlalchemy import (
     func,
     literal_column,
     or_,
+    text,
     union_all,
 )
 from sqlalchemy.ext.compiler import compiles
@@ -204,6 +205,13 @@ JOB_NODES = Table(
     # and again whenever the job is written to (agent/store/job_days.py).
     _col("pooled_day_s", BigInteger, null=True),
     Index("ix_job_nodes_node_pooled_day_s", "node", "pooled_day_s"),
+    # The parts no day sums hold, the ones a fleet comparison reads one by one
+    # (migration 0013): a few thousand, whatever the week of folded parts beside them.
+    # Partial on PostgreSQL too (the migration builds every store); said here for SQLite
+    # only: postgresql_where would load the PostgreSQL dialect into every agent (1 MiB
+    # of RSS), and Alembic's comparison does not look at an index's WHERE.
+    Index("ix_job_nodes_unpooled_job_id", "job_id",
+          sqlite_where=text("pooled_day_s IS NULL")),
 )
 # Raw per-tick shares: what one job got of one device over (t_start_ms, t_end_ms],
 # keyed like tick_energy plus job_id ('' for the unattributed remainder). The

@@ -17,6 +17,7 @@ from joulestat.store.schema import METADATA, TICK_ENERGY
 from tests.helpers.pg import PostgresServer
 
 _names = itertools.count()
+UNPOOLED = "ix_job_nodes_unpooled_job_id"
 
 
 def _check(url: str) -> None:
@@ -37,8 +38,11 @@ def test_alembic_check_finds_no_drift_on_sqlite(tmp_path) -> None:
     with engine.connect() as connection:
         table_sql = connection.exec_driver_sql(
             "SELECT sql FROM sqlite_master WHERE name = 'tick_energy'").scalar()
+        unpooled = connection.exec_driver_sql(
+            f"SELECT sql FROM sqlite_master WHERE name = '{UNPOOLED}'").scalar()
     engine.dispose()
     assert "WITHOUT ROWID" in table_sql
+    assert unpooled.endswith("WHERE pooled_day_s IS NULL")  # partial (migration 0013)
 
 
 @pytest.mark.postgres
@@ -46,6 +50,13 @@ def test_alembic_check_finds_no_drift_on_postgresql(pg: PostgresServer) -> None:
     url = pg.create_database(f"joulestat_drift_{next(_names)}")
     assert migrate.upgrade(url) == migrate.HEAD_REVISION
     _check(url)
+    engine = make_engine(url)
+    with engine.connect() as connection:
+        unpooled = connection.exec_driver_sql(
+            f"SELECT indexdef FROM pg_indexes WHERE indexname = '{UNPOOLED}'").scalar()
+    engine.dispose()
+    # Partial here too, though schema.py says its WHERE for SQLite only (and why).
+    assert unpooled.endswith("WHERE (pooled_day_s IS NULL)")
 
 
 def test_a_column_the_migrations_lack_is_reported(tmp_path, monkeypatch) -> None:
