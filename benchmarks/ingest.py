@@ -2,15 +2,16 @@
 
 Simulated agents write through the agent's own ``StoreWriter`` (the same buffer, batch
 inserts and upserts) into one throwaway PostgreSQL server (see tests/helpers/pg.py): each node
-ticks once a second with 4 components and ``--jobs`` running jobs (5 by default; a share
-per job and component, the unattributed remainder, one unit count per job), and flushes
+ticks once a second with 4 components and ``--jobs`` running jobs (5 by default; a
+share per job and component, the unattributed remainder, one unit count per job; the
+jobs themselves saved at the node's first tick with ``--save-jobs``), and flushes
 every ``--flush`` seconds, staggered (the writer stores a job's shares as one row per
 flush window: docs/store.md). Printed: node-ticks per second offered and written,
 flush latency percentiles, the database server's CPU over the run, and the time the
 dashboard's Jobs list read takes meanwhile (the read behind the Jobs page).
 
     .venv/bin/python benchmarks/ingest.py [--nodes 1000] [--seconds 60] [--flush 10]
-        [--jobs 5] [--processes 1]
+        [--jobs 5] [--processes 1] [--save-jobs] [--db URL]
 
 The issue's target: 1,000 node-ticks/s for 5 minutes (``--seconds 300``) on this
 2-vCPU machine with the Jobs read under 1 s. The simulated agents share the machine
@@ -20,6 +21,7 @@ with the server, so the figure is a floor for a server of its own. Prints only.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import logging
 import multiprocessing
@@ -27,6 +29,7 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +39,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from joulestat.attribution.accounting import TickResult  # noqa: E402
+from joulestat.attribution.registry import Job  # noqa: E402
 from joulestat.attribution.shares import Share  # noqa: E402
 from joulestat.core.tick import Tick, TickEntry  # noqa: E402
 from joulestat.devices.sensor import DeviceInfo  # noqa: E402
@@ -46,6 +50,7 @@ from joulestat.store.writer import StoreWriter  # noqa: E402
 
 COMPONENTS = (("cpu", "package-0"), ("dram", "package-0"), ("accelerator", "0"), ("net", "eth0"))
 JOBS = 5
+NAMES = ("bert-large", "resnet-50", "llama-ft", "whisper", "vit-b")
 
 
 @functools.cache
@@ -66,10 +71,17 @@ def _node_parts(node_index: int, jobs: int = JOBS
     return entries, shares, units
 
 
-def node_tick(t1_s: float, node_index: int, jobs: int = JOBS) -> tuple[Tick, TickResult]:
+def node_tick(t1_s: float, node_index: int, jobs: int = JOBS, register: bool = False
+              ) -> tuple[Tick, TickResult]:
+    """A node's tick; with ``register`` (its first) it saves the node's jobs, as an
+    agent saves a job it starts measuring, so the store holds a fleet running them (to
+    compare over, with ``--db``)."""
     entries, shares, units = _node_parts(node_index, jobs)
     tick = Tick(t1_s - 1.0, t1_s, entries)
-    return tick, TickResult(tick, shares, units, [])
+    started = [Job(id=f"job-{node_index}-{j}", name=NAMES[j % len(NAMES)], kind="training",
+                   labels={}, pids={1000 + j}, started_s=t1_s - 1.0, origin="api")
+               for j in range(jobs)] if register else []
+    return tick, TickResult(tick, shares, units, started)
 
 
 @dataclass
@@ -87,7 +99,8 @@ class Part:
 
 
 def simulate(url: str, first: int, nodes: int, started: float, seconds: float,
-             flush_s: float, flushers: int, jobs: int, jobs_read=None) -> Part:
+             flush_s: float, flushers: int, jobs: int, jobs_read=None,
+             save_jobs: bool = False) -> Part:
     """Nodes ``first .. first + nodes - 1`` ticking each second of the wall clock from
     the monotonic instant ``started`` for ``seconds``, flushed by ``flushers`` threads;
     ``jobs_read()`` every 10 s when given."""
@@ -118,7 +131,8 @@ def simulate(url: str, first: int, nodes: int, started: float, seconds: float,
     while time.monotonic() - started < seconds:
         now = time.time()
         for i, writer in enumerate(writers):
-            tick, result = node_tick(now, first + i, jobs)
+            tick, result = node_tick(now, first + i, jobs,
+                                     register=save_jobs and second == 0)
             writer.record(tick, result, None)
         part.offered += nodes
         second += 1
@@ -149,7 +163,8 @@ def _simulate_in_child(args: tuple[Any, ...]) -> Part:
 
 
 def run(url: str, nodes: int, seconds: float, flush_s: float, jobs_read,
-        flushers: int = 16, jobs: int = JOBS, processes: int = 1) -> None:
+        flushers: int = 16, jobs: int = JOBS, processes: int = 1, save_jobs: bool = False
+        ) -> None:
     """Simulated agents in ``processes`` processes (one Python interpreter cannot record
     and flush 1,000 busy nodes' rows a second: their work is the agents', each on its
     own machine in a fleet), the Jobs read in this one."""
@@ -159,7 +174,8 @@ def run(url: str, nodes: int, seconds: float, flush_s: float, jobs_read,
     share = -(-nodes // processes)
     spans = [(i * share, min(share, nodes - i * share)) for i in range(processes)]
     if processes == 1:
-        parts = [simulate(url, 0, nodes, started, seconds, flush_s, flushers, jobs, jobs_read)]
+        parts = [simulate(url, 0, nodes, started, seconds, flush_s, flushers, jobs, jobs_read,
+                          save_jobs)]
         cpu_after = sum(p.cpu_times().user + p.cpu_times().system
                         for p in _postgres_processes())
     else:
@@ -167,7 +183,7 @@ def run(url: str, nodes: int, seconds: float, flush_s: float, jobs_read,
         with context.Pool(processes) as pool:
             pending = pool.map_async(_simulate_in_child, [
                 (url, first, count, started, seconds, flush_s, max(1, flushers // processes),
-                 jobs) for first, count in spans])
+                 jobs, None, save_jobs) for first, count in spans])
             jobs_read_s = []
             time.sleep(max(0.0, started - time.monotonic()))
             while time.monotonic() - started < seconds:
@@ -222,18 +238,33 @@ def main() -> None:
                         help="threads flushing the simulated writers [default: 16]")
     parser.add_argument("--processes", type=int, default=1,
                         help="processes the simulated agents are split over [default: 1]")
+    parser.add_argument("--save-jobs", action="store_true",
+                        help="save each node's jobs at its first tick, as agents do, so the "
+                        "store (--db) holds a fleet running them [default: shares only, "
+                        "no job rows]")
+    parser.add_argument("--db", help="an empty PostgreSQL database to write into and keep "
+                        "(e.g. to compare over afterwards) [default: a throwaway server]")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    from tests.helpers.pg import running_postgres
-
-    with running_postgres() as server:
-        url = server.create_database("ingest")
+    with _database(args.db) as url:
         migrate.upgrade(make_engine(url))
         from joulestat.store.jobs import list_jobs
 
         reader = make_engine(url)
         run(url, args.nodes, args.seconds, args.flush, lambda: list_jobs(reader),
-            args.flushers, args.jobs, args.processes)
+            args.flushers, args.jobs, args.processes, args.save_jobs)
+
+
+@contextlib.contextmanager
+def _database(url: str | None) -> Iterator[str]:
+    """``url``, kept; else a database on a throwaway server (tests/helpers/pg.py)."""
+    if url:
+        yield url
+        return
+    from tests.helpers.pg import running_postgres
+
+    with running_postgres() as server:
+        yield server.create_database("ingest")
 
 
 if __name__ == "__main__":

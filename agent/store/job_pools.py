@@ -339,7 +339,8 @@ def _day_branches(days: Any, where: JobFilter, unit: str | None) -> list[Select[
         source_counted = case((s.units_key.contains(counted_it, autoescape=True), 1), else_=0)
     rows = (select(JOB_DAY_SUMS, case((d.unit != "", 1), else_=0).label("counted"))
             .select_from(_in_days(JOB_DAY_SUMS, days))
-            .where(chosen, *_of_kind(JOB_DAY_SUMS, where)).subquery("day_rows"))
+            .where(chosen, *_of_kind(JOB_DAY_SUMS, where))
+            .cte("day_rows").prefix_with("MATERIALIZED"))
     r = rows.c
     key = [r.instance_type, r.counted]
     sources = (select(JOB_DAY_SOURCES, source_counted.label("counted"))
