@@ -48,9 +48,6 @@ log = logging.getLogger(__name__)
 __all__ = ["AgentSettings", "Daemon", "StoreWorker", "run_agent"]
 
 MAINTAIN_EVERY_S = 60.0  # forgetting ended jobs
-# Rollups and pruning cost ~11 ms of CPU a run here; queries combine raw rows and
-# rollups, so running them every 5 minutes changes no figure, only the table sizes.
-ROLLUP_EVERY_S = 300.0
 _M_ARENA_MAX = -8  # glibc's mallopt() parameter (malloc.h)
 
 
@@ -82,6 +79,9 @@ class StoreWorker(threading.Thread):
         self._every_s = writer.flush_interval_s
 
     def run(self) -> None:
+        # Here, not at the top: an agent without a store loads no store module.
+        from joulestat.store.maintenance import ROLLUP_EVERY_S
+
         next_maintain = time.monotonic() + ROLLUP_EVERY_S
         wake = self.writer.wake
         while True:

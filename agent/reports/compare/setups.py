@@ -54,6 +54,7 @@ from joulestat.store.job_pools import (
     units_counted,
 )
 from joulestat.store.jobs import JobFilter, JobRef, PartTotals
+from joulestat.store.maintenance import ROLLUP_EVERY_S, SETTLE_MS
 from joulestat.store.nodes import node_accelerators, source_models
 from joulestat.store.provenance import JobSourceEnergy, node_sources
 
@@ -143,8 +144,10 @@ def running_note(counted: int, left_out: int) -> str | None:
     the Compare page beside when its figures are of."""
     if not counted and not left_out:
         return None
+    lag_min = SETTLE_MS / 60_000  # the boundary's lag, from the maintain pass's own figures
     said = (f"running jobs: {counted:,} counted up to their node's settled totals "
-            "(2 to 7 minutes behind the clock; a job's own page counts it to its last flush)")
+            f"({lag_min:g} to {lag_min + ROLLUP_EVERY_S / 60:g} minutes behind the clock; "
+            "a job's own page counts it to its last flush)")
     if left_out:
         said += f"; {left_out:,} not counted yet (nothing of theirs is settled)"
     return said
