@@ -70,7 +70,8 @@ def fill(url: str, jobs: int, days: float, tick_s: float) -> None:
     with engine.connect() as connection:
         counts = {table: connection.execute(text(f"SELECT count(*) FROM {table}")).scalar_one()
                   for table in ("jobs", "tick_energy", "minute_energy", "job_energy",
-                                "job_minute_energy", "job_units")}
+                                "job_minute_energy", "job_units",
+                                "job_minute_units")}
     engine.dispose()
     print(f"filled {url} in {time.perf_counter() - started:.0f} s: "
           + ", ".join(f"{t} {n:,}" for t, n in counts.items()))

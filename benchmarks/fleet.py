@@ -155,7 +155,8 @@ def fill(url: str, nodes: int, days: float, jobs: int, tick_s: float, job_hours:
     with engine.connect() as connection:
         counts = {table: connection.execute(text(f"SELECT count(*) FROM {table}")).scalar_one()
                   for table in ("jobs", "tick_energy", "minute_energy", "job_energy",
-                                "job_minute_energy", "job_units", "job_energy_totals")}
+                                "job_minute_energy", "job_units", "job_minute_units",
+                                "job_energy_totals")}
         size = connection.execute(text("SELECT pg_database_size(current_database())")
                                   ).scalar_one()
     engine.dispose()

@@ -55,6 +55,7 @@ from joulestat.store.schema import (
     JOB_ENERGY,
     JOB_ENERGY_TOTALS,
     JOB_MINUTE_ENERGY,
+    JOB_MINUTE_UNITS,
     JOB_NODES,
     JOB_UNIT_TOTALS,
     JOB_UNITS,
@@ -247,6 +248,7 @@ _PART_TABLES: tuple[tuple[Any, tuple[str, ...]], ...] = (
     (JOB_ENERGY, ("t_end_ms", "component", "t_start_ms", "dynamic_j", "idle_j", "source")),
     (JOB_MINUTE_ENERGY, ("minute_start_s", "component", "dynamic_j", "idle_j")),
     (JOB_UNITS, ("t_end_ms", "unit", "count")),
+    (JOB_MINUTE_UNITS, ("minute_start_s", "unit", "count")),
     (JOB_ENERGY_TOTALS, ("component", "source", "dynamic_j", "idle_j")),
     (JOB_UNIT_TOTALS, ("unit", "count")),
 )
@@ -292,8 +294,8 @@ def _stored(connection: Connection, job_id: str, node: str,
 
 def _clear_part(connection: Connection, job_id: str, node: str, device: str) -> None:
     """Remove what an earlier import of this part wrote (the part holds nothing else)."""
-    for table in (JOB_ENERGY, JOB_MINUTE_ENERGY, JOB_UNITS, JOB_ENERGY_TOTALS,
-                  JOB_UNIT_TOTALS, JOB_NODES):
+    for table in (JOB_ENERGY, JOB_MINUTE_ENERGY, JOB_UNITS, JOB_MINUTE_UNITS,
+                  JOB_ENERGY_TOTALS, JOB_UNIT_TOTALS, JOB_NODES):
         connection.execute(delete(table).where(table.c.job_id == job_id,
                                                table.c.node == node))
     for table in (TICK_ENERGY, MINUTE_ENERGY):

@@ -49,6 +49,7 @@ from joulestat.store.schema import (
     JOB_ENERGY,
     JOB_ENERGY_TOTALS,
     JOB_MINUTE_ENERGY,
+    JOB_MINUTE_UNITS,
     JOB_NODES,
     JOB_UNIT_TOTALS,
     JOB_UNITS,
@@ -72,8 +73,8 @@ _SHARE_TABLES: tuple[tuple[Any, tuple[str, ...], tuple[str, ...], tuple[str, ...
      ("dynamic_j", "idle_j")),
 )
 # Every table with rows of a job, in the order they are deleted (children first).
-JOB_TABLES = (JOB_ENERGY, JOB_MINUTE_ENERGY, JOB_ENERGY_TOTALS, JOB_UNITS, JOB_UNIT_TOTALS,
-              JOB_NODES, JOBS)
+JOB_TABLES = (JOB_ENERGY, JOB_MINUTE_ENERGY, JOB_ENERGY_TOTALS, JOB_UNITS, JOB_MINUTE_UNITS,
+              JOB_UNIT_TOTALS, JOB_NODES, JOBS)
 # The node tables an imported part wrote.
 _IMPORTED_NODE_TABLES = (TICK_ENERGY, MINUTE_ENERGY)
 
@@ -164,7 +165,7 @@ def _lock_nodes(connection: Connection, ids: list[str]) -> None:
     its one write lock already), in node order, as a maintain pass locks its node."""
     nodes: set[str] = set()
     for table in (JOB_NODES, JOB_ENERGY, JOB_MINUTE_ENERGY, JOB_ENERGY_TOTALS, JOB_UNITS,
-                  JOB_UNIT_TOTALS):
+                  JOB_MINUTE_UNITS, JOB_UNIT_TOTALS):
         nodes.update(connection.execute(
             select(table.c.node).distinct().where(table.c.job_id.in_(ids))).scalars())
     if nodes:
@@ -261,7 +262,8 @@ def _delete_empty_nodes(connection: Connection, nodes: set[str]) -> int:
     for node in sorted(nodes):
         holders = [exists().where(table.c.node == node) for table in (
             TICK_ENERGY, MINUTE_ENERGY, JOB_ENERGY, JOB_MINUTE_ENERGY, JOB_ENERGY_TOTALS,
-            JOB_UNITS, JOB_UNIT_TOTALS, JOB_NODES, NODE_DEVICES, NODE_CHECKPOINTS)]
+            JOB_UNITS, JOB_MINUTE_UNITS, JOB_UNIT_TOTALS, JOB_NODES, NODE_DEVICES,
+            NODE_CHECKPOINTS)]
         deleted += max(connection.execute(
             delete(NODES).where(NODES.c.node == node, NODES.c.writer_id.is_(None),
                                 ~or_(*holders))).rowcount, 0)

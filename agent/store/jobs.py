@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, case, func, or_, select, union_all
+from sqlalchemy import ColumnElement, Select, and_, case, func, or_, select, union, union_all
 from sqlalchemy.engine import Connection, Engine
 
 from joulestat.carbon.held import Held
@@ -663,8 +663,13 @@ def label_key_counts(engine: Engine, kind: str | None = None) -> dict[str, int]:
 def job_units_by_kind(engine: Engine) -> dict[str, list[str]]:
     """Kind -> the units its jobs counted, most used first: the Compare page's choices."""
     # DISTINCT first, then join: five times faster than counting distinct ids per group.
-    pairs = (select(JOB_UNITS.c.job_id, JOB_UNITS.c.unit).distinct()
-             .where(ordinary_units(JOB_UNITS.c.unit)).subquery())
+    # Every unit a job counted is in its unit totals (up to its nodes' boundaries) or in
+    # its raw unit rows (after them, and imported ones): a few rows per job, where its
+    # minutes would be one per minute.
+    raw, totals = JOB_UNITS.c, JOB_UNIT_TOTALS.c
+    pairs = union(select(raw.job_id, raw.unit).where(ordinary_units(raw.unit)),
+                  select(totals.job_id, totals.unit).where(ordinary_units(totals.unit))
+                  ).subquery()
     query = (select(JOBS.c.kind, pairs.c.unit, func.count())
              .select_from(pairs.join(JOBS, JOBS.c.id == pairs.c.job_id))
              .group_by(JOBS.c.kind, pairs.c.unit))

@@ -92,6 +92,7 @@ from joulestat.store.schema import (
     JOB_ENERGY,
     JOB_ENERGY_TOTALS,
     JOB_MINUTE_ENERGY,
+    JOB_MINUTE_UNITS,
     JOB_UNIT_TOTALS,
     JOB_UNITS,
     MINUTE_ENERGY,
@@ -543,8 +544,9 @@ def advance_totals(
 
     The job tables' raw rows go here too (migration 0009): before the boundary moves,
     the minutes of (totals_until, until_ms] are rolled up into ``job_minute_energy``
-    from their raw windows (late ones included), their unit counts are merged into one
-    row a minute, and those raw windows are deleted. Readers take job rows up to this
+    from their raw windows (late ones included), their unit counts into
+    ``job_minute_units`` (one row a minute, migration 0014), and those raw rows are
+    deleted. Readers take job rows up to this
     boundary from the minute rollups (:func:`joulestat.store.schema.boundary_of`), so
     a busy node's store keeps one row per job, device and minute instead of one per
     flush window for the whole raw retention. The node's own ticks stay raw until
@@ -569,7 +571,7 @@ def advance_totals(
                                  3, counts))
     connection.execute(delete(JOB_ENERGY).where(
         shares.node == node, *_window(shares.t_end_ms, totals_until, until_ms)))
-    compact_units(connection, node, totals_until, until_ms)
+    roll_up_units(connection, node, totals_until, until_ms)
     connection.execute(update(NODES).where(NODES.c.node == node)
                        .values(totals_until_ms=until_ms))
     return until_ms, rolled
@@ -627,28 +629,24 @@ def roll_up_jobs(
     return max(connection.execute(statement).rowcount, 0)
 
 
-def compact_units(connection: Connection, node: str, after_ms: int | None, bound_ms: int) -> int:
-    """Merge each minute's job_units rows in (after_ms, bound_ms] into one at its end.
+def roll_up_units(connection: Connection, node: str, after_ms: int | None, bound_ms: int) -> int:
+    """Move ``node``'s job_units rows ending in (after_ms, bound_ms] into
+    job_minute_units, one row per job, unit and minute; returns the minute rows written.
 
-    Both bounds are minute-aligned, so every merged row lands inside the range whose
-    rows were just deleted and cannot collide with a kept row.
-    """
+    A plain INSERT, as :func:`roll_up_jobs`: the window starts at the node's totals
+    boundary, which only this pass moves, and the writer refuses unit rows at or before
+    it, so no minute in the window has a row yet. Both bounds are minute-aligned, so no
+    minute is split between two passes."""
     units = JOB_UNITS.c
-    minute_end_ms = (_minute_of(units.t_end_ms) + literal_column("60")) * literal_column("1000")
     window = [units.node == node, *_window(units.t_end_ms, after_ms, bound_ms)]
-    merged = connection.execute(
-        select(units.job_id, minute_end_ms, units.unit, func.sum(units.count))
+    minute = _minute_of(units.t_end_ms)
+    names = ["job_id", "node", "minute_start_s", "unit", "count"]
+    written = connection.execute(JOB_MINUTE_UNITS.insert().from_select(names, (
+        select(units.job_id, units.node, minute, units.unit, func.sum(units.count))
         .where(*window)
-        .group_by(units.job_id, minute_end_ms, units.unit)
-    ).all()
-    deleted = connection.execute(delete(JOB_UNITS).where(*window)).rowcount
-    if merged:
-        connection.execute(JOB_UNITS.insert(), [
-            {"job_id": job_id, "node": node, "t_end_ms": int(t_end_ms), "unit": unit,
-             "count": float(count)}
-            for job_id, t_end_ms, unit, count in merged
-        ])
-    return max(deleted, 0) - len(merged)
+        .group_by(units.job_id, units.node, minute, units.unit)))).rowcount
+    connection.execute(delete(JOB_UNITS).where(*window))
+    return max(written, 0)
 
 
 def prune(

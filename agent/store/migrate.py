@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 # The newest revision in migrations/versions. Keep in step with the scripts
 # (tests/unit/test_store_sqlite.py checks it against Alembic's ScriptDirectory).
-HEAD_REVISION = "0013"
+HEAD_REVISION = "0014"
 
 VERSION_TABLE = "alembic_version"
 

@@ -55,6 +55,7 @@ from joulestat.store.schema import (
     MINUTE_MS,
     MINUTE_S,
     NODES,
+    every_unit_row,
     one_of,
     raw_side,
     rolled_side,
@@ -173,7 +174,7 @@ def _tick_energy(job_ids: Sequence[str]) -> Select[Any]:
 def _windows(connection: Connection, job_ids: Sequence[str]) -> dict[Key, _Window]:
     """Every minute of ``job_ids`` with per-model units, on each node."""
     windows: defaultdict[Key, _Window] = defaultdict(_Window)
-    units = JOB_UNITS.c
+    units = every_unit_row().c
     minute = _minute(units.t_end_ms)
     for job_id, node, minute_s, unit, count in connection.execute(
             select(units.job_id, units.node, minute, units.unit, func.sum(units.count))

@@ -62,6 +62,7 @@ from sqlalchemy import (
     PrimaryKeyConstraint,
     Select,
     String,
+    Subquery,
     Table,
     Text,
     any_,
@@ -69,6 +70,7 @@ from sqlalchemy import (
     func,
     literal_column,
     or_,
+    select,
     text,
     union_all,
 )
@@ -252,14 +254,34 @@ JOB_MINUTE_ENERGY = Table(
     Index("ix_job_minute_energy_job_id_node", "job_id", "node").ddl_if(dialect="postgresql"),
     **_NO_ROWID,
 )
-# Units of work (tokens, samples, ...) a job counted on a node, per tick: count is the
-# increase over the tick ending at t_end_ms. Once raw ticks are pruned, each pruned
-# minute's rows merge into one row at the minute's end, so sums never change.
+# Units of work (tokens, samples, ...) a job counted on a node, per flush: count is the
+# increase over the ticks ending at or before t_end_ms. Keyed, so that a flush written
+# again after a lost acknowledgement adds nothing. Holds the rows after the node's
+# totals boundary (the maintain pass moves those behind it into job_minute_units) and
+# the unit counts of imported parts, at their bins' ends.
 JOB_UNITS = Table(
     "job_units", METADATA,
     _job_key(), _node_key(), _key("t_end_ms", BigInteger), _key("unit", String),
     _col("count", Double),
     Index("ix_job_units_node_t_end_ms", "node", "t_end_ms"),
+    **_NO_ROWID,
+)
+# A job's unit counts per minute (minute_start_s, minutes as in minute_energy), for the
+# minutes behind its node's totals boundary (migration 0014): written once, by the
+# maintain pass that moves the boundary past them, from the job_units rows it deletes.
+# Until 0014 those merged rows stayed in job_units, under its key: at 50 jobs on
+# PostgreSQL 0.54 MiB a node-hour, the key index half empty as every job appends in its
+# middle, and a second (node, t_end_ms) index. Keyed on SQLite only and read by job, as
+# job_minute_energy and for the same reasons (written once; every reader sums).
+# Readers take a job's unit rows from both tables (:func:`every_unit_row`): a row is in
+# exactly one of them, the move being one transaction.
+JOB_MINUTE_UNITS = Table(
+    "job_minute_units", METADATA,
+    _col("job_id", String(JOB_ID_LENGTH)), Column("node", String, ForeignKey("nodes.node"),
+                                                  nullable=False),
+    _col("minute_start_s", BigInteger), _col("unit", String), _col("count", Double),
+    PrimaryKeyConstraint("job_id", "node", "minute_start_s", "unit").ddl_if(dialect="sqlite"),
+    Index("ix_job_minute_units_job_id_node", "job_id", "node").ddl_if(dialect="postgresql"),
     **_NO_ROWID,
 )
 # A job's energy on a node per component and source, summed over its shares ending at
@@ -410,6 +432,20 @@ def raw_and_rolled(raw: Select[Any], raw_table: Any, rolled: Select[Any], rolled
     no snapshot across statements). The halves must select the same column types;
     callers add up rows that share a key."""
     return union_all(raw_side(raw, raw_table), rolled_side(rolled, rolled_table))
+
+
+def every_unit_row() -> Subquery:
+    """Every unit row of every job as ``(job_id, node, t_end_ms, unit, count)``: the raw
+    ``job_units`` rows and the ``job_minute_units`` rows at their minute's end, UNION ALL
+    in one statement (consistent while a maintain pass moves rows between them). Filter
+    it by job: both tables are read by job."""
+    raw, minutes = JOB_UNITS.c, JOB_MINUTE_UNITS.c
+    minute_end_ms = (minutes.minute_start_s + literal_column("60")) * literal_column("1000")
+    return union_all(
+        select(raw.job_id, raw.node, raw.t_end_ms, raw.unit, raw.count),
+        select(minutes.job_id, minutes.node, minute_end_ms.label("t_end_ms"), minutes.unit,
+               minutes.count),
+    ).subquery("unit_rows")
 
 
 # -- Long lists of ids -----------------------------------------------------------------

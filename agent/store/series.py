@@ -33,12 +33,12 @@ from joulestat.store.schema import (
     JOB_ENERGY,
     JOB_MINUTE_ENERGY,
     JOB_NODES,
-    JOB_UNITS,
     MINUTE_ENERGY,
     MINUTE_MS,
     TICK_ENERGY,
     UNATTRIBUTED,
     ends_within,
+    every_unit_row,
     minute_end_ms,
     minute_ends_within,
     ms,
@@ -146,7 +146,7 @@ def job_energy_rows(
 
 def job_unit_rows(engine: Engine, job_id: str) -> list[tuple[str, float, str, float]]:
     """``(node, t_end_s, unit, count)`` of every unit row of ``job_id``, in time order."""
-    units = JOB_UNITS.c
+    units = every_unit_row().c
     query = (select(units.node, units.t_end_ms, units.unit, units.count)
              .where(units.job_id == job_id, ordinary_units(units.unit))
              .order_by(units.t_end_ms, units.node, units.unit))
@@ -281,7 +281,7 @@ def job_unit_series(engine: Engine, job_id: str,
                     bucket_s: int) -> list[tuple[float, str, str, float]]:
     """``(bucket_end_s, node, unit, count)``: units a job counted per bucket."""
     bucket_ms = int(bucket_s * 1000)
-    units = JOB_UNITS.c
+    units = every_unit_row().c
     bucket = _bucket(units.t_end_ms, bucket_ms)
     query = (select(bucket, units.node, units.unit, func.sum(units.count))
              .where(units.job_id == job_id, ordinary_units(units.unit))

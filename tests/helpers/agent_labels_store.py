@@ -29,7 +29,7 @@ from tests.helpers.store_jobs import (
     part_figures,
     save_jobs_before_0007,
     writer_for,
-    written_before_0012,
+    written_before_0014,
 )
 
 RUN_CGROUP = "cgroup v2 /user.slice/joulestat-job-by-run"
@@ -94,7 +94,7 @@ def check_agent_labels_kept_apart_and_merged(engine: Engine) -> None:
     assert apart(engine)["multi"][1]["idle_policy"] == "mixed"
 
 
-@written_before_0012
+@written_before_0014
 def check_migration_moves_cpu_source(engine: Engine) -> None:
     """At 0006, jobs whose labels hold the ``cpu_source`` that `joulestat run` wrote, or a
     user's own; up to the head, run's moves to the agent labels (figures unchanged), the

@@ -124,8 +124,10 @@ def check_delete_keeps_node_energy(engine: Engine) -> None:
     a_settled = settled_totals(engine, "a", node)
     assert a_settled and rows_of(engine, "a")["job_minute_energy"] > 0
     # Its raw windows went with the totals, rolled into minutes (migration 0009).
+    # Its unit rows too, merged a row a minute (migration 0014).
     assert all(rows_of(engine, "a")[t] > 0 for t in ("job_energy_totals",
-                                                     "job_units", "job_unit_totals"))
+                                                     "job_minute_units", "job_unit_totals"))
+    assert rows_of(engine, "a")["job_units"] == 0
     before = counts(engine)
 
     # A missing id, or a running job without force: nothing is deleted.
@@ -143,6 +145,7 @@ def check_delete_keeps_node_energy(engine: Engine) -> None:
     assert deleted.removed_j == 0
     assert rows_of(engine, "a") == dict.fromkeys(tables_with_job_rows(), 0)
     assert deleted.rows["jobs"] == 1 and deleted.rows["job_minute_energy"] > 0
+    assert deleted.rows["job_minute_units"] == 10
     # The node's energy is what was measured; jobs + unattributed = node, per tick and
     # per minute; the other jobs keep theirs.
     assert node_energy_j(engine, node, *WINDOW) == node_before

@@ -41,7 +41,7 @@ from tests.helpers.store_jobs import (
     save_jobs_before_0007,
     shares_for,
     totals_before_0010,
-    written_before_0012,
+    written_before_0014,
 )
 
 TABLES = ("node_devices", "tick_energy", "minute_energy", "job_energy", "job_minute_energy",
@@ -126,7 +126,7 @@ def stored_checkpoint(engine: Engine) -> dict[str, Any]:
     return saved.state
 
 
-@written_before_0012
+@written_before_0014
 def check_rename_keeps_figures(engine: Engine) -> None:
     """``engine`` points at an empty database. Rows at 0005 under ``gpu``; up to head
     they are ``accelerator`` with every figure the same; down to 0005 they are ``gpu``
@@ -196,7 +196,7 @@ MERGED = {
 }
 
 
-@written_before_0012
+@written_before_0014
 def check_both_names_merge(engine: Engine) -> None:
     """Every table holding one key under both names at 0005 (never written so by an
     agent, but possible in a downgraded store): the upgrade adds the old row's joules

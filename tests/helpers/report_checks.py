@@ -16,7 +16,7 @@ from sqlalchemy.engine import Engine
 
 SCHEMA = json.loads((Path(__file__).parents[2] / "docs" / "report-schema.json").read_text())
 TABLES = ("jobs", "job_nodes", "nodes", "tick_energy", "minute_energy", "job_energy",
-          "job_minute_energy", "job_units")
+          "job_minute_energy", "job_units", "job_minute_units")
 
 
 def validate(report: dict[str, Any]) -> None:

@@ -52,21 +52,43 @@ RETENTION_S = 600.0
 Totals = dict[tuple[str, str], list[float]]  # (job, component) -> [dynamic, idle]
 
 
-def written_before_0012(check: Callable[..., None]) -> Callable[..., None]:
-    """``check`` runs today's writer on stores before migration 0012, which have no
-    ``job_nodes.pooled_day_s`` and no day sums: as the writer before it, its maintain
-    passes fold nothing and its job writes take nothing apart (agent/store/job_days.py).
-    After its upgrade to the head the jobs are read one by one, as unfolded ones are."""
+def written_before_0014(check: Callable[..., None]) -> Callable[..., None]:
+    """``check`` runs today's writer on stores before migrations 0012 and 0014. Before
+    0012 there is no ``job_nodes.pooled_day_s`` and no day sums: as the writer before it,
+    its maintain passes fold nothing and its job writes take nothing apart
+    (agent/store/job_days.py). Before 0014 there is no ``job_minute_units``: its passes
+    merge each minute's unit rows in ``job_units``, as before. After its upgrade to the
+    head the jobs are read one by one, as unfolded ones are, and merged unit rows left in
+    ``job_units`` read as any unit row."""
 
     @functools.wraps(check)
-    def without_day_sums(*args: Any, **kwargs: Any) -> None:
+    def as_before(*args: Any, **kwargs: Any) -> None:
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(maintenance, "fold_settled", lambda *_args: 0)
             patch.setattr(maintenance, "fold_running", lambda *_args: 0)
+            patch.setattr(maintenance, "roll_up_units", compact_units_as_before_0014)
             patch.setattr(store_rows, "unpool", lambda *_args: 0)
             check(*args, **kwargs)
 
-    return without_day_sums
+    return as_before
+
+
+def compact_units_as_before_0014(connection: Connection, node: str, after_ms: int | None,
+                                 bound_ms: int) -> int:
+    """A maintain pass's unit rows as the code before migration 0014 left them: each
+    minute's rows in (after_ms, bound_ms] merged into one ``job_units`` row at the
+    minute's end."""
+    window = {"node": node, "after": -1 if after_ms is None else after_ms, "bound": bound_ms}
+    where = "WHERE node = :node AND t_end_ms > :after AND t_end_ms <= :bound"
+    merged = [row._asdict() for row in connection.execute(text(
+        "SELECT job_id, node, ((t_end_ms - 1) / 60000 + 1) * 60000 AS t_end_ms, unit, "
+        f"sum(count) AS count FROM job_units {where} "
+        "GROUP BY job_id, node, ((t_end_ms - 1) / 60000 + 1) * 60000, unit"), window)]
+    connection.execute(text(f"DELETE FROM job_units {where}"), window)
+    if merged:
+        connection.execute(text("INSERT INTO job_units (job_id, node, t_end_ms, unit, count) "
+                                "VALUES (:job_id, :node, :t_end_ms, :unit, :count)"), merged)
+    return len(merged)
 
 
 def make_tick(t1_s: float, cpu_j: float, gpu_j: float | None,
@@ -252,10 +274,12 @@ def check_conservation_and_retention(engine: Engine) -> None:
     assert result.raw_pruned_until_ms == round((T0 + 300) * 1000)
     assert result.pruned_rows == 2 * 300
     # The job windows went with the totals (up to 2 minutes before "now", all ten
-    # minutes), rolled into minutes; units were one window a minute already.
+    # minutes), rolled into minutes; units were one window a minute already, and went
+    # into the unit minutes (migration 0014).
     assert result.totals_until_ms == round((T0 + 900) * 1000) - SETTLE_MS
     assert result.job_pruned_rows == 0 and count(engine, "job_energy") == 0
-    assert count(engine, "job_units") == units_rows == 10 * 2  # 10 minutes x 2 jobs
+    assert count(engine, "job_units") == 0
+    assert count(engine, "job_minute_units") == units_rows == 10 * 2  # 10 minutes x 2 jobs
     # Node: minutes 0..4 rolled, 5..9 raw ticks; jobs: ten minutes; per minute, each.
     assert_conserved(engine, TRAINER.node, expected_rows=2 * 10)
     after = {s.id: s for s in list_jobs(engine)}
@@ -377,7 +401,7 @@ def _assert_same_figures(found: dict, expected: dict) -> None:
         assert found[job][2] == pytest.approx(units, rel=1e-12), job
 
 
-@written_before_0012
+@written_before_0014
 def check_upgrades_keep_figures(engine: Engine) -> None:
     """``engine`` points at an empty database. Down to 0002 and up again (the totals
     backfilled from the rollups), then down to 0001 (ticks only) and up again."""
@@ -463,7 +487,7 @@ def _maintain_as_before_0009(engine: Engine, node: str, now_s: float) -> tuple[i
     SETTLE_MS with the raw job rows kept, and raw rows (ticks and job rows alike)
     pruned by the retention. Returns (prune boundary, totals boundary)."""
     from joulestat.store.engine import dialect_insert
-    from joulestat.store.maintenance import compact_units, roll_up_ticks
+    from joulestat.store.maintenance import roll_up_ticks
 
     complete_ms = round(now_s * 1000) // 60_000 * 60_000
     totals_ms = complete_ms - SETTLE_MS
@@ -482,7 +506,7 @@ def _maintain_as_before_0009(engine: Engine, node: str, now_s: float) -> tuple[i
             "INSERT INTO job_unit_totals (job_id, node, unit, count) "
             "SELECT job_id, node, unit, sum(count) FROM job_units "
             "WHERE node = :node AND t_end_ms <= :until GROUP BY job_id, node, unit"), window)
-        compact_units(connection, node, None, pruned_ms)
+        compact_units_as_before_0014(connection, node, None, pruned_ms)
         for table in ("tick_energy", "job_energy"):
             connection.execute(text(
                 f"DELETE FROM {table} WHERE node = :node AND t_end_ms <= :pruned"), window)
@@ -492,7 +516,7 @@ def _maintain_as_before_0009(engine: Engine, node: str, now_s: float) -> tuple[i
     return pruned_ms, totals_ms
 
 
-@written_before_0012
+@written_before_0014
 def check_0009_keeps_figures(engine: Engine) -> None:
     """``engine`` points at an empty database. A store at 0008 as the code before 0009
     left it (one job row per job, device and tick, kept raw for the retention; minute
@@ -535,7 +559,8 @@ def check_0009_keeps_figures(engine: Engine) -> None:
     assert detail.dynamic_j == pytest.approx(detail_before.dynamic_j, rel=1e-12)
     assert detail.units == pytest.approx(detail_before.units, rel=1e-12)
     assert count(engine, "job_energy") == 0  # all ten minutes were behind the totals
-    assert count(engine, "job_units") == 10 * 2  # a row a minute and job
+    # A unit row a minute and job, moved out of job_units by migration 0014.
+    assert (count(engine, "job_units"), count(engine, "job_minute_units")) == (0, 10 * 2)
     assert_conserved(engine, TRAINER.node, expected_rows=2 * 10)
 
     # Down (the prune boundary moves up to the totals boundary) and up again.
@@ -555,7 +580,7 @@ def check_0009_keeps_figures(engine: Engine) -> None:
     assert_conserved(engine, TRAINER.node)
 
 
-@written_before_0012
+@written_before_0014
 def check_0010_keeps_sources(engine: Engine) -> None:
     """``engine`` points at an empty database. A store at 0009 whose CPU source changed
     from RAPL to an estimate after five minutes is upgraded: each job's totals split by
@@ -628,7 +653,7 @@ def _by_component(series: list[tuple[float, str, float, float]]) -> dict[str, fl
     return dict(summed)
 
 
-@written_before_0012
+@written_before_0014
 def check_0011_keeps_job_minutes(engine: Engine) -> None:
     """``engine`` points at an empty database. A store at 0010 holding two jobs' minutes
     is upgraded: every job minute is kept, each job's series and the node's conservation
@@ -706,3 +731,76 @@ def check_0011_keeps_job_minutes(engine: Engine) -> None:
             "SELECT count(*) FROM job_minute_energy WHERE job_id = 'a'")).scalar_one()
     assert left == 0
     assert_conserved(engine, node)
+
+
+def check_0014_moves_unit_minutes(engine: Engine) -> None:
+    """``engine`` points at an empty database. A store at 0013 written as before 0014
+    (each settled minute's unit rows merged into one ``job_units`` row) with a row an
+    import left at a bin's end is upgraded: the merged rows move into
+    ``job_minute_units``, the raw rows after the boundary and the imported one stay, and
+    every job's units, unit rows and unit series read the same. Down to 0013,
+    ``job_units`` is again exactly what it was. Up again, today's passes move the next
+    minutes and the units still add up to what was counted."""
+    from joulestat.store.jobs import job_detail
+    from joulestat.store.series import job_unit_rows, job_unit_series
+
+    def units_of(job: str) -> dict[str, float]:
+        detail = job_detail(engine, job)
+        assert detail is not None
+        return dict(detail.units)
+
+    def figures() -> dict[str, tuple[Any, ...]]:
+        return {job: (units_of(job), job_unit_rows(engine, job),
+                      job_unit_series(engine, job, 60)) for job in ("a", "b")}
+
+    def job_units() -> list[tuple[Any, ...]]:
+        with engine.connect() as connection:
+            return [tuple(row) for row in connection.execute(text(
+                "SELECT job_id, node, t_end_ms, unit, count FROM job_units "
+                "ORDER BY job_id, node, t_end_ms, unit"))]
+
+    assert migrate.upgrade(engine, "0013") == "0013"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(maintenance, "roll_up_units", compact_units_as_before_0014)
+        writer = writer_for(engine)
+        for job in ("a", "b"):
+            writer.save_job(make_job(job, T0))
+        feed(writer, T0, 600, ("a", "b"), units={"tokens": 3.0})
+        assert writer.flush()
+        result = writer.maintain(T0 + 660)
+    boundary_ms = round((T0 + 540) * 1000)
+    assert result is not None and result.totals_until_ms == boundary_ms
+    imported_ms = round((T0 + 90.5) * 1000)  # a bin's end, not a minute's
+    with engine.begin() as connection:
+        connection.execute(text(
+            "INSERT INTO job_units (job_id, node, t_end_ms, unit, count) "
+            "VALUES ('a', :node, :t, 'samples', 7.0)"), {"node": TRAINER.node, "t": imported_ms})
+    before_rows = job_units()
+    merged = [r for r in before_rows if r[2] <= boundary_ms and r[2] % 60_000 == 0]
+    assert len(merged) == 2 * 9  # minutes 1..9 of two jobs
+    kept = [r for r in before_rows if r not in merged]
+    assert len(kept) > 1 and all(r[2] > boundary_ms for r in kept if r[2] != imported_ms)
+
+    assert migrate.upgrade(engine, "0014") == "0014"
+    before = figures()
+    assert count(engine, "job_minute_units") == len(merged)
+    assert job_units() == kept
+    for job in ("a", "b"):
+        assert before[job][0] == {"tokens": pytest.approx(3.0 * 600, rel=1e-12)}
+        assert sum(c for _n, _t, u, c in before[job][1] if u == "tokens") == pytest.approx(
+            3.0 * 600, rel=1e-12)
+    assert [t for _n, t, _u, _c in before["b"][1]][:9] == [T0 + 60 * m for m in range(1, 10)]
+    assert (TRAINER.node, imported_ms / 1000, "samples", 7.0) in before["a"][1]
+
+    downgrade(engine, "0013")
+    assert job_units() == before_rows
+    assert migrate.upgrade(engine) == migrate.HEAD_REVISION
+    assert figures() == before
+
+    writer = writer_for(engine)
+    feed(writer, T0 + 600, 300, ("a", "b"), units={"tokens": 3.0})
+    assert writer.flush() and writer.maintain(T0 + 900 + 180) is not None
+    assert count(engine, "job_minute_units") == 2 * 15  # minutes 1..15 of two jobs
+    assert job_units() == [("a", TRAINER.node, imported_ms, "samples", 7.0)]
+    for job in ("a", "b"):
+        assert units_of(job) == {"tokens": pytest.approx(3.0 * 900, rel=1e-12)}

@@ -43,7 +43,7 @@ from tests.helpers.store_jobs import (
     save_jobs_before_0007,
     shares_for,
     totals_before_0010,
-    written_before_0012,
+    written_before_0014,
 )
 
 pytestmark = pytest.mark.postgres
@@ -185,7 +185,7 @@ def relkind(engine: Engine, table: str) -> str:
 # -- the migration -------------------------------------------------------------------------
 
 
-@written_before_0012
+@written_before_0014
 def test_rows_written_before_0005_survive_into_day_partitions(engine):
     assert migrate.upgrade(engine, "0004") == "0004"
     expected = Expected()
@@ -383,7 +383,7 @@ def test_a_partition_that_cannot_be_made_now_is_tried_again(engine, monkeypatch,
         engine, "job_energy")
 
 
-@written_before_0012
+@written_before_0014
 def test_downgrade_to_0004_and_back_keeps_rows_and_figures(engine):
     migrate.upgrade(engine)
     expected = Expected()

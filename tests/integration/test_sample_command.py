@@ -40,7 +40,9 @@ def test_the_documented_sample_command_fills_a_store(tmp_path: Path) -> None:
     assert migrate.is_at_head(engine)
     with engine.connect() as connection:
         counts = {table: connection.execute(text(f"SELECT count(*) FROM {table}")).scalar_one()
-                  for table in ("nodes", "jobs", "tick_energy", "job_energy", "job_units")}
+                  for table in ("nodes", "jobs", "tick_energy", "job_energy", "job_units",
+                                "job_minute_units")}
     engine.dispose()
     assert counts["nodes"] == 5 and counts["jobs"] == 22, counts
     assert counts["tick_energy"] > 0 and counts["job_energy"] > 0 and counts["job_units"] > 0
+    assert counts["job_minute_units"] > 0

@@ -243,6 +243,12 @@ def test_upgrades_keep_figures(pg_url):
     engine.dispose()
 
 
+def test_migration_0014_moves_unit_minutes_on_postgres(pg_url):
+    engine = make_engine(pg_url)
+    jobs.check_0014_moves_unit_minutes(engine)
+    engine.dispose()
+
+
 def test_migration_0011_drops_the_job_minute_key_on_postgres(pg_url):
     engine = make_engine(pg_url)
     jobs.check_0011_keeps_job_minutes(engine)

@@ -205,6 +205,12 @@ def test_a_running_job_adds_its_recent_rows_to_its_settled_totals(engine):
     assert restored.units == {"tokens": 2.0 * 390}
 
 
+def test_migration_0014_moves_unit_minutes_out_of_job_units(db_url):
+    from tests.helpers.store_jobs import check_0014_moves_unit_minutes
+
+    check_0014_moves_unit_minutes(make_engine(db_url))
+
+
 def test_migration_0011_keeps_job_minutes(db_url):
     from tests.helpers.store_jobs import check_0011_keeps_job_minutes
 
