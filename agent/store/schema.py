@@ -254,11 +254,11 @@ JOB_MINUTE_ENERGY = Table(
     Index("ix_job_minute_energy_job_id_node", "job_id", "node").ddl_if(dialect="postgresql"),
     **_NO_ROWID,
 )
-# Units of work (tokens, samples, ...) a job counted on a node, per flush: count is the
-# increase over the ticks ending at or before t_end_ms. Keyed, so that a flush written
-# again after a lost acknowledgement adds nothing. Holds the rows after the node's
-# totals boundary (the maintain pass moves those behind it into job_minute_units) and
-# the unit counts of imported parts, at their bins' ends.
+# Units of work (tokens, samples, ...) a job counted on a node, per flush window (never
+# across a minute): count is the increase over its ticks, the last ending at t_end_ms.
+# Keyed, so that a flush written again after a lost acknowledgement adds nothing. Holds
+# the rows after the node's totals boundary (the maintain pass moves those behind it
+# into job_minute_units) and the unit counts of imported parts, at their bins' ends.
 JOB_UNITS = Table(
     "job_units", METADATA,
     _job_key(), _node_key(), _key("t_end_ms", BigInteger), _key("unit", String),
