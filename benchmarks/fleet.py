@@ -15,12 +15,17 @@ how many ended jobs the maintain passes folded into day sums (agent/store/job_da
 which is what comparisons read of them.
 
 The issue's (28) scale is 1,000 nodes x 7 days x 50 jobs at 1 s ticks; ``--tick`` (60 s
-by default) keeps the fill within reach of one machine: the job tables and totals do not
-depend on it past the first minutes (one row per job, device and minute either way),
-the raw tick table is ``60 / tick`` times smaller than at 1 s ticks.
+by default) keeps the fill within reach of one machine. Up to 60 s the job minutes do
+not depend on it (one row per job, device and minute); a longer tick is one flush
+window, so one job row per job, device and tick, and the jobs, their totals and the day
+sums are the same. The raw tick table is ``tick`` times smaller than at 1 s ticks.
+``--processes`` fills the nodes in that many processes (each its own writers), and
+``--maintain`` longer than the agent's 5 minutes makes fewer, larger passes; every node
+ends with a pass, so the store ends as the agents' would.
 
     .venv/bin/python benchmarks/fleet.py [--nodes 1000] [--days 7] [--jobs 50]
-        [--tick 60] [--job-hours 24] [--runs 3] [--db URL]   # an existing --db is reused
+        [--tick 60] [--job-hours 24] [--maintain 600] [--processes 1] [--runs 3]
+        [--db URL]   # an existing --db is reused
 
 Prints figures only; no assertions.
 """
@@ -30,6 +35,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import multiprocessing
 import os
 import statistics
 import subprocess
@@ -128,8 +134,22 @@ def fill_node(engine: Engine, index: int, jobs: int, start_s: float, end_s: floa
     return ticks
 
 
+def _fill_nodes(url: str, first: int, nodes: int, step: int, jobs: int, start_s: float,
+                end_s: float, tick_s: float, job_s: float, maintain_s: float) -> None:
+    """Nodes ``first``, ``first + step``, ... below ``nodes``: one process's share."""
+    engine = make_engine(url)
+    began = time.perf_counter()
+    mine = range(first, nodes, step)
+    for done, index in enumerate(mine, 1):
+        fill_node(engine, index, jobs, start_s, end_s, tick_s, job_s, maintain_s)
+        if done % max(1, len(mine) // 10) == 0:
+            print(f"  {done} of {len(mine)} nodes filled (process {first + 1} of {step}), "
+                  f"{time.perf_counter() - began:.0f} s", flush=True)
+    engine.dispose()
+
+
 def fill(url: str, nodes: int, days: float, jobs: int, tick_s: float, job_hours: float,
-         maintain_s: float) -> None:
+         maintain_s: float, processes: int = 1) -> None:
     engine = make_engine(url)
     migrate.upgrade(engine)
     with engine.connect() as connection:
@@ -147,11 +167,14 @@ def fill(url: str, nodes: int, days: float, jobs: int, tick_s: float, job_hours:
         with engine.begin() as connection:
             ensure_partitions(connection, start_s, days_ahead=int(days) + 4)
     began = time.perf_counter()
-    for index in range(nodes):
-        fill_node(engine, index, jobs, start_s, end_s, tick_s, job_hours * 3600, maintain_s)
-        if (index + 1) % max(1, nodes // 10) == 0:
-            print(f"  {index + 1} nodes filled, {time.perf_counter() - began:.0f} s",
-                  flush=True)
+    shares = [(url, first, nodes, processes, jobs, start_s, end_s, tick_s, job_hours * 3600,
+               maintain_s) for first in range(processes)]
+    if processes == 1:
+        _fill_nodes(*shares[0])
+    else:
+        # Each process its own writers and connections, as a fleet's agents are.
+        with multiprocessing.get_context("spawn").Pool(processes) as pool:
+            pool.starmap(_fill_nodes, shares)
     with engine.connect() as connection:
         counts = {table: connection.execute(text(f"SELECT count(*) FROM {table}")).scalar_one()
                   for table in ("jobs", "tick_energy", "minute_energy", "job_energy",
@@ -218,12 +241,15 @@ def main() -> int:
     parser.add_argument("--job-hours", type=float, default=24.0)
     parser.add_argument("--maintain", type=float, default=600.0,
                         help="simulated seconds between maintain passes [default: 600]")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="fill the nodes in this many processes [default: 1]")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--db", help="PostgreSQL URL (default: a throwaway server)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     with store(args.db) as url:
-        fill(url, args.nodes, args.days, args.jobs, args.tick, args.job_hours, args.maintain)
+        fill(url, args.nodes, args.days, args.jobs, args.tick, args.job_hours, args.maintain,
+             args.processes)
         print_folded(url)
         os.environ["JOULESTAT_DB"] = url
         logging.disable(logging.WARNING)  # AppTest's "missing ScriptRunContext" chatter
