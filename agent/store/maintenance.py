@@ -546,10 +546,10 @@ def advance_totals(
     the minutes of (totals_until, until_ms] are rolled up into ``job_minute_energy``
     from their raw windows (late ones included), their unit counts into
     ``job_minute_units`` (one row a minute, migration 0014), and those raw rows are
-    deleted. Readers take job rows up to this
-    boundary from the minute rollups (:func:`joulestat.store.schema.boundary_of`), so
-    a busy node's store keeps one row per job, device and minute instead of one per
-    flush window for the whole raw retention. The node's own ticks stay raw until
+    deleted. Readers take job rows up to this boundary from the minute rollups
+    (:func:`joulestat.store.schema.boundary_of`), so a busy node's store keeps one row
+    per job, device and minute instead of one per flush window for the whole raw
+    retention. The node's own ticks stay raw until
     :func:`prune`."""
     if totals_until is not None and until_ms <= totals_until:
         return totals_until, 0
