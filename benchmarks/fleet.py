@@ -33,7 +33,6 @@ Prints figures only; no assertions.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import multiprocessing
 import os
@@ -41,7 +40,6 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -206,17 +204,6 @@ def print_folded(url: str) -> None:
           "minutes, started since the last maintain pass, on several nodes)")
 
 
-@contextlib.contextmanager
-def store(url: str | None) -> Iterator[str]:
-    if url:
-        yield url
-        return
-    from tests.helpers.pg import running_postgres
-
-    with running_postgres() as server:
-        yield server.create_database("fleet")
-
-
 COMPARE = ("compare", "--by", "instance_type", "--unit", "sample")
 
 
@@ -247,7 +234,9 @@ def main() -> int:
     parser.add_argument("--db", help="PostgreSQL URL (default: a throwaway server)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    with store(args.db) as url:
+    from tests.helpers.pg import given_or_throwaway_database
+
+    with given_or_throwaway_database(args.db, "fleet") as url:
         fill(url, args.nodes, args.days, args.jobs, args.tick, args.job_hours, args.maintain,
              args.processes)
         print_folded(url)

@@ -21,7 +21,6 @@ with the server, so the figure is a floor for a server of its own. Prints only.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import logging
 import multiprocessing
@@ -29,7 +28,6 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -246,25 +244,15 @@ def main() -> None:
                         "(e.g. to compare over afterwards) [default: a throwaway server]")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    with _database(args.db) as url:
+    from tests.helpers.pg import given_or_throwaway_database
+
+    with given_or_throwaway_database(args.db, "ingest") as url:
         migrate.upgrade(make_engine(url))
         from joulestat.store.jobs import list_jobs
 
         reader = make_engine(url)
         run(url, args.nodes, args.seconds, args.flush, lambda: list_jobs(reader),
             args.flushers, args.jobs, args.processes, args.save_jobs)
-
-
-@contextlib.contextmanager
-def _database(url: str | None) -> Iterator[str]:
-    """``url``, kept; else a database on a throwaway server (tests/helpers/pg.py)."""
-    if url:
-        yield url
-        return
-    from tests.helpers.pg import running_postgres
-
-    with running_postgres() as server:
-        yield server.create_database("ingest")
 
 
 if __name__ == "__main__":

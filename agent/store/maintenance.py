@@ -629,9 +629,10 @@ def roll_up_jobs(
     return max(connection.execute(statement).rowcount, 0)
 
 
-def roll_up_units(connection: Connection, node: str, after_ms: int | None, bound_ms: int) -> int:
+def roll_up_units(connection: Connection, node: str, after_ms: int | None, bound_ms: int
+                  ) -> None:
     """Move ``node``'s job_units rows ending in (after_ms, bound_ms] into
-    job_minute_units, one row per job, unit and minute; returns the minute rows written.
+    job_minute_units, one row per job, unit and minute.
 
     A plain INSERT, as :func:`roll_up_jobs`: the window starts at the node's totals
     boundary, which only this pass moves, and the writer refuses unit rows at or before
@@ -641,12 +642,11 @@ def roll_up_units(connection: Connection, node: str, after_ms: int | None, bound
     window = [units.node == node, *_window(units.t_end_ms, after_ms, bound_ms)]
     minute = _minute_of(units.t_end_ms)
     names = ["job_id", "node", "minute_start_s", "unit", "count"]
-    written = connection.execute(JOB_MINUTE_UNITS.insert().from_select(names, (
+    connection.execute(JOB_MINUTE_UNITS.insert().from_select(names, (
         select(units.job_id, units.node, minute, units.unit, func.sum(units.count))
         .where(*window)
-        .group_by(units.job_id, units.node, minute, units.unit)))).rowcount
+        .group_by(units.job_id, units.node, minute, units.unit))))
     connection.execute(delete(JOB_UNITS).where(*window))
-    return max(written, 0)
 
 
 def prune(

@@ -38,9 +38,9 @@ depends_on: str | Sequence[str] | None = None
 TABLE = "job_minute_units"
 KEY = ("job_id", "node", "minute_start_s", "unit")
 # job_units rows merged by a maintain pass: at or before their node's totals boundary,
-# at a minute's end.
-_MERGED = ("FROM job_units u JOIN nodes n ON n.node = u.node "
-           "WHERE u.t_end_ms <= n.totals_until_ms AND u.t_end_ms % 60000 = 0")
+# at a minute's end. The one condition both the copy and the delete use.
+_MERGED = ("EXISTS (SELECT 1 FROM nodes n WHERE n.node = job_units.node "
+           "AND job_units.t_end_ms <= n.totals_until_ms AND job_units.t_end_ms % 60000 = 0)")
 
 
 def upgrade() -> None:
@@ -60,10 +60,9 @@ def upgrade() -> None:
     if on_postgresql:
         op.create_index(op.f("ix_job_minute_units_job_id_node"), TABLE, ["job_id", "node"])
     op.execute(f"INSERT INTO {TABLE} (job_id, node, minute_start_s, unit, count) "
-               f"SELECT u.job_id, u.node, u.t_end_ms / 1000 - 60, u.unit, u.count {_MERGED}")
-    op.execute("DELETE FROM job_units WHERE EXISTS (SELECT 1 FROM nodes n "
-               "WHERE n.node = job_units.node AND job_units.t_end_ms <= n.totals_until_ms "
-               "AND job_units.t_end_ms % 60000 = 0)")
+               "SELECT job_id, node, t_end_ms / 1000 - 60, unit, count FROM job_units "
+               f"WHERE {_MERGED}")
+    op.execute(f"DELETE FROM job_units WHERE {_MERGED}")
 
 
 def downgrade() -> None:

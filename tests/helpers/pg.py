@@ -157,3 +157,14 @@ def running_postgres() -> Iterator[PostgresServer]:
         if started:
             server.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def given_or_throwaway_database(url: str | None, name: str) -> Iterator[str]:
+    """``url`` as given (a benchmark's ``--db``: kept, and reused if it holds data), else
+    database ``name`` on a throwaway server, gone afterwards."""
+    if url:
+        yield url
+        return
+    with running_postgres() as server:
+        yield server.create_database(name)

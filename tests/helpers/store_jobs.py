@@ -74,7 +74,7 @@ def written_before_0014(check: Callable[..., None]) -> Callable[..., None]:
 
 
 def compact_units_as_before_0014(connection: Connection, node: str, after_ms: int | None,
-                                 bound_ms: int) -> int:
+                                 bound_ms: int) -> None:
     """A maintain pass's unit rows as the code before migration 0014 left them: each
     minute's rows in (after_ms, bound_ms] merged into one ``job_units`` row at the
     minute's end."""
@@ -88,7 +88,6 @@ def compact_units_as_before_0014(connection: Connection, node: str, after_ms: in
     if merged:
         connection.execute(text("INSERT INTO job_units (job_id, node, t_end_ms, unit, count) "
                                 "VALUES (:job_id, :node, :t_end_ms, :unit, :count)"), merged)
-    return len(merged)
 
 
 def make_tick(t1_s: float, cpu_j: float, gpu_j: float | None,

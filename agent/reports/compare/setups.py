@@ -57,6 +57,7 @@ from joulestat.store.jobs import JobFilter, JobRef, PartTotals
 from joulestat.store.maintenance import ROLLUP_EVERY_S, SETTLE_MS
 from joulestat.store.nodes import node_accelerators, source_models
 from joulestat.store.provenance import JobSourceEnergy, node_sources
+from joulestat.store.schema import MINUTE_MS
 
 BY_SETUP = "instance_type"
 
@@ -144,7 +145,7 @@ def running_note(counted: int, left_out: int) -> str | None:
     the Compare page beside when its figures are of."""
     if not counted and not left_out:
         return None
-    lag_min = SETTLE_MS / 60_000  # the boundary's lag, from the maintain pass's own figures
+    lag_min = SETTLE_MS / MINUTE_MS  # the boundary's lag, from the maintain pass's own figures
     said = (f"running jobs: {counted:,} counted up to their node's settled totals "
             f"({lag_min:g} to {lag_min + ROLLUP_EVERY_S / 60:g} minutes behind the clock; "
             "a job's own page counts it to its last flush)")
