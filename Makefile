@@ -13,7 +13,7 @@ CONSTRAINTS := constraints.txt
 # `make test` installs dev, which pulls the same extras plus the test tools (pyproject).
 RUN_EXTRAS := dashboard,demo,pdf,postgres,nvidia
 
-.PHONY: run test install dev lint docs clean lock
+.PHONY: run test test-fast test-unit test-store test-system install dev lint docs clean lock
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,9 +41,32 @@ run: install
 	echo "joulestat: agent and dashboard starting; their URLs follow (Ctrl-C stops both). Empty store? Run $(BIN)/joulestat demo in another terminal (2 minutes of measured jobs)"; \
 	$(BIN)/joulestat agent $(RUN_ARGS)
 
-## Run the whole test suite.
+## The tests, in tiers (docs/testing.md says which to run when). TEST_WORKERS processes
+## run side by side (pytest-xdist); tests that share a costly module fixture stay on one
+## (xdist_group). PYTEST_ARGS is passed on: `make test-fast PYTEST_ARGS='-k store'`.
+TEST_WORKERS ?= 4
+FAST_WORKERS ?= 2
+XDIST = -n $(TEST_WORKERS) --dist loadgroup
+
+## The whole suite: unit, store (SQLite and PostgreSQL) and system tiers. CI runs this.
 test: dev
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest $(XDIST) $(PYTEST_ARGS)
+
+## After each change: the in-process tiers, unit and the SQLite half of store (no process,
+## no socket: tests/helpers/isolation.py checks it), in about a minute.
+test-fast: dev
+	$(BIN)/pytest -n $(FAST_WORKERS) tests/unit tests/store -m "not postgres" $(PYTEST_ARGS)
+
+test-unit: dev
+	$(BIN)/pytest -n $(FAST_WORKERS) tests/unit $(PYTEST_ARGS)
+
+## Every store scenario on SQLite and on PostgreSQL (one server for the run).
+test-store: dev
+	$(BIN)/pytest -n $(FAST_WORKERS) tests/store $(PYTEST_ARGS)
+
+## Real agents, CLI processes, Chromium, the wheel, the examples.
+test-system: dev
+	$(BIN)/pytest $(XDIST) tests/system $(PYTEST_ARGS)
 
 lint: dev
 	$(BIN)/ruff check agent dashboard migrations tests benchmarks

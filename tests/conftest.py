@@ -1,7 +1,13 @@
-"""Fixtures shared by unit and integration tests."""
+"""Fixtures shared by every tier: tests/unit/ and tests/store/ (in process), tests/system/.
+
+The tiers and when to run which are in docs/testing.md; the in-process tiers' rule (no
+process, no network socket) is enforced by tests/helpers/isolation.py, whose hooks are
+imported here.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import resource
 import sys
@@ -9,6 +15,37 @@ from collections.abc import Iterator
 
 import psutil
 import pytest
+
+# The in-process tiers' check: its hooks, registered by being in this module's namespace.
+from tests.helpers.isolation import (  # noqa: F401
+    pytest_collection_modifyitems,
+    pytest_runtest_call,
+    pytest_runtest_setup,
+    pytest_runtest_teardown,
+    unguarded,
+)
+from tests.helpers.pg import PostgresServer, running_postgres
+
+# pytester runs a pytest session inside a test: how the isolation check is itself tested.
+# xdist_groups keeps `pytest.mark.xdist_group` working under pytest 9.2 (its docstring).
+pytest_plugins = ["pytester", "tests.helpers.xdist_groups"]
+
+
+@pytest.fixture(scope="session")
+def pg() -> Iterator[PostgresServer]:
+    """One real PostgreSQL server for the whole session (each xdist worker has its own);
+    tests take a database of their own on it (tests/helpers/stores.py). Skipped with the
+    reason where no server can start (tests/helpers/pg.py)."""
+    stack = contextlib.ExitStack()
+    # Started in a PostgreSQL test's setup; stopped at the session's end, which falls in
+    # the teardown of whichever test runs last, perhaps an in-process one.
+    with unguarded():
+        server = stack.enter_context(running_postgres())
+    try:
+        yield server
+    finally:
+        with unguarded():
+            stack.close()
 
 
 @pytest.fixture

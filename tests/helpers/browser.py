@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -45,9 +44,11 @@ def chromium_binary() -> str:
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A free port below the kernel's ephemeral range (see
+    :func:`tests.helpers.agent_process.free_port`, whose pick it is)."""
+    from tests.helpers.agent_process import free_port as pick
+
+    return pick()
 
 
 def launch(binary: str, profile: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -111,15 +112,44 @@ class Browser:
         missing = [t for t in expected if t not in page]
         raise AssertionError(f"{url}: never showed {missing}; page text:\n{page[:3000]}")
 
+    def settle(self, quiet_s: float = 0.4, timeout_s: float = 5.0) -> None:
+        """Return once the page has stopped changing: no CSS animation or transition
+        running (charts and elements fade in after their data arrives) and the same
+        elements, text and height for ``quiet_s``, two painted frames after that; or
+        after ``timeout_s`` of a page that never stops (a spinner), as it is then."""
+        deadline = time.monotonic() + timeout_s
+        last, since = None, time.monotonic()
+        while time.monotonic() < deadline:
+            now = self.evaluate(_PAGE_STATE)
+            if now != last or not str(now).endswith(",0"):
+                last, since = now, time.monotonic()
+            elif time.monotonic() - since >= quiet_s:
+                break
+            time.sleep(0.1)
+        self.call("Runtime.evaluate", awaitPromise=True, expression=(
+            "new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))"))
+
     def screenshot(self, path: Path) -> None:
-        time.sleep(1.0)  # charts animate in after their data arrives
+        """A full-page PNG of the page once it has settled (:meth:`settle`)."""
+        self.settle()
         height = self.evaluate(
             "Math.max(...[...document.querySelectorAll('*')].map(e => e.scrollHeight))")
         self.call("Emulation.setDeviceMetricsOverride", width=WIDTH,
                   height=min(int(height or 1000), 8000), deviceScaleFactor=1, mobile=False)
-        time.sleep(0.5)
+        self.settle(quiet_s=0.2)  # laid out and drawn again at the new height
         data = self.call("Page.captureScreenshot", format="png")["data"]
         path.write_bytes(base64.b64decode(data))
+
+
+# What :meth:`Browser.settle` watches: elements, text, height, canvases and SVGs drawn,
+# and (last) how many animations run.
+_PAGE_STATE = """(() => {
+    const all = [...document.querySelectorAll('*')];
+    const running = document.getAnimations().filter(a => a.playState === 'running');
+    return [all.length, (document.body ? document.body.innerText : '').length,
+            Math.max(0, ...all.map(e => e.scrollHeight)),
+            document.querySelectorAll('canvas, svg').length, running.length].join(',');
+})()"""
 
 
 def stop(process: subprocess.Popen, wait_s: float) -> None:

@@ -15,11 +15,19 @@ from sqlalchemy import text
 
 from joulestat.store.engine import make_engine
 from joulestat.store.nodes import unattributed_check
-from tests.helpers.agent_process import JOULESTAT, start_run, stored_jobs, summary_of, wait_for
+from tests.helpers.agent_process import JOULESTAT, jobs_in_store, start_run, summary_of, wait_for
 
 BURN_FULL = "import time\ne = time.time() + {s}\nwhile time.time() < e: pass"
 BURN_HALF = (
     "import time\ne = time.time() + {s}\nwhile time.time() < e:\n"
+    "    t = time.time() + 0.01\n    while time.time() < t: pass\n    time.sleep(0.01)"
+)
+# A half-core burner that runs until the file ``{path}`` exists (or ``{s}`` seconds of
+# wall time, a bound for a test that failed before creating it): a job that lasts as
+# long as its test needs, not a guess at how long a loaded machine takes.
+BURN_HALF_UNTIL = (
+    "import os, time\ne = time.time() + {s}\n"
+    "while time.time() < e and not os.path.exists({path!r}):\n"
     "    t = time.time() + 0.01\n    while time.time() < t: pass\n    time.sleep(0.01)"
 )
 # Burners that stop after a given amount of CPU time, so their CPU-time ratio does not
@@ -34,13 +42,15 @@ BURN_CPU_HALF = (
 
 
 def wait_until_stored(env: dict[str, str], names: set[str], timeout_s: float = 20) -> dict:
-    """Jobs appear ended in the store once the agent's next flush has run."""
+    """Jobs appear ended in the store once the agent's next flush has run (``joulestat
+    jobs --json`` as it lists them, read in this process: polled, a process a round
+    would cost a CPU-second each)."""
     def ready():
-        jobs = stored_jobs(env)
+        jobs = jobs_in_store(env)
         ok = names <= set(jobs) and all(jobs[n]["status"] == "ended" for n in names)
         return jobs if ok else None
 
-    return wait_for(ready, timeout_s=timeout_s, every_s=0.5)
+    return wait_for(ready, timeout_s=timeout_s, every_s=0.2)
 
 
 def run_full_and_half(env: dict[str, str]) -> tuple[list[dict], dict]:

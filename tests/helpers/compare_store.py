@@ -4,6 +4,8 @@ Ticks of 900 s carry the energy (a node's tick is any interval), shares give it 
 jobs, units are counted per tick, and each job's node is held from its start to its
 end. Intensity and PUE are pinned (:data:`PINNED`: 400 g/kWh, PUE 1.0) so CO2e is
 hand-computable; prices are the catalog's, read here through ``catalog.lookup``.
+:func:`compare_invoke` runs ``joulestat compare`` on such a store in this process,
+:func:`compare_cli` as a process.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from joulestat.store.maintenance import advance_totals
 from joulestat.store.schema import JOB_ENERGY, JOB_ENERGY_TOTALS, JOB_NODES, NODES
 from joulestat.store.writer import StoreWriter
 from tests.helpers.agent_process import run_cli
+from tests.helpers.cli import CliResult, invoke
 
 T0 = 1_700_000_040.0
 TICK_S = 900.0
@@ -97,6 +100,23 @@ def fill_compare_store(url: str) -> None:
 
 def compare_cli(url: str, *args: str):
     return run_cli("compare", "--db", url, *args)
+
+
+def compare_invoke(url: str, *args: str) -> CliResult:
+    """``joulestat compare --db URL ARGS`` in this process (tests/helpers/cli.py)."""
+    return invoke("compare", "--db", url, *args)
+
+
+def runs_store(url: str, runs: int) -> Engine:
+    """``runs`` stored runs of one name (``bert-g5``, ids ``j-000``...), an hour apart,
+    on two nodes: a comparison whose jobs grow while the nodes it reads do not."""
+    engine = make_engine(url)
+    migrate.upgrade(engine)
+    for i in range(runs):
+        run_job(engine, node(f"g5-{i % 2}", "g5.xlarge"),
+                job(f"j-{i:03d}", "bert-g5", "inference", T0 + i * 3600, 900),
+                ticks=1, gpu_j=9_000.0, units={"inference": 100})
+    return engine
 
 
 def as_a_fleet_counts(engine: Engine, refs: list[JobRef], settings: CarbonSettings | None,

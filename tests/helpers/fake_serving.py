@@ -7,14 +7,24 @@ tokens, requests a second), so the truth over any window is rate x its length; e
 request is observed once in the latency histograms at the model's fixed TTFT, ITL and
 end-to-end latency. ``restart()`` zeroes the counters as a server restart does (the
 truth goes on), ``down()``/``up()`` stop and resume answering.
+
+:class:`ServingEngineProcess` is the same engine in a process of its own, as a real
+server is: its answers do not wait on the test process (which polls the store, scrapes
+the agent and collects its garbage meanwhile); a late answer is a late sample, and a
+job's tokens before its first sample and after its last are not its own.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 import time
-from dataclasses import dataclass
+import urllib.request
+from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0)
 
@@ -32,7 +42,10 @@ class ModelRates:
 class FakeServingEngine:
     """``with FakeServingEngine("vllm", {"m": ModelRates()}) as engine: engine.url``."""
 
-    def __init__(self, engine: str, models: dict[str, ModelRates]) -> None:
+    def __init__(self, engine: str, models: dict[str, ModelRates],
+                 controlled: bool = False) -> None:
+        """``controlled``: ``POST /control/restart`` (``down``, ``up``) does what the
+        method of that name does (:class:`ServingEngineProcess` calls them so)."""
         self.engine, self.models = engine, models
         self._lock = threading.Lock()
         self._since = time.monotonic()  # counters count from here (a restart resets it)
@@ -50,6 +63,15 @@ class FakeServingEngine:
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                verb = self.path.removeprefix("/control/")
+                if not controlled or verb not in ("restart", "down", "up"):
+                    self.send_error(404)
+                    return
+                getattr(engine_self, verb)()
+                self.send_response(204)
+                self.end_headers()
 
             def log_message(self, *args: object) -> None:
                 pass
@@ -143,3 +165,66 @@ class FakeServingEngine:
                             ("tgi_request_duration", rates.e2e_s)):
             lines.append(f"# TYPE {name} histogram")
             self._histogram(lines, name, "", value, requests)
+
+
+class ServingEngineProcess:
+    """``with ServingEngineProcess("vllm", {"m": ModelRates()}) as engine: engine.url``:
+    :class:`FakeServingEngine` served by a process of its own, with the same
+    ``restart()``, ``down()`` and ``up()``."""
+
+    def __init__(self, engine: str, models: dict[str, ModelRates]) -> None:
+        self.engine, self.models = engine, models
+        self._proc: subprocess.Popen[str] | None = None
+        self._port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._port}/metrics"
+
+    def __enter__(self) -> ServingEngineProcess:
+        spec = json.dumps({model: asdict(rates) for model, rates in self.models.items()})
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.helpers.fake_serving", self.engine, spec],
+            cwd=Path(__file__).resolve().parents[2], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, text=True)
+        assert self._proc.stdout is not None
+        line = self._proc.stdout.readline()
+        assert line.startswith("port "), line
+        self._port = int(line.split()[1])
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._proc is not None and self._proc.stdin is not None
+        self._proc.stdin.close()  # its cue to stop
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+    def _control(self, verb: str) -> None:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self._port}/control/{verb}", data=b"", method="POST")
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with opener.open(request, timeout=10) as answer:
+            assert answer.status == 204
+
+    def restart(self) -> None:
+        self._control("restart")
+
+    def down(self) -> None:
+        self._control("down")
+
+    def up(self) -> None:
+        self._control("up")
+
+
+def _serve_until_stdin_closes(engine: str, spec: str) -> None:
+    models = {model: ModelRates(**rates) for model, rates in json.loads(spec).items()}
+    with FakeServingEngine(engine, models, controlled=True) as served:
+        print(f"port {served.url.split(':')[2].split('/')[0]}", flush=True)
+        sys.stdin.read()
+
+
+if __name__ == "__main__":
+    _serve_until_stdin_closes(sys.argv[1], sys.argv[2])

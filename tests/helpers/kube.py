@@ -95,6 +95,16 @@ def pod_proc(proc: Path, pid: int, uid: str, qos: str = "burstable") -> None:
                         f"cri-containerd-{CID}.scope\n")
 
 
+def service_account(folder: Path) -> Path:
+    """A service account as Kubernetes mounts it, written to ``folder`` (the ``sa_dir``
+    fixtures of tests/unit/attribution/ and tests/system/)."""
+    folder.mkdir()
+    (folder / "token").write_text("fake-token-123\n")
+    (folder / "ca.crt").write_text("not read over http\n")
+    (folder / "namespace").write_text("joulestat")
+    return folder
+
+
 def directory(kube: FakeKube, sa_dir: Path, clock: Clock, **kwargs: Any) -> PodDirectory:
     found = pod_directory("apiserver", "node-1", sa_dir=sa_dir, base_url=kube.url,
                           clock=clock, **kwargs)

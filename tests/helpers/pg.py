@@ -1,4 +1,4 @@
-"""A real, throwaway PostgreSQL server for integration tests.
+"""A real, throwaway PostgreSQL server for the store and system tests.
 
 ``running_postgres()`` runs ``initdb`` into a fresh temporary directory and starts the
 server with ``pg_ctl`` on 127.0.0.1 (a free port) and a private unix-socket directory,
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import itertools
 import os
 import pwd
 import re
@@ -29,6 +30,7 @@ from pathlib import Path
 import pytest
 
 SERVER_USER = "postgres"
+_database_numbers = itertools.count(1)
 
 
 def find_bin_dir() -> Path | None:
@@ -72,14 +74,27 @@ class PostgresServer:
     def url(self, database: str = "postgres") -> str:
         return f"postgresql+psycopg://{SERVER_USER}@127.0.0.1:{self.port}/{database}"
 
-    def create_database(self, name: str) -> str:
-        """A new empty database; returns its SQLAlchemy URL."""
+    def create_database(self, name: str, template: str | None = None,
+                        exact: bool = False) -> str:
+        """A new database, empty or a copy of ``template`` (which nobody may be connected
+        to meanwhile); returns its SQLAlchemy URL. One server serves a whole test session,
+        so ``name`` gets a number that makes it unique unless ``exact``."""
+        if not exact:
+            name = f"{name}_{next(_database_numbers)}"
+        copy = f' TEMPLATE "{template}"' if template else ""
+        self._admin(f'CREATE DATABASE "{name}"{copy}')
+        return self.url(name)
+
+    def drop_database(self, name: str) -> None:
+        """Drop ``name``, ending any session still connected to it."""
+        self._admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def _admin(self, statement: str) -> None:
         import psycopg
 
         with psycopg.connect(host="127.0.0.1", port=self.port, user=SERVER_USER,
                              dbname="postgres", autocommit=True) as connection:
-            connection.execute(f'CREATE DATABASE "{name}"')
-        return self.url(name)
+            connection.execute(statement)
 
     def _run(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         return subprocess.run([*self.run_as, *args], capture_output=True, text=True,

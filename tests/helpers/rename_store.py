@@ -1,8 +1,7 @@
 """Migration 0006 (the component ``gpu`` becomes ``accelerator``) on any database.
 
-:func:`check_rename_keeps_figures` runs on SQLite in tests/unit/test_accelerator_rename.py
-and on a real PostgreSQL (whose raw tables are partitioned by then) in
-tests/integration/test_store_postgres.py. Rows are written at revision 0005 through the
+tests/store/test_migrations.py runs it on SQLite and on PostgreSQL (whose raw tables are
+partitioned by then). Rows are written at revision 0005 through the
 real writer exactly as the agent before the rename wrote them (every accelerator
 ``gpu``; job rows as before 0007, which added a column to ``jobs``), rolled up, pruned
 and summed into job totals, so every table with a ``component`` column holds some;
@@ -16,32 +15,21 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 from joulestat.devices.sensor import DeviceInfo
-from joulestat.store import migrate
 from joulestat.store.durability import load_checkpoint
 from joulestat.store.nodes import minute_energy_rows, node_devices, node_energy_j
 from joulestat.store.series import job_energy_series
 from joulestat.store.writer import StoreWriter
 from tests.helpers.report_checks import assert_same
 from tests.helpers.store_jobs import (
-    DEVICES,
-    RETENTION_S,
     T0,
     TRAINER,
-    count,
-    downgrade,
-    feed,
-    make_job,
     make_tick,
     part_figures,
-    save_jobs_before_0007,
     shares_for,
-    totals_before_0010,
-    written_before_0014,
 )
 
 TABLES = ("node_devices", "tick_energy", "minute_energy", "job_energy", "job_minute_energy",
@@ -126,62 +114,6 @@ def stored_checkpoint(engine: Engine) -> dict[str, Any]:
     return saved.state
 
 
-@written_before_0014
-def check_rename_keeps_figures(engine: Engine) -> None:
-    """``engine`` points at an empty database. Rows at 0005 under ``gpu``; up to head
-    they are ``accelerator`` with every figure the same; down to 0005 they are ``gpu``
-    again, the same; then rows under both names (today's writer on the downgraded store)
-    are merged by the next upgrade, their joules added."""
-    assert migrate.upgrade(engine, "0005") == "0005"
-    writer = StoreWriter(engine, TRAINER, OLD_DEVICES, raw_retention_s=RETENTION_S)
-    save_jobs_before_0007(engine, [make_job(job, T0) for job in JOBS])
-    feed_as_before(writer, T0, 600)
-    writer.save_checkpoint(checkpoint("gpu"), "boot-1", T0 + 600)
-    # Prunes minutes 0..4 (rolled up) and sums all ten into the job totals (today's
-    # writer then rolls their job windows into minutes and deletes them: 0009).
-    with totals_before_0010():  # the store's totals have no source yet
-        assert writer.maintain(T0 + 600 + RETENTION_S - 270) is not None
-    assert all(count(engine, table) > 0 for table in TABLES if table != "job_energy")
-    assert components(engine) == {"cpu", "gpu"}
-    before = figures(engine)
-
-    assert migrate.upgrade(engine) == migrate.HEAD_REVISION
-    assert components(engine) == {"cpu", "accelerator"}
-    assert_same_figures(figures(engine, {"accelerator": "gpu"}), before)
-    assert stored_checkpoint(engine) == checkpoint("accelerator")
-
-    downgrade(engine, "0005")
-    assert components(engine) == {"cpu", "gpu"}
-    assert_same_figures(figures(engine), before)
-    assert stored_checkpoint(engine) == checkpoint("gpu")
-
-    # Today's writer on the downgraded store: the same job and node under both names.
-    writer = StoreWriter(engine, TRAINER, DEVICES, raw_retention_s=RETENTION_S)
-    feed(writer, T0 + 960, 120, JOBS)
-    with totals_before_0010():
-        assert writer.maintain(T0 + 1080 + RETENTION_S - 270) is not None
-    assert components(engine) == {"cpu", "gpu", "accelerator"}
-    jobs = part_figures(engine)
-    node = node_energy_j(engine, TRAINER.node, T0 - 60, T0 + 10_000)
-    assert all(jobs[job][0]["gpu"] > 0 < jobs[job][0]["accelerator"] for job in JOBS)
-    assert migrate.upgrade(engine) == migrate.HEAD_REVISION
-    assert components(engine) == {"cpu", "accelerator"}
-    merged = part_figures(engine)
-    for job in JOBS:
-        for kind in (0, 1):  # dynamic, idle
-            was, now = jobs[job][kind], merged[job][kind]
-            assert now == pytest.approx({"cpu": was["cpu"],
-                                         "accelerator": was["gpu"] + was["accelerator"]},
-                                        rel=1e-12), (job, kind)
-        assert merged[job][2] == jobs[job][2]
-    assert node_energy_j(engine, TRAINER.node, T0 - 60, T0 + 10_000) == pytest.approx(
-        {("cpu", "0"): node[("cpu", "0")],
-         ("accelerator", "0"): node[("gpu", "0")] + node[("accelerator", "0")]}, rel=1e-12)
-    # one description of the device: today's writer's, which registered it last
-    assert [(d.component, d.device) for d in node_devices(engine, TRAINER.node)] == [
-        ("accelerator", "0"), ("cpu", "0")]
-
-
 # table: (its other columns, as one row of it has them; the columns 0006 adds up)
 MERGED = {
     "tick_energy": ({"t_end_ms": 60_000, "device": "0", "t_start_ms": 59_000,
@@ -194,37 +126,3 @@ MERGED = {
                           ("dynamic_j", "idle_j")),
     "job_energy_totals": ({"job_id": "a"}, ("dynamic_j", "idle_j")),
 }
-
-
-@written_before_0014
-def check_both_names_merge(engine: Engine) -> None:
-    """Every table holding one key under both names at 0005 (never written so by an
-    agent, but possible in a downgraded store): the upgrade adds the old row's joules
-    (and covered seconds) to the new row's and drops the old one; a key under the old
-    name alone is renamed."""
-    assert migrate.upgrade(engine, "0005") == "0005"
-    StoreWriter(engine, TRAINER, OLD_DEVICES, raw_retention_s=RETENTION_S)  # as "gpu"
-    StoreWriter(engine, TRAINER, DEVICES, raw_retention_s=RETENTION_S)  # "accelerator"
-    with engine.begin() as connection:
-        for table, (row, summed) in MERGED.items():
-            alone = {"job_id": "b"} if "job_id" in row else {"device": "1"}
-            for component, value, other in (("gpu", 1.0, {}), ("accelerator", 2.0, {}),
-                                            ("gpu", 4.0, alone)):
-                values = {**row, **other, "node": TRAINER.node, "component": component,
-                          **dict.fromkeys(summed, value)}
-                connection.execute(text(
-                    f"INSERT INTO {table} ({', '.join(values)}) "
-                    f"VALUES ({', '.join(':' + k for k in values)})"), values)
-    assert migrate.upgrade(engine) == migrate.HEAD_REVISION
-    assert components(engine) == {"cpu", "accelerator"}
-    with engine.connect() as connection:
-        for table, (row, summed) in MERGED.items():
-            key = "job_id" if "job_id" in row else "device"
-            found = connection.execute(text(
-                f"SELECT {key}, component, {', '.join(summed)} FROM {table} "
-                f"ORDER BY {key}")).all()
-            assert [tuple(r) for r in found] == [
-                (row.get(key, "0"), "accelerator", *[3.0] * len(summed)),
-                ("b" if key == "job_id" else "1", "accelerator", *[4.0] * len(summed))], table
-    assert [(d.component, d.device, d.model) for d in node_devices(engine, TRAINER.node)] == [
-        ("accelerator", "0", "A100"), ("cpu", "0", "")]

@@ -1,5 +1,6 @@
 """Checks on reports the report tests share: the JSON schema, figures equal after an
-export and import, a store's rows, and the text of an HTML report."""
+export and import, a store's rows, the text of an HTML report, and ``joulestat report``
+run in process (:func:`report_ok`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,11 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
+from tests.helpers.cli import CliResult, invoke
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+SCHEMA_1 = FIXTURES / "report-schema1.json"  # written before gpu became accelerator
+SCHEMA_2 = FIXTURES / "report-schema2.json"  # written before figures carried bounds
 SCHEMA = json.loads((Path(__file__).parents[2] / "docs" / "report-schema.json").read_text())
 TABLES = ("jobs", "job_nodes", "nodes", "tick_energy", "minute_energy", "job_energy",
           "job_minute_energy", "job_units", "job_minute_units")
@@ -121,3 +127,10 @@ def html_text(page: str) -> HtmlText:
     parser.feed(page)
     parser.close()
     return parser
+
+
+def report_ok(env: dict[str, str], *args: str) -> CliResult:
+    """``joulestat report ARGS`` in this process under ``env``; it must exit 0."""
+    result = invoke("report", *args, env=env)
+    assert result.returncode == 0, result.stderr
+    return result

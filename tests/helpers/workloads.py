@@ -1,4 +1,4 @@
-"""Scripts the integration tests run as measured jobs: a loop of CPU-busy work for a
+"""Scripts the system tests run as measured jobs: a loop of CPU-busy work for a
 given wall time, the loop's body each test's own (counting units, serving models)."""
 
 from __future__ import annotations

@@ -1,0 +1,68 @@
+"""`joulestat db` and the readers' refusal, on SQLite and on PostgreSQL, through the CLI's
+own entry point: `db upgrade` makes or migrates a store and `db current` says its
+revision; `joulestat jobs` (and `jobs delete`) on an empty database or one a migration
+behind stops with a message naming `joulestat db upgrade`, and leaves the database as it
+was (on a shared store a reader's migration would change it under agents still running
+the old code)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import text
+
+from joulestat.store import migrate
+from tests.helpers.cli import cli_env, invoke
+from tests.helpers.stores import Backend, Store
+
+
+def test_db_upgrade_and_current(empty_store: Store, tmp_path: Path) -> None:
+    url = empty_store.url
+    env = cli_env(XDG_DATA_HOME=str(tmp_path / "xdg"))
+    done = invoke("db", "upgrade", "--db", url, env=env)
+    assert done.returncode == 0, done.stderr
+    assert f"schema at revision {migrate.HEAD_REVISION} (head)" in done.stdout
+    assert migrate.is_at_head(empty_store.engine)
+
+    done = invoke("db", "current", "--db", url, env=env)
+    assert done.returncode == 0, done.stderr
+    assert f"schema at revision {migrate.HEAD_REVISION} (head)" in done.stdout
+    if empty_store.backend is Backend.SQLITE:  # the URL as given (no password to hide)
+        assert done.stdout.startswith(f"{url}: ")
+
+
+def test_db_current_on_the_default_store_that_is_not_there_makes_nothing(
+        tmp_path: Path) -> None:
+    env = cli_env(XDG_DATA_HOME=str(tmp_path / "xdg"))
+    done = invoke("db", "current", env=env)
+    assert done.returncode == 2
+    assert "xdg/joulestat/joulestat.db" in done.stderr and "no store there" in done.stderr
+    assert not (tmp_path / "xdg").exists()
+    for bad in ("nonsense", "mysql://h/db"):
+        done = invoke("db", "upgrade", "--db", bad, env=env)
+        assert done.returncode == 2 and "--db" in done.stderr, done.stderr
+
+
+def test_readers_never_create_or_migrate_a_store(empty_store: Store) -> None:
+    url = empty_store.url
+    jobs = ("jobs", "--db", url)
+    delete = ("jobs", "delete", "abcd1234", "--yes", "--db", url)
+    for command in (jobs, delete):
+        done = invoke(*command)
+        assert done.returncode == 2, done.stdout
+        assert "not a joulestat store" in done.stderr and "joulestat db upgrade" in done.stderr
+    engine = empty_store.engine
+    assert migrate.current_revision(engine) is None
+    with engine.connect() as connection:
+        tables = connection.execute(text(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table'"
+            if empty_store.backend is Backend.SQLITE else
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'"
+        )).scalar()
+    assert tables == 0
+    assert migrate.upgrade(engine, "0005") == "0005"
+    for command in (jobs, delete):
+        done = invoke(*command)
+        assert done.returncode == 2, done.stdout
+        assert "joulestat db upgrade" in done.stderr and "0005" in done.stderr
+    assert migrate.current_revision(engine) == "0005"

@@ -1,0 +1,171 @@
+"""What joulestat records about how it measured a job (its agent labels: ``cpu_source``,
+``idle_policy``) stays apart from the user's labels, as a user meets it: the real
+``joulestat run`` beside a real agent or in embedded mode, then ``jobs``, ``report``
+(JSON, CSV, HTML) and ``compare``, and an old store brought up by ``joulestat db
+upgrade`` (issue 24: "no label the agent added appears among a report's or the
+dashboard's labels"; the dashboard's side is in tests/unit/dashboard/test_apptest.py)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+from joulestat.attribution.registry import Job
+from joulestat.store.engine import make_engine
+from joulestat.store.writer import StoreWriter
+from tests.helpers.agent_process import (
+    agent_at_head,
+    agent_env,
+    read_cli,
+    start_run,
+    summary_of,
+)
+from tests.helpers.burners import wait_until_stored
+from tests.helpers.store_jobs import (
+    DEVICES,
+    T0,
+    TRAINER,
+    feed,
+    part_figures,
+    save_jobs_before_0007,
+)
+
+NO_AGENT = "http://127.0.0.1:9"  # the discard port: nothing answers, so embedded mode
+# A short burn that counts its samples into the job (compare needs a unit).
+WORK = ("import time\nfrom joulestat import count\n"
+        "while time.process_time() < 0.3: pass\ncount('sample', 100)")
+
+
+def report(env: dict[str, str], job: str, fmt: str) -> str:
+    done = read_cli("report", job, "--format", fmt, env=env)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def assert_apart(env: dict[str, str], name: str, labels: dict[str, str],
+                 agent_labels: dict[str, str]) -> None:
+    """``labels`` and ``agent_labels`` are the job's, each where it belongs, in `jobs
+    --json` and in every report format."""
+    done = read_cli("jobs", "--json", "--name", name, env=env)
+    assert done.returncode == 0, done.stderr
+    [listed] = json.loads(done.stdout)
+    assert (listed["labels"], listed["agent_labels"]) == (labels, agent_labels)
+
+    job = json.loads(report(env, name, "json"))["job"]
+    assert (job["labels"], job["agent_labels"]) == (labels, agent_labels)
+
+    [row] = list(csv.DictReader(io.StringIO(report(env, name, "csv"))))
+    assert row["labels"] == "; ".join(f"{k}={v}" for k, v in labels.items())
+    assert row["agent_labels"] == "; ".join(f"{k}={v}" for k, v in agent_labels.items())
+
+    html = report(env, name, "html")
+    shown = ", ".join(f"{k}={v}" for k, v in agent_labels.items())
+    assert "Recorded by joulestat" in html and shown in html
+    for key in agent_labels:
+        # once, in its own row: never also among the labels
+        assert html.count(f"{key}=") == 1, key
+
+
+def test_run_beside_an_agent_keeps_its_cpu_source_and_idle_policy_out_of_the_labels(
+        tmp_path: Path) -> None:
+    with agent_at_head(tmp_path, "--sysfs-root", str(tmp_path), "--interval", "0.2",
+                       "--idle-policy", "exclude") as agent:
+        env = agent.client_env(JOULESTAT_SYSFS_ROOT=str(tmp_path))
+        summary = summary_of(start_run("labelled", f"{WORK}", env, "--label", "team=nlp",
+                                       "--kind", "training"))
+        assert summary["mode"] == "agent" and summary["final"] is True
+        # The summary the wrapper prints says them apart too.
+        assert summary["labels"] == {"team": "nlp"}
+        assert summary["agent_labels"] == {"cpu_source": "process tree",
+                                           "idle_policy": "exclude"}
+        wait_until_stored(env, {"labelled"})
+        assert agent.stop() == 0
+    # No cgroup file system under the wrapper's sysfs root: the process tree was read
+    # (cgroups: tests/system/test_cgroup_jobs.py).
+    assert_apart(env, "labelled", {"team": "nlp"},
+                 {"cpu_source": "process tree", "idle_policy": "exclude"})
+
+    # Grouping by a label sees the user's labels only.
+    by_team = read_cli("compare", "--by", "label:team", "--json", env=env)
+    assert by_team.returncode == 0, by_team.stderr
+    assert [r["group"] for r in json.loads(by_team.stdout)["rows"]] == ["team=nlp"]
+    by_source = read_cli("compare", "--by", "label:cpu_source", "--json", env=env)
+    assert by_source.returncode == 2  # no job has such a label: refused, keys named
+    assert "label 'cpu_source'" in by_source.stderr and "team" in by_source.stderr
+
+
+def test_an_embedded_run_records_the_policy_it_attributed_under(tmp_path: Path) -> None:
+    env = agent_env(JOULESTAT_DB=f"sqlite:///{tmp_path / 'e.db'}",
+                    JOULESTAT_SYSFS_ROOT=str(tmp_path), JOULESTAT_INTERVAL="0.2",
+                    JOULESTAT_AGENT_URL=NO_AGENT, JOULESTAT_NVML="false")
+    summary = summary_of(start_run("alone", WORK, env, "--idle-policy", "exclude"))
+    assert summary["mode"] == "embedded" and summary["labels"] == {}
+    assert_apart(env, "alone", {}, {"cpu_source": "process tree", "idle_policy": "exclude"})
+
+
+def test_a_job_attributed_under_two_policies_says_mixed(tmp_path: Path) -> None:
+    """One job id run on two nodes whose agents divide idle power differently: its
+    idle energy is neither policy's, and the record says so."""
+    shared = f"sqlite:///{tmp_path / 'shared.db'}"
+    summaries = {}
+    for node, policy in (("n-share", "share"), ("n-exclude", "exclude")):
+        (tmp_path / node).mkdir()
+        with agent_at_head(tmp_path / node, "--db", shared, "--node", node,
+                           "--sysfs-root", str(tmp_path), "--interval", "0.2",
+                           "--idle-policy", policy) as agent:
+            env = agent.client_env(JOULESTAT_SYSFS_ROOT=str(tmp_path))
+            summaries[node] = summary_of(start_run("two-nodes", WORK, env,
+                                                   "--job-id", "two-nodes-1"))
+            assert summaries[node]["mode"] == "agent"
+            wait_until_stored(env, {"two-nodes"})
+            assert agent.stop() == 0
+    assert summaries["n-share"]["agent_labels"]["idle_policy"] == "share"
+    assert summaries["n-exclude"]["agent_labels"]["idle_policy"] == "exclude"
+    job = json.loads(report(env, "two-nodes-1", "json"))["job"]
+    assert job["agent_labels"] == {"cpu_source": "process tree", "idle_policy": "mixed"}
+    assert job["labels"] == {}
+
+
+def test_db_upgrade_moves_the_cpu_source_run_wrote_among_the_labels(tmp_path: Path) -> None:
+    """A store whose `joulestat run` jobs carry ``cpu_source`` among their labels (as
+    every joulestat before revision 0007 wrote them): after `joulestat db upgrade` it is
+    their agent label, and a user's own ``cpu_source`` label stays a label."""
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    env = agent_env(JOULESTAT_DB=url)
+    done = read_cli("db", "upgrade", "--db", url, "--revision", "0006", env=env)
+    assert done.returncode == 0, done.stderr
+    engine = make_engine(url)
+    writer = StoreWriter(engine, TRAINER, DEVICES, raw_retention_s=3600)
+    jobs = [Job(id=job_id, name=job_id, kind="training", labels=labels, pids={100},
+                started_s=T0, origin="run", ended_s=T0 + 60)
+            for job_id, labels in (
+                ("by-run", {"team": "nlp", "cpu_source": "cgroup v2 /user.slice/"
+                                                         "joulestat-job-by-run"}),
+                ("by-tree", {"cpu_source": "process tree"}),
+                ("users-own", {"cpu_source": "spot-instances"}))]
+    save_jobs_before_0007(engine, jobs)
+    feed(writer, T0, 60, tuple(j.id for j in jobs), units={"sample": 10.0})
+    assert writer.flush()
+    writer.close()
+    figures = part_figures(engine)
+    refused = read_cli("report", "by-run", "--format", "json", env=env)
+    assert refused.returncode != 0 and "joulestat db upgrade" in refused.stderr
+
+    done = read_cli("db", "upgrade", "--db", url, env=env)
+    assert done.returncode == 0, done.stderr
+    assert part_figures(engine) == figures  # labels moved, nothing else
+    engine.dispose()
+    expected = {
+        "by-run": ({"team": "nlp"},
+                   {"cpu_source": "cgroup v2 /user.slice/joulestat-job-by-run"}),
+        "by-tree": ({}, {"cpu_source": "process tree"}),
+        "users-own": ({"cpu_source": "spot-instances"}, {}),
+    }
+    for job_id, (labels, agent_labels) in expected.items():
+        job = json.loads(report(env, job_id, "json"))["job"]
+        assert (job["labels"], job["agent_labels"]) == (labels, agent_labels), job_id
+    # Jobs stored before joulestat recorded its idle policy: unknown, not guessed.
+    html = report(env, "by-tree", "html")
+    assert "cpu_source=process tree" in html and "idle_policy" not in html
