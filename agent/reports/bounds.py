@@ -323,7 +323,7 @@ def total_bounds(rows: Iterable[JobSourceEnergy],
     record of what they rest on: all a comparison row needs of each of a fleet's jobs
     (:func:`joulestat.reports.compare.figures.totals_figures`), in plain float sums
     instead of a dozen objects per job. The same sums in the same order, so the same
-    figure to the last bit (tests/unit/test_bounds.py checks it against
+    figure to the last bit (tests/unit/reports/test_bounds.py checks it against
     :func:`job_bounds`)."""
     by_component: dict[str, list[float]] = {}
     attribution = ATTRIBUTION

@@ -14,7 +14,7 @@ layer that reads it (a layer may import only itself and the layers below, and th
 module sits above them all), with no defaults of its own: each field is filled by the
 option of the same name (or the one whose ``field`` names it, where the field carries
 its unit: ``interval`` fills ``interval_s``), so a default is written once, here, and a
-field no option fills is an error (``tests/unit/test_config.py`` checks every section).
+field no option fills is an error (``tests/unit/runtime/test_settings.py`` checks every section).
 An option a command does not offer takes its default in the sections it builds.
 """
 

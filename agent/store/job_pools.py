@@ -21,7 +21,7 @@ Python.
 
 The sums are those of the per-job path: the same totals (settled totals plus the raw
 rows after them, :func:`joulestat.store.jobs.recent_rows`). Only the order of additions
-differs, so a figure agrees to rounding (tests/integration/test_compare_pools.py checks
+differs, so a figure agrees to rounding (tests/store/test_compare_pools.py checks
 the rows against the per-job path's).
 
 Except for a running job: it is counted up to its node's totals boundary

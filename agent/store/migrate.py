@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 log = logging.getLogger(__name__)
 
 # The newest revision in migrations/versions. Keep in step with the scripts
-# (tests/unit/test_store_sqlite.py checks it against Alembic's ScriptDirectory).
+# (tests/unit/store/test_engine.py checks it against Alembic's ScriptDirectory).
 HEAD_REVISION = "0014"
 
 VERSION_TABLE = "alembic_version"

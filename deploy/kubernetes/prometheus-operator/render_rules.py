@@ -2,7 +2,7 @@
 
     python deploy/kubernetes/prometheus-operator/render_rules.py
 
-tests/unit/test_prometheus_rules.py fails when the two disagree.
+tests/unit/project/test_prometheus_rules.py fails when the two disagree.
 """
 
 from __future__ import annotations
