@@ -11,14 +11,13 @@ each ``--job-hours`` long, started in a staggered way, so the fleet holds about
 detail and Compare pages (Streamlit's AppTest, as benchmarks/dashboard.py), the server
 time of a run with the query cache emptied (cold) and of a rerun (warm), median of
 ``--runs``; and the time of ``joulestat compare`` over every job of the fleet. Says
-how many ended jobs the maintain passes folded into day sums (agent/store/job_days.py),
-which is what comparisons read of them.
+how many jobs it holds and how many of them run.
 
 The issue's (28) scale is 1,000 nodes x 7 days x 50 jobs at 1 s ticks; ``--tick`` (60 s
 by default) keeps the fill within reach of one machine. Up to 60 s the job minutes do
 not depend on it (one row per job, device and minute); a longer tick is one flush
-window, so one job row per job, device and tick, and the jobs, their totals and the day
-sums are the same. The raw tick table is ``tick`` times smaller than at 1 s ticks.
+window, so one job row per job, device and tick, and the jobs and their totals are the
+same. The raw tick table is ``tick`` times smaller than at 1 s ticks.
 ``--processes`` fills the nodes in that many processes (each its own writers), and
 ``--maintain`` longer than the agent's 5 minutes makes fewer, larger passes; every node
 ends with a pass, so the store ends as the agents' would.
@@ -57,7 +56,6 @@ from joulestat.devices.sensor import DeviceInfo  # noqa: E402
 from joulestat.host.identity import NodeInfo  # noqa: E402
 from joulestat.store import migrate  # noqa: E402
 from joulestat.store.engine import make_engine  # noqa: E402
-from joulestat.store.job_days import RUNNING_DAY_S  # noqa: E402
 from joulestat.store.maintenance import ensure_partitions  # noqa: E402
 from joulestat.store.writer import StoreWriter  # noqa: E402
 
@@ -186,22 +184,15 @@ def fill(url: str, nodes: int, days: float, jobs: int, tick_s: float, job_hours:
           + ", ".join(f"{t} {n:,}" for t, n in counts.items()))
 
 
-def print_folded(url: str) -> None:
-    """How many ended jobs the nodes' maintain passes folded into day sums (migration
-    0012: what a comparison reads as a few rows per node and day), how many running ones
-    into their node's running sums (``RUNNING_DAY_S``, as of its totals boundary), in how
-    many rows, and how many jobs a comparison still reads one by one."""
+def print_jobs(url: str) -> None:
+    """How many jobs the fleet holds, how many still running: what a comparison reads,
+    each by the store's one rule (settled totals plus the raw rows after them)."""
     engine = make_engine(url)
     with engine.connect() as connection:
-        folded, running, jobs, rows = connection.execute(text(
-            "SELECT (SELECT count(*) FROM job_nodes WHERE pooled_day_s IS NOT NULL), "
-            "(SELECT count(*) FROM job_nodes WHERE pooled_day_s = :running), "
-            "(SELECT count(*) FROM jobs), (SELECT count(*) FROM job_day_sums)"),
-            {"running": RUNNING_DAY_S}).one()
+        jobs, running = connection.execute(text(
+            "SELECT count(*), count(*) FILTER (WHERE status = 'running') FROM jobs")).one()
     engine.dispose()
-    print(f"day sums: {folded - running:,} ended and {running:,} running of {jobs:,} jobs "
-          f"folded into {rows:,} rows; {jobs - folded:,} read one by one (ended in the last "
-          "minutes, started since the last maintain pass, on several nodes)")
+    print(f"jobs: {jobs:,}, {running:,} of them running")
 
 
 COMPARE = ("compare", "--by", "instance_type", "--unit", "sample")
@@ -239,7 +230,7 @@ def main() -> int:
     with given_or_throwaway_database(args.db, "fleet") as url:
         fill(url, args.nodes, args.days, args.jobs, args.tick, args.job_hours, args.maintain,
              args.processes)
-        print_folded(url)
+        print_jobs(url)
         os.environ["JOULESTAT_DB"] = url
         logging.disable(logging.WARNING)  # AppTest's "missing ScriptRunContext" chatter
         pages = (("Overview", "pages/overview.py", {}), ("Jobs", "pages/jobs.py", {}),

@@ -15,12 +15,12 @@ difference over the simulated hours is the growth per node-hour (during the raw
 retention, i.e. raw rows and their rollups both held; what stays constant, such as the
 last minutes of raw job windows, weighs less the longer the run). A breakdown by table
 follows, and the growth after a 10-minute warm-up (the rate a store keeps growing at).
-``--revisions 0010 head`` measures a store left at an older layout beside today's, the
-same writer on both (before and after migration 0011, which took the job minutes'
-unique key off PostgreSQL).
+The store is at the head revision. (``--revisions``, which measured a store left at an
+older layout beside today's, went with the revisions before the baseline migration: to
+weigh a change of layout, run this on the commits before and after it.)
 
     .venv/bin/python benchmarks/store_growth.py [--minutes 60] [--jobs 0 10 50]
-        [--backends sqlite postgresql] [--nodes 1 4] [--revisions 0010 head]
+        [--backends sqlite postgresql] [--nodes 1 4]
 
 PostgreSQL is a throwaway server (tests/helpers/pg.py). Prints figures; asserts nothing.
 """
@@ -152,9 +152,9 @@ def postgres_size(engine: Engine) -> tuple[int, dict[str, int]]:
 
 
 def measure(backend: str, url: str, size: Callable[[Engine], tuple[int, dict[str, int]]],
-            jobs: int, seconds: int, nodes: int = 1, revision: str = "head") -> None:
+            jobs: int, seconds: int, nodes: int = 1) -> None:
     engine = make_engine(url)
-    migrate.upgrade(engine, revision)
+    revision = migrate.upgrade(engine)
     start_s = float(int(time.time()) // 60 * 60)
     before, before_tables = size(engine)
     warm: list[tuple[int, dict[str, int]]] = []
@@ -201,32 +201,27 @@ def main() -> None:
                         help="nodes writing into one store, interleaved tick by tick; "
                              "several show a fleet's PostgreSQL, where each node's rows "
                              "land in the middle of shared indexes [default: 1]")
-    parser.add_argument("--revisions", nargs="+", default=["head"],
-                        help="store revisions to measure side by side, today's writer "
-                             "on each (e.g. 0010 head: before and after migration 0011) "
-                             "[default: head]")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     seconds = int(args.minutes * 60)
     print(f"store growth: 1 s ticks, {len(COMPONENTS)} components, one unit count "
           f"per job and tick, {seconds} simulated s per run (PostgreSQL: VACUUM once a "
           "simulated minute)")
-    runs = [(jobs, nodes, revision) for revision in args.revisions for nodes in args.nodes
-            for jobs in args.jobs]
+    runs = [(jobs, nodes) for nodes in args.nodes for jobs in args.jobs]
     if "sqlite" in args.backends:
         with tempfile.TemporaryDirectory() as tmp:
-            for jobs, nodes, revision in runs:
-                path = Path(tmp) / f"growth-{jobs}-{nodes}-{revision}.db"
+            for jobs, nodes in runs:
+                path = Path(tmp) / f"growth-{jobs}-{nodes}.db"
                 measure("sqlite", f"sqlite:///{path}",
                         lambda engine, path=path: sqlite_size(engine, path), jobs, seconds,
-                        nodes, revision)
+                        nodes)
     if "postgresql" in args.backends:
         from tests.helpers.pg import running_postgres
 
         with running_postgres() as server:
-            for jobs, nodes, revision in runs:
-                url = server.create_database(f"growth_{jobs}_{nodes}_{revision}")
-                measure("postgresql", url, postgres_size, jobs, seconds, nodes, revision)
+            for jobs, nodes in runs:
+                url = server.create_database(f"growth_{jobs}_{nodes}")
+                measure("postgresql", url, postgres_size, jobs, seconds, nodes)
 
 
 if __name__ == "__main__":

@@ -43,20 +43,16 @@ __all__ = ["Comparison", "comparison", "in_order", "pooled", "row_key", "row_lab
 @dataclass(frozen=True, slots=True)
 class Comparison:
     """A comparison table and its notes (``"<job name>: <note>"``, as the CLI prints
-    them), and, for a table the store pooled, what it counted of the running jobs
-    (:func:`joulestat.reports.compare.setups.running_note`): plain frozen dataclasses,
-    so ``st.cache_data`` can keep it."""
+    them): plain frozen dataclasses, so ``st.cache_data`` can keep it."""
 
     table: ComparisonTable
     notes: tuple[str, ...]
-    running: str | None = None
 
     def against(self, baseline: str | None = None,
                 sla_units_per_hour: float | None = None) -> Comparison:
         """The same rows against ``baseline``, sized for ``sla_units_per_hour``
         (:func:`~joulestat.reports.compare.table.rebase`: what ``compare()`` gives with them)."""
-        return Comparison(rebase(self.table, baseline, sla_units_per_hour), self.notes,
-                          self.running)
+        return Comparison(rebase(self.table, baseline, sla_units_per_hour), self.notes)
 
     @property
     def per_unit(self) -> tuple[ComparisonRow, ...]:
@@ -92,15 +88,13 @@ def comparison(jobs: Sequence[JobFigures], unit: str, by: str,
     return Comparison(table, notes)
 
 
-def pooled(table: ComparisonTable, notes: Sequence[str], running: str | None = None
-           ) -> Comparison | None:
+def pooled(table: ComparisonTable, notes: Sequence[str]) -> Comparison | None:
     """A table the store pooled per setup
-    (:func:`joulestat.reports.compare.setups.compare_setups`), its notes, as
-    :func:`comparison` gives them, and what it counted of the running jobs; None when
-    no row is per unit (no job counted it)."""
+    (:func:`joulestat.reports.compare.setups.compare_setups`) and its notes, as
+    :func:`comparison` gives them; None when no row is per unit (no job counted it)."""
     if not any(row.basis == PER_UNIT for row in table.rows):
         return None
-    return Comparison(table, tuple(notes), running)
+    return Comparison(table, tuple(notes))
 
 
 def row_key(row: ComparisonRow) -> str:

@@ -298,7 +298,7 @@ def compare(url: str, kind: str, unit: str, since_s: float | None, until_s: floa
         except CompareError:  # nothing counted the unit
             return None
         if pooled is not None:
-            return comparison.pooled(pooled.table, pooled.notes, pooled.running)
+            return comparison.pooled(pooled.table, pooled.notes)
     found = comparison.in_order(job_totals(engine(url), where), picked)
     # Built as `joulestat compare` builds them, by the same function: each job's sources,
     # accelerators, served latency (p50/p99 beside the energy per unit) and bounds (the

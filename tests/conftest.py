@@ -27,8 +27,9 @@ from tests.helpers.isolation import (  # noqa: F401
 from tests.helpers.pg import PostgresServer, running_postgres
 
 # pytester runs a pytest session inside a test: how the isolation check is itself tested.
-# xdist_groups keeps `pytest.mark.xdist_group` working under pytest 9.2 (its docstring).
-pytest_plugins = ["pytester", "tests.helpers.xdist_groups"]
+# xdist_groups keeps `pytest.mark.xdist_group` working under pytest 9.2 (its docstring);
+# store_fixtures has `store` and its kin, one store per backend.
+pytest_plugins = ["pytester", "tests.helpers.xdist_groups", "tests.helpers.store_fixtures"]
 
 
 @pytest.fixture(scope="session")

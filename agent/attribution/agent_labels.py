@@ -7,7 +7,7 @@ groups by them and tells runs of one name apart by the labels that differ. What
 joulestat noted for itself used to be written among them (``cpu_source``), so it read as
 if the user had said it, took one of the user's :data:`MAX_LABELS`, and split runs that
 differed only in how they were measured. Agent labels are stored in a column of their
-own (``jobs.agent_labels``, store migration 0007), never count against the user's
+own (``jobs.agent_labels``), never count against the user's
 limit, and are shown apart ("Recorded by joulestat"). Their keys are a closed set, so a
 reader can trust that each one means what this module says:
 
@@ -139,7 +139,7 @@ def is_legacy_cpu_source(value: str) -> bool:
 def legacy_split(labels: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
     """(labels, agent labels) of labels written before agent labels existed (an older
     report, an older agent's spooled rows): the ``cpu_source`` that ``joulestat run``
-    added moves out, as store migration 0007 moves it in stored jobs."""
+    added moves out."""
     value = labels.get(CPU_SOURCE)
     if value is None or not is_legacy_cpu_source(value):
         return dict(labels), {}

@@ -96,9 +96,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--by", type=_by, default="job",
                         metavar="job|name|instance_type|model|label:KEY",
                         help="a row per job, per job name with its repeated runs pooled, "
-                        "per instance type with its jobs pooled (without --jobs, a job "
-                        "running on one node counts up to its node's settled totals, a few "
-                        "minutes behind: a note says so), per model served (each "
+                        "per instance type with its jobs pooled, per model served (each "
                         "model carries its share of its jobs' whole energy, split by busy "
                         "time; jobs that served no named model are left out), or per value "
                         "of the job label KEY (label:concurrency) with its jobs pooled; "
@@ -239,7 +237,7 @@ def _pooled(engine: Engine, args: argparse.Namespace, carbon: Any) -> int | None
     warnings = few_runs(found.table, args.min_runs)
     _say("--min-runs", warnings)
     _print_table(args, found.table,
-                 [*warnings, *found.notes, *([found.running] if found.running else [])],
+                 [*warnings, *found.notes],
                  prices_used(found.instance_types, carbon), None)
     return 0
 

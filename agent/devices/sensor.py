@@ -35,8 +35,8 @@ from joulestat.core.tick import Component
 # -- The one small interface every power source implements -----------------------------
 
 # Names components had before (issue 14: "gpu" was every accelerator until schema 2 of
-# reports and migration 0006 of the store). What joulestat wrote then, and still reads
-# (crash checkpoints, replay traces, schema-1 reports), is mapped through this.
+# reports). What joulestat wrote then, and still reads (crash checkpoints, replay traces,
+# spool segments, schema-1 reports), is mapped through this.
 RENAMED_COMPONENTS: dict[str, Component] = {"gpu": Component.ACCELERATOR}
 
 

@@ -496,7 +496,7 @@ __all__ = [
 def histogram_to_json(histogram: Histogram) -> dict[str, Any]:
     """``{"buckets": [[le, count], ...], "sum": s, "count": n}``, ``le`` of the +Inf bucket
     written ``"+Inf"`` as Prometheus writes it (JSON has no infinity): how a job's latency
-    is stored (``job_nodes.latency``, store migration 0008)."""
+    is stored (``job_nodes.latency``)."""
     return {"buckets": [["+Inf" if math.isinf(le) else le, count]
                         for le, count in histogram.buckets],
             "sum": histogram.sum, "count": histogram.count}

@@ -17,7 +17,7 @@ report's figures were computed for.
 A report's ``job.agent_labels`` (what joulestat recorded about how it measured the job:
 ``cpu_source``, ``idle_policy``) are imported apart from its labels. A report made
 before they existed has none; the ``cpu_source`` that ``joulestat run`` then wrote among
-its labels moves to them, as store migration 0007 moves it in a store.
+its labels moves to them (:func:`joulestat.attribution.agent_labels.legacy_split`).
 
 Reports of schema 1 (before issue 14 renamed the component ``gpu`` to ``accelerator``)
 import too: their ``gpu`` figures, series and sources become ``accelerator``'s, so the

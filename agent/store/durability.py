@@ -17,7 +17,7 @@ directories are created 0700 (and the spool's own one set to 0700) and each segm
 0600. At start-up the agent replays the spool
 before it reads its checkpoint, so a crash during an outage resumes from the last
 checkpoint it took, not from the last one the database saw. A segment an agent wrote
-before the component ``gpu`` became ``accelerator`` (issue 14, migration 0006) is
+before the component ``gpu`` became ``accelerator`` (issue 14) is
 written back under the new name, so an upgrade during an outage stores no row under
 the old one. The agent holds its spool directory locked (``.lock``, for the life of the
 process): two agents of one node on one machine would share the default directory and
@@ -323,9 +323,8 @@ def _decode(data: dict[str, Any]) -> tuple[RowBuffer, PendingJobs]:
 
 def _with_agent_labels(job_row: dict[str, Any]) -> dict[str, Any]:
     """A spooled job row as this writer writes it: one spooled by an agent from before
-    agent labels (store revision 0007) has none, and may hold the ``cpu_source`` that
-    ``joulestat run`` then put among the labels; it moves out, as the migration moves
-    it in stored jobs."""
+    agent labels has none, and may hold the ``cpu_source`` that ``joulestat run`` then
+    put among the labels; it moves out."""
     if "agent_labels" in job_row:
         return job_row
     labels, agent_labels = legacy_split(json.loads(job_row["labels"]))

@@ -227,8 +227,8 @@ def _check_driver(url: URL, shown: str) -> None:
         raise StoreError(f"{shown}: {exc}") from None
 
 
-# MATERIALIZED common table expressions (the job totals' reads) and ALTER TABLE ... DROP
-# COLUMN (downgrading migration 0003) came with SQLite 3.35 (March 2021).
+# MATERIALIZED common table expressions (the job totals' reads) came with SQLite 3.35
+# (March 2021).
 MIN_SQLITE = (3, 35)
 
 

@@ -49,7 +49,6 @@ from sqlalchemy.engine import Connection, Engine
 
 from joulestat.attribution.agent_labels import merge_agent_labels
 from joulestat.store.engine import dialect_insert
-from joulestat.store.job_days import unpool
 from joulestat.store.rows import _status_update
 from joulestat.store.schema import (
     JOB_ENERGY,
@@ -199,7 +198,6 @@ def _save_job_row(connection: Connection, job: ImportedJob) -> bool:
 def _write_job(connection: Connection, insert: Any, job: ImportedJob,
                result: ImportResult) -> None:
     changed = _save_job_row(connection, job)  # the job's row locked first, as the writer
-    unpool(connection, [job.id])  # day sums holding the job are folded again after it
     device = IMPORT_DEVICE_PREFIX + job.id
     for part in sorted(job.nodes, key=lambda p: p.node):
         if _measured_here(connection, job.id, part.node, device):
@@ -332,7 +330,7 @@ def _plan(job_id: str, device: str, part: ImportedNode, pruned_ms: int | None,
         row = {**key, "component": component, "t_end_ms": end_ms, "t_start_ms": start_ms}
         minute = ((end_ms - 1) // MINUTE_MS * 60, component)
         # The node's rows by its prune boundary, the job's by its totals boundary (the
-        # job tables' own, migration 0009): each where the readers look for it.
+        # job tables' own): each where the readers look for it.
         if pruned_ms is not None and end_ms <= pruned_ms:
             cell = minutes.setdefault(minute, [0.0, 0.0])
             cell[0] += dynamic_j + idle_j

@@ -43,7 +43,6 @@ from sqlalchemy.engine import Connection, Engine
 
 from joulestat.store.engine import dialect_insert
 from joulestat.store.import_writer import IMPORT_DEVICE_PREFIX
-from joulestat.store.job_days import unpool
 from joulestat.store.jobs import part_energy_j
 from joulestat.store.schema import (
     JOB_ENERGY,
@@ -131,7 +130,6 @@ def delete_jobs(engine: Engine, job_ids: Sequence[str], force: bool = False
             .where(JOBS.c.id.in_(ids)))}
         _check(ids, found, force)
         _lock_nodes(connection, ids)
-        unpool(connection, ids)  # their days' sums go; maintain folds the rest again
         energy = part_energy_j(connection, select(JOBS.c.id).where(JOBS.c.id.in_(ids)))
         done = {}
         for job_id in ids:
@@ -189,7 +187,7 @@ def _to_remainder(connection: Connection, insert: Any, table: Any, keys: tuple[s
                   imported: set[str]) -> None:
     """Add ``job_id``'s rows of ``table`` (but those of imported parts) into the
     unattributed rows of the same key, creating those that do not exist."""
-    if table is JOB_MINUTE_ENERGY:  # no unique key to upsert on (PostgreSQL, 0011)
+    if table is JOB_MINUTE_ENERGY:  # no unique key to upsert on (PostgreSQL)
         _merge_without_key(connection, table, keys, summed, job_id, imported)
         return
     columns = table.c

@@ -17,7 +17,7 @@ and groupings by label see the user's labels only.
 **Totals.** A job's energy per component and its unit counts are ``job_energy_totals``
 and ``job_unit_totals`` (each node's settled past, one row per job, node and component
 or unit; see :mod:`joulestat.store.maintenance`) plus the raw rows after that node's
-``nodes.totals_until_ms`` (:func:`joulestat.store.schema.settled_until_ms`), in one
+``nodes.totals_until_ms`` (:func:`joulestat.store.read_rule.settled_until_ms`), in one
 ``UNION ALL`` statement: one row per part for the past and a few minutes of raw rows for
 the present, whatever the retention. The unattributed ``''`` rows never count toward a
 job. :func:`job_totals` lists jobs with those totals (filters applied in SQL, no split
@@ -41,12 +41,13 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, case, func, or_, select, union, union_all
+from sqlalchemy import ColumnElement, Select, case, func, or_, select, union, union_all
 from sqlalchemy.engine import Connection, Engine
 
 from joulestat.carbon.held import Held
 from joulestat.core.tick import Component
 from joulestat.store.model_split import ordinary_units
+from joulestat.store.read_rule import recent_rows, totals_rows
 from joulestat.store.schema import (
     JOB_ENERGY,
     JOB_ENERGY_TOTALS,
@@ -54,10 +55,7 @@ from joulestat.store.schema import (
     JOB_UNIT_TOTALS,
     JOB_UNITS,
     JOBS,
-    NODES,
-    UNATTRIBUTED,
     one_of,
-    settled_until_ms,
 )
 
 # -- Per-job totals --------------------------------------------------------------------
@@ -66,63 +64,6 @@ from joulestat.store.schema import (
 # Keyed by job first: a list of ten thousand jobs looks each one up, never scans.
 Energy = dict[str, dict[tuple[str, str], list[float]]]
 Units = dict[str, dict[tuple[str, str], float]]
-
-
-def _job_in(column: Any, job_ids: Select[Any] | Sequence[str]) -> ColumnElement[bool]:
-    """``column`` is one of ``job_ids``: a query's, or a list's (one array parameter on
-    PostgreSQL, :func:`joulestat.store.schema.one_of`)."""
-    if isinstance(job_ids, Select):
-        return column.in_(job_ids)
-    return one_of(column, list(job_ids))
-
-
-def recent_rows(table: Any, keys: list[Any], sums: list[Any],
-                job_ids: Select[Any] | Sequence[str] | None, node: str | None,
-                name: str = "parts", ended_only: bool = False) -> Select[Any]:
-    """The raw rows of ``table`` that each (job, node) part has after its node's totals
-    boundary: ``sums`` per job, node and ``keys``. With ``ended_only``, only the parts
-    that ended: a fleet comparison counts a running part up to the boundary
-    (:mod:`joulestat.store.job_pools`), which spares it the raw windows of every
-    running job, most of a busy fleet's recent rows.
-
-    The parts are a MATERIALIZED common table expression so that SQLite (which keeps no
-    statistics) loops over them and seeks each part's few recent rows by primary key;
-    as a plain join it moves the job filter onto ``table`` and walks every raw row of
-    the wanted jobs, the whole retention.
-    """
-    parts = (select(JOB_NODES.c.job_id, JOB_NODES.c.node,
-                    settled_until_ms().label("after_ms"))
-             .select_from(JOB_NODES.join(NODES, NODES.c.node == JOB_NODES.c.node)))
-    if job_ids is not None:
-        parts = parts.where(_job_in(JOB_NODES.c.job_id, job_ids))
-    if node is not None:
-        parts = parts.where(JOB_NODES.c.node == node)
-    if ended_only:
-        parts = parts.where(JOB_NODES.c.ended_s.is_not(None))
-    cte = parts.cte(name).prefix_with("MATERIALIZED")
-    rows = table.c
-    # Every part's boundary is at or after the earliest node's: said as a bound of its
-    # own, it lets PostgreSQL read only the raw rows after it (an index range, the day
-    # partitions it spans) instead of hashing the whole raw retention to join the parts.
-    earliest = select(func.min(settled_until_ms())).select_from(NODES).scalar_subquery()
-    return (select(rows.job_id, rows.node, *keys, *sums)
-            .select_from(cte.join(table, and_(rows.job_id == cte.c.job_id,
-                                              rows.node == cte.c.node,
-                                              rows.t_end_ms > cte.c.after_ms)))
-            .where(rows.t_end_ms > earliest)
-            .group_by(rows.job_id, rows.node, *keys))
-
-
-def totals_rows(table: Any, columns: list[Any], job_ids: Select[Any] | Sequence[str] | None,
-                node: str | None) -> Select[Any]:
-    """``columns`` of the totals ``table`` for the wanted jobs (and node); without a job
-    filter, every job but the unattributed remainder (``jobs`` never holds it)."""
-    query = select(table.c.job_id, table.c.node, *columns)
-    query = query.where(table.c.job_id != UNATTRIBUTED if job_ids is None
-                        else _job_in(table.c.job_id, job_ids))
-    if node is not None:
-        query = query.where(table.c.node == node)
-    return query
 
 
 def part_energy(
@@ -143,19 +84,16 @@ def part_energy(
     return energy
 
 
-def part_energy_by_source(connection: Connection, job_ids: Sequence[str], node: str | None,
-                          ended_only: bool = False
+def part_energy_by_source(connection: Connection, job_ids: Sequence[str], node: str | None
                           ) -> dict[tuple[str, str, str, str], tuple[float, float]]:
     """Per (job, node, component, source): (dynamic, idle) joules, the job totals (kept
-    by source since migration 0010) plus the raw shares after them (of ended parts only,
-    with ``ended_only``: see :func:`recent_rows`): what a figure's provenance and bounds
+    by source) plus the raw shares after them: what a figure's provenance and bounds
     are made of, read like the job lists' energy, never through the job minutes."""
     raw, totals = JOB_ENERGY.c, JOB_ENERGY_TOTALS.c
     wanted = list(job_ids)
     query = union_all(
         recent_rows(JOB_ENERGY, [raw.component, raw.source],
-                     [func.sum(raw.dynamic_j), func.sum(raw.idle_j)], wanted, node,
-                     ended_only=ended_only),
+                     [func.sum(raw.dynamic_j), func.sum(raw.idle_j)], wanted, node),
         totals_rows(JOB_ENERGY_TOTALS, [totals.component, totals.source, totals.dynamic_j,
                                     totals.idle_j], wanted, node))
     found: defaultdict[tuple[str, str, str, str], tuple[float, float]] = defaultdict(
@@ -194,15 +132,13 @@ def part_energy_j(connection: Connection, job_ids: Select[Any]
     return energy
 
 
-def part_units(connection: Connection, job_ids: Select[Any] | None, node: str | None,
-               ended_only: bool = False) -> Units:
-    """Per (job, node, unit): the unit totals plus the raw counts after them (of ended
-    parts only, with ``ended_only``); plain units only (per-model keys are
-    :mod:`joulestat.store.model_split`'s)."""
+def part_units(connection: Connection, job_ids: Select[Any] | None, node: str | None
+               ) -> Units:
+    """Per (job, node, unit): the unit totals plus the raw counts after them; plain
+    units only (per-model keys are :mod:`joulestat.store.model_split`'s)."""
     units, totals = JOB_UNITS.c, JOB_UNIT_TOTALS.c
     query = union_all(
-        recent_rows(JOB_UNITS, [units.unit], [func.sum(units.count)], job_ids, node,
-                    ended_only=ended_only)
+        recent_rows(JOB_UNITS, [units.unit], [func.sum(units.count)], job_ids, node)
         .where(ordinary_units(units.unit)),
         totals_rows(JOB_UNIT_TOTALS, [totals.unit, totals.count], job_ids, node)
         .where(ordinary_units(totals.unit)))
@@ -496,8 +432,8 @@ class JobNodePart(Held):
     idle_j: dict[str, float]
     total_j: float
     units: dict[str, float]
-    # A serving job's latency histograms here, per model and kind (migration 0008;
-    # joulestat.host.serving_metrics reads them): {} for any other job.
+    # A serving job's latency histograms here, per model and kind
+    # (joulestat.host.serving_metrics reads them): {} for any other job.
     latency: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
 
@@ -683,7 +619,7 @@ def job_units_by_kind(engine: Engine) -> dict[str, list[str]]:
 def job_node_latency(engine: Engine, job_ids: Sequence[str]
                      ) -> list[tuple[str, dict[str, dict[str, Any]]]]:
     """(job id, latency) of each node part of ``job_ids`` that holds a serving job's
-    latency histograms (store revision 0008; the JSON of ``JobNodePart.latency``)."""
+    latency histograms (the JSON of ``JobNodePart.latency``)."""
     if not job_ids:
         return []
     parts = JOB_NODES.c

@@ -1,30 +1,29 @@
 """Keeping the store's size in hand: minute rollups, raw-row retention, and PostgreSQL's
 daily partitions of the raw tables.
 
-**Rollups and retention** follow one rule (see :mod:`joulestat.store.schema`): the
+**Rollups and retention** follow one rule (see :mod:`joulestat.store.read_rule`): the
 minute ``m`` holds the rows ending in ``(m, m + 60]``, and a node's boundary is the
 instant before which only rollups remain, so queries pick rollups or raw rows by it
 and never count a minute twice. Node ticks have ``nodes.raw_pruned_until_ms``: they
 are rolled into ``minute_energy`` as they come and kept raw for the retention.
 
-The job tables have ``nodes.totals_until_ms`` (migration 0009). Job totals
-(``job_energy_totals``, ``job_unit_totals``) hold each (job, node)'s sums of the rows
-ending at or before it; job lists read them plus the raw windows after it. The
-boundary advances here, to the last complete minute less :data:`SETTLE_MS`, and in the
-same step (:func:`advance_totals`) the minutes it passes are rolled up into
-``job_minute_energy`` from their raw windows, their unit counts merged into one row a
-minute (there is no units rollup table: sums stay exact and the table grows by
-minutes, not ticks), and those raw windows deleted: a job's shares stay at the flush
-window's resolution for a few minutes, then at the minute's, and the conservation
-identity (job rows sum to the node's ticks) holds per window and per minute. The
-boundary never falls behind the prune boundary. The writer flushes its whole buffer
-before maintaining and refuses rows ending at or before the boundary afterwards (only
-a wall clock stepped back produces them), so a row is either in the totals or after the
-boundary, never both or neither. :func:`maintain_node` is called by
-:meth:`joulestat.store.writer.StoreWriter.maintain` inside one transaction.
+The job tables have ``nodes.totals_until_ms``. Job totals (``job_energy_totals``,
+``job_unit_totals``) hold each (job, node)'s sums of the rows ending at or before it;
+job lists read them plus the raw windows after it. The boundary advances here, to the
+last complete minute less :data:`SETTLE_MS`, and in the same step
+(:func:`advance_totals`) the minutes it passes are rolled up into ``job_minute_energy``
+from their raw windows, their unit counts into ``job_minute_units`` (one row a minute),
+and those raw rows deleted: a job's shares stay at the flush window's resolution for a
+few minutes, then at the minute's, and the conservation identity (job rows sum to the
+node's ticks) holds per window and per minute. The boundary never falls behind the prune
+boundary. The writer flushes its whole buffer before maintaining and refuses rows ending
+at or before the boundary afterwards (only a wall clock stepped back produces them), so
+a row is either in the totals or after the boundary, never both or neither.
+:func:`maintain_node` is called by :meth:`joulestat.store.writer.StoreWriter.maintain`
+inside one transaction.
 
 **Partitions.** On PostgreSQL ``tick_energy`` and ``job_energy`` are ``PARTITION BY
-RANGE (t_end_ms)`` (migration 0005): one partition per UTC day,
+RANGE (t_end_ms)``: one partition per UTC day,
 ``<table>_pYYYYMMDD`` holding the rows with ``t_end_ms`` in ``[day, day + 1)`` (epoch
 milliseconds), plus ``<table>_default`` for rows no day partition covers; all of them
 in the schema :data:`PARTITION_SCHEMA`. SQLite has none of this: there retention
@@ -87,8 +86,8 @@ from sqlalchemy.sql.expression import TableClause
 
 from joulestat.core.logs import LogOnce
 from joulestat.store.engine import describe_error
-from joulestat.store.job_days import fold_running, fold_settled
 from joulestat.store.schema import (
+    DAY_PARTITIONED,
     JOB_ENERGY,
     JOB_ENERGY_TOTALS,
     JOB_MINUTE_ENERGY,
@@ -98,6 +97,7 @@ from joulestat.store.schema import (
     MINUTE_ENERGY,
     MINUTE_MS,
     NODES,
+    PARTITION_SCHEMA,
     TICK_ENERGY,
 )
 
@@ -106,8 +106,7 @@ log = logging.getLogger(__name__)
 
 # -- Daily partitions of the raw tables on PostgreSQL ----------------------------------
 
-PARTITION_SCHEMA = "joulestat_partitions"
-PARTITIONED_TABLES = (TICK_ENERGY.name, JOB_ENERGY.name)
+PARTITIONED_TABLES = tuple(DAY_PARTITIONED)
 DAY_MS = 86_400_000
 DAYS_AHEAD = 3
 # A node's raw rows still stored this long after its boundary passed them sit in a day
@@ -437,8 +436,7 @@ MAX_PRUNE_SPAN_MS = 6 * 3600 * 1000
 SETTLE_MS = 2 * MINUTE_MS
 # How often an agent runs its node's maintain pass (agent/runtime/daemon.py): rollups and
 # pruning cost ~11 ms of CPU a run; queries combine raw rows and rollups, so running them
-# every 5 minutes changes no figure, only the table sizes. With SETTLE_MS it bounds how
-# far a node's totals boundary lags the clock (what a fleet comparison says of it).
+# every 5 minutes changes no figure, only the table sizes.
 ROLLUP_EVERY_S = 300.0
 # Integer division on both backends (BIGINT / INTEGER), rendered with '/' precedence
 # so that (a - 1) / b is parenthesised.
@@ -456,8 +454,6 @@ class MaintainResult:
     job_rolled_rows: int = 0
     job_pruned_rows: int = 0
     totals_until_ms: int | None = None
-    folded_jobs: int = 0  # ended jobs added to the node's day sums (agent/store/job_days.py)
-    running_jobs: int = 0  # running jobs its sums of RUNNING_DAY_S hold, as of the boundary
 
 
 def _minute_of(t_end_ms: Any) -> ColumnElement[int]:
@@ -508,8 +504,8 @@ def maintain_node(
     latest = connection.execute(select(func.max(MINUTE_ENERGY.c.minute_start_s))
                                 .where(MINUTE_ENERGY.c.node == node)).scalar()
     rolled = roll_up_ticks(connection, insert, node, resume_after(latest), complete_until_ms)
-    # Never summed from before the prune boundary (the boundaries start equal, by
-    # migration 0003; this only guards against a NULL totals boundary after a prune).
+    # Never summed from before the prune boundary (the boundaries start equal; this
+    # only guards against a NULL totals boundary after a prune).
     totals_until, job_rolled = advance_totals(
         connection, insert, node, _latest(totals_until, pruned_until),
         complete_until_ms - SETTLE_MS)
@@ -518,12 +514,7 @@ def maintain_node(
         bound = min(bound, totals_until)
     pruned, job_pruned, pruned_until = prune(connection, insert, node, pruned_until, bound,
                                              partitioned)
-    # Ended jobs whose totals are now final join the node's day sums (job_days.py).
-    folded = fold_settled(connection, node, totals_until)
-    # And its running jobs, as of the boundary this pass moved.
-    running = fold_running(connection, node, totals_until)
-    return MaintainResult(rolled, pruned, pruned_until, job_rolled, job_pruned, totals_until,
-                          folded, running)
+    return MaintainResult(rolled, pruned, pruned_until, job_rolled, job_pruned, totals_until)
 
 
 def _add_into(insert: Any, target: Any, names: list[str], keys: int, query: Any) -> Any:
@@ -542,12 +533,12 @@ def advance_totals(
     job totals and move the boundary to ``until_ms``; returns the boundary and the job
     minute rows rolled up.
 
-    The job tables' raw rows go here too (migration 0009): before the boundary moves,
+    The job tables' raw rows go here too: before the boundary moves,
     the minutes of (totals_until, until_ms] are rolled up into ``job_minute_energy``
     from their raw windows (late ones included), their unit counts into
-    ``job_minute_units`` (one row a minute, migration 0014), and those raw rows are
+    ``job_minute_units`` (one row a minute), and those raw rows are
     deleted. Readers take job rows up to this boundary from the minute rollups
-    (:func:`joulestat.store.schema.boundary_of`), so a busy node's store keeps one row
+    (:func:`joulestat.store.read_rule.boundary_of`), so a busy node's store keeps one row
     per job, device and minute instead of one per flush window for the whole raw
     retention. The node's own ticks stay raw until
     :func:`prune`."""
@@ -555,8 +546,8 @@ def advance_totals(
         return totals_until, 0
     rolled = roll_up_jobs(connection, insert, node, totals_until, until_ms)
     shares, units = JOB_ENERGY.c, JOB_UNITS.c
-    # Grouped by the totals' key, (job, node, component, source) since migration 0010:
-    # every key column is a column of the raw shares.
+    # Grouped by the totals' key, (job, node, component, source): every key column is a
+    # column of the raw shares.
     keys = [column.name for column in JOB_ENERGY_TOTALS.primary_key.columns]
     energy = (select(*(shares[k] for k in keys), func.sum(shares.dynamic_j),
                      func.sum(shares.idle_j))

@@ -10,13 +10,9 @@ The agent must not pay for Alembic (about 10 MiB of RSS) just to ask whether the
 schema is current, so :func:`is_at_head` compares the ``alembic_version`` table with
 :data:`HEAD_REVISION`, a constant a unit test keeps equal to Alembic's own head.
 
-Adding a revision (developers)::
-
-    python -c "from alembic import command; from joulestat.store.migrate import alembic_config;
-    command.revision(alembic_config('sqlite:////tmp/dev.db'), message='jobs',
-    rev_id='0002', autogenerate=True)"
-
-then set :data:`HEAD_REVISION` to the new id.
+The scripts start from one baseline (``0001``, the schema of the first release); how a
+later revision is written, and tested, is in docs/migrations.md. Each one sets
+:data:`HEAD_REVISION` to its id.
 """
 
 from __future__ import annotations
@@ -41,7 +37,7 @@ log = logging.getLogger(__name__)
 
 # The newest revision in migrations/versions. Keep in step with the scripts
 # (tests/unit/store/test_engine.py checks it against Alembic's ScriptDirectory).
-HEAD_REVISION = "0014"
+HEAD_REVISION = "0001"
 
 VERSION_TABLE = "alembic_version"
 

@@ -45,6 +45,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
 from joulestat.attribution.model_units import BUSY, SEPARATOR, split_key
+from joulestat.store.read_rule import every_unit_row, raw_side, rolled_side, settled_until_ms
 from joulestat.store.schema import (
     JOB_ENERGY,
     JOB_MINUTE_ENERGY,
@@ -55,11 +56,7 @@ from joulestat.store.schema import (
     MINUTE_MS,
     MINUTE_S,
     NODES,
-    every_unit_row,
     one_of,
-    raw_side,
-    rolled_side,
-    settled_until_ms,
 )
 
 Key = tuple[str, str, int]  # (job id, node, minute_start_s)

@@ -19,6 +19,7 @@ from sqlalchemy.engine import Engine
 
 from joulestat.core.tick import Component
 from joulestat.devices.sensor import DeviceInfo
+from joulestat.store.read_rule import ends_within, minute_end_ms, minute_ends_within, raw_and_rolled
 from joulestat.store.schema import (
     JOB_ENERGY,
     JOB_MINUTE_ENERGY,
@@ -26,12 +27,8 @@ from joulestat.store.schema import (
     NODE_DEVICES,
     NODES,
     TICK_ENERGY,
-    ends_within,
-    minute_end_ms,
-    minute_ends_within,
     ms,
     one_of,
-    raw_and_rolled,
 )
 
 Node, NodeDevice = NODES.c, NODE_DEVICES.c
@@ -278,13 +275,13 @@ def unattributed_check(engine: Engine, node: str) -> list[tuple[int, str, str, f
     ``node``, and every node entry no window covers.
 
     A window is a set of job rows ending at ``t_end_ms`` (a flush window's raw rows, or
-    a minute rollup at the minute's end: migration 0009), the unattributed ``''`` row
+    a minute rollup at the minute's end), the unattributed ``''`` row
     included; ``sum_j`` is their sum and ``node_j`` the node's energy of the entries
     (raw ticks, or minute rollups before the prune boundary) ending after the window's
     start and at or before its end. The conservation identity is ``node_j == sum_j``
     (to float rounding) wherever shares were written; a node entry no window covers is
     listed on its own with ``sum_j`` 0. Each side is read by its own boundary
-    (:func:`joulestat.store.schema.boundary_of`).
+    (:func:`joulestat.store.read_rule.boundary_of`).
     """
     ticks, shares = TickEnergy, JOB_ENERGY.c
     minutes, job_minutes = MinuteEnergy, JOB_MINUTE_ENERGY.c

@@ -8,8 +8,8 @@ nodes hold only imported snapshots. Energy follows the rule of
 :mod:`joulestat.store.schema` (raw rows after each node's prune boundary, rollups up to
 it), the rows the totals sum.
 
-A job's energy by source comes from its totals, which keep the raw shares' source
-(migration 0010), and the raw shares after them; ``job_minute_energy`` has no
+A job's energy by source comes from its totals, which keep the raw shares' source,
+and the raw shares after them; ``job_minute_energy`` has no
 ``source`` column. A node's minute rollup names a minute whose source changed ``a+b``
 (split again where a caller needs single sources).
 """
@@ -27,6 +27,7 @@ from sqlalchemy.engine import Engine
 from joulestat.core.tick import Component
 from joulestat.store.jobs import part_energy_by_source
 from joulestat.store.nodes import node_window_sums
+from joulestat.store.read_rule import ends_within, minute_ends_within, raw_and_rolled
 from joulestat.store.schema import (
     JOB_ENERGY,
     JOB_MINUTE_ENERGY,
@@ -35,10 +36,7 @@ from joulestat.store.schema import (
     NODES,
     TICK_ENERGY,
     UNATTRIBUTED,
-    ends_within,
-    minute_ends_within,
     ms,
-    raw_and_rolled,
 )
 
 
@@ -83,7 +81,7 @@ def jobs_energy_by_source(engine: Engine, job_ids: Iterable[str]
                           ) -> dict[str, list[JobSourceEnergy]]:
     """Per job of ``job_ids``: its energy per node, component and source, above idle and
     idle apart (what a figure's bounds are made of, :mod:`joulestat.reports.bounds`):
-    the job totals, kept by source (migration 0010), plus the raw shares after them
+    the job totals, kept by source, plus the raw shares after them
     (:func:`joulestat.store.jobs.part_energy_by_source`). One statement for all the jobs,
     and as cheap as the job lists' energy: a page comparing thousands reads once."""
     wanted = sorted(set(job_ids))

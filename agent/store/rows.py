@@ -53,7 +53,6 @@ from sqlalchemy.engine import Connection, Engine
 from joulestat.attribution.agent_labels import IDLE_POLICY, MIXED
 from joulestat.devices.sensor import DeviceInfo
 from joulestat.host.identity import NodeInfo
-from joulestat.store.job_days import unpool
 from joulestat.store.schema import (
     JOB_ENERGY,
     JOB_NODES,
@@ -535,8 +534,6 @@ def write_pending(connection: Connection, insert: Any, pending: PendingJobs, nod
         ids = sorted(pending.jobs)  # one lock order for every agent: no deadlocks
         connection.execute(_jobs_upsert(insert, connection.dialect.name),
                            [pending.jobs[i][0] for i in ids])
-        # After the jobs' row locks: a job folded into day sums leaves them as it changes.
-        unpool(connection, ids)
         connection.execute(_job_nodes_upsert(insert), [pending.jobs[i][1] for i in ids])
         connection.execute(_status_update(ids))
     checkpoint = _encoded(pending.checkpoint)

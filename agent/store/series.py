@@ -2,7 +2,7 @@
 
 Every read takes raw rows after each node's boundary and minute rollups up to it (the
 prune boundary for node ticks, the totals boundary for job rows:
-:func:`joulestat.store.schema.boundary_of`), so a chart, a report's series and the
+:func:`joulestat.store.read_rule.boundary_of`), so a chart, a report's series and the
 totals never disagree about which rows count.
 
 Charts: a week of 1 s ticks is 600,000 rows a component and a chart needs a few hundred
@@ -14,7 +14,7 @@ that ended in it: a job of constant power draws a flat line to its last tick, ho
 its ticks fall on the bucket grid. A job's minute rollup (``job_minute_energy``) has no
 length of its own: it covers the part of its minute the job ran on that node
 (``job_nodes``' start and end), not the whole minute, or a job that started or ended
-inside a minute would dip there; a raw job window (a flush's ticks, migration 0009)
+inside a minute would dip there; a raw job window (a flush's ticks)
 likewise covers only the part of it the job ran.
 """
 
@@ -29,6 +29,14 @@ from sqlalchemy import BigInteger, case, func, literal_column, select
 from sqlalchemy.engine import Engine
 
 from joulestat.store.model_split import ordinary_units
+from joulestat.store.read_rule import (
+    ends_within,
+    every_unit_row,
+    minute_end_ms,
+    minute_ends_within,
+    raw_and_rolled,
+    rolled_side,
+)
 from joulestat.store.schema import (
     JOB_ENERGY,
     JOB_MINUTE_ENERGY,
@@ -37,13 +45,7 @@ from joulestat.store.schema import (
     MINUTE_MS,
     TICK_ENERGY,
     UNATTRIBUTED,
-    ends_within,
-    every_unit_row,
-    minute_end_ms,
-    minute_ends_within,
     ms,
-    raw_and_rolled,
-    rolled_side,
 )
 
 NICE_BUCKETS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800,
@@ -193,7 +195,7 @@ def _span_in_run_ms(start_ms: Any, end_ms: Any, started_s: Any, ended_s: Any
                     ) -> tuple[Any, Any]:
     """``(start_ms, end_ms)`` of a job row clipped to the job's run on its node,
     ``(started_s, ended_s]`` (a running part runs on): a minute rollup, or a flush
-    window another job's ticks ran to the end of (migration 0009), then spreads over the
+    window another job's ticks ran to the end of, then spreads over the
     seconds the job ran, not the whole minute or window. The row's own span where they
     do not overlap (clocks a tick apart) or the part is unknown. Whole milliseconds, as
     the store keeps times."""

@@ -136,9 +136,8 @@ st.caption("Throughput per instance-hour (every node a job held counts), CO2e op
            "(location-based; embodied apart), cost = hourly price × hours held: the figures "
            "and sentences of `joulestat compare` (docs/compare.md). Prices: "
            f"{costing.price_source()}. Figures as of {fmt.local_time(as_of, tz)[11:16]} "
-           "(rebuilt once a minute; running jobs count up to then"
-           + (f", except on one node: {result.running}" if result.running else "")
-           + "). This view's link keeps its settings.")
+           "(rebuilt once a minute; running jobs count up to their last flush before "
+           "then, as on their own page). This view's link keeps its settings.")
 policy = result.table.idle_policy
 said = policy_words(policy, jobs=True)
 st.caption(f"Energy is what each row was attributed; dynamic energy is its part above the "

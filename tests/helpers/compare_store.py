@@ -10,7 +10,7 @@ hand-computable; prices are the catalog's, read here through ``catalog.lookup``.
 
 from __future__ import annotations
 
-from sqlalchemy import and_, case, func, select
+from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
 from joulestat.attribution.registry import Job
@@ -20,14 +20,10 @@ from joulestat.carbon.footprint import CarbonSettings
 from joulestat.core.tick import Tick, TickEntry
 from joulestat.devices.sensor import DeviceInfo
 from joulestat.host.identity import NodeInfo
-from joulestat.reports.compare.figures import figures_for
-from joulestat.reports.compare.table import JobFigures
 from joulestat.store import migrate
 from joulestat.store.engine import dialect_insert, make_engine
-from joulestat.store.job_days import fold_running
-from joulestat.store.jobs import JobRef
 from joulestat.store.maintenance import advance_totals
-from joulestat.store.schema import JOB_ENERGY, JOB_ENERGY_TOTALS, JOB_NODES, NODES
+from joulestat.store.schema import NODES
 from joulestat.store.writer import StoreWriter
 from tests.helpers.agent_process import run_cli
 from tests.helpers.cli import CliResult, invoke
@@ -119,53 +115,12 @@ def runs_store(url: str, runs: int) -> Engine:
     return engine
 
 
-def as_a_fleet_counts(engine: Engine, refs: list[JobRef], settings: CarbonSettings | None,
-                       now_s: float) -> tuple[list[JobFigures], int, int]:
-    """The per-job path's figures of ``refs`` as a comparison over the fleet counts
-    them: a job running on one node at its node's totals boundary (held up to it), and
-    not at all while its node has no totals of it; every other job at ``now_s``. Also
-    how many running jobs were counted and left out. Valid where those jobs have no raw
-    rows after the boundary (checked): the per-job path would read them."""
-    parts, nodes, totals, raw = JOB_NODES.c, NODES.c, JOB_ENERGY_TOTALS.c, JOB_ENERGY.c
-    wanted = [ref.id for ref in refs]
-    with engine.connect() as connection:
-        found = connection.execute(
-            select(parts.job_id, func.count(), func.max(nodes.totals_until_ms),
-                   func.sum(case((parts.ended_s.is_(None), 1), else_=0)))
-            .join_from(JOB_NODES, NODES, nodes.node == parts.node)
-            .where(parts.job_id.in_(wanted)).group_by(parts.job_id)).all()
-        running = {str(job_id): until_ms for job_id, n, until_ms, open_parts in found
-                   if n == 1 and open_parts == 1}
-        settled = set(connection.execute(select(totals.job_id).where(
-            totals.job_id.in_(list(running))).distinct()).scalars())
-        after = connection.execute(
-            select(func.count()).select_from(JOB_ENERGY.join(JOB_NODES, and_(
-                parts.job_id == raw.job_id, parts.node == raw.node)).join(
-                NODES, nodes.node == raw.node))
-            .where(raw.job_id.in_(list(running)),
-                   raw.t_end_ms > func.coalesce(nodes.totals_until_ms, -1))).scalar()
-    assert after == 0, "a running job's rows after its boundary: the reference cannot hold"
-    at: dict[float, list[JobRef]] = {}
-    for ref in refs:
-        if ref.id not in running:
-            at.setdefault(now_s, []).append(ref)
-        elif ref.id in settled:
-            at.setdefault(running[ref.id] / 1000, []).append(ref)
-    by_id = {figure.job_id: figure for when_s, listed in at.items()
-             for figure in figures_for(engine, listed, settings, now_s=when_s)}
-    counted = len(settled & running.keys())
-    return ([by_id[ref.id] for ref in refs if ref.id in by_id], counted,
-            len(running) - counted)
-
-
 def settle(engine: Engine, name: str, until_s: float) -> None:
     """Move node ``name``'s totals boundary to ``until_s`` (what its maintain pass does
-    two minutes after the minute) and rebuild its running jobs' sums as of it, as the
-    pass does after; none of the rest of the pass (no rollup of ticks, prune or fold of
-    ended jobs)."""
+    two minutes after the minute); none of the rest of the pass (no rollup of ticks or
+    prune)."""
     with engine.begin() as connection:
         before = connection.execute(select(NODES.c.totals_until_ms)
                                     .where(NODES.c.node == name)).scalar()
-        until_ms, _rolled = advance_totals(connection, dialect_insert(engine), name, before,
-                                           round(until_s * 1000))
-        fold_running(connection, name, until_ms)
+        advance_totals(connection, dialect_insert(engine), name, before,
+                       round(until_s * 1000))

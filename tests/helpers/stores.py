@@ -3,7 +3,7 @@ on PostgreSQL.
 
 A test asks for ``store`` (a store migrated to head) or ``empty_store`` (a database with
 no schema, for migration scenarios) and gets one per backend; the fixtures live in
-tests/store/conftest.py. On PostgreSQL every test gets a database of its own, copied from
+tests/helpers/store_fixtures.py. On PostgreSQL every test gets a database of its own, copied from
 a template migrated once per session (``CREATE DATABASE ... TEMPLATE``: milliseconds,
 where migrating costs a second), on the one server the session runs (tests/helpers/pg.py);
 on SQLite a file under the test's ``tmp_path``. Every engine a test opens through
@@ -35,7 +35,7 @@ class Backend(StrEnum):
 
 HEAD_TEMPLATE = "joulestat_head_template"
 
-# A test's backend: its ``store``/``empty_store`` (tests/store/conftest.py) or a module's
+# A test's backend: its ``store``/``empty_store`` (tests/helpers/store_fixtures.py) or a module's
 # shared store are parametrized by these; the PostgreSQL runs are marked ``postgres``.
 BACKENDS = [
     pytest.param(Backend.SQLITE, id="sqlite"),

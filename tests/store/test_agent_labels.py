@@ -1,31 +1,15 @@
 """Agent labels in the store, on SQLite and on PostgreSQL (``jsonb`` in the upsert, as
 ``json_patch`` on SQLite): kept apart from the user's labels, never found by a label
 filter, read back after a restart, merged key by key across nodes (two idle policies make
-``mixed``); and migration 0007, which moved `joulestat run`'s ``cpu_source`` out of the
-labels."""
+``mixed``)."""
 
 from __future__ import annotations
 
 from joulestat.store import migrate
 from joulestat.store.durability import load_running_jobs
 from joulestat.store.jobs import JobFilter, job_totals
-from tests.helpers.agent_labels_store import (
-    RUN_CGROUP,
-    apart,
-    job,
-    raw_labels,
-)
-from tests.helpers.store_jobs import (
-    LOADER,
-    T0,
-    TRAINER,
-    downgrade,
-    feed,
-    part_figures,
-    save_jobs_before_0007,
-    writer_for,
-    written_before_0014,
-)
+from tests.helpers.agent_labels_store import RUN_CGROUP, apart, job
+from tests.helpers.store_jobs import LOADER, T0, TRAINER, feed, writer_for
 from tests.helpers.stores import Store
 
 
@@ -63,50 +47,3 @@ def test_the_store_keeps_agent_labels_apart_and_merges_them(empty_store: Store) 
     trainer.save_job(job("multi", {}, {"idle_policy": "share"}, ended_s=T0 + 30))
     assert trainer.flush()
     assert apart(engine)["multi"][1]["idle_policy"] == "mixed"
-
-
-@written_before_0014
-def test_migration_0007_moves_runs_cpu_source_out_of_the_labels(empty_store: Store) -> None:
-    """At 0006, jobs whose labels hold the ``cpu_source`` that `joulestat run` wrote, or a
-    user's own; up to the head, run's moves to the agent labels (figures unchanged), the
-    user's stays; down to 0006 it goes back among the labels (unless a user label of
-    that name was given meanwhile); up again, moved again."""
-    engine = empty_store.engine
-    assert migrate.upgrade(engine, "0006") == "0006"
-    writer = writer_for(engine)
-    before = {"by-run": {"team": "nlp", "cpu_source": RUN_CGROUP},
-              "by-tree": {"cpu_source": "process tree"},
-              "users-own": {"cpu_source": "spot-instances", "team": "cv"},
-              "plain": {}}
-    save_jobs_before_0007(engine, [job(i, labels, ended_s=T0 + 60)
-                                   for i, labels in before.items()])
-    feed(writer, T0, 60, tuple(before), units={"sample": 2.0})
-    assert writer.flush()
-    figures = part_figures(engine)
-
-    assert migrate.upgrade(engine) == migrate.HEAD_REVISION
-    moved = {"by-run": ({"team": "nlp"}, {"cpu_source": RUN_CGROUP}),
-             "by-tree": ({}, {"cpu_source": "process tree"}),
-             "users-own": ({"cpu_source": "spot-instances", "team": "cv"}, {}),
-             "plain": ({}, {})}
-    assert apart(engine) == moved
-    assert part_figures(engine) == figures
-
-    downgrade(engine, "0006")
-    assert raw_labels(engine) == before
-    assert part_figures(engine) == figures
-    assert migrate.upgrade(engine) == migrate.HEAD_REVISION
-    assert apart(engine) == moved
-
-    # After the upgrade, a user gives "by-tree" a cpu_source label of their own: going
-    # down, the user's stays and the agent's has no place.
-    writer = writer_for(engine)
-    writer.save_job(job("by-tree", {"cpu_source": "mine"}, {"idle_policy": "share"},
-                        ended_s=T0 + 60))
-    assert writer.flush()
-    assert apart(engine)["by-tree"] == ({"cpu_source": "mine"},
-                                        {"cpu_source": "process tree", "idle_policy": "share"})
-    downgrade(engine, "0006")
-    assert raw_labels(engine)["by-tree"] == {"cpu_source": "mine"}
-    assert migrate.upgrade(engine) == migrate.HEAD_REVISION
-

@@ -10,20 +10,16 @@ from __future__ import annotations
 from sqlalchemy import BigInteger, func, literal, select, text, update
 
 from joulestat.store.nodes import node_energy_j
-from joulestat.store.schema import (
-    JOB_MINUTE_ENERGY,
-    MINUTE_ENERGY,
-    NODES,
-    TICK_ENERGY,
+from joulestat.store.read_rule import (
     ends_within,
     minute_end_ms,
     minute_ends_within,
-    ms,
     pruned_last_minute_s,
     raw_and_rolled,
     raw_side,
     rolled_side,
 )
+from joulestat.store.schema import JOB_MINUTE_ENERGY, MINUTE_ENERGY, NODES, TICK_ENERGY, ms
 from tests.helpers.store_rows import T0, tick, writer_for
 
 TICKS, MINUTES = TICK_ENERGY.c, MINUTE_ENERGY.c

@@ -11,22 +11,19 @@ rows), a running job, idle policies recorded or not, estimated and measured sour
 SQLite and on PostgreSQL. Where the pooled sums cannot give the table (served latency,
 live intensity), ``compare_setups`` answers None.
 
-A running job on one node is counted up to its node's totals boundary (job_pools.py):
-the per-job path's figures of it are taken at that boundary, on stores whose running
-jobs have no raw rows after it (:func:`_as_a_fleet_counts`); what a running job's rows
-after the boundary change is tested on its own.
+A running job is counted as its own page counts it, to its last flush, whatever its
+node's totals boundary: the per-job path's figures are taken at the same ``now_s``.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import asdict, replace
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
 from joulestat.attribution.registry import Job
@@ -34,26 +31,18 @@ from joulestat.carbon.footprint import CarbonSettings
 from joulestat.carbon.pricing import Pricer
 from joulestat.reports.compare.figures import figures_for, pick_jobs
 from joulestat.reports.compare.groups import CompareError
-from joulestat.reports.compare.setups import compare_setups, running_note
+from joulestat.reports.compare.setups import compare_setups
 from joulestat.reports.compare.table import compare
 from joulestat.runtime import sample_store as sample
-from joulestat.store import job_days, job_pools
-from joulestat.store import rows as store_rows
 from joulestat.store.engine import dialect_insert
-from joulestat.store.job_days import FOLD_AFTER_MS, RUNNING_DAY_S
 from joulestat.store.job_delete import delete_jobs
 from joulestat.store.jobs import JobFilter, JobRef, job_totals
 from joulestat.store.maintenance import maintain_node
-from joulestat.store.schema import (
-    JOB_DAY_SUMS,
-    JOB_NODES,
-    NODES,
-)
+from joulestat.store.schema import NODES
 from tests.helpers.compare_store import (
     PINNED,
     SETTINGS,
     T0,
-    as_a_fleet_counts,
     compare_invoke,
     fill_compare_store,
     job,
@@ -98,7 +87,7 @@ def assert_pooled_is_per_job(engine: Engine, kind: str | None, unit: str | None 
     if (since_s, until_s) != (None, None):
         wanted = {job.id for job in job_totals(engine, where)}
         refs = [ref for ref in refs if ref.id in wanted]
-    figures, counted, left_out = as_a_fleet_counts(engine, refs, settings, now_s)
+    figures = figures_for(engine, refs, settings, now_s=now_s)
     expected = compare(figures, by="instance_type", unit=unit, **options)
     found = compare_setups(engine, where, Pricer(settings), now_s, unit=unit,
                            with_ids=with_ids, **options)
@@ -116,7 +105,6 @@ def assert_pooled_is_per_job(engine: Engine, kind: str | None, unit: str | None 
             assert _close(got[field], value, scale), (theirs.group, field, got[field], value)
     notes = list(dict.fromkeys(f"{f.name}: {note}" for f in figures for note in f.notes))
     assert sorted(found.notes) == sorted(notes)
-    assert found.running == running_note(counted, left_out)
     assert found.instance_types == tuple(sorted({n.instance_type for f in figures
                                                  for n in f.nodes}))
 
@@ -154,72 +142,56 @@ def test_pooled_setups_are_the_per_job_comparison(store: Store) -> None:
     assert found is not None and all(row.job_ids == () for row in found.table.rows)
 
 
-def _running_counted_to_the_boundary(engine: Engine) -> None:
-    """A running job's rows after its node's boundary change nothing until the boundary
-    passes them; one with nothing settled is left out, and the note says so; the maintain
-    pass keeps the running jobs' sums (RUNNING_DAY_S) as of the boundary; a job that ends
-    leaves them and is read to its last window."""
+def test_a_running_job_counts_to_its_last_flush_as_on_its_page(store: Store) -> None:
+    """A running job's rows after its node's totals boundary count at once, in the
+    pooled table as on its own page (figures_for); so does a job with nothing settled
+    yet; the nodes' maintain passes, which move the boundary past them, change no
+    figure; nor does the job's end."""
+    engine = _mixed_store(store)
     where, pricer = JobFilter(kind="inference"), Pricer(SETTINGS)
     later = NOW + 3_600
 
-    def pooled(now_s: float) -> Any:
-        found = compare_setups(engine, where, pricer, now_s, with_ids=False)
+    def g5_energy_j(now_s: float) -> float:
+        found = compare_setups(engine, where, pricer, now_s)
         assert found is not None
-        return found
+        [row] = [row for row in found.table.rows if row.group == "g5.xlarge"]
+        return row.energy_j
 
     def live_energy_j(now_s: float) -> float:
         ref = JobRef(LIVE.id, "", "", "", 0.0, None)
         return figures_for(engine, [ref], SETTINGS, now_s=now_s)[0].energy_j
 
-    before = pooled(NOW)
-    assert before.running == running_note(1, 0)
-    assert before.jobs == 6
-    # Two ticks more, after the boundary (NOW): the job's own figures grow, the
-    # comparison's do not.
+    before_j = g5_energy_j(NOW)
+    # Two ticks more, after the boundary (NOW): the job's own figures and the row's grow
+    # alike.
     energy_j = live_energy_j(NOW)
     run_job(engine, node("g5-1", "g5.xlarge"), LIVE, ticks=2, gpu_j=50_000.0,
             units={"inference": 700}, from_s=NOW)
     assert math.isclose(live_energy_j(later), energy_j + 100_000.0)
-    # A job started after its node's boundary: nothing settled, not counted, said.
+    assert math.isclose(g5_energy_j(later), before_j + 100_000.0)
+    # A job started after its node's boundary: nothing settled, counted all the same.
     fresh = replace(job("j-g5-fresh", "bert-g5", "inference", NOW + 600, 0), ended_s=None)
     run_job(engine, node("g5-2", "g5.xlarge"), fresh, ticks=1, gpu_j=40_000.0,
             units={"inference": 500}, from_s=NOW + 600)
-    after = pooled(later)
-    assert after.table == before.table and after.jobs == before.jobs
-    assert after.running == running_note(1, 1)
-    # The nodes' maintain passes move their boundaries past every row, and fold both
-    # running jobs into their running sums, as of the boundary.
+    assert compare_setups(engine, where, pricer, later).jobs == 7
+    assert_pooled_is_per_job(engine, "inference", now_s=later)
+    # The nodes' maintain passes move their boundaries past every row: the same figures.
     for name in ("g5-1", "g5-2"):
         with engine.begin() as connection:
             result = maintain_node(connection, dialect_insert(engine), name, later + 120,
                                    30 * 86_400)
-        assert result.totals_until_ms == later * 1000 and result.running_jobs == 1
-    assert _pooled(engine)[LIVE.id] == _pooled(engine)[fresh.id] == RUNNING_DAY_S
-    assert pooled(later).running == running_note(2, 0)
-    assert pooled(later).jobs == 7
-    assert_pooled_is_per_job(engine, "inference", now_s=later)
-    _assert_every_way(engine, later)
-    # The live job ends: out of the running sums, read to its last window.
+        assert result.totals_until_ms == later * 1000
+    assert math.isclose(g5_energy_j(later), before_j + 140_000.0)
+    _assert_all_windows(engine, later)
+    # The live job ends: read to its last window, as before.
     run_job(engine, node("g5-1", "g5.xlarge"), replace(LIVE, ended_s=later - 600), ticks=0,
             gpu_j=0.0)
-    assert LIVE.id not in _pooled(engine) and _pooled(engine)[fresh.id] == RUNNING_DAY_S
-    assert pooled(later).running == running_note(1, 0)
-    _assert_every_way(engine, later)
-
-
-def test_a_running_job_is_counted_up_to_its_nodes_totals(store: Store) -> None:
-    engine = _mixed_store(store)
-    _running_counted_to_the_boundary(engine)
-    # The command says so under its table, and in --json's notes.
-    url = store.url
-    text = compare_invoke(url, "--by", "instance_type", "--kind", "inference", *PINNED)
-    assert text.returncode == 0, text.stderr
-    assert re.search(r"running jobs: 1 counted up to their node's settled totals",
-                     text.stdout), text.stdout
-    listed = compare_invoke(url, "--by", "instance_type", "--kind", "inference", "--json",
-                         *PINNED)
+    _assert_all_windows(engine, later)
+    # The command prints no note about running jobs: there is nothing to excuse.
+    listed = compare_invoke(store.url, "--by", "instance_type", "--kind", "inference",
+                            "--json", *PINNED)
     assert listed.returncode == 0, listed.stderr
-    assert json.loads(listed.stdout)["notes"][-1] == running_note(1, 0)
+    assert not any("running" in note for note in json.loads(listed.stdout)["notes"])
 
 
 def test_the_command_lists_a_pooled_rows_jobs_in_json(store: Store) -> None:
@@ -264,50 +236,32 @@ def test_what_pooled_sums_cannot_give_is_left_to_the_per_job_path(store: Store) 
     assert compare_setups(store.engine, JobFilter(), Pricer(live), NOW) is None
 
 
-def test_a_pair_on_one_type_pools_and_the_folded_days_compare_the_same(store: Store) -> None:
+def test_a_pair_on_one_type_pools_and_maintain_passes_change_nothing(store: Store) -> None:
     fill_compare_store(store.url)
     engine = store.engine
     _two_nodes(engine, job("j-p4d-pair", "resnet-pair", "training", T0 + 30_000, 1800),
                "p4d.24xlarge", 2_000_000.0, {"sample": 90_000})
     for kind in ("inference", "training", None):
         assert_pooled_is_per_job(engine, kind)
-    # Folded into day sums by the nodes' maintain passes: the same tables.
-    assert _maintain_every_node(engine, NOW + 2 * 86_400) > 0
-    _assert_every_way(engine, NOW + 2 * 86_400)
+    # The nodes' maintain passes roll every job up into minutes and totals: the same
+    # tables.
+    _maintain_every_node(engine, NOW + 2 * 86_400)
+    _assert_all_windows(engine, NOW + 2 * 86_400)
 
 
-def _maintain_every_node(engine: Engine, now_s: float) -> int:
-    """Every node's maintain pass at ``now_s``, as its agent runs it; parts folded."""
+def _maintain_every_node(engine: Engine, now_s: float) -> None:
+    """Every node's maintain pass at ``now_s``, as its agent runs it."""
     insert = dialect_insert(engine)
     with engine.connect() as connection:
         nodes = list(connection.execute(select(NODES.c.node)).scalars())
-    folded = 0
     for name in nodes:
         with engine.begin() as connection:
-            folded += maintain_node(connection, insert, name, now_s, 30 * 86_400).folded_jobs
-    return folded
-
-
-def _pooled(engine: Engine) -> dict[str, int]:
-    """Per folded job, the day its sums hold it."""
-    parts = JOB_NODES.c
-    with engine.connect() as connection:
-        return {str(job_id): int(day) for job_id, day in connection.execute(
-            select(parts.job_id, parts.pooled_day_s).where(parts.pooled_day_s.is_not(None)))}
-
-
-def _assert_every_way(engine: Engine, now_s: float) -> None:
-    """Pooled is per-job for each kind and unit, over all time and over windows that
-    cut the first day (its jobs read one by one) or end before the last start; with the
-    day sums read wherever a window holds a day whole, however few jobs they hold
-    (job_pools reads them only when they hold most jobs, which this store may not)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(job_pools, "_mostly_folded", lambda *_args: True)
-        _assert_all_windows(engine, now_s)
-    _assert_all_windows(engine, now_s)
+            maintain_node(connection, insert, name, now_s, 30 * 86_400)
 
 
 def _assert_all_windows(engine: Engine, now_s: float) -> None:
+    """Pooled is per-job for each kind and unit, over all time and over windows that
+    cut the first day or end before the last start."""
     for kind in ("inference", "training", None):
         assert_pooled_is_per_job(engine, kind, now_s=now_s, with_ids=False)
     assert_pooled_is_per_job(engine, None, unit="inference", now_s=now_s, with_ids=False,
@@ -322,65 +276,24 @@ def _assert_all_windows(engine: Engine, now_s: float) -> None:
                                  until_s=until_s, with_ids=False)
 
 
-def test_ended_jobs_folded_into_day_sums_compare_as_before(store: Store) -> None:
-    """Once maintain has folded the settled single-node jobs into day sums, the pooled
-    table (read from the sums for whole days, per job for the rest) is still the
-    per-job one; after a folded job is written again, and after one is deleted, too."""
+def test_written_again_and_deleted_jobs_compare_as_per_job(store: Store) -> None:
+    """After maintain passes, a job written again (new labels) and a job deleted: the
+    pooled table is still the per-job one, in every window."""
     engine = _mixed_store(store)
     run_job(engine, node("g5-2", "g5.xlarge"),
             job("j-g5-c", "bert-g5", "inference", T0 + 90_000, 1800), ticks=2,
             gpu_j=85_000.0, units={"inference": 2_100})
     now_s = T0 + 3 * 86_400
-    # Not yet: j-g5-b (on g5-2) ended less than FOLD_AFTER_MS before the boundary.
-    assert _maintain_every_node(engine, T0 + 21_800 + FOLD_AFTER_MS / 1000) > 0
-    assert "j-g5" in _pooled(engine) and "j-g5-b" not in _pooled(engine)
-    # A pass folds at most MAX_FOLD_PARTS parts of a node, the earliest ended first;
-    # the next passes the rest.
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(job_days, "MAX_FOLD_PARTS", 1)
-        _maintain_every_node(engine, now_s)
-        assert "j-g5-b" in _pooled(engine) and "j-g5-c" not in _pooled(engine)
-        while _maintain_every_node(engine, now_s):
-            pass
-    pooled = _pooled(engine)
-    assert job_pools._mostly_folded(engine, job_pools.whole_days(JobFilter()), JobFilter())
-    # Ended single-node jobs on the UTC day they ended (two days); the running one in
-    # its node's running sums.
-    assert pooled.pop("j-g5-live") == RUNNING_DAY_S
-    assert "j-g5-pair" not in pooled
-    assert "j-dist" not in pooled  # on two nodes
-    assert {"j-g5", "j-inf2", "j-g5-b", "j-g5-c"} <= pooled.keys()
-    assert len(set(pooled.values())) == 2
-    assert all(day % 86_400 == 0 for day in pooled.values())
-    with engine.connect() as connection:  # units_key as docs/store.md writes it
-        keys = set(connection.execute(select(JOB_DAY_SUMS.c.units_key)).scalars())
-    assert {",inference,", ","} <= keys
-    _assert_every_way(engine, now_s)
-    # A folded job written again leaves its day's sums, which the next pass rebuilds.
+    _maintain_every_node(engine, now_s)
+    _assert_all_windows(engine, now_s)
     writer_job = job("j-g5-b", "bert-g5", "inference", T0 + 20_000, 1800)
     run_job(engine, node("g5-2", "g5.xlarge"), replace(writer_job, labels={"try": "2"}),
             ticks=0, gpu_j=0.0)
-    assert "j-g5-b" not in _pooled(engine)
-    _assert_every_way(engine, now_s)
-    assert _maintain_every_node(engine, now_s + 600) > 0
-    assert "j-g5-b" in _pooled(engine)
-    # A folded job that gains a part on another node in a transaction that could not
-    # see the fold (here: its writer's unpool skipped) leaves the sums at the next pass.
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(store_rows, "unpool", lambda *_args: 0)
-        run_job(engine, node("g5-3", "g5.xlarge"),
-                job("j-g5-c", "bert-g5", "inference", T0 + 90_000, 1800), ticks=1,
-                gpu_j=10_000.0, units={"inference": 100})
-    assert "j-g5-c" in _pooled(engine)
-    _maintain_every_node(engine, now_s + 900)
-    assert "j-g5-c" not in _pooled(engine)
-    _assert_every_way(engine, now_s)
-    # Deleting a folded job takes its day's sums apart too.
+    run_job(engine, node("g5-3", "g5.xlarge"),
+            job("j-g5-c", "bert-g5", "inference", T0 + 90_000, 1800), ticks=1,
+            gpu_j=10_000.0, units={"inference": 100})  # now on two nodes: per job
+    _assert_all_windows(engine, now_s)
     delete_jobs(engine, ["j-inf2"])
-    _assert_every_way(engine, now_s)
+    _assert_all_windows(engine, now_s)
     _maintain_every_node(engine, now_s + 1200)
-    _assert_every_way(engine, now_s)
-    with engine.connect() as connection:
-        runs = connection.execute(select(func.sum(JOB_DAY_SUMS.c.runs))
-                                  .where(JOB_DAY_SUMS.c.unit == "")).scalar()
-    assert runs == len(_pooled(engine))
+    _assert_all_windows(engine, now_s)

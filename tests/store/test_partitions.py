@@ -1,7 +1,7 @@
-"""What only PostgreSQL has: daily partitions of the raw tables (migration 0005,
-agent/store/maintenance.py). Rows survive the migration, writers make partitions ahead
-and drop settled ones, a node still counting rows in a partition keeps it, figures never
-change, and back down to 0004.
+"""What only PostgreSQL has: daily partitions of the raw tables (agent/store/maintenance.py;
+the baseline migration makes the tables so: tests/store/test_migrations.py). Writers make
+partitions ahead and drop settled ones, a node still counting rows in a partition keeps
+it, and figures never change.
 
 Figures are read with plain SQL that follows the reading rule of agent/store/schema.py
 (raw rows after each node's boundary, rollups and totals up to it), so the store's read
@@ -16,14 +16,12 @@ from collections import defaultdict
 from datetime import UTC, datetime
 
 import pytest
-from alembic import command
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 from joulestat.core.tick import Tick, TickEntry
 from joulestat.host.identity import NodeInfo
 from joulestat.store import maintenance as partitions
-from joulestat.store import migrate
 from joulestat.store.engine import make_engine
 from joulestat.store.maintenance import (
     DAY_MS,
@@ -35,15 +33,7 @@ from joulestat.store.maintenance import (
     visible_nodes,
 )
 from joulestat.store.writer import StoreWriter
-from tests.helpers.store_jobs import (
-    DEVICES,
-    downgrade,
-    make_job,
-    save_jobs_before_0007,
-    shares_for,
-    totals_before_0010,
-    written_before_0014,
-)
+from tests.helpers.store_jobs import DEVICES, make_job, shares_for
 from tests.helpers.stores import Stores
 
 D0 = int(datetime(2025, 3, 1, tzinfo=UTC).timestamp())  # a UTC midnight, in seconds
@@ -59,8 +49,8 @@ def node(name: str) -> NodeInfo:
 
 @pytest.fixture()
 def engine(pg_stores: Stores) -> Engine:
-    """An empty PostgreSQL database: each test migrates it to where it starts."""
-    return pg_stores.new(migrated=False).engine
+    """A PostgreSQL store at the head revision."""
+    return pg_stores.new().engine
 
 
 class Expected:
@@ -90,8 +80,8 @@ def feed(writer: StoreWriter, after_s: int, until_s: int, expected: Expected,
 
 def writer_for(engine: Engine, name: str, retention_s: float) -> StoreWriter:
     writer = StoreWriter(engine, node(name), DEVICES, raw_retention_s=retention_s)
-    # Job rows as before 0007 (no agent_labels): these tests write revision 0004 too.
-    save_jobs_before_0007(engine, [make_job(job, D0) for job in ("a", "b")], node(name))
+    for job in ("a", "b"):
+        writer.save_job(make_job(job, D0))
     return writer
 
 
@@ -120,7 +110,7 @@ def job_j(engine: Engine) -> dict[str, float]:
 
 def job_j_from_rollups(engine: Engine) -> dict[str, float]:
     """Per job the other way: raw shares plus job minutes, each side of the job tables'
-    boundary (the totals boundary since migration 0009)."""
+    boundary (the totals boundary)."""
     return sums(engine, "SELECT s.job_id AS k, s.dynamic_j + s.idle_j AS j FROM job_energy s"
                 " JOIN nodes n ON n.node = s.node WHERE n.totals_until_ms IS NULL"
                 " OR s.t_end_ms > n.totals_until_ms UNION ALL"
@@ -152,84 +142,10 @@ def scalar(engine: Engine, sql: str, **params: object) -> object:
         return connection.execute(text(sql), params).scalar()
 
 
-def raw_rows(engine: Engine) -> dict[str, list[tuple]]:
-    orders = {"tick_energy": "node, t_end_ms, component, device",
-              "job_energy": "node, t_end_ms, component, device, job_id",
-              "job_units": "node, t_end_ms, job_id, unit"}
-    with engine.connect() as connection:
-        return {table: [tuple(r) for r in connection.execute(text(
-            f"SELECT * FROM {table} ORDER BY {order}"))] for table, order in orders.items()}
-
-
-def as_named(rows: dict[str, list[tuple]], old: str, new: str) -> dict[str, list[tuple]]:
-    """``raw_rows`` with component ``old`` named ``new``, each table's rows sorted: what
-    migration 0006 (or its downgrade) leaves. Compare with :func:`sorted_rows`."""
-    at = {"tick_energy": 2, "job_energy": 3}  # the component column
-    return {table: sorted(r if table not in at or r[at[table]] != old
-                          else r[:at[table]] + (new,) + r[at[table] + 1:] for r in found)
-            for table, found in rows.items()}
-
-
-def sorted_rows(engine: Engine) -> dict[str, list[tuple]]:
-    return {table: sorted(found) for table, found in raw_rows(engine).items()}
-
-
-def relkind(engine: Engine, table: str) -> str:
-    return str(scalar(engine, "SELECT relkind FROM pg_class WHERE oid = to_regclass(:t)",
-                      t=table))
-
-
-# -- the migration -------------------------------------------------------------------------
-
-
-@written_before_0014
-def test_rows_written_before_0005_survive_into_day_partitions(engine):
-    assert migrate.upgrade(engine, "0004") == "0004"
-    expected = Expected()
-    writer = writer_for(engine, "old-1", retention_s=DAY_S)
-    for hour in range(0, 60, 2):  # two and a half days, pruned as they go (DELETE)
-        now = D0 + hour * HOUR_S
-        feed(writer, now, now + 2 * HOUR_S, expected)
-        with totals_before_0010():
-            assert writer.maintain(now + 2 * HOUR_S + 30) is not None
-    assert not writer.partitions.active
-    writer.add_units("a", D0 + 60 * HOUR_S - 1, {"tokens": 5.0})
-    assert writer.flush()
-    before_rows, before_nodes = raw_rows(engine), node_j(engine)
-    assert_figures(engine, expected)
-
-    assert migrate.upgrade(engine) == migrate.HEAD_REVISION
-    assert (relkind(engine, "tick_energy"), relkind(engine, "job_energy")) == ("p", "p")
-    assert relkind(engine, "job_units") == "r"  # compacted, kept: never dropped wholesale
-    assert raw_rows(engine) == before_rows
-    assert node_j(engine) == before_nodes
-    assert_figures(engine, expected)
-    for table in ("tick_energy", "job_energy"):
-        # Every row in the partition of the day it ends in, none in DEFAULT.
-        assert scalar(engine, f"SELECT count(*) FROM {PARTITION_SCHEMA}.{table}_default") == 0
-        with engine.connect() as connection:
-            for partition in list_partitions(connection, table):
-                if partition.upper_ms is None:
-                    continue
-                assert partition.upper_ms - partition.lower_ms == DAY_MS
-                assert partition.name == partition_name(table, partition.lower_ms // DAY_MS)
-        # The days that hold rows: a day of job rows only where the job totals have not
-        # passed yet (their raw windows go with the totals: migration 0009).
-        days = (2,) if table == "job_energy" else (1, 2)
-        assert {name_of(day, table) for day in days} <= day_partitions(engine, table)
-    # An agent restarted on the migrated store goes on, and figures still add up.
-    writer = writer_for(engine, "old-1", retention_s=DAY_S)
-    assert writer.partitions.active
-    feed(writer, D0 + 60 * HOUR_S, D0 + 62 * HOUR_S, expected)
-    assert writer.maintain(D0 + 62 * HOUR_S + 30) is not None
-    assert_figures(engine, expected)
-
-
 # -- writers over days -----------------------------------------------------------------------
 
 
 def test_a_writer_makes_partitions_ahead_and_drops_settled_days(engine):
-    migrate.upgrade(engine)
     expected = Expected()
     writer = writer_for(engine, "solo", retention_s=DAY_S)
     assert writer.maintain(D0) is not None  # the simulated clock's first day: partitions
@@ -260,7 +176,6 @@ def test_a_writer_makes_partitions_ahead_and_drops_settled_days(engine):
 def test_a_node_still_counting_rows_keeps_the_partition(engine):
     """Two nodes with different retentions, and a third whose boundary is NULL: a day
     goes only when no node has a row there after its own boundary."""
-    migrate.upgrade(engine)
     expected = Expected()
     short = writer_for(engine, "short", retention_s=DAY_S)
     long = writer_for(engine, "long", retention_s=2 * DAY_S)
@@ -310,7 +225,6 @@ def test_a_node_still_counting_rows_keeps_the_partition(engine):
 
 
 def test_rows_outside_every_day_partition_go_to_default_and_are_pruned_there(engine, caplog):
-    migrate.upgrade(engine)
     expected = Expected()
     writer = writer_for(engine, "stray-clock", retention_s=DAY_S)
     with caplog.at_level(logging.WARNING, logger="joulestat.store.maintenance"):
@@ -333,7 +247,6 @@ def test_rows_outside_every_day_partition_go_to_default_and_are_pruned_there(eng
 
 
 def test_concurrent_creators_wait_for_each_other(engine):
-    migrate.upgrade(engine)
     other = make_engine(engine.url)
     now = D0 + 10 * DAY_S
     with engine.connect() as first:
@@ -360,7 +273,6 @@ def test_concurrent_creators_wait_for_each_other(engine):
 def test_a_partition_that_cannot_be_made_now_is_tried_again(engine, monkeypatch, caplog):
     """Creating a partition locks its table; a writer that waits too long for that logs
     it, goes on, and tries at its next pass."""
-    migrate.upgrade(engine)
     monkeypatch.setattr(partitions, "LOCK_TIMEOUT_MS", 300)
     monkeypatch.setattr(partitions, "RETRY_S", 0.0)
     writer = writer_for(engine, "patient", retention_s=DAY_S)
@@ -378,38 +290,3 @@ def test_a_partition_that_cannot_be_made_now_is_tried_again(engine, monkeypatch,
     assert {name_of(d) for d in range(20, 24)} <= day_partitions(engine)
     assert {name_of(d, "job_energy") for d in range(20, 24)} <= day_partitions(
         engine, "job_energy")
-
-
-@written_before_0014
-def test_downgrade_to_0004_and_back_keeps_rows_and_figures(engine):
-    migrate.upgrade(engine)
-    expected = Expected()
-    writer = writer_for(engine, "round-trip", retention_s=DAY_S)
-    assert writer.maintain(D0) is not None
-    for hour in range(0, 3 * 24, 4):
-        now = D0 + hour * HOUR_S
-        feed(writer, now, now + 4 * HOUR_S, expected)
-        assert writer.maintain(now + 4 * HOUR_S + 30) is not None
-    assert name_of(0) not in day_partitions(engine)  # dropped by then
-    rows = raw_rows(engine)
-    assert_figures(engine, expected)
-
-    downgrade(engine, "0004")
-    assert (relkind(engine, "tick_energy"), relkind(engine, "job_energy")) == ("r", "r")
-    assert scalar(engine, "SELECT count(*) FROM pg_namespace WHERE nspname = :s",
-                  s=PARTITION_SCHEMA) == 0
-    assert sorted_rows(engine) == as_named(rows, "accelerator", "gpu")  # 0006 went back too
-    assert_figures(engine, expected)
-    old_writer = writer_for(engine, "round-trip", retention_s=DAY_S)  # works on 0004 too
-    assert not old_writer.partitions.active
-    feed(old_writer, D0 + 3 * DAY_S, D0 + 3 * DAY_S + 4 * HOUR_S, expected)
-    with totals_before_0010():
-        assert old_writer.maintain(D0 + 3 * DAY_S + 4 * HOUR_S + 30) is not None
-    assert_figures(engine, expected)
-
-    rows = raw_rows(engine)
-    assert migrate.upgrade(engine) == migrate.HEAD_REVISION
-    assert (relkind(engine, "tick_energy"), relkind(engine, "job_energy")) == ("p", "p")
-    assert sorted_rows(engine) == as_named(rows, "gpu", "accelerator")
-    assert_figures(engine, expected)
-    command.check(migrate.alembic_config(engine.url.render_as_string(hide_password=False)))

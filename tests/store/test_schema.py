@@ -17,8 +17,6 @@ from joulestat.store import schema as tables
 from joulestat.store.schema import METADATA, TICK_ENERGY
 from tests.helpers.stores import Backend, Store
 
-UNPOOLED = "ix_job_nodes_unpooled_job_id"
-
 
 def _check(url: str) -> None:
     """What ``alembic check`` runs: autogenerate against the migrated database."""
@@ -47,29 +45,24 @@ def test_alembic_check_finds_no_drift_and_each_backend_has_its_physical_options(
                     f"SELECT sql FROM sqlite_master WHERE name = '{name}'").scalar()
 
             assert "WITHOUT ROWID" in table_sql("tick_energy")
-            # Job minutes keep their key on SQLite, where the table is its key (0011).
+            # Job minutes keep their key on SQLite, where the table is its key.
             minute_sql = table_sql("job_minute_energy")
             assert "PRIMARY KEY (job_id, node, minute_start_s, component, device)" in minute_sql
             assert "WITHOUT ROWID" in minute_sql
-            assert table_sql(UNPOOLED).endswith("WHERE pooled_day_s IS NULL")  # partial (0013)
             return
         key = connection.execute(text(
             "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'pk_tick_energy'"
         )).scalar_one()
-        # Job minutes: no unique key here, a (job_id, node) index instead (migration 0011).
+        # Job minutes: no unique key here, a (job_id, node) index instead.
         minute_keys = connection.execute(text(
             "SELECT count(*) FROM pg_constraint WHERE conrelid = 'job_minute_energy'::regclass "
             "AND contype = 'p'")).scalar_one()
         minute_indexes = connection.execute(text(
             "SELECT indexdef FROM pg_indexes WHERE tablename = 'job_minute_energy'")
         ).scalars().all()
-        unpooled = connection.exec_driver_sql(
-            f"SELECT indexdef FROM pg_indexes WHERE indexname = '{UNPOOLED}'").scalar()
     assert key == "PRIMARY KEY (node, t_end_ms, component, device)"
     assert minute_keys == 0
     assert [d.split(" USING ")[1] for d in minute_indexes] == ["btree (job_id, node)"]
-    # Partial here too, though schema.py says its WHERE for SQLite only (and why).
-    assert unpooled.endswith("WHERE (pooled_day_s IS NULL)")
 
 
 def test_a_column_the_migrations_lack_is_reported(store: Store,

@@ -1,9 +1,9 @@
 """What joulestat records about how it measured a job (its agent labels: ``cpu_source``,
 ``idle_policy``) stays apart from the user's labels, as a user meets it: the real
 ``joulestat run`` beside a real agent or in embedded mode, then ``jobs``, ``report``
-(JSON, CSV, HTML) and ``compare``, and an old store brought up by ``joulestat db
-upgrade`` (issue 24: "no label the agent added appears among a report's or the
-dashboard's labels"; the dashboard's side is in tests/unit/dashboard/test_apptest.py)."""
+(JSON, CSV, HTML) and ``compare`` (issue 24: "no label the agent added appears among a
+report's or the dashboard's labels"; the dashboard's side is in
+tests/unit/dashboard/test_apptest.py)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,6 @@ import io
 import json
 from pathlib import Path
 
-from joulestat.attribution.registry import Job
-from joulestat.store.engine import make_engine
-from joulestat.store.writer import StoreWriter
 from tests.helpers.agent_process import (
     agent_at_head,
     agent_env,
@@ -23,14 +20,6 @@ from tests.helpers.agent_process import (
     summary_of,
 )
 from tests.helpers.burners import wait_until_stored
-from tests.helpers.store_jobs import (
-    DEVICES,
-    T0,
-    TRAINER,
-    feed,
-    part_figures,
-    save_jobs_before_0007,
-)
 
 NO_AGENT = "http://127.0.0.1:9"  # the discard port: nothing answers, so embedded mode
 # A short burn that counts its samples into the job (compare needs a unit).
@@ -126,46 +115,3 @@ def test_a_job_attributed_under_two_policies_says_mixed(tmp_path: Path) -> None:
     job = json.loads(report(env, "two-nodes-1", "json"))["job"]
     assert job["agent_labels"] == {"cpu_source": "process tree", "idle_policy": "mixed"}
     assert job["labels"] == {}
-
-
-def test_db_upgrade_moves_the_cpu_source_run_wrote_among_the_labels(tmp_path: Path) -> None:
-    """A store whose `joulestat run` jobs carry ``cpu_source`` among their labels (as
-    every joulestat before revision 0007 wrote them): after `joulestat db upgrade` it is
-    their agent label, and a user's own ``cpu_source`` label stays a label."""
-    url = f"sqlite:///{tmp_path / 'old.db'}"
-    env = agent_env(JOULESTAT_DB=url)
-    done = read_cli("db", "upgrade", "--db", url, "--revision", "0006", env=env)
-    assert done.returncode == 0, done.stderr
-    engine = make_engine(url)
-    writer = StoreWriter(engine, TRAINER, DEVICES, raw_retention_s=3600)
-    jobs = [Job(id=job_id, name=job_id, kind="training", labels=labels, pids={100},
-                started_s=T0, origin="run", ended_s=T0 + 60)
-            for job_id, labels in (
-                ("by-run", {"team": "nlp", "cpu_source": "cgroup v2 /user.slice/"
-                                                         "joulestat-job-by-run"}),
-                ("by-tree", {"cpu_source": "process tree"}),
-                ("users-own", {"cpu_source": "spot-instances"}))]
-    save_jobs_before_0007(engine, jobs)
-    feed(writer, T0, 60, tuple(j.id for j in jobs), units={"sample": 10.0})
-    assert writer.flush()
-    writer.close()
-    figures = part_figures(engine)
-    refused = read_cli("report", "by-run", "--format", "json", env=env)
-    assert refused.returncode != 0 and "joulestat db upgrade" in refused.stderr
-
-    done = read_cli("db", "upgrade", "--db", url, env=env)
-    assert done.returncode == 0, done.stderr
-    assert part_figures(engine) == figures  # labels moved, nothing else
-    engine.dispose()
-    expected = {
-        "by-run": ({"team": "nlp"},
-                   {"cpu_source": "cgroup v2 /user.slice/joulestat-job-by-run"}),
-        "by-tree": ({}, {"cpu_source": "process tree"}),
-        "users-own": ({"cpu_source": "spot-instances"}, {}),
-    }
-    for job_id, (labels, agent_labels) in expected.items():
-        job = json.loads(report(env, job_id, "json"))["job"]
-        assert (job["labels"], job["agent_labels"]) == (labels, agent_labels), job_id
-    # Jobs stored before joulestat recorded its idle policy: unknown, not guessed.
-    html = report(env, "by-tree", "html")
-    assert "cpu_source=process tree" in html and "idle_policy" not in html

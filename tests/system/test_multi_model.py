@@ -88,8 +88,10 @@ def test_a_model_busy_three_times_as_long_gets_three_times_the_energy(served):
     a, b = split.model("model-a"), split.model("model-b")
     print(f"model-a {a.busy_s:.3f} s busy, {a.energy_j:.2f} J; model-b {b.busy_s:.3f} s, "
           f"{b.energy_j:.2f} J; idle {split.idle_j:.2f} J of {job.total_j:.2f} J")
-    assert a.busy_s == pytest.approx(3 * b.busy_s, rel=0.05)
-    assert a.energy_j / b.energy_j == pytest.approx(3.0, rel=0.05)
+    # About three times as busy: how close to three is the machine's doing (a loaded one
+    # stretches blocks unevenly), so the bound is only that A is clearly the busier;
+    # what joulestat decides, the energy following the busy time, is exact.
+    assert a.busy_s > 2 * b.busy_s
     assert a.energy_j / b.energy_j == pytest.approx(a.busy_s / b.busy_s, rel=0.01)
     assert a.units == b.units == {"inference": job.units["inference"] / 2}
     assert job.units == {"inference": summary["units"]["inference"]}  # no per-model keys
@@ -116,8 +118,17 @@ def test_compare_by_model_prints_energy_per_inference_per_model(served):
     assert set(rows) == {"model=model-a", "model=model-b"}  # no idle row
     a, b = rows["model=model-a"], rows["model=model-b"]
     assert table["by"] == "model" and table["baseline"] == "model=model-b" and b["is_baseline"]
-    assert a["energy_per_unit_j"] / b["energy_per_unit_j"] == pytest.approx(3.0, rel=0.05)
-    assert a["energy_pct"] == pytest.approx(200.0, abs=15.0)
+    # Equal units, so energy per inference goes as the busy time each model was given.
+    engine = make_engine(url)
+    try:
+        [job] = list_jobs(engine)
+        split = model_splits(engine, [job.id])[job.id]
+    finally:
+        engine.dispose()
+    busy = split.model("model-a").busy_s / split.model("model-b").busy_s
+    assert busy > 2
+    assert a["energy_per_unit_j"] / b["energy_per_unit_j"] == pytest.approx(busy, rel=0.01)
+    assert a["energy_pct"] == pytest.approx((busy - 1) * 100, abs=1.0)
     # The models carry the whole job, the time between requests included ...
     assert a["energy_j"] + b["energy_j"] == pytest.approx(summary["total_energy_j"], rel=1e-6)
     # ... and each counts its own units over the hours the server was held.

@@ -13,15 +13,15 @@ source, and names its sources and accelerators from its nodes. Jobs on several n
 (a setup named by all their types) are read one by one as before
 (:func:`joulestat.reports.compare.figures.figures_for`) and join their setup's pool.
 :func:`~joulestat.reports.compare.table.row_of` then makes every row from its
-:class:`~joulestat.reports.compare.table.Pool`, as ``compare()`` does.
+:class:`~joulestat.reports.compare.table.Pool`, as ``compare()`` does, the runs' mean
+and spread included (from each job's own figure, read beside the sums).
 
-What differs from the per-job path is the order of additions (a figure agrees to
-rounding) and the runs' spread, taken from their sum of squares instead of their mean
-first (the same to about 1e-12 of the mean for any spread a comparison reports). Two
-things still need each job's own record, and then :func:`compare_setups` answers None
-and the caller takes the per-job path: live grid intensity (a job's CO2e depends on
-when it ran) and served latency histograms (a row's percentiles are of its jobs'
-histograms added up).
+Every job, running or ended, is counted as its own page counts it (to its last flush);
+only the order of additions differs from the per-job path (a figure agrees to
+rounding). Two things still need each job's own record, and then :func:`compare_setups`
+answers None and the caller takes the per-job path: live grid intensity (a job's CO2e
+depends on when it ran) and served latency histograms (a row's percentiles are of its
+jobs' histograms added up).
 """
 
 from __future__ import annotations
@@ -54,10 +54,8 @@ from joulestat.store.job_pools import (
     units_counted,
 )
 from joulestat.store.jobs import JobFilter, JobRef, PartTotals
-from joulestat.store.maintenance import ROLLUP_EVERY_S, SETTLE_MS
 from joulestat.store.nodes import node_accelerators, source_models
 from joulestat.store.provenance import JobSourceEnergy, node_sources
-from joulestat.store.schema import MINUTE_MS
 
 BY_SETUP = "instance_type"
 
@@ -66,14 +64,12 @@ BY_SETUP = "instance_type"
 class SetupComparison:
     """The table, the notes ``compare`` prints under it (``"<job name>: <note>"``, in
     the order of the jobs), the instance types its jobs ran on (whose prices it lists),
-    how many jobs it compares (0: nothing matched), and what it counted of the running
-    jobs on one node (:func:`running_note`; None when there are none)."""
+    and how many jobs it compares (0: nothing matched)."""
 
     table: ComparisonTable
     notes: tuple[str, ...]
     instance_types: tuple[str, ...]
     jobs: int
-    running: str | None = None
 
 
 def compare_setups(engine: Engine, where: JobFilter, pricer: Pricer, now_s: float,
@@ -91,7 +87,7 @@ def compare_setups(engine: Engine, where: JobFilter, pricer: Pricer, now_s: floa
     # A unit asked for is checked once the pools are read (a pool or a job on several
     # nodes counted it); counting every unit's jobs first is only needed to pick one.
     chosen = unit if unit is not None else choose_unit_of(units_counted(engine, where))
-    found = job_pools(engine, where, chosen, with_ids)
+    found = job_pools(engine, where, chosen, now_s)
     several = _several_nodes(engine, where, pricer, now_s)
     if unit is not None and not any(key.counted for key in found.sums) and not any(
             job.counted(unit) > 0 for job in several):
@@ -105,12 +101,14 @@ def compare_setups(engine: Engine, where: JobFilter, pricer: Pricer, now_s: floa
     for key in found.sums:
         group = setup_name([key.instance_type])
         types.add(key.instance_type)
-        first = found.first[key]
-        pools[(group, key.counted)] = (first, _pool(found, key, group, pricer, sources,
-                                                    models, bound_models))
+        started_s, job_id, _value = found.runs[key][0]
+        pools[(group, key.counted)] = ((started_s, job_id),
+                                       _pool(found, key, group, pricer, sources, models,
+                                             bound_models))
         notes.update(_notes(found, key, pricer))
-    starts = {(setup_name([k.instance_type]), k.counted): list(ids)
-              for k, ids in found.job_ids.items()}
+    starts = {(setup_name([k.instance_type]), k.counted):
+              [(started_s, job_id) for started_s, job_id, _value in runs]
+              for k, runs in found.runs.items()}
     for job in several:
         types.update(n.instance_type for n in job.nodes)
         counted = job.counted(chosen) > 0
@@ -134,24 +132,7 @@ def compare_setups(engine: Engine, where: JobFilter, pricer: Pricer, now_s: floa
                    sla_units_per_hour)
     said = tuple(dict.fromkeys(note for _start, note in sorted(notes)))
     runs = sum(s.runs for s in found.sums.values()) + len(several)
-    return SetupComparison(table, said, tuple(sorted(types)), runs,
-                           running_note(*found.running))
-
-
-def running_note(counted: int, left_out: int) -> str | None:
-    """What the comparison counted of the running jobs on one node (None: there are
-    none): up to their node's settled totals, not to their last flush
-    (:mod:`joulestat.store.job_pools`). The command prints it under the table's notes,
-    the Compare page beside when its figures are of."""
-    if not counted and not left_out:
-        return None
-    lag_min = SETTLE_MS / MINUTE_MS  # the boundary's lag, from the maintain pass's own figures
-    said = (f"running jobs: {counted:,} counted up to their node's settled totals "
-            f"({lag_min:g} to {lag_min + ROLLUP_EVERY_S / 60:g} minutes behind the clock; "
-            "a job's own page counts it to its last flush)")
-    if left_out:
-        said += f"; {left_out:,} not counted yet (nothing of theirs is settled)"
-    return said
+    return SetupComparison(table, said, tuple(sorted(types)), runs)
 
 
 def _pool(found: JobPools, key: PoolKey, group: str, pricer: Pricer,
@@ -177,7 +158,7 @@ def _pool(found: JobPools, key: PoolKey, group: str, pricer: Pricer,
                            for (node, component, source), (energy_j, dynamic_j)
                            in sorted(found.sources[key].items())], bound_models)
     return Pool(
-        job_ids=tuple(job_id for _start, job_id in found.job_ids[key]), group=group,
+        job_ids=tuple(job_id for _start, job_id, _value in found.runs[key]), group=group,
         runs=sums.runs, instance_s=held_s,
         instance_types=(key.instance_type or UNKNOWN_TYPE,),
         units=sums.units if key.counted else None, energy_j=sums.energy_j,
@@ -189,7 +170,7 @@ def _pool(found: JobPools, key: PoolKey, group: str, pricer: Pricer,
         idle_policies=frozenset(idle_policy_of(json.loads(labels) if labels else {})
                                 for labels in found.agent_labels[key]),
         latency={}, bounds_j=None if bounds is None else (bounds.low, bounds.high),
-        run_moments=(sums.runs, sums.value_sum, sums.value_squares))
+        run_values=tuple(value for _start, _id, value in found.runs[key]))
 
 
 def _notes(found: JobPools, key: PoolKey, pricer: Pricer) -> list[tuple[float, str]]:

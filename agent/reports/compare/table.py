@@ -377,10 +377,10 @@ class Pool:
     jobs in SQL instead, since building a record per job is what a comparison of 10^5
     jobs spent its seconds on (issue 28). :func:`row_of` is the one place a row's figures
     are derived from the sums, whichever way they were added. ``units`` is None for a
-    per-run pool. The runs' own figures (energy per unit, or per run) are kept as
-    ``run_values`` where the jobs were read one by one, else as their count, sum and sum
-    of squares (``run_moments``), from which their spread is taken. ``first`` is the
-    first job, for a row per job (its name, id, labels and start)."""
+    per-run pool. ``run_values`` are the runs' own figures (energy per unit, or per run),
+    in the order of the jobs, from which the row's mean and spread are taken
+    (:func:`_spread`, whichever way the pool was added up). ``first`` is the first job,
+    for a row per job (its name, id, labels and start)."""
 
     job_ids: tuple[str, ...]
     group: str
@@ -399,14 +399,12 @@ class Pool:
     idle_policies: frozenset[str | None]
     latency: Mapping[Any, Any]
     bounds_j: tuple[float, float] | None  # the jobs' bounds summed; None: one unknown
-    run_moments: tuple[int, float, float]  # (n, sum, sum of squares) of the runs' figures
-    run_values: tuple[float, ...] | None = None
+    run_values: tuple[float, ...]
     first: JobFigures | None = None
 
     def merged(self, other: Pool) -> Pool:
         """The two pools as one (the jobs of ``other`` after these): sums added, an
         unknown cost or embodied figure or bound unknown in the whole."""
-        n, total, squares = self.run_moments
         latency: dict[Any, Any] = dict(self.latency)
         for kind, histogram in other.latency.items():
             latency[kind] = histogram_add(latency.get(kind), histogram)
@@ -426,29 +424,8 @@ class Pool:
             idle_policies=self.idle_policies | other.idle_policies, latency=latency,
             bounds_j=None if self.bounds_j is None or other.bounds_j is None
             else (self.bounds_j[0] + other.bounds_j[0], self.bounds_j[1] + other.bounds_j[1]),
-            run_moments=(n + other.run_moments[0], total + other.run_moments[1],
-                         squares + other.run_moments[2]),
-            run_values=None if self.run_values is None or other.run_values is None
-            else self.run_values + other.run_values,
+            run_values=self.run_values + other.run_values,
             first=self.first)
-
-
-def _moments(values: Sequence[float]) -> tuple[int, float, float]:
-    return len(values), float(sum(values)), float(sum(v * v for v in values))
-
-
-def _spread_of_moments(moments: tuple[int, float, float]
-                       ) -> tuple[float | None, float | None]:
-    """:func:`_spread` from the runs' count, sum and sum of squares (a pool added up in
-    SQL): the same mean, the same sample standard deviation up to rounding (none below
-    zero)."""
-    n, total, squares = moments
-    if n == 0:
-        return None, None
-    mean = total / n
-    if n < 2:
-        return mean, None
-    return mean, math.sqrt(max(0.0, (squares - total * mean) / (n - 1)))
 
 
 def pool_of(members: Sequence[JobFigures], unit: str | None, group: str) -> Pool:
@@ -477,7 +454,7 @@ def pool_of(members: Sequence[JobFigures], unit: str | None, group: str) -> Pool
         bounds_j=(sum(job.energy_bounds_j[0] for job in members if job.energy_bounds_j),
                   sum(job.energy_bounds_j[1] for job in members if job.energy_bounds_j))
         if bounded else None,
-        run_moments=_moments(values), run_values=values, first=members[0])
+        run_values=values, first=members[0])
 
 
 def _added_latency(members: Iterable[Mapping[Any, Any]]) -> dict[Any, Any]:
@@ -500,10 +477,7 @@ def _bounds_per(bounds: tuple[float, float] | None, count: float
 def _uncertainty(pool: Pool, figure: float | None) -> dict[str, Any]:
     """The row's uncertainty fields (the module's docstring): bounds, runs' spread,
     interval."""
-    if pool.run_values is not None:
-        mean, spread = _spread(pool.run_values)
-    else:
-        mean, spread = _spread_of_moments(pool.run_moments)
+    mean, spread = _spread(pool.run_values)
     if pool.units is not None:
         bounds = _bounds_per(pool.bounds_j, pool.units or 0.0)
     else:

@@ -1,9 +1,10 @@
 """Who may create and migrate a store, as a user meets it through the real CLI: readers
-never create or migrate one, only `joulestat db upgrade` migrates, a store newer than
-this code is named with the revision it knows, and every refusal says what to do instead
-of a traceback (docs/store.md, "Who creates and migrates the store"). The commands run in
-this process (tests/helpers/cli.py). What the agent does with such stores, and the modes
-of a store a process creates: tests/system/test_store_access.py."""
+never create or migrate one, only `joulestat db upgrade` migrates (or makes the schema of
+a store that has none), a store newer than this code is named with the revision it
+knows, and every refusal says what to do instead of a traceback (docs/store.md, "Who
+creates and migrates the store"). The commands run in this process (tests/helpers/cli.py).
+What the agent does with such stores, and the modes of a store a process creates:
+tests/system/test_store_access.py."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 from joulestat.store.migrate import HEAD_REVISION
 from tests.helpers.cli import CliResult, cli_env, invoke
-from tests.helpers.store_revisions import NEWER, OLDER, revision_of, store_at
+from tests.helpers.store_revisions import BASE, NEWER, revision_of, store_at
 
 # Every command that only reads the store, with what it needs to get that far.
 READERS = {
@@ -50,24 +51,26 @@ def test_a_reader_on_a_missing_store_creates_nothing(tmp_path: Path, reader: str
     assert not (tmp_path / "xdg").exists()
 
 
-def test_readers_leave_an_older_store_as_it_was(tmp_path: Path) -> None:
-    """(The agent leaves it so too: tests/system/test_store_access.py.)"""
-    path = tmp_path / "old.db"
-    url = store_at(path, OLDER)
+def test_readers_leave_a_store_without_schema_as_it_was(tmp_path: Path) -> None:
+    """A store whose schema was never made (Alembic's version table, holding no
+    revision): the readers leave it for `joulestat db upgrade`. (The agent creates its
+    schema: tests/system/test_store_access.py.) There is no revision older than the
+    head yet; the next one brings back a store at 0001 here (docs/migrations.md)."""
+    path = tmp_path / "unmigrated.db"
+    url = store_at(path, BASE)
     for reader, argv in NEVER_CREATE.items():
         if reader == "db current":
             continue
         done = joulestat(*argv, "--db", url)
         assert done.returncode == 2, (reader, done.stdout)
+        assert "not a joulestat store" in done.stderr, reader
         assert "joulestat db upgrade" in done.stderr, reader
-        assert OLDER in done.stderr and HEAD_REVISION in done.stderr, reader
-        assert revision_of(path) == [OLDER], reader
+        assert revision_of(path) == [], reader
 
     done = joulestat("db", "current", "--db", url)
     assert done.returncode == 0, done.stderr
-    assert f"schema at revision {OLDER} (head is {HEAD_REVISION}: run joulestat db upgrade)" \
-        in done.stdout
-    assert revision_of(path) == [OLDER]
+    assert "schema at revision none (empty database: run joulestat db upgrade)" in done.stdout
+    assert revision_of(path) == []
 
     # Who may: db upgrade; then the readers read it.
     done = joulestat("db", "upgrade", "--db", url)

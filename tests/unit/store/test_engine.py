@@ -96,7 +96,7 @@ def test_every_table_is_on_the_one_metadata() -> None:
     assert sorted(METADATA.tables) == sorted([
         "nodes", "node_devices", "tick_energy", "minute_energy", "jobs", "job_nodes",
         "job_energy", "job_minute_energy", "job_units", "job_minute_units",
-        "job_energy_totals", "job_unit_totals", "job_day_sums", "job_day_sources",
+        "job_energy_totals", "job_unit_totals",
         "node_checkpoints"])
 
 

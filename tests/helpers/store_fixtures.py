@@ -1,4 +1,8 @@
-"""The store tier: every scenario here runs once on SQLite and once on PostgreSQL.
+"""The store fixtures: a scenario written once runs on SQLite and on PostgreSQL.
+
+A pytest plugin, registered in tests/conftest.py (``pytest_plugins``), so that there is
+one definition of each fixture for every tier: the store tier (tests/store/) uses them
+all, a system test that runs one scenario on both backends asks for ``store`` too.
 
 Ask for ``store`` (migrated to head) or ``empty_store`` (no schema yet); both are
 parametrized by ``backend``, so a test is written once and collected as

@@ -1,0 +1,210 @@
+"""The one rule for reading the store's energy rows: which copy of a tick or a job's share
+counts, raw or rolled up, and a job's totals plus what came after them.
+
+The agent rolls raw rows (``tick_energy``, ``job_energy``) up into minutes
+(``minute_energy``, ``job_minute_energy``) and later prunes the raw rows, each node on
+its own schedule, up to a boundary of the node (minute-aligned; NULL while nothing is
+pruned). Both copies of a pruned minute's ticks may be in the store for a while, so
+every reader takes **raw rows after the node's boundary and minute rollups up to it**:
+each tick then counts exactly once, before, during and after a prune, and windows on
+whole minutes give the same totals either way. The boundary is
+``nodes.raw_pruned_until_ms`` for the node's ticks (raw for ``--raw-retention``) and
+``nodes.totals_until_ms`` for the job tables, whose raw windows go as soon as the job
+totals hold them, a few minutes behind the clock (:func:`boundary_of`); job totals use
+that boundary too (:func:`settled_until_ms`). Readers build their raw and rolled halves
+with the columns and filters they need and hand them to :func:`raw_and_rolled` (or
+:func:`raw_side` / :func:`rolled_side`), which join each half to its node and add the
+boundary, so the rule is written here only. Time windows are ``(since_s, until_s]``,
+matching ticks' ``(t0, t1]``: a tick counts when its end lies in the window, a minute
+``m`` when its end ``m + 60`` does.
+
+A job's figures (energy per component and source, units) are its node's job totals
+(``job_energy_totals``, ``job_unit_totals``: everything up to the node's
+``totals_until_ms``) plus its raw rows after that boundary (:func:`recent_rows`,
+:func:`totals_rows`): the same for a running job as for an ended one, to its last flush,
+in every view (report, jobs, compare, the pages, the job API). Every reader builds its
+statements from the functions here; none restates a boundary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    CompoundSelect,
+    Select,
+    Subquery,
+    and_,
+    func,
+    literal_column,
+    or_,
+    select,
+    union_all,
+)
+
+from joulestat.store.schema import (
+    JOB_ENERGY,
+    JOB_MINUTE_ENERGY,
+    JOB_MINUTE_UNITS,
+    JOB_NODES,
+    JOB_UNITS,
+    MINUTE_MS,
+    MINUTE_S,
+    NODES,
+    UNATTRIBUTED,
+    one_of,
+)
+
+
+def ends_within(t_end_ms: Any, since_ms: int, until_ms: int) -> tuple[ColumnElement[bool], ...]:
+    """A raw row's end in ``(since, until]``."""
+    return t_end_ms > since_ms, t_end_ms <= until_ms
+
+
+def minute_ends_within(minute_start_s: Any, since_ms: int, until_ms: int
+                       ) -> tuple[ColumnElement[bool], ...]:
+    """``minute_start_s + 60`` in ``(since, until]``, as integer bounds on the key column.
+
+    Integers, not floats: PostgreSQL would cast the BIGINT column to compare it with a
+    float and could no longer use the primary key index.
+    """
+    return (minute_start_s > (since_ms - MINUTE_MS) // 1000,
+            minute_start_s <= (until_ms - MINUTE_MS) // 1000)
+
+
+def minute_end_ms(minute_start_s: Any) -> Any:
+    """The end of the minute ``minute_start_s`` in milliseconds (where a rolled row sits
+    on a time axis, like a raw row's ``t_end_ms``)."""
+    return (minute_start_s + literal_column(str(MINUTE_S))) * literal_column("1000")
+
+
+def pruned_last_minute_s(pruned_ms: Any = NODES.c.raw_pruned_until_ms) -> Any:
+    """``minute_start_s`` of the last pruned minute: of the joined node by default, or of
+    ``pruned_ms`` (a node's boundary as a scalar subquery). Exact integer division: the
+    boundary is minute-aligned. NULL (no rollup counts) while nothing is pruned."""
+    return (pruned_ms - literal_column(str(MINUTE_MS))).op(
+        "/", precedence=8, return_type=BigInteger)(literal_column("1000"))
+
+
+def after_boundary(t_end_ms: Any, pruned_ms: Any = NODES.c.raw_pruned_until_ms
+                   ) -> ColumnElement[bool]:
+    """A raw row that counts: its node has pruned nothing, or the row ends after the
+    boundary (of the joined node by default, or ``pruned_ms``)."""
+    return or_(pruned_ms.is_(None), t_end_ms > pruned_ms)
+
+
+def settled_until_ms() -> Any:
+    """The joined node's job-totals boundary (``job_energy_totals`` and
+    ``job_unit_totals`` hold everything up to it); -1 where nothing is summed yet, so
+    that every raw row is after it."""
+    return func.coalesce(NODES.c.totals_until_ms, literal_column("-1"))
+
+
+def _joined(query: Select[Any], table: Any) -> Select[Any]:
+    """``query`` with ``table``'s node joined, whatever else its FROM already joins."""
+    return query.join_from(table, NODES, NODES.c.node == table.c.node)
+
+
+def boundary_of(table: Any) -> Any:
+    """The joined node's boundary between ``table``'s raw rows and its minute rollups:
+    ``totals_until_ms`` for the job tables (a job's shares are rolled into minutes and
+    their raw windows deleted as the job totals advance, a few minutes behind the
+    clock), ``raw_pruned_until_ms`` for the node's ticks (kept raw
+    for ``--raw-retention``)."""
+    if table.name in (JOB_ENERGY.name, JOB_MINUTE_ENERGY.name):
+        return NODES.c.totals_until_ms
+    return NODES.c.raw_pruned_until_ms
+
+
+def raw_side(query: Select[Any], table: Any) -> Select[Any]:
+    """``query`` over the raw ``table`` (``tick_energy``, ``job_energy``) kept to the rows
+    after each node's boundary (:func:`boundary_of`)."""
+    return _joined(query, table).where(after_boundary(table.c.t_end_ms, boundary_of(table)))
+
+
+def rolled_side(query: Select[Any], table: Any) -> Select[Any]:
+    """``query`` over the rollup ``table`` (``minute_energy``, ``job_minute_energy``) kept
+    to the minutes up to each node's boundary (:func:`boundary_of`). Written on
+    ``minute_start_s`` so that the primary key serves it."""
+    return _joined(query, table).where(
+        table.c.minute_start_s <= pruned_last_minute_s(boundary_of(table)))
+
+
+def raw_and_rolled(raw: Select[Any], raw_table: Any, rolled: Select[Any], rolled_table: Any
+                   ) -> CompoundSelect:
+    """``raw`` UNION ALL ``rolled``, each half on its side of its node's boundary: one
+    statement, so it is consistent even while the agent prunes in between (SQLite holds
+    no snapshot across statements). The halves must select the same column types;
+    callers add up rows that share a key."""
+    return union_all(raw_side(raw, raw_table), rolled_side(rolled, rolled_table))
+
+
+def every_unit_row() -> Subquery:
+    """Every unit row of every job as ``(job_id, node, t_end_ms, unit, count)``: the raw
+    ``job_units`` rows and the ``job_minute_units`` rows at their minute's end, UNION ALL
+    in one statement (consistent while a maintain pass moves rows between them). Filter
+    it by job: both tables are read by job."""
+    raw, minutes = JOB_UNITS.c, JOB_MINUTE_UNITS.c
+    minute_end_ms = (minutes.minute_start_s + literal_column("60")) * literal_column("1000")
+    return union_all(
+        select(raw.job_id, raw.node, raw.t_end_ms, raw.unit, raw.count),
+        select(minutes.job_id, minutes.node, minute_end_ms.label("t_end_ms"), minutes.unit,
+               minutes.count),
+    ).subquery("unit_rows")
+
+
+# -- A job's totals and the raw rows after them ---------------------------------------
+
+def _job_in(column: Any, job_ids: Select[Any] | Sequence[str]) -> ColumnElement[bool]:
+    """``column`` is one of ``job_ids``: a query's, or a list's (one array parameter on
+    PostgreSQL, :func:`joulestat.store.schema.one_of`)."""
+    if isinstance(job_ids, Select):
+        return column.in_(job_ids)
+    return one_of(column, list(job_ids))
+
+
+def recent_rows(table: Any, keys: list[Any], sums: list[Any],
+                job_ids: Select[Any] | Sequence[str] | None, node: str | None,
+                name: str = "parts") -> Select[Any]:
+    """The raw rows of ``table`` that each (job, node) part has after its node's totals
+    boundary: ``sums`` per job, node and ``keys``.
+
+    The parts are a MATERIALIZED common table expression so that SQLite (which keeps no
+    statistics) loops over them and seeks each part's few recent rows by primary key;
+    as a plain join it moves the job filter onto ``table`` and walks every raw row of
+    the wanted jobs, the whole retention.
+    """
+    parts = (select(JOB_NODES.c.job_id, JOB_NODES.c.node,
+                    settled_until_ms().label("after_ms"))
+             .select_from(JOB_NODES.join(NODES, NODES.c.node == JOB_NODES.c.node)))
+    if job_ids is not None:
+        parts = parts.where(_job_in(JOB_NODES.c.job_id, job_ids))
+    if node is not None:
+        parts = parts.where(JOB_NODES.c.node == node)
+    cte = parts.cte(name).prefix_with("MATERIALIZED")
+    rows = table.c
+    # Every part's boundary is at or after the earliest node's: said as a bound of its
+    # own, it lets PostgreSQL read only the raw rows after it (an index range, the day
+    # partitions it spans) instead of hashing the whole raw retention to join the parts.
+    earliest = select(func.min(settled_until_ms())).select_from(NODES).scalar_subquery()
+    return (select(rows.job_id, rows.node, *keys, *sums)
+            .select_from(cte.join(table, and_(rows.job_id == cte.c.job_id,
+                                              rows.node == cte.c.node,
+                                              rows.t_end_ms > cte.c.after_ms)))
+            .where(rows.t_end_ms > earliest)
+            .group_by(rows.job_id, rows.node, *keys))
+
+
+def totals_rows(table: Any, columns: list[Any], job_ids: Select[Any] | Sequence[str] | None,
+                node: str | None) -> Select[Any]:
+    """``columns`` of the totals ``table`` for the wanted jobs (and node); without a job
+    filter, every job but the unattributed remainder (``jobs`` never holds it)."""
+    query = select(table.c.job_id, table.c.node, *columns)
+    query = query.where(table.c.job_id != UNATTRIBUTED if job_ids is None
+                        else _job_in(table.c.job_id, job_ids))
+    if node is not None:
+        query = query.where(table.c.node == node)
+    return query
