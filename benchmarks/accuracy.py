@@ -54,13 +54,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from joulestat.attribution.sampler import Sampler  # noqa: E402
 from joulestat.core import units  # noqa: E402
+from joulestat.core.records import NodeInfo  # noqa: E402
 from joulestat.core.version import __version__  # noqa: E402  (after the path insert)
 from joulestat.devices.rapl import open_rapl  # noqa: E402
 from joulestat.devices.replay import ReplaySensor, load_trace, trace_energy_j  # noqa: E402
-from joulestat.host.identity import NodeInfo  # noqa: E402
-from joulestat.runtime.pipeline import Pipeline  # noqa: E402
+from joulestat.pipeline.pipeline import Pipeline  # noqa: E402
+from joulestat.pipeline.sampler import Sampler  # noqa: E402
 from joulestat.store import migrate as store_migrate  # noqa: E402
 from joulestat.store.engine import make_engine  # noqa: E402
 from joulestat.store.nodes import node_energy_j  # noqa: E402

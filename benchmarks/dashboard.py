@@ -1,6 +1,6 @@
 """Server time of the dashboard's heaviest pages on a store of 10,000 jobs over 30 days.
 
-Fills a SQLite store through the agent's own path (:mod:`joulestat.runtime.sample_store`: every tick
+Fills a SQLite store through the agent's own path (:mod:`joulestat.demo.sample_store`: every tick
 through ``attribute()`` and ``StoreWriter``, rollups and pruning by ``maintain()`` on a
 7-day raw retention), then runs the Jobs and Compare pages with Streamlit's AppTest
 and prints the time each run took on the server, median of several:
@@ -41,7 +41,7 @@ sys.path.insert(0, str(REPO))
 
 from sqlalchemy import text  # noqa: E402
 
-from joulestat.runtime import sample_store as sample  # noqa: E402
+from joulestat.demo import sample_store as sample  # noqa: E402
 from joulestat.store import migrate  # noqa: E402
 from joulestat.store.engine import make_engine  # noqa: E402
 

@@ -162,10 +162,10 @@ def counter_vs_power(nvml: Any, device: int, seconds: float, size: int,
 def shared_gpu(device: int, seconds: float, size: int, duty_a: float, duty_b: float,
                idle_w: float) -> SharedGpu:
     """Two workers on one GPU, attributed by joulestat's own sensor and attribution."""
-    from joulestat.attribution.sampler import Sampler
     from joulestat.attribution.shares import DeviceUse, TickUsage, attribute
     from joulestat.core.tick import Component
     from joulestat.devices.nvidia import open_nvidia
+    from joulestat.pipeline.sampler import Sampler
 
     sensor = open_nvidia()
     if sensor is None:

@@ -8,7 +8,7 @@ uses, against the CPU-package and DRAM power Teads measured with RAPL on five ba
 EC2 instances at 0, 10, 50 and 100 % load (agent/data/estimator_validation.csv, which
 cites them). Per model: the points it applies to, its mean absolute percentage error,
 its error range (model / measured - 1) and the bounds that puts on a figure it gives
-(:mod:`joulestat.devices.model_error`; docs/methodology.md, Uncertainty). ``--points``
+(:mod:`joulestat.reports.model_error`; docs/methodology.md, Uncertainty). ``--points``
 adds every point. Nothing is timed; the figures change only with a coefficient or the
 data.
 """
@@ -19,8 +19,8 @@ import argparse
 import json
 import sys
 
-from joulestat.devices.model_error import DRAM_METHOD, estimator_error, validation_points
 from joulestat.devices.power_model import METHOD_CCF_VCPU, METHOD_TDP_CURVE
+from joulestat.reports.model_error import DRAM_METHOD, estimator_error, validation_points
 
 METHODS = (METHOD_CCF_VCPU, METHOD_TDP_CURVE, DRAM_METHOD)
 

@@ -50,10 +50,8 @@ from sqlalchemy.engine import Engine  # noqa: E402
 from benchmarks.dashboard import time_page  # noqa: E402
 from joulestat.attribution.accounting import TickResult  # noqa: E402
 from joulestat.attribution.registry import Job  # noqa: E402
-from joulestat.attribution.shares import Share  # noqa: E402
+from joulestat.core.records import DeviceInfo, NodeInfo, Share  # noqa: E402
 from joulestat.core.tick import Tick, TickEntry  # noqa: E402
-from joulestat.devices.sensor import DeviceInfo  # noqa: E402
-from joulestat.host.identity import NodeInfo  # noqa: E402
 from joulestat.store import migrate  # noqa: E402
 from joulestat.store.engine import make_engine  # noqa: E402
 from joulestat.store.maintenance import ensure_partitions  # noqa: E402

@@ -38,10 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from joulestat.attribution.accounting import TickResult  # noqa: E402
 from joulestat.attribution.registry import Job  # noqa: E402
-from joulestat.attribution.shares import Share  # noqa: E402
+from joulestat.core.records import DeviceInfo, NodeInfo, Share
 from joulestat.core.tick import Tick, TickEntry  # noqa: E402
-from joulestat.devices.sensor import DeviceInfo  # noqa: E402
-from joulestat.host.identity import NodeInfo  # noqa: E402
 from joulestat.store import migrate
 from joulestat.store.engine import make_engine  # noqa: E402
 from joulestat.store.writer import StoreWriter  # noqa: E402

@@ -20,8 +20,8 @@ from pathlib import Path
 from joulestat.attribution.accounting import JobAccounting
 from joulestat.attribution.idle import IdleBaselines
 from joulestat.attribution.registry import JobRegistry
+from joulestat.core.records import NodeInfo
 from joulestat.core.tick import Tick, TickEntry
-from joulestat.host.identity import NodeInfo
 from joulestat.outputs.otlp import (
     ExportState,
     OtlpExporter,
@@ -31,7 +31,7 @@ from joulestat.outputs.otlp import (
     resource_attributes,
 )
 from joulestat.outputs.prometheus import NodeMetrics
-from joulestat.outputs.sink import TickRecord
+from joulestat.pipeline.sink import TickRecord
 
 NODE = NodeInfo("bench-node", "g5.xlarge", "us-east-1", "Xeon", "0.1.0")
 

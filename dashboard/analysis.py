@@ -30,8 +30,10 @@ from joulestat.reports.compare.groups import setup_name
 from joulestat.reports.external import shown_labels
 from joulestat.reports.sources import source_class
 
-if TYPE_CHECKING:  # the store's records, through the dashboard's door (which imports this)
-    from joulestat.dashboard.state import JobSummary, JobTotals, SeriesPoint, SourceEnergy
+if TYPE_CHECKING:  # the store's records
+    from joulestat.store.jobs import JobSummary, JobTotals
+    from joulestat.store.provenance import SourceEnergy
+    from joulestat.store.series import SeriesPoint
 
     # A job as a list shows it (JobTotals) or as the detail page reads it (JobDetail).
     AnyJob = JobTotals | JobSummary

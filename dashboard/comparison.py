@@ -33,8 +33,8 @@ from joulestat.reports.compare.table import (
 )
 from joulestat.reports.compare.words import row_names
 
-if TYPE_CHECKING:  # joulestat.dashboard.state imports this module
-    from joulestat.dashboard.state import JobTotals
+if TYPE_CHECKING:
+    from joulestat.store.jobs import JobTotals
 
 __all__ = ["Comparison", "comparison", "in_order", "pooled", "row_key", "row_labels",
            "slowest"]

@@ -27,8 +27,8 @@ from joulestat.carbon.prices import PriceTable, load_prices
 from joulestat.carbon.pricing import Pricer
 from joulestat.dashboard.analysis import JobCost
 
-if TYPE_CHECKING:  # joulestat.dashboard.state imports this module
-    from joulestat.dashboard.state import JobDetail, JobTotals
+if TYPE_CHECKING:
+    from joulestat.store.jobs import JobDetail, JobTotals
 
 __all__ = ["ENV_PRICES", "job_cost", "job_costs", "node_cost", "price_source",
            "price_table", "pricer"]

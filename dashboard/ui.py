@@ -23,7 +23,7 @@ PERIODS_S = {"Last hour": 3600.0, "Last 24 hours": 86400.0, "Last 7 days": 7 * 8
 SHORT = {"Last hour": "1 h", "Last 24 hours": "24 h", "Last 7 days": "7 d",
          "Last 30 days": "30 d", "All time": "all time"}
 SAMPLE_HINT = ("To look around first, fill a sample store and open it:\n\n"
-               "```sh\npython -m joulestat.runtime.sample_store sqlite:////tmp/joulestat-sample.db\n"
+               "```sh\npython -m joulestat.demo.sample_store sqlite:////tmp/joulestat-sample.db\n"
                "joulestat dashboard --db sqlite:////tmp/joulestat-sample.db\n```")
 
 

@@ -7,7 +7,7 @@ same rules as every other way in), and every refusal is a 4xx with a JSON messag
 naming what is wrong. Without a token the API only binds to loopback and refuses
 requests that carry a browser ``Origin`` or a non-loopback ``Host`` (a web page the
 user visits must not be able to register or end jobs, nor read them through DNS
-rebinding). Connections go through :mod:`joulestat.api.gate`, like the metrics port: an
+rebinding). Connections go through :mod:`joulestat.core.http_gate`, like the metrics port: an
 idle or slow connection holds a socket, never a thread nor an in-flight slot; each
 client has ``request_timeout_s`` from accept to send its whole request; past
 ``max_in_flight`` complete requests waiting for or in a worker the gate answers 429;
@@ -40,10 +40,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from joulestat.api.gate import GatedHandler, HttpGate, Limits, busy_response
 from joulestat.attribution.agent_labels import SERVING_METRICS, validate_serving_url
 from joulestat.attribution.registry import Job, JobRegistry
-from joulestat.attribution.validation import (
+from joulestat.core import jsonout
+from joulestat.core.http_gate import GatedHandler, HttpGate, Limits, busy_response
+from joulestat.core.redact import redact_labels
+from joulestat.core.validation import (
     JobError,
     JobNotFound,
     JobNotYours,
@@ -52,12 +54,10 @@ from joulestat.attribution.validation import (
     validate_job_id,
     validate_pids,
 )
-from joulestat.core import jsonout
-from joulestat.core.redact import redact_labels
 from joulestat.host.peers import PeerLookup
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from joulestat.reports.figures import JobFigures
+    from joulestat.reports.figures import FiguresFromStore
 
 log = logging.getLogger(__name__)
 
@@ -410,7 +410,7 @@ class _Handler(GatedHandler):
 
     def _from_store(self, job_id: str, read: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
         """A job's figures or report, read from the store after the agent wrote what it
-        buffers (:class:`joulestat.reports.figures.JobFigures`): the numbers
+        buffers (:class:`joulestat.reports.figures.FiguresFromStore`): the numbers
         ``joulestat report`` gives now. Reading a job is open like ``GET /v1/jobs/{id}``;
         its labels come redacted, as in every report."""
         from sqlalchemy.exc import SQLAlchemyError
@@ -628,7 +628,7 @@ class ApiServer:
         procfs_root: Path | str = "/proc",
         agent_pid: int | None | ThisProcess = ThisProcess.PID,
         store_state: Callable[[], str] | None = None,
-        figures: JobFigures | None = None,
+        figures: FiguresFromStore | None = None,
     ) -> None:
         self.registry, self.host, self.requested_port = registry, host, port
         # The process no job may claim (the one measuring: a job holding it would be

@@ -22,17 +22,19 @@ from typing import NamedTuple
 
 from joulestat.attribution.agent_labels import policy_labels
 from joulestat.attribution.idle import IdleBaselines
-from joulestat.attribution.kube import PodNames
 from joulestat.attribution.registry import Job, JobRegistry
-from joulestat.attribution.shares import DeviceUse, IdlePolicy, Share, TickUsage, attribute
+from joulestat.attribution.shares import DeviceUse, IdlePolicy, TickUsage, attribute
+from joulestat.core.records import Share
 from joulestat.core.tick import Tick
+from joulestat.host.cgroup_jobs import JobWant
 from joulestat.host.cgroups import own_cgroup_path
+from joulestat.host.kube import PodNames
 from joulestat.host.procfs import CpuTimes
-from joulestat.host.usage import DeviceProcesses, HostUsage, JobWant, UsageSnapshot
+from joulestat.host.usage import DeviceProcesses, HostUsage, UsageSnapshot
 
 log = logging.getLogger(__name__)
 
-__all__ = ["AttributionSettings", "JobAccounting", "JobTotals", "Snapshot", "TickResult"]
+__all__ = ["AttributionSettings", "JobAccounting", "LiveJobFigures", "Snapshot", "TickResult"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +61,7 @@ class TickResult:
     usage: UsageSnapshot | None = None  # what the host layer read for this tick
 
 
-class JobTotals(NamedTuple):
+class LiveJobFigures(NamedTuple):
     """One job's figures as of the end of a tick; never changed once made. A named
     tuple, not a frozen dataclass: a scrape copies every job, and a tuple is made four
     times faster (1 us a job here, against 4)."""
@@ -85,7 +87,7 @@ class Snapshot:
 
     t1_s: float
     usage: UsageSnapshot | None
-    jobs: Mapping[str, JobTotals]
+    jobs: Mapping[str, LiveJobFigures]
 
 
 class JobAccounting:
@@ -130,7 +132,7 @@ class JobAccounting:
         if not lock.acquire(timeout=-1 if wait_s is None else wait_s):
             return None
         try:
-            jobs = {job.id: JobTotals(
+            jobs = {job.id: LiveJobFigures(
                 job.id, job.name, job.kind, job.started_s, job.ended_s,
                 dict(job.dynamic_j), dict(job.idle_j), dict(job.units))
                 for job in self.registry.jobs()}

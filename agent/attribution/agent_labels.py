@@ -41,7 +41,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from joulestat.attribution.shares import IDLE_POLICIES, IdlePolicy
-from joulestat.attribution.validation import JobError, validate_labels
+from joulestat.core.validation import JobError, validate_labels
 
 __all__ = ["AGENT_LABEL_KEYS", "CPU_SOURCE", "IDLE_POLICY", "MIXED", "REGISTERED_KEYS",
            "SERVING_METRICS", "idle_policy_of", "legacy_split", "merge_agent_labels",

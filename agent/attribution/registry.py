@@ -2,7 +2,7 @@
 
 A job arrives through the HTTP API, ``joulestat run``, the in-process client or
 discovery; whichever way, it passes through :func:`JobRegistry.register`, which checks
-it with :mod:`joulestat.attribution.validation`, so it is refused the same way
+it with :mod:`joulestat.core.validation`, so it is refused the same way
 everywhere, with a message saying which field is wrong.
 """
 
@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from joulestat.attribution.agent_labels import merge_agent_labels, validate_agent_labels
-from joulestat.attribution.model_units import BUSY, MAX_MODELS_PER_JOB, split_key
-from joulestat.attribution.validation import (
+from joulestat.core.model_units import BUSY, MAX_MODELS_PER_JOB, split_key
+from joulestat.core.validation import (
     MAX_LABELS,
     MAX_UNIT_COUNT,
     MAX_UNITS_PER_JOB,
@@ -60,7 +60,7 @@ class Job:
     instance_type: str | None = None
     units: dict[str, float] = field(default_factory=dict)
     # Per model, what it counted and its busy seconds (``busy_s``), from the per-model
-    # units (joulestat.attribution.model_units); kept apart so ``units`` lists only plain units.
+    # units (joulestat.core.model_units); kept apart so ``units`` lists only plain units.
     models: dict[str, dict[str, float]] = field(default_factory=dict)
     # CLOCK_BOOTTIME at registration: processes started before it (minus a second of
     # slack) were running before the job was known, so only their later CPU counts.
@@ -279,7 +279,7 @@ class JobRegistry:
 
     def count(self, job_id: str, unit: Any, count: Any) -> Job:
         """Add ``count`` of ``unit`` to a running job. A per-model unit
-        (``inference@model-a``, :mod:`joulestat.attribution.model_units`) is kept per model and also
+        (``inference@model-a``, :mod:`joulestat.core.model_units`) is kept per model and also
         added to the plain unit (``inference``), except ``busy_s@model-a``; every cap is
         checked before anything is added."""
         unit, amount = validate_units(unit, count)

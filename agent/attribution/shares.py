@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from joulestat.core.records import Share
 from joulestat.core.tick import Component, Tick
 
 
@@ -60,20 +61,6 @@ class TickUsage:
     # Fraction of the tick each job existed (registered or ended inside it); default 1.
     # Idle power is shared in proportion, so a job pays for the time it held the node.
     presence: Mapping[str, float] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class Share:
-    job: str | None  # None: unattributed (system, idle under `exclude`)
-    component: str
-    device: str
-    source: str
-    dynamic_j: float
-    idle_j: float
-
-    @property
-    def energy_j(self) -> float:
-        return self.dynamic_j + self.idle_j
 
 
 def cpu_shares(usage: TickUsage) -> dict[str, float]:

@@ -16,9 +16,9 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from joulestat.attribution.validation import KINDS
 from joulestat.core import jsonout
 from joulestat.core.errors import ConfigError
+from joulestat.core.validation import KINDS
 from joulestat.runtime.settings import add_options, resolve
 
 if TYPE_CHECKING:
@@ -139,7 +139,7 @@ def _run(args: argparse.Namespace) -> int:
     )
     from joulestat.reports.compare.groups import CompareError
     from joulestat.reports.compare.table import compare
-    from joulestat.store.engine import open_reader_engine
+    from joulestat.store.access import open_reader_engine
 
     settings = resolve(args, COMPARE_OPTIONS)
     carbon = settings.section(CarbonSettings)

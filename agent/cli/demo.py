@@ -19,14 +19,14 @@ job says it runs as), priced at made-up rates wherever the jobs are read
 first comparison a user sees has costs. A job is registered once its process has
 imported its libraries and built its data, so a comparison reads the work, not the
 start-up. The workloads are
-:mod:`joulestat.cli.demo_workers`, each run as a process of its own; they need numpy
+:mod:`joulestat.demo.workers`, each run as a process of its own; they need numpy
 (which the dashboard already brings) or PyTorch, nothing else. A job interrupted
 (Ctrl-C) is ended with what it measured so far, never left running in the store.
 
 ``joulestat demo --llm`` measures LLM serving instead (:func:`_demo_llm`): a tiny GPT-2
 of random weights generating tokens in this process, pinned to at most two CPUs (setup
 ``demo-2vcpu``), behind a server exposing vLLM's metric names
-(:mod:`joulestat.cli.demo_llm`). One ``demo-llm`` job per concurrency (1, 2, 4) on this
+(:mod:`joulestat.demo.llm`). One ``demo-llm`` job per concurrency (1, 2, 4) on this
 process's pid, each counted from those metrics as ``--serving-metrics`` counts a real
 vLLM's, so a new store shows energy per output token and time to first token. It needs
 the ``hf`` extra (torch and transformers), checked before anything is written.
@@ -46,9 +46,9 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from joulestat.cli.demo_workers import FEATURES
 from joulestat.core.errors import ConfigError
 from joulestat.core.extras import Extra, install_hint, require, require_installed
+from joulestat.demo.workers import FEATURES
 from joulestat.runtime.embedded import EMBEDDED_OPTIONS
 from joulestat.runtime.settings import add_options, resolve
 
@@ -186,7 +186,7 @@ def _worker(role: str, backend: str, cpus: list[int], seconds: float) -> subproc
         ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"), "1")}
     env.pop("JOULESTAT_JOB_ID", None)  # the demo registers its workers itself
     return subprocess.Popen(
-        [sys.executable, "-m", "joulestat.cli.demo_workers", role, backend,
+        [sys.executable, "-m", "joulestat.demo.workers", role, backend,
          ",".join(map(str, cpus)), str(seconds)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
 
@@ -362,7 +362,8 @@ def _demo(args: argparse.Namespace) -> int:
     from joulestat.cli.main import main as cli_main
     from joulestat.core.logs import setup_logging
     from joulestat.core.redact import redact_url
-    from joulestat.store.engine import default_db_url, open_engine
+    from joulestat.store.access import open_engine
+    from joulestat.store.engine import default_db_url
 
     settings = resolve(args, OPTIONS)
     quiet = "log_level" not in vars(args) and "JOULESTAT_LOG_LEVEL" not in os.environ
@@ -486,7 +487,7 @@ def _demo_llm(api: Any, pipeline: PipelineSettings, where: str, levels: list[int
               seconds: float, db: str | None) -> int:
     """A stage per concurrency, each a job on this process (whose threads generate),
     counted from the server's metrics: the agent's path for a real vLLM."""
-    from joulestat.cli.demo_llm import TinyLLMServer
+    from joulestat.demo.llm import TinyLLMServer
 
     mine = os.sched_getaffinity(0)
     use = sorted(mine)[:LLM_CPUS]
@@ -519,7 +520,7 @@ def _llm_stage(api: Any, pipeline: PipelineSettings, progress: _Progress, server
                setup: str, vcpus: int, level: int, seconds: float, interval_s: float
                ) -> tuple[_Job, dict[str, Any]]:
     from joulestat.attribution.agent_labels import SERVING_METRICS
-    from joulestat.cli.demo_llm import run_load
+    from joulestat.demo.llm import run_load
 
     progress.step(f"LLM generation at concurrency {level} ({setup})")
     wait_s = 3 * interval_s + 5.0
@@ -558,9 +559,9 @@ def _llm_read_back(jobs: list[tuple[int, _Job, dict[str, Any]]], pipeline: Pipel
                    ) -> list[_LlmStage]:
     """Each stage's figures as the store has them: its report (the agent's, through its
     API, or built from the store the in-process measurement wrote)."""
-    from joulestat.cli.demo_llm import MODEL_NAME
+    from joulestat.demo.llm import MODEL_NAME
     from joulestat.reports.model import build_report
-    from joulestat.store.engine import open_reader_engine
+    from joulestat.store.access import open_reader_engine
 
     engine = None
     stages = []

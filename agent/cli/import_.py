@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from joulestat.attribution.validation import KINDS
 from joulestat.core.errors import ConfigError
+from joulestat.core.validation import KINDS
 from joulestat.runtime.settings import add_options, resolve
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _overrides(args: argparse.Namespace) -> Overrides:
-    from joulestat.attribution.validation import JobError, validate_labels, validate_name
+    from joulestat.core.validation import JobError, validate_labels, validate_name
     from joulestat.reports.importer import Overrides
 
     labels: dict[str, str] = {}
@@ -67,7 +67,8 @@ def _run(args: argparse.Namespace) -> int:
     from sqlalchemy.exc import SQLAlchemyError
 
     from joulestat.reports.importer import ImportFileError, import_file
-    from joulestat.store.engine import describe_error, open_engine
+    from joulestat.store.access import open_engine
+    from joulestat.store.engine import describe_error
 
     settings = resolve(args, IMPORT_OPTIONS)
     overrides = _overrides(args)

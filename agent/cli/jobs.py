@@ -8,8 +8,8 @@ import sys
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from joulestat.attribution.validation import KINDS
 from joulestat.core.errors import ConfigError
+from joulestat.core.validation import KINDS
 from joulestat.runtime.settings import add_options, resolve
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -88,7 +88,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from joulestat.cli.report import parse_since
-    from joulestat.store.engine import open_reader_engine
+    from joulestat.store.access import open_reader_engine
     from joulestat.store.jobs import count_jobs, list_jobs
 
     settings = resolve(args, JOBS_OPTIONS)
@@ -150,7 +150,7 @@ def _table(jobs: list[JobSummary]) -> list[str]:
 # -- joulestat jobs delete ---------------------------------------------------------------
 
 def _delete(args: argparse.Namespace) -> int:
-    from joulestat.store.engine import open_existing_engine
+    from joulestat.store.access import open_existing_engine
 
     given = [*_filters_given(args), *(["--json"] if args.json else [])]
     if given:

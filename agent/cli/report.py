@@ -130,7 +130,7 @@ def _write(content: str | bytes, output: str | None) -> None:
 def _run(args: argparse.Namespace) -> int:
     from joulestat.carbon.footprint import CarbonSettings
     from joulestat.reports.model import build_report
-    from joulestat.store.engine import open_reader_engine
+    from joulestat.store.access import open_reader_engine
     from joulestat.store.job_refs import JobRefError, resolve_job
     from joulestat.store.jobs import UnknownJobError, job_ids_active_since
 

@@ -38,15 +38,15 @@ from joulestat.attribution.agent_labels import (
     validate_serving_url,
 )
 from joulestat.attribution.registry import RUN_ORIGIN
-from joulestat.attribution.validation import (
+from joulestat.core import jsonout
+from joulestat.core.errors import ConfigError
+from joulestat.core.validation import (
     KINDS,
     JobError,
     validate_job_id,
     validate_labels,
     validate_name,
 )
-from joulestat.core import jsonout
-from joulestat.core.errors import ConfigError
 from joulestat.host.cgroup_jobs import Placement
 from joulestat.runtime.embedded import EMBEDDED_OPTIONS
 from joulestat.runtime.settings import ResolvedSettings, add_options, resolve

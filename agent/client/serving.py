@@ -19,14 +19,26 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from joulestat.attribution.model_units import BUSY, model_key
-from joulestat.attribution.validation import JobError, count_keys
 from joulestat.client.notice import bad_argument, shown, warn_once
+from joulestat.core.model_units import BUSY, model_key
+from joulestat.core.validation import JobError, count_keys
 
-if TYPE_CHECKING:  # joulestat.client.tracking imports this module
-    from joulestat.client.tracking import TrackedJob
+
+class TrackedJob(Protocol):
+    """What a ``serving()`` block uses of the job it serves in
+    (:class:`joulestat.client.tracking.TrackedJob`, which builds the blocks: a protocol,
+    so that this module needs nothing of that one)."""
+
+    name: str
+
+    @property
+    def active(self) -> bool: ...
+
+    def count(self, unit: str, count: float = 1, *, model: str | None = None) -> None: ...
+
+    def _add(self, key: str, amount: float) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

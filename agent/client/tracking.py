@@ -49,16 +49,6 @@ from typing import Any
 
 from joulestat.api.agent_client import AgentClient, AgentError, AgentUnavailable
 from joulestat.attribution.agent_labels import SERVING_METRICS, validate_serving_url
-from joulestat.attribution.model_units import BUSY, split_key
-from joulestat.attribution.validation import (
-    MAX_LABELS,
-    JobError,
-    count_keys,
-    validate_job_id,
-    validate_kind,
-    validate_labels,
-    validate_name,
-)
 from joulestat.client.context import (
     DEFAULT_AGENT_URL,
     ENV_AGENT_URL,
@@ -73,7 +63,17 @@ from joulestat.client.context import (
 )
 from joulestat.client.notice import bad_argument, shown, warn_once
 from joulestat.client.serving import Serving, serving_block
+from joulestat.core.model_units import BUSY, split_key
 from joulestat.core.redact import redact_labels, redact_text
+from joulestat.core.validation import (
+    MAX_LABELS,
+    JobError,
+    count_keys,
+    validate_job_id,
+    validate_kind,
+    validate_labels,
+    validate_name,
+)
 
 log = logging.getLogger(__name__)
 

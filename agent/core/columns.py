@@ -13,7 +13,7 @@ too wide is all that can go wrong.
 A cell never holds a character that would move the cursor or reorder the line: control
 and format characters (Unicode Cc, Cf but the joiners, Zl, Zp) are shown as
 their code point (``\\u202e``). Stored names and labels refuse them already
-(:func:`joulestat.attribution.validation.control_character`); a store written before
+(:func:`joulestat.core.validation.control_character`); a store written before
 that rule, or by hand, must not break the table either.
 """
 

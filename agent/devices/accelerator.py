@@ -32,12 +32,12 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
 from joulestat.core.logs import LogOnce
+from joulestat.core.records import DeviceInfo
 from joulestat.core.tick import Component, fill_source
 from joulestat.devices.counter_faults import CounterFault, CounterRepair, FaultLog
 from joulestat.devices.sensor import (
     BadState,
     Capabilities,
-    DeviceInfo,
     DeviceProcesses,
     DeviceState,
     DeviceStates,

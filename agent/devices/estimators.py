@@ -26,6 +26,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from joulestat.core.records import DeviceInfo
 from joulestat.core.tick import Component
 from joulestat.devices.cpu_tdp import TdpMatch, lookup_tdp
 from joulestat.devices.power_model import (
@@ -40,7 +41,6 @@ from joulestat.devices.power_model import (
 from joulestat.devices.sensor import (
     BadState,
     Capabilities,
-    DeviceInfo,
     Reading,
     Sensor,
     SensorError,

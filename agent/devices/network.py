@@ -39,16 +39,9 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from joulestat.core.records import DeviceInfo
 from joulestat.core.tick import Component
-from joulestat.devices.sensor import (
-    Capabilities,
-    DeviceInfo,
-    Reading,
-    Sensor,
-    get_float,
-    get_int,
-    restore_each,
-)
+from joulestat.devices.sensor import Capabilities, Reading, Sensor, get_float, get_int, restore_each
 from joulestat.host.kernel_file import KernelFile
 
 log = logging.getLogger(__name__)

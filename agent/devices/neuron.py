@@ -47,16 +47,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from joulestat.core.records import DeviceInfo
 from joulestat.core.tick import Component
 from joulestat.devices.accelerator import Accelerator, EmptySensor, VendorSensor
-from joulestat.devices.sensor import (
-    BadState,
-    Capabilities,
-    DeviceInfo,
-    DeviceProcesses,
-    Reading,
-    get_float,
-)
+from joulestat.devices.sensor import BadState, Capabilities, DeviceProcesses, Reading, get_float
 
 log = logging.getLogger(__name__)
 

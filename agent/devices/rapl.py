@@ -63,12 +63,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from joulestat.core.logs import LogOnce
+from joulestat.core.records import DeviceInfo
 from joulestat.core.tick import Component, fill_source
 from joulestat.devices.counter_faults import CounterFault, CounterRepair, FaultLog
 from joulestat.devices.sensor import (
     BadState,
     Capabilities,
-    DeviceInfo,
     Reading,
     Sensor,
     get_float,

@@ -33,11 +33,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from joulestat.core.records import DeviceInfo
 from joulestat.core.tick import Component
 from joulestat.devices.sensor import (
     BadState,
     Capabilities,
-    DeviceInfo,
     Reading,
     Sensor,
     SeriesKey,

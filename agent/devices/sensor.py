@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from joulestat.core.records import DeviceInfo
 from joulestat.core.tick import Component
 
 # -- The one small interface every power source implements -----------------------------
@@ -63,26 +64,6 @@ class Reading:
     # a faulty counter (joulestat.devices.counter_faults) rather than measured: the
     # sampler then stores the tick as fill_source(source).
     filled: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceInfo:
-    """What a sensor knows about one device it reports, recorded once per agent start."""
-
-    # A Component from a sensor; the plain string it equals when read back from the store.
-    component: str
-    device: str
-    source: str
-    model: str = ""  # e.g. "NVIDIA H100 80GB HBM3", "Intel(R) Xeon(R) Platinum 8375C"
-    uuid: str = ""  # stable hardware id where the API has one (NVML UUID)
-    index: int | None = None  # the API's own index (NVML index, RAPL package number)
-    vendor: str = ""  # "NVIDIA", "AMD", "Intel", "AWS": with model, what a dashboard shows
-    # How its energy is split among processes when not by measured use: "mig_slice_estimate"
-    attribution: str = ""
-    # The board's power limit in W as its vendor API reports it, read once at start (NVML:
-    # enforced limit; amdsmi: power_limit; HLML: default limit); None where it has none.
-    # A GPU capped below its rating draws less and runs longer: a comparison should show it.
-    power_limit_w: float | None = None
 
 
 class SensorError(RuntimeError):

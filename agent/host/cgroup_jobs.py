@@ -46,7 +46,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import NamedTuple
 
 from joulestat.host.cgroups import (
     V1_CPUACCT,
@@ -60,10 +60,17 @@ from joulestat.host.cgroups import (
 from joulestat.host.kernel_file import read_bytes
 from joulestat.host.proctree import CLOCK_TICKS_PER_S, NS_PER_S, ProcStat
 
-if TYPE_CHECKING:  # pragma: no cover - typing only
-    from joulestat.host.usage import JobWant
-
 log = logging.getLogger(__name__)
+
+
+class JobWant(NamedTuple):
+    """What the host layer needs of a job to measure it (a tuple: one is made per job
+    per tick, and a frozen dataclass takes several times longer to build)."""
+
+    id: str
+    pids: tuple[int, ...]  # registered processes, in registration order
+    registered_boot_s: float  # CLOCK_BOOTTIME at registration
+    final_cpu_s: float | None = None  # the wrapper's wait4() total, once it has ended
 
 
 # -- A cgroup of its own for a command ``joulestat run`` starts, where the node allow ----

@@ -20,7 +20,7 @@ so a path holding ``..`` (the process is outside the agent's namespace) is not r
 Schedulers put every job in its own cgroup and encode the job's identity in the cgroup's
 path, so one small file per process says which pod, container or Slurm job it belongs
 to, with no API call and no privileges (the file is world-readable). This module only
-parses that text; :mod:`joulestat.attribution.discovery` reads the files. The file has
+parses that text; :mod:`joulestat.host.discovery` reads the files. The file has
 one ``hierarchy-id:controllers:path`` line per hierarchy: many lines on cgroup v1, a
 single ``0::/path`` on v2, both on hybrid hosts. Every path is classified and the most
 specific answer wins, so a v1 host whose ``name=systemd`` line says ``/user.slice`` but

@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from joulestat.core.records import NodeInfo
+
 log = logging.getLogger(__name__)
 
 SAGEMAKER_RESOURCE_CONFIG = Path("/opt/ml/input/config/resourceconfig.json")
@@ -27,15 +29,6 @@ EC2_BASE_URL = "http://169.254.169.254"
 GCP_BASE_URL = "http://metadata.google.internal"
 AZURE_BASE_URL = "http://169.254.169.254"
 AZURE_ASSET_TAG = "7783-7084-3265-9085-8269-3286-77"  # every Azure VM's chassis asset tag
-
-
-@dataclass(frozen=True, slots=True)
-class NodeInfo:
-    node: str
-    instance_type: str
-    region: str
-    cpu_model: str
-    agent_version: str
 
 
 @dataclass(frozen=True, slots=True)

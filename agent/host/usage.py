@@ -33,9 +33,8 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
-from joulestat.host.cgroup_jobs import CgroupUnits, OwnCgroup
+from joulestat.host.cgroup_jobs import CgroupUnits, JobWant, OwnCgroup
 from joulestat.host.kernel_file import KernelFile
 from joulestat.host.processes import ProcessTable
 from joulestat.host.procfs import CpuTimes, parse_cpu_times
@@ -47,16 +46,6 @@ SCAN_EVERY_S = 5.0  # at most one whole-/proc scan this often, and only without 
 
 # (component, device) -> (pid -> utilization, pids holding a context)
 DeviceProcesses = Mapping[tuple[str, str], tuple[Mapping[int, float], set[int]]]
-
-
-class JobWant(NamedTuple):
-    """What the host layer needs of a job to measure it (a tuple: one is made per job
-    per tick, and a frozen dataclass takes several times longer to build)."""
-
-    id: str
-    pids: tuple[int, ...]  # registered processes, in registration order
-    registered_boot_s: float  # CLOCK_BOOTTIME at registration
-    final_cpu_s: float | None = None  # the wrapper's wait4() total, once it has ended
 
 
 @dataclass(frozen=True, slots=True)

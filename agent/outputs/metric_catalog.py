@@ -220,7 +220,7 @@ def render_markdown() -> str:
         "The same figures can be pushed over OTLP (`--otlp-endpoint`), under the",
         "OpenTelemetry names [docs/opentelemetry.md](opentelemetry.md) lists.",
         "",
-        "The accelerator component was `gpu` before store revision 0006 (issue 14): a "
+        "The accelerator component was `gpu` in early development (issue 14): a "
         "query or rule that selected `component=\"gpu\"` selects "
         "`component=\"accelerator\"` now.",
         "",

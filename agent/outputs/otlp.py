@@ -1,6 +1,6 @@
 """OTLP export: the agent's node and job metrics pushed to an OpenTelemetry collector.
 
-A pipeline sink (:mod:`joulestat.outputs.sink`) beside the Prometheus endpoint, for sites
+A pipeline sink (:mod:`joulestat.pipeline.sink`) beside the Prometheus endpoint, for sites
 whose metrics go through OpenTelemetry rather than a scrape. It sends what ``/metrics``
 shows, from the same state: the node's figures are :meth:`NodeMetrics.values
 <joulestat.outputs.prometheus.NodeMetrics.values>`, the jobs' are the accounting's
@@ -53,9 +53,9 @@ from joulestat.core.redact import redact_text
 from joulestat.core.tick import Component
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from joulestat.attribution.accounting import JobTotals, Snapshot
-    from joulestat.host.identity import NodeInfo
-    from joulestat.outputs.sink import TickRecord
+    from joulestat.attribution.accounting import LiveJobFigures, Snapshot
+    from joulestat.core.records import NodeInfo
+    from joulestat.pipeline.sink import TickRecord
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ def node_series(key: Key) -> tuple[OtlpMetric, OtlpMetric, Attributes]:
     return HW_ENERGY, HW_POWER, (*common, ("hw.type", hw_type(component, device)), *own)
 
 
-def job_attributes(job: JobTotals) -> Attributes:
+def job_attributes(job: LiveJobFigures) -> Attributes:
     return (("job.id", job.id), ("job.name", job.name), ("job.kind", job.kind))
 
 
@@ -174,7 +174,7 @@ class ExportState:
     ticks: int
     energy_j: Mapping[Key, float]
     power_w: Mapping[Key, float]
-    jobs: tuple[JobTotals, ...]
+    jobs: tuple[LiveJobFigures, ...]
 
 
 def points(state: ExportState, start_s: float) -> list[Point]:
@@ -488,7 +488,7 @@ class OtlpExporter:
         """Copy the figures after the current tick into the mailbox (False: the job
         registry was busy; the next tick tries again)."""
         assert self._last_t1_s is not None
-        selected: tuple[JobTotals, ...] = ()
+        selected: tuple[LiveJobFigures, ...] = ()
         if self.jobs is not None:
             snapshot = self.jobs(JOB_LOCK_WAIT_S)
             if snapshot is None:

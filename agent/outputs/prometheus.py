@@ -1,7 +1,7 @@
 """Prometheus exposition: custom collectors that build fresh families on each scrape.
 
 :class:`NodeMetrics` and :class:`JobMetrics` are sinks of the pipeline
-(:mod:`joulestat.outputs.sink`): each tick they copy what they export into a snapshot of
+(:mod:`joulestat.pipeline.sink`): each tick they copy what they export into a snapshot of
 their own, under a lock of their own, and a scrape formats that snapshot. A scrape
 never reads objects a tick is changing and never takes a lock the tick loop or the job
 API holds (the job registry's), so a scrape never slows a tick and a slow tick or a
@@ -33,16 +33,15 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from joulestat.api.gate import GatedHandler, HttpGate, Limits
+from joulestat.core.http_gate import GatedHandler, HttpGate, Limits
+from joulestat.core.records import DeviceInfo, NodeInfo
 from joulestat.core.tick import Tick
 from joulestat.devices.accelerator import DeviceStates
-from joulestat.devices.sensor import DeviceInfo
-from joulestat.host.identity import NodeInfo
 from joulestat.outputs import metric_catalog as mc
-from joulestat.outputs.sink import TickRecord
+from joulestat.pipeline.sink import TickRecord
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from joulestat.attribution.accounting import JobTotals, Snapshot
+    from joulestat.attribution.accounting import LiveJobFigures, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +63,7 @@ class MetricsSettings:
 class NodeMetrics(Collector):
     """Node energy counters, last-tick power, node info and the agent's self-monitoring."""
 
-    stores_ticks = False  # a sink (joulestat.outputs.sink) that keeps nothing past the process
+    stores_ticks = False  # a sink (joulestat.pipeline.sink) that keeps nothing past the process
 
     def __init__(self, node: NodeInfo, sensor_errors: dict[str, int] | None = None,
                  device_state: Callable[[], DeviceStates] | None = None,
@@ -265,7 +264,7 @@ def serve(registry: CollectorRegistry, host: str, port: int) -> HttpGate:
     Our own server rather than client_python's ``start_http_server``: that one polls
     for shutdown twice a second (a large part of an idle agent's CPU time) and, like
     any ``ThreadingHTTPServer``, starts a thread per connection before a byte arrives,
-    so idle connections pile up threads and memory. The gate (:mod:`joulestat.api.gate`)
+    so idle connections pile up threads and memory. The gate (:mod:`joulestat.core.http_gate`)
     holds them as sockets, answers from two workers, caps connections (the oldest
     silent one goes first), and sleeps until an event or a deadline. Binding errors
     (OSError) are raised here, before anything runs.
@@ -280,8 +279,8 @@ def serve(registry: CollectorRegistry, host: str, port: int) -> HttpGate:
     return server
 
 
-def select_jobs(jobs: Iterable[JobTotals], now_s: float, retention_s: float, max_jobs: int
-                ) -> tuple[list[JobTotals], int]:
+def select_jobs(jobs: Iterable[LiveJobFigures], now_s: float, retention_s: float, max_jobs: int
+                ) -> tuple[list[LiveJobFigures], int]:
     """The jobs an exporter sends at ``now_s``: within retention, running first, then the
     most recently ended, at most ``max_jobs``; and how many there were when that cap cut
     them (0: it did not). One rule for every exporter (Prometheus here, OTLP in
@@ -319,10 +318,10 @@ class JobMetrics(Collector):
         self.lock_wait_s = lock_wait_s
         self._clock = clock
         self._lock = threading.Lock()
-        self._jobs: tuple[JobTotals, ...] = ()  # the last copy a scrape took
+        self._jobs: tuple[LiveJobFigures, ...] = ()  # the last copy a scrape took
         self._capped = False
 
-    def exported_jobs(self) -> list[JobTotals]:
+    def exported_jobs(self) -> list[LiveJobFigures]:
         """The jobs a scrape now exports: within retention, running first, capped."""
         taken = self.snapshot(self.lock_wait_s)
         now = self._clock()

@@ -11,7 +11,7 @@ with where that figure comes from:
   (docs/methodology.md, "Uncertainty", cites each);
 * ``measured``: an estimator's error measured by joulestat on public data (the CPU
   models against published load-versus-RAPL points:
-  :mod:`joulestat.devices.model_error`), or attribution's own error measured by
+  :mod:`joulestat.reports.model_error`), or attribution's own error measured by
   ``benchmarks/accuracy.py``;
 * ``assumed``: a stated assumption with no measurement behind it (a filled tick's
   power during a counter fault), said as such.
@@ -37,7 +37,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from joulestat.core.tick import FILL_PREFIX, Component
-from joulestat.devices.model_error import estimator_error
+from joulestat.reports.model_error import estimator_error
 from joulestat.reports.sources import IMPORT_PREFIX, originals
 from joulestat.store.nodes import source_models
 from joulestat.store.provenance import JobSourceEnergy, jobs_energy_by_source

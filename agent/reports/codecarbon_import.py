@@ -47,12 +47,12 @@ import io
 import math
 from datetime import datetime
 
-from joulestat.attribution.validation import JOB_ID_RE, JobError, validate_labels, validate_name
 from joulestat.carbon.codecarbon_data import default_grid_data
 from joulestat.carbon.intensity import CANADA_PROVINCES
 from joulestat.carbon.units import J_PER_KWH
 from joulestat.core.plausible import Implausible, check_epoch, check_node_energy
 from joulestat.core.tick import Component
+from joulestat.core.validation import JOB_ID_RE, JobError, validate_labels, validate_name
 from joulestat.store.import_writer import ImportedJob, ImportedNode
 
 SOURCE = "import:codecarbon"

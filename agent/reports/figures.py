@@ -5,7 +5,7 @@ Why from the report: a number logged into an experiment tracker must be the numb
 ``joulestat report`` gives for the job at that moment, or the two will be compared and
 disagree. So the figures are a projection of :func:`joulestat.reports.model.report_from_detail`
 (built without its per-tick series, which is what grows with a job's length), after
-the agent has written the rows it still buffers (:class:`JobFigures`): the store then
+the agent has written the rows it still buffers (:class:`FiguresFromStore`): the store then
 holds the job up to its last tick, not up to the last flush (10 s by default).
 
 The CO2e and cost are the data's (no command-line overrides), as ``joulestat report``
@@ -25,7 +25,7 @@ from joulestat.reports.provenance import energy_is
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from sqlalchemy.engine import Engine
 
-__all__ = ["FIGURES_FORMAT", "JobFigures", "figures_of"]
+__all__ = ["FIGURES_FORMAT", "FiguresFromStore", "figures_of"]
 
 FIGURES_FORMAT = "joulestat-figures"
 # A caller asking more often than this reads the store as it is: a flush per request
@@ -64,7 +64,7 @@ def figures_of(report: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-class JobFigures:
+class FiguresFromStore:
     """What the job API calls for ``GET /v1/jobs/{id}/figures`` and ``.../report``:
     writes what the agent still buffers (at most once a second), then builds the report
     from the store. ``flush``: the store writer's (None: nothing buffered elsewhere)."""

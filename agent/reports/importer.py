@@ -46,7 +46,9 @@ from joulestat.attribution.agent_labels import (
     merge_agent_labels,
     validate_agent_labels,
 )
-from joulestat.attribution.validation import (
+from joulestat.core.plausible import Implausible, check_epoch, check_node_energy
+from joulestat.core.redact import REDACTED
+from joulestat.core.validation import (
     JobError,
     control_character,
     validate_job_id,
@@ -55,8 +57,6 @@ from joulestat.attribution.validation import (
     validate_name,
     validate_units,
 )
-from joulestat.core.plausible import Implausible, check_epoch, check_node_energy
-from joulestat.core.redact import REDACTED
 from joulestat.devices.sensor import current_component
 from joulestat.reports.codecarbon_import import (
     CodeCarbonError,

@@ -5,7 +5,7 @@ Both the daemon (:mod:`joulestat.runtime.daemon`) and embedded mode
 either runs through the same sensors, attribution and writer; keeping it below both is
 what lets embedded mode build one without importing the daemon.
 
-The pipeline itself names no sink (:mod:`joulestat.runtime.pipeline`); what is built here is
+The pipeline itself names no sink (:mod:`joulestat.pipeline.pipeline`); what is built here is
 returned as an :class:`Assembly`, which also names the parts that other threads use
 directly: the store thread flushes the writer, the job API persists new jobs through
 it, the health metrics read its counters, and the Prometheus endpoint serves the node
@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 from joulestat.attribution.accounting import JobAccounting
 from joulestat.attribution.idle import IdleBaselines
 from joulestat.attribution.registry import JobRegistry
-from joulestat.attribution.sampler import Sampler
 from joulestat.core.errors import ConfigError
 from joulestat.core.redact import redact_url
 from joulestat.core.version import __version__
@@ -37,23 +36,24 @@ from joulestat.devices.factory import (
     known_idle_w_of,
 )
 from joulestat.host.identity import NodeSettings, detect_cloud, detect_node_info
-from joulestat.runtime.pipeline import CHECKPOINT_MAX_AGE_S, Pipeline, read_boot_id
+from joulestat.pipeline.pipeline import CHECKPOINT_MAX_AGE_S, Pipeline, read_boot_id
+from joulestat.pipeline.sampler import Sampler
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from sqlalchemy.engine import Engine
 
     from joulestat.attribution.accounting import AttributionSettings
     from joulestat.attribution.registry import Job
+    from joulestat.core.records import NodeInfo
     from joulestat.devices.factory import DeviceSettings
-    from joulestat.host.identity import NodeInfo
     from joulestat.host.usage import HostSettings
     from joulestat.outputs.otlp import OtlpExporter, OtlpSettings
     from joulestat.outputs.prometheus import NodeMetrics
-    from joulestat.outputs.sink import Sink
+    from joulestat.pipeline.sink import Sink
+    from joulestat.pipeline.tick_loop import TickSettings
     from joulestat.runtime.settings import ResolvedSettings
-    from joulestat.runtime.tick_loop import TickSettings
+    from joulestat.store.access import StoreWait
     from joulestat.store.durability import Checkpoint, Spool
-    from joulestat.store.engine import StoreWait
     from joulestat.store.writer import StoreSettings, StoreWriter
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ class PipelineSettings:
         from joulestat.devices.factory import DeviceSettings
         from joulestat.host.usage import HostSettings
         from joulestat.outputs.otlp import OtlpSettings
-        from joulestat.runtime.tick_loop import TickSettings
+        from joulestat.pipeline.tick_loop import TickSettings
         from joulestat.store.writer import StoreSettings
 
         return cls(resolved.section(DeviceSettings), resolved.section(HostSettings),
@@ -175,9 +175,11 @@ def build_pipeline(settings: PipelineSettings, registry: JobRegistry, *,
     """
     # Imported here: the store and prometheus_client cost start-up time that a command
     # importing this module for its names alone should not pay.
-    from joulestat.attribution.discovery import ScanCache, sync_registry
-    from joulestat.attribution.kube import pods_for
+    from joulestat.attribution.discovered import sync_registry
+    from joulestat.host.discovery import ScanCache
+    from joulestat.host.kube import pods_for
     from joulestat.host.procfs import read_cpu_model
+    from joulestat.store.access import open_engine
     from joulestat.store.durability import (
         NodeLease,
         NodeLeaseError,
@@ -185,7 +187,6 @@ def build_pipeline(settings: PipelineSettings, registry: JobRegistry, *,
         load_checkpoint,
         load_running_jobs,
     )
-    from joulestat.store.engine import open_engine
     from joulestat.store.writer import StoreWriter
 
     otlp = settings.otlp if with_metrics else None
@@ -320,9 +321,9 @@ def _agent_store(settings: StoreSettings) -> tuple[Engine, StoreWait | None]:
     A URL that can never work and a store at another revision stop the agent here, at
     once, as before. A store that does not answer no longer holds the start: the agent
     measures meanwhile and its writer opens the store when it answers
-    (:class:`joulestat.store.engine.StoreWait`); ``--db-wait 0`` still gives up at once.
+    (:class:`joulestat.store.access.StoreWait`); ``--db-wait 0`` still gives up at once.
     """
-    from joulestat.store.engine import (
+    from joulestat.store.access import (
         StoreAway,
         StoreWait,
         check_writer_store,

@@ -1,7 +1,7 @@
 """The agent process: the shared tick loop over the pipeline, plus the threads beside it.
 
 The schedule (start + k * interval, missed slots skipped, a final tick on stop) is
-:mod:`joulestat.runtime.tick_loop`'s, the same as embedded mode's; the daemon adds its per-tick
+:mod:`joulestat.pipeline.tick_loop`'s, the same as embedded mode's; the daemon adds its per-tick
 extras as hooks: how long each tick's work took (``joulestat_agent_tick_seconds``) and,
 every minute, forgetting jobs ended longer ago than ``--job-retention``. Beside the
 loop: the Prometheus endpoint, the job API, and a store thread that flushes rows so a
@@ -34,10 +34,10 @@ from joulestat.outputs.prometheus import (
     make_registry,
     serve,
 )
+from joulestat.pipeline.pipeline import Pipeline
+from joulestat.pipeline.tick_loop import Every, TickHook, TickLoop
 from joulestat.runtime.assembly import PipelineSettings, build_pipeline
-from joulestat.runtime.pipeline import Pipeline
 from joulestat.runtime.serving import ServingUnits
-from joulestat.runtime.tick_loop import Every, TickHook, TickLoop
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from joulestat.api.server import ApiSettings
@@ -189,7 +189,7 @@ def _limit_malloc_arenas(arenas: int = 1) -> None:
 
 def _raise_open_file_limit(wanted: int = 8192) -> None:
     """Raise the soft RLIMIT_NOFILE toward the hard one: each HTTP port caps its open
-    connections at a quarter of it (agent/api/gate.py), and a 1,024 default halves
+    connections at a quarter of it (agent/core/http_gate.py), and a 1,024 default halves
     what a flood of idle connections may hold before the oldest are evicted."""
     import resource
 
@@ -214,7 +214,7 @@ def _api_url(host: str, port: int) -> str | None:
 
 def run_agent(settings: AgentSettings) -> int:
     from joulestat.api.server import JOB_SECRET_FILE, ApiServer, load_job_secret
-    from joulestat.reports.figures import JobFigures
+    from joulestat.reports.figures import FiguresFromStore
 
     _limit_malloc_arenas()
     _raise_open_file_limit()
@@ -263,7 +263,7 @@ def run_agent(settings: AgentSettings) -> int:
                             job_secret=secret,
                             procfs_root=settings.pipeline.host.procfs_root,
                             store_state=lambda: _store_state(writer, built.late_jobs),
-                            figures=JobFigures(writer.engine, writer.flush))
+                            figures=FiguresFromStore(writer.engine, writer.flush))
             try:
                 api.start()
             except ValueError as exc:

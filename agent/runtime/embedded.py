@@ -1,9 +1,9 @@
 """Embedded mode: measure one job in-process when no agent runs on the node.
 
 ``joulestat run`` and the in-process client fall back to this. It builds the same
-:class:`joulestat.runtime.pipeline.Pipeline` as the daemon
+:class:`joulestat.pipeline.pipeline.Pipeline` as the daemon
 (:mod:`joulestat.runtime.assembly`: same sensors, attribution and store writer) and
-ticks it on a background thread with the same loop (:mod:`joulestat.runtime.tick_loop`),
+ticks it on a background thread with the same loop (:mod:`joulestat.pipeline.tick_loop`),
 so a job measured here and one measured by an agent on the same trace get the same
 energy. Having no store thread, it flushes the writer from
 that loop. It saves no crash checkpoint: that belongs to the node's agent. It lives at
@@ -26,17 +26,17 @@ from typing import TYPE_CHECKING, Any
 
 from joulestat.attribution.agent_labels import validate_agent_labels
 from joulestat.attribution.registry import Job, JobRegistry
-from joulestat.attribution.validation import (
+from joulestat.core.validation import (
     validate_job_id,
     validate_kind,
     validate_labels,
     validate_name,
     validate_pids,
 )
-from joulestat.runtime.tick_loop import Every, TickLoop
+from joulestat.pipeline.tick_loop import Every, TickLoop
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from joulestat.reports.figures import JobFigures
+    from joulestat.reports.figures import FiguresFromStore
     from joulestat.runtime.assembly import PipelineSettings
     from joulestat.runtime.settings import ResolvedSettings
 
@@ -93,7 +93,7 @@ class EmbeddedJob:
         self._thread: threading.Thread | None = None
         self._reason = reason
         self._api: Any = None
-        self._figures: JobFigures | None = None
+        self._figures: FiguresFromStore | None = None
         self.api_url: str | None = None
         self.api_token = secrets.token_urlsafe(24)
 
@@ -115,7 +115,7 @@ class EmbeddedJob:
 
     def _start(self) -> EmbeddedJob:
         from joulestat.api.server import ApiServer
-        from joulestat.reports.figures import JobFigures
+        from joulestat.reports.figures import FiguresFromStore
         from joulestat.runtime.assembly import build_pipeline
 
         built = build_pipeline(self._settings, self._registry, with_metrics=False)
@@ -127,7 +127,7 @@ class EmbeddedJob:
         name, kind, pids, labels, job_id = self._fields
         self.job = self._registry.register(name, kind, pids, labels, job_id, origin="embedded",
                                            agent_labels=self._agent_labels)
-        self._figures = JobFigures(self._writer.engine, self._writer.flush)
+        self._figures = FiguresFromStore(self._writer.engine, self._writer.flush)
         self._api = ApiServer(self._registry, "127.0.0.1", 0, token=self.api_token,
                               node=self._pipeline.node.node,
                               interval_s=self._settings.tick.interval_s, mode="embedded",
@@ -210,13 +210,13 @@ class EmbeddedJob:
         assert self.job is not None, "end() before start()"
         return self.job.to_json()
 
-    def figures(self) -> JobFigures:
+    def figures(self) -> FiguresFromStore:
         """Where this job's figures and report come from (the integrations ask it, as
         they ask an agent's API): the running store writer's, flushing first; after
         :meth:`end`, a reader of the same store."""
-        from joulestat.reports.figures import JobFigures
-        from joulestat.store.engine import open_reader_engine
+        from joulestat.reports.figures import FiguresFromStore
+        from joulestat.store.access import open_reader_engine
 
         if self._figures is None:
-            self._figures = JobFigures(open_reader_engine(self._settings.store.db))
+            self._figures = FiguresFromStore(open_reader_engine(self._settings.store.db))
         return self._figures

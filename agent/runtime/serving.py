@@ -39,10 +39,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from joulestat.attribution.agent_labels import SERVING_METRICS
-from joulestat.attribution.model_units import BUSY, MAX_MODELS_PER_JOB, model_key, validate_model
 from joulestat.attribution.registry import JobRegistry
-from joulestat.attribution.validation import JobError
+from joulestat.core.model_units import BUSY, MAX_MODELS_PER_JOB, model_key, validate_model
 from joulestat.core.redact import redact_text
+from joulestat.core.validation import JobError
 from joulestat.host.serving_metrics import (
     Histogram,
     Latency,

@@ -31,7 +31,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from joulestat.attribution.kube import PodNames
 from joulestat.attribution.shares import IdlePolicy
 from joulestat.core.errors import ConfigError
 from joulestat.core.otlp_options import OtlpProtocol, parse_endpoint, parse_headers
@@ -52,6 +51,7 @@ from joulestat.core.setting_parsers import (
     parse_size_bytes,
     parse_text,
 )
+from joulestat.host.kube import PodNames
 
 ENV_PREFIX = "JOULESTAT_"
 # Environment variables earlier versions read, and what replaced them: still set, they
@@ -101,7 +101,7 @@ class Option:
 
 
 def _discover(value: Any) -> frozenset[str]:
-    from joulestat.attribution.discovery import parse_discover_option
+    from joulestat.host.discovery import parse_discover_option
 
     if isinstance(value, list | tuple):
         value = ",".join(str(v) for v in value)

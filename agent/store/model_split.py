@@ -1,7 +1,7 @@
 """A multi-model job's energy, split among its models by the time each kept it busy.
 
 One server process serving several models has one energy figure. What each model cost
-comes from what the client recorded (:mod:`joulestat.attribution.model_units`): per model, its
+comes from what the client recorded (:mod:`joulestat.core.model_units`): per model, its
 units (``inference@model-a``) and its busy seconds (``busy_s@model-a``), stored as
 ``job_units`` rows like any unit, on the tick that took them. Here, per node and
 **minute** (the minute of the store's rollups: rows ending in ``(m, m + 60]``)::
@@ -44,7 +44,7 @@ from sqlalchemy import BigInteger, Double, Select, and_, func, literal_column, s
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
-from joulestat.attribution.model_units import BUSY, SEPARATOR, split_key
+from joulestat.core.model_units import BUSY, SEPARATOR, split_key
 from joulestat.store.read_rule import every_unit_row, raw_side, rolled_side, settled_until_ms
 from joulestat.store.schema import (
     JOB_ENERGY,

@@ -17,8 +17,8 @@ from typing import Any
 from sqlalchemy import and_, func, literal_column, select
 from sqlalchemy.engine import Engine
 
+from joulestat.core.records import DeviceInfo
 from joulestat.core.tick import Component
-from joulestat.devices.sensor import DeviceInfo
 from joulestat.store.read_rule import ends_within, minute_end_ms, minute_ends_within, raw_and_rolled
 from joulestat.store.schema import (
     JOB_ENERGY,

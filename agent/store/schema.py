@@ -57,7 +57,7 @@ from sqlalchemy.sql.sqltypes import NullType
 
 # -- The store's schema, declared once -------------------------------------------------
 
-# Job ids are at most 128 characters (joulestat.attribution.validation.JOB_ID_RE).
+# Job ids are at most 128 characters (joulestat.core.validation.JOB_ID_RE).
 JOB_ID_LENGTH = 128
 # job_energy.job_id of the share no job received (system, idle under `exclude`).
 UNATTRIBUTED = ""

@@ -31,14 +31,14 @@ and what a shutdown during an outage says is kept or lost. A spool that cannot w
 (disk full) is said once and counted (``spool_write_failures``); its batches then wait
 in memory under the queue's bound. Nothing recorded is lost silently.
 
-An agent whose store did not answer at start-up (:class:`joulestat.store.engine.StoreWait`)
+An agent whose store did not answer at start-up (:class:`joulestat.store.access.StoreWait`)
 starts in that outage state, so it measures meanwhile; its probe is then the start's
 look at the store (schema, node row, lease), and ``after_open`` runs once the spool is
 written back. A store that can never take the rows (another revision, no answer within
 ``--db-wait``, another live writer of the node) sets :attr:`StoreWriter.fatal`, and the
 agent stops with that message.
 
-The writer is a sink of the pipeline (:mod:`joulestat.outputs.sink`): it stores ticks,
+The writer is a sink of the pipeline (:mod:`joulestat.pipeline.sink`): it stores ticks,
 so it receives each tick's checkpoint and makes finished jobs final once stored.
 :meth:`StoreWriter.maintain` rolls raw rows up into minutes, adds settled rows to the
 job totals and prunes raw rows past the retention (:mod:`joulestat.store.maintenance`);
@@ -67,22 +67,16 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from joulestat.core.errors import ConfigError
+from joulestat.core.records import DeviceInfo, NodeInfo
 from joulestat.core.tick import Tick
-from joulestat.devices.sensor import DeviceInfo
-from joulestat.host.identity import NodeInfo
+from joulestat.store.access import StoreAway, StoreWait
 from joulestat.store.durability import RECONNECT_EVERY_S, NodeLease, NodeLeaseError, Outage, Spool
-from joulestat.store.engine import (
-    StoreAway,
-    StoreError,
-    StoreWait,
-    describe_error,
-    dialect_insert,
-    redact_url,
-)
+from joulestat.store.engine import StoreError, describe_error, dialect_insert, redact_url
 from joulestat.store.maintenance import MaintainResult, PartitionKeeper, maintain_node
 from joulestat.store.rows import (
     PendingJobs,
     RowBuffer,
+    RowQueue,
     insert_rows,
     insert_statements,
     upsert_node,
@@ -96,114 +90,13 @@ from joulestat.store.schema import (
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from joulestat.attribution.accounting import TickResult
     from joulestat.attribution.registry import Job
-    from joulestat.attribution.shares import Share
+    from joulestat.core.records import Share
     from joulestat.core.tick import Tick
-    from joulestat.outputs.sink import TickRecord
+    from joulestat.pipeline.sink import TickRecord
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RowQueue", "StoreSettings", "StoreWriter"]
-
-
-# -- What waits in memory for the node's next store write, under one lock --------------
-
-class RowQueue:
-    """Rows, job metadata, a checkpoint and jobs to mark final, waiting for a flush.
-
-    ``cause()`` says why the queue filled, for the error when it does.
-    """
-
-    def __init__(self, node: NodeInfo, max_rows: int, cause: Callable[[], str]) -> None:
-        self.node, self.max_rows, self._cause = node, int(max_rows), cause
-        self.lock = threading.Lock()
-        self.rows = RowBuffer()
-        self.pending = PendingJobs()
-        self.finishing: list[Job] = []  # ended jobs: final once their last tick is stored
-        self.bad_entries = 0  # non-finite numbers skipped since the writer last said so
-        self.folded_rows = 0
-        self.dropped_rows = 0
-        self.said_dropping = False  # the drop error is said once until a write succeeds
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def record(self, tick: Tick, result: TickResult | None,
-               checkpoint: tuple[Mapping[str, Any], str] | None) -> None:
-        """A whole tick under one lock (see StoreWriter.record)."""
-        with self.lock:
-            self.bad_entries += self.rows.append_tick(tick)
-            if result is not None:
-                self.bad_entries += self.rows.append_shares(tick, result.shares)
-                for job_id, deltas in result.units.items():
-                    self.bad_entries += self.rows.append_units(job_id, tick.t1_s, deltas)
-                for job in result.changed_jobs:
-                    self.pending.save_job(job, self.node)
-                self.finishing.extend(result.finished_jobs)
-            if checkpoint is not None:
-                self.pending.save_checkpoint(checkpoint[0], checkpoint[1], tick.t1_s)
-            self._bound_locked()
-
-    def add(self, append: Callable[[RowBuffer], int]) -> None:
-        """Rows one ``append`` call on the buffer makes (it returns the bad count)."""
-        with self.lock:
-            self.bad_entries += append(self.rows)
-            self._bound_locked()
-
-    def save_job(self, job: Job, node: NodeInfo | None = None) -> None:
-        with self.lock:
-            self.pending.save_job(job, node or self.node)
-
-    def save_checkpoint(self, state: Mapping[str, Any], boot_id: str, saved_s: float) -> None:
-        with self.lock:
-            self.pending.save_checkpoint(state, boot_id, saved_s)
-
-    def finish(self, jobs: list[Job]) -> None:
-        with self.lock:
-            self.finishing.extend(jobs)
-
-    def take(self) -> tuple[RowBuffer, PendingJobs, list[Job]]:
-        """Everything waiting, leaving the queue empty."""
-        with self.lock:
-            taken = self.rows, self.pending, self.finishing
-            self.rows, self.pending, self.finishing = RowBuffer(), PendingJobs(), []
-        return taken
-
-    def put_back(self, batch: RowBuffer, pending: PendingJobs, finishing: list[Job]) -> None:
-        """What the store did not take, in front of what came since."""
-        with self.lock:
-            self.rows.prepend(batch)
-            self.pending.merge_back(pending)
-            self.finishing[:0] = finishing
-            self._bound_locked()
-
-    def _bound_locked(self) -> None:
-        """Over the bound: make room for 10 % more (so this is not per tick)."""
-        rows = self.rows
-        if len(rows) <= self.max_rows:
-            return
-        count = len(rows) - self.max_rows + self.max_rows // 10
-        cause = self._cause()
-        folded, first_s, last_s = rows.fold_jobs(count)
-        if folded:
-            self.folded_rows += folded
-            log.error(
-                "row buffer full (%d rows; %s): folded the job shares of the ticks ending "
-                "%.3f..%.3f into their unattributed rows and dropped their unit counts "
-                "(%d rows); node energy is kept whole; %d job rows folded in total",
-                self.max_rows, cause, first_s, last_s, folded, self.folded_rows)
-            count -= folded
-        if count <= 0 or len(rows) <= self.max_rows:
-            return
-        count, first_s, last_s = rows.drop_oldest(count)
-        self.dropped_rows += count
-        level = logging.DEBUG if self.said_dropping else logging.ERROR
-        self.said_dropping = True
-        log.log(level,
-            "row buffer full (%d rows of node ticks alone; %s): dropped the %d oldest "
-            "rows (ticks ending %.3f..%.3f); %d dropped in total (said once until the "
-            "store takes rows again)",
-            self.max_rows, cause, count, first_s, last_s, self.dropped_rows,
-        )
+__all__ = ["StoreSettings", "StoreWriter"]
 
 
 # -- The agent's SQL writer: batched, idempotent, patient when the database is away ----
@@ -243,7 +136,7 @@ class StoreWriter:
     :meth:`close` at exit. Only flush and maintain do SQL.
     """
 
-    stores_ticks = True  # joulestat.outputs.sink: checkpoints come with the ticks
+    stores_ticks = True  # joulestat.pipeline.sink: checkpoints come with the ticks
 
     def __init__(
         self,
@@ -366,7 +259,7 @@ class StoreWriter:
     # -- hot path ---------------------------------------------------------------------
 
     def on_tick(self, record: TickRecord) -> None:
-        """The pipeline's sink call (:mod:`joulestat.outputs.sink`): :meth:`record` the tick."""
+        """The pipeline's sink call (:mod:`joulestat.pipeline.sink`): :meth:`record` the tick."""
         self.record(record.tick, record.result, record.checkpoint)
 
     def record(self, tick: Tick, result: TickResult | None,

@@ -14,12 +14,10 @@ from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
 from joulestat.attribution.registry import Job
-from joulestat.attribution.shares import Share
 from joulestat.carbon.catalog import lookup
 from joulestat.carbon.footprint import CarbonSettings
+from joulestat.core.records import DeviceInfo, NodeInfo, Share
 from joulestat.core.tick import Tick, TickEntry
-from joulestat.devices.sensor import DeviceInfo
-from joulestat.host.identity import NodeInfo
 from joulestat.store import migrate
 from joulestat.store.engine import dialect_insert, make_engine
 from joulestat.store.maintenance import advance_totals

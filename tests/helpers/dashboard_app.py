@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy.engine import Engine
 from streamlit.testing.v1 import AppTest
 
-from joulestat.runtime import sample_store as sample
+from joulestat.demo import sample_store as sample
 from joulestat.store import migrate
 from joulestat.store.engine import make_engine
 
@@ -46,7 +46,7 @@ def run_page(url: str, page: str, monkeypatch: pytest.MonkeyPatch, **query: str)
 
 def sample_store(folder: Path) -> tuple[str, Engine]:
     """A migrated SQLite store in ``folder`` holding the sample data
-    (:mod:`joulestat.runtime.sample_store`), ended a minute ago so every "up to now"
+    (:mod:`joulestat.demo.sample_store`), ended a minute ago so every "up to now"
     window holds all of it: its URL and an engine the caller disposes of."""
     url = f"sqlite:///{folder / 'sample.db'}"
     engine = make_engine(url)

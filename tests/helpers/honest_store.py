@@ -28,9 +28,8 @@ from sqlalchemy.engine import Engine
 
 from joulestat.attribution.registry import Job
 from joulestat.attribution.shares import DeviceUse, TickUsage, attribute
+from joulestat.core.records import DeviceInfo, NodeInfo
 from joulestat.core.tick import Tick, TickEntry
-from joulestat.devices.sensor import DeviceInfo
-from joulestat.host.identity import NodeInfo
 from joulestat.reports.importer import import_file
 from joulestat.reports.json_report import render_json
 from joulestat.reports.model import build_report

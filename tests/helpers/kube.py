@@ -1,5 +1,5 @@
 """A fake Kubernetes pod list (API server or kubelet) and a node as discovery sees it,
-for the tests of agent/attribution/kube.py."""
+for the tests of agent/host/kube.py."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from joulestat.attribution.discovery import sync_registry
-from joulestat.attribution.kube import PodDirectory, pod_directory
+from joulestat.attribution.discovered import sync_registry
 from joulestat.attribution.registry import JobRegistry
+from joulestat.host.kube import PodDirectory, pod_directory
 from tests.fakes.discovery_proc import add_proc
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,7 +21,7 @@ UID3 = "7e6d5c4b-aaaa-4bbb-8ccc-ddddeeeeffff"
 STATIC = "3d2c1b0a99887766554433221100ffee"  # a static pod's hashed UID
 CID = "c" * 64
 KINDS = frozenset({"k8s"})
-LOG = "joulestat.attribution.kube"
+LOG = "joulestat.host.kube"
 
 
 def pod_item(uid: str, namespace: str, name: str, labels: dict[str, str] | None = None,

@@ -10,11 +10,11 @@ from pathlib import Path
 from joulestat.attribution.accounting import JobAccounting
 from joulestat.attribution.idle import IdleBaselines
 from joulestat.attribution.registry import JobRegistry
+from joulestat.core.records import NodeInfo
 from joulestat.core.tick import Tick, TickEntry
-from joulestat.host.identity import NodeInfo
 from joulestat.outputs.otlp import ExportState
 from joulestat.outputs.prometheus import NodeMetrics
-from joulestat.outputs.sink import TickRecord
+from joulestat.pipeline.sink import TickRecord
 
 NODE = NodeInfo("n1", "g5.xlarge", "us-east-1", "Xeon", "0.1.0")
 START_S = 1_700_000_000.0

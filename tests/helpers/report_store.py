@@ -23,9 +23,8 @@ from sqlalchemy.engine import Engine
 
 from joulestat.attribution.registry import Job
 from joulestat.attribution.shares import DeviceUse, TickUsage, attribute
+from joulestat.core.records import DeviceInfo, NodeInfo
 from joulestat.core.tick import Tick, TickEntry
-from joulestat.devices.sensor import DeviceInfo
-from joulestat.host.identity import NodeInfo
 from joulestat.store import migrate
 from joulestat.store.engine import make_engine
 from joulestat.store.writer import StoreWriter

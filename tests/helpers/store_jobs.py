@@ -15,10 +15,9 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 from joulestat.attribution.registry import Job
-from joulestat.attribution.shares import DeviceUse, Share, TickUsage, attribute
+from joulestat.attribution.shares import DeviceUse, TickUsage, attribute
+from joulestat.core.records import DeviceInfo, NodeInfo, Share
 from joulestat.core.tick import Tick, TickEntry
-from joulestat.devices.sensor import DeviceInfo
-from joulestat.host.identity import NodeInfo
 from joulestat.store import migrate
 from joulestat.store.jobs import JobSummary, list_jobs
 from joulestat.store.nodes import unattributed_check

@@ -9,9 +9,8 @@ from contextlib import contextmanager
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
+from joulestat.core.records import DeviceInfo, NodeInfo
 from joulestat.core.tick import Tick, TickEntry
-from joulestat.devices.sensor import DeviceInfo
-from joulestat.host.identity import NodeInfo
 from joulestat.store import migrate
 from joulestat.store.engine import make_engine
 from joulestat.store.nodes import minute_energy_rows

@@ -29,11 +29,11 @@ from sqlalchemy.engine import Engine
 from joulestat.attribution.registry import Job
 from joulestat.carbon.footprint import CarbonSettings
 from joulestat.carbon.pricing import Pricer
+from joulestat.demo import sample_store as sample
 from joulestat.reports.compare.figures import figures_for, pick_jobs
 from joulestat.reports.compare.groups import CompareError
 from joulestat.reports.compare.setups import compare_setups
 from joulestat.reports.compare.table import compare
-from joulestat.runtime import sample_store as sample
 from joulestat.store.engine import dialect_insert
 from joulestat.store.job_delete import delete_jobs
 from joulestat.store.jobs import JobFilter, JobRef, job_totals

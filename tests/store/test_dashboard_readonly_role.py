@@ -16,7 +16,7 @@ from sqlalchemy.exc import DBAPIError
 from streamlit.testing.v1 import AppTest
 
 from joulestat.dashboard import fmt
-from joulestat.runtime import sample_store as sample
+from joulestat.demo import sample_store as sample
 from joulestat.store import migrate
 from joulestat.store.engine import make_engine, open_readonly_engine
 from joulestat.store.jobs import job_totals, list_jobs

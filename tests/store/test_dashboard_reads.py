@@ -23,11 +23,10 @@ from joulestat.attribution.registry import Job
 from joulestat.attribution.shares import DeviceUse, TickUsage, attribute
 from joulestat.carbon.footprint import energy_points, footprint
 from joulestat.carbon.pricing import placements
+from joulestat.core.records import DeviceInfo, NodeInfo
 from joulestat.core.tick import Tick, TickEntry
 from joulestat.dashboard import analysis, costing, downloads
-from joulestat.devices.sensor import DeviceInfo
-from joulestat.host.identity import NodeInfo
-from joulestat.runtime import sample_store as sample
+from joulestat.demo import sample_store as sample
 from joulestat.store.engine import make_engine, open_readonly_engine
 from joulestat.store.jobs import (
     JobFilter,
@@ -61,7 +60,7 @@ DEVICES = [DeviceInfo("cpu", "0", "rapl"), DeviceInfo("accelerator", "0", "nvml_
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def sample_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The sample store (:mod:`joulestat.runtime.sample_store`), ended a minute ago, on
+    """The sample store (:mod:`joulestat.demo.sample_store`), ended a minute ago, on
     each backend; filled once per module and only read."""
     url = module_store_url(request, tmp_path_factory.mktemp("dq"), "dashboard_sample")
     engine = make_engine(url)

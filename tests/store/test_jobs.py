@@ -16,7 +16,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 from joulestat.attribution.registry import JobRegistry
-from joulestat.attribution.shares import Share
+from joulestat.core.records import Share
 from joulestat.store.durability import Checkpoint, load_checkpoint, load_running_jobs
 from joulestat.store.engine import dialect_insert, make_engine
 from joulestat.store.jobs import UnknownJobError, job_detail, list_jobs

@@ -19,8 +19,8 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
+from joulestat.core.records import NodeInfo
 from joulestat.core.tick import Tick, TickEntry
-from joulestat.host.identity import NodeInfo
 from joulestat.store import maintenance as partitions
 from joulestat.store.engine import make_engine
 from joulestat.store.maintenance import (

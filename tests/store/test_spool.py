@@ -12,10 +12,8 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
-from joulestat.attribution.shares import Share
+from joulestat.core.records import DeviceInfo, NodeInfo, Share
 from joulestat.core.tick import Tick, TickEntry
-from joulestat.devices.sensor import DeviceInfo
-from joulestat.host.identity import NodeInfo
 from joulestat.store.durability import Spool
 from joulestat.store.writer import StoreWriter
 from tests.helpers.stores import Store, refused_inserts

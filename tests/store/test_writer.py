@@ -105,7 +105,7 @@ def test_full_buffer_drops_oldest_rows_and_says_how_many(engine, caplog):
 def test_full_buffer_folds_job_rows_before_dropping_any_node_row(engine, caplog):
     """Twenty jobs' shares fill the buffer: who used the oldest ticks' energy is folded
     into their unattributed rows, but every tick of node energy is kept."""
-    from joulestat.attribution.shares import Share
+    from joulestat.core.records import Share
     from joulestat.store.nodes import unattributed_check
 
     writer = writer_for(engine, max_batch_rows=50, max_buffered_rows=400)

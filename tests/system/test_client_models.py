@@ -15,11 +15,11 @@ from collections.abc import Iterator
 import pytest
 
 from joulestat.api.server import ApiServer
-from joulestat.attribution.model_units import MAX_MODELS_PER_JOB
 from joulestat.attribution.registry import JobRegistry
 from joulestat.client.context import ENV_AGENT_URL, ENV_JOB_ID, ENV_TOKEN
 from joulestat.client.notice import forget
 from joulestat.client.tracking import track
+from joulestat.core.model_units import MAX_MODELS_PER_JOB
 
 
 @pytest.fixture(autouse=True)

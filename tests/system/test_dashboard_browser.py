@@ -6,7 +6,7 @@ so a one-shot ``--dump-dom`` or ``--screenshot`` may capture an empty shell. The
 therefore drives Chromium through its DevTools protocol (the ``websockets`` client
 Streamlit already depends on): load a page, poll the rendered text until the expected
 figures appear, then take a full-page screenshot. The store is the sample
-(:mod:`joulestat.runtime.sample_store`) plus :mod:`tests.helpers.honest_store` (a steady laptop job,
+(:mod:`joulestat.demo.sample_store`) plus :mod:`tests.helpers.honest_store` (a steady laptop job,
 runs told apart by a label, an imported VM estimate with its profile) and a CodeCarbon
 CSV written by CodeCarbon's own tracker, imported with its CO2e kept. The HTML report is
 opened in Chromium and the PDF rasterised with ``pdftoppm``. Screenshots go to the

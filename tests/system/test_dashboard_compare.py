@@ -28,10 +28,10 @@ from sqlalchemy import select
 from streamlit.testing.v1 import AppTest
 
 from joulestat.dashboard import state
+from joulestat.demo import sample_store as sample
 from joulestat.reports.compare.figures import figures_for, pick_jobs
 from joulestat.reports.compare.table import compare
 from joulestat.reports.compare.words import headline
-from joulestat.runtime import sample_store as sample
 from joulestat.store import migrate
 from joulestat.store.engine import make_engine
 from joulestat.store.schema import NODES

@@ -34,7 +34,7 @@ def test_a_store_the_demo_cannot_reach_stops_it_with_one_line(tmp_path: Path) ->
 @pytest.mark.skipif(find_spec("numpy") is None, reason="the demo's workers need numpy")
 def test_a_training_worker_whose_demo_is_gone_stops_quietly() -> None:
     worker = subprocess.Popen(
-        [sys.executable, "-m", "joulestat.cli.demo_workers", "train", "numpy", "0", "5"],
+        [sys.executable, "-m", "joulestat.demo.workers", "train", "numpy", "0", "5"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert worker.stdout is not None and worker.stdin is not None
     assert worker.stdout.readline().startswith("{")  # ready, waiting for "go"

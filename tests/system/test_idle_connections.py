@@ -25,7 +25,7 @@ MAX_THREADS = 20
 # Measured: 1,300 idle connections cost the agent 0.8-1.0 MiB of RSS (a socket, a small
 # record and a selector entry each; the kernel's socket buffers are not in RSS).
 MAX_RSS_GROWTH_MIB = 10
-PORT_CAP = 512  # agent/api/gate.py: connections open per port (RLIMIT_NOFILE >= 2048)
+PORT_CAP = 512  # agent/core/http_gate.py: connections open per port (RLIMIT_NOFILE >= 2048)
 MAX_SCRAPE_S = 1.0
 CPU_WINDOW_S = 1.5
 # A selector that polled or spun would show here as up to a CPU-second per second.

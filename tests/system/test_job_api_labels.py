@@ -11,13 +11,13 @@ import pytest
 
 from joulestat.api.server import ApiServer
 from joulestat.attribution.registry import JobRegistry
-from joulestat.attribution.validation import (
+from joulestat.core.redact import REDACTED
+from joulestat.core.validation import (
     END_FUTURE_SLACK_S,
     MAX_LABEL_KEY_CHARS,
     MAX_LABEL_VALUE_CHARS,
     MAX_LABELS,
 )
-from joulestat.core.redact import REDACTED
 from tests.helpers.job_api import JOB, call, register
 
 SECRETS = {

@@ -1,4 +1,4 @@
-"""Pods named after the pod: agent/attribution/kube.py reading a pod list over HTTP, and
+"""Pods named after the pod: agent/host/kube.py reading a pod list over HTTP, and
 sync_registry's use of it.
 
 The pod list is served by a local http.server on 127.0.0.1 (the module takes an
@@ -17,15 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from joulestat.attribution.discovery import sync_registry
-from joulestat.attribution.kube import (
+from joulestat.attribution.discovered import sync_registry
+from joulestat.attribution.registry import Job, JobRegistry
+from joulestat.host.kube import (
     PodDirectory,
     PodListError,
     PodListSource,
     apiserver_source,
     pod_directory,
 )
-from joulestat.attribution.registry import Job, JobRegistry
 from tests.helpers.kube import (
     CID,
     KINDS,

@@ -26,7 +26,7 @@ from streamlit.testing.v1 import AppTest
 from joulestat.api.server import ApiServer
 from joulestat.attribution.registry import JobRegistry
 from joulestat.dashboard import fmt
-from joulestat.reports.figures import JobFigures
+from joulestat.reports.figures import FiguresFromStore
 from tests.helpers import job_api
 from tests.helpers.cli import invoke
 from tests.helpers.compare_store import PINNED, T0, TICK_S, job, node, run_job, settle
@@ -122,7 +122,7 @@ def test_every_view_gives_a_job_the_same_figures(store: Store,
             assert _same(row["accelerator_j"], want["by_component"]["accelerator"]), row
 
     # GET /v1/jobs/{id}/figures on a job API serving this store
-    api = ApiServer(JobRegistry(), "127.0.0.1", 0, figures=JobFigures(store.open()))
+    api = ApiServer(JobRegistry(), "127.0.0.1", 0, figures=FiguresFromStore(store.open()))
     api.start()
     try:
         for job_id, want in truth.items():

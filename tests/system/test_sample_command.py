@@ -1,5 +1,5 @@
 """The sample store's command, run exactly as docs/dashboard.md and the dashboard's
-empty-store hint write it (``python -m joulestat.runtime.sample_store URL``), from outside
+empty-store hint write it (``python -m joulestat.demo.sample_store URL``), from outside
 the repo."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "dashboard.md"
 def documented_command() -> list[str]:
     """The sample command of docs/dashboard.md, checked to be the dashboard hint's too."""
     [line] = [line for line in DOCS.read_text().splitlines()
-              if line.startswith("python -m joulestat.runtime.sample_store ")]
+              if line.startswith("python -m joulestat.demo.sample_store ")]
     assert line in SAMPLE_HINT.splitlines()
     return shlex.split(line)
 
@@ -30,7 +30,7 @@ def documented_command() -> list[str]:
 @pytest.mark.slow
 def test_the_documented_sample_command_fills_a_store(tmp_path: Path) -> None:
     argv = documented_command()
-    assert argv[:3] == ["python", "-m", "joulestat.runtime.sample_store"] and len(argv) == 4
+    assert argv[:3] == ["python", "-m", "joulestat.demo.sample_store"] and len(argv) == 4
     url = f"sqlite:///{tmp_path / 'sample.db'}"  # the documented URL, in a place of our own
     done = subprocess.run([sys.executable, *argv[1:3], url], capture_output=True, text=True,
                           cwd=tmp_path, timeout=300)

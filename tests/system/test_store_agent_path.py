@@ -16,12 +16,12 @@ def test_agent_path_imports_neither_alembic_nor_the_orm(tmp_path):
     migrate.upgrade(f"sqlite:///{db}")
     script = f"""
 import sys
-from joulestat.host.identity import NodeInfo
+from joulestat.core.records import NodeInfo
 from joulestat.store.engine import make_engine
 from joulestat.store.migrate import is_at_head
 from joulestat.store.writer import StoreWriter
 from joulestat.core.tick import Tick, TickEntry
-from joulestat.attribution.shares import Share
+from joulestat.core.records import Share
 from joulestat.attribution.registry import Job
 from joulestat.store.durability import load_checkpoint, load_running_jobs
 engine = make_engine("sqlite:///{db}")

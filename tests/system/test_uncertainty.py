@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from joulestat.core import units
-from joulestat.devices.model_error import estimator_error
 from joulestat.reports.compare import words
+from joulestat.reports.model_error import estimator_error
 from tests.fakes.powercap import FakePowercap
 from tests.helpers.agent_process import agent_at_head, agent_env, in_memory, read_cli, run_cli
 from tests.helpers.compare_store import PINNED, T0, TICK_S, compare_invoke, job, node, run_job

@@ -11,13 +11,10 @@ here because the choice of rows is where most bad input is found (``by``,
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping
+from typing import Protocol
 
 from joulestat.core.redact import redact_labels
-
-if TYPE_CHECKING:  # the table module imports this one
-    from joulestat.reports.compare.table import ComparisonRow, JobFigures
 
 __all__ = ["BY_CHOICES", "LABEL_BY", "MODEL_BY", "MODEL_ROW", "NAME_BY", "SETUP_SEPARATOR",
            "UNKNOWN_TYPE", "CompareError", "check_by", "find_baseline", "group_of",
@@ -31,7 +28,7 @@ MODEL_BY = "model"  # a row per model served (JobFigures.model)
 MODEL_ROW = "model="
 UNKNOWN_TYPE = "unknown"
 SETUP_SEPARATOR = " · "  # "concurrency=1 · g5.xlarge": a label value on one setup
-# The job API's label keys (joulestat.attribution.validation.LABEL_KEY_RE), without importing jobs.
+# The job API's label keys (joulestat.core.validation.LABEL_KEY_RE), without importing jobs.
 _LABEL_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
 
@@ -55,6 +52,35 @@ def setup_name(instance_types: Iterable[str]) -> str:
 def label_key(by: str) -> str | None:
     """KEY of ``by="label:KEY"``; None for the other groupings."""
     return by[len(LABEL_BY):] if by.startswith(LABEL_BY) else None
+
+
+class JobFigures(Protocol):
+    """What grouping reads of a compared job
+    (:class:`joulestat.reports.compare.table.JobFigures`, whose module imports this one:
+    a protocol, so this module needs nothing of that one)."""
+
+    @property
+    def job_id(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def setup(self) -> str: ...
+    @property
+    def labels(self) -> Mapping[str, str]: ...
+    @property
+    def model(self) -> str | None: ...
+
+
+class ComparisonRow(Protocol):
+    """What naming a baseline reads of a row
+    (:class:`joulestat.reports.compare.table.ComparisonRow`)."""
+
+    @property
+    def job(self) -> str | None: ...
+    @property
+    def job_id(self) -> str | None: ...
+    @property
+    def group(self) -> str: ...
 
 
 def check_by(by: str) -> None:

@@ -22,7 +22,7 @@ from joulestat.attribution.agent_labels import (
 from joulestat.attribution.idle import IdleBaselines
 from joulestat.attribution.registry import Job, JobRegistry
 from joulestat.attribution.shares import IdlePolicy
-from joulestat.attribution.validation import MAX_LABELS, JobError
+from joulestat.core.validation import MAX_LABELS, JobError
 from joulestat.store.durability import _decode, _encode
 from joulestat.store.rows import PendingJobs, RowBuffer
 from tests.helpers.store_jobs import (

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from joulestat.attribution.registry import JobRegistry
-from joulestat.attribution.validation import MAX_LABELS, JobConflict, JobError
+from joulestat.core.validation import MAX_LABELS, JobConflict, JobError
 
 
 def test_take_changes_reports_each_change_once() -> None:
@@ -35,7 +35,7 @@ def test_take_changes_reports_each_change_once() -> None:
 
 
 def test_units_after_the_end_and_past_the_total_cap_are_refused() -> None:
-    from joulestat.attribution.validation import MAX_UNIT_COUNT, JobConflict, JobError, JobLimit
+    from joulestat.core.validation import MAX_UNIT_COUNT, JobConflict, JobError, JobLimit
 
     registry = JobRegistry(max_live_jobs=2)
     job = registry.register("a", "training", job_id="a")

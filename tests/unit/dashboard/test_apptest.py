@@ -4,7 +4,7 @@ AppTest runs each page file as Streamlit's file-based pages (it resets the page 
 before every run); app.py's navigation around them, and deep links into a fresh
 server, are covered in a real browser by tests/system/test_dashboard_browser.py.
 
-Stores are filled through the agent's own path (:mod:`joulestat.runtime.sample_store` drives
+Stores are filled through the agent's own path (:mod:`joulestat.demo.sample_store` drives
 ``attribute()`` and ``StoreWriter``); expected figures come from the shared store
 queries (``list_jobs``, ``job_detail``, ``node_energy_j``), never from the dashboard's
 own code, so a page that shows a wrong number fails here.
@@ -22,7 +22,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from joulestat.dashboard import downloads, fmt
-from joulestat.runtime import sample_store as sample
+from joulestat.demo import sample_store as sample
 from joulestat.store import migrate
 from joulestat.store.engine import make_engine
 from joulestat.store.jobs import JobSummary, job_detail, list_jobs

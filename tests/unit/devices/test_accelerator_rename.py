@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from joulestat.attribution.idle import IdleBaselines
-from joulestat.attribution.sampler import Sampler
 from joulestat.core.tick import Component, Tick, TickEntry
 from joulestat.devices.replay import ReplaySensor, load_trace, trace_energy_j
 from joulestat.devices.sensor import current_component
+from joulestat.pipeline.sampler import Sampler
 from joulestat.store.durability import Spool
 from joulestat.store.rows import SHARE, TICK, UNIT
 from tests.helpers.checkpoint import TRACE, warned

@@ -7,12 +7,12 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from joulestat.core.records import NodeInfo
 from joulestat.devices.accelerator import combined_device_state
 from joulestat.devices.amd import AmdSensor, open_amd
 from joulestat.devices.gaudi import GaudiSensor, open_gaudi
 from joulestat.devices.nvidia import NvidiaSensor, open_nvidia
 from joulestat.devices.sensor import DeviceState
-from joulestat.host.identity import NodeInfo
 from joulestat.outputs.prometheus import NodeMetrics, make_registry
 from tests.fakes.amdsmi import FakeAmdGpu, FakeAmdsmi
 from tests.fakes.hlml import FakeHlml, FakeHpu

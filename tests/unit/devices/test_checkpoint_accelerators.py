@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from joulestat.attribution.sampler import Sampler
 from joulestat.devices.amd import AmdSensor, open_amd
 from joulestat.devices.gaudi import GaudiSensor, open_gaudi
 from joulestat.devices.neuron import RESUME_MAX_S, NeuronSensor, open_neuron
+from joulestat.pipeline.sampler import Sampler
 from tests.fakes.amdsmi import FakeAmdGpu, FakeAmdsmi
 from tests.fakes.hlml import FakeHlml, FakeHpu
 from tests.fakes.neuron import FakeNeuron

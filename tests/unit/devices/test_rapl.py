@@ -342,7 +342,7 @@ def test_fake_driver_pause_stops_the_counter(tree: FakePowercap) -> None:
 
 def _ticking(tree: FakePowercap, sensor: RaplSensor, start_s: float = 100.0):
     """A sampler over ``sensor`` on a hand-driven clock: (sampler, clock dict)."""
-    from joulestat.attribution.sampler import Sampler
+    from joulestat.pipeline.sampler import Sampler
 
     clock = {"t": start_s}
     sampler = Sampler([sensor], monotonic=lambda: clock["t"], wall=lambda: 1000.0 + clock["t"])

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from joulestat.core.logs import LogOnce
+from joulestat.core.records import DeviceInfo
 from joulestat.core.tick import Component
 from joulestat.devices.accelerator import EmptySensor
 from joulestat.devices.amd import open_amd
@@ -33,7 +34,6 @@ from joulestat.devices.neuron import open_neuron
 from joulestat.devices.replay import ReplaySensor, load_trace
 from joulestat.devices.sensor import (
     Capabilities,
-    DeviceInfo,
     DeviceProcesses,
     DeviceState,
     DeviceStates,

@@ -41,7 +41,7 @@ from joulestat.outputs.otlp import (
     parse_headers,
 )
 from joulestat.outputs.prometheus import JobMetrics, NodeMetrics, make_registry
-from joulestat.outputs.sink import TickRecord
+from joulestat.pipeline.sink import TickRecord
 from joulestat.runtime.settings import resolve
 from tests.helpers.otlp_receiver import decode
 from tests.helpers.otlp_state import NODE, START_S, export_state

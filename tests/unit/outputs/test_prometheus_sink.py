@@ -17,11 +17,11 @@ from prometheus_client import generate_latest
 from joulestat.attribution.accounting import JobAccounting
 from joulestat.attribution.idle import IdleBaselines
 from joulestat.attribution.registry import JobRegistry
+from joulestat.core.records import NodeInfo
 from joulestat.core.tick import Tick, TickEntry
-from joulestat.host.identity import NodeInfo
 from joulestat.outputs.health import AgentHealth
 from joulestat.outputs.prometheus import JobMetrics, NodeMetrics, make_registry
-from joulestat.outputs.sink import TickRecord
+from joulestat.pipeline.sink import TickRecord
 
 NODE = NodeInfo("n1", "g5.xlarge", "us-east-1", "Xeon", "0.1.0")
 TICK = TickRecord(Tick(0.0, 2.0, (TickEntry("cpu", "package-0", "rapl", 50.0),)))

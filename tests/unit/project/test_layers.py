@@ -1,16 +1,18 @@
 """A module's directory is its layer, and a module imports only from its own layer or
-the ones below it.
+the ones below it; and no two modules import each other, however indirectly.
 
-The layers, lowest first (docs/architecture.md draws them)::
+The layers, lowest first, are the pipeline's stages (docs/architecture.md draws them)::
 
-    0. core                          errors, units, the tick record, redaction, logging
-    1. devices, host, carbon         hardware, /proc and cgroups, the node's facts
+    0. core                          records that cross layers, units, errors, logging
+    1. devices, host, carbon         hardware, /proc, cgroups and schedulers, the node's facts
     2. attribution                   a tick's energy divided among jobs
-    3. store, outputs, api, reports  where figures go and how they are read back
-    4. runtime                       what puts the layers below together
-    5. cli, client, dashboard        what a person runs or imports
-    6. integrations                  the client inside ML frameworks (Trainer, Lightning,
-                                     MLflow, W&B)
+    3. pipeline                      sampler, pipeline, tick loop, the Sink protocol
+    4. store                         write, derive, read (and its migrations)
+    5. reports                       figures, comparisons and reports read from the store
+    6. api, outputs                  the job API; Prometheus, OTLP (neither imports the other)
+    7. runtime                       what puts the layers below together
+    8. cli, client, demo, dashboard  what a person runs or imports
+    9. integrations                  the client inside ML frameworks
 
 The rule is over package prefixes: ``joulestat.<dir>.…`` is in ``<dir>``'s layer. The
 ``joulestat`` package itself (``__init__``, ``__main__``) is the public face, above
@@ -39,11 +41,17 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("core", ("core",)),
     ("devices, host, carbon", ("devices", "host", "carbon")),
     ("attribution", ("attribution",)),
-    ("store, outputs, api, reports", ("store", "outputs", "api", "reports", "migrations")),
+    ("pipeline", ("pipeline",)),
+    ("store", ("store", "migrations")),
+    ("reports", ("reports",)),
+    ("api, outputs", ("api", "outputs")),
     ("runtime", ("runtime",)),
-    ("cli, client, dashboard", ("cli", "client", "dashboard")),
+    ("cli, client, demo, dashboard", ("cli", "client", "demo", "dashboard")),
     ("integrations", ("integrations",)),
 )
+# Within a layer, these directories may not import each other: the job API and the
+# exporters are two servers side by side (their HTTP admission is core's).
+APART = (("api", "outputs"), ("outputs", "api"))
 FACE = len(LAYERS)  # the joulestat package itself: above every layer
 
 
@@ -130,6 +138,9 @@ def check_layers(root: Path = ROOT) -> tuple[list[str], list[str]]:
             elif high > low:
                 bad.append(f"{where}: {name} ({_name(low)}) imports {imp.imported} "
                            f"({_name(high)})")
+            elif (name.split(".")[1:2] + imp.imported.split(".")[1:2]) in map(list, APART):
+                bad.append(f"{where}: {name} imports {imp.imported}: "
+                           f"{name.split('.')[1]} and {imp.imported.split('.')[1]} stay apart")
     return unplaced, sorted(bad)
 
 
@@ -199,13 +210,13 @@ def test_the_checker_reports_an_upward_import(tmp_path: Path) -> None:
     assert unplaced == []
     assert bad == [
         "agent/devices/factory.py:11: joulestat.devices.factory (devices, host, carbon) "
-        "imports joulestat.store.engine (store, outputs, api, reports)",
+        "imports joulestat.store.engine (store)",
         "agent/devices/factory.py:12: joulestat.devices.factory imports agent.core, which is "
         "not installed (the package is joulestat)",
         "agent/devices/factory.py:3: joulestat.devices.factory (devices, host, carbon) "
         "imports joulestat.runtime.settings (runtime)",
         "agent/devices/factory.py:6: joulestat.devices.factory (devices, host, carbon) "
-        "imports joulestat.cli (cli, client, dashboard)",
+        "imports joulestat.cli (cli, client, demo, dashboard)",
         "agent/devices/factory.py:7: joulestat.devices.factory (devices, host, carbon) "
         "imports joulestat.runtime (runtime)",
         "agent/devices/factory.py:8: joulestat.devices.factory (devices, host, carbon) "
@@ -235,3 +246,104 @@ def test_docs_architecture_shows_these_layers_and_names_only_real_paths() -> Non
     missing = sorted(p for p in paths if not (ROOT / p.rstrip("/")).exists()
                      and not glob.glob(str(ROOT / p)))
     assert missing == [], f"docs/architecture.md names paths that do not exist: {missing}"
+
+
+# -- No import cycles ------------------------------------------------------------------
+
+def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
+    """Module -> the modules it imports (anywhere in it, type-only included), resolved
+    to modules of the tree: ``from joulestat.store import engine`` is an import of
+    ``joulestat.store.engine``. A module's import of its own package is left out: the
+    package's ``__init__`` runs first anyway and holds no imports of its modules."""
+    modules = find_modules(root)
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+
+    def resolve(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    for name, path in modules.items():
+        own = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = own.split(".")
+                    module = ".".join(base[:len(base) - (node.level - 1)]
+                                      + ([node.module] if node.module else []))
+                else:
+                    module = node.module or ""
+                targets = [module] + [f"{module}.{alias.name}" for alias in node.names]
+            for target in targets:
+                found = resolve(target) if target.startswith("joulestat") else None
+                if found and found != name and not name.startswith(found + "."):
+                    graph[name].add(found)
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm,
+    iterative): each is a set of modules that import each other, however indirectly."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, edges = work[-1]
+            for nxt in edges:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        cycles.append(sorted(component))
+    return sorted(cycles)
+
+
+def test_no_import_cycle_between_modules() -> None:
+    graph = import_graph()
+    cycles = import_cycles(graph)
+    said = ["; ".join(f"{m} -> {', '.join(sorted(graph[m] & set(c)))}" for m in c)
+            for c in cycles]
+    assert not cycles, "modules that import each other:\n" + "\n".join(said)
+
+
+def test_the_checker_finds_an_indirect_cycle(tmp_path: Path) -> None:
+    _write(tmp_path, {
+        "agent/__init__.py": "",
+        "agent/store/__init__.py": "",
+        "agent/store/a.py": "from joulestat.store import b\n",
+        "agent/store/b.py": "def f():\n    from joulestat.store.c import x\n",
+        "agent/store/c.py": ("from typing import TYPE_CHECKING\n"
+                             "if TYPE_CHECKING:\n    from joulestat.store.a import y\n"),
+        "agent/store/d.py": "import joulestat.store.a\n",  # imports into it: no cycle
+    })
+    assert import_cycles(import_graph(tmp_path)) == [
+        ["joulestat.store.a", "joulestat.store.b", "joulestat.store.c"]]

@@ -12,12 +12,12 @@ from prometheus_client import generate_latest
 from joulestat.attribution.accounting import JobAccounting
 from joulestat.attribution.idle import IdleBaselines
 from joulestat.attribution.registry import JobRegistry
+from joulestat.core.records import NodeInfo
 from joulestat.core.tick import Tick, TickEntry
-from joulestat.host.identity import NodeInfo
 from joulestat.outputs.health import AgentHealth
 from joulestat.outputs.metric_catalog import METRICS, render_markdown
 from joulestat.outputs.prometheus import JobMetrics, NodeMetrics, make_registry
-from joulestat.outputs.sink import TickRecord
+from joulestat.pipeline.sink import TickRecord
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "metrics.md"
 

@@ -1,5 +1,5 @@
 """Bounds from sources (joulestat.reports.bounds), the models' measured error
-(joulestat.devices.model_error) and the uncertainty of a comparison's rows."""
+(joulestat.reports.model_error) and the uncertainty of a comparison's rows."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import pytest
 
 from joulestat.carbon.pricing import NodeFigures
 from joulestat.core import units
-from joulestat.devices.model_error import estimator_error, validation_points
 from joulestat.reports.bounds import (
     ATTRIBUTION,
     FILLED,
@@ -21,6 +20,7 @@ from joulestat.reports.bounds import (
     total_bounds,
 )
 from joulestat.reports.compare.table import JobFigures, compare
+from joulestat.reports.model_error import estimator_error, validation_points
 
 
 def test_each_source_has_its_accuracy_or_none() -> None:

@@ -21,8 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from joulestat.attribution.registry import JobRegistry
 from joulestat.cli.agent import AGENT_OPTIONS
 from joulestat.outputs.prometheus import make_registry
+from joulestat.pipeline.pipeline import Pipeline
 from joulestat.runtime.assembly import Assembly, PipelineSettings, build_pipeline
-from joulestat.runtime.pipeline import Pipeline
 from joulestat.runtime.settings import resolve
 from joulestat.store.nodes import node_devices
 from tests.fakes.amdsmi import FakeAmdGpu, FakeAmdsmi

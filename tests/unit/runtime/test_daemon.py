@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from joulestat.attribution.registry import JobRegistry
-from joulestat.host.identity import NodeInfo
+from joulestat.core.records import NodeInfo
 from joulestat.outputs.prometheus import NodeMetrics
 from joulestat.runtime.daemon import Daemon
 

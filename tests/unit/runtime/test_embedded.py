@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from joulestat.attribution.validation import JobError
 from joulestat.core.errors import ConfigError
+from joulestat.core.validation import JobError
 from joulestat.runtime.embedded import EmbeddedJob
 from tests.helpers.embedded_node import PID, EmbeddedNode, embedded_node
 

@@ -13,7 +13,7 @@ import pytest
 
 from joulestat.api.agent_client import AgentError, AgentUnavailable, retrying
 from joulestat.attribution.registry import JobRegistry
-from joulestat.runtime.pipeline import await_run_ends
+from joulestat.pipeline.pipeline import await_run_ends
 
 
 class FakeTime:

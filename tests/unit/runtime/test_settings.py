@@ -102,7 +102,7 @@ def sections() -> list[type]:
     from joulestat.host.usage import HostSettings
     from joulestat.outputs.otlp import OtlpSettings
     from joulestat.outputs.prometheus import MetricsSettings
-    from joulestat.runtime.tick_loop import TickSettings
+    from joulestat.pipeline.tick_loop import TickSettings
     from joulestat.store.writer import StoreSettings
 
     return [DeviceSettings, HostSettings, NodeSettings, AttributionSettings, StoreSettings,

@@ -1,6 +1,6 @@
 """What every output of the pipeline is: a sink that sees each tick once, then closes.
 
-The pipeline (:mod:`joulestat.runtime.pipeline`) hands each tick to a list of sinks in order and
+The pipeline (:mod:`joulestat.pipeline.pipeline`) hands each tick to a list of sinks in order and
 names none of them, so an output is added by appending to that list, not by teaching
 the pipeline a new field. Today's sinks: the Prometheus node metrics
 (:mod:`joulestat.outputs.prometheus`) and the store writer (:mod:`joulestat.store.writer`). The
@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from joulestat.core.tick import Tick
 
 # (state, boot id): the sampler's and the accounting's counters after the tick, and the
-# boot they are valid on (see joulestat.runtime.pipeline).
+# boot they are valid on (see joulestat.pipeline.pipeline).
 Checkpoint = tuple[Mapping[str, Any], str]
 
 

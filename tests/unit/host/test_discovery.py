@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from joulestat.attribution import discovery
-from joulestat.attribution.discovery import (
+from joulestat.host import discovery
+from joulestat.host.discovery import (
     SCHEDULERS,
     DiscoveredJob,
     discover,
@@ -273,7 +273,7 @@ def test_parse_discover_option_names_the_unknown_word_and_the_valid_ones() -> No
 def test_sync_registry_registers_updates_and_ends_discovered_jobs(node: Path) -> None:
     import shutil
 
-    from joulestat.attribution.discovery import sync_registry
+    from joulestat.attribution.discovered import sync_registry
     from joulestat.attribution.registry import JobRegistry
 
     registry = JobRegistry()
@@ -293,7 +293,7 @@ def test_sync_registry_registers_updates_and_ends_discovered_jobs(node: Path) ->
 
 
 def test_a_scan_cache_reads_only_processes_new_since_the_last_scan(node: Path) -> None:
-    from joulestat.attribution.discovery import ScanCache
+    from joulestat.host.discovery import ScanCache
 
     now = [0.0]
     cache = ScanCache(revalidate_every_s=60.0, clock=lambda: now[0])

@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from joulestat.attribution.sampler import Sampler
+from joulestat.core.records import DeviceInfo
 from joulestat.devices.estimators import DramModelSensor
 from joulestat.devices.replay import ReplaySensor, load_trace, trace_energy_j
-from joulestat.devices.sensor import DeviceInfo, Reading
+from joulestat.devices.sensor import Reading
+from joulestat.pipeline.sampler import Sampler
 from tests.fakes.proc_stat import FakeProc
 from tests.helpers.checkpoint import TRACE, json_only, warned
 

@@ -1,6 +1,6 @@
 """A sample store, written through the agent's own store API, to try the dashboard on.
 
-``python -m joulestat.runtime.sample_store sqlite:////tmp/sample.db`` fills a store with a few hours
+``python -m joulestat.demo.sample_store sqlite:////tmp/sample.db`` fills a store with a few hours
 of five simulated nodes (an A10G, an Inferentia2 and a CPU-only inference box, and a
 p4d trainer fed by a c5 loader as one multi-node job), so the pages can be seen and
 tested without hardware. The tests, the browser test, the benchmark and the
@@ -28,9 +28,8 @@ from sqlalchemy.engine import Engine
 from joulestat.attribution.agent_labels import policy_labels
 from joulestat.attribution.registry import Job
 from joulestat.attribution.shares import DeviceUse, IdlePolicy, TickUsage, attribute
+from joulestat.core.records import DeviceInfo, NodeInfo
 from joulestat.core.tick import Component, Tick, TickEntry
-from joulestat.devices.sensor import DeviceInfo
-from joulestat.host.identity import NodeInfo
 from joulestat.store.writer import StoreWriter
 
 CPU, DRAM, ACCELERATOR = Component.CPU, Component.DRAM, Component.ACCELERATOR
@@ -267,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     from joulestat.store.engine import make_engine
     from joulestat.store.migrate import upgrade
 
-    parser = argparse.ArgumentParser(prog="python -m joulestat.runtime.sample_store",
+    parser = argparse.ArgumentParser(prog="python -m joulestat.demo.sample_store",
                                      description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("db", help="SQLAlchemy URL of the store to fill (migrated first)")

@@ -1,4 +1,4 @@
-"""Fixtures of the attribution unit tests."""
+"""Fixtures of the host unit tests."""
 
 from __future__ import annotations
 

@@ -46,17 +46,14 @@ import re
 import socket
 import ssl
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import quote, urlsplit
 
-from joulestat.attribution.validation import LABEL_KEY_RE, MAX_LABELS
-
-if TYPE_CHECKING:  # pragma: no cover - typing only
-    from joulestat.attribution.accounting import AttributionSettings
+from joulestat.core.validation import LABEL_KEY_RE, MAX_LABELS
 
 log = logging.getLogger(__name__)
 
@@ -436,7 +433,18 @@ def pod_directory(mode: str, node: str, *, env: Mapping[str, str] | None = None,
         return None
 
 
-def pods_for(settings: AttributionSettings, node: str, *,
+class PodSettings(Protocol):
+    """What :func:`pods_for` reads of the attribution settings (``--discover``,
+    ``--kube-pods``): a protocol, so this module needs nothing of accounting's."""
+
+    @property
+    def discover(self) -> Collection[str]: ...
+
+    @property
+    def kube_pods(self) -> PodNames: ...
+
+
+def pods_for(settings: PodSettings, node: str, *,
              env: Mapping[str, str] | None = None, sa_dir: Path = SERVICE_ACCOUNT_DIR
              ) -> PodDirectory | None:
     """The pod directory ``--kube-pods`` asks for on ``node``, or None when

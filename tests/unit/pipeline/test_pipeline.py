@@ -15,11 +15,10 @@ import pytest
 
 from joulestat.attribution.accounting import TickResult
 from joulestat.attribution.registry import Job, JobRegistry
+from joulestat.core.records import DeviceInfo, NodeInfo
 from joulestat.core.tick import Tick, TickEntry
-from joulestat.devices.sensor import DeviceInfo
-from joulestat.host.identity import NodeInfo
-from joulestat.outputs.sink import TickRecord
-from joulestat.runtime.pipeline import Pipeline
+from joulestat.pipeline.pipeline import Pipeline
+from joulestat.pipeline.sink import TickRecord
 
 NODE = NodeInfo("n1", "test.xlarge", "us-east-1", "Test CPU", "0.1.0")
 T0 = 1_700_000_000.0

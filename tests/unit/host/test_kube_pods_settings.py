@@ -12,18 +12,18 @@ from typing import Any
 
 import pytest
 
-from joulestat.attribution import kube as kube_pods
 from joulestat.attribution.accounting import AttributionSettings
-from joulestat.attribution.kube import (
+from joulestat.cli.agent import AGENT_OPTIONS
+from joulestat.cli.main import build_parser
+from joulestat.core.errors import ConfigError
+from joulestat.host import kube as kube_pods
+from joulestat.host.identity import NodeSettings
+from joulestat.host.kube import (
     PodListError,
     apiserver_source,
     kubelet_sources,
     pods_for,
 )
-from joulestat.cli.agent import AGENT_OPTIONS
-from joulestat.cli.main import build_parser
-from joulestat.core.errors import ConfigError
-from joulestat.host.identity import NodeSettings
 from joulestat.runtime.settings import ResolvedSettings, resolve
 from tests.helpers.kube import (
     LOG,

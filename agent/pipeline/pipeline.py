@@ -2,7 +2,7 @@
 
 The daemon and embedded mode (``joulestat run`` with no agent, or the in-process
 client) both drive a :class:`Pipeline`, so a job measured either way is measured by
-the same code. Its outputs are a list of sinks (:mod:`joulestat.outputs.sink`): the pipeline
+the same code. Its outputs are a list of sinks (:mod:`joulestat.pipeline.sink`): the pipeline
 knows none by name, so what the daemon exports and what embedded mode stores differ
 only in the list :mod:`joulestat.runtime.assembly` builds.
 
@@ -24,10 +24,10 @@ from typing import Any
 
 from joulestat.attribution.accounting import JobAccounting, TickResult
 from joulestat.attribution.registry import JobRegistry
-from joulestat.attribution.sampler import Sampler
+from joulestat.core.records import NodeInfo
 from joulestat.core.tick import Tick
-from joulestat.host.identity import NodeInfo
-from joulestat.outputs.sink import Sink, TickRecord
+from joulestat.pipeline.sampler import Sampler
+from joulestat.pipeline.sink import Sink, TickRecord
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from joulestat.runtime.tick_loop import Every, TickLoop
+from joulestat.pipeline.tick_loop import Every, TickLoop
 
 START = 100.0
 
@@ -67,7 +67,7 @@ def test_a_late_tick_skips_the_missed_slots_instead_of_bursting(
         caplog: pytest.LogCaptureFixture) -> None:
     time = FakeTime(stop_at=108.5)
     work = Work(time, {1: 3.5})  # the tick at 102 ends at 105.5: slots 103-105 are gone
-    with caplog.at_level(logging.DEBUG, logger="joulestat.runtime.tick_loop"):
+    with caplog.at_level(logging.DEBUG, logger="joulestat.pipeline.tick_loop"):
         loop(time, work).run()
     assert work.started == pytest.approx([101.0, 102.0, 106.0, 107.0, 108.0, 108.5])
     assert [r.getMessage() for r in caplog.records] == ["tick ran late; skipping 3 slot(s)"]

@@ -23,8 +23,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from joulestat.core.logs import LogOnce
+from joulestat.core.records import DeviceInfo
 from joulestat.core.tick import Tick, TickEntry, fill_source
-from joulestat.devices.sensor import DeviceInfo, Reading, Sensor, current_component
+from joulestat.devices.sensor import Reading, Sensor, current_component
 
 log = logging.getLogger(__name__)
 

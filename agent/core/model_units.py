@@ -31,7 +31,7 @@ MAX_MODELS_PER_JOB = 32
 # Letters, digits and . _ : / + - (Hugging Face "org/name", Ollama "llama3:8b"); no "@",
 # so a key splits at its only separator.
 MODEL_RE = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9._:/+-]{{0,{MAX_MODEL_CHARS - 1}}}$")
-_UNIT_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")  # joulestat.attribution.validation.UNIT_RE
+_UNIT_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")  # joulestat.core.validation.UNIT_RE
 
 
 def validate_model(model: object) -> str:

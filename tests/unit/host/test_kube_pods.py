@@ -1,4 +1,4 @@
-"""Pod lists as agent/attribution/kube.py reads them, without a port: items indexed by
+"""Pod lists as agent/host/kube.py reads them, without a port: items indexed by
 UID (a static pod's mirror under its hashed UID too), metadata-only lists taken and
 anything else refused, and a pod's labels turned into job labels as kube-state-metrics
 names them, within the registry's limits. (Reading the list over HTTP, and discovery
@@ -10,9 +10,9 @@ import json
 
 import pytest
 
-from joulestat.attribution.kube import PodInfo, job_labels, parse_pod_list
 from joulestat.attribution.registry import JobRegistry
-from joulestat.attribution.validation import MAX_LABELS
+from joulestat.core.validation import MAX_LABELS
+from joulestat.host.kube import PodInfo, job_labels, parse_pod_list
 from tests.helpers.kube import STATIC, UID, WEB, pod_item, pod_list
 
 

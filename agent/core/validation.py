@@ -14,7 +14,7 @@ import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
-from joulestat.attribution.model_units import BUSY, SEPARATOR, model_key, split_key, validate_model
+from joulestat.core.model_units import BUSY, SEPARATOR, model_key, split_key, validate_model
 
 KINDS = ("training", "inference", "other")
 MAX_NAME_CHARS = 200
@@ -230,7 +230,7 @@ def check_claimable_pids(pids: Any, agent_pid: int | None, taken: Mapping[int, s
 
 
 def validate_units(unit: Any, count: Any) -> tuple[str, float]:
-    """A unit (or a per-model unit, ``inference@model-a``: :mod:`joulestat.attribution.model_units`)
+    """A unit (or a per-model unit, ``inference@model-a``: :mod:`joulestat.core.model_units`)
     and its count."""
     if isinstance(unit, str) and (SEPARATOR in unit or unit == BUSY):
         try:
@@ -263,7 +263,7 @@ def count_keys(unit: Any, count: Any, model: Any = None, busy_s: Any = None
     """The unit keys and amounts that ``count(unit, count, model=, busy_s=)`` adds.
 
     Without ``model``, ``[(unit, count)]``. With it, the per-model keys
-    (:mod:`joulestat.attribution.model_units`): ``inference@model`` for ``count`` (left out when 0;
+    (:mod:`joulestat.core.model_units`): ``inference@model`` for ``count`` (left out when 0;
     the registry adds it to the plain unit too) and ``busy_s@model`` for ``busy_s``. A
     unit holding ``@`` is refused here, so the model is always named apart.
     """

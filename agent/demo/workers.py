@@ -1,4 +1,4 @@
-"""The demo's workloads, run as ``python -m joulestat.cli.demo_workers ROLE BACKEND CPUS
+"""The demo's workloads, run as ``python -m joulestat.demo.workers ROLE BACKEND CPUS
 SECONDS`` by ``joulestat demo`` (:mod:`joulestat.cli.demo`), each in a process of its own
 so that a job is exactly one process pinned to its CPUs.
 

@@ -55,7 +55,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
-# -- What a handler sees of a request the connection gate (:mod:`joulestat.api.gate`) ----
+# -- What a handler sees of a request the connection gate (:mod:`joulestat.core.http_gate`) ----
 
 _CONTENT_LENGTH = re.compile(rb"[0-9]{1,18}")
 EndError = Callable[[], Exception] | None
@@ -99,7 +99,7 @@ class Prefetched:
 
 
 class GatedHandler(BaseHTTPRequestHandler):
-    """A request handler served by :class:`joulestat.api.gate.HttpGate`: ``rfile`` holds the
+    """A request handler served by :class:`joulestat.core.http_gate.HttpGate`: ``rfile`` holds the
     request the gate read, ``wfile`` writes to the socket (under the port's send timeout).
     One request per connection, so a worker never waits for a client's next request."""
 

@@ -8,8 +8,9 @@ import logging
 
 import pytest
 
-from joulestat.attribution.sampler import Sampler
-from joulestat.devices.sensor import DeviceInfo, Reading, SensorError
+from joulestat.core.records import DeviceInfo
+from joulestat.devices.sensor import Reading, SensorError
+from joulestat.pipeline.sampler import Sampler
 
 
 class Clock:
