@@ -24,7 +24,8 @@ def setup_logging(level: str) -> None:
 # What a measuring process says as it starts: which sensors, estimators and accelerators
 # it found, where its job API listens. An operator reads it in the agent's log; printed
 # on every `joulestat run` measured in-process it buries the summary (5-6 lines a run).
-STARTUP_LOGGERS = ("joulestat.devices", "joulestat.runtime.assembly", "joulestat.api.server")
+STARTUP_LOGGERS = ("joulestat.devices", "joulestat.runtime.assembly", "joulestat.api.server",
+                   "joulestat.store.access")
 
 
 def quiet_startup_logs() -> None:
