@@ -89,13 +89,14 @@ def test_a_freeze_a_reset_and_a_jump_keep_node_energy_and_are_counted(
     assert stored_j == pytest.approx(truth_j, rel=0.05)
     filled = [row for row in rows if row[2] == "fill:rapl"]
     assert len(filled) >= 3  # the freeze, the reset, the jump
-    # Every tick called measured is the counter's: none near zero. The one exception is
-    # the tick in which the counter stopped: it holds what the counter counted before
-    # (measured, if short); the freeze is filled from the next tick on.
+    # No frozen tick is called measured: a counter that did not move holds 0 J, and every
+    # tick called measured moved. (Not "near the true power": on a loaded machine the
+    # driver's thread may write late, and a healthy tick then holds less; the next holds
+    # the rest.) The one exception is the tick in which the counter stopped: it holds what
+    # the counter counted before (measured, if short); the freeze is filled from the next.
     measured = [(d, j) for i, (d, j, source) in enumerate(rows) if source == "rapl"
                 and (i + 1 == len(rows) or rows[i + 1][2] == "rapl")]
-    assert all(j > 0.5 * POWER_W * d for d, j in measured), \
-        [(d, j) for d, j in measured if j <= 0.5 * POWER_W * d]
+    assert measured and all(j > 0 for _, j in measured), [(d, j) for d, j in measured if j <= 0]
     assert {source for *_, source in rows} == {"rapl", "fill:rapl"}
     # A job that ran through the faults: its report calls the filled part estimated.
     report = read_cli("report", "through-faults", "--format", "json",

@@ -16,7 +16,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 from contextlib import ExitStack
@@ -123,20 +122,28 @@ def test_three_agents_one_store_one_prometheus_through_an_outage_and_a_crash(
         victim = agents["n-mid"]
         victim.proc.send_signal(signal.SIGKILL)  # ... and an agent dies during the outage
         victim.proc.wait()
-        time.sleep(2.0)  # nobody measures n-mid: its restart covers the gap
+        # Nobody measures n-mid for a while (its restart covers the gap): the others tick on.
+        others = {node: agent.value("joulestat_agent_ticks_total")
+                  for node, agent in agents.items() if node != "n-mid"}
+        wait_for(lambda: all(agents[node].value("joulestat_agent_ticks_total") >= ticks + 2
+                             for node, ticks in others.items()), timeout_s=60, every_s=0.2)
         # Restarted while the store is still away: it waits for it (--db-wait), then
         # writes its spool back and resumes from the checkpoint it spooled.
         agents["n-mid"] = restarted = stack.enter_context(agent_at_head(
             tmp_path / "n-mid", *args_of["n-mid"], env=agent_env(JOULESTAT_FLUSH_INTERVAL="2"),
             port=victim.port, api_port=victim.api_port))
-        restarted_at = time.monotonic()
         wait_for(lambda: "measuring meanwhile" in restarted.log(), timeout_s=60)
         _store_answers(pg, db_url, True)  # the store is back
         wait_for(lambda: all(_store_up(agent) == 1 and not list((tmp_path / node / "spool")
                                                                 .glob("*.json"))
                              for node, agent in agents.items()), timeout_s=60, every_s=0.2)
-        # A full rate() window after the restart, and a few scrapes more.
-        time.sleep(max(0.0, restarted_at + RATE_WINDOW_S + 5 - time.monotonic()))
+        # Prometheus holds a full rate() window of the restarted agent, all of it after
+        # the restart: no counter reset in it, and a sample for (nearly) every scrape.
+        restarted_series = (f"joulestat_agent_ticks_total{{instance='127.0.0.1:{victim.port}'}}"
+                            f"[{RATE_WINDOW_S}s]")
+        wait_for(lambda: _promql(prom_port, f"resets({restarted_series})") == {"": 0.0}
+                 and _promql(prom_port, f"count_over_time({restarted_series})").get("", 0)
+                 >= RATE_WINDOW_S - 2, timeout_s=180, every_s=1.0)
 
         # Node series carry no instance_type: it comes from joulestat_node_info, joined
         # as deploy/prometheus/rules.yml's recording rules do.
