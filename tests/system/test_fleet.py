@@ -138,12 +138,18 @@ def test_three_agents_one_store_one_prometheus_through_an_outage_and_a_crash(
                                                                 .glob("*.json"))
                              for node, agent in agents.items()), timeout_s=60, every_s=0.2)
         # Prometheus holds a full rate() window of the restarted agent, all of it after
-        # the restart: no counter reset in it, and a sample for (nearly) every scrape.
+        # its first tick (the one that covers the gap, whose joules the window must not
+        # hold): no counter reset in it, no sample from before that tick, and a sample
+        # for (nearly) every scrape.
         restarted_series = (f"joulestat_agent_ticks_total{{instance='127.0.0.1:{victim.port}'}}"
                             f"[{RATE_WINDOW_S}s]")
-        wait_for(lambda: _promql(prom_port, f"resets({restarted_series})") == {"": 0.0}
-                 and _promql(prom_port, f"count_over_time({restarted_series})").get("", 0)
-                 >= RATE_WINDOW_S - 2, timeout_s=180, every_s=1.0)
+
+        def window_after_the_gap() -> bool:
+            return (_promql(prom_port, f"resets({restarted_series})") == {"": 0.0}
+                    and _promql(prom_port, f"min_over_time({restarted_series})").get("", 0) >= 1
+                    and _promql(prom_port, f"count_over_time({restarted_series})").get("", 0)
+                    >= RATE_WINDOW_S - 2)
+        wait_for(window_after_the_gap, timeout_s=180, every_s=1.0)
 
         # Node series carry no instance_type: it comes from joulestat_node_info, joined
         # as deploy/prometheus/rules.yml's recording rules do.
