@@ -194,7 +194,10 @@ def test_a_job_ending_while_the_agent_is_down_ends_when_its_command_exited(
     assert summary["ended_at"] == pytest.approx(stored["ended_s"], abs=1e-3)
     log = (tmp_path / "agent.log").read_text()
     assert "resumed from the checkpoint" in log
-    assert "waiting up to 3 s for their wrappers" in log
+    # Whether the restarted agent had to wait for the wrapper's end (it logs "waiting up
+    # to 3 s for their wrappers") or the retried end landed before it looked is the
+    # machine's doing; either way the job ended when its command exited (above), where
+    # without the wait it would end at the first tick after the restart.
     # Charged until it exited: the gap after its exit (3 s and more) is the node's, not
     # the job's. At most the node's power over its lifetime; less where other work on
     # the machine took part of the node's dynamic power (two CPU burners: 128 J of 168).
