@@ -196,7 +196,7 @@ def _check_override(value: float) -> float:
 
 
 OVERRIDE_HOW = "--price-per-hour USD or --prices FILE"
-# ``joulestat demo``'s placeholder setups (joulestat.cli.demo): made-up rates, so the
+# ``joulestat demo``'s placeholder setups (joulestat.demo.training_serving): made-up rates, so the
 # README's first ten minutes show costs wherever the demo's jobs are read (compare,
 # reports, every dashboard page) with no prices file to pass around. Their own source,
 # ``demo``, and a note saying they are no cloud offer; a prices file still wins.

@@ -1,67 +1,39 @@
 """``joulestat demo``: measure a small real workload, so a new store has something to compare.
 
-Two training jobs and one inference job per concurrency, each a real process measured
-by the node's agent (when one answers, as ``joulestat run`` does) or in this process
-(embedded mode), in under two minutes at the defaults:
-
-* ``demo-train`` twice: an MLP trained on generated data for ``--seconds``, pinned by
-  CPU affinity to one vCPU and then to two (``setup=demo-1vcpu`` / ``demo-2vcpu``),
-  counting samples and steps. numpy by default; PyTorch when it is installed.
-* ``demo-serve`` at three concurrencies: one inference server process pinned to one
-  vCPU, loaded from this process by N connections sending one request at a time; each
-  stage is a job on the server's pid labelled ``concurrency=N`` that counts the
-  inferences the server made during it and carries its latency as ``p50_ms``/``p99_ms``.
-
-The configurations are named as placeholders, never as cloud instance types: each
-job runs as instance type ``demo-1vcpu`` or ``demo-2vcpu`` (an agent records the type a
-job says it runs as), priced at made-up rates wherever the jobs are read
-(:data:`joulestat.carbon.catalog.DEMO_PRICES_USD_PER_H`, price source ``demo``), so the
-first comparison a user sees has costs. A job is registered once its process has
-imported its libraries and built its data, so a comparison reads the work, not the
-start-up. The workloads are
-:mod:`joulestat.demo.workers`, each run as a process of its own; they need numpy
-(which the dashboard already brings) or PyTorch, nothing else. A job interrupted
-(Ctrl-C) is ended with what it measured so far, never left running in the store.
-
-``joulestat demo --llm`` measures LLM serving instead (:func:`_demo_llm`): a tiny GPT-2
-of random weights generating tokens in this process, pinned to at most two CPUs (setup
-``demo-2vcpu``), behind a server exposing vLLM's metric names
-(:mod:`joulestat.demo.llm`). One ``demo-llm`` job per concurrency (1, 2, 4) on this
-process's pid, each counted from those metrics as ``--serving-metrics`` counts a real
-vLLM's, so a new store shows energy per output token and time to first token. It needs
-the ``hf`` extra (torch and transformers), checked before anything is written.
+The command line of it: its options, their checks (before anything is written), the
+settings it hands the demo, and what it prints (the jobs measured, then ``joulestat
+compare`` of them and the dashboard's URL). What it runs is :mod:`joulestat.demo`: the
+CPU run, two training jobs and an inference job per concurrency
+(:mod:`joulestat.demo.training_serving`), or with ``--llm`` a tiny GPT-2 serving job per
+concurrency (:mod:`joulestat.demo.llm_stages`), each job measured by the node's agent
+when one answers (as ``joulestat run`` is) or in this process (embedded mode). The
+``--llm`` run needs the ``hf`` extra (torch and transformers), checked here before
+anything is written.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
-import subprocess
 import sys
-import threading
 import time
-import uuid
-from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from joulestat.core.errors import ConfigError
 from joulestat.core.extras import Extra, install_hint, require, require_installed
-from joulestat.demo.workers import FEATURES
 from joulestat.runtime.embedded import EMBEDDED_OPTIONS
 from joulestat.runtime.settings import add_options, resolve
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from joulestat.api.agent_client import AgentAddress
-    from joulestat.runtime.assembly import PipelineSettings
+    from joulestat.api.agent_client import AgentAddress, AgentClient
+    from joulestat.demo.jobs import Measurement
+    from joulestat.demo.llm_stages import LlmDemoSettings, LlmStage
 
-TRAIN, SERVE, LLM = "demo-train", "demo-serve", "demo-llm"
 TRAIN_SECONDS, SERVE_LEVELS = 12.0, "1,4,16"
 # --llm: three stages of 30 s, with the model's build (~10 s) and each stage's waits for
 # the metrics' reads, about two minutes on two cores.
 LLM_SECONDS, LLM_LEVELS = 30.0, "1,2,4"
-LLM_CPUS = 2  # the LLM demo runs pinned to this many CPUs at most (its setup's name)
 OPTIONS = tuple(dict.fromkeys(("agent_url", "api_token", "log_level",
                                *(o for o in EMBEDDED_OPTIONS if o != "instance_type"))))
 
@@ -99,7 +71,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 class _Progress:
-    """A bar on stderr redrawn in place on a terminal; a line per step elsewhere."""
+    """A bar on stderr redrawn in place on a terminal; a line per step elsewhere (the
+    :class:`~joulestat.demo.jobs.Progress` the demo's stages report to)."""
 
     def __init__(self, steps: int) -> None:
         self.steps, self.index, self.text = steps, -1, ""
@@ -128,191 +101,7 @@ class _Progress:
             print(file=sys.stderr)
 
 
-class _Job:
-    """One demo job on one process, through the agent's API or measured in-process."""
-
-    def __init__(self, api: Any, settings: PipelineSettings, name: str, kind: str,
-                 labels: dict[str, str], pid: int, instance_type: str,
-                 agent_labels: dict[str, str] | None = None) -> None:
-        self.api, self.name, self.kind, self.pid = api, name, kind, pid
-        self.labels, self.id, self.embedded = dict(labels), uuid.uuid4().hex, None
-        self.instance_type, self.agent_labels = instance_type, dict(agent_labels or {})
-        if api is not None:  # the agent records the placeholder type: the job is priced
-            api.register(name, kind, [pid], self.labels, self.id,
-                         instance_type=instance_type, agent_labels=self.agent_labels or None)
-            return
-        from joulestat.runtime.embedded import EmbeddedJob
-
-        node = replace(settings.node, instance_type=instance_type)
-        self.embedded = EmbeddedJob(name, kind, self.labels, {pid}, self.id,
-                                    replace(settings, node=node), reason="demo",
-                                    agent_labels=self.agent_labels or None).start()
-
-    def count(self, unit: str, n: float) -> None:
-        if n <= 0:
-            return
-        if self.embedded is not None:
-            self.embedded.count(unit, n)
-        else:
-            self.api.count(self.id, unit, n)
-
-    def relabel(self, extra: dict[str, str]) -> None:
-        """A running job takes new labels when registered again under its id."""
-        self.labels.update(extra)
-        if self.embedded is not None:
-            self.embedded.add_pid(self.pid, labels=self.labels)
-        else:
-            self.api.register(self.name, self.kind, [self.pid], self.labels, self.id,
-                              instance_type=self.instance_type,
-                              agent_labels=self.agent_labels or None)
-
-    def counted(self, unit: str) -> float:
-        """How much of ``unit`` the running job has counted so far."""
-        if self.embedded is not None:
-            assert self.embedded.job is not None
-            return float(self.embedded.job.units.get(unit, 0.0))
-        return float((self.api.get(self.id).get("units") or {}).get(unit, 0.0))
-
-    def end(self, cpu_s: float | None = None) -> dict[str, Any]:
-        """End it; the summary is the stored one (its last tick attributed and stored)."""
-        if self.embedded is not None:
-            return self.embedded.end(cpu_s=cpu_s)
-        self.api.end(self.id, cpu_s=cpu_s)
-        return self.api.wait_final(self.id, self.api.final_timeout_s() or 10.0)
-
-
-def _worker(role: str, backend: str, cpus: list[int], seconds: float) -> subprocess.Popen:
-    env = {**os.environ, **dict.fromkeys(
-        ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"), "1")}
-    env.pop("JOULESTAT_JOB_ID", None)  # the demo registers its workers itself
-    return subprocess.Popen(
-        [sys.executable, "-m", "joulestat.demo.workers", role, backend,
-         ",".join(map(str, cpus)), str(seconds)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
-
-
-def _ready(child: subprocess.Popen) -> dict[str, Any]:
-    line = child.stdout.readline() if child.stdout else ""
-    if not line.startswith("{"):
-        child.kill()
-        raise ConfigError(f"demo worker failed to start (exit {child.wait()})")
-    return json.loads(line)
-
-
-def _train(api: Any, settings: PipelineSettings, progress: _Progress, backend: str, setup: str,
-           cpus: list[int], seconds: float) -> dict[str, Any]:
-    progress.step(f"training on {len(cpus)} vCPU ({setup})")
-    child = _worker("train", backend, cpus, seconds)
-    try:
-        info = _ready(child)
-        job = _Job(api, settings, TRAIN, "training", {"setup": setup, "vcpus": str(len(cpus)),
-                   "backend": info["backend"], "demo": "true"}, child.pid, setup)
-    except BaseException:  # no job to measure: the worker must not run on unwatched
-        child.kill()
-        child.wait()
-        raise
-    assert child.stdin is not None and child.stdout is not None
-    try:
-        child.stdin.write("go\n")
-        child.stdin.flush()
-        seen = {"sample": 0.0, "step": 0.0}
-        started = time.monotonic()
-        for line in child.stdout:
-            counts = json.loads(line)
-            for unit in seen:
-                job.count(unit, counts[unit] - seen[unit])
-                seen[unit] = counts[unit]
-            progress.update((time.monotonic() - started) / seconds,
-                            f"{seen['sample']:.0f} samples")
-        _pid, status, usage = os.wait4(child.pid, 0)
-    except BaseException:
-        child.kill()
-        job.end()
-        raise
-    child.returncode = os.waitstatus_to_exitcode(status)
-    return job.end(cpu_s=usage.ru_utime + usage.ru_stime)  # wait4: its last moments too
-
-
-def _post(port: int, path: str, body: bytes = b"") -> dict[str, Any]:
-    import http.client
-
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    try:
-        connection.request("POST" if body else "GET", path, body)
-        return json.loads(connection.getresponse().read())
-    finally:
-        connection.close()
-
-
-def _load(port: int, concurrency: int, seconds: float, progress: _Progress) -> list[float]:
-    """``concurrency`` connections, one request at a time each; latencies in seconds."""
-    import http.client
-
-    body = json.dumps({"inputs": [[0.5] * FEATURES]}).encode()
-    latencies: list[float] = []
-    deadline = time.monotonic() + seconds
-
-    def client() -> None:
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        mine = []
-        try:
-            while time.monotonic() < deadline:
-                t0 = time.perf_counter()
-                connection.request("POST", "/infer", body)
-                connection.getresponse().read()
-                mine.append(time.perf_counter() - t0)
-        except (OSError, http.client.HTTPException):
-            pass  # the server went away: the stage counts what it answered
-        finally:
-            connection.close()
-            latencies.extend(mine)
-
-    threads = [threading.Thread(target=client, daemon=True) for _ in range(concurrency)]
-    for thread in threads:
-        thread.start()
-    while any(t.is_alive() for t in threads):
-        progress.update(1 - (deadline - time.monotonic()) / seconds, f"{concurrency} clients")
-        time.sleep(0.1)
-    return sorted(latencies)
-
-
-def _rank(ordered: list[float], percent: int) -> float:
-    return ordered[min(len(ordered) - 1, max(0, -(-percent * len(ordered) // 100) - 1))]
-
-
-def _serve(api: Any, settings: PipelineSettings, progress: _Progress, backend: str, cpus: list[int],
-           levels: list[int], seconds: float) -> list[dict[str, Any]]:
-    """The server pinned to the last CPU, the clients to the others (when there are)."""
-    child = _worker("serve", backend, cpus[-1:], 0)
-    info = _ready(child)
-    mine = os.sched_getaffinity(0)
-    if len(cpus) > 1:
-        os.sched_setaffinity(0, cpus[:-1])
-    summaries = []
-    try:
-        for level in levels:
-            progress.step(f"inference at concurrency {level} (demo-1vcpu)")
-            before = _post(info["port"], "/stats")["inferences"]
-            job = _Job(api, settings, SERVE, "inference", {
-                "setup": "demo-1vcpu", "vcpus": "1", "concurrency": str(level),
-                "backend": info["backend"], "demo": "true"}, child.pid, "demo-1vcpu")
-            try:
-                latencies = _load(info["port"], level, seconds, progress)
-                job.count("inference", _post(info["port"], "/stats")["inferences"] - before)
-                if latencies:  # nearest-rank percentiles, in milliseconds
-                    job.relabel({f"p{q}_ms": f"{_rank(latencies, q) * 1e3:.3g}"
-                                 for q in (50, 99)})
-            finally:
-                summaries.append(job.end())
-    finally:
-        os.sched_setaffinity(0, mine)
-        if child.stdin is not None:
-            child.stdin.close()  # the server stops when its stdin closes
-        child.wait(timeout=10)
-    return summaries
-
-
-def _agent(address: AgentAddress, embedded: bool) -> tuple[Any, str]:
+def _agent(address: AgentAddress, embedded: bool) -> tuple[AgentClient | None, str]:
     """The agent's API when one answers (and --embedded is not given), else None."""
     from joulestat.api.agent_client import AgentClient, AgentError, AgentUnavailable
     from joulestat.client.context import fallback_warning
@@ -380,22 +169,30 @@ def _demo(args: argparse.Namespace) -> int:
     # The store first: one that cannot be opened stops the demo with one line naming it
     # (password hidden), before any worker runs, not with a worker killed mid-way.
     open_engine(settings.get("db")).dispose()
-    cpus = sorted(os.sched_getaffinity(0))
-    configs = [("demo-1vcpu", cpus[:1])] + ([("demo-2vcpu", cpus[:2])] if len(cpus) > 1 else [])
+    cpus = tuple(sorted(os.sched_getaffinity(0)))
     from joulestat.api.agent_client import AgentAddress
+    from joulestat.demo.jobs import Measurement
+    from joulestat.demo.llm_stages import LlmDemoSettings
+    from joulestat.demo.training_serving import (
+        SERVE,
+        TRAIN,
+        TrainServeSettings,
+        run_training_and_serving,
+    )
     from joulestat.runtime.embedded import embedded_settings
 
     api, where = _agent(settings.section(AgentAddress), args.embedded)
-    pipeline = embedded_settings(settings)  # what jobs measured in this process use
+    # What jobs measured in this process use.
+    measurement = Measurement(api, embedded_settings(settings))
     if args.llm:
-        return _demo_llm(api, pipeline, where, levels, seconds, settings.get("db"))
-    print(f"joulestat demo: {len(configs) + len(levels)} jobs of {seconds:g} s on "
+        return _demo_llm(LlmDemoSettings(seconds, tuple(levels), cpus), measurement, where,
+                         settings.get("db"))
+    demo = TrainServeSettings(backend, seconds, tuple(levels), cpus)
+    print(f"joulestat demo: {demo.stages} jobs of {seconds:g} s on "
           f"{backend}, measured {where}" + ("" if len(cpus) > 1 else
           "; one CPU available, so no 2-vCPU configuration"), file=sys.stderr)
-    progress = _Progress(len(configs) + len(levels))
-    results = [_train(api, pipeline, progress, backend, setup, use, seconds)
-               for setup, use in configs]
-    results += _serve(api, pipeline, progress, backend, cpus, levels, seconds)
+    progress = _Progress(demo.stages)
+    results = run_training_and_serving(demo, measurement, progress)
     progress.done()
     _print_jobs(results)
     db = ["--db", settings["db"]] if settings.get("db") else []
@@ -453,26 +250,6 @@ def _print_dashboard(db: str) -> None:
 # -- joulestat demo --llm --------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _LlmStage:
-    """One --llm stage as stored: its job, and its figures read back from the store."""
-
-    concurrency: int
-    job_id: str
-    final: bool
-    output_tokens: float
-    prompt_tokens: float
-    requests: float
-    energy_j: float
-    duration_s: float | None
-    ttft_p50_s: float | None
-    ttft_p99_s: float | None
-
-    @property
-    def energy_per_output_token_j(self) -> float | None:
-        return self.energy_j / self.output_tokens if self.output_tokens > 0 else None
-
-
 def _llm_backend(name: str) -> str:
     """--llm runs on PyTorch with transformers (the hf extra), imported now: a missing
     one is one line naming the extra, before anything is written."""
@@ -483,112 +260,27 @@ def _llm_backend(name: str) -> str:
     return "torch"
 
 
-def _demo_llm(api: Any, pipeline: PipelineSettings, where: str, levels: list[int],
-              seconds: float, db: str | None) -> int:
-    """A stage per concurrency, each a job on this process (whose threads generate),
-    counted from the server's metrics: the agent's path for a real vLLM."""
-    from joulestat.demo.llm import TinyLLMServer
+def _demo_llm(demo: LlmDemoSettings, measurement: Measurement, where: str,
+              db: str | None) -> int:
+    """The --llm run (:func:`joulestat.demo.llm_stages.run_llm_stages`), then its jobs."""
+    from joulestat.demo.llm_stages import run_llm_stages
 
-    mine = os.sched_getaffinity(0)
-    use = sorted(mine)[:LLM_CPUS]
-    setup = f"demo-{len(use)}vcpu"
-    # Every thread started from here on (the model's, the metrics server's, an in-process
-    # measurement's) inherits the pin: the job runs on the CPUs its setup names.
-    os.sched_setaffinity(0, use)
-    interval_s = (api.health().get("interval_s") if api is not None else None) or \
-        pipeline.tick.interval_s
-    print(f"joulestat demo --llm: {len(levels)} jobs of {seconds:g} s, a tiny GPT-2 (random "
-          f"weights) generating on torch CPU ({setup}), its tokens read from its vLLM-named "
-          f"metrics, measured {where}", file=sys.stderr)
-    progress = _Progress(len(levels) + 1)
-    jobs: list[tuple[int, _Job, dict[str, Any]]] = []
-    try:
-        progress.step("building a GPT-2 of 2 layers with random weights")
-        with TinyLLMServer() as server:
-            for level in levels:
-                job, summary = _llm_stage(api, pipeline, progress, server, setup, len(use),
-                                          level, seconds, float(interval_s))
-                jobs.append((level, job, summary))
-    finally:
-        os.sched_setaffinity(0, mine)
+    interval_s = measurement.interval_s()
+    print(f"joulestat demo --llm: {len(demo.levels)} jobs of {demo.seconds:g} s, a tiny GPT-2 "
+          f"(random weights) generating on torch CPU ({demo.setup}), its tokens read from its "
+          f"vLLM-named metrics, measured {where}", file=sys.stderr)
+    progress = _Progress(demo.steps)
+    stages = run_llm_stages(demo, measurement, progress, interval_s)
     progress.done()
-    _print_llm(_llm_read_back(jobs, pipeline), db)
+    _print_llm(stages, db)
     return 0
 
 
-def _llm_stage(api: Any, pipeline: PipelineSettings, progress: _Progress, server: Any,
-               setup: str, vcpus: int, level: int, seconds: float, interval_s: float
-               ) -> tuple[_Job, dict[str, Any]]:
-    from joulestat.attribution.agent_labels import SERVING_METRICS
-    from joulestat.demo.llm import run_load
-
-    progress.step(f"LLM generation at concurrency {level} ({setup})")
-    wait_s = 3 * interval_s + 5.0
-    before, scrapes = server.totals(), server.scrapes
-    job = _Job(api, pipeline, LLM, "inference", {
-        "setup": setup, "vcpus": str(vcpus), "concurrency": str(level), "backend": "torch",
-        "demo": "true"}, os.getpid(), setup, agent_labels={SERVING_METRICS: server.url})
-    try:
-        # The job's first read of the metrics is its baseline (what was served before is
-        # not the job's). An in-process measurement starts its own poller with the job,
-        # so its first read is the job's; an agent's may be reading for the job before
-        # (ended, still listed): two reads, so that one surely began after this one's.
-        if not server.wait_scrapes(scrapes + (1 if job.embedded is not None else 2), wait_s):
-            raise ConfigError(f"the measurement did not read the demo server's metrics "
-                              f"within {wait_s:g} s (an agent older than --serving-metrics? "
-                              "restart it, or run with --embedded)")
-        run_load(server, level, seconds, progress.update)
-        # Tokens are counted when the metrics are next read: wait for a read after the
-        # last token and for the job to have counted every one (a tick later).
-        expected = server.totals().output_tokens - before.output_tokens
-        server.wait_scrapes(server.scrapes + 1, wait_s)
-        deadline = time.monotonic() + wait_s
-        while job.counted("output_token") < expected and time.monotonic() < deadline:
-            time.sleep(0.1)
-        counted = job.counted("output_token")
-        if counted < expected:
-            logging.getLogger(__name__).warning(
-                "demo-llm concurrency=%d: %d of %d output tokens counted before the job ended",
-                level, counted, expected)
-    finally:
-        summary = job.end()
-    return job, summary
-
-
-def _llm_read_back(jobs: list[tuple[int, _Job, dict[str, Any]]], pipeline: PipelineSettings
-                   ) -> list[_LlmStage]:
-    """Each stage's figures as the store has them: its report (the agent's, through its
-    API, or built from the store the in-process measurement wrote)."""
-    from joulestat.demo.llm import MODEL_NAME
-    from joulestat.reports.model import build_report
-    from joulestat.store.access import open_reader_engine
-
-    engine = None
-    stages = []
-    try:
-        for level, job, summary in jobs:
-            if job.embedded is None:
-                report = job.api.report(job.id)
-            else:
-                engine = engine or open_reader_engine(pipeline.store.db)
-                report = build_report(engine, job.id, series=False)
-            work = report.get("work_units") or {}
-            ttft = ((report.get("latency") or {}).get(MODEL_NAME) or {}).get("ttft") or {}
-            stages.append(_LlmStage(
-                level, job.id, bool(summary.get("final", True)),
-                float(work.get("output_token", 0.0)), float(work.get("prompt_token", 0.0)),
-                float(work.get("request", 0.0)), float(report["energy_j"]["total"]),
-                report["job"].get("duration_s"), ttft.get("p50_s"), ttft.get("p99_s")))
-    finally:
-        if engine is not None:
-            engine.dispose()
-    return stages
-
-
-def _print_llm(stages: list[_LlmStage], db: str | None) -> None:
+def _print_llm(stages: list[LlmStage], db: str | None) -> None:
     from joulestat.cli.dashboard import DEFAULT_PORT, running_dashboard
     from joulestat.core import units
     from joulestat.core.redact import redact_url
+    from joulestat.demo.llm_stages import LLM
 
     print("\nLLM serving jobs measured (energy attributed to this process; tokens and "
           "latency from the server's vLLM-named metrics):")

@@ -1,6 +1,6 @@
 """The demo's workloads, run as ``python -m joulestat.demo.workers ROLE BACKEND CPUS
-SECONDS`` by ``joulestat demo`` (:mod:`joulestat.cli.demo`), each in a process of its own
-so that a job is exactly one process pinned to its CPUs.
+SECONDS`` by ``joulestat demo`` (:mod:`joulestat.demo.training_serving`), each in a
+process of its own so that a job is exactly one process pinned to its CPUs.
 
 * ``train``: an MLP (64 -> 1024 -> 1024 -> 10) trained by data-parallel SGD on points
   around ten centres, one replica per CPU given, batches of 256, for SECONDS; one JSON

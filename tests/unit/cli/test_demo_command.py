@@ -8,6 +8,7 @@ import pytest
 
 from joulestat.cli import demo
 from joulestat.cli.main import main
+from joulestat.demo.training_serving import nearest_rank
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -23,10 +24,10 @@ def test_bad_options_stop_the_demo_before_it_starts(argv, message, capsys, monke
 
 def test_percentiles_are_nearest_rank():
     ordered = [float(i) for i in range(1, 101)]  # 1..100
-    assert demo._rank(ordered, 50) == 50.0
-    assert demo._rank(ordered, 99) == 99.0
-    assert demo._rank([7.0], 99) == 7.0
-    assert demo._rank([1.0, 2.0, 3.0], 50) == 2.0
+    assert nearest_rank(ordered, 50) == 50.0
+    assert nearest_rank(ordered, 99) == 99.0
+    assert nearest_rank([7.0], 99) == 7.0
+    assert nearest_rank([1.0, 2.0, 3.0], 50) == 2.0
 
 
 def test_torch_is_asked_for_by_name_only_when_installed(monkeypatch):
