@@ -44,8 +44,8 @@ from joulestat.attribution.shares import IDLE_POLICIES, IdlePolicy
 from joulestat.core.validation import JobError, validate_labels
 
 __all__ = ["AGENT_LABEL_KEYS", "CPU_SOURCE", "IDLE_POLICY", "MIXED", "REGISTERED_KEYS",
-           "SERVING_METRICS", "idle_policy_of", "legacy_split", "merge_agent_labels",
-           "policy_labels", "validate_agent_labels", "validate_serving_url"]
+           "SERVING_METRICS", "idle_policy_of", "merge_agent_labels", "policy_labels",
+           "validate_agent_labels", "validate_serving_url"]
 
 CPU_SOURCE = "cpu_source"
 IDLE_POLICY = "idle_policy"
@@ -128,19 +128,3 @@ def idle_policy_of(agent_labels: Mapping[str, str]) -> str | None:
     policy = agent_labels.get(IDLE_POLICY)
     return policy if policy in IDLE_POLICY_VALUES else None
 
-
-def is_legacy_cpu_source(value: str) -> bool:
-    """Whether a ``cpu_source`` label value is one ``joulestat run`` wrote among the
-    labels before agent labels existed (``process tree``, ``cgroup v…``); any other value
-    was a user's own label and stays one."""
-    return value == "process tree" or value.startswith("cgroup v")
-
-
-def legacy_split(labels: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
-    """(labels, agent labels) of labels written before agent labels existed (an older
-    report, an older agent's spooled rows): the ``cpu_source`` that ``joulestat run``
-    added moves out."""
-    value = labels.get(CPU_SOURCE)
-    if value is None or not is_legacy_cpu_source(value):
-        return dict(labels), {}
-    return {k: v for k, v in labels.items() if k != CPU_SOURCE}, {CPU_SOURCE: value}

@@ -18,8 +18,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping
 
-from joulestat.core.tick import Component, Tick
-from joulestat.devices.sensor import current_component
+from joulestat.core.tick import Component, Tick, is_component
 
 IDLE_PERCENTILE = 5
 NO_IDLE_COMPONENTS = (Component.NET,)  # the network model is per byte: all of it is dynamic
@@ -81,7 +80,10 @@ class IdleBaselines:
         return [[component, device, w] for (component, device), w in learned.items()]
 
     def restore(self, state: object) -> None:
-        """Take learned idle powers from :meth:`checkpoint`; bad entries are skipped."""
+        """Take learned idle powers from :meth:`checkpoint`; bad entries are skipped, and
+        so is a component this joulestat does not measure (``gpu`` of a development
+        checkpoint from before the first release): carried, it would be saved again with
+        every checkpoint and match nothing."""
         if not isinstance(state, list):
             return
         for item in state:
@@ -90,6 +92,6 @@ class IdleBaselines:
                 watts = float(watts)
             except (TypeError, ValueError):
                 continue
-            if watts >= 0 and watts == watts and watts != float("inf"):
-                # A checkpoint from before the rename names accelerators "gpu".
-                self._carried_w[(current_component(str(component)), str(device))] = watts
+            if (watts >= 0 and watts == watts and watts != float("inf")
+                    and is_component(component)):
+                self._carried_w[(str(component), str(device))] = watts

@@ -29,6 +29,20 @@ class Component(StrEnum):
     OTHER = "other"
 
 
+_COMPONENT_NAMES = frozenset(Component)
+
+
+def is_component(name: object) -> bool:
+    """Whether ``name`` is one of :class:`Component`'s names.
+
+    Why: what comes back from disk (a crash checkpoint, a spool segment) is checked
+    against the closed set before it keys anything, so a name this joulestat does not
+    measure (``gpu``, the accelerator's name before the first release) is refused where
+    it is read, with the name, instead of becoming a series of its own.
+    """
+    return isinstance(name, str) and name in _COMPONENT_NAMES
+
+
 # A tick whose energy a sensor filled in for a faulty counter (joulestat.devices.
 # counter_faults) is stored as ``fill:<the sensor's source>``: an estimate, never the
 # sensor's own name (joulestat.reports.sources classes it).

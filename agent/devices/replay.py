@@ -13,8 +13,8 @@ File format: CSV, header exactly ``t_s,component,device,watts``, one row per cha
 * Before a key's first row its power is 0 W. After its last row it holds its last watts
   for as long as the replay runs (a trace ending in ``0`` stops it cleanly).
 * Rows must not go back in time (equal times are allowed; for one key the later row
-  wins). Blank lines are ignored. ``component`` must be one of the ``Component`` names, or a
-  name it had before (``gpu``, now ``accelerator``), so traces recorded then still replay.
+  wins). Blank lines are ignored. ``component`` must be one of the ``Component`` names
+  (``accelerator`` for every GPU: a trace naming ``gpu`` is refused, naming the line).
 
 Restart: ``checkpoint`` keeps the time origin (and the energies last reported, with their
 monotonic time); ``restore`` takes the origin back so trace time runs on through the gap,
@@ -41,7 +41,6 @@ from joulestat.devices.sensor import (
     Reading,
     Sensor,
     SeriesKey,
-    current_component,
     get_float,
 )
 
@@ -123,7 +122,7 @@ def load_trace(path: Path | str) -> Trace:
             raise TraceError(f"{where}: watts must be between 0 and {MAX_TRACE_W:g} (one "
                              f"device), got {watts_text!r}")
         try:
-            component = Component(current_component(named))
+            component = Component(named)
         except ValueError:
             raise TraceError(f"{where}: unknown component {named!r}; "
                              f"expected one of {', '.join(Component)}") from None
@@ -236,7 +235,7 @@ class ReplaySensor(Sensor):
                 if (not isinstance(row, list) or len(row) != 3
                         or not all(isinstance(x, str) for x in row[:2])):
                     raise BadState(f"malformed energy row {row!r:.60}")
-                key = (current_component(row[0]), row[1])
+                key = (row[0], row[1])
                 energy_j = get_float({"energy_j": row[2]}, "energy_j")
                 if key not in self.trace.series:
                     raise BadState(f"{key[0]}/{key[1]} is not in {self.trace.path}")

@@ -35,20 +35,6 @@ from joulestat.core.tick import Component
 
 # -- The one small interface every power source implements -----------------------------
 
-# Names components had before (issue 14: "gpu" was every accelerator until schema 2 of
-# reports). What joulestat wrote then, and still reads (crash checkpoints, replay traces,
-# spool segments, schema-1 reports), is mapped through this.
-RENAMED_COMPONENTS: dict[str, Component] = {"gpu": Component.ACCELERATOR}
-
-
-def current_component(name: str) -> str:
-    """The component's name today: an old name mapped, any other name unchanged.
-
-    Why: a checkpoint or trace written before a rename must still match the readings of
-    the agent that reads it, or its series would restart from a baseline and lose the gap.
-    """
-    return RENAMED_COMPONENTS.get(name, name)
-
 
 @dataclass(frozen=True, slots=True)
 class Reading:

@@ -24,8 +24,8 @@ from typing import Any
 
 from joulestat.core.logs import LogOnce
 from joulestat.core.records import DeviceInfo
-from joulestat.core.tick import Tick, TickEntry, fill_source
-from joulestat.devices.sensor import Reading, Sensor, current_component
+from joulestat.core.tick import Component, Tick, TickEntry, fill_source, is_component
+from joulestat.devices.sensor import Reading, Sensor
 
 log = logging.getLogger(__name__)
 
@@ -178,14 +178,19 @@ class Sampler:
             return None
         last_j: dict[Key, float] = {}
         for row in rows:
-            if (isinstance(row, list) and len(row) == 4
+            if not (isinstance(row, list) and len(row) == 4
                     and all(isinstance(x, str) for x in row[:3])
                     and isinstance(row[3], int | float) and not isinstance(row[3], bool)
                     and math.isfinite(row[3])):
-                # An agent before the rename wrote "gpu": the same series now.
-                last_j[(current_component(row[0]), row[1], row[2])] = float(row[3])
-            else:
                 log.warning("checkpoint: malformed series row %.80r skipped", row)
+            elif not is_component(row[0]):
+                # No reading will ever match it (``gpu`` of a development agent from
+                # before the first release): said, and its device starts from a baseline.
+                log.warning("checkpoint: series row %.80r skipped: last_j component %r "
+                            "is not one this joulestat measures (%s)", row, row[0],
+                            ", ".join(Component))
+            else:
+                last_j[(row[0], row[1], row[2])] = float(row[3])
         return float(mono_s), last_j, saved
 
     def tick(self) -> Tick:

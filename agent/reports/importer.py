@@ -15,13 +15,14 @@ when the report was made is imported as held until ``generated_s``, the time the
 report's figures were computed for.
 
 A report's ``job.agent_labels`` (what joulestat recorded about how it measured the job:
-``cpu_source``, ``idle_policy``) are imported apart from its labels. A report made
-before they existed has none; the ``cpu_source`` that ``joulestat run`` then wrote among
-its labels moves to them (:func:`joulestat.attribution.agent_labels.legacy_split`).
+``cpu_source``, ``idle_policy``) are imported apart from its labels; every report this
+joulestat reads has them, so a report without them is refused, naming the field.
 
-Reports of schema 1 (before issue 14 renamed the component ``gpu`` to ``accelerator``)
-import too: their ``gpu`` figures, series and sources become ``accelerator``'s, so the
-imported job reports the same energy, CO2e, cost and units as it did. A version this
+Schema 1 is refused with a message of its own: it was written during development,
+before the first release (0.1.0), and named every accelerator ``gpu``. Reading it took a
+renaming pass over every figure, series and source, and its labels held what are agent
+labels now; neither is worth carrying for files no release wrote, and a store holding a
+``gpu`` component would report it apart from ``accelerator``. Any other version this
 joulestat does not know is refused, naming the versions it reads.
 
 A file is validated completely before anything is written, then written in one
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,6 @@ from sqlalchemy.engine import Engine
 
 from joulestat.attribution.agent_labels import (
     AGENT_LABEL_KEYS,
-    legacy_split,
     merge_agent_labels,
     validate_agent_labels,
 )
@@ -57,7 +57,6 @@ from joulestat.core.validation import (
     validate_name,
     validate_units,
 )
-from joulestat.devices.sensor import current_component
 from joulestat.reports.codecarbon_import import (
     CodeCarbonError,
     looks_like_codecarbon,
@@ -74,10 +73,13 @@ from joulestat.store.import_writer import (
 
 SOURCE = "import:joulestat"
 _PREFIX = SOURCE + "/"
-# The report schemas this joulestat reads; schema 1 named every accelerator "gpu",
-# schema 3 added bounds (recomputed on import from the sources the rows keep).
-READ_VERSIONS = (1, 2, SCHEMA_VERSION)
-Rename = Callable[[str], str]
+# The report schemas this joulestat reads; schema 3 added bounds (recomputed on import
+# from the sources the rows keep).
+READ_VERSIONS = (2, SCHEMA_VERSION)
+# Schema 1: joulestat's development format before the first release, refused by name.
+DEVELOPMENT_SCHEMA = 1
+_DEVELOPMENT = "joulestat's development before its first release (0.1.0)"
+_EXPORT_AGAIN = "export the job again with this joulestat (joulestat report JOB --format json)"
 
 
 class ImportFileError(ValueError):
@@ -171,14 +173,8 @@ def _source(originals: Iterable[str]) -> str:
     return f"{_PREFIX}{','.join(sorted(atoms))}" if atoms else SOURCE
 
 
-def _same(component: str) -> str:
-    return component
-
-
-def _node(entry: Any, where: str, generated_s: float, version: str,
-          rename: Rename = _same) -> ImportedNode:
-    """One node's part; ``rename`` gives each component its name today (schema 1's
-    ``gpu`` is ``accelerator``), summing figures that land on one name."""
+def _node(entry: Any, where: str, generated_s: float, version: str) -> ImportedNode:
+    """One node's part."""
     name = _text(_get(entry, "node", where), f"{where}.node").strip()
     if not name:
         raise _Bad(f"{where}.node", "must not be empty")
@@ -194,11 +190,11 @@ def _node(entry: Any, where: str, generated_s: float, version: str,
     idle: dict[str, float] = {}
     for component, figures in components.items():
         at = f"{where}.components.{component}"
-        named = rename(_text(component, at))
+        named = _text(component, at)
         for figure, into in (("dynamic_j", dynamic), ("idle_j", idle)):
-            value = _plausible_energy(_number(_get(figures, figure, at), f"{at}.{figure}"),
-                                      ended_s - started_s, f"{at}.{figure}")
-            into[named] = into.get(named, 0.0) + value
+            into[named] = _plausible_energy(
+                _number(_get(figures, figure, at), f"{at}.{figure}"), ended_s - started_s,
+                f"{at}.{figure}")
     _plausible_energy(sum(dynamic.values()) + sum(idle.values()), ended_s - started_s,
                       f"{where}.components (all together)")
     units = _get(entry, "work_units", where)
@@ -212,21 +208,18 @@ def _node(entry: Any, where: str, generated_s: float, version: str,
             raise _Bad(f"{where}.work_units.{unit}", str(exc)) from None
         counts[name_] = amount
     series = _energy_series(entry.get("energy_series", []), f"{where}.energy_series",
-                            dynamic, idle, rename)
+                            dynamic, idle)
     unit_series = _unit_series(entry.get("unit_series", []), f"{where}.unit_series", counts)
     sources = entry.get("sources", {})
     if not isinstance(sources, dict) or not all(
             isinstance(v, list) and all(isinstance(s, str) for s in v) for v in sources.values()):
         raise _Bad(f"{where}.sources", "expected an object of lists of text")
-    named_sources: dict[str, list[str]] = {}
-    for component, found in sources.items():
-        named_sources.setdefault(rename(component), []).extend(found)
     return ImportedNode(
         node=name,
         instance_type=_text(_get(entry, "instance_type", where), f"{where}.instance_type"),
         region=_text(_get(entry, "region", where), f"{where}.region"),
         started_s=started_s, ended_s=ended_s, dynamic_j=dynamic, idle_j=idle, units=counts,
-        source=SOURCE, sources={c: _source(named_sources.get(c, [])) for c in dynamic},
+        source=SOURCE, sources={c: _source(sources.get(c, [])) for c in dynamic},
         agent_version=version, series=series, unit_series=unit_series,
     )
 
@@ -236,10 +229,10 @@ def _close(a: float, b: float) -> bool:
 
 
 def _energy_series(raw: Any, where: str, dynamic: dict[str, float],
-                   idle: dict[str, float], rename: Rename = _same) -> tuple[EnergyBin, ...]:
+                   idle: dict[str, float]) -> tuple[EnergyBin, ...]:
     """The bins of components whose series adds up to their totals, scaled to them
-    exactly (float sums differ in the last digits); other components get none. Bins
-    whose components ``rename`` gives one name, over the same time, are summed."""
+    exactly (float sums differ in the last digits); other components get none. Bins of
+    one component over the same time are summed."""
     if not isinstance(raw, list):
         raise _Bad(where, "expected a list of bins")
     summed: dict[tuple[float, float, str], tuple[float, float]] = {}
@@ -249,7 +242,7 @@ def _energy_series(raw: Any, where: str, dynamic: dict[str, float],
         t1 = _number(_get(item, "t_end_s", at), f"{at}.t_end_s", None)
         if t1 < t0:
             raise _Bad(f"{at}.t_end_s", "ends before t_start_s")
-        component = rename(_text(_get(item, "component", at), f"{at}.component"))
+        component = _text(_get(item, "component", at), f"{at}.component")
         dynamic_j = _number(_get(item, "dynamic_j", at), f"{at}.dynamic_j")
         idle_j = _number(_get(item, "idle_j", at), f"{at}.idle_j")
         known_d, known_i = summed.get((t0, t1, component), (0.0, 0.0))
@@ -294,21 +287,24 @@ def _report_job(entry: Any) -> ImportedJob:
     if entry.get("format") != REPORT_FORMAT:
         raise _Bad("format", f"expected {REPORT_FORMAT!r}, got {json.dumps(entry.get('format'))}")
     schema = entry.get("schema_version")
+    versions = (f"this joulestat reads versions {', '.join(map(str, READ_VERSIONS[:-1]))} "
+                f"and {READ_VERSIONS[-1]}")
+    if schema == DEVELOPMENT_SCHEMA and not isinstance(schema, bool):
+        raise _Bad("schema_version", f"{DEVELOPMENT_SCHEMA} is the format of {_DEVELOPMENT}, "
+                   f"which named every accelerator 'gpu': no longer read ({versions}); "
+                   f"{_EXPORT_AGAIN}")
     if isinstance(schema, bool) or not isinstance(schema, int) or schema not in READ_VERSIONS:
-        raise _Bad("schema_version", "this joulestat reads versions "
-                   f"{', '.join(map(str, READ_VERSIONS[:-1]))} and {READ_VERSIONS[-1]}, "
-                   f"got {json.dumps(schema)}")
-    rename = current_component if schema == 1 else _same
+        raise _Bad("schema_version", f"{versions}, got {json.dumps(schema)}")
     job = _get(entry, "job", "")
     try:
         job_id = validate_job_id(_get(job, "id", "job"))
         name = validate_name(_get(job, "name", "job"))
         kind = validate_kind(_get(job, "kind", "job"))
         labels = validate_labels(_get(job, "labels", "job"))
-        if "agent_labels" in job:
-            agent_labels = validate_agent_labels(job["agent_labels"], AGENT_LABEL_KEYS)
-        else:  # made before agent labels: run's cpu_source is among the labels
-            labels, agent_labels = legacy_split(labels)
+        if "agent_labels" not in job:
+            raise _Bad("job.agent_labels", f"missing, as in reports of {_DEVELOPMENT}, "
+                       f"which kept them among the labels: no longer read; {_EXPORT_AGAIN}")
+        agent_labels = validate_agent_labels(job["agent_labels"], AGENT_LABEL_KEYS)
     except JobError as exc:
         raise _Bad("job", str(exc)) from None
     generated_s = _epoch(_get(entry, "generated_s", ""), "generated_s")
@@ -317,7 +313,7 @@ def _report_job(entry: Any) -> ImportedJob:
     nodes = _get(entry, "nodes", "")
     if not isinstance(nodes, list):
         raise _Bad("nodes", "expected a list of nodes")
-    parts = tuple(_node(n, f"nodes[{i}]", generated_s, f"joulestat {version}", rename)
+    parts = tuple(_node(n, f"nodes[{i}]", generated_s, f"joulestat {version}")
                   for i, n in enumerate(nodes))
     return ImportedJob(job_id, name, kind, labels, "import:joulestat", started_s, parts,
                        placeholder=REDACTED, agent_labels=agent_labels)

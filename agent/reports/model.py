@@ -62,7 +62,8 @@ from joulestat.store.series import job_energy_parts, job_energy_series, job_unit
 
 REPORT_FORMAT = "joulestat-report"
 # 3: energy, CO2e and per-unit figures carry their bounds (``energy_bounds_j``...,
-# issue 27); 2: the component "gpu" is "accelerator" (issue 14). The importer reads 1-3.
+# issue 27); 2: the component "gpu" is "accelerator" (issue 14). The importer reads 2-3
+# and refuses 1, the format of joulestat's development before its first release.
 SCHEMA_VERSION = 3
 PER_MILLION = 1_000_000.0
 NO_OVERRIDES = CarbonSettings()  # every factor from the data

@@ -16,10 +16,12 @@ node's energy and its jobs' names and labels, so it is private whatever the umas
 directories are created 0700 (and the spool's own one set to 0700) and each segment
 0600. At start-up the agent replays the spool
 before it reads its checkpoint, so a crash during an outage resumes from the last
-checkpoint it took, not from the last one the database saw. A segment an agent wrote
-before the component ``gpu`` became ``accelerator`` (issue 14) is
-written back under the new name, so an upgrade during an outage stores no row under
-the old one. The agent holds its spool directory locked (``.lock``, for the life of the
+checkpoint it took, not from the last one the database saw. A segment that cannot be
+written back as it is (not JSON, a field missing, a component this joulestat does not
+measure: one spooled during joulestat's development before its first release, with
+component ``gpu`` or job rows without ``agent_labels``) is set aside as ``<seq>.bad``,
+never deleted, with an error naming the file and the field. The agent holds its spool
+directory locked (``.lock``, for the life of the
 process): two agents of one node on one machine would share the default directory and
 overwrite each other's segments, and since an agent measures while it waits for its
 store, the second is refused here rather than by the node's lease.
@@ -66,9 +68,8 @@ from sqlalchemy import select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from joulestat.attribution.agent_labels import legacy_split
 from joulestat.attribution.registry import Job
-from joulestat.devices.sensor import current_component
+from joulestat.core.tick import Component, is_component
 from joulestat.store.engine import StoreError, describe_error, redact_url
 from joulestat.store.jobs import by_component, by_unit, part_energy, part_units
 from joulestat.store.rows import SHARE, TICK, Key, PendingJobs, RowBuffer
@@ -147,14 +148,16 @@ class Spool:
 
     def replay(self) -> Iterator[tuple[Segment, RowBuffer, PendingJobs]]:
         """Each segment, oldest first, decoded; :meth:`done` it once it is stored.
-        A segment that cannot be read is set aside (renamed ``.bad``), never retried."""
+        A segment that cannot be read is set aside (renamed ``.bad``), never retried and
+        never deleted: its rows are not written, and the file stays for a person."""
         for segment in self.segments():
             try:
                 batch, pending = _decode(json.loads(segment.path.read_bytes()))
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                log.error("spool segment %s is unreadable (%s); set aside as .bad",
-                          segment.path, exc)
-                self._forget(segment, rename_to=segment.path.with_suffix(".bad"))
+            except (OSError, ValueError, LookupError, TypeError) as exc:
+                bad = segment.path.with_suffix(".bad")
+                log.error("spool segment %s cannot be written back (%s); set aside as %s, "
+                          "its rows not written", segment.path, exc, bad.name)
+                self._forget(segment, rename_to=bad)
                 continue
             yield segment, batch, pending
 
@@ -306,37 +309,58 @@ def _encode(batch: RowBuffer, pending: PendingJobs) -> dict[str, Any]:
     }
 
 
-def _decode(data: dict[str, Any]) -> tuple[RowBuffer, PendingJobs]:
+def _decode(data: Any) -> tuple[RowBuffer, PendingJobs]:
+    """A segment's batch and job rows; :class:`ValueError` naming the field that is
+    missing or wrong.
+
+    Why checked here: the rows go into the store as they are, in one transaction with
+    the rest of the segment, so a segment that would store something this joulestat
+    does not read (a tick of component ``gpu``, a job row without ``agent_labels``) or
+    fail halfway with a ``KeyError`` must be refused before any of it is written."""
+    if not isinstance(data, dict):
+        raise ValueError(f"not a JSON object but {type(data).__name__}")
     if data.get("format") != FORMAT:
         raise ValueError(f"unknown spool format {data.get('format')!r}")
     batch = RowBuffer()
-    keys = [_renamed(tuple(k)) for k in data["keys"]]
-    for t_end, t_start, dynamic_j, idle_j, key in data["rows"]:
+    keys = [_key(k, f"keys[{i}]") for i, k in enumerate(_field(data, "keys", list))]
+    for t_end, t_start, dynamic_j, idle_j, key in _field(data, "rows", list):
         batch.append(int(t_end), int(t_start), float(dynamic_j), float(idle_j), keys[key])
     batch.cuts = [int(c) for c in data.get("cuts", ())]
     pending = PendingJobs()
-    pending.jobs = {job_id: (_with_agent_labels(rows[0]), rows[1])
-                    for job_id, rows in data["jobs"].items()}
-    pending.checkpoint = data["checkpoint"]
+    for job_id, rows in _field(data, "jobs", dict).items():
+        job_row, part_row = rows
+        if not isinstance(job_row, dict) or not isinstance(part_row, dict):
+            raise ValueError(f"jobs.{job_id}: malformed rows {rows!r:.80}")
+        if "agent_labels" not in job_row:
+            raise ValueError(f"jobs.{job_id}: no agent_labels (a job row spooled during "
+                             "joulestat's development before its first release, 0.1.0, "
+                             "which this joulestat does not write back)")
+        pending.jobs[job_id] = (job_row, part_row)
+    pending.checkpoint = _field(data, "checkpoint", dict | None)
     return batch, pending
 
 
-def _with_agent_labels(job_row: dict[str, Any]) -> dict[str, Any]:
-    """A spooled job row as this writer writes it: one spooled by an agent from before
-    agent labels has none, and may hold the ``cpu_source`` that ``joulestat run`` then
-    put among the labels; it moves out."""
-    if "agent_labels" in job_row:
-        return job_row
-    labels, agent_labels = legacy_split(json.loads(job_row["labels"]))
-    return {**job_row, "labels": json.dumps(labels, sort_keys=True),
-            "agent_labels": json.dumps(agent_labels, sort_keys=True)}
+def _field(data: dict[str, Any], name: str, kind: Any) -> Any:
+    """``data[name]`` when it is there and of ``kind``, else :class:`ValueError`
+    naming it (a ``KeyError`` would say only the name, in quotes)."""
+    if name not in data:
+        raise ValueError(f"no {name!r} field")
+    value = data[name]
+    if not isinstance(value, kind):
+        raise ValueError(f"{name!r} is {type(value).__name__}, not what this joulestat "
+                         "writes there")
+    return value
 
 
-def _renamed(key: tuple[Any, ...]) -> Key:
-    """A tick's or share's key with its component's name today (units keep theirs)."""
+def _key(key: Any, where: str) -> Key:
+    """A row key as :class:`~joulestat.store.rows.RowBuffer` holds it; a tick's or
+    share's component one this joulestat measures (a unit's third field is its name)."""
+    if not (isinstance(key, list) and len(key) == 5 and all(isinstance(k, str) for k in key)):
+        raise ValueError(f"{where}: malformed key {key!r:.80}")
     kind, who, component, device, source = key
-    if kind in (TICK, SHARE):
-        component = current_component(component)
+    if kind in (TICK, SHARE) and not is_component(component):
+        raise ValueError(f"{where}: component {component!r} is not one this joulestat "
+                         f"measures ({', '.join(Component)})")
     return (kind, who, component, device, source)
 
 

@@ -18,7 +18,7 @@ from sqlalchemy.engine import Engine
 from tests.helpers.cli import CliResult, invoke
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
-SCHEMA_1 = FIXTURES / "report-schema1.json"  # written before gpu became accelerator
+SCHEMA_1 = FIXTURES / "report-schema1.json"  # development format: refused on import
 SCHEMA_2 = FIXTURES / "report-schema2.json"  # written before figures carried bounds
 SCHEMA = json.loads((Path(__file__).parents[2] / "docs" / "report-schema.json").read_text())
 TABLES = ("jobs", "job_nodes", "nodes", "tick_energy", "minute_energy", "job_energy",
@@ -46,19 +46,6 @@ def assert_same(a: Any, b: Any, where: str = "") -> None:
         assert a == b, where
 
 
-def renamed(value: Any, old: str, new: str) -> Any:
-    """``value`` (a report, or part of one) with component ``old`` named ``new``: as an
-    object key and as the value of a ``component`` field. Device names (``gpu0``) stay.
-    ``renamed(report, "accelerator", "gpu")`` is the report as schema 1 wrote it."""
-    if isinstance(value, dict):
-        return {(new if key == old else key):
-                (new if key == "component" and item == old else renamed(item, old, new))
-                for key, item in value.items()}
-    if isinstance(value, list):
-        return [renamed(item, old, new) for item in value]
-    return value
-
-
 FIGURES = ("energy_j", "energy_kwh", "dynamic_energy_j", "idle_energy_j", "co2e_g",
            "embodied_co2e_g", "total_co2e_g", "carbon_intensity_g_per_kwh", "pue", "cost_usd",
            "cost_note", "work_units", "per_unit", "per_million_units", "throughput_per_hour",
@@ -78,8 +65,7 @@ def assert_same_figures(original: dict[str, Any], again: dict[str, Any]) -> None
     assert [n for n in kept if n not in again["notes"]] == []
     for key in ("id", "name", "kind", "labels", "started_s", "duration_s"):
         assert_same(original["job"][key], again["job"][key], f"job.{key}")
-    # A report made before agent labels existed (the schema 1 fixture) has none.
-    assert_same(original["job"].get("agent_labels", {}), again["job"]["agent_labels"],
+    assert_same(original["job"]["agent_labels"], again["job"]["agent_labels"],
                 "job.agent_labels")
     assert len(original["nodes"]) == len(again["nodes"])
     for node, node_again in zip(original["nodes"], again["nodes"], strict=True):

@@ -25,7 +25,7 @@ from joulestat.store.migrate import HEAD_REVISION
 from tests.helpers.agent_process import JOULESTAT, agent_env
 from tests.helpers.cli import cli_env, invoke
 from tests.helpers.codecarbon_run import codecarbon_script
-from tests.helpers.report_checks import SCHEMA, SCHEMA_1, html_text, report_ok
+from tests.helpers.report_checks import SCHEMA, SCHEMA_2, html_text, report_ok
 from tests.helpers.report_store import fill_store, new_store
 
 
@@ -53,13 +53,13 @@ def test_an_import_creates_the_store_it_writes_to(tmp_path: Path) -> None:
     in a process of its own; the store it made reads as any other."""
     path = tmp_path / "target.db"
     env = agent_env(JOULESTAT_DB=f"sqlite:///{path}")
-    result = subprocess.run([JOULESTAT, "import", str(SCHEMA_1)], env=env,
+    result = subprocess.run([JOULESTAT, "import", str(SCHEMA_2)], env=env,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert "1 job(s), 2 node part(s) written: llm-9" in result.stdout, result.stdout
+    assert "1 job(s), 2 node part(s) written: dist-1" in result.stdout, result.stdout
     current = invoke("db", "current", env=cli_env(JOULESTAT_DB=f"sqlite:///{path}"))
     assert current.returncode == 0 and HEAD_REVISION in current.stdout, current
-    assert json.loads(report_ok(env, "llm-9").stdout)["job"]["id"] == "llm-9"
+    assert json.loads(report_ok(env, "dist-1").stdout)["job"]["id"] == "dist-1"
 
 
 CODECARBON_RUN = codecarbon_script("busy-loop", seconds=3)

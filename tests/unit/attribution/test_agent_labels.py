@@ -1,12 +1,12 @@
 """Agent labels (what joulestat records about how it measured a job: ``cpu_source``,
 ``idle_policy``) are kept apart from the user's labels where a job comes in: the registry
-of an agent or an embedded run (which records its own idle policy on every job), the
-checks on a registration, and a spool segment written by an older agent. The job API is
-in tests/system/test_agent_labels_api.py, the store in tests/store/test_agent_labels.py."""
+of an agent or an embedded run (which records its own idle policy on every job) and the
+checks on a registration. The job API is in tests/system/test_agent_labels_api.py, the
+store in tests/store/test_agent_labels.py; a spool segment whose job rows lack agent
+labels is refused in tests/unit/store/test_spool_segments.py."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -15,7 +15,6 @@ from joulestat.attribution.accounting import JobAccounting
 from joulestat.attribution.agent_labels import (
     MIXED,
     idle_policy_of,
-    legacy_split,
     merge_agent_labels,
     validate_agent_labels,
 )
@@ -23,11 +22,6 @@ from joulestat.attribution.idle import IdleBaselines
 from joulestat.attribution.registry import Job, JobRegistry
 from joulestat.attribution.shares import IdlePolicy
 from joulestat.core.validation import MAX_LABELS, JobError
-from joulestat.store.durability import _decode, _encode
-from joulestat.store.rows import PendingJobs, RowBuffer
-from tests.helpers.store_jobs import (
-    TRAINER,
-)
 
 
 def attributing(registry: JobRegistry, policy: IdlePolicy, tmp_path: Path) -> JobAccounting:
@@ -52,14 +46,6 @@ def test_two_policies_merge_to_mixed_for_good_other_keys_as_labels() -> None:
     assert merge_agent_labels({"cpu_source": "cgroup v2 /a", **share},
                               {"cpu_source": "process tree"}) == {
         "cpu_source": "process tree", **share}
-
-
-def test_only_run_cpu_source_values_are_taken_out_of_old_labels() -> None:
-    assert legacy_split({"cpu_source": "process tree", "team": "nlp"}) == (
-        {"team": "nlp"}, {"cpu_source": "process tree"})
-    assert legacy_split({"cpu_source": "cgroup v1 cpuacct /x"}) == (
-        {}, {"cpu_source": "cgroup v1 cpuacct /x"})
-    assert legacy_split({"cpu_source": "mine"}) == ({"cpu_source": "mine"}, {})
 
 
 @pytest.mark.parametrize(("given", "message"), [
@@ -107,18 +93,4 @@ def test_agent_labels_never_count_against_the_users_labels() -> None:
     job = registry.register("full", "training", labels=full,
                             agent_labels={"cpu_source": "process tree"})
     assert job.labels == full and job.agent_labels == {"cpu_source": "process tree"}
-
-
-def test_an_older_agents_spooled_job_moves_its_cpu_source_out_of_the_labels() -> None:
-    """A spool segment written before agent labels existed: its job rows go to the store
-    as this writer writes them."""
-    pending = PendingJobs()
-    pending.save_job(Job(id="j", name="j", kind="training", started_s=1.0, pids={1},
-                         labels={"cpu_source": "process tree", "team": "nlp"}), TRAINER)
-    old = _encode(RowBuffer(), pending)
-    del old["jobs"]["j"][0]["agent_labels"]
-    _batch, back = _decode(json.loads(json.dumps(old)))
-    row = back.jobs["j"][0]
-    assert json.loads(row["labels"]) == {"team": "nlp"}
-    assert json.loads(row["agent_labels"]) == {"cpu_source": "process tree"}
 

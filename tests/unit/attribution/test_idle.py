@@ -100,7 +100,8 @@ def test_restore_skips_bad_entries() -> None:
     idle = IdleBaselines(min_samples=5)
     idle.restore([["cpu", "package-0", 20.0], ["cpu", "bad", -1.0], ["accelerator", "0", math.nan],
                   ["accelerator", "1", math.inf], ["accelerator", "2", "many"], ["too", "short"], 7,
-                  ["dram", "0", "3.5"]])
+                  ["dram", "0", "3.5"],
+                  ["gpu", "gpu0", 61.5]])  # no component now: "accelerator" since 0.1.0
     assert sorted(idle.checkpoint()) == [["cpu", "package-0", 20.0], ["dram", "0", 3.5]]
 
 

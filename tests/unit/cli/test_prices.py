@@ -45,7 +45,7 @@ def node_report(node: str, instance_type: str, held_h: float, gpu_j: float,
         "format": "joulestat-report", "schema_version": 2, "agent_version": "0.1.0",
         "generated_s": T0 + 86_400,
         "job": {"id": JOB, "name": "bert-sagemaker", "kind": "training", "labels": {},
-                "started_s": T0},
+                "agent_labels": {}, "started_s": T0},
         "nodes": [{
             "node": node, "instance_type": instance_type, "region": "us-east-1",
             "started_s": T0, "ended_s": T0 + held_h * 3600,

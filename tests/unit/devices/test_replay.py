@@ -89,7 +89,9 @@ def test_same_instant_later_row_wins(tmp_path: Path) -> None:
         (HEADER + "inf,cpu,p,1\n", 2, "finite"),
         (HEADER + "0,cpu,p,1\n4e8,cpu,p,1\n", 3, "ten years"),
         (HEADER + "0,cpu,p,1\n1,fan,p,1\n", 3, "unknown component 'fan'"),
-        (HEADER + "0,cpu,p,1\n2,cpu,p,1\n1,gpu,g,1\n", 4, "backwards"),
+        # the accelerator's name during development, before the first release
+        (HEADER + "0,cpu,p,1\n1,gpu,gpu0,1\n", 3, "unknown component 'gpu'"),
+        (HEADER + "0,cpu,p,1\n2,cpu,p,1\n1,accelerator,g,1\n", 4, "backwards"),
         (HEADER + "0,cpu,p\n", 2, "expected 4 fields"),
         (HEADER + "0,cpu,,1\n", 2, "device must not be empty"),
     ],

@@ -156,6 +156,30 @@ def test_sampler_baselines_sensors_it_cannot_restore(caplog: pytest.LogCaptureFi
     assert by_device == pytest.approx({"a": 50.0, "b": 20.0, "new": 5.0})
 
 
+def test_a_series_row_of_no_component_measured_now_is_skipped_by_name(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A checkpoint of joulestat's development before its first release named the
+    accelerator "gpu": that row is skipped with a warning naming it, so its series
+    starts from a baseline (its gap is not counted); the other rows resume."""
+    clock = Clock(10.0)
+    first = _sampler([Constant("a", 10.0), Constant("b", 20.0)], clock)
+    first.start()
+    clock.now = 11.0
+    first.tick()
+    state = json.loads(json.dumps(first.checkpoint()))
+    next(row for row in state["last_j"] if row[1] == "b")[0] = "gpu"
+    clock.now = 15.0
+    second = _sampler([Constant("a", 10.0), Constant("b", 20.0)], clock)
+    assert second.restore(state) is True
+    assert warned(caplog, "last_j component 'gpu'") == 1
+    clock.now = 16.0
+    assert {e.device: e.energy_j for e in second.tick().entries} == pytest.approx(
+        {"a": 50.0})  # b: its baseline now
+    clock.now = 17.0
+    assert {e.device: e.energy_j for e in second.tick().entries} == pytest.approx(
+        {"a": 10.0, "b": 20.0})
+
+
 @pytest.mark.parametrize("mutate", [
     lambda s: {},
     lambda s: None,
