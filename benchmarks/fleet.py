@@ -49,8 +49,7 @@ from sqlalchemy.engine import Engine  # noqa: E402
 
 from benchmarks.dashboard import time_page  # noqa: E402
 from joulestat.attribution.accounting import TickResult  # noqa: E402
-from joulestat.attribution.registry import Job  # noqa: E402
-from joulestat.core.records import DeviceInfo, NodeInfo, Share  # noqa: E402
+from joulestat.core.records import DeviceInfo, JobRecord, NodeInfo, Share  # noqa: E402
 from joulestat.core.tick import Tick, TickEntry  # noqa: E402
 from joulestat.store import migrate  # noqa: E402
 from joulestat.store.engine import make_engine  # noqa: E402
@@ -63,11 +62,11 @@ NAMES = ("bert-large", "resnet-50", "llama-ft", "whisper", "vit-b")
 
 
 def _job(node: str, slot: int, generation: int, start_s: float, ended_s: float | None
-         ) -> Job:
+         ) -> JobRecord:
     name = NAMES[(slot + generation) % len(NAMES)]
-    return Job(id=f"{node}-{slot}-{generation}", name=name, kind="training",
-               labels={"team": f"team-{slot % 7}"}, pids=set(), started_s=start_s,
-               ended_s=ended_s, units={"sample": 0.0})
+    return JobRecord(id=f"{node}-{slot}-{generation}", name=name, kind="training",
+                     labels={"team": f"team-{slot % 7}"}, pids=frozenset(),
+                     started_s=start_s, ended_s=ended_s)
 
 
 def fill_node(engine: Engine, index: int, jobs: int, start_s: float, end_s: float,
@@ -87,17 +86,14 @@ def fill_node(engine: Engine, index: int, jobs: int, start_s: float, end_s: floa
     while t + tick_s <= end_s:
         t0, t1 = t, t + tick_s
         t = t1
-        finished: list[Job] = []
-        changed: list[Job] = []
+        changed: list[JobRecord] = []
         for slot in range(jobs):
             offset = slot / jobs * job_s
             generation = max(0, int((t1 - start_s + offset) // job_s))
             began = start_s - offset + generation * job_s
             current = running.get(slot)
             if current is not None and current[0] != generation:
-                old = _job(node, slot, current[0], current[1], t0)
-                finished.append(old)
-                changed.append(old)
+                changed.append(_job(node, slot, current[0], current[1], t0))
             if current is None or current[0] != generation:
                 running[slot] = (generation, max(began, start_s))
                 changed.append(_job(node, slot, generation, max(began, start_s), None))
@@ -115,8 +111,6 @@ def fill_node(engine: Engine, index: int, jobs: int, start_s: float, end_s: floa
         units = {job_id: {"sample": 32.0 * tick_s} for job_id in ids}
         tick = Tick(t0, t1, entries)
         writer.record(tick, TickResult(tick, shares, units, changed), None)
-        for job in finished:
-            job.final = True
         writer.maybe_flush(t1)
         if t1 >= next_maintain:
             writer.maintain(t1)

@@ -37,8 +37,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from joulestat.attribution.accounting import TickResult  # noqa: E402
-from joulestat.attribution.registry import Job  # noqa: E402
-from joulestat.core.records import DeviceInfo, NodeInfo, Share
+from joulestat.core.records import DeviceInfo, JobRecord, NodeInfo, Share
 from joulestat.core.tick import Tick, TickEntry  # noqa: E402
 from joulestat.store import migrate
 from joulestat.store.engine import make_engine  # noqa: E402
@@ -74,8 +73,9 @@ def node_tick(t1_s: float, node_index: int, jobs: int = JOBS, register: bool = F
     compare over, with ``--db``)."""
     entries, shares, units = _node_parts(node_index, jobs)
     tick = Tick(t1_s - 1.0, t1_s, entries)
-    started = [Job(id=f"job-{node_index}-{j}", name=NAMES[j % len(NAMES)], kind="training",
-                   labels={}, pids={1000 + j}, started_s=t1_s - 1.0, origin="api")
+    started = [JobRecord(id=f"job-{node_index}-{j}", name=NAMES[j % len(NAMES)],
+                         kind="training", labels={}, pids=frozenset({1000 + j}),
+                         started_s=t1_s - 1.0, origin="api")
                for j in range(jobs)] if register else []
     return tick, TickResult(tick, shares, units, started)
 

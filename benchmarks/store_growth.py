@@ -41,8 +41,7 @@ from sqlalchemy import text  # noqa: E402
 from sqlalchemy.engine import Engine  # noqa: E402
 
 from joulestat.attribution.accounting import TickResult  # noqa: E402
-from joulestat.attribution.registry import Job  # noqa: E402
-from joulestat.core.records import DeviceInfo, NodeInfo, Share
+from joulestat.core.records import DeviceInfo, JobRecord, NodeInfo, Share
 from joulestat.core.tick import Tick, TickEntry  # noqa: E402
 from joulestat.store import migrate  # noqa: E402
 from joulestat.store.engine import make_engine  # noqa: E402
@@ -98,8 +97,9 @@ def drive(engine: Engine, node: str | list[str], jobs: int, start_s: float, seco
                              [DeviceInfo(c, d, "rapl") for c, d in COMPONENTS],
                              raw_retention_s=7 * 86400, flush_interval_s=flush_interval_s)
         for j in range(jobs):
-            writer.save_job(Job(id=f"{name}-job-{j}", name=f"train-{j}", kind="training",
-                                labels={}, pids=set(), started_s=start_s))
+            writer.save_job(JobRecord(id=f"{name}-job-{j}", name=f"train-{j}",
+                                      kind="training", labels={}, pids=frozenset(),
+                                      started_s=start_s))
         writers.append((name, writer))
     for second in range(1, seconds + 1):
         now_s = start_s + second

@@ -57,6 +57,7 @@ from joulestat.core.validation import (
 from joulestat.host.peers import PeerLookup
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
+    from joulestat.core.records import JobRecord
     from joulestat.reports.figures import FiguresFromStore
 
 log = logging.getLogger(__name__)
@@ -523,7 +524,12 @@ class _Handler(GatedHandler):
             if self.server.persist is not None and not existed:
                 # On disk before the 201, or the answer says it is not (yet): the
                 # client registers again (same job_id) if the agent restarts without it.
-                answer["durable"] = bool(self.server.persist(job))
+                # The store is handed a snapshot, taken under the registry's lock (a
+                # tick or discovery may change the job meanwhile), and the lock let go
+                # before the write.
+                with registry.lock:
+                    record = job.record()
+                answer["durable"] = bool(self.server.persist(record))
         return (200 if existed else 201), answer
 
     def _units(self, job_id: str) -> tuple[int, Any]:
@@ -620,7 +626,7 @@ class ApiServer:
         *,
         interval_s: float | None = None,
         mode: str = "agent",
-        persist: Callable[[Job], bool] | None = None,
+        persist: Callable[[JobRecord], bool] | None = None,
         max_in_flight: int = MAX_IN_FLIGHT,
         request_timeout_s: float = REQUEST_TIMEOUT_S,
         max_connections: int = MAX_CONNECTIONS,

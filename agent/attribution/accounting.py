@@ -24,7 +24,7 @@ from joulestat.attribution.agent_labels import policy_labels
 from joulestat.attribution.idle import IdleBaselines
 from joulestat.attribution.registry import Job, JobRegistry
 from joulestat.attribution.shares import DeviceUse, IdlePolicy, TickUsage, attribute
-from joulestat.core.records import Share
+from joulestat.core.records import JobRecord, Share
 from joulestat.core.tick import Tick
 from joulestat.host.cgroup_jobs import JobWant
 from joulestat.host.cgroups import own_cgroup_path
@@ -55,9 +55,12 @@ class TickResult:
     tick: Tick
     shares: list[Share]
     units: dict[str, dict[str, float]]  # job id -> unit -> count added during the tick
-    changed_jobs: list[Job]  # registered, ended or relabelled since the last tick
-    # Jobs whose end this tick covers: their figures are complete once its rows are stored.
-    finished_jobs: list[Job] = field(default_factory=list)
+    # Jobs registered, ended or relabelled since the last tick, as records for the
+    # store: snapshots taken under the registry's lock (JobRegistry.take_changes).
+    changed_jobs: list[JobRecord]
+    # The ids of the jobs whose end this tick covers: their figures are complete once
+    # its rows are stored, and whoever stores them says so (JobRegistry.mark_final).
+    finished_ids: list[str] = field(default_factory=list)
     usage: UsageSnapshot | None = None  # what the host layer read for this tick
 
 
@@ -183,8 +186,8 @@ class JobAccounting:
                 job.idle_j[component] = job.idle_j.get(component, 0.0) + share.idle_j
         changed, units = self.registry.take_changes()
         self._last = (tick.t1_s, usage)
-        return TickResult(tick, shares, units, changed, self.registry.take_finished(tick.t1_s),
-                          usage)
+        finished = [job.id for job in self.registry.take_finished(tick.t1_s)]
+        return TickResult(tick, shares, units, changed, finished, usage)
 
     def checkpoint(self) -> dict:
         """Counters needed to attribute the gap after a crash (see Pipeline.restore)."""

@@ -18,6 +18,7 @@ from typing import Any
 
 from joulestat.attribution.agent_labels import merge_agent_labels, validate_agent_labels
 from joulestat.core.model_units import BUSY, MAX_MODELS_PER_JOB, split_key
+from joulestat.core.records import JobRecord, StoredJob
 from joulestat.core.validation import (
     MAX_LABELS,
     MAX_UNIT_COUNT,
@@ -73,7 +74,9 @@ class Job:
     idle_j: dict[str, float] = field(default_factory=dict)
     # True once the job has ended, the tick covering its end has been attributed and
     # those rows are committed to the store: its figures will not change any more.
-    # `joulestat run` waits for it so its summary is the stored total.
+    # `joulestat run` waits for it so its summary is the stored total. Set through
+    # JobRegistry.mark_final, by whoever stores the ticks (or by the pipeline when
+    # nothing does): the store is handed records, never this object.
     final: bool = False
     # What joulestat recorded about how it measured the job (cpu_source, idle_policy:
     # joulestat.attribution.agent_labels), apart from the user's labels.
@@ -89,6 +92,31 @@ class Job:
     @property
     def energy_j(self) -> float:
         return sum(self.dynamic_j.values()) + sum(self.idle_j.values())
+
+    def record(self) -> JobRecord:
+        """A snapshot of what the store keeps of this job on this node (call it under
+        the registry's lock: ticks and requests change the job). The labels and pids
+        are copied; ``latency`` is shared, as the registry only ever replaces it whole
+        (:meth:`JobRegistry.set_latency`), never changes it in place."""
+        return JobRecord(
+            id=self.id, name=self.name, kind=self.kind, labels=dict(self.labels),
+            pids=frozenset(self.pids), started_s=self.started_s, origin=self.origin,
+            ended_s=self.ended_s, instance_type=self.instance_type,
+            agent_labels=dict(self.agent_labels), latency=self.latency)
+
+    @classmethod
+    def from_stored(cls, stored: StoredJob) -> Job:
+        """A running job of before a restart, as its node stored it, to put back in the
+        registry (:meth:`JobRegistry.restore`): it goes on from the energy and units
+        the node recorded for it."""
+        record = stored.record
+        return cls(
+            id=record.id, name=record.name, kind=record.kind, labels=dict(record.labels),
+            pids=set(record.pids), started_s=record.started_s, origin=record.origin,
+            ended_s=record.ended_s, instance_type=record.instance_type,
+            units=dict(stored.units), dynamic_j=dict(stored.dynamic_j),
+            idle_j=dict(stored.idle_j), agent_labels=dict(record.agent_labels),
+            latency=dict(record.latency))
 
     def to_json(self) -> dict[str, Any]:
         components = sorted(set(self.dynamic_j) | set(self.idle_j))
@@ -358,12 +386,30 @@ class JobRegistry:
                 if pid_set:
                     self._measured[job_id] = job
 
-    def take_changes(self) -> tuple[list[Job], dict[str, dict[str, float]]]:
-        """Jobs registered, ended or re-labelled, and units counted, since the last call."""
+    def take_changes(self) -> tuple[list[JobRecord], dict[str, dict[str, float]]]:
+        """Jobs registered, ended or re-labelled, as records for the store (snapshots
+        taken here, under the lock, once per change), and units counted, since the last
+        call."""
         with self._lock:
-            changed, self._changed = list(self._changed.values()), {}
+            changed = [job.record() for job in self._changed.values()]
+            self._changed = {}
             units, self._unit_deltas = self._unit_deltas, {}
         return changed, units
+
+    def mark_final(self, job_ids: Iterable[str]) -> None:
+        """Make these ended jobs ``final``: their figures will not change any more.
+
+        Called by whoever stores ticks once the rows of the tick that covered each
+        job's end are committed (the store writer, from its thread, handed this method
+        by the runtime), or by the pipeline right after that tick when nothing stores
+        ticks. By id, so the store never holds the registry's live jobs; a job
+        reopened since (registered again, running) is left as it is, and an id this
+        registry no longer holds is skipped."""
+        with self._lock:
+            for job_id in job_ids:
+                job = self._jobs.get(job_id)
+                if job is not None and job.ended_s is not None:
+                    job.final = True
 
     def forget(self, job_ids: Iterable[str]) -> None:
         with self._lock:

@@ -21,14 +21,13 @@ import random
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sqlalchemy.engine import Engine
 
 from joulestat.attribution.agent_labels import policy_labels
-from joulestat.attribution.registry import Job
 from joulestat.attribution.shares import DeviceUse, IdlePolicy, TickUsage, attribute
-from joulestat.core.records import DeviceInfo, NodeInfo
+from joulestat.core.records import DeviceInfo, JobRecord, NodeInfo
 from joulestat.core.tick import Component, Tick, TickEntry
 from joulestat.store.writer import StoreWriter
 
@@ -94,7 +93,7 @@ class Work:
 
 @dataclass
 class Planned:
-    job: Job
+    job: JobRecord
     start_s: float
     end_s: float | None  # None: still running at the end of the sample
     work: dict[str, Work] = field(default_factory=dict)  # node -> what it does there
@@ -151,10 +150,11 @@ def plan(start_s: float, end_s: float, jobs: int, leave_running: bool = True) ->
             last = leave_running and i == count - 1 and nodes == lanes[0][0]
             t1 = None if last else t0 + 0.85 * slot_s
             job_id = f"{spec['name']}-{nodes[0].split('-')[0]}-{i:05d}"
-            job = Job(id=job_id, name=spec["name"], kind=kind, labels=dict(spec["labels"]),
-                      pids={1000 + i % 30000}, started_s=round(t0, 3), origin="api",
-                      ended_s=None if t1 is None else round(t1, 3),
-                      agent_labels=policy_labels(POLICY))
+            job = JobRecord(id=job_id, name=spec["name"], kind=kind,
+                            labels=dict(spec["labels"]), pids=frozenset({1000 + i % 30000}),
+                            started_s=round(t0, 3), origin="api",
+                            ended_s=None if t1 is None else round(t1, 3),
+                            agent_labels=policy_labels(POLICY))
             result.append(Planned(job, round(t0, 3), None if t1 is None else round(t1, 3),
                                   dict(spec["work"])))
     return sorted(result, key=lambda p: (p.start_s, p.job.id))
@@ -196,7 +196,7 @@ def simulate_node(engine: Engine, node: str, planned: list[Planned], start_s: fl
         for p in active:
             if p.job.id not in started:
                 started.add(p.job.id)
-                writer.save_job(_as(p.job, None))
+                writer.save_job(replace(p.job, ended_s=None))
         load: dict[str, float] = {}
         for p in active:
             for component, value in p.work[node].load.items():
@@ -230,7 +230,7 @@ def simulate_node(engine: Engine, node: str, planned: list[Planned], start_s: fl
                 writer.add_units(p.job.id, t1, {work.unit: math.floor(count)})
             if p.end_s is not None and p.end_s <= t1 and p.job.id not in ended:
                 ended.add(p.job.id)
-                writer.save_job(_as(p.job, p.end_s))
+                writer.save_job(replace(p.job, ended_s=p.end_s))
         ticks += 1
         if ticks % 2000 == 0:
             writer.flush()
@@ -240,12 +240,6 @@ def simulate_node(engine: Engine, node: str, planned: list[Planned], start_s: fl
     writer.maintain(end_s)
     writer.close()
     return ticks
-
-
-def _as(job: Job, ended_s: float | None) -> Job:
-    return Job(id=job.id, name=job.name, kind=job.kind, labels=dict(job.labels),
-               pids=set(job.pids), started_s=job.started_s, origin=job.origin,
-               ended_s=ended_s, agent_labels=dict(job.agent_labels))
 
 
 def fill(engine: Engine, *, end_s: float | None = None, hours: float = 3.0, jobs: int = 22,

@@ -97,9 +97,11 @@ class Pipeline:
         record = TickRecord(tick, result, checkpoint)
         for sink in self.sinks:
             sink.on_tick(record)
-        if not stored and result is not None:
-            for job in result.finished_jobs:  # nothing to store: final as attributed
-                job.final = True
+        if (not stored and result is not None and result.finished_ids
+                and self.accounting is not None):
+            # Nothing to store: final as attributed. (A storing sink reports them final
+            # once stored, through the callback the runtime gave it.)
+            self.accounting.registry.mark_final(result.finished_ids)
         return tick, result
 
     def checkpoint(self) -> dict:

@@ -11,8 +11,10 @@ its attribution, and the crash checkpoint taken after it. The checkpoint is only
 computing for a sink that stores ticks (``stores_ticks``): it has to land in the same
 transaction as that tick's rows, else a restart would count the tick twice or not at
 all. The same flag says who makes finished jobs ``final``: a storing sink does once
-their last tick is stored; with none, nothing more will happen to their figures, so
-the pipeline marks them final right away.
+their last tick is stored, by handing their ids to the owner of the live jobs (the
+store writer's ``on_final``, the registry's ``mark_final``: the record carries job
+records and ids, never the registry's jobs); with none, nothing more will happen to
+their figures, so the pipeline marks them final right away.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ class Sink(Protocol):
     """An output of the pipeline. Called on the tick thread: ``on_tick`` must be cheap
     (copy or buffer, never block on I/O), since a slow sink delays the next tick."""
 
-    # True for a sink that stores ticks durably: it gets checkpoints and marks the
+    # True for a sink that stores ticks durably: it gets checkpoints and reports the
     # result's finished jobs final once their last tick is stored.
     stores_ticks: bool
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from joulestat.attribution.accounting import JobAccounting
 from joulestat.attribution.idle import IdleBaselines
-from joulestat.attribution.registry import JobRegistry
+from joulestat.attribution.registry import Job, JobRegistry
 from joulestat.core.errors import ConfigError
 from joulestat.core.redact import redact_url
 from joulestat.core.version import __version__
@@ -43,8 +43,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from sqlalchemy.engine import Engine
 
     from joulestat.attribution.accounting import AttributionSettings
-    from joulestat.attribution.registry import Job
-    from joulestat.core.records import NodeInfo
+    from joulestat.core.records import NodeInfo, StoredJob
     from joulestat.devices.factory import DeviceSettings
     from joulestat.host.usage import HostSettings
     from joulestat.outputs.otlp import OtlpExporter, OtlpSettings
@@ -127,7 +126,7 @@ class LateJobs:
         self.engine, self.node = engine, node
         self.registry, self.accounting = registry, accounting
         self._lock = threading.Lock()
-        self._loaded: list[Job] | None = None
+        self._loaded: list[StoredJob] | None = None
         self._done = False
         self.restored = 0
 
@@ -151,17 +150,18 @@ class LateJobs:
         if jobs is None:
             return
         known = {job.id for job in self.registry.jobs()}
-        for job in jobs:
-            if job.id in known:
+        for stored in jobs:
+            record = stored.record
+            if record.id in known:
                 continue
             # A checkpoint resumed from the spool may hold this job's CPU counters of
             # before the start: its first tick must not take all that time as one tick's.
-            self.accounting.forget([job.id])
-            self.registry.restore(job)
+            self.accounting.forget([record.id])
+            self.registry.restore(Job.from_stored(stored))
             self.restored += 1
             log.info("job %s (%s) was running before the restart; tracking it again now "
                      "that the store answers (what it drew while the store was away is "
-                     "the node's unattributed energy)", job.name, job.id)
+                     "the node's unattributed energy)", record.name, record.id)
         self._done = True
 
 
@@ -238,7 +238,9 @@ def build_pipeline(settings: PipelineSettings, registry: JobRegistry, *,
         writer = StoreWriter(engine, node, devices, raw_retention_s=store.raw_retention_s,
                              flush_interval_s=store.flush_interval_s, spool=spool,
                              lease=lease, wait=wait,
-                             after_open=late_jobs.load if late_jobs is not None else None)
+                             after_open=late_jobs.load if late_jobs is not None else None,
+                             # the registry's jobs become final once their rows are stored
+                             on_final=registry.mark_final)
     except NodeLeaseError as exc:
         engine.dispose()
         raise ConfigError(str(exc)) from None
@@ -264,10 +266,10 @@ def build_pipeline(settings: PipelineSettings, registry: JobRegistry, *,
                                  boot_id), writer, metrics, checkpoint, late_jobs, exporter)
     if writer.spool:  # rows from an outage before the last stop: into the store first, so
         writer.flush()  # the checkpoint and running jobs read below are the latest
-    for job in load_running_jobs(engine, node.node):
-        registry.restore(job)
+    for stored in load_running_jobs(engine, node.node):
+        registry.restore(Job.from_stored(stored))
         log.info("job %s (%s) was running before the restart; still tracking it",
-                 job.name, job.id)
+                 stored.record.name, stored.record.id)
     metrics = _node_metrics(node, sampler, sensors, devices) if with_metrics else None
     exporter = _otlp_exporter(otlp, node, metrics, accounting)
     pipeline = Pipeline(sampler, node, accounting, _sinks(metrics, exporter, writer), boot_id)

@@ -68,7 +68,7 @@ from sqlalchemy import select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from joulestat.attribution.registry import Job
+from joulestat.core.records import JobRecord, StoredJob
 from joulestat.core.tick import Component, is_component
 from joulestat.store.engine import StoreError, describe_error, redact_url
 from joulestat.store.jobs import by_component, by_unit, part_energy, part_units
@@ -519,11 +519,11 @@ class Checkpoint(NamedTuple):
     state: dict[str, Any]
 
 
-def load_running_jobs(engine: Engine, node: str) -> list[Job]:
-    """This node's running jobs as registry :class:`Job` objects, for a restart.
-
-    Energy and units are what ``node`` recorded (a :class:`Job` holds this node's
-    view); pids and start are this node's too. Raises
+def load_running_jobs(engine: Engine, node: str) -> list[StoredJob]:
+    """This node's running jobs, for a restart: each one's record as ``node`` saved it
+    and the energy and units ``node`` recorded for it (the registry rebuilds its jobs
+    from them: :meth:`joulestat.attribution.registry.Job.from_stored`). Pids, start and
+    instance type are this node's too; latency is not read back. Raises
     :class:`~joulestat.store.engine.StoreError` when the store cannot be read.
     """
     jobs, parts = JOBS.c, JOB_NODES.c
@@ -546,13 +546,13 @@ def load_running_jobs(engine: Engine, node: str) -> list[Job]:
     result = []
     for job_id, name, kind, labels, origin, pids, started_s, instance_type, agent_labels in rows:
         dynamic, idle = by_component(energy, job_id, node)
-        result.append(Job(  # the type it ran as stays, if the node's changed since
+        record = JobRecord(  # the type it ran as stays, if the node's changed since
             id=job_id, name=name, kind=kind, labels=json.loads(labels),
-            pids=set(json.loads(pids)), started_s=started_s, origin=origin, ended_s=None,
-            instance_type=instance_type,
-            units=by_unit(units, job_id, node), dynamic_j=dynamic, idle_j=idle,
-            agent_labels=json.loads(agent_labels),
-        ))
+            pids=frozenset(json.loads(pids)), started_s=started_s, origin=origin,
+            ended_s=None, instance_type=instance_type,
+            agent_labels=json.loads(agent_labels))
+        result.append(StoredJob(record, dynamic_j=dynamic, idle_j=idle,
+                                units=by_unit(units, job_id, node)))
     return result
 
 
@@ -612,8 +612,10 @@ class Outage:
         """How long to wait after the latest failure: doubling, capped at a minute."""
         return min(MAX_RETRY_DELAY_S, flush_interval_s * 2 ** min(self.failures, 10))
 
-    def keep(self, batch: RowBuffer, pending: PendingJobs, finishing: list[Job]) -> None:
-        """A batch the store did not take: to the spool, else back into memory."""
+    def keep(self, batch: RowBuffer, pending: PendingJobs, finishing: list[str]) -> None:
+        """A batch the store did not take: to the spool, else back into memory. The ids
+        of the jobs to report final wait in memory either way, for the flush that
+        stores their rows."""
         if self.spool is not None and (len(batch) or pending):
             try:
                 self.spool.append(batch, pending)

@@ -68,8 +68,7 @@ from joulestat.store.schema import (
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from joulestat.attribution.accounting import TickResult
-    from joulestat.attribution.registry import Job
-    from joulestat.core.records import NodeInfo, Share
+    from joulestat.core.records import JobRecord, NodeInfo, Share
     from joulestat.core.tick import Tick
 
 log = logging.getLogger(__name__)
@@ -501,8 +500,8 @@ class PendingJobs:
     def __bool__(self) -> bool:
         return bool(self.jobs or self.checkpoint is not None)
 
-    def save_job(self, job: Job, node: NodeInfo) -> None:
-        """Snapshot ``job`` as this node sees it; a later save of the same id replaces it."""
+    def save_job(self, job: JobRecord, node: NodeInfo) -> None:
+        """``job``'s rows as ``node`` sees it; a later save of the same id replaces them."""
         self.jobs[job.id] = (
             {"id": job.id, "name": job.name, "kind": job.kind,
              "labels": json.dumps(dict(job.labels), sort_keys=True), "origin": job.origin,
@@ -512,7 +511,7 @@ class PendingJobs:
             {"job_id": job.id, "node": node.node,
              "instance_type": job.instance_type or node.instance_type,
              "region": node.region, "started_s": float(job.started_s),
-             "ended_s": job.ended_s, "pids": json.dumps(sorted(list(job.pids))),
+             "ended_s": job.ended_s, "pids": json.dumps(sorted(job.pids)),
              "latency": json.dumps(job.latency, sort_keys=True) if job.latency else None},
         )
 
@@ -621,7 +620,8 @@ def _status_update(ids: list[str]) -> Any:
 # -- What waits in memory for the node's next store write, under one lock --------------
 
 class RowQueue:
-    """Rows, job metadata, a checkpoint and jobs to mark final, waiting for a flush.
+    """Rows, job metadata, a checkpoint and the ids of jobs to report final, waiting for
+    a flush.
 
     ``cause()`` says why the queue filled, for the error when it does.
     """
@@ -631,7 +631,8 @@ class RowQueue:
         self.lock = threading.Lock()
         self.rows = RowBuffer()
         self.pending = PendingJobs()
-        self.finishing: list[Job] = []  # ended jobs: final once their last tick is stored
+        # Ids of ended jobs: reported final once the rows buffered with them are stored.
+        self.finishing: list[str] = []
         self.bad_entries = 0  # non-finite numbers skipped since the writer last said so
         self.folded_rows = 0
         self.dropped_rows = 0
@@ -651,7 +652,7 @@ class RowQueue:
                     self.bad_entries += self.rows.append_units(job_id, tick.t1_s, deltas)
                 for job in result.changed_jobs:
                     self.pending.save_job(job, self.node)
-                self.finishing.extend(result.finished_jobs)
+                self.finishing.extend(result.finished_ids)
             if checkpoint is not None:
                 self.pending.save_checkpoint(checkpoint[0], checkpoint[1], tick.t1_s)
             self._bound_locked()
@@ -662,7 +663,7 @@ class RowQueue:
             self.bad_entries += append(self.rows)
             self._bound_locked()
 
-    def save_job(self, job: Job, node: NodeInfo | None = None) -> None:
+    def save_job(self, job: JobRecord, node: NodeInfo | None = None) -> None:
         with self.lock:
             self.pending.save_job(job, node or self.node)
 
@@ -670,18 +671,18 @@ class RowQueue:
         with self.lock:
             self.pending.save_checkpoint(state, boot_id, saved_s)
 
-    def finish(self, jobs: list[Job]) -> None:
+    def finish(self, job_ids: Iterable[str]) -> None:
         with self.lock:
-            self.finishing.extend(jobs)
+            self.finishing.extend(job_ids)
 
-    def take(self) -> tuple[RowBuffer, PendingJobs, list[Job]]:
+    def take(self) -> tuple[RowBuffer, PendingJobs, list[str]]:
         """Everything waiting, leaving the queue empty."""
         with self.lock:
             taken = self.rows, self.pending, self.finishing
             self.rows, self.pending, self.finishing = RowBuffer(), PendingJobs(), []
         return taken
 
-    def put_back(self, batch: RowBuffer, pending: PendingJobs, finishing: list[Job]) -> None:
+    def put_back(self, batch: RowBuffer, pending: PendingJobs, finishing: list[str]) -> None:
         """What the store did not take, in front of what came since."""
         with self.lock:
             self.rows.prepend(batch)

@@ -39,7 +39,10 @@ written back. A store that can never take the rows (another revision, no answer 
 agent stops with that message.
 
 The writer is a sink of the pipeline (:mod:`joulestat.pipeline.sink`): it stores ticks,
-so it receives each tick's checkpoint and makes finished jobs final once stored.
+so it receives each tick's checkpoint and reports finished jobs final once stored. It
+holds job records (:class:`joulestat.core.records.JobRecord`, snapshots) and job ids,
+never the registry's live jobs: finality goes back by id through ``on_final``, the
+callback of whoever owns those jobs (the runtime passes the registry's ``mark_final``).
 :meth:`StoreWriter.maintain` rolls raw rows up into minutes, adds settled rows to the
 job totals and prunes raw rows past the retention (:mod:`joulestat.store.maintenance`);
 rows ending at or before the totals boundary (a clock stepped back) are dropped with an
@@ -57,7 +60,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -89,8 +92,7 @@ from joulestat.store.schema import (
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from joulestat.attribution.accounting import TickResult
-    from joulestat.attribution.registry import Job
-    from joulestat.core.records import Share
+    from joulestat.core.records import JobRecord, Share
     from joulestat.core.tick import Tick
     from joulestat.pipeline.sink import TickRecord
 
@@ -134,6 +136,11 @@ class StoreWriter:
     :meth:`save_job` and :meth:`save_checkpoint` whenever there is something to
     record; :meth:`maybe_flush` often, :meth:`maintain` about once a minute,
     :meth:`close` at exit. Only flush and maintain do SQL.
+
+    ``on_final(job_ids)`` is told, right after the flush that committed the rows
+    buffered with them (on the thread that flushed, under the writer's I/O lock), the
+    ids of the finished jobs (:meth:`record`'s, :meth:`finish_jobs`') whose figures
+    are now stored whole; None: nobody is told.
     """
 
     stores_ticks = True  # joulestat.pipeline.sink: checkpoints come with the ticks
@@ -151,6 +158,7 @@ class StoreWriter:
         lease: NodeLease | None = None,
         wait: StoreWait | None = None,
         after_open: Callable[[], None] | None = None,
+        on_final: Callable[[list[str]], None] | None = None,
     ) -> None:
         if raw_retention_s < 2 * MINUTE_MS / 1000:
             raise ValueError(f"raw_retention_s must be at least 120 s, got {raw_retention_s}")
@@ -199,6 +207,7 @@ class StoreWriter:
         self._wait = wait if wait is not None and not wait.opened else None
         self._after_open = after_open
         self._after_open_due = False
+        self._on_final = on_final
         # Set when the store can never take this writer's rows (another revision, never
         # answered within --db-wait, another live writer holds the node's lease): the
         # agent stops with this message. ``_discard``: the rows measured are not to be
@@ -273,7 +282,7 @@ class StoreWriter:
         """
         self.queue.record(tick, result, checkpoint)
         self._report_bad_entries()
-        if result is not None and result.finished_jobs:
+        if result is not None and result.finished_ids:
             self._next_flush_s = None
             self.wake.set()
 
@@ -294,12 +303,12 @@ class StoreWriter:
         self.queue.add(lambda rows: rows.append_units(job_id, t_end_s, deltas))
         self._report_bad_entries()
 
-    def save_job(self, job: Job, node: NodeInfo | None = None) -> None:
+    def save_job(self, job: JobRecord, node: NodeInfo | None = None) -> None:
         """Upsert ``job`` (and ``node``'s part in it, default this one) with the next
         flush; the latest save of a job before a flush is the one written."""
         self.queue.save_job(job, node)
 
-    def save_job_now(self, job: Job) -> bool:
+    def save_job_now(self, job: JobRecord) -> bool:
         """Write ``job``'s row now, outside the batch: the API answers 201 only for a job
         a crash cannot lose. False (logged) when the store cannot take it yet; the row
         then goes with the next flush like any other."""
@@ -322,12 +331,13 @@ class StoreWriter:
                 return False
         return True
 
-    def finish_jobs(self, jobs: list[Job]) -> None:
-        """Mark ``jobs`` final (``job.final``) once the rows buffered so far are stored,
-        and ask for that flush now rather than at the next interval."""
-        if not jobs:
+    def finish_jobs(self, job_ids: Iterable[str]) -> None:
+        """Report ``job_ids`` final (``on_final``) once the rows buffered so far are
+        stored, and ask for that flush now rather than at the next interval."""
+        job_ids = list(job_ids)
+        if not job_ids:
             return
-        self.queue.finish(jobs)
+        self.queue.finish(job_ids)
         self._next_flush_s = None
         self.wake.set()
 
@@ -409,7 +419,7 @@ class StoreWriter:
                 return False
             batch, pending, finishing = self.queue.take()
             if not len(batch) and not pending and not self.spool:
-                _mark_final(finishing)
+                self._report_final(finishing)
                 return True
             started = time.perf_counter()
             try:
@@ -431,7 +441,7 @@ class StoreWriter:
             self.flushes += 1
             self.flush_seconds_sum += time.perf_counter() - started
             self.written_rows += written
-            _mark_final(finishing)
+            self._report_final(finishing)
             if stale:
                 self.stale_rows += stale
                 log.error("dropped %d rows ending at or before the node's settled boundary "
@@ -508,7 +518,7 @@ class StoreWriter:
         self._register()
 
     def _refuse(self, exc: Exception, batch: RowBuffer | None = None,
-                pending: PendingJobs | None = None, finishing: list[Job] | None = None
+                pending: PendingJobs | None = None, finishing: list[str] | None = None
                 ) -> None:
         """The store can never take this writer's rows: say why, keep or set aside what
         waits, and wake the store thread, which stops the agent (caller holds _io_lock).
@@ -592,6 +602,12 @@ class StoreWriter:
         self.partitions.start(self.engine, now_s)  # days ahead partitioned (PostgreSQL)
         self._registered = True
 
+    def _report_final(self, job_ids: list[str]) -> None:
+        """Tell the owner of the live jobs that these are stored whole (caller holds
+        _io_lock, right after the commit, as the jobs' ``final`` was always set)."""
+        if job_ids and self._on_final is not None:
+            self._on_final(job_ids)
+
     def _report_bad_entries(self) -> None:
         if self.queue.bad_entries and self.outage.may_warn():
             # Not an outage, but its warnings share the outage's once-a-minute throttle.
@@ -599,7 +615,3 @@ class StoreWriter:
                              "shares or unit counts (a sampler bug?)")
             self.queue.bad_entries = 0
 
-
-def _mark_final(jobs: list[Job]) -> None:
-    for job in jobs:
-        job.final = True

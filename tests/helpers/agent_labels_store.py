@@ -15,7 +15,7 @@ import json
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
-from joulestat.attribution.registry import Job
+from joulestat.core.records import JobRecord
 from joulestat.store.jobs import job_detail, job_totals, list_jobs
 from tests.helpers.store_jobs import (
     T0,
@@ -25,10 +25,10 @@ RUN_CGROUP = "cgroup v2 /user.slice/joulestat-job-by-run"
 
 
 def job(job_id: str, labels: dict[str, str], agent_labels: dict[str, str] | None = None,
-        ended_s: float | None = None) -> Job:
-    return Job(id=job_id, name=f"name-{job_id}", kind="training", labels=dict(labels),
-               pids={100}, started_s=T0, origin="run", ended_s=ended_s,
-               agent_labels=dict(agent_labels or {}))
+        ended_s: float | None = None) -> JobRecord:
+    return JobRecord(id=job_id, name=f"name-{job_id}", kind="training", labels=dict(labels),
+                     pids=frozenset({100}), started_s=T0, origin="run", ended_s=ended_s,
+                     agent_labels=dict(agent_labels or {}))
 
 
 def apart(engine: Engine) -> dict[str, tuple[dict[str, str], dict[str, str]]]:

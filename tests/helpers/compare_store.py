@@ -13,10 +13,9 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
-from joulestat.attribution.registry import Job
 from joulestat.carbon.catalog import lookup
 from joulestat.carbon.footprint import CarbonSettings
-from joulestat.core.records import DeviceInfo, NodeInfo, Share
+from joulestat.core.records import DeviceInfo, JobRecord, NodeInfo, Share
 from joulestat.core.tick import Tick, TickEntry
 from joulestat.store import migrate
 from joulestat.store.engine import dialect_insert, make_engine
@@ -42,7 +41,7 @@ def node(name: str, instance_type: str) -> NodeInfo:
     return NodeInfo(name, instance_type, "us-east-1", "Xeon", "0.1.0")
 
 
-def run_job(engine: Engine, where: NodeInfo, job: Job, ticks: int, gpu_j: float,
+def run_job(engine: Engine, where: NodeInfo, job: JobRecord, ticks: int, gpu_j: float,
             units: dict[str, float] | None = None, from_s: float | None = None) -> None:
     """``ticks`` ticks of TICK_S from the job's start (or ``from_s``) on ``where``, each
     ``gpu_j`` of GPU energy given to the job (80 % dynamic, 20 % idle) plus 10 J of CPU
@@ -63,9 +62,9 @@ def run_job(engine: Engine, where: NodeInfo, job: Job, ticks: int, gpu_j: float,
     assert writer.flush()
 
 
-def job(job_id: str, name: str, kind: str, started_s: float, held_s: float) -> Job:
-    return Job(id=job_id, name=name, kind=kind, labels={}, pids={1}, started_s=started_s,
-               origin="api", ended_s=started_s + held_s)
+def job(job_id: str, name: str, kind: str, started_s: float, held_s: float) -> JobRecord:
+    return JobRecord(id=job_id, name=name, kind=kind, labels={}, pids=frozenset({1}),
+                     started_s=started_s, origin="api", ended_s=started_s + held_s)
 
 
 def fill_compare_store(url: str) -> None:

@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sqlalchemy.engine import Engine
 
-from joulestat.attribution.registry import Job
 from joulestat.attribution.shares import DeviceUse, TickUsage, attribute
-from joulestat.core.records import DeviceInfo, NodeInfo
+from joulestat.core.records import DeviceInfo, JobRecord, NodeInfo
 from joulestat.core.tick import Tick, TickEntry
 from joulestat.reports.importer import import_file
 from joulestat.reports.json_report import render_json
@@ -91,8 +90,8 @@ def write_run(engine: Engine, run: Run) -> None:
     """``run`` alone on its node, one tick a second ending at ``start + OFFSET_S + k``,
     the last one partial, at the end of the job."""
     writer = StoreWriter(engine, run.node, _devices(run.node), raw_retention_s=30 * 86400)
-    job = Job(id=run.job_id, name=run.name, kind=run.kind, labels=dict(run.labels),
-              pids={1}, started_s=run.start_s, origin="api")
+    job = JobRecord(id=run.job_id, name=run.name, kind=run.kind, labels=dict(run.labels),
+                    pids=frozenset({1}), started_s=run.start_s, origin="api")
     writer.save_job(job)
     end_s = run.start_s + run.seconds
     t0 = run.start_s
@@ -114,8 +113,7 @@ def write_run(engine: Engine, run: Run) -> None:
         if run.unit:
             writer.add_units(run.job_id, t1, {run.unit: run.per_tick * (t1 - t0)})
         t0 = t1
-    job.ended_s = end_s
-    writer.save_job(job)
+    writer.save_job(replace(job, ended_s=end_s))
     assert writer.flush()
     writer.close()
 

@@ -19,11 +19,11 @@ from __future__ import annotations
 import sqlite3
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
-from joulestat.attribution.registry import Job
 from joulestat.attribution.shares import TickUsage, attribute
-from joulestat.core.records import DeviceInfo, NodeInfo
+from joulestat.core.records import DeviceInfo, JobRecord, NodeInfo
 from joulestat.core.tick import Tick, TickEntry
 from joulestat.store import migrate
 from joulestat.store.engine import make_engine
@@ -65,9 +65,12 @@ def measure(db_url: str, start_s: float) -> None:
     :data:`MEASURED`'s jobs running over their :data:`SPANS` (and ended)."""
     engine = make_engine(db_url)
     writer = StoreWriter(engine, N1, DEVICES, raw_retention_s=3600)
-    jobs = {name: Job(id=uuid.uuid4().hex, name=name, kind=kind, labels={}, pids={1000 + n},
-                      started_s=start_s + SPANS[name][0] * TICK_S + 0.01 * n, origin="run",
-                      agent_labels={"cpu_source": "process tree", "idle_policy": "share"})
+    jobs = {name: JobRecord(id=uuid.uuid4().hex, name=name, kind=kind, labels={},
+                            pids=frozenset({1000 + n}),
+                            started_s=start_s + SPANS[name][0] * TICK_S + 0.01 * n,
+                            origin="run",
+                            agent_labels={"cpu_source": "process tree",
+                                          "idle_policy": "share"})
             for n, (name, kind) in enumerate(MEASURED.items())}
     for i in range(TICKS):
         t0 = start_s + i * TICK_S
@@ -76,8 +79,7 @@ def measure(db_url: str, start_s: float) -> None:
             if i == first:
                 writer.save_job(job)
             elif i == last + 1:
-                job.ended_s = t0 + 0.01
-                writer.save_job(job)
+                writer.save_job(replace(job, ended_s=t0 + 0.01))
         running = tuple(job.id for name, job in jobs.items()
                         if SPANS[name][0] <= i <= SPANS[name][1])
         tick = Tick(t0, t0 + TICK_S, tuple(TickEntry(component, device, "replay", w * TICK_S)

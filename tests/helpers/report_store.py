@@ -21,9 +21,8 @@ from pathlib import Path
 
 from sqlalchemy.engine import Engine
 
-from joulestat.attribution.registry import Job
 from joulestat.attribution.shares import DeviceUse, TickUsage, attribute
-from joulestat.core.records import DeviceInfo, NodeInfo
+from joulestat.core.records import DeviceInfo, JobRecord, NodeInfo
 from joulestat.core.tick import Tick, TickEntry
 from joulestat.store import migrate
 from joulestat.store.engine import make_engine
@@ -80,10 +79,10 @@ def write_ticks(writer: StoreWriter, node: NodeInfo, start_s: float, count: int,
 
 def make_job(job_id: str, name: str, kind: str, started_s: float,
              ended_s: float | None = None, labels: dict[str, str] | None = None,
-             agent_labels: dict[str, str] | None = None) -> Job:
-    return Job(id=job_id, name=name, kind=kind, labels=dict(labels or {}), pids={100},
-               started_s=started_s, origin="api", ended_s=ended_s,
-               agent_labels=dict(agent_labels or {}))
+             agent_labels: dict[str, str] | None = None) -> JobRecord:
+    return JobRecord(id=job_id, name=name, kind=kind, labels=dict(labels or {}),
+                     pids=frozenset({100}), started_s=started_s, origin="api",
+                     ended_s=ended_s, agent_labels=dict(agent_labels or {}))
 
 
 def fill_store(engine: Engine) -> Totals:

@@ -6,6 +6,7 @@ the cheapest per token but slow to first token (0.8 s), ``b`` (g5.xlarge) meets 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from joulestat.store import migrate
@@ -29,9 +30,9 @@ def serving_store(url: str) -> None:
     engine = make_engine(url)
     migrate.upgrade(engine)
     for i, (name, itype, j_per_token, ttft_s) in enumerate(SETUPS):
-        job = make_job(f"job-{name}", compare_store.T0 + i * 10_000, {"setup": name})
-        job.name, job.kind = f"serve-{name}", "inference"
-        job.latency = {"m": {"ttft": histogram(ttft_s, 1000.0)}}
+        job = replace(make_job(f"job-{name}", compare_store.T0 + i * 10_000, {"setup": name}),
+                      name=f"serve-{name}", kind="inference",
+                      latency={"m": {"ttft": histogram(ttft_s, 1000.0)}})
         # 4 ticks of GPU energy adding up to j_per_token x TOKENS (10 J of CPU nobody gets)
         compare_store.run_job(engine, compare_store.node(f"node-{name}", itype), job, 4,
                               j_per_token * TOKENS / 4, {"output_token": TOKENS / 4})
@@ -47,10 +48,10 @@ def load_store(url: str) -> None:
     engine = make_engine(url)
     migrate.upgrade(engine)
     for i, (level, j_per_token, ttft_s) in enumerate(LEVELS):
-        job = make_job(f"level-{level}", compare_store.T0 + i * 10_000,
-                       {"concurrency": str(level)})
-        job.name, job.kind = "serve", "inference"
-        job.latency = {"m": {"ttft": histogram(ttft_s, 1000.0)}}
+        job = replace(make_job(f"level-{level}", compare_store.T0 + i * 10_000,
+                               {"concurrency": str(level)}),
+                      name="serve", kind="inference",
+                      latency={"m": {"ttft": histogram(ttft_s, 1000.0)}})
         compare_store.run_job(engine, compare_store.node("node-g5", "g5.xlarge"), job, 4,
                               j_per_token * TOKENS / 4, {"output_token": TOKENS / 4})
     engine.dispose()

@@ -14,9 +14,8 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
-from joulestat.attribution.registry import Job
 from joulestat.attribution.shares import DeviceUse, TickUsage, attribute
-from joulestat.core.records import DeviceInfo, NodeInfo, Share
+from joulestat.core.records import DeviceInfo, JobRecord, NodeInfo, Share
 from joulestat.core.tick import Tick, TickEntry
 from joulestat.store import migrate
 from joulestat.store.jobs import JobSummary, list_jobs
@@ -79,9 +78,10 @@ def job_total(totals: Totals, job: str) -> float:
 
 
 def make_job(job_id: str, started_s: float, labels: dict[str, str] | None = None,
-             pids: set[int] | None = None, ended_s: float | None = None) -> Job:
-    return Job(id=job_id, name=f"name-{job_id}", kind="training", labels=dict(labels or {}),
-               pids=set(pids or {100}), started_s=started_s, origin="api", ended_s=ended_s)
+             pids: set[int] | None = None, ended_s: float | None = None) -> JobRecord:
+    return JobRecord(id=job_id, name=f"name-{job_id}", kind="training",
+                     labels=dict(labels or {}), pids=frozenset(pids or {100}),
+                     started_s=started_s, origin="api", ended_s=ended_s)
 
 
 def count(engine: Engine, table: str) -> int:

@@ -31,7 +31,8 @@ def test_the_store_keeps_agent_labels_apart_and_merges_them(empty_store: Store) 
     assert [t.id for t in job_totals(engine, JobFilter(label_key="team"))] == ["multi"]
     for key in ("cpu_source", "idle_policy"):
         assert job_totals(engine, JobFilter(label_key=key)) == [], key
-    [restored] = [j for j in load_running_jobs(engine, TRAINER.node) if j.id == "multi"]
+    [restored] = [j.record for j in load_running_jobs(engine, TRAINER.node)
+                  if j.record.id == "multi"]
     assert restored.agent_labels == {"cpu_source": "process tree", "idle_policy": "share"}
 
     # The loader node runs both jobs too: "multi" under the other policy, "alike" not.

@@ -26,9 +26,9 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
-from joulestat.attribution.registry import Job
 from joulestat.carbon.footprint import CarbonSettings
 from joulestat.carbon.pricing import Pricer
+from joulestat.core.records import JobRecord
 from joulestat.demo import sample_store as sample
 from joulestat.reports.compare.figures import figures_for, pick_jobs
 from joulestat.reports.compare.groups import CompareError
@@ -67,7 +67,7 @@ def _close(a: Any, b: Any, scale: float) -> bool:
     return a == b
 
 
-def _two_nodes(engine: Engine, pair: Job, instance_type: str, gpu_j: float,
+def _two_nodes(engine: Engine, pair: JobRecord, instance_type: str, gpu_j: float,
                units: dict[str, float]) -> None:
     """``pair`` on two new nodes of one ``instance_type``, two ticks on each: a job on
     several nodes whose setup is a single-node setup's."""

@@ -19,11 +19,10 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 
-from joulestat.attribution.registry import Job
 from joulestat.attribution.shares import DeviceUse, TickUsage, attribute
 from joulestat.carbon.footprint import energy_points, footprint
 from joulestat.carbon.pricing import placements
-from joulestat.core.records import DeviceInfo, NodeInfo
+from joulestat.core.records import DeviceInfo, JobRecord, NodeInfo
 from joulestat.core.tick import Tick, TickEntry
 from joulestat.dashboard import analysis, costing, downloads
 from joulestat.demo import sample_store as sample
@@ -81,8 +80,8 @@ def steady_store(url: str, seconds: int = 300) -> str:
     100 W and 50 W, 10 requests/s."""
     engine = make_engine(url)
     writer = StoreWriter(engine, NODE, DEVICES, raw_retention_s=3600)
-    job = Job(id="steady", name="steady", kind="inference", labels={}, pids={1},
-              started_s=T0, origin="api")
+    job = JobRecord(id="steady", name="steady", kind="inference", labels={},
+                    pids=frozenset({1}), started_s=T0, origin="api")
     writer.save_job(job)
     for i in range(seconds):
         tick = Tick(T0 + i, T0 + i + 1, (TickEntry("cpu", "0", "rapl", 40.0),
@@ -94,8 +93,7 @@ def steady_store(url: str, seconds: int = 300) -> str:
         writer.add(tick)
         writer.add_shares(tick, attribute(tick, usage, {}))
         writer.add_units("steady", tick.t1_s, {"request": 10})
-    job.ended_s = T0 + seconds
-    writer.save_job(job)
+    writer.save_job(replace(job, ended_s=T0 + seconds))
     writer.maintain(T0 + seconds + 60)
     writer.close()
     engine.dispose()
@@ -258,8 +256,8 @@ def test_a_rolled_minute_covers_only_the_part_the_job_ran(engine: Engine):
     """A job that starts 30 s into a minute: its rolled minute is 30 s of power, not a
     whole minute's worth of time at half the power (nor a spike, as clipping did)."""
     writer = StoreWriter(engine, NODE, DEVICES[:1], raw_retention_s=120)
-    job = Job(id="late", name="late", kind="training", labels={}, pids={1},
-              started_s=T0 + 30, origin="api")
+    job = JobRecord(id="late", name="late", kind="training", labels={}, pids=frozenset({1}),
+                    started_s=T0 + 30, origin="api")
     writer.save_job(job)
     for i in range(30, 150):
         tick = Tick(T0 + i, T0 + i + 1, (TickEntry("cpu", "0", "rapl", 40.0),))
@@ -267,8 +265,7 @@ def test_a_rolled_minute_covers_only_the_part_the_job_ran(engine: Engine):
                           running_jobs=("late",))
         writer.add(tick)
         writer.add_shares(tick, attribute(tick, usage, {}))
-    job.ended_s = T0 + 150
-    writer.save_job(job)
+    writer.save_job(replace(job, ended_s=T0 + 150))
     assert writer.flush()
     writer.maintain(T0 + 900)  # everything older than two minutes rolled up
     points = job_power_series(engine, "late", 60)

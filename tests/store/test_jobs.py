@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
-from joulestat.attribution.registry import JobRegistry
+from joulestat.attribution.registry import Job, JobRegistry
 from joulestat.core.records import Share
 from joulestat.store.durability import Checkpoint, load_checkpoint, load_running_jobs
 from joulestat.store.engine import dialect_insert, make_engine
@@ -325,8 +325,10 @@ def test_running_jobs_survive_a_restart(engine: Engine) -> None:
     assert writer.flush()
 
     [job] = load_running_jobs(engine, TRAINER.node)
-    assert (job.id, job.name, job.kind, job.origin) == ("keep", "name-keep", "training", "api")
-    assert (job.labels, job.pids, job.started_s, job.ended_s) == (
+    record = job.record
+    assert (record.id, record.name, record.kind, record.origin) == (
+        "keep", "name-keep", "training", "api")
+    assert (record.labels, record.pids, record.started_s, record.ended_s) == (
         {"team": "cv"}, {41, 42}, T0 + 1, None)
     assert job.units == {"images": 640.0}
     for component in ("cpu", "accelerator"):
@@ -334,7 +336,7 @@ def test_running_jobs_survive_a_restart(engine: Engine) -> None:
         assert job.dynamic_j[component] == pytest.approx(dynamic, rel=1e-12)
         assert job.idle_j[component] == pytest.approx(idle, rel=1e-12)
     registry = JobRegistry()
-    registry.restore(job)
+    registry.restore(Job.from_stored(job))
     assert registry.get("keep").energy_j == pytest.approx(job_total(totals, "keep"))
     assert load_running_jobs(engine, "no-such-node") == []
 

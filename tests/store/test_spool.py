@@ -129,3 +129,22 @@ def test_a_full_spool_disk_is_said_once_counted_and_memory_stays_bounded(
     assert writer.flush()
     ticks, _energy, _shares = stored(engine)
     assert writer.buffered_rows == 0 and ticks > 0  # what memory held went in
+
+
+def test_finished_jobs_are_reported_final_once_their_rows_are_stored(store: Store,
+                                                                    tmp_path: Path) -> None:
+    """The writer holds the ids of finished jobs, never the registry's jobs, and tells
+    ``on_final`` after the flush that stored the rows buffered with them: not while an
+    outage keeps those rows in the spool, and once."""
+    told: list[list[str]] = []
+    writer = StoreWriter(store.engine, NODE, DEVICES, raw_retention_s=600,
+                         spool=Spool(tmp_path / "spool"), on_final=told.append)
+    feed(writer, 1, 3)
+    writer.finish_jobs(["j"])
+    with refused_inserts(store.engine, "tick_energy"):
+        assert not writer.flush()
+    assert told == [] and writer.spooled_rows == 9
+    assert writer.flush()
+    assert told == [["j"]] and stored(store.engine) == (3, 30.0, 18.0)
+    assert writer.flush()
+    assert told == [["j"]]

@@ -22,12 +22,13 @@ from joulestat.store.migrate import is_at_head
 from joulestat.store.writer import StoreWriter
 from joulestat.core.tick import Tick, TickEntry
 from joulestat.core.records import Share
-from joulestat.attribution.registry import Job
+from joulestat.core.records import JobRecord
 from joulestat.store.durability import load_checkpoint, load_running_jobs
 engine = make_engine("sqlite:///{db}")
 assert is_at_head(engine)
 writer = StoreWriter(engine, NodeInfo("n", "t", "r", "c", "v"), [], raw_retention_s=600)
-writer.save_job(Job(id="j", name="j", kind="training", labels={{}}, pids={{1}}, started_s=1e9))
+writer.save_job(JobRecord(id="j", name="j", kind="training", labels={{}}, pids=frozenset({{1}}),
+                          started_s=1e9))
 for i in range(5000):
     tick = Tick(1e9 + i, 1e9 + i + 1, (TickEntry("cpu", "0", "rapl", 1.0),))
     writer.add(tick)

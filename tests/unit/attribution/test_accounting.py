@@ -128,17 +128,17 @@ def test_a_process_moving_jobs_takes_only_its_new_cpu_along(proc: FakeProc) -> N
     shares = {s.job: s.energy_j for s in result.shares}
     assert shares["child"] == pytest.approx(5.0)  # 1 s of 2 s busy
     assert shares["parent"] == pytest.approx(5.0)
-    assert result.finished_jobs == []
+    assert result.finished_ids == []
 
 
 def test_finished_jobs_are_those_whose_end_the_tick_covers(proc: FakeProc) -> None:
     registry = JobRegistry(clock=lambda: 1.5)
     accounting = JobAccounting(registry, proc.root, IdleBaselines({("cpu", "node"): 0.0}))
     accounting.start()
-    job = registry.register("a", "other", job_id="a")
+    registry.register("a", "other", job_id="a")
     registry.end("a", at_s=2.5)
-    assert accounting.on_tick(_tick(1.0, 2.0)).finished_jobs == []
-    assert accounting.on_tick(_tick(2.0, 3.0)).finished_jobs == [job]
+    assert accounting.on_tick(_tick(1.0, 2.0)).finished_ids == []
+    assert accounting.on_tick(_tick(2.0, 3.0)).finished_ids == ["a"]
 
 
 def test_two_burners_get_dynamic_cpu_in_ratio_2_to_1(proc: FakeProc) -> None:
@@ -208,7 +208,7 @@ def test_a_job_whose_processes_all_exit_ends_with_its_last_cpu_once(proc: FakePr
     registry.end("job", at_s=1.5, cpu_s=1.3)  # as `joulestat run` ends it
     result = accounting.on_tick(_tick(1.0, 2.0))
     assert result.usage.job_cpu_s["job"] == pytest.approx(0.3)
-    assert job.ended_s is not None and result.finished_jobs == [job]
+    assert job.ended_s is not None and result.finished_ids == [job.id]
 
     proc.add(200, start_s=1000)  # an API job whose process just goes away
     proc.write()

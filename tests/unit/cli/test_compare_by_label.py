@@ -15,18 +15,19 @@ from pathlib import Path
 
 import pytest
 
-from joulestat.attribution.registry import Job
+from joulestat.core.records import JobRecord
 from joulestat.store import migrate
 from joulestat.store.engine import make_engine
 from tests.helpers.compare_store import PINNED, T0, compare_invoke, node, run_job
 
 
-def labelled(job_id: str, started_s: float, concurrency: int, setup: str) -> Job:
+def labelled(job_id: str, started_s: float, concurrency: int, setup: str) -> JobRecord:
     """A run labelled with its load level and, as ``joulestat demo`` labels its runs,
     its setup."""
-    return Job(id=job_id, name="bert-serve", kind="inference",
-               labels={"concurrency": str(concurrency), "setup": setup}, pids={1},
-               started_s=started_s, origin="api", ended_s=started_s + 3600)
+    return JobRecord(id=job_id, name="bert-serve", kind="inference",
+                     labels={"concurrency": str(concurrency), "setup": setup},
+                     pids=frozenset({1}), started_s=started_s, origin="api",
+                     ended_s=started_s + 3600)
 
 
 @pytest.fixture()

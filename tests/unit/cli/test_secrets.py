@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from joulestat.attribution.registry import Job
+from joulestat.core.records import JobRecord
 from joulestat.store import migrate
 from joulestat.store.engine import make_engine
 from tests.helpers.cli import cli_env, invoke
@@ -40,8 +40,9 @@ def secretive_store(db: str) -> None:
     migrate.upgrade(engine)
     started_s = time.time() - 7200
     run_job(engine, node("n1", "c6i.xlarge"),
-            Job(id=JOB_ID, name="secretive", kind="training", labels=dict(LABELS), pids={1},
-                started_s=started_s, origin="run", ended_s=started_s + 3600),
+            JobRecord(id=JOB_ID, name="secretive", kind="training", labels=dict(LABELS),
+                      pids=frozenset({1}), started_s=started_s, origin="run",
+                      ended_s=started_s + 3600),
             ticks=4, gpu_j=1_000.0)
     engine.dispose()
 

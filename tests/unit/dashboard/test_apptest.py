@@ -368,17 +368,18 @@ def test_a_job_started_seconds_ago_is_on_jobs_and_its_node_reports(tmp_path, mon
 def test_what_joulestat_recorded_is_never_among_the_pages_labels(tmp_path, monkeypatch):
     """A `joulestat run` job: its cpu_source and idle_policy (agent labels) are not
     labels on Jobs, Job detail, nor Compare's labels to group by (issue 24)."""
-    from joulestat.attribution.registry import Job
+    from joulestat.core.records import JobRecord
     from tests.helpers.store_jobs import T0, feed, writer_for
 
     url = f"sqlite:///{tmp_path / 'run.db'}"
     engine = make_engine(url)
     migrate.upgrade(engine)
     writer = writer_for(engine)
-    writer.save_job(Job(id="wrapped", name="wrapped", kind="training",
-                        labels={"team": "nlp"}, pids={100}, started_s=T0, origin="run",
-                        ended_s=T0 + 30, agent_labels={"cpu_source": "process tree",
-                                                       "idle_policy": "share"}))
+    writer.save_job(JobRecord(id="wrapped", name="wrapped", kind="training",
+                              labels={"team": "nlp"}, pids=frozenset({100}), started_s=T0,
+                              origin="run", ended_s=T0 + 30,
+                              agent_labels={"cpu_source": "process tree",
+                                            "idle_policy": "share"}))
     feed(writer, T0, 30, ("wrapped",), units={"sample": 10.0})
     assert writer.flush()
     engine.dispose()

@@ -1,6 +1,7 @@
 """The pipeline's contract with its sinks: every sink sees every tick once, in list
 order; the checkpoint is computed and passed only when it is saved; finished jobs are
-final at once when nothing stores them; closing closes every sink.
+final at once when nothing stores them, and reported by id to their owner once stored
+when a sink stores them; closing closes every sink.
 
 A fake sampler and accounting keep the figures known; one test runs a real StoreWriter
 on SQLite to show the checkpoint lands with its tick.
@@ -48,9 +49,10 @@ class FakeSampler:
 
 
 class FakeAccounting:
-    """Finishes the jobs put in ``finishing`` at the next tick."""
+    """Finishes the jobs put in ``finishing`` (of its ``registry``) at the next tick."""
 
-    def __init__(self) -> None:
+    def __init__(self, registry: JobRegistry | None = None) -> None:
+        self.registry = registry or JobRegistry()
         self.finishing: list[Job] = []
         self.closed = False
 
@@ -59,7 +61,7 @@ class FakeAccounting:
 
     def on_tick(self, tick: Tick) -> TickResult:
         finished, self.finishing = self.finishing, []
-        return TickResult(tick, [], {}, [], finished)
+        return TickResult(tick, [], {}, [], [job.id for job in finished])
 
     def checkpoint(self) -> dict:
         return {"idle": []}
@@ -81,8 +83,9 @@ class RecordingSink:
         self.closed += 1
 
 
-def make(sinks: list[Any], save_checkpoints: bool = True) -> Pipeline:
-    pipeline = Pipeline(FakeSampler(), NODE, FakeAccounting(),  # type: ignore[arg-type]
+def make(sinks: list[Any], save_checkpoints: bool = True,
+         registry: JobRegistry | None = None) -> Pipeline:
+    pipeline = Pipeline(FakeSampler(), NODE, FakeAccounting(registry),  # type: ignore[arg-type]
                         sinks, boot_id="boot-1", save_checkpoints=save_checkpoints)
     pipeline.start()
     return pipeline
@@ -122,30 +125,33 @@ def test_no_checkpoint_is_computed_unless_one_is_saved(stores: bool, save: bool)
     assert pipeline.sampler.checkpoints == 0  # type: ignore[attr-defined]
 
 
-def _job(job_id: str) -> Job:
-    registry = JobRegistry()
-    return registry.register(job_id, "other", job_id=job_id)
+def _ended(pipeline: Pipeline, job_id: str) -> Job:
+    """A job of the pipeline's registry that has just ended."""
+    registry = pipeline.accounting.registry  # type: ignore[union-attr]
+    job = registry.register(job_id, "other", job_id=job_id)
+    registry.end(job_id)
+    return job
 
 
 @pytest.mark.parametrize("sinks", [[], ["metrics"]])
 def test_finished_jobs_are_final_at_once_when_nothing_stores_them(sinks: list[str]) -> None:
     log: list[tuple[str, TickRecord]] = []
     pipeline = make([RecordingSink(name, log) for name in sinks])
-    job = _job("j1")
+    job = _ended(pipeline, "j1")
     pipeline.accounting.finishing = [job]  # type: ignore[union-attr]
     _, result = pipeline.tick()
-    assert result is not None and result.finished_jobs == [job]
+    assert result is not None and result.finished_ids == ["j1"]
     assert job.final
 
 
 def test_a_storing_sink_makes_finished_jobs_final_itself() -> None:
     log: list[tuple[str, TickRecord]] = []
     pipeline = make([RecordingSink("metrics", log), RecordingSink("store", log, True)])
-    job = _job("j1")
+    job = _ended(pipeline, "j1")
     pipeline.accounting.finishing = [job]  # type: ignore[union-attr]
     pipeline.tick()
     assert not job.final  # not before its last tick is stored
-    assert log[1][1].result is not None and log[1][1].result.finished_jobs == [job]
+    assert log[1][1].result is not None and log[1][1].result.finished_ids == ["j1"]
 
 
 class FailingClose(RecordingSink):
@@ -181,15 +187,24 @@ def test_the_store_writer_stores_each_tick_with_its_checkpoint(tmp_path: Path) -
 
     engine = make_engine(f"sqlite:///{tmp_path / 'store.db'}")
     migrate.upgrade(engine)
-    writer = StoreWriter(engine, NODE, [DeviceInfo("cpu", "0", "rapl")], raw_retention_s=600)
-    pipeline = make([writer])
-    job = _job("j1")
+    # The writer holds job ids, never the registry's jobs: it tells their owner (as the
+    # runtime wires it) once their rows are stored.
+    registry, told = JobRegistry(), []
+
+    def on_final(job_ids: list[str]) -> None:
+        told.append(list(job_ids))
+        registry.mark_final(job_ids)
+
+    writer = StoreWriter(engine, NODE, [DeviceInfo("cpu", "0", "rapl")], raw_retention_s=600,
+                         on_final=on_final)
+    pipeline = make([writer], registry=registry)
+    job = _ended(pipeline, "j1")
     pipeline.accounting.finishing = [job]  # type: ignore[union-attr]
     pipeline.tick()
     pipeline.tick()
     assert not job.final and writer.wake.is_set()  # a flush is asked for, not yet done
     pipeline.close()  # flushes
-    assert job.final
+    assert job.final and told == [["j1"]]
     saved = load_checkpoint(engine, NODE.node)
     assert saved is not None
     assert (saved.saved_s, saved.boot_id) == (T0 + 2, "boot-1")

@@ -327,6 +327,17 @@ def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return sorted(cycles)
 
 
+def test_the_store_holds_records_not_the_registrys_jobs() -> None:
+    """The store is handed core records (a job's :class:`JobRecord`, ids of finished
+    jobs) and gives them back, so nothing in it imports attribution's live registry:
+    a write never reads or changes a job a tick or a request is changing (issue 45)."""
+    graph = import_graph()
+    store = sorted(name for name in graph if name.split(".")[1:2] in (["store"], ["migrations"]))
+    assert len(store) > 10
+    found = [name for name in store if "joulestat.attribution.registry" in graph[name]]
+    assert found == [], f"import joulestat.attribution.registry: {found}"
+
+
 def test_no_import_cycle_between_modules() -> None:
     graph = import_graph()
     cycles = import_cycles(graph)

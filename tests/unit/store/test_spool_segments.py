@@ -15,8 +15,7 @@ from typing import Any
 
 import pytest
 
-from joulestat.attribution.registry import Job
-from joulestat.core.records import NodeInfo
+from joulestat.core.records import JobRecord, NodeInfo
 from joulestat.store.durability import Outage, Spool
 from joulestat.store.rows import SHARE, TICK, UNIT, PendingJobs, RowBuffer, RowQueue
 
@@ -32,9 +31,9 @@ def spooled(directory: Path) -> Path:
     batch.append(2000, 1000, 30.0, 10.0, (SHARE, "j", "accelerator", "gpu0", "nvml_energy"))
     batch.append(2000, 2000, 7.0, 0.0, (UNIT, "j", "token", "", ""))
     pending = PendingJobs()
-    pending.save_job(Job(id="j", name="train", kind="training", labels={"team": "nlp"},
-                         pids={1}, started_s=1.0,
-                         agent_labels={"cpu_source": "process tree"}), NODE)
+    pending.save_job(JobRecord(id="j", name="train", kind="training", labels={"team": "nlp"},
+                               pids=frozenset({1}), started_s=1.0,
+                               agent_labels={"cpu_source": "process tree"}), NODE)
     pending.save_checkpoint({"mono_s": 1.0}, "boot", 2.0)
     Spool(directory).append(batch, pending)
     [path] = directory.glob("*.json")
