@@ -21,7 +21,8 @@ matching ticks' ``(t0, t1]``: a tick counts when its end lies in the window, a m
 A job's figures (energy per component and source, units) are its node's job totals
 (``job_energy_totals``, ``job_unit_totals``: everything up to the node's
 ``totals_until_ms``) plus its raw rows after that boundary (:func:`recent_rows`,
-:func:`totals_rows`): the same for a running job as for an ended one, to its last flush,
+:func:`totals_rows`, or :func:`job_parts` and :func:`after_totals` for a statement that
+joins more to the parts): the same for a running job as for an ended one, to its last flush,
 in every view (report, jobs, compare, the pages, the job API). Every reader builds its
 statements from the functions here; none restates a boundary.
 """
@@ -166,17 +167,11 @@ def _job_in(column: Any, job_ids: Select[Any] | Sequence[str]) -> ColumnElement[
     return one_of(column, list(job_ids))
 
 
-def recent_rows(table: Any, keys: list[Any], sums: list[Any],
-                job_ids: Select[Any] | Sequence[str] | None, node: str | None,
-                name: str = "parts") -> Select[Any]:
-    """The raw rows of ``table`` that each (job, node) part has after its node's totals
-    boundary: ``sums`` per job, node and ``keys``.
-
-    The parts are a MATERIALIZED common table expression so that SQLite (which keeps no
-    statistics) loops over them and seeks each part's few recent rows by primary key;
-    as a plain join it moves the job filter onto ``table`` and walks every raw row of
-    the wanted jobs, the whole retention.
-    """
+def job_parts(job_ids: Select[Any] | Sequence[str] | None, node: str | None) -> Select[Any]:
+    """The wanted (job, node) parts, each with its node's totals boundary as ``after_ms``
+    (:func:`settled_until_ms`): what :func:`after_totals` joins a raw table to. A
+    caller may add columns of ``job_nodes`` (or joins) before making it a common table
+    expression."""
     parts = (select(JOB_NODES.c.job_id, JOB_NODES.c.node,
                     settled_until_ms().label("after_ms"))
              .select_from(JOB_NODES.join(NODES, NODES.c.node == JOB_NODES.c.node)))
@@ -184,17 +179,39 @@ def recent_rows(table: Any, keys: list[Any], sums: list[Any],
         parts = parts.where(_job_in(JOB_NODES.c.job_id, job_ids))
     if node is not None:
         parts = parts.where(JOB_NODES.c.node == node)
-    cte = parts.cte(name).prefix_with("MATERIALIZED")
+    return parts
+
+
+def after_totals(parts: Any, table: Any) -> tuple[Any, ColumnElement[bool]]:
+    """``parts`` (a common table expression of :func:`job_parts`' columns) joined to the
+    raw ``table``'s rows after each part's totals boundary, and the condition to add to
+    the statement's WHERE: ``(join, condition)``.
+
+    Make ``parts`` MATERIALIZED so that SQLite (which keeps no statistics) loops over
+    them and seeks each part's few recent rows by primary key; as a plain join it moves
+    the job filter onto ``table`` and walks every raw row of the wanted jobs, the whole
+    retention. The condition says that every part's boundary is at or after the
+    earliest node's: a bound of its own lets PostgreSQL read only the raw rows after it
+    (an index range, the day partitions it spans) instead of hashing the whole raw
+    retention to join the parts.
+    """
     rows = table.c
-    # Every part's boundary is at or after the earliest node's: said as a bound of its
-    # own, it lets PostgreSQL read only the raw rows after it (an index range, the day
-    # partitions it spans) instead of hashing the whole raw retention to join the parts.
+    joined = parts.join(table, and_(rows.job_id == parts.c.job_id, rows.node == parts.c.node,
+                                    rows.t_end_ms > parts.c.after_ms))
     earliest = select(func.min(settled_until_ms())).select_from(NODES).scalar_subquery()
-    return (select(rows.job_id, rows.node, *keys, *sums)
-            .select_from(cte.join(table, and_(rows.job_id == cte.c.job_id,
-                                              rows.node == cte.c.node,
-                                              rows.t_end_ms > cte.c.after_ms)))
-            .where(rows.t_end_ms > earliest)
+    return joined, rows.t_end_ms > earliest
+
+
+def recent_rows(table: Any, keys: list[Any], sums: list[Any],
+                job_ids: Select[Any] | Sequence[str] | None, node: str | None,
+                name: str = "parts") -> Select[Any]:
+    """The raw rows of ``table`` that each (job, node) part has after its node's totals
+    boundary: ``sums`` per job, node and ``keys`` (:func:`job_parts`,
+    :func:`after_totals`)."""
+    cte = job_parts(job_ids, node).cte(name).prefix_with("MATERIALIZED")
+    rows = table.c
+    joined, after = after_totals(cte, table)
+    return (select(rows.job_id, rows.node, *keys, *sums).select_from(joined).where(after)
             .group_by(rows.job_id, rows.node, *keys))
 
 
