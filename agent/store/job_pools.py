@@ -44,7 +44,13 @@ from sqlalchemy.engine import Engine
 from joulestat.core.tick import Component
 from joulestat.store.jobs import JobFilter, job_id_select
 from joulestat.store.model_split import ordinary_units
-from joulestat.store.read_rule import after_totals, job_parts, recent_rows, totals_rows
+from joulestat.store.read_rule import (
+    after_totals,
+    job_parts,
+    recent_rows,
+    totals_of,
+    totals_rows,
+)
 from joulestat.store.schema import (
     JOB_ENERGY,
     JOB_ENERGY_TOTALS,
@@ -237,8 +243,7 @@ def _counts(parts: Any, unit: str) -> Any:
     both = union_all(
         select(k.job_id, k.node, raw.count).select_from(recent).where(after, raw.unit == unit),
         select(k.job_id, k.node, totals.count)
-        .select_from(parts.join(JOB_UNIT_TOTALS, and_(totals.job_id == k.job_id,
-                                                      totals.node == k.node)))
+        .select_from(totals_of(parts, JOB_UNIT_TOTALS))
         .where(totals.unit == unit)).subquery("unit_parts")
     return (select(both.c.job_id, both.c.node, func.sum(both.c.count).label("count"))
             .group_by(both.c.job_id, both.c.node).subquery("counts"))
@@ -255,8 +260,7 @@ def _sources(keyed: Any) -> Any:
         select(*pool, raw.component, raw.source, raw.dynamic_j, raw.idle_j)
         .select_from(recent).where(after),
         select(*pool, totals.component, totals.source, totals.dynamic_j, totals.idle_j)
-        .select_from(keyed.join(JOB_ENERGY_TOTALS, and_(totals.job_id == k.job_id,
-                                                        totals.node == k.node)))
+        .select_from(totals_of(keyed, JOB_ENERGY_TOTALS))
     ).cte("sources").prefix_with("MATERIALIZED")
 
 

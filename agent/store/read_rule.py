@@ -202,6 +202,14 @@ def after_totals(parts: Any, table: Any) -> tuple[Any, ColumnElement[bool]]:
     return joined, rows.t_end_ms > earliest
 
 
+def totals_of(parts: Any, table: Any) -> Any:
+    """``parts`` (:func:`job_parts`' columns) joined to their rows of the totals
+    ``table`` (``job_energy_totals``, ``job_unit_totals``): the settled half that
+    :func:`after_totals` completes."""
+    return parts.join(table, and_(table.c.job_id == parts.c.job_id,
+                                  table.c.node == parts.c.node))
+
+
 def recent_rows(table: Any, keys: list[Any], sums: list[Any],
                 job_ids: Select[Any] | Sequence[str] | None, node: str | None,
                 name: str = "parts") -> Select[Any]:
