@@ -7,12 +7,18 @@ Python (issue 28). A job on one node, which is most of a fleet's, joins the row 
 node's instance type; so here the database adds up per (instance type, counted the unit
 or not) what adds up: energy, units, held time and energy per region (what prices
 them), energy per node, component and source (what bounds them), which nodes (their
-sources and accelerators) and which idle policies. What does not add up, the runs'
-spread, is not taken here: each job's own figure (energy per unit, or per run) comes
-back as a row, and :func:`joulestat.reports.compare.table.row_of` takes the mean and
-spread of those values, the one place any comparison row gets them. Jobs on several
-nodes are few and are left to the per-job path (:func:`multi_node_ids`), which names
-their setup from all their nodes' types.
+sources and accelerators) and which idle policies. The runs' spread comes back as a
+:class:`~joulestat.core.spread.Spread` per pool, merged from each job's own figure
+(energy per unit, or per run) or a summed day's count, mean and squared deviations:
+:func:`joulestat.reports.compare.table.row_of` takes every comparison row's mean and
+spread from one. Jobs on several nodes are few and are left to the per-job path
+(:func:`multi_node_ids`), which names their setup from all their nodes' types.
+
+A node's settled days of ended jobs are read as the day sums its maintain pass keeps
+(:mod:`joulestat.store.pool_days`), when the comparison asks for a kind and a window at
+most and no job ids: a few rows per node and day instead of its jobs. Running jobs, the
+days not summed yet and those the window cuts are read job by job, in the same
+statement.
 
 Every job is read by the store's one rule (:mod:`joulestat.store.jobs`): its settled
 totals plus the raw rows after its node's totals boundary, a running job as of its last
@@ -29,6 +35,7 @@ from typing import Any
 
 from sqlalchemy import (
     Double,
+    Integer,
     Select,
     String,
     and_,
@@ -36,14 +43,17 @@ from sqlalchemy import (
     func,
     literal,
     null,
+    or_,
     select,
     union_all,
 )
 from sqlalchemy.engine import Engine
 
+from joulestat.core.spread import Spread
 from joulestat.core.tick import Component
 from joulestat.store.jobs import JobFilter, job_id_select
 from joulestat.store.model_split import ordinary_units
+from joulestat.store.pool_days import summed_day_in, summed_days, summed_job
 from joulestat.store.read_rule import (
     after_totals,
     job_parts,
@@ -55,6 +65,8 @@ from joulestat.store.schema import (
     JOB_ENERGY,
     JOB_ENERGY_TOTALS,
     JOB_NODES,
+    JOB_POOL_SOURCES,
+    JOB_POOL_SUMS,
     JOB_UNIT_TOTALS,
     JOB_UNITS,
     JOBS,
@@ -83,16 +95,19 @@ class PoolSums:
 
 @dataclass(frozen=True, slots=True)
 class JobPools:
-    """What :func:`job_pools` read: per pool its sums, its jobs (by start, then id: the
-    order of the per-job path, and of the pools themselves) with each one's own figure
-    (energy per unit for a pool that counted, energy per run else), held seconds and
-    energy per region, energy and dynamic energy per (node, component, source), its
-    nodes, its jobs' recorded idle labels, and its (job name, node, region) (what a
-    job's price notes name)."""
+    """What :func:`job_pools` read: per pool its sums, its first job (by start, then
+    id: the order of the per-job path, and of the pools themselves), the
+    :class:`~joulestat.core.spread.Spread` of its jobs' own figures (energy per unit for
+    a pool that counted, energy per run else), held seconds and energy per region,
+    energy and dynamic energy per (node, component, source), its nodes, its jobs'
+    recorded idle labels, and its (job name, node, region) (what a job's price notes
+    name). ``job_ids`` lists each pool's jobs by start, only when asked (then nothing
+    is read from the day sums)."""
 
     sums: dict[PoolKey, PoolSums]
-    # (started_s, id, the job's own figure), by start then id
-    runs: dict[PoolKey, list[tuple[float, str, float]]]
+    first: dict[PoolKey, tuple[float, str]]  # (started_s, id)
+    spread: dict[PoolKey, Spread]
+    job_ids: dict[PoolKey, list[tuple[float, str]]]  # (started_s, id), by start then id
     regions: dict[PoolKey, dict[str, tuple[float, float]]]  # region -> (energy_j, held_s)
     sources: dict[PoolKey, dict[tuple[str, str, str], tuple[float, float]]]
     nodes: dict[PoolKey, list[str]]  # in the order their first job started
@@ -123,10 +138,34 @@ def has_latency(engine: Engine, where: JobFilter) -> bool:
         return connection.execute(query).first() is not None
 
 
-def units_counted(engine: Engine, where: JobFilter) -> dict[str, int]:
-    """Per unit, how many matching jobs (on any number of nodes) counted some of it:
-    which unit a comparison is per when none is asked."""
+def sums_stand_in(where: JobFilter) -> bool:
+    """Whether the day sums (:mod:`joulestat.store.pool_days`) may stand in for the
+    jobs ``where`` matches: it asks for a kind and a window at most (a summed day holds
+    a node's jobs of every status, label and id)."""
+    return (where.status is None and where.node is None and where.instance_type is None
+            and where.job_ids is None and where.label_key is None and where.newest is None)
+
+
+def _summed_in(where: JobFilter) -> Select[Any]:
+    """The sums rows of the summed days in ``where``'s window and of its kind."""
+    sums = JOB_POOL_SUMS.c
+    days = summed_days(where.since_s, where.until_s).subquery("summed")
+    query = select(JOB_POOL_SUMS).join(days, and_(days.c.node == sums.node,
+                                                  days.c.day_s == sums.day_s))
+    if where.kind is not None:
+        query = query.where(sums.kind == where.kind)
+    return query
+
+
+def units_by_kind(engine: Engine, where: JobFilter) -> dict[str, dict[str, int]]:
+    """Per kind and unit, how many matching jobs (on any number of nodes) counted some
+    of it: which unit a comparison is per when none is asked. A summed day's jobs are
+    counted from its sums, the others job by job."""
     job_ids = job_id_select(where)
+    summed = sums_stand_in(where)
+    if summed:
+        job_ids = job_ids.where(~summed_job(JOBS.c.id, JOBS.c.ended_s, where.since_s,
+                                            where.until_s))
     raw, totals = JOB_UNITS.c, JOB_UNIT_TOTALS.c
     both = union_all(
         recent_rows(JOB_UNITS, [raw.unit], [func.sum(raw.count).label("count")], job_ids,
@@ -135,9 +174,29 @@ def units_counted(engine: Engine, where: JobFilter) -> dict[str, int]:
                     None).where(ordinary_units(totals.unit))).subquery("all_units")
     per_job = (select(both.c.job_id, both.c.unit).group_by(both.c.job_id, both.c.unit)
                .having(func.sum(both.c.count) > 0).subquery("counted"))
-    query = select(per_job.c.unit, func.count().label("jobs")).group_by(per_job.c.unit)
+    counted: Any = (select(JOBS.c.kind, per_job.c.unit, func.count().label("jobs"))
+                    .join_from(per_job, JOBS, JOBS.c.id == per_job.c.job_id)
+                    .group_by(JOBS.c.kind, per_job.c.unit))
+    if summed:
+        rows = _summed_in(where).where(JOB_POOL_SUMS.c.unit != "").subquery("summed_units")
+        every = union_all(counted, select(rows.c.kind, rows.c.unit, func.sum(rows.c.runs))
+                          .group_by(rows.c.kind, rows.c.unit)).subquery("units_jobs")
+        counted = (select(every.c.kind, every.c.unit, func.sum(every.c.jobs))
+                   .group_by(every.c.kind, every.c.unit))
+    found: dict[str, dict[str, int]] = defaultdict(dict)
     with engine.connect() as connection:
-        return {str(unit): int(jobs) for unit, jobs in connection.execute(query)}
+        for kind, unit, jobs in connection.execute(counted):
+            found[str(kind)][str(unit)] = int(jobs)
+    return dict(found)
+
+
+def units_counted(engine: Engine, where: JobFilter) -> dict[str, int]:
+    """:func:`units_by_kind` over every kind."""
+    counts: dict[str, int] = defaultdict(int)
+    for units in units_by_kind(engine, where).values():
+        for unit, jobs in units.items():
+            counts[unit] += jobs
+    return dict(counts)
 
 
 # What each branch of the one statement of job_pools() is about, its first column.
@@ -154,29 +213,39 @@ def _branch(kind: str, key: list[Any], words: list[Any], numbers: list[Any]) -> 
                   *(numbers + [_NUMBER] * (5 - len(numbers))))
 
 
-def job_pools(engine: Engine, where: JobFilter, unit: str | None, now_s: float) -> JobPools:
+def job_pools(engine: Engine, where: JobFilter, unit: str | None, now_s: float,
+              with_ids: bool = False) -> JobPools:
     """The matching single-node jobs added up per :class:`PoolKey` (see the module's
     docstring), counted per ``unit`` (None: every pool is per run), a running job up
-    to its last flush and held up to ``now_s``.
+    to its last flush and held up to ``now_s``; with each pool's job ids when
+    ``with_ids``.
 
-    One statement, each step a MATERIALIZED common table expression read once: the
-    single-node parts with their node's totals boundary (``parts``); each with its
-    count of ``unit`` and so its pool (``keyed``); their energy rows, the raw ones after
-    the boundary and the totals, each carrying its part's pool (``sources``); per part
-    its energy (``single``). Each kind of sum is then a branch of a ``UNION ALL``, its
-    kind in the first column and the columns it does not use NULL. Over 52,000 jobs,
-    50,000 of them running, this took 1.3 s on PostgreSQL where reading the sources
-    per (job, node, component, source) first and joining the pools to them after took
-    2.5 s: the single-node test is said as ``NOT IN`` the jobs on several nodes, which
-    PostgreSQL expects to keep most parts (as ``HAVING count(*) = 1`` it expected 0.5 %
-    of them and planned nested loops and sorts for 10^5 rows).
+    One statement (one snapshot, on SQLite too, while a maintain pass sums a day), its
+    steps MATERIALIZED common table expressions each read once. The jobs of the days
+    the store has summed (:mod:`joulestat.store.pool_days`) come as those sums'
+    rows; the others, job by job: the single-node parts with their node's totals
+    boundary (``parts``), each with its count of ``unit`` and so its pool
+    (``keyed``), their energy rows, the raw ones after the boundary and the totals, each
+    carrying its part's pool (``sources``), per part its energy (``single``). Both kinds
+    of row then go through the same sums (``pooled``), each kind of sum a branch of a
+    ``UNION ALL``, its kind in the first column and the columns it does not use NULL;
+    a pool's spread is merged from its rows' (:class:`Spread`, in Python). The
+    single-node test is said as ``NOT IN`` the jobs on several nodes, which PostgreSQL
+    expects to keep most parts (as ``HAVING count(*) = 1`` it expected 0.5 % of them
+    and planned nested loops and sorts for 10^5 rows).
     """
+    summed = sums_stand_in(where) and not with_ids
     p, jobs = JOB_NODES.c, JOBS.c
+    parts_query = (job_parts(job_id_select(where), None)
+                   .add_columns(p.instance_type, p.region, p.started_s, p.ended_s,
+                                jobs.created_s)
+                   .join(JOBS, jobs.id == p.job_id))
     several = select(p.job_id).group_by(p.job_id).having(func.count() > 1)
-    parts = (job_parts(job_id_select(where), None)
-             .add_columns(p.instance_type, p.region, p.started_s, p.ended_s, jobs.created_s)
-             .join(JOBS, jobs.id == p.job_id).where(p.job_id.not_in(several))
-             .cte("parts").prefix_with("MATERIALIZED"))
+    parts_query = parts_query.where(p.job_id.not_in(several))
+    if summed:
+        parts_query = parts_query.where(~summed_day_in(p.node, jobs.ended_s, where.since_s,
+                                                       where.until_s))
+    parts = parts_query.cte("parts").prefix_with("MATERIALIZED")
     k = parts.c
     units: Any = literal(0.0, Double)
     joined: Any = parts
@@ -187,8 +256,8 @@ def job_pools(engine: Engine, where: JobFilter, unit: str | None, now_s: float) 
         units = func.coalesce(counts.c.count, 0.0)
     keyed = (select(*k, units.label("units"), case((units > 0, 1), else_=0).label("counted"))
              .select_from(joined).cte("keyed").prefix_with("MATERIALIZED"))
-    sources = _sources(keyed)
-    s = sources.c
+    live_sources = _sources(keyed)
+    s = live_sources.c
     part_j = s.dynamic_j + s.idle_j
     energy = (select(s.job_id, s.node, func.sum(part_j).label("energy_j"),
                      func.sum(case((s.component == Component.ACCELERATOR, part_j), else_=0.0))
@@ -199,40 +268,87 @@ def job_pools(engine: Engine, where: JobFilter, unit: str | None, now_s: float) 
     energy_j = func.coalesce(energy.c.energy_j, 0.0)
     # Held as joulestat.carbon.held.Held holds a part: to its end, or now while it runs.
     held = func.coalesce(c.ended_s, literal(now_s, Double)) - c.started_s
-    single = (select(
-        c.job_id, c.created_s, c.node, c.instance_type, c.region, c.units, c.counted,
-        case((held > 0, held), else_=0.0).label("held_s"),
-        energy_j.label("energy_j"),
+    single = select(
+        c.instance_type, c.counted.label("counted"), c.node, c.region, jobs.name,
+        jobs.agent_labels,
+        literal(1, Integer).label("runs"), energy_j.label("energy_j"),
         func.coalesce(energy.c.accelerator_j, 0.0).label("accelerator_j"),
         func.coalesce(energy.c.dynamic_j, 0.0).label("dynamic_j"),
-        case((c.units > 0, energy_j / c.units), else_=energy_j).label("value"))
-        .select_from(keyed.outerjoin(energy, and_(energy.c.job_id == c.job_id,
-                                                  energy.c.node == c.node)))
-        .cte("single").prefix_with("MATERIALIZED"))
-    j = single.c
-    named = single.join(JOBS, jobs.id == j.job_id)  # name and idle labels, where asked
+        case((held > 0, held), else_=0.0).label("held_s"), c.units.label("units"),
+        case((c.units > 0, energy_j / c.units), else_=energy_j).label("value_mean"),
+        literal(0.0, Double).label("value_m2"), c.created_s.label("first_created_s"),
+        c.job_id.label("first_job_id"),
+    ).select_from(keyed.outerjoin(energy, and_(energy.c.job_id == c.job_id,
+                                               energy.c.node == c.node))
+                  .join(JOBS, jobs.id == c.job_id))  # name and idle labels
+    sources: Any = select(s.instance_type, s.counted, s.node, s.component, s.source,
+                          part_j.label("energy_j"), s.dynamic_j)
+    if summed:
+        single = union_all(single, _summed_rows(where, unit))
+        sources = union_all(sources, _summed_sources(where, unit))
+    pooled = single.cte("pooled").prefix_with("MATERIALIZED")
+    j = pooled.c
+    sourced = sources.subquery("sourced")
+    o = sourced.c
     key = [j.instance_type, j.counted]
     branches = [
-        _branch(_SUMS, key, [], [func.count(), func.sum(j.energy_j), func.sum(j.accelerator_j),
-                                 func.sum(j.dynamic_j), func.sum(j.units)]).group_by(*key),
-        _branch(_RUN, key, [j.job_id], [j.created_s, j.value]),
+        _branch(_SUMS, key, [], [func.sum(j.runs), func.sum(j.energy_j),
+                                 func.sum(j.accelerator_j), func.sum(j.dynamic_j),
+                                 func.sum(j.units)]).group_by(*key),
+        _branch(_RUN, key, [j.first_job_id], [j.first_created_s, j.runs, j.value_mean,
+                                              j.value_m2]),
         _branch(_REGION, key, [j.region], [func.sum(j.energy_j), func.sum(j.held_s)]
                 ).group_by(*key, j.region),
-        _branch(_NODE, key, [j.node], [func.min(j.created_s)]).group_by(*key, j.node),
-        _branch(_LABELS, key, [jobs.agent_labels], []).select_from(named)
-        .group_by(*key, jobs.agent_labels),
-        _branch(_NAME, key, [jobs.name, j.node, j.region], [func.min(j.created_s)])
-        .select_from(named).group_by(*key, jobs.name, j.node, j.region),
-        _branch(_SOURCE, [s.instance_type, s.counted], [s.node, s.component, s.source],
-                [func.sum(part_j), func.sum(s.dynamic_j)])
-        .group_by(s.instance_type, s.counted, s.node, s.component, s.source),
+        _branch(_NODE, key, [j.node], [func.min(j.first_created_s)]).group_by(*key, j.node),
+        _branch(_LABELS, key, [j.agent_labels], []).group_by(*key, j.agent_labels),
+        _branch(_NAME, key, [j.name, j.node, j.region], [func.min(j.first_created_s)])
+        .group_by(*key, j.name, j.node, j.region),
+        _branch(_SOURCE, [o.instance_type, o.counted], [o.node, o.component, o.source],
+                [func.sum(o.energy_j), func.sum(o.dynamic_j)])
+        .group_by(o.instance_type, o.counted, o.node, o.component, o.source),
     ]
     with engine.connect() as connection:
         if connection.dialect.name == "postgresql":
             # Its plan costs enough for PostgreSQL to compile it (JIT), 0.15 s of 1.3 that
             # the run does not win back; off for this transaction only.
             connection.exec_driver_sql("SET LOCAL jit = off")
-        return _added_up(connection.execute(union_all(*branches)).all())
+        return _added_up(connection.execute(union_all(*branches)).all(), with_ids)
+
+
+def _counted_in(unit: str | None, units_key: Any, row_unit: Any) -> tuple[Any, Any]:
+    """For a summed row of ``units_key`` and ``row_unit``: whether it belongs to a
+    comparison per ``unit`` (its jobs' row per ``unit``, or their per-run row if they
+    did not count it), and whether its pool is the one that counted."""
+    if unit is None:
+        return row_unit == "", literal(0, Integer)
+    counted = units_key.contains(f",{unit},", autoescape=True)
+    return (or_(row_unit == unit, and_(row_unit == "", ~counted)),
+            case((row_unit == unit, 1), else_=0))
+
+
+def _summed_rows(where: JobFilter, unit: str | None) -> Select[Any]:
+    """The summed days' rows, as ``single``'s columns (:func:`job_pools`)."""
+    rows = _summed_in(where).subquery("summed_sums")
+    r = rows.c
+    belongs, counted = _counted_in(unit, r.units_key, r.unit)
+    return select(r.instance_type, counted.label("counted"), r.node, r.region, r.name,
+                  r.agent_labels, r.runs, r.energy_j, r.accelerator_j, r.dynamic_j,
+                  r.held_s, r.units, r.value_mean, r.value_m2, r.first_created_s,
+                  r.first_job_id).where(belongs)
+
+
+def _summed_sources(where: JobFilter, unit: str | None) -> Select[Any]:
+    """The summed days' energy per (node, component, source), as the live sources."""
+    sources = JOB_POOL_SOURCES.c
+    days = summed_days(where.since_s, where.until_s).subquery("summed_source_days")
+    counted = (literal(0, Integer) if unit is None else
+               case((sources.units_key.contains(f",{unit},", autoescape=True), 1), else_=0))
+    query = (select(sources.instance_type, counted.label("counted"), sources.node,
+                    sources.component, sources.source, sources.energy_j, sources.dynamic_j)
+             .join(days, and_(days.c.node == sources.node, days.c.day_s == sources.day_s)))
+    if where.kind is not None:
+        query = query.where(sources.kind == where.kind)
+    return query
 
 
 def _counts(parts: Any, unit: str) -> Any:
@@ -264,17 +380,23 @@ def _sources(keyed: Any) -> Any:
     ).cte("sources").prefix_with("MATERIALIZED")
 
 
-def _added_up(rows: Any) -> JobPools:
+def _added_up(rows: Any, with_ids: bool) -> JobPools:
     """:class:`JobPools` from the statement's rows."""
-    result = JobPools({}, defaultdict(list), defaultdict(dict), defaultdict(dict),
-                      defaultdict(list), defaultdict(set), defaultdict(dict))
+    result = JobPools({}, {}, defaultdict(Spread), defaultdict(list), defaultdict(dict),
+                      defaultdict(dict), defaultdict(list), defaultdict(set), defaultdict(dict))
     nodes: dict[PoolKey, dict[str, float]] = defaultdict(dict)
     for kind, itype, counted, w1, w2, w3, *n in rows:
         pool = PoolKey(itype, bool(counted))
         if kind == _SUMS:
             result.sums[pool] = PoolSums(int(n[0]), *(float(v) for v in n[1:5]))
         elif kind == _RUN:
-            result.runs[pool].append((float(n[0]), w1, float(n[1])))
+            first = (float(n[0]), w1)
+            if pool not in result.first or first < result.first[pool]:
+                result.first[pool] = first
+            result.spread[pool] = result.spread[pool].merged(
+                Spread(int(n[1]), float(n[2]), float(n[3])))
+            if with_ids:
+                result.job_ids[pool].append(first)
         elif kind == _REGION:
             result.regions[pool][w1] = (float(n[0]), float(n[1]))
         elif kind == _NODE:
@@ -285,7 +407,7 @@ def _added_up(rows: Any) -> JobPools:
             result.names[pool][(w1, w2, w3)] = float(n[0])
         else:
             result.sources[pool][(w1, w2, w3)] = (float(n[0]), float(n[1]))
-    for listed in result.runs.values():
+    for listed in result.job_ids.values():
         listed.sort()
     for pool, found_nodes in nodes.items():
         result.nodes[pool] = [node for node, _first in sorted(

@@ -18,7 +18,9 @@ few minutes, then at the minute's, and the conservation identity (job rows sum t
 node's ticks) holds per window and per minute. The boundary never falls behind the prune
 boundary. The writer flushes its whole buffer before maintaining and refuses rows ending
 at or before the boundary afterwards (only a wall clock stepped back produces them), so
-a row is either in the totals or after the boundary, never both or neither.
+a row is either in the totals or after the boundary, never both or neither. Once the
+boundary settles a UTC day of the node's ended jobs, the pass sums that day for a
+fleet's comparisons (:mod:`joulestat.store.pool_days`).
 :func:`maintain_node` is called by :meth:`joulestat.store.writer.StoreWriter.maintain`
 inside one transaction.
 
@@ -86,6 +88,7 @@ from sqlalchemy.sql.expression import TableClause
 
 from joulestat.core.logs import LogOnce
 from joulestat.store.engine import describe_error
+from joulestat.store.pool_days import sum_settled_days
 from joulestat.store.schema import (
     DAY_PARTITIONED,
     JOB_ENERGY,
@@ -509,6 +512,8 @@ def maintain_node(
     totals_until, job_rolled = advance_totals(
         connection, insert, node, _latest(totals_until, pruned_until),
         complete_until_ms - SETTLE_MS)
+    # Then the days that boundary settled, summed for a fleet's comparisons.
+    sum_settled_days(connection, node, totals_until)
     bound = min(complete_until_ms, keep_after_ms)
     if totals_until is not None:
         bound = min(bound, totals_until)

@@ -41,6 +41,7 @@ from sqlalchemy import (
     Column,
     Double,
     ForeignKey,
+    ForeignKeyConstraint,
     Index,
     Integer,
     MetaData,
@@ -183,6 +184,8 @@ JOB_NODES = Table(
     _col("ended_s", Double, null=True), _col("pids", String),
     # A serving job's latency histograms on this node, JSON; else null.
     _col("latency", Text, null=True),
+    # A node's parts by end: what its maintain pass sums per day (pool_days.py).
+    Index("ix_job_nodes_node_ended_s", "node", "ended_s"),
 )
 # Raw job windows: what one job got of one device over the ticks of one flush within one
 # minute, (t_start_ms, t_end_ms], keyed like tick_energy plus job_id ('' for the
@@ -272,6 +275,49 @@ JOB_UNIT_TOTALS = Table(
     _job_key(), _node_key(), _key("unit", String),
     _col("count", Double),
 )
+# -- Derived for a fleet's comparisons: settled days of single-node jobs, summed ---------
+# A comparison by setup over a fleet's week reads these instead of 10^5 jobs' totals
+# (agent/store/pool_days.py). A (node, day) is summed when job_pool_days holds it: its
+# single-node parts whose job ended that UTC day (day_s, epoch seconds of its first
+# second), all settled behind the node's totals boundary. Rebuilt by the node's maintain
+# pass from the job totals, never written by a write path: triggers of the baseline
+# migration delete a (node, day)'s job_pool_days row whenever a job in it changes (its
+# job row, a part, its energy or unit totals), so a reader that joins a day's sums to
+# job_pool_days never reads sums that no longer hold; the next pass sums it again. On
+# node deletion the database deletes them too (ON DELETE CASCADE).
+JOB_POOL_DAYS = Table(
+    "job_pool_days", METADATA,
+    _key("node", String), _key("day_s", BigInteger),
+    _col("parts", Integer),  # how many parts it sums (0: none single-node that day)
+    ForeignKeyConstraint(["node"], ["nodes.node"], ondelete="CASCADE"),
+)
+# Per (node, day) and what a comparison by setup tells apart (kind, instance type,
+# region, name, agent labels, the ordinary units the jobs counted as ",a,b,"): one row
+# with unit '' (every job, its figure its energy) and one per unit counted (its figure
+# energy per unit). runs, energy (all, accelerators, above idle), held time, units; the
+# figures' mean and sum of squared deviations (joulestat.core.spread.Spread); the first
+# job by (created_s, id).
+JOB_POOL_SUMS = Table(
+    "job_pool_sums", METADATA,
+    _col("node", String), _col("day_s", BigInteger), _col("kind", String),
+    _col("instance_type", String), _col("region", String), _col("name", String),
+    _col("agent_labels", String), _col("units_key", String), _col("unit", String),
+    _col("runs", Integer), _col("energy_j", Double), _col("accelerator_j", Double),
+    _col("dynamic_j", Double), _col("held_s", Double), _col("units", Double),
+    _col("value_mean", Double), _col("value_m2", Double), _col("first_created_s", Double),
+    _col("first_job_id", String(JOB_ID_LENGTH)),
+    ForeignKeyConstraint(["node"], ["nodes.node"], ondelete="CASCADE"),
+    Index("ix_job_pool_sums_node_day_s", "node", "day_s"),
+)
+# The same parts' energy per component and source (what bounds a comparison's rows).
+JOB_POOL_SOURCES = Table(
+    "job_pool_sources", METADATA,
+    _col("node", String), _col("day_s", BigInteger), _col("kind", String),
+    _col("instance_type", String), _col("units_key", String), _col("component", String),
+    _col("source", String), _col("energy_j", Double), _col("dynamic_j", Double),
+    ForeignKeyConstraint(["node"], ["nodes.node"], ondelete="CASCADE"),
+    Index("ix_job_pool_sources_node_day_s", "node", "day_s"),
+)
 # The agent's counters at saved_s, so a restart after ``kill -9`` can attribute the
 # gap. state is JSON text; boot_id tells whether the machine rebooted since (then the
 # counters restarted and the state must not be diffed against).
@@ -289,6 +335,38 @@ CORE_TABLES = tuple(METADATA.sorted_tables)
 def ms(t_s: float) -> int:
     """Epoch seconds as the store's integer milliseconds."""
     return round(t_s * 1000)
+
+
+# The UTC days job_pool_days sums by, in epoch seconds of their first second.
+DAY_S = 86_400
+
+
+class DayOf(ColumnElement[Any]):
+    """The UTC day (epoch seconds of its first second) of an epoch-seconds column, as
+    the triggers of the baseline migration compute it: ``floor`` on PostgreSQL, an
+    integer cast on SQLite (whose ``floor`` is optional; a cast truncates, which is the
+    floor for every time after 1970). A cast on PostgreSQL would round instead."""
+
+    inherit_cache = False  # its column is not part of a cache key
+    type = BigInteger()
+
+    def __init__(self, column: Any) -> None:
+        self.column = column
+
+
+@compiles(DayOf)
+def _day_of_sqlite(element: DayOf, compiler: Any, **kw: Any) -> str:
+    return f"(CAST(({compiler.process(element.column, **kw)}) / {DAY_S} AS INTEGER) * {DAY_S})"
+
+
+@compiles(DayOf, "postgresql")
+def _day_of_postgresql(element: DayOf, compiler: Any, **kw: Any) -> str:
+    return f"(floor(({compiler.process(element.column, **kw)}) / {DAY_S}) * {DAY_S})::bigint"
+
+
+def day_of(column: Any) -> ColumnElement[Any]:
+    """``column``'s UTC day (:class:`DayOf`)."""
+    return DayOf(column)
 
 
 # -- Long lists of ids -----------------------------------------------------------------

@@ -17,7 +17,10 @@ the physical options that module declares per backend:
   ``<table>_pYYYYMMDD`` over ``[day, day + 1)`` in epoch milliseconds, all in the schema
   ``joulestat_partitions`` (kept out of the main schema, the one Alembic's autogenerate
   compares). This makes today's and the next DAYS_AHEAD days'; from then on the writers
-  make them, named and bounded the same way (agent/store/maintenance.py).
+  make them, named and bounded the same way (agent/store/maintenance.py);
+* triggers (and on PostgreSQL their functions) that take a summed day of
+  ``job_pool_days`` out of use when one of its jobs changes (POOL_TRIGGERS; Alembic's
+  comparison does not look at triggers, tests/store/test_pool_days.py does).
 
 Written out by hand (started from Alembic's autogenerate against an empty database) and
 self-contained: a migration imports nothing of the agent, so it does not change when the
@@ -151,6 +154,7 @@ def upgrade() -> None:
         _node_fk("job_nodes"),
         sa.PrimaryKeyConstraint("job_id", "node", name="pk_job_nodes"),
     )
+    op.create_index("ix_job_nodes_node_ended_s", "job_nodes", ["node", "ended_s"])
     op.create_table(
         "job_energy",
         sa.Column("job_id", JOB_ID, nullable=False),
@@ -245,8 +249,118 @@ def upgrade() -> None:
         _node_fk("node_checkpoints"),
         sa.PrimaryKeyConstraint("node", name="pk_node_checkpoints"),
     )
+    _pool_days(postgresql)
     if postgresql:
         _partitions()
+
+
+def _pool_days(postgresql: bool) -> None:
+    """The settled days of single-node jobs summed for a fleet's comparisons, and the
+    triggers that take a day's sums out of use whenever one of its jobs changes (see
+    POOL_TRIGGERS)."""
+    cascade = {"ondelete": "CASCADE"}
+    op.create_table(
+        "job_pool_days",
+        sa.Column("node", sa.String(), nullable=False),
+        sa.Column("day_s", sa.BigInteger(), nullable=False),
+        sa.Column("parts", sa.Integer(), nullable=False),
+        sa.ForeignKeyConstraint(["node"], ["nodes.node"], name="fk_job_pool_days_node_nodes",
+                                **cascade),
+        sa.PrimaryKeyConstraint("node", "day_s", name="pk_job_pool_days"),
+    )
+    op.create_table(
+        "job_pool_sums",
+        sa.Column("node", sa.String(), nullable=False),
+        sa.Column("day_s", sa.BigInteger(), nullable=False),
+        *(sa.Column(name, sa.String(), nullable=False) for name in (
+            "kind", "instance_type", "region", "name", "agent_labels", "units_key", "unit")),
+        sa.Column("runs", sa.Integer(), nullable=False),
+        *(sa.Column(name, sa.Double(), nullable=False) for name in (
+            "energy_j", "accelerator_j", "dynamic_j", "held_s", "units", "value_mean",
+            "value_m2", "first_created_s")),
+        sa.Column("first_job_id", JOB_ID, nullable=False),
+        sa.ForeignKeyConstraint(["node"], ["nodes.node"], name="fk_job_pool_sums_node_nodes",
+                                **cascade),
+    )
+    op.create_index("ix_job_pool_sums_node_day_s", "job_pool_sums", ["node", "day_s"])
+    op.create_table(
+        "job_pool_sources",
+        sa.Column("node", sa.String(), nullable=False),
+        sa.Column("day_s", sa.BigInteger(), nullable=False),
+        *(sa.Column(name, sa.String(), nullable=False) for name in (
+            "kind", "instance_type", "units_key", "component", "source")),
+        sa.Column("energy_j", sa.Double(), nullable=False),
+        sa.Column("dynamic_j", sa.Double(), nullable=False),
+        sa.ForeignKeyConstraint(["node"], ["nodes.node"],
+                                name="fk_job_pool_sources_node_nodes", **cascade),
+    )
+    op.create_index("ix_job_pool_sources_node_day_s", "job_pool_sources", ["node", "day_s"])
+    for statement in (_postgresql_triggers() if postgresql else _sqlite_triggers()):
+        op.execute(statement)
+
+
+# What takes a summed day out of use: any change to one of its jobs. Per table, the
+# events and the job id of the changed row (NEW or OLD). job_nodes is deleted BEFORE
+# the row goes, so the part is still there to say which day it was in; its update also
+# unsums the day the part was in before (OLD.ended_s of the job: a job's end moves
+# only with its parts, which are all looked at). The raw job tables need none: the
+# writer refuses rows at or behind a node's totals boundary, and a day is summed only
+# once that boundary is past it.
+POOL_TRIGGERS = (
+    ("jobs", "AFTER UPDATE", "NEW.id"),
+    ("job_nodes", "AFTER INSERT", "NEW.job_id"),
+    ("job_nodes", "AFTER UPDATE", "NEW.job_id"),
+    ("job_nodes", "BEFORE DELETE", "OLD.job_id"),
+    ("job_energy_totals", "AFTER INSERT", "NEW.job_id"),
+    ("job_energy_totals", "AFTER UPDATE", "NEW.job_id"),
+    ("job_energy_totals", "AFTER DELETE", "OLD.job_id"),
+    ("job_unit_totals", "AFTER INSERT", "NEW.job_id"),
+    ("job_unit_totals", "AFTER UPDATE", "NEW.job_id"),
+    ("job_unit_totals", "AFTER DELETE", "OLD.job_id"),
+)
+DAY_S = 86_400
+
+
+def _unsum(job_id: str, day: str) -> str:
+    """Delete the summed days of the job ``job_id``'s parts (``day``: the SQL of a UTC
+    day from an epoch-seconds expression, per backend)."""
+    return (f"DELETE FROM job_pool_days WHERE (node, day_s) IN (SELECT p.node, "
+            f"{day.format('j.ended_s')} FROM job_nodes p JOIN jobs j ON j.id = p.job_id "
+            f"WHERE p.job_id = {job_id} AND j.ended_s IS NOT NULL)")
+
+
+def _sqlite_triggers() -> list[str]:
+    day = f"(CAST(({{}}) / {DAY_S} AS INTEGER) * {DAY_S})"
+    statements = []
+    for table, event, job_id in POOL_TRIGGERS:
+        when, what = event.split()
+        name = f"tr_{table}_unsum_{what.lower()}"
+        body = _unsum(job_id, day)
+        if table == "jobs":  # the day it ended in before, if its end moved
+            body += (f"; DELETE FROM job_pool_days WHERE day_s = {day.format('OLD.ended_s')} "
+                     "AND node IN (SELECT node FROM job_nodes WHERE job_id = OLD.id)")
+        statements.append(f"CREATE TRIGGER {name} {when} {what} ON {table} "
+                          f"FOR EACH ROW BEGIN {body}; END")
+    return statements
+
+
+def _postgresql_triggers() -> list[str]:
+    day = f"(floor(({{}}) / {DAY_S}) * {DAY_S})::bigint"
+    statements = []
+    for table, event, job_id in POOL_TRIGGERS:
+        when, what = event.split()
+        name = f"tr_{table}_unsum_{what.lower()}"
+        function = f"{name}_f"
+        body = _unsum(job_id, day)
+        if table == "jobs":
+            body += (f"; DELETE FROM job_pool_days WHERE day_s = {day.format('OLD.ended_s')} "
+                     "AND node IN (SELECT node FROM job_nodes WHERE job_id = OLD.id)")
+        back = "OLD" if what == "DELETE" else "NEW"
+        statements.append(f"CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS "
+                          f"$$ BEGIN {body}; RETURN {back}; END $$")
+        statements.append(f"CREATE TRIGGER {name} {when} {what} ON {table} "
+                          f"FOR EACH ROW EXECUTE FUNCTION {function}()")
+    return statements
 
 
 def _partitions() -> None:
@@ -264,11 +378,14 @@ def _partitions() -> None:
 
 
 def downgrade() -> None:
-    for table in ("node_checkpoints", "job_unit_totals", "job_energy_totals",
+    for table in ("job_pool_sources", "job_pool_sums", "job_pool_days",
+                  "node_checkpoints", "job_unit_totals", "job_energy_totals",
                   "job_minute_units", "job_units", "job_minute_energy", "job_energy",
                   "job_nodes", "minute_energy", "tick_energy", "node_devices", "jobs",
                   "nodes"):
         op.drop_table(table)  # its indexes and, on PostgreSQL, its partitions with it
     if _on_postgresql():
+        for table, event, _job_id in POOL_TRIGGERS:  # their triggers went with the tables
+            op.execute(f"DROP FUNCTION IF EXISTS tr_{table}_unsum_{event.split()[1].lower()}_f()")
         # Not CASCADE: anything else found there is not joulestat's to drop.
         op.execute(f"DROP SCHEMA IF EXISTS {PARTITION_SCHEMA}")

@@ -5,21 +5,31 @@ jobs, units are counted per tick, and each job's node is held from its start to 
 end. Intensity and PUE are pinned (:data:`PINNED`: 400 g/kWh, PUE 1.0) so CO2e is
 hand-computable; prices are the catalog's, read here through ``catalog.lookup``.
 :func:`compare_invoke` runs ``joulestat compare`` on such a store in this process,
-:func:`compare_cli` as a process.
+:func:`compare_cli` as a process. :func:`assert_pooled_is_per_job` checks the pooled
+comparison by setup (``compare_setups``) against the per-job one.
 """
 
 from __future__ import annotations
+
+import math
+from dataclasses import asdict
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
 from joulestat.carbon.catalog import lookup
 from joulestat.carbon.footprint import CarbonSettings
+from joulestat.carbon.pricing import Pricer
 from joulestat.core.records import DeviceInfo, JobRecord, NodeInfo, Share
 from joulestat.core.tick import Tick, TickEntry
+from joulestat.reports.compare.figures import figures_for, pick_jobs
+from joulestat.reports.compare.setups import compare_setups
+from joulestat.reports.compare.table import compare
 from joulestat.store import migrate
 from joulestat.store.engine import dialect_insert, make_engine
-from joulestat.store.maintenance import advance_totals
+from joulestat.store.jobs import JobFilter, job_totals
+from joulestat.store.maintenance import advance_totals, maintain_node
 from joulestat.store.schema import NODES
 from joulestat.store.writer import StoreWriter
 from tests.helpers.agent_process import run_cli
@@ -29,6 +39,7 @@ T0 = 1_700_000_040.0
 TICK_S = 900.0
 PINNED = ("--carbon-intensity", "400", "--pue", "1.0")
 SETTINGS = CarbonSettings(carbon_intensity_g_per_kwh=400, pue=1.0)
+NOW = T0 + 86_400  # a whole minute, as a totals boundary is
 G5 = lookup("g5.xlarge").usd_per_hour
 INF2 = lookup("inf2.xlarge").usd_per_hour
 P4D = lookup("p4d.24xlarge").usd_per_hour
@@ -121,3 +132,57 @@ def settle(engine: Engine, name: str, until_s: float) -> None:
                                     .where(NODES.c.node == name)).scalar()
         advance_totals(connection, dialect_insert(engine), name, before,
                        round(until_s * 1000))
+
+
+def _close(a: Any, b: Any, scale: float) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9 * scale)
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(_close(x, y, scale) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k], scale) for k in a)
+    return a == b
+
+
+def assert_pooled_is_per_job(engine: Engine, kind: str | None, unit: str | None = None,
+                             settings: CarbonSettings = SETTINGS, now_s: float = NOW,
+                             since_s: float | None = None, until_s: float | None = None,
+                             with_ids: bool = True, **options: Any) -> None:
+    """The pooled table of the jobs of ``kind`` (in the window, when given) equals the
+    per-job one, row by row and field by field, with the same notes and instance
+    types."""
+    where = JobFilter(kind=kind, since_s=since_s, until_s=until_s)
+    refs = pick_jobs(engine, kind).refs
+    if (since_s, until_s) != (None, None):
+        wanted = {job.id for job in job_totals(engine, where)}
+        refs = [ref for ref in refs if ref.id in wanted]
+    figures = figures_for(engine, refs, settings, now_s=now_s)
+    expected = compare(figures, by="instance_type", unit=unit, **options)
+    found = compare_setups(engine, where, Pricer(settings), now_s, unit=unit,
+                           with_ids=with_ids, **options)
+    assert found is not None
+    assert found.jobs == len(figures)
+    assert (found.table.by, found.table.unit, found.table.baseline) == (
+        expected.by, expected.unit, expected.baseline)
+    assert [r.group for r in found.table.rows] == [r.group for r in expected.rows]
+    for mine, theirs in zip(found.table.rows, expected.rows, strict=True):
+        got, wanted = asdict(mine), asdict(theirs)
+        if not with_ids:
+            wanted["job_ids"] = ()
+        scale = abs(theirs.runs_mean_j or 0.0)  # a spread of equal runs is 0 to rounding
+        for field, value in wanted.items():
+            assert _close(got[field], value, scale), (theirs.group, field, got[field], value)
+    notes = list(dict.fromkeys(f"{f.name}: {note}" for f in figures for note in f.notes))
+    assert sorted(found.notes) == sorted(notes)
+    assert found.instance_types == tuple(sorted({n.instance_type for f in figures
+                                                 for n in f.nodes}))
+
+
+def maintain_every_node(engine: Engine, now_s: float) -> None:
+    """Every node's maintain pass at ``now_s``, as its agent runs it."""
+    insert = dialect_insert(engine)
+    with engine.connect() as connection:
+        nodes = list(connection.execute(select(NODES.c.node)).scalars())
+    for name in nodes:
+        with engine.begin() as connection:
+            maintain_node(connection, insert, name, now_s, 30 * 86_400)

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, replace
-from typing import Any
+from dataclasses import replace
 
 import pytest
 from sqlalchemy import select
@@ -30,41 +29,32 @@ from joulestat.carbon.footprint import CarbonSettings
 from joulestat.carbon.pricing import Pricer
 from joulestat.core.records import JobRecord
 from joulestat.demo import sample_store as sample
-from joulestat.reports.compare.figures import figures_for, pick_jobs
+from joulestat.reports.compare.figures import figures_for
 from joulestat.reports.compare.groups import CompareError
 from joulestat.reports.compare.setups import compare_setups
-from joulestat.reports.compare.table import compare
 from joulestat.store.engine import dialect_insert
 from joulestat.store.job_delete import delete_jobs
-from joulestat.store.jobs import JobFilter, JobRef, job_totals
+from joulestat.store.jobs import JobFilter, JobRef
 from joulestat.store.maintenance import maintain_node
 from joulestat.store.schema import NODES
 from tests.helpers.compare_store import (
+    NOW,
     PINNED,
     SETTINGS,
     T0,
+    assert_pooled_is_per_job,
     compare_invoke,
     fill_compare_store,
     job,
+    maintain_every_node,
     node,
     run_job,
     settle,
 )
 from tests.helpers.stores import Store
 
-NOW = T0 + 86_400  # a whole minute, as a totals boundary is
 LIVE = replace(job("j-g5-live", "bert-g5", "inference", T0 + 40_000, 0), ended_s=None,
                agent_labels={"idle_policy": "share"})
-
-
-def _close(a: Any, b: Any, scale: float) -> bool:
-    if isinstance(a, float) and isinstance(b, float):
-        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9 * scale)
-    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
-        return len(a) == len(b) and all(_close(x, y, scale) for x, y in zip(a, b, strict=True))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_close(a[k], b[k], scale) for k in a)
-    return a == b
 
 
 def _two_nodes(engine: Engine, pair: JobRecord, instance_type: str, gpu_j: float,
@@ -75,41 +65,7 @@ def _two_nodes(engine: Engine, pair: JobRecord, instance_type: str, gpu_j: float
         run_job(engine, node(name, instance_type), pair, ticks=2, gpu_j=gpu_j, units=units)
 
 
-def assert_pooled_is_per_job(engine: Engine, kind: str | None, unit: str | None = None,
-                             settings: CarbonSettings = SETTINGS, now_s: float = NOW,
-                             since_s: float | None = None, until_s: float | None = None,
-                             with_ids: bool = True, **options: Any) -> None:
-    """The pooled table of the jobs of ``kind`` (in the window, when given) equals the
-    per-job one, row by row and field by field, with the same notes and instance
-    types."""
-    where = JobFilter(kind=kind, since_s=since_s, until_s=until_s)
-    refs = pick_jobs(engine, kind).refs
-    if (since_s, until_s) != (None, None):
-        wanted = {job.id for job in job_totals(engine, where)}
-        refs = [ref for ref in refs if ref.id in wanted]
-    figures = figures_for(engine, refs, settings, now_s=now_s)
-    expected = compare(figures, by="instance_type", unit=unit, **options)
-    found = compare_setups(engine, where, Pricer(settings), now_s, unit=unit,
-                           with_ids=with_ids, **options)
-    assert found is not None
-    assert found.jobs == len(figures)
-    assert (found.table.by, found.table.unit, found.table.baseline) == (
-        expected.by, expected.unit, expected.baseline)
-    assert [r.group for r in found.table.rows] == [r.group for r in expected.rows]
-    for mine, theirs in zip(found.table.rows, expected.rows, strict=True):
-        got, wanted = asdict(mine), asdict(theirs)
-        if not with_ids:
-            wanted["job_ids"] = ()
-        scale = abs(theirs.runs_mean_j or 0.0)  # a spread of equal runs is 0 to rounding
-        for field, value in wanted.items():
-            assert _close(got[field], value, scale), (theirs.group, field, got[field], value)
-    notes = list(dict.fromkeys(f"{f.name}: {note}" for f in figures for note in f.notes))
-    assert sorted(found.notes) == sorted(notes)
-    assert found.instance_types == tuple(sorted({n.instance_type for f in figures
-                                                 for n in f.nodes}))
-
-
-def _mixed_store(store: Store) -> Engine:
+def mixed_store(store: Store) -> Engine:
     """The compare store, plus two g5 jobs on one node each and one on two g5 nodes (all
     one setup, g5.xlarge), and a g5 job still running, its node's totals up to NOW."""
     fill_compare_store(store.url)
@@ -126,7 +82,7 @@ def _mixed_store(store: Store) -> Engine:
 
 
 def test_pooled_setups_are_the_per_job_comparison(store: Store) -> None:
-    engine = _mixed_store(store)
+    engine = mixed_store(store)
     for kind in ("inference", "training", None):
         assert_pooled_is_per_job(engine, kind)
     assert_pooled_is_per_job(engine, None, unit="inference", baseline="inf2.xlarge",
@@ -147,7 +103,7 @@ def test_a_running_job_counts_to_its_last_flush_as_on_its_page(store: Store) -> 
     pooled table as on its own page (figures_for); so does a job with nothing settled
     yet; the nodes' maintain passes, which move the boundary past them, change no
     figure; nor does the job's end."""
-    engine = _mixed_store(store)
+    engine = mixed_store(store)
     where, pricer = JobFilter(kind="inference"), Pricer(SETTINGS)
     later = NOW + 3_600
 
@@ -182,11 +138,11 @@ def test_a_running_job_counts_to_its_last_flush_as_on_its_page(store: Store) -> 
                                    30 * 86_400)
         assert result.totals_until_ms == later * 1000
     assert math.isclose(g5_energy_j(later), before_j + 140_000.0)
-    _assert_all_windows(engine, later)
+    assert_all_windows(engine, later)
     # The live job ends: read to its last window, as before.
     run_job(engine, node("g5-1", "g5.xlarge"), replace(LIVE, ended_s=later - 600), ticks=0,
             gpu_j=0.0)
-    _assert_all_windows(engine, later)
+    assert_all_windows(engine, later)
     # The command prints no note about running jobs: there is nothing to excuse.
     listed = compare_invoke(store.url, "--by", "instance_type", "--kind", "inference",
                             "--json", *PINNED)
@@ -245,21 +201,11 @@ def test_a_pair_on_one_type_pools_and_maintain_passes_change_nothing(store: Stor
         assert_pooled_is_per_job(engine, kind)
     # The nodes' maintain passes roll every job up into minutes and totals: the same
     # tables.
-    _maintain_every_node(engine, NOW + 2 * 86_400)
-    _assert_all_windows(engine, NOW + 2 * 86_400)
+    maintain_every_node(engine, NOW + 2 * 86_400)
+    assert_all_windows(engine, NOW + 2 * 86_400)
 
 
-def _maintain_every_node(engine: Engine, now_s: float) -> None:
-    """Every node's maintain pass at ``now_s``, as its agent runs it."""
-    insert = dialect_insert(engine)
-    with engine.connect() as connection:
-        nodes = list(connection.execute(select(NODES.c.node)).scalars())
-    for name in nodes:
-        with engine.begin() as connection:
-            maintain_node(connection, insert, name, now_s, 30 * 86_400)
-
-
-def _assert_all_windows(engine: Engine, now_s: float) -> None:
+def assert_all_windows(engine: Engine, now_s: float) -> None:
     """Pooled is per-job for each kind and unit, over all time and over windows that
     cut the first day or end before the last start."""
     for kind in ("inference", "training", None):
@@ -279,21 +225,21 @@ def _assert_all_windows(engine: Engine, now_s: float) -> None:
 def test_written_again_and_deleted_jobs_compare_as_per_job(store: Store) -> None:
     """After maintain passes, a job written again (new labels) and a job deleted: the
     pooled table is still the per-job one, in every window."""
-    engine = _mixed_store(store)
+    engine = mixed_store(store)
     run_job(engine, node("g5-2", "g5.xlarge"),
             job("j-g5-c", "bert-g5", "inference", T0 + 90_000, 1800), ticks=2,
             gpu_j=85_000.0, units={"inference": 2_100})
     now_s = T0 + 3 * 86_400
-    _maintain_every_node(engine, now_s)
-    _assert_all_windows(engine, now_s)
+    maintain_every_node(engine, now_s)
+    assert_all_windows(engine, now_s)
     writer_job = job("j-g5-b", "bert-g5", "inference", T0 + 20_000, 1800)
     run_job(engine, node("g5-2", "g5.xlarge"), replace(writer_job, labels={"try": "2"}),
             ticks=0, gpu_j=0.0)
     run_job(engine, node("g5-3", "g5.xlarge"),
             job("j-g5-c", "bert-g5", "inference", T0 + 90_000, 1800), ticks=1,
             gpu_j=10_000.0, units={"inference": 100})  # now on two nodes: per job
-    _assert_all_windows(engine, now_s)
+    assert_all_windows(engine, now_s)
     delete_jobs(engine, ["j-inf2"])
-    _assert_all_windows(engine, now_s)
-    _maintain_every_node(engine, now_s + 1200)
-    _assert_all_windows(engine, now_s)
+    assert_all_windows(engine, now_s)
+    maintain_every_node(engine, now_s + 1200)
+    assert_all_windows(engine, now_s)

@@ -14,7 +14,8 @@ source, and names its sources and accelerators from its nodes. Jobs on several n
 (:func:`joulestat.reports.compare.figures.figures_for`) and join their setup's pool.
 :func:`~joulestat.reports.compare.table.row_of` then makes every row from its
 :class:`~joulestat.reports.compare.table.Pool`, as ``compare()`` does, the runs' mean
-and spread included (from each job's own figure, read beside the sums).
+and spread included (a :class:`~joulestat.core.spread.Spread` of the jobs' own figures,
+read beside the sums).
 
 Every job, running or ended, is counted as its own page counts it (to its last flush);
 only the order of additions differs from the per-job path (a figure agrees to
@@ -87,7 +88,7 @@ def compare_setups(engine: Engine, where: JobFilter, pricer: Pricer, now_s: floa
     # A unit asked for is checked once the pools are read (a pool or a job on several
     # nodes counted it); counting every unit's jobs first is only needed to pick one.
     chosen = unit if unit is not None else choose_unit_of(units_counted(engine, where))
-    found = job_pools(engine, where, chosen, now_s)
+    found = job_pools(engine, where, chosen, now_s, with_ids)
     several = _several_nodes(engine, where, pricer, now_s)
     if unit is not None and not any(key.counted for key in found.sums) and not any(
             job.counted(unit) > 0 for job in several):
@@ -101,14 +102,12 @@ def compare_setups(engine: Engine, where: JobFilter, pricer: Pricer, now_s: floa
     for key in found.sums:
         group = setup_name([key.instance_type])
         types.add(key.instance_type)
-        started_s, job_id, _value = found.runs[key][0]
-        pools[(group, key.counted)] = ((started_s, job_id),
+        pools[(group, key.counted)] = (found.first[key],
                                        _pool(found, key, group, pricer, sources, models,
                                              bound_models))
         notes.update(_notes(found, key, pricer))
-    starts = {(setup_name([k.instance_type]), k.counted):
-              [(started_s, job_id) for started_s, job_id, _value in runs]
-              for k, runs in found.runs.items()}
+    starts = {(setup_name([k.instance_type]), k.counted): list(listed)
+              for k, listed in found.job_ids.items()}
     for job in several:
         types.update(n.instance_type for n in job.nodes)
         counted = job.counted(chosen) > 0
@@ -158,7 +157,7 @@ def _pool(found: JobPools, key: PoolKey, group: str, pricer: Pricer,
                            for (node, component, source), (energy_j, dynamic_j)
                            in sorted(found.sources[key].items())], bound_models)
     return Pool(
-        job_ids=tuple(job_id for _start, job_id, _value in found.runs[key]), group=group,
+        job_ids=tuple(job_id for _start, job_id in found.job_ids.get(key, ())), group=group,
         runs=sums.runs, instance_s=held_s,
         instance_types=(key.instance_type or UNKNOWN_TYPE,),
         units=sums.units if key.counted else None, energy_j=sums.energy_j,
@@ -170,7 +169,7 @@ def _pool(found: JobPools, key: PoolKey, group: str, pricer: Pricer,
         idle_policies=frozenset(idle_policy_of(json.loads(labels) if labels else {})
                                 for labels in found.agent_labels[key]),
         latency={}, bounds_j=None if bounds is None else (bounds.low, bounds.high),
-        run_values=tuple(value for _start, _id, value in found.runs[key]))
+        spread=found.spread[key])
 
 
 def _notes(found: JobPools, key: PoolKey, pricer: Pricer) -> list[tuple[float, str]]:

@@ -104,6 +104,7 @@ from typing import Any
 from joulestat.carbon.pricing import NodeFigures
 from joulestat.carbon.units import S_PER_HOUR
 from joulestat.core.redact import redact_labels
+from joulestat.core.spread import Spread
 from joulestat.host.serving_metrics import histogram_add
 from joulestat.reports.compare.groups import (
     BY_CHOICES,
@@ -346,16 +347,6 @@ def choose_unit_of(counts: Mapping[str, int], unit: str | None = None) -> str | 
     return min(counts, key=lambda u: (-counts[u], u)) if counts else None
 
 
-def _spread(values: Sequence[float]) -> tuple[float | None, float | None]:
-    """Mean and sample standard deviation of the runs' figures (None with one run)."""
-    if not values:
-        return None, None
-    mean = sum(values) / len(values)
-    if len(values) < 2:
-        return mean, None
-    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
-
-
 def _interval(figure: float | None, bounds: tuple[float, float] | None,
               spread: float | None) -> tuple[float, float] | None:
     """The row's bounds widened by its spread across runs (see the module docstring)."""
@@ -377,9 +368,9 @@ class Pool:
     jobs in SQL instead, since building a record per job is what a comparison of 10^5
     jobs spent its seconds on (issue 28). :func:`row_of` is the one place a row's figures
     are derived from the sums, whichever way they were added. ``units`` is None for a
-    per-run pool. ``run_values`` are the runs' own figures (energy per unit, or per run),
-    in the order of the jobs, from which the row's mean and spread are taken
-    (:func:`_spread`, whichever way the pool was added up). ``first`` is the first job,
+    per-run pool. ``spread`` holds the runs' own figures (energy per unit, or per run),
+    from which the row's mean and spread are taken (:class:`Spread`, whichever way the
+    pool was added up). ``first`` is the first job,
     for a row per job (its name, id, labels and start)."""
 
     job_ids: tuple[str, ...]
@@ -399,7 +390,7 @@ class Pool:
     idle_policies: frozenset[str | None]
     latency: Mapping[Any, Any]
     bounds_j: tuple[float, float] | None  # the jobs' bounds summed; None: one unknown
-    run_values: tuple[float, ...]
+    spread: Spread
     first: JobFigures | None = None
 
     def merged(self, other: Pool) -> Pool:
@@ -424,7 +415,7 @@ class Pool:
             idle_policies=self.idle_policies | other.idle_policies, latency=latency,
             bounds_j=None if self.bounds_j is None or other.bounds_j is None
             else (self.bounds_j[0] + other.bounds_j[0], self.bounds_j[1] + other.bounds_j[1]),
-            run_values=self.run_values + other.run_values,
+            spread=self.spread.merged(other.spread),
             first=self.first)
 
 
@@ -454,7 +445,7 @@ def pool_of(members: Sequence[JobFigures], unit: str | None, group: str) -> Pool
         bounds_j=(sum(job.energy_bounds_j[0] for job in members if job.energy_bounds_j),
                   sum(job.energy_bounds_j[1] for job in members if job.energy_bounds_j))
         if bounded else None,
-        run_values=values, first=members[0])
+        spread=Spread.of(values), first=members[0])
 
 
 def _added_latency(members: Iterable[Mapping[Any, Any]]) -> dict[Any, Any]:
@@ -477,7 +468,7 @@ def _bounds_per(bounds: tuple[float, float] | None, count: float
 def _uncertainty(pool: Pool, figure: float | None) -> dict[str, Any]:
     """The row's uncertainty fields (the module's docstring): bounds, runs' spread,
     interval."""
-    mean, spread = _spread(pool.run_values)
+    mean, spread = pool.spread.mean_sd()
     if pool.units is not None:
         bounds = _bounds_per(pool.bounds_j, pool.units or 0.0)
     else:

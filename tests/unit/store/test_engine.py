@@ -97,6 +97,7 @@ def test_every_table_is_on_the_one_metadata() -> None:
         "nodes", "node_devices", "tick_energy", "minute_energy", "jobs", "job_nodes",
         "job_energy", "job_minute_energy", "job_units", "job_minute_units",
         "job_energy_totals", "job_unit_totals",
+        "job_pool_days", "job_pool_sums", "job_pool_sources",
         "node_checkpoints"])
 
 

@@ -1,0 +1,261 @@
+"""Settled days of a node's single-node jobs, summed for a fleet's comparison by setup.
+
+``joulestat compare`` and the Compare page pool a fleet's jobs per setup
+(:mod:`joulestat.store.job_pools`). Read job by job from their totals, a week of
+1,000 nodes holds 10^5 ended jobs and the read grows with them. Once a day is settled
+on a node (every job that ended on it that UTC day is behind the node's totals boundary,
+so its totals no longer move), the node's maintain pass sums that day here, per what a
+comparison tells apart (kind, instance type, region, name, agent labels, the units the
+jobs counted): ``job_pool_sums`` and ``job_pool_sources`` (energy per component and
+source), and marks it done in ``job_pool_days``. A comparison then reads a settled
+day's few rows per node instead of its jobs, and the rest (running jobs, the days not
+summed yet, the edges of a window) job by job, in the same statement.
+
+The sums are derived, never kept by the write paths: each is built here from the job
+totals through :mod:`joulestat.store.read_rule` (the one rule every reader uses), and
+triggers of the baseline migration delete a day's ``job_pool_days`` row whenever one of
+its jobs changes (its job row, a part, its energy or unit totals: a deletion, an
+import, a relabel). A reader joins the sums to ``job_pool_days``, so it never reads a
+day whose sums no longer hold; the day is read job by job until a later pass sums it
+again (its old rows are replaced then). Only days within :data:`LOOKBACK_S` of the
+boundary are (re)built; an older day that a change took out of use is read job by job.
+
+A day's members are the node's single-node parts whose job ended that day; a job on
+several nodes is never summed (its setup is named by all its nodes' types). Each sums
+row keeps its runs' figures as a :class:`~joulestat.core.spread.Spread` (count, mean,
+squared deviations), so the comparison's mean and spread across runs merge exactly,
+whichever way a pool's runs were read.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection, delete, exists, func, insert, select, union_all
+from sqlalchemy.orm import aliased
+
+from joulestat.core.spread import Spread
+from joulestat.core.tick import Component
+from joulestat.store.model_split import ordinary_units
+from joulestat.store.read_rule import after_totals, job_parts, totals_of
+from joulestat.store.schema import (
+    DAY_S,
+    JOB_ENERGY,
+    JOB_ENERGY_TOTALS,
+    JOB_NODES,
+    JOB_POOL_DAYS,
+    JOB_POOL_SOURCES,
+    JOB_POOL_SUMS,
+    JOB_UNIT_TOTALS,
+    JOB_UNITS,
+    JOBS,
+    day_of,
+)
+
+# A day is summed once the node's totals boundary is this far past its end: the
+# writer's late windows of the day's last jobs are in their totals by then.
+SETTLE_S = 300.0
+# How far back a pass looks for days to sum: a week's comparison and a day more.
+LOOKBACK_S = 8 * DAY_S
+# Days summed per pass at most, so that a pass after a long gap stays short; the rest
+# come in the passes after it.
+DAYS_PER_PASS = 2
+# units_key of a group that counted no ordinary unit
+NO_UNITS = ","
+
+
+def units_key(units: list[str]) -> str:
+    """The ordinary units a job counted, sorted, as ``,a,b,`` (``,`` for none): a
+    reader finds the jobs that counted ``u`` as the key containing ``,u,``."""
+    return "," + "".join(f"{unit}," for unit in sorted(units))
+
+
+@dataclass(slots=True)
+class _Group:
+    """One sums row being added up."""
+
+    runs: int = 0
+    energy_j: float = 0.0
+    accelerator_j: float = 0.0
+    dynamic_j: float = 0.0
+    held_s: float = 0.0
+    units: float = 0.0
+    values: list[float] = field(default_factory=list)
+    first: tuple[float, str] = (math.inf, "")
+
+
+def days_to_sum(connection: Connection, node: str, totals_until_ms: int | None) -> list[int]:
+    """The settled days of ``node`` within :data:`LOOKBACK_S` that some part ended on
+    and that are not summed (oldest first, at most :data:`DAYS_PER_PASS`)."""
+    if totals_until_ms is None:
+        return []
+    boundary_s = totals_until_ms / 1000
+    p, jobs, days = JOB_NODES.c, JOBS.c, JOB_POOL_DAYS.c
+    day = day_of(jobs.ended_s)
+    query = (select(day.label("day_s")).select_from(JOB_NODES.join(JOBS, jobs.id == p.job_id))
+             .where(p.node == node, p.ended_s > boundary_s - LOOKBACK_S,
+                    jobs.ended_s.is_not(None), day + DAY_S + SETTLE_S <= boundary_s,
+                    ~exists().where(days.node == node, days.day_s == day))
+             .distinct().order_by(day).limit(DAYS_PER_PASS))
+    return [int(d) for d in connection.execute(query).scalars()]
+
+
+def sum_day(connection: Connection, node: str, day_s: int, totals_until_ms: int) -> bool:
+    """Sum ``node``'s ``day_s`` (see the module's docstring) in the caller's
+    transaction; False (nothing written) while one of its parts is still running or
+    not settled."""
+    p, jobs = JOB_NODES.c, JOBS.c
+    other = aliased(JOB_NODES)
+    members = (job_parts(None, node)
+               .add_columns(p.instance_type, p.region, p.started_s, p.ended_s, jobs.created_s,
+                            jobs.kind, jobs.name, jobs.agent_labels)
+               .join(JOBS, jobs.id == p.job_id)
+               .where(jobs.ended_s >= day_s, jobs.ended_s < day_s + DAY_S,
+                      ~exists().where(other.c.job_id == p.job_id, other.c.node != p.node))
+               .cte("members").prefix_with("MATERIALIZED"))
+    m = members.c
+    rows = connection.execute(select(
+        m.job_id, m.instance_type, m.region, m.started_s, m.ended_s, m.created_s, m.kind,
+        m.name, m.agent_labels)).all()
+    settled_s = totals_until_ms / 1000 - SETTLE_S
+    if any(row.ended_s is None or row.ended_s > settled_s for row in rows):
+        return False
+    energy = _energy(connection, members)
+    counts = _counts(connection, members)
+    groups: dict[tuple[Any, ...], _Group] = defaultdict(_Group)
+    sources: dict[tuple[Any, ...], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for row in rows:
+        per_source = energy.get(row.job_id, {})
+        energy_j = sum(e for e, _d in per_source.values())
+        counted = {u: c for u, c in counts.get(row.job_id, {}).items() if c > 0}
+        key = units_key(list(counted))
+        where = (row.kind, row.instance_type, row.region, row.name, row.agent_labels, key)
+        for unit, count in [("", 0.0), *counted.items()]:
+            group = groups[(*where, unit)]
+            group.runs += 1
+            group.energy_j += energy_j
+            group.accelerator_j += sum(e for (component, _s), (e, _d) in per_source.items()
+                                       if component == Component.ACCELERATOR)
+            group.dynamic_j += sum(d for _e, d in per_source.values())
+            group.held_s += max(row.ended_s - row.started_s, 0.0)
+            group.units += count
+            group.values.append(energy_j / count if count > 0 else energy_j)
+            group.first = min(group.first, (row.created_s, row.job_id))
+        for (component, source), (e, d) in per_source.items():
+            summed = sources[(row.kind, row.instance_type, key, component, source)]
+            summed[0] += e
+            summed[1] += d
+    _replace(connection, node, day_s, len(rows), groups, sources)
+    return True
+
+
+def _energy(connection: Connection, members: Any
+            ) -> dict[str, dict[tuple[str, str], tuple[float, float]]]:
+    """Per member job, (energy, energy above idle) per (component, source): its totals
+    and raw rows after them, the read rule's (:mod:`joulestat.store.read_rule`)."""
+    m, raw, totals = members.c, JOB_ENERGY.c, JOB_ENERGY_TOTALS.c
+    recent, after = after_totals(members, JOB_ENERGY)
+    both = union_all(
+        select(m.job_id, raw.component, raw.source, raw.dynamic_j, raw.idle_j)
+        .select_from(recent).where(after),
+        select(m.job_id, totals.component, totals.source, totals.dynamic_j, totals.idle_j)
+        .select_from(totals_of(members, JOB_ENERGY_TOTALS))).subquery("member_energy")
+    b = both.c
+    found: dict[str, dict[tuple[str, str], tuple[float, float]]] = defaultdict(dict)
+    for job_id, component, source, dynamic_j, idle_j in connection.execute(
+            select(b.job_id, b.component, b.source, func.sum(b.dynamic_j), func.sum(b.idle_j))
+            .group_by(b.job_id, b.component, b.source)):
+        found[job_id][(component, source)] = (dynamic_j + idle_j, dynamic_j)
+    return found
+
+
+def _counts(connection: Connection, members: Any) -> dict[str, dict[str, float]]:
+    """Per member job, its count of each ordinary unit (totals and raw rows after)."""
+    m, raw, totals = members.c, JOB_UNITS.c, JOB_UNIT_TOTALS.c
+    recent, after = after_totals(members, JOB_UNITS)
+    both = union_all(
+        select(m.job_id, raw.unit, raw.count).select_from(recent)
+        .where(after, ordinary_units(raw.unit)),
+        select(m.job_id, totals.unit, totals.count)
+        .select_from(totals_of(members, JOB_UNIT_TOTALS))
+        .where(ordinary_units(totals.unit))).subquery("member_units")
+    b = both.c
+    found: dict[str, dict[str, float]] = defaultdict(dict)
+    for job_id, unit, count in connection.execute(
+            select(b.job_id, b.unit, func.sum(b.count)).group_by(b.job_id, b.unit)):
+        found[job_id][unit] = float(count)
+    return found
+
+
+def _replace(connection: Connection, node: str, day_s: int, parts: int,
+             groups: dict[tuple[Any, ...], _Group],
+             sources: dict[tuple[Any, ...], list[float]]) -> None:
+    """The day's rows, replacing any left from before a change took it out of use."""
+    for table in (JOB_POOL_SUMS, JOB_POOL_SOURCES, JOB_POOL_DAYS):
+        connection.execute(delete(table).where(table.c.node == node, table.c.day_s == day_s))
+    if groups:
+        connection.execute(insert(JOB_POOL_SUMS), [
+            {"node": node, "day_s": day_s, "kind": kind, "instance_type": itype,
+             "region": region, "name": name, "agent_labels": labels, "units_key": key,
+             "unit": unit, "runs": g.runs, "energy_j": g.energy_j,
+             "accelerator_j": g.accelerator_j, "dynamic_j": g.dynamic_j,
+             "held_s": g.held_s, "units": g.units, "value_mean": spread.mean,
+             "value_m2": spread.m2, "first_created_s": g.first[0], "first_job_id": g.first[1]}
+            for (kind, itype, region, name, labels, key, unit), g in groups.items()
+            for spread in [Spread.of(g.values)]])
+    if sources:
+        connection.execute(insert(JOB_POOL_SOURCES), [
+            {"node": node, "day_s": day_s, "kind": kind, "instance_type": itype,
+             "units_key": key, "component": component, "source": source,
+             "energy_j": e, "dynamic_j": d}
+            for (kind, itype, key, component, source), (e, d) in sources.items()])
+    connection.execute(insert(JOB_POOL_DAYS).values(node=node, day_s=day_s, parts=parts))
+
+
+def sum_settled_days(connection: Connection, node: str, totals_until_ms: int | None) -> int:
+    """Sum the days :func:`days_to_sum` finds (the maintain pass's last step); returns
+    how many were summed."""
+    summed = 0
+    for day_s in days_to_sum(connection, node, totals_until_ms):
+        assert totals_until_ms is not None
+        summed += sum_day(connection, node, day_s, totals_until_ms)
+    return summed
+
+
+def summed_day_in(node: Any, ended_s: Any, since_s: float | None, until_s: float | None
+                  ) -> Any:
+    """SQL: a single-node part on ``node`` whose job ended at ``ended_s`` lies in a
+    summed day wholly inside the window ``(since_s, until_s]`` (each of its jobs
+    overlaps the window), so it is read from the sums, not job by job."""
+    days = JOB_POOL_DAYS.c
+    query = exists().where(days.node == node, days.day_s == day_of(ended_s))
+    if since_s is not None:
+        query = query.where(days.day_s > since_s)
+    if until_s is not None:
+        query = query.where(days.day_s + DAY_S <= until_s)
+    return query
+
+
+def summed_job(job_id: Any, ended_s: Any, since_s: float | None, until_s: float | None
+               ) -> Any:
+    """SQL: the job ``job_id`` (ended at ``ended_s``) is one of a summed day's members
+    in the window: its one part lies in such a day (:func:`summed_day_in`)."""
+    part, other = aliased(JOB_NODES), aliased(JOB_NODES)
+    return exists().where(
+        part.c.job_id == job_id, summed_day_in(part.c.node, ended_s, since_s, until_s),
+        ~exists().where(other.c.job_id == job_id, other.c.node != part.c.node))
+
+
+def summed_days(since_s: float | None, until_s: float | None) -> Any:
+    """The summed (node, day) pairs wholly inside ``(since_s, until_s]``, a select of
+    ``job_pool_days`` (:func:`summed_day_in`)."""
+    days = JOB_POOL_DAYS.c
+    query = select(days.node, days.day_s)
+    if since_s is not None:
+        query = query.where(days.day_s > since_s)
+    if until_s is not None:
+        query = query.where(days.day_s + DAY_S <= until_s)
+    return query

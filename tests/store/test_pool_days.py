@@ -1,0 +1,139 @@
+"""The day sums a fleet's comparison reads (agent/store/pool_days.py) are its jobs, summed.
+
+A node's maintain pass sums each settled UTC day of its single-node ended jobs; a
+comparison by setup reads a summed day's rows instead of its jobs, the rest job by job.
+Checked on SQLite and PostgreSQL: the pooled table from the sums is the per-job one
+(every row, figure, mean and spread across runs), the sums are what is read, and any
+change to a summed day's job (written again, deleted, a part on another node) takes the
+day out of use at once (the baseline migration's triggers) until a later pass sums it
+again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from sqlalchemy import func, select, update
+from sqlalchemy.engine import Engine
+
+from joulestat.carbon.pricing import Pricer
+from joulestat.reports.compare.setups import compare_setups
+from joulestat.store.job_delete import delete_jobs
+from joulestat.store.jobs import JobFilter
+from joulestat.store.schema import DAY_S, JOB_POOL_DAYS, JOB_POOL_SUMS
+from tests.helpers.compare_store import (
+    SETTINGS,
+    T0,
+    assert_pooled_is_per_job,
+    job,
+    maintain_every_node,
+    node,
+    run_job,
+    runs_store,
+)
+from tests.helpers.stores import Store
+
+RUNS = 60  # an hour apart from T0: three UTC days
+LATER = T0 + 5 * DAY_S
+
+
+def _summed(engine: Engine) -> dict[tuple[str, int], int]:
+    """(node, day) -> parts summed."""
+    days = JOB_POOL_DAYS.c
+    with engine.connect() as connection:
+        return {(n, int(d)): int(p) for n, d, p in connection.execute(
+            select(days.node, days.day_s, days.parts))}
+
+
+def _sum_every_day(engine: Engine, now_s: float = LATER) -> dict[tuple[str, int], int]:
+    """Maintain passes until no day is left to sum (a pass sums two at most)."""
+    summed: dict[tuple[str, int], int] = {}
+    for _pass in range(5):
+        maintain_every_node(engine, now_s)
+        now_s += 300
+        found = _summed(engine)
+        if found == summed:
+            break
+        summed = found
+    return summed
+
+
+def assert_all_windows(engine: Engine, now_s: float) -> None:
+    """Pooled is per-job per run and per inference, over all time and over windows
+    that hold whole summed days, cut one, or end before the last day."""
+    day = T0 // DAY_S * DAY_S
+    for since_s, until_s in ((None, None), (day - 1, None), (day, None), (T0 + 4_000, None),
+                             (day + DAY_S - 1, now_s), (None, day + 2 * DAY_S),
+                             (day - DAY_S, day + DAY_S + 1)):
+        for kind, unit in ((None, None), ("inference", "inference"), ("inference", None)):
+            assert_pooled_is_per_job(engine, kind, unit=unit, now_s=now_s, since_s=since_s,
+                                     until_s=until_s, with_ids=False)
+
+
+def _row_energy_j(engine: Engine) -> float:
+    found = compare_setups(engine, JobFilter(kind="inference"), Pricer(SETTINGS), LATER,
+                           with_ids=False)
+    assert found is not None
+    [row] = found.table.rows
+    return row.energy_j
+
+
+def test_settled_days_are_summed_and_read_as_their_jobs(store: Store) -> None:
+    engine = runs_store(store.url, RUNS)
+    before_j = _row_energy_j(engine)
+    summed = _sum_every_day(engine)
+    # Every job ended on one of both nodes' three days: all of them summed.
+    assert {day for _node, day in summed} == {
+        (T0 + i * 3600 + 900) // DAY_S * DAY_S for i in range(RUNS)}
+    assert sum(summed.values()) == RUNS
+    assert_all_windows(engine, LATER)
+    assert_pooled_is_per_job(engine, "inference", unit="inference", now_s=LATER,
+                             with_ids=False)
+    # The comparison reads the sums, not the jobs: doubled sums double the row (a
+    # window that cuts the first day reads that day job by job instead).
+    with engine.begin() as connection:
+        connection.execute(update(JOB_POOL_SUMS).values(energy_j=JOB_POOL_SUMS.c.energy_j * 2))
+    assert _row_energy_j(engine) == 2 * before_j
+    with engine.begin() as connection:
+        connection.execute(update(JOB_POOL_SUMS).values(energy_j=JOB_POOL_SUMS.c.energy_j / 2))
+    assert _row_energy_j(engine) == before_j
+    # --json lists every job's id, so it reads them one by one: the same table.
+    assert_pooled_is_per_job(engine, "inference", now_s=LATER, with_ids=True)
+
+
+def test_a_change_to_a_summed_jobs_day_takes_it_out_of_use(store: Store) -> None:
+    engine = runs_store(store.url, RUNS)
+    summed = _sum_every_day(engine)
+    first_day = min(day for _node, day in summed)
+
+    def day_of(job_id: str) -> tuple[str, int]:
+        i = int(job_id.removeprefix("j-"))
+        return f"g5-{i % 2}", int((T0 + i * 3600 + 900) // DAY_S * DAY_S)
+
+    changes = (
+        # written again with a new label (the writer's upsert of the job row)
+        ("j-003", lambda: run_job(engine, node("g5-1", "g5.xlarge"),
+                                  replace(job("j-003", "bert-g5", "inference",
+                                              T0 + 3 * 3600, 900), labels={"try": "2"}),
+                                  ticks=0, gpu_j=0.0)),
+        # deleted
+        ("j-010", lambda: delete_jobs(engine, ["j-010"])),
+        # a part on another node: now a job on two nodes, read job by job
+        ("j-030", lambda: run_job(engine, node("g5-9", "g5.xlarge"),
+                                  job("j-030", "bert-g5", "inference", T0 + 30 * 3600, 900),
+                                  ticks=1, gpu_j=5_000.0, units={"inference": 50})),
+    )
+    for job_id, change in changes:
+        gone = day_of(job_id)
+        assert gone in _summed(engine)
+        change()
+        assert gone not in _summed(engine), job_id
+        assert_all_windows(engine, LATER)
+        assert gone in _sum_every_day(engine, LATER + 600)
+        assert_all_windows(engine, LATER)
+    assert first_day in {day for _node, day in _summed(engine)}
+    # A summed day holds the node's single-node jobs of that day and no more.
+    with engine.connect() as connection:
+        runs = connection.execute(select(func.sum(JOB_POOL_SUMS.c.runs))
+                                  .where(JOB_POOL_SUMS.c.unit == "")).scalar_one()
+    assert runs == RUNS - 2  # j-010 deleted, j-030 on two nodes
