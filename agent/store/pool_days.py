@@ -231,12 +231,8 @@ def summed_day_in(node: Any, ended_s: Any, since_s: float | None, until_s: float
     summed day wholly inside the window ``(since_s, until_s]`` (each of its jobs
     overlaps the window), so it is read from the sums, not job by job."""
     days = JOB_POOL_DAYS.c
-    query = exists().where(days.node == node, days.day_s == day_of(ended_s))
-    if since_s is not None:
-        query = query.where(days.day_s > since_s)
-    if until_s is not None:
-        query = query.where(days.day_s + DAY_S <= until_s)
-    return query
+    return _in_window(exists().where(days.node == node, days.day_s == day_of(ended_s)),
+                      since_s, until_s)
 
 
 def summed_job(job_id: Any, ended_s: Any, since_s: float | None, until_s: float | None
@@ -253,7 +249,12 @@ def summed_days(since_s: float | None, until_s: float | None) -> Any:
     """The summed (node, day) pairs wholly inside ``(since_s, until_s]``, a select of
     ``job_pool_days`` (:func:`summed_day_in`)."""
     days = JOB_POOL_DAYS.c
-    query = select(days.node, days.day_s)
+    return _in_window(select(days.node, days.day_s), since_s, until_s)
+
+
+def _in_window(query: Any, since_s: float | None, until_s: float | None) -> Any:
+    """``query`` kept to the summed days wholly inside ``(since_s, until_s]``."""
+    days = JOB_POOL_DAYS.c
     if since_s is not None:
         query = query.where(days.day_s > since_s)
     if until_s is not None:
