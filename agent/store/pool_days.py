@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, delete, exists, func, insert, select, union_all
-from sqlalchemy.orm import aliased
 
 from joulestat.core.spread import Spread
 from joulestat.core.tick import Component
@@ -108,7 +107,7 @@ def sum_day(connection: Connection, node: str, day_s: int, totals_until_ms: int)
     transaction; False (nothing written) while one of its parts is still running or
     not settled."""
     p, jobs = JOB_NODES.c, JOBS.c
-    other = aliased(JOB_NODES)
+    other = JOB_NODES.alias("other_part")
     members = (job_parts(None, node)
                .add_columns(p.instance_type, p.region, p.started_s, p.ended_s, jobs.created_s,
                             jobs.kind, jobs.name, jobs.agent_labels)
@@ -239,7 +238,7 @@ def summed_job(job_id: Any, ended_s: Any, since_s: float | None, until_s: float 
                ) -> Any:
     """SQL: the job ``job_id`` (ended at ``ended_s``) is one of a summed day's members
     in the window: its one part lies in such a day (:func:`summed_day_in`)."""
-    part, other = aliased(JOB_NODES), aliased(JOB_NODES)
+    part, other = JOB_NODES.alias("summed_part"), JOB_NODES.alias("other_part")
     return exists().where(
         part.c.job_id == job_id, summed_day_in(part.c.node, ended_s, since_s, until_s),
         ~exists().where(other.c.job_id == job_id, other.c.node != part.c.node))

@@ -127,8 +127,11 @@ def test_compare_by_model_prints_energy_per_inference_per_model(served):
         engine.dispose()
     busy = split.model("model-a").busy_s / split.model("model-b").busy_s
     assert busy > 2
-    assert a["energy_per_unit_j"] / b["energy_per_unit_j"] == pytest.approx(busy, rel=0.01)
-    assert a["energy_pct"] == pytest.approx((busy - 1) * 100, abs=1.0)
+    ratio = a["energy_per_unit_j"] / b["energy_per_unit_j"]
+    assert ratio == pytest.approx(busy, rel=0.01)
+    # The difference printed is the rows' own ratio (the 1 % above is the busy split's
+    # tolerance, up to 3 points of energy_pct at this ratio).
+    assert a["energy_pct"] == pytest.approx((ratio - 1) * 100, abs=0.01)
     # The models carry the whole job, the time between requests included ...
     assert a["energy_j"] + b["energy_j"] == pytest.approx(summary["total_energy_j"], rel=1e-6)
     # ... and each counts its own units over the hours the server was held.
