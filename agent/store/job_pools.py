@@ -53,17 +53,15 @@ from joulestat.core.spread import Spread
 from joulestat.core.tick import Component
 from joulestat.store.jobs import JobFilter, job_id_select
 from joulestat.store.model_split import ordinary_units
-from joulestat.store.pool_days import summed_day_in, summed_days, summed_job
+from joulestat.store.pool_days import counted_unit, summed_day_in, summed_days, summed_job
 from joulestat.store.read_rule import (
-    after_totals,
     job_parts,
+    part_energy_rows,
+    part_unit_rows,
     recent_rows,
-    totals_of,
     totals_rows,
 )
 from joulestat.store.schema import (
-    JOB_ENERGY,
-    JOB_ENERGY_TOTALS,
     JOB_NODES,
     JOB_POOL_SOURCES,
     JOB_POOL_SUMS,
@@ -321,7 +319,7 @@ def _counted_in(unit: str | None, units_key: Any, row_unit: Any) -> tuple[Any, A
     did not count it), and whether its pool is the one that counted."""
     if unit is None:
         return row_unit == "", literal(0, Integer)
-    counted = units_key.contains(f",{unit},", autoescape=True)
+    counted = counted_unit(units_key, unit)
     return (or_(row_unit == unit, and_(row_unit == "", ~counted)),
             case((row_unit == unit, 1), else_=0))
 
@@ -342,7 +340,7 @@ def _summed_sources(where: JobFilter, unit: str | None) -> Select[Any]:
     sources = JOB_POOL_SOURCES.c
     days = summed_days(where.since_s, where.until_s).subquery("summed_source_days")
     counted = (literal(0, Integer) if unit is None else
-               case((sources.units_key.contains(f",{unit},", autoescape=True), 1), else_=0))
+               case((counted_unit(sources.units_key, unit), 1), else_=0))
     query = (select(sources.instance_type, counted.label("counted"), sources.node,
                     sources.component, sources.source, sources.energy_j, sources.dynamic_j)
              .join(days, and_(days.c.node == sources.node, days.c.day_s == sources.day_s)))
@@ -354,30 +352,18 @@ def _summed_sources(where: JobFilter, unit: str | None) -> Select[Any]:
 def _counts(parts: Any, unit: str) -> Any:
     """Per part of ``parts``: its count of ``unit``, its totals plus its raw rows after
     them (:mod:`joulestat.store.read_rule`)."""
-    k, raw, totals = parts.c, JOB_UNITS.c, JOB_UNIT_TOTALS.c
-    recent, after = after_totals(parts, JOB_UNITS)
-    both = union_all(
-        select(k.job_id, k.node, raw.count).select_from(recent).where(after, raw.unit == unit),
-        select(k.job_id, k.node, totals.count)
-        .select_from(totals_of(parts, JOB_UNIT_TOTALS))
-        .where(totals.unit == unit)).subquery("unit_parts")
+    k = parts.c
+    both = part_unit_rows(parts, [k.job_id, k.node], lambda u: u == unit).subquery("unit_parts")
     return (select(both.c.job_id, both.c.node, func.sum(both.c.count).label("count"))
             .group_by(both.c.job_id, both.c.node).subquery("counts"))
 
 
 def _sources(keyed: Any) -> Any:
-    """The energy rows of ``keyed``'s parts: the raw rows after each part's totals
-    boundary and its totals, each as (job, node, instance type, counted, component,
-    source, joules above idle, idle joules), summed by whoever reads them."""
-    k, raw, totals = keyed.c, JOB_ENERGY.c, JOB_ENERGY_TOTALS.c
-    pool = [k.job_id, k.node, k.instance_type, k.counted]
-    recent, after = after_totals(keyed, JOB_ENERGY)
-    return union_all(
-        select(*pool, raw.component, raw.source, raw.dynamic_j, raw.idle_j)
-        .select_from(recent).where(after),
-        select(*pool, totals.component, totals.source, totals.dynamic_j, totals.idle_j)
-        .select_from(totals_of(keyed, JOB_ENERGY_TOTALS))
-    ).cte("sources").prefix_with("MATERIALIZED")
+    """The energy rows of ``keyed``'s parts (:func:`part_energy_rows`), each carrying
+    its part's job, node and pool."""
+    k = keyed.c
+    return (part_energy_rows(keyed, [k.job_id, k.node, k.instance_type, k.counted])
+            .cte("sources").prefix_with("MATERIALIZED"))
 
 
 def _added_up(rows: Any, with_ids: bool) -> JobPools:

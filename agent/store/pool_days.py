@@ -34,22 +34,18 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, delete, exists, func, insert, select, union_all
+from sqlalchemy import Connection, delete, exists, func, insert, select
 
 from joulestat.core.spread import Spread
 from joulestat.core.tick import Component
 from joulestat.store.model_split import ordinary_units
-from joulestat.store.read_rule import after_totals, job_parts, totals_of
+from joulestat.store.read_rule import job_parts, part_energy_rows, part_unit_rows
 from joulestat.store.schema import (
     DAY_S,
-    JOB_ENERGY,
-    JOB_ENERGY_TOTALS,
     JOB_NODES,
     JOB_POOL_DAYS,
     JOB_POOL_SOURCES,
     JOB_POOL_SUMS,
-    JOB_UNIT_TOTALS,
-    JOB_UNITS,
     JOBS,
     day_of,
 )
@@ -62,14 +58,15 @@ LOOKBACK_S = 8 * DAY_S
 # Days summed per pass at most, so that a pass after a long gap stays short; the rest
 # come in the passes after it.
 DAYS_PER_PASS = 2
-# units_key of a group that counted no ordinary unit
-NO_UNITS = ","
-
-
 def units_key(units: list[str]) -> str:
     """The ordinary units a job counted, sorted, as ``,a,b,`` (``,`` for none): a
     reader finds the jobs that counted ``u`` as the key containing ``,u,``."""
     return "," + "".join(f"{unit}," for unit in sorted(units))
+
+
+def counted_unit(units_key_column: Any, unit: str) -> Any:
+    """SQL: the jobs of a summed row with ``units_key_column`` counted ``unit``."""
+    return units_key_column.contains(f",{unit},", autoescape=True)
 
 
 @dataclass(slots=True)
@@ -155,13 +152,7 @@ def _energy(connection: Connection, members: Any
             ) -> dict[str, dict[tuple[str, str], tuple[float, float]]]:
     """Per member job, (energy, energy above idle) per (component, source): its totals
     and raw rows after them, the read rule's (:mod:`joulestat.store.read_rule`)."""
-    m, raw, totals = members.c, JOB_ENERGY.c, JOB_ENERGY_TOTALS.c
-    recent, after = after_totals(members, JOB_ENERGY)
-    both = union_all(
-        select(m.job_id, raw.component, raw.source, raw.dynamic_j, raw.idle_j)
-        .select_from(recent).where(after),
-        select(m.job_id, totals.component, totals.source, totals.dynamic_j, totals.idle_j)
-        .select_from(totals_of(members, JOB_ENERGY_TOTALS))).subquery("member_energy")
+    both = part_energy_rows(members, [members.c.job_id]).subquery("member_energy")
     b = both.c
     found: dict[str, dict[tuple[str, str], tuple[float, float]]] = defaultdict(dict)
     for job_id, component, source, dynamic_j, idle_j in connection.execute(
@@ -173,14 +164,7 @@ def _energy(connection: Connection, members: Any
 
 def _counts(connection: Connection, members: Any) -> dict[str, dict[str, float]]:
     """Per member job, its count of each ordinary unit (totals and raw rows after)."""
-    m, raw, totals = members.c, JOB_UNITS.c, JOB_UNIT_TOTALS.c
-    recent, after = after_totals(members, JOB_UNITS)
-    both = union_all(
-        select(m.job_id, raw.unit, raw.count).select_from(recent)
-        .where(after, ordinary_units(raw.unit)),
-        select(m.job_id, totals.unit, totals.count)
-        .select_from(totals_of(members, JOB_UNIT_TOTALS))
-        .where(ordinary_units(totals.unit))).subquery("member_units")
+    both = part_unit_rows(members, [members.c.job_id], ordinary_units).subquery("member_units")
     b = both.c
     found: dict[str, dict[str, float]] = defaultdict(dict)
     for job_id, unit, count in connection.execute(

@@ -21,10 +21,11 @@ matching ticks' ``(t0, t1]``: a tick counts when its end lies in the window, a m
 A job's figures (energy per component and source, units) are its node's job totals
 (``job_energy_totals``, ``job_unit_totals``: everything up to the node's
 ``totals_until_ms``) plus its raw rows after that boundary (:func:`recent_rows`,
-:func:`totals_rows`, or :func:`job_parts` and :func:`after_totals` for a statement that
-joins more to the parts): the same for a running job as for an ended one, to its last flush,
-in every view (report, jobs, compare, the pages, the job API). Every reader builds its
-statements from the functions here; none restates a boundary.
+:func:`totals_rows`, or :func:`job_parts` with :func:`part_energy_rows` and
+:func:`part_unit_rows` for a statement that joins more to the parts): the same for a
+running job as for an ended one, to its last flush, in every view (report, jobs,
+compare, the pages, the job API). Every reader builds its statements from the functions
+here; none restates a boundary.
 """
 
 from __future__ import annotations
@@ -48,9 +49,11 @@ from sqlalchemy import (
 
 from joulestat.store.schema import (
     JOB_ENERGY,
+    JOB_ENERGY_TOTALS,
     JOB_MINUTE_ENERGY,
     JOB_MINUTE_UNITS,
     JOB_NODES,
+    JOB_UNIT_TOTALS,
     JOB_UNITS,
     MINUTE_MS,
     MINUTE_S,
@@ -208,6 +211,31 @@ def totals_of(parts: Any, table: Any) -> Any:
     :func:`after_totals` completes."""
     return parts.join(table, and_(table.c.job_id == parts.c.job_id,
                                   table.c.node == parts.c.node))
+
+
+def part_energy_rows(parts: Any, carry: list[Any]) -> CompoundSelect:
+    """The energy rows of ``parts`` (:func:`job_parts`' columns): the raw rows after each
+    part's totals boundary and its totals, as (``carry``..., component, source,
+    dynamic_j, idle_j), summed by whoever reads them."""
+    raw, totals = JOB_ENERGY.c, JOB_ENERGY_TOTALS.c
+    recent, after = after_totals(parts, JOB_ENERGY)
+    return union_all(
+        select(*carry, raw.component, raw.source, raw.dynamic_j, raw.idle_j)
+        .select_from(recent).where(after),
+        select(*carry, totals.component, totals.source, totals.dynamic_j, totals.idle_j)
+        .select_from(totals_of(parts, JOB_ENERGY_TOTALS)))
+
+
+def part_unit_rows(parts: Any, carry: list[Any], wanted: Any) -> CompoundSelect:
+    """The unit rows of ``parts`` whose unit ``wanted`` keeps (a function of a unit
+    column to a condition): raw after each part's boundary and totals, as
+    (``carry``..., unit, count)."""
+    raw, totals = JOB_UNITS.c, JOB_UNIT_TOTALS.c
+    recent, after = after_totals(parts, JOB_UNITS)
+    return union_all(
+        select(*carry, raw.unit, raw.count).select_from(recent).where(after, wanted(raw.unit)),
+        select(*carry, totals.unit, totals.count)
+        .select_from(totals_of(parts, JOB_UNIT_TOTALS)).where(wanted(totals.unit)))
 
 
 def recent_rows(table: Any, keys: list[Any], sums: list[Any],

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from sqlalchemy import func, select, update
 from sqlalchemy.engine import Engine
 
 from joulestat.carbon.pricing import Pricer
 from joulestat.reports.compare.setups import compare_setups
 from joulestat.store.job_delete import delete_jobs
-from joulestat.store.jobs import JobFilter
+from joulestat.store.jobs import JobFilter, job_totals
 from joulestat.store.schema import DAY_S, JOB_POOL_DAYS, JOB_POOL_SUMS
 from tests.helpers.compare_store import (
     SETTINGS,
@@ -97,6 +98,17 @@ def test_settled_days_are_summed_and_read_as_their_jobs(store: Store) -> None:
     with engine.begin() as connection:
         connection.execute(update(JOB_POOL_SUMS).values(energy_j=JOB_POOL_SUMS.c.energy_j / 2))
     assert _row_energy_j(engine) == before_j
+    # The same figures as the jobs' own (job_totals: what `jobs`, `report` and the job
+    # API read), energy, dynamic energy and units, to the printed digits and beyond.
+    jobs = job_totals(engine, JobFilter(kind="inference"))
+    found = compare_setups(engine, JobFilter(kind="inference"), Pricer(SETTINGS), LATER,
+                           unit="inference", with_ids=False)
+    assert found is not None
+    [row] = found.table.rows
+    assert row.energy_j == pytest.approx(sum(j.total_j for j in jobs), rel=1e-12)
+    assert row.dynamic_j == pytest.approx(sum(j.dynamic_j for j in jobs), rel=1e-12)
+    assert row.accelerator_j == pytest.approx(sum(j.accelerator_j for j in jobs), rel=1e-12)
+    assert row.units == pytest.approx(sum(j.units["inference"] for j in jobs), rel=1e-12)
     # --json lists every job's id, so it reads them one by one: the same table.
     assert_pooled_is_per_job(engine, "inference", now_s=LATER, with_ids=True)
 
