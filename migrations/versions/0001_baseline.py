@@ -321,12 +321,17 @@ POOL_TRIGGERS = (
 DAY_S = 86_400
 
 
-def _unsum(job_id: str, day: str) -> str:
-    """Delete the summed days of the job ``job_id``'s parts (``day``: the SQL of a UTC
-    day from an epoch-seconds expression, per backend)."""
-    return (f"DELETE FROM job_pool_days WHERE (node, day_s) IN (SELECT p.node, "
+def _unsum(table: str, job_id: str, day: str) -> str:
+    """A trigger's body on ``table``: delete the summed days of the job ``job_id``'s
+    parts (``day``: the SQL of a UTC day from an epoch-seconds expression, per backend),
+    and on ``jobs`` also the day it ended in before, if its end moved."""
+    body = (f"DELETE FROM job_pool_days WHERE (node, day_s) IN (SELECT p.node, "
             f"{day.format('j.ended_s')} FROM job_nodes p JOIN jobs j ON j.id = p.job_id "
             f"WHERE p.job_id = {job_id} AND j.ended_s IS NOT NULL)")
+    if table == "jobs":
+        body += (f"; DELETE FROM job_pool_days WHERE day_s = {day.format('OLD.ended_s')} "
+                 "AND node IN (SELECT node FROM job_nodes WHERE job_id = OLD.id)")
+    return body
 
 
 def _sqlite_triggers() -> list[str]:
@@ -335,12 +340,8 @@ def _sqlite_triggers() -> list[str]:
     for table, event, job_id in POOL_TRIGGERS:
         when, what = event.split()
         name = f"tr_{table}_unsum_{what.lower()}"
-        body = _unsum(job_id, day)
-        if table == "jobs":  # the day it ended in before, if its end moved
-            body += (f"; DELETE FROM job_pool_days WHERE day_s = {day.format('OLD.ended_s')} "
-                     "AND node IN (SELECT node FROM job_nodes WHERE job_id = OLD.id)")
         statements.append(f"CREATE TRIGGER {name} {when} {what} ON {table} "
-                          f"FOR EACH ROW BEGIN {body}; END")
+                          f"FOR EACH ROW BEGIN {_unsum(table, job_id, day)}; END")
     return statements
 
 
@@ -351,13 +352,9 @@ def _postgresql_triggers() -> list[str]:
         when, what = event.split()
         name = f"tr_{table}_unsum_{what.lower()}"
         function = f"{name}_f"
-        body = _unsum(job_id, day)
-        if table == "jobs":
-            body += (f"; DELETE FROM job_pool_days WHERE day_s = {day.format('OLD.ended_s')} "
-                     "AND node IN (SELECT node FROM job_nodes WHERE job_id = OLD.id)")
         back = "OLD" if what == "DELETE" else "NEW"
         statements.append(f"CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS "
-                          f"$$ BEGIN {body}; RETURN {back}; END $$")
+                          f"$$ BEGIN {_unsum(table, job_id, day)}; RETURN {back}; END $$")
         statements.append(f"CREATE TRIGGER {name} {when} {what} ON {table} "
                           f"FOR EACH ROW EXECUTE FUNCTION {function}()")
     return statements
