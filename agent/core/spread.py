@@ -37,6 +37,20 @@ class Spread:
         mean = sum(listed) / len(listed)
         return Spread(len(listed), mean, sum((v - mean) ** 2 for v in listed))
 
+    @staticmethod
+    def of_parts(parts: Iterable[tuple[int, float, float]]) -> Spread:
+        """The spreads ``(runs, mean, m2)`` of disjoint sets of runs as one: what
+        :meth:`merged` gives folded over them, in two passes (the overall mean, then
+        each part's squared deviations and its mean's from it), for the 10^5 parts of
+        a fleet's comparison (one per running job) without a :class:`Spread` each."""
+        listed = [part for part in parts if part[0]]
+        runs = sum(part[0] for part in listed)
+        if not runs:
+            return Spread()
+        mean = sum(n * part_mean for n, part_mean, _m2 in listed) / runs
+        return Spread(runs, mean, sum(m2 + n * (part_mean - mean) ** 2
+                                      for n, part_mean, m2 in listed))
+
     def merged(self, other: Spread) -> Spread:
         """Both sets of runs as one."""
         if not other.runs:

@@ -40,6 +40,7 @@ from sqlalchemy import (
     String,
     and_,
     case,
+    exists,
     func,
     literal,
     null,
@@ -51,7 +52,7 @@ from sqlalchemy.engine import Engine
 
 from joulestat.core.spread import Spread
 from joulestat.core.tick import Component
-from joulestat.store.jobs import JobFilter, job_id_select
+from joulestat.store.jobs import JobFilter, job_id_select, matching
 from joulestat.store.model_split import ordinary_units
 from joulestat.store.pool_days import counted_unit, summed_day_in, summed_days, summed_job
 from joulestat.store.read_rule import (
@@ -119,9 +120,9 @@ def multi_node_ids(engine: Engine, where: JobFilter) -> list[str]:
     leaves to the per-job path. A job on no node is not one of them: every writer saves
     a job with its part, in one transaction."""
     parts, jobs = JOB_NODES.c, JOBS.c
-    several = (select(parts.job_id).where(parts.job_id.in_(job_id_select(where)))
-               .group_by(parts.job_id).having(func.count() > 1))
-    query = select(jobs.id).where(jobs.id.in_(several)).order_by(jobs.created_s, jobs.id)
+    several = select(parts.job_id).group_by(parts.job_id).having(func.count() > 1)
+    query = (select(jobs.id).where(jobs.id.in_(several), *matching(where))
+             .order_by(jobs.created_s, jobs.id))
     with engine.connect() as connection:
         return [str(job_id) for job_id in connection.execute(query).scalars()]
 
@@ -227,21 +228,21 @@ def job_pools(engine: Engine, where: JobFilter, unit: str | None, now_s: float,
     carrying its part's pool (``sources``), per part its energy (``single``). Both kinds
     of row then go through the same sums (``pooled``), each kind of sum a branch of a
     ``UNION ALL``, its kind in the first column and the columns it does not use NULL;
-    a pool's spread is merged from its rows' (:class:`Spread`, in Python). The
-    single-node test is said as ``NOT IN`` the jobs on several nodes, which PostgreSQL
-    expects to keep most parts (as ``HAVING count(*) = 1`` it expected 0.5 % of them
-    and planned nested loops and sorts for 10^5 rows).
+    a pool's spread is merged from its rows' (:class:`Spread`, in Python). A part is
+    single-node when no part of its job is on another node, asked of the parts left
+    once the summed days are out (a fleet's running jobs, not every part).
     """
     summed = sums_stand_in(where) and not with_ids
     p, jobs = JOB_NODES.c, JOBS.c
-    parts_query = (job_parts(job_id_select(where), None)
+    parts_query = (job_parts(None, None)
                    .add_columns(p.instance_type, p.region, p.started_s, p.ended_s,
-                                jobs.created_s)
-                   .join(JOBS, jobs.id == p.job_id))
-    several = select(p.job_id).group_by(p.job_id).having(func.count() > 1)
-    parts_query = parts_query.where(p.job_id.not_in(several))
+                                jobs.created_s, jobs.name, jobs.agent_labels)
+                   .join(JOBS, jobs.id == p.job_id)
+                   .where(*matching(where)))
     if summed:
-        parts_query = parts_query.where(~summed_day_in(p.node, jobs.ended_s, where.since_s,
+        # The part's end: a single-node job's own (rows.py derives a job's end from its
+        # parts'), and it lets PostgreSQL drop the summed parts before joining ``jobs``.
+        parts_query = parts_query.where(~summed_day_in(p.node, p.ended_s, where.since_s,
                                                        where.until_s))
     parts = parts_query.cte("parts").prefix_with("MATERIALIZED")
     k = parts.c
@@ -252,8 +253,11 @@ def job_pools(engine: Engine, where: JobFilter, unit: str | None, now_s: float,
         joined = parts.outerjoin(counts, and_(counts.c.job_id == k.job_id,
                                               counts.c.node == k.node))
         units = func.coalesce(counts.c.count, 0.0)
+    other = JOB_NODES.alias("other_part")
     keyed = (select(*k, units.label("units"), case((units > 0, 1), else_=0).label("counted"))
-             .select_from(joined).cte("keyed").prefix_with("MATERIALIZED"))
+             .select_from(joined)
+             .where(~exists().where(other.c.job_id == k.job_id, other.c.node != k.node))
+             .cte("keyed").prefix_with("MATERIALIZED"))
     live_sources = _sources(keyed)
     s = live_sources.c
     part_j = s.dynamic_j + s.idle_j
@@ -267,8 +271,8 @@ def job_pools(engine: Engine, where: JobFilter, unit: str | None, now_s: float,
     # Held as joulestat.carbon.held.Held holds a part: to its end, or now while it runs.
     held = func.coalesce(c.ended_s, literal(now_s, Double)) - c.started_s
     single = select(
-        c.instance_type, c.counted.label("counted"), c.node, c.region, jobs.name,
-        jobs.agent_labels,
+        c.instance_type, c.counted.label("counted"), c.node, c.region, c.name,
+        c.agent_labels,
         literal(1, Integer).label("runs"), energy_j.label("energy_j"),
         func.coalesce(energy.c.accelerator_j, 0.0).label("accelerator_j"),
         func.coalesce(energy.c.dynamic_j, 0.0).label("dynamic_j"),
@@ -277,8 +281,7 @@ def job_pools(engine: Engine, where: JobFilter, unit: str | None, now_s: float,
         literal(0.0, Double).label("value_m2"), c.created_s.label("first_created_s"),
         c.job_id.label("first_job_id"),
     ).select_from(keyed.outerjoin(energy, and_(energy.c.job_id == c.job_id,
-                                               energy.c.node == c.node))
-                  .join(JOBS, jobs.id == c.job_id))  # name and idle labels
+                                               energy.c.node == c.node)))
     sources: Any = select(s.instance_type, s.counted, s.node, s.component, s.source,
                           part_j.label("energy_j"), s.dynamic_j)
     if summed:
@@ -307,9 +310,14 @@ def job_pools(engine: Engine, where: JobFilter, unit: str | None, now_s: float,
     ]
     with engine.connect() as connection:
         if connection.dialect.name == "postgresql":
-            # Its plan costs enough for PostgreSQL to compile it (JIT), 0.15 s of 1.3 that
-            # the run does not win back; off for this transaction only.
-            connection.exec_driver_sql("SET LOCAL jit = off")
+            # For this transaction only. Its plan costs enough for PostgreSQL to compile
+            # it (JIT), 0.15 s of 1.3 that the run does not win back. PostgreSQL keeps no
+            # statistics of a common table expression and expects a few hundred rows of
+            # 10^5 (a fleet's running jobs): it sorted them for merges and groups, and
+            # spilled its hashes to disk at the default 4 MB; hashed in memory, the
+            # week's fleet (benchmarks/fleet.py) reads in 1.6 s instead of 2.8.
+            for setting in ("jit = off", "work_mem = '64MB'", "enable_sort = off"):
+                connection.exec_driver_sql(f"SET LOCAL {setting}")
         return _added_up(connection.execute(union_all(*branches)).all(), with_ids)
 
 
@@ -367,22 +375,27 @@ def _sources(keyed: Any) -> Any:
 
 
 def _added_up(rows: Any, with_ids: bool) -> JobPools:
-    """:class:`JobPools` from the statement's rows."""
+    """:class:`JobPools` from the statement's rows (a fleet's: one per running job,
+    10^5, so a run's row builds no object of its own)."""
     result = JobPools({}, {}, defaultdict(Spread), defaultdict(list), defaultdict(dict),
                       defaultdict(dict), defaultdict(list), defaultdict(set), defaultdict(dict))
     nodes: dict[PoolKey, dict[str, float]] = defaultdict(dict)
+    runs: dict[tuple[str, int], list[tuple[int, float, float]]] = defaultdict(list)
+    first: dict[tuple[str, int], tuple[float, str]] = {}
+    listed: dict[tuple[str, int], list[tuple[float, str]]] = defaultdict(list)
     for kind, itype, counted, w1, w2, w3, *n in rows:
+        if kind == _RUN:
+            key = (itype, counted)
+            start = (n[0], w1)
+            if key not in first or start < first[key]:
+                first[key] = start
+            runs[key].append((n[1], n[2], n[3]))
+            if with_ids:
+                listed[key].append(start)
+            continue
         pool = PoolKey(itype, bool(counted))
         if kind == _SUMS:
             result.sums[pool] = PoolSums(int(n[0]), *(float(v) for v in n[1:5]))
-        elif kind == _RUN:
-            first = (float(n[0]), w1)
-            if pool not in result.first or first < result.first[pool]:
-                result.first[pool] = first
-            result.spread[pool] = result.spread[pool].merged(
-                Spread(int(n[1]), float(n[2]), float(n[3])))
-            if with_ids:
-                result.job_ids[pool].append(first)
         elif kind == _REGION:
             result.regions[pool][w1] = (float(n[0]), float(n[1]))
         elif kind == _NODE:
@@ -393,8 +406,14 @@ def _added_up(rows: Any, with_ids: bool) -> JobPools:
             result.names[pool][(w1, w2, w3)] = float(n[0])
         else:
             result.sources[pool][(w1, w2, w3)] = (float(n[0]), float(n[1]))
-    for listed in result.job_ids.values():
-        listed.sort()
+    for (itype, counted), parts in runs.items():
+        pool = PoolKey(itype, bool(counted))
+        result.spread[pool] = Spread.of_parts(parts)
+        start_s, job_id = first[(itype, counted)]
+        result.first[pool] = (float(start_s), job_id)
+    for (itype, counted), starts in listed.items():
+        result.job_ids[PoolKey(itype, bool(counted))] = sorted(
+            (float(start_s), job_id) for start_s, job_id in starts)
     for pool, found_nodes in nodes.items():
         result.nodes[pool] = [node for node, _first in sorted(
             found_nodes.items(), key=lambda item: (item[1], item[0]))]

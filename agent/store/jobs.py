@@ -195,33 +195,45 @@ class JobFilter:
 
 
 def job_id_select(where: JobFilter) -> Select[Any]:
-    jobs, parts = JOBS.c, JOB_NODES.c
+    jobs = JOBS.c
     query = select(jobs.id)
+    if where.newest is None:
+        return query.where(*matching(where))
+    return (query.where(*matching(replace(where, newest=None)))
+            .order_by(jobs.created_s.desc(), jobs.id).limit(where.newest))
+
+
+def matching(where: JobFilter) -> list[ColumnElement[bool]]:
+    """``where`` as conditions on the ``jobs`` row, for a statement that joins it
+    anyway: :func:`job_id_select`'s, without a second read of ``jobs``. Every filter
+    but ``newest`` (an order and a limit: use :func:`job_id_select`)."""
+    if where.newest is not None:
+        return [JOBS.c.id.in_(job_id_select(where))]
+    jobs, parts = JOBS.c, JOB_NODES.c
+    found: list[ColumnElement[bool]] = []
     if where.kind is not None:
-        query = query.where(jobs.kind == where.kind)
+        found.append(jobs.kind == where.kind)
     if where.status is not None:
-        query = query.where(jobs.status == where.status)
+        found.append(jobs.status == where.status)
     if where.until_s is not None:
-        query = query.where(jobs.created_s <= where.until_s)
+        found.append(jobs.created_s <= where.until_s)
     if where.since_s is not None:
-        query = query.where(or_(jobs.ended_s.is_(None), jobs.ended_s > where.since_s))
+        found.append(or_(jobs.ended_s.is_(None), jobs.ended_s > where.since_s))
     if where.job_ids is not None:
-        query = query.where(one_of(jobs.id, list(where.job_ids)))
+        found.append(one_of(jobs.id, list(where.job_ids)))
     if where.label_key is not None:
         # labels is JSON text written with sort_keys: '{"concurrency": "8", ...}'. A
         # quoted key followed by ':' cannot occur inside a value, where quotes are
         # escaped; callers still read the parsed labels.
-        query = query.where(jobs.labels.contains(f'"{where.label_key}":', autoescape=True))
+        found.append(jobs.labels.contains(f'"{where.label_key}":', autoescape=True))
     if where.node is not None or where.instance_type is not None:
         on_node = select(parts.job_id)
         if where.node is not None:
             on_node = on_node.where(parts.node == where.node)
         if where.instance_type is not None:
             on_node = on_node.where(parts.instance_type == where.instance_type)
-        query = query.where(jobs.id.in_(on_node))
-    if where.newest is not None:
-        query = query.order_by(jobs.created_s.desc(), jobs.id).limit(where.newest)
-    return query
+        found.append(jobs.id.in_(on_node))
+    return found
 
 
 def count_matching(engine: Engine, where: JobFilter) -> int:
