@@ -84,8 +84,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "under, operational CO2e and cost per unit, cost per million units) against a "
         "baseline, and size a fleet for a throughput target. Jobs that did not count the "
         "unit are compared per run. Each figure carries its bounds (its sources' accuracy) "
-        "and, for pooled runs, their spread; a difference within them is written "
-        "\"not distinguishable from the baseline\". See docs/compare.md.",
+        "and, for pooled runs, their spread; a difference is given with its 95 % interval "
+        "(what two rows' sources share cancels in it), and one whose interval holds no "
+        "change is written \"not distinguishable from the baseline\". See docs/compare.md.",
     )
     parser.add_argument("--kind", choices=KINDS, help="only jobs of this kind")
     parser.add_argument("--jobs", nargs="+", action="extend", metavar="JOB",

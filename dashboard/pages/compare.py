@@ -152,8 +152,10 @@ if per_setup:
 st.caption("Each energy figure has bounds (where it lies given the accuracy of every source "
            "of its energy, docs/methodology.md) and, for pooled runs, a spread (the runs' "
            "standard deviation); the error bars below are the bounds widened by the spread. "
-           "A difference within them is written \"not distinguishable from the baseline\", "
-           "never as a percentage.")
+           "A difference is judged on the two rows' ratio: what their sources share (one "
+           "estimator on one instance type) cancels in it, the runs' spread and what they "
+           "do not share widen it. Each sentence gives the change's 95 % interval; one "
+           "that holds no change is written \"not distinguishable from the baseline\".")
 for row in result.per_unit:
     if not row.is_baseline:
         st.markdown(f"**{fmt.md(names[comparison.row_key(row)])}** vs {fmt.md(base_label)}: "

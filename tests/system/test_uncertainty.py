@@ -137,7 +137,12 @@ def test_compare_pools_runs_and_says_which_differences_are_real(tmp_path: Path) 
     texts = {h["row"]: h for h in answer["headlines"]}
     assert ("energy, dynamic energy and CO2e per inference not distinguishable from the "
             "baseline") in texts["inf2.xlarge"]["text"]
-    assert "%" not in texts["inf2.xlarge"]["text"]
+    # said with the change and its interval, which holds no change (issue 46)
+    low, high = inf2["energy_change_interval_pct"]
+    assert low < 0 < high and inf2["energy_error_shared"] is False  # two instance types
+    assert (f"not distinguishable from the baseline ({words.format_pct(5.0)}, "
+            f"{words.format_pct(low).removesuffix(' %')} to {words.format_pct(high)})") in (
+        texts["inf2.xlarge"]["text"])
     assert texts["p4d.24xlarge"]["energy_distinguishable"] is True
     assert f"{words.format_pct(p4d['energy_pct'])} energy per inference" in (
         texts["p4d.24xlarge"]["text"])
@@ -201,3 +206,88 @@ def test_the_compare_page_pools_the_runs_of_a_name(tmp_path: Path,
     lines = [m.value for m in at.markdown]
     assert any(line.startswith("**bert-inf2** vs bert-g5: ") and "not distinguishable" in line
                for line in lines)
+
+
+# Issue 46: 1 vs 2 threads on one VM, both estimated by ccf-vcpu (-55 %/+193 %-wide
+# bounds): per inference, dynamic energy 2x apart, three runs each.
+THREADS_DYNAMIC_J = {"1": [0.626, 0.640, 0.612], "2": [1.29, 1.25, 1.33]}
+
+
+def _fill_threads(url: str) -> None:
+    from joulestat.core.records import DeviceInfo, JobRecord
+    from joulestat.core.records import Share as JobShare
+    from joulestat.core.tick import Tick, TickEntry
+    from joulestat.store import migrate
+    from joulestat.store.engine import make_engine
+    from joulestat.store.writer import StoreWriter
+
+    engine = make_engine(url)
+    migrate.upgrade(engine)
+    writer = StoreWriter(engine, node("vm-1", "c6i.2xlarge"),
+                         [DeviceInfo("cpu", "0", "model:ccf-vcpu", index=0)],
+                         raw_retention_s=7 * 86400)
+    start, per_job = T0, 1000.0  # inferences a run, one tick each
+    for threads, runs in THREADS_DYNAMIC_J.items():
+        for n, dynamic_per_unit_j in enumerate(runs):
+            record = JobRecord(id=f"t{threads}-{n}", name="infer", kind="inference",
+                               labels={"threads": threads}, pids=frozenset({1}),
+                               started_s=start, origin="api", ended_s=start + TICK_S)
+            writer.save_job(record)
+            dynamic_j, idle_j = dynamic_per_unit_j * per_job, 200.0
+            tick = Tick(start, start + TICK_S,
+                        (TickEntry("cpu", "0", "model:ccf-vcpu", dynamic_j + idle_j),))
+            writer.add(tick)
+            writer.add_shares(tick, [JobShare(record.id, "cpu", "0", "model:ccf-vcpu",
+                                              dynamic_j, idle_j)])
+            writer.add_units(record.id, tick.t1_s, {"inference": per_job})
+            start += TICK_S
+    assert writer.flush()
+    engine.dispose()
+
+
+def test_one_estimator_on_one_node_tells_a_2x_difference_by_its_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The estimator's error is the same on both setups and cancels in their ratio, so
+    the runs decide: ``compare`` (JSON, text) and the Compare page call the 2x real and
+    give the change's interval, where the overlapping bounds once said "not
+    distinguishable"."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    _fill_threads(url)
+    by = ("--by", "label:threads", "--baseline", "threads=1", *PINNED)
+    result = compare_invoke(url, *by, "--json")
+    assert result.returncode == 0, result.stderr
+    answer = json.loads(result.stdout)
+    rows = {row["group"]: row for row in answer["rows"]}
+    one, two = rows["threads=1"], rows["threads=2"]
+    assert one["runs"] == two["runs"] == 3
+    assert two["dynamic_per_unit_j"] / one["dynamic_per_unit_j"] == pytest.approx(
+        statistics.fmean(THREADS_DYNAMIC_J["2"]) / statistics.fmean(THREADS_DYNAMIC_J["1"]))
+    # each row's bounds are the estimator's, wide enough to overlap
+    assert two["energy_bounds_per_unit_j"][0] < one["energy_bounds_per_unit_j"][1]
+    assert two["energy_error_shared"] is True
+    assert two["energy_distinguishable"] is True
+    low, high = two["energy_change_interval_pct"]
+    assert 0 < low < two["energy_pct"] < high
+    headline = next(h for h in answer["headlines"] if h["row"] == "threads=2")
+    assert headline["energy_distinguishable"] is True
+    assert "not distinguishable" not in headline["text"]
+    text = compare_invoke(url, *by)
+    assert text.returncode == 0, text.stderr
+    said = next(x for x in text.stdout.splitlines() if x.startswith("threads=2 vs threads=1: "))
+    assert said == f"threads=2 vs threads=1: {headline['text']}"
+    at = run_page(url, "pages/compare.py", monkeypatch, by="label:threads",
+                  baseline="threads=1")
+    lines = [m.value for m in at.markdown]
+    page = next(line for line in lines if line.startswith("**threads=2** vs threads=1: "))
+    assert "not distinguishable" not in page
+    assert words.interval_words(_difference(two, one)) in page.replace("\\", "")
+
+
+def _difference(row: dict, base: dict):
+    """The row's difference from its JSON, as the words module says it."""
+    from joulestat.reports.compare.table import Difference
+
+    ratio = 1 + row["energy_pct"] / 100
+    low, high = row["energy_change_interval_pct"]
+    return Difference(ratio, (1 + low / 100, 1 + high / 100), row["energy_error_shared"],
+                      False)

@@ -24,7 +24,15 @@ from dataclasses import asdict
 from typing import Any
 
 from joulestat.core import units
-from joulestat.reports.compare.table import PER_UNIT, ComparisonRow, pct_change, ratio_of
+from joulestat.reports.compare.table import (
+    PER_UNIT,
+    ComparisonRow,
+    Difference,
+    co2e_difference,
+    energy_difference,
+    pct_change,
+    ratio_of,
+)
 from joulestat.reports.idle import MIXED, policy_words
 
 MINUS = "\u2212"
@@ -73,23 +81,31 @@ ND = "n.d."  # the text table's cell for a delta within the intervals
 
 
 def co2e_distinguishable(row: ComparisonRow, baseline: ComparisonRow) -> bool | None:
-    """The energy rule (:func:`joulestat.reports.compare.table.distinguishable`) for CO2e
-    per unit: each interval at its row's CO2e per joule (intensity x PUE), so a real
-    difference of grid stays one while a difference of energy within the bounds does
-    not."""
-    if row.interval_j is None or baseline.interval_j is None:
+    """Whether ``row``'s CO2e differs from ``baseline``'s
+    (:func:`~joulestat.reports.compare.table.co2e_difference`: the energy's rule at each
+    row's CO2e per joule); None when that cannot be said, and for the baseline itself."""
+    if row.is_baseline:
         return None
-    def scaled(r: ComparisonRow) -> tuple[float, float] | None:
-        per_unit = r.basis == PER_UNIT
-        energy = r.energy_per_unit_j if per_unit else r.energy_per_run_j
-        co2e = r.co2e_per_unit_g if per_unit else r.co2e_per_run_g
-        if not energy or co2e is None or r.interval_j is None:
-            return None
-        return r.interval_j[0] * co2e / energy, r.interval_j[1] * co2e / energy
-    mine, theirs = scaled(row), scaled(baseline)
-    if mine is None or theirs is None:
-        return None
-    return mine[1] < theirs[0] or theirs[1] < mine[0]
+    difference = co2e_difference(row, baseline)
+    return None if difference is None else difference.real
+
+
+def interval_words(difference: Difference, with_change: bool = False) -> str:
+    """What is known of a difference: its 95 % interval (``−55 to −43 %``, after the
+    change itself with ``with_change``: ``+5 %, −12 to +24 %``), and that a row is of
+    one run (``1 run, spread unknown``, where nothing else separates the rows)."""
+    change = format_pct((difference.ratio - 1.0) * 100.0)
+    bounds = difference.pct_interval
+    if bounds is None:
+        said = "1 run, spread unknown" if difference.one_run else "bounds unknown"
+        return f"{change}, {said}" if with_change else said
+    if abs(difference.ratio - 1.0) * 100.0 > FACTOR_PAST_PCT:  # said as the change is
+        low, high = (format_factor(v) for v in difference.interval or bounds)
+    else:
+        low, high = (format_pct(v).removesuffix(" %") for v in bounds)
+        high += " %"
+    said = f"{low} to {high}" + (", 1 run" if difference.one_run else "")
+    return f"{change}, {said}" if with_change else said
 
 
 def _delta_words(pct: float | None, what: str, per: str) -> str | None:
@@ -126,15 +142,21 @@ def headline(row: ComparisonRow, baseline: ComparisonRow) -> str:
                   "dynamic energy"),
                  (pct_change(row.co2e_per_run_g, baseline.co2e_per_run_g), "CO2e")]
         parts = []
+    energy = energy_difference(row, baseline)
+    differences = {"energy": energy, "dynamic energy": None,
+                   "CO2e": co2e_difference(row, baseline)}
     real = {"energy": row.energy_distinguishable, "dynamic energy": row.energy_distinguishable,
             "CO2e": co2e_distinguishable(row, baseline)}
     within = [what for pct, what in pairs if pct is not None and real[what] is False]
     for pct, what in pairs:
         if what in within[:1]:  # the figures within their intervals, said once together
             named = ", ".join(within[:-1]) + (" and " if len(within) > 1 else "") + within[-1]
-            parts.append(f"{named} {per} {NOT_DISTINGUISHABLE}")
+            said = f" ({interval_words(energy, with_change=True)})" if energy else ""
+            parts.append(f"{named} {per} {NOT_DISTINGUISHABLE}{said}")
         elif what not in within and (text := _delta_words(pct, what, per)):
-            parts.append(text)
+            found = differences[what]
+            said = found is not None and (what == "energy" or found.interval is not None)
+            parts.append(f"{text} ({interval_words(found)})" if said else text)
     if costs[0] is None or costs[1] is None:
         unknown = [r.label for r, c in zip((row, baseline), costs, strict=True) if c is None]
         parts.append(f"cost {cost_per} unknown for {' and '.join(unknown)}")
@@ -331,7 +353,7 @@ def render_text(table: Any, notes: list[str], prices: list[Any] | None = None) -
            f"idle power; {policy_words(table.idle_policy, jobs=True)}",
            "bounds = where the energy lies given its sources' accuracy; spread = the runs' "
            f"mean \u00b1 standard deviation; {ND} = not distinguishable from the baseline "
-           "(the bounds widened by the spread overlap)", ""]
+           "(the change's 95 % interval, in the lines below, holds no change)", ""]
     mixed = table.idle_policy == MIXED  # else the line above says the one policy
     policy_head = ["idle policy"] if mixed else []
     if per_unit:

@@ -95,8 +95,8 @@ def test_two_instance_types_per_inference_against_the_first() -> None:
     assert inf2.instances_needed is None and inf2.fleet_power_w is None  # no --sla
 
     assert headline(inf2, g5) == (
-        "\u00d76.3 throughput, \u221292 % energy per inference, \u221292 % CO2e per "
-        "inference, $12.03 vs $100.60 per million inferences")
+        "\u00d76.3 throughput, \u221292 % energy per inference (1 run, spread unknown), "
+        "\u221292 % CO2e per inference, $12.03 vs $100.60 per million inferences")
 
 
 def test_sla_sizing_rounds_instances_up() -> None:
@@ -206,7 +206,8 @@ def test_runs_without_any_unit_compare_per_run() -> None:
     assert b.energy_pct == pytest.approx((15 / 20 - 1) * 100)  # -25 %
     assert b.cost_pct == pytest.approx((P4D * 1 / (P4D * 2) - 1) * 100)  # -50 %
     assert headline(b, table.rows[0]) == (
-        f"\u221225 % energy per run, \u221225 % CO2e per run, ${P4D:.2f} vs "
+        f"\u221225 % energy per run (1 run, spread unknown), \u221225 % CO2e per run, "
+        f"${P4D:.2f} vs "
         f"${2 * P4D:.2f} per run")
 
 
@@ -321,9 +322,9 @@ def test_energy_per_unit_twice_total_and_dynamic() -> None:
     assert row.energy_pct == pytest.approx((90_000 / 31_500 / 36 - 1) * 100)  # -92 %
     assert (base.idle_policy, row.idle_policy, table.idle_policy) == ("share",) * 3
     assert headline(row, base) == (
-        "\u00d76.3 throughput, \u221292 % energy per inference, \u221244 % dynamic energy "
-        "per inference, \u221292 % CO2e per inference, $12.03 vs $100.60 per million "
-        "inferences")
+        "\u00d76.3 throughput, \u221292 % energy per inference (1 run, spread unknown), "
+        "\u221244 % dynamic energy per inference, \u221292 % CO2e per inference, $12.03 vs "
+        "$100.60 per million inferences")
     # an unknown dynamic part makes the row's unknown, never 0
     pooled = compare([g5, ON_G5], by="instance_type").rows[0]
     assert pooled.dynamic_j is None and pooled.dynamic_per_unit_j is None
