@@ -136,11 +136,12 @@ def compare_bars(frame: pd.DataFrame, *, group: str, value: str, title: str,
     known = frame.dropna(subset=[low, high])
     if known.empty:
         return bars
-    # Error bars: the row's interval (its bounds widened by its runs' spread), so two
-    # bars whose whiskers overlap read as what the sentence says: not distinguishable.
+    # Error bars: where the row's figure may lie given its difference from the baseline
+    # (the page's, reports.compare.table.energy_difference), so a whisker that reaches
+    # the baseline's value reads as what the sentence says: not distinguishable.
     whiskers = alt.Chart(known).mark_errorbar(ticks=True, color="#222222").encode(
         y=alt.Y(f"{group}:N", sort=None),
         x=alt.X(f"{low}:Q", title=title), x2=alt.X2(f"{high}:Q"),
         tooltip=[alt.Tooltip(f"{group}:N", title="group"),
-                 alt.Tooltip(f"{words}:N", title="interval")])
+                 alt.Tooltip(f"{words}:N", title="vs the baseline (95 %)")])
     return alt.layer(bars, whiskers)

@@ -29,8 +29,19 @@ import streamlit as st
 from joulestat.core import units
 from joulestat.dashboard import charts, comparison, costing, fmt, state, ui
 from joulestat.reports.compare.groups import LABEL_BY, SETUP_SEPARATOR
-from joulestat.reports.compare.table import ComparisonRow
-from joulestat.reports.compare.words import bounds_text, headline, plural, spread_text
+from joulestat.reports.compare.table import (
+    ComparisonRow,
+    Difference,
+    co2e_difference,
+    energy_difference,
+)
+from joulestat.reports.compare.words import (
+    bounds_text,
+    headline,
+    interval_words,
+    plural,
+    spread_text,
+)
 from joulestat.reports.idle import MIXED, policy_words
 
 MAX_PICK = 500
@@ -151,11 +162,12 @@ if per_setup:
                "setups is a change of hardware as well as of load.")
 st.caption("Each energy figure has bounds (where it lies given the accuracy of every source "
            "of its energy, docs/methodology.md) and, for pooled runs, a spread (the runs' "
-           "standard deviation); the error bars below are the bounds widened by the spread. "
-           "A difference is judged on the two rows' ratio: what their sources share (one "
-           "estimator on one instance type) cancels in it, the runs' spread and what they "
-           "do not share widen it. Each sentence gives the change's 95 % interval; one "
-           "that holds no change is written \"not distinguishable from the baseline\".")
+           "standard deviation). A difference is judged on the two rows' ratio: what "
+           "their sources share (one estimator on one instance type) cancels in it, the "
+           "runs' spread and what they do not share widen it. Each sentence gives the "
+           "change's 95 % interval, and the charts draw it on each compared bar, around "
+           "the baseline's figure: a whisker that reaches the baseline's value is a "
+           "change written \"not distinguishable from the baseline\".")
 for row in result.per_unit:
     if not row.is_baseline:
         st.markdown(f"**{fmt.md(names[comparison.row_key(row)])}** vs {fmt.md(base_label)}: "
@@ -270,23 +282,28 @@ panels = [(energy_col, "J", fmt.energy), (co2e_col, "g", fmt.mass), (cost_col, "
           (throughput_col, "", fmt.count)]
 
 
-def intervals(per_joule: Callable[[ComparisonRow], float | None]) -> pd.DataFrame:
-    """Each per-unit row's interval (its bounds widened by its spread) in the panel's
-    quantity: ``per_joule(row)`` of it per joule of energy (1 for energy, the row's
-    CO2e per joule for CO2e); NaN where unknown."""
+def intervals(difference: Callable[[ComparisonRow, ComparisonRow], Difference | None],
+              figure: Callable[[ComparisonRow], float | None]) -> pd.DataFrame:
+    """Each compared per-unit row's whisker: the 95 % interval of its difference from
+    the baseline (``difference``, the one rule) drawn around the baseline's ``figure``,
+    so that it holds the row's own figure and reaches the baseline's exactly when the
+    difference is not real, as the sentence above says; NaN on the baseline and where
+    it cannot be said."""
     found = []
     for r in result.per_unit:
-        factor = per_joule(r)
-        known = r.interval_j is not None and factor is not None
-        found.append({"low": r.interval_j[0] * factor if known else None,
-                      "high": r.interval_j[1] * factor if known else None})
-    return pd.DataFrame(found, index=table.index, dtype="float64")
+        known = None if r.is_baseline or base is None else difference(r, base)
+        base_figure = None if base is None else figure(base)
+        if known is None or known.interval is None or base_figure is None:
+            found.append({"low": None, "high": None, "said": fmt.UNKNOWN})
+            continue
+        found.append({"low": base_figure * known.interval[0],
+                      "high": base_figure * known.interval[1],
+                      "said": interval_words(known, with_change=True)})
+    return pd.DataFrame(found, index=table.index).astype({"low": "float64", "high": "float64"})
 
 
-ERRORS = {energy_col: intervals(lambda r: 1.0),
-          co2e_col: intervals(lambda r: r.co2e_per_unit_g / r.energy_per_unit_j
-                              if r.energy_per_unit_j and r.co2e_per_unit_g is not None
-                              else None)}
+ERRORS = {energy_col: intervals(energy_difference, lambda r: r.energy_per_unit_j),
+          co2e_col: intervals(co2e_difference, lambda r: r.co2e_per_unit_g)}
 for pair in (panels[:2], panels[2:]):
     cols = st.columns(2)
     for col, (column, unit_of, shown) in zip(cols, pair, strict=True):
@@ -303,12 +320,8 @@ for pair in (panels[:2], panels[2:]):
             data = data.assign(value=data[column] / divisor, text=data[column].map(shown))
             error = None
             if column in ERRORS:
-                data = data.assign(low=data["low"] / divisor, high=data["high"] / divisor,
-                                   interval=[f"{shown(lo * divisor)} – {shown(hi * divisor)}"
-                                             if pd.notna(lo) else fmt.UNKNOWN
-                                             for lo, hi in zip(data["low"], data["high"],
-                                                               strict=True)])
-                error = ("low", "high", "interval")
+                data = data.assign(low=data["low"] / divisor, high=data["high"] / divisor)
+                error = ("low", "high", "said")
             st.altair_chart(charts.compare_bars(data, group="group", value="value",
                                                 title=title, baseline=base_label,
                                                 text="text", error=error), width="stretch")
