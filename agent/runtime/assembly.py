@@ -229,7 +229,8 @@ def build_pipeline(settings: PipelineSettings, registry: JobRegistry, *,
                     else (open_engine(store.db, wait_s=store.db_wait_s), None))
     boot_id = read_boot_id(procfs_root)
     lease = NodeLease(node.node, Writer.this_process(
-        boot_id, "agent" if with_metrics else "embedded", api_url), boot_id, procfs_root)
+        boot_id, "agent" if with_metrics else "embedded", api_url, store.flush_interval_s),
+        boot_id, procfs_root)
     late_jobs = None
     if wait is not None and accounting is not None:
         late_jobs = LateJobs(engine, node.node, registry, accounting)

@@ -392,11 +392,14 @@ class Writer:
     host: str
     mode: str  # "agent" or "embedded"
     api_url: str | None = None  # an agent's job API, for a run that missed it
+    # how often it flushes: the Overview's measure of a node gone quiet; None: unsaid
+    flush_interval_s: float | None = None
 
     @classmethod
-    def this_process(cls, boot_id: str, mode: str, api_url: str | None = None) -> Writer:
+    def this_process(cls, boot_id: str, mode: str, api_url: str | None = None,
+                     flush_interval_s: float | None = None) -> Writer:
         return cls(f"{boot_id or 'unknown-boot'}:{os.getpid()}", socket.gethostname(), mode,
-                   api_url)
+                   api_url, flush_interval_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -414,12 +417,13 @@ class Holder:
 def current_holder(connection: Connection, node: str) -> Holder | None:
     row = connection.execute(
         select(NODES.c.writer_id, NODES.c.writer_host, NODES.c.writer_mode,
-               NODES.c.lease_until_s, NODES.c.writer_api_url).where(NODES.c.node == node)
+               NODES.c.lease_until_s, NODES.c.writer_api_url,
+               NODES.c.writer_flush_interval_s).where(NODES.c.node == node)
     ).first()
     if row is None or row.writer_id is None:
         return None
     return Holder(Writer(row.writer_id, row.writer_host or "?", row.writer_mode or "agent",
-                         row.writer_api_url), row.lease_until_s)
+                         row.writer_api_url, row.writer_flush_interval_s), row.lease_until_s)
 
 
 def is_live(holder: Holder, now_s: float, boot_id: str, procfs_root: Path) -> bool:
@@ -442,7 +446,8 @@ def acquire(connection: Connection, node: str, me: Writer, now_s: float, boot_id
         return holder
     connection.execute(update(NODES).where(NODES.c.node == node).values(
         writer_id=me.writer_id, writer_host=me.host, writer_mode=me.mode,
-        writer_api_url=me.api_url, lease_until_s=now_s + LEASE_S))
+        writer_api_url=me.api_url, writer_flush_interval_s=me.flush_interval_s,
+        lease_until_s=now_s + LEASE_S))
     return None
 
 

@@ -44,6 +44,19 @@ class NodeSummary:
     agent_version: str
     first_seen_s: float
     last_seen_s: float
+    # Its writer's lease (agent/store/durability.py): who, until when (None once given
+    # up), and how often it flushes; writer_id None where no writer took one (imports).
+    writer_id: str | None = None
+    lease_until_s: float | None = None
+    flush_interval_s: float | None = None
+
+    def writing(self, now_s: float) -> bool | None:
+        """Whether a writer holds the node's lease at ``now_s``: False once it gave it
+        up (a stopped agent or run) or let it expire (a dead one); None where no writer
+        ever took one, so only the ticks can tell."""
+        if self.writer_id is None:
+            return None
+        return self.lease_until_s is not None and self.lease_until_s >= now_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +75,8 @@ def list_nodes(engine: Engine) -> list[NodeSummary]:
     """Every node that ever wrote to the store, by name."""
     query = select(
         Node.node, Node.instance_type, Node.region, Node.cpu_model, Node.agent_version,
-        Node.first_seen_s, Node.last_seen_s,
+        Node.first_seen_s, Node.last_seen_s, Node.writer_id, Node.lease_until_s,
+        Node.writer_flush_interval_s,
     ).order_by(Node.node)
     with engine.connect() as connection:
         return [NodeSummary(*row) for row in connection.execute(query)]

@@ -131,6 +131,10 @@ NODES = Table(
     # Where that writer, an agent, answers its job API, so a run that
     # missed it can say which JOULESTAT_AGENT_URL to give; NULL when it has none.
     _col("writer_api_url", String, null=True),
+    # How often that writer flushes (its ticks reach the store in batches this far
+    # apart): a node whose newest tick is three of these old no longer reports
+    # (the Overview); NULL where a writer did not say.
+    _col("writer_flush_interval_s", Double, null=True),
 )
 # A device a sensor reported on a node, as recorded at the agent's last start.
 NODE_DEVICES = Table(

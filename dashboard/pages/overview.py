@@ -9,9 +9,12 @@ read from a hardware counter (:mod:`joulestat.reports.sources`): an imported est
 CodeCarbon CSV that does not say how it measured is not "measured". Nodes that exist
 only through ``joulestat import`` hold exported snapshots: they are marked imported,
 never "reporting", and have no "power now". A node reports while its ticks do: one whose
-newest tick is older than :data:`STALE_S` is "silent", with how long ago it last
-measured, and has no "power now" (its last tick's power is history, not now), whatever
-its agent's heartbeat says: an agent whose sensors hang keeps its heartbeat.
+newest tick is :data:`QUIET_FLUSHES` of its writer's flushes old (30 s at the agent's
+default 10 s; the writer records its interval with its lease) is "silent", with how long
+ago it last measured, and has no "power now" (its last tick's power is history, not
+now), whatever its agent's heartbeat says: an agent whose sensors hang keeps its
+heartbeat. A writer that gave up the node's lease (a stopped agent, an ended run) or let
+it lapse (a dead one) is said so at once, newest tick or not.
 """
 
 from __future__ import annotations
@@ -26,7 +29,10 @@ from joulestat.core import units
 from joulestat.dashboard import analysis, charts, costing, fmt, state, ui
 from joulestat.reports.sources import CLASSES, MEASURED
 
-STALE_S = 300.0  # a few flushes of the agent, and its maintenance pass, without a tick
+# Ticks reach the store a flush at a time; a node is silent once its newest tick is this
+# many flushes old (issue 46: within 3 intervals, 30 s at the default).
+QUIET_FLUSHES = 3
+DEFAULT_FLUSH_S = 10.0  # the agent's --flush-interval default, for a writer that did not say
 LOOKBACK_S = 86400.0  # how far back a silent node's last tick is looked for
 # Running jobs listed here: a fleet runs tens of thousands at once, a table of them all
 # would take seconds to read and draw (issue 28) and nobody reads it; the Jobs page does.
@@ -37,8 +43,16 @@ nodes = state.nodes(url)
 imported = state.imported(url)
 live = [n for n in nodes if n.node not in imported]
 until = state.window_end_s(now)  # a window up to now ends here
-recent = state.covered(url, now - STALE_S, until)
-reporting_now = {n.node for n in live if recent.get(n.node, 0.0) > 0}
+last_ticks = state.last_ticks_s(url, now, LOOKBACK_S)
+
+
+def quiet_after_s(node: state.NodeSummary) -> float:
+    """How old ``node``'s newest tick may be while it still reports."""
+    return QUIET_FLUSHES * (node.flush_interval_s or DEFAULT_FLUSH_S)
+
+
+reporting_now = {n.node for n in live if n.writing(now) is not False
+                 and now - last_ticks.get(n.node, -1e18) <= quiet_after_s(n)}
 node_sources = state.energy_sources(url, tuple(n.node for n in nodes))
 
 label, length_s = ui.period_picker("overview_period")
@@ -105,11 +119,16 @@ power = {node: watts for node, watts in state.current_power(url).items()
          if node in reporting_now}
 
 
-def silent_for(node: str) -> str:
-    """How long ago a silent node last measured, as the Nodes table says it."""
-    last = state.last_ticks_s(url, now, LOOKBACK_S).get(node)
-    return (f"last tick {fmt.duration(now - last)} ago" if last is not None
-            else f"no tick in {fmt.duration(LOOKBACK_S)}")
+def silent_for(node: state.NodeSummary) -> str:
+    """Why a silent node is (its writer stopped, or went quiet) and how long ago it last
+    measured, as the Nodes table says it."""
+    last = last_ticks.get(node.node)
+    ago = (f"last tick {fmt.duration(now - last)} ago" if last is not None
+           else f"no tick in {fmt.duration(LOOKBACK_S)}")
+    if node.writing(now) is False:
+        why = "stopped" if node.lease_until_s is None else "writer gone"
+        return f"no: {why}, {ago}"
+    return f"no: {ago}"
 
 
 # One chart per row: their legends sit right of the plot and name sources in full.
@@ -125,11 +144,13 @@ with st.container():
             value_title="Power (W)", category_title="node (instance type)", text="text"),
             width="stretch")
     else:
-        st.caption(f"No agent has stored a tick in the last {fmt.duration(STALE_S)}.")
+        st.caption("No node reports now (a tick in its last "
+                   f"{QUIET_FLUSHES} flushes, {fmt.duration(QUIET_FLUSHES * DEFAULT_FLUSH_S)} "
+                   "by default).")
     silent = sorted(n.node for n in live if n.node not in reporting_now)
     if silent:
-        st.caption(f"Silent nodes (no tick in {fmt.duration(STALE_S)}) have no power now: "
-                   f"{fmt.md(', '.join(silent))}.")
+        st.caption(f"Silent nodes (no tick in their last {QUIET_FLUSHES} flushes, or their "
+                   f"agent stopped) have no power now: {fmt.md(', '.join(silent))}.")
     if imported:
         st.caption(f"Imported nodes have no power now: {fmt.md(', '.join(sorted(imported)))}.")
 with st.container():
@@ -150,12 +171,12 @@ with st.container():
         st.caption("No energy in this period.")
 
 
-def reporting(node: str) -> str:
-    """Whether a node still measures (a tick in the last :data:`STALE_S`); an imported
-    node never does."""
-    if node in imported:
+def reporting(node: state.NodeSummary) -> str:
+    """Whether a node still measures (see the module's docstring); an imported node
+    never does."""
+    if node.node in imported:
         return "imported, no agent"
-    return "yes" if node in reporting_now else silent_for(node)
+    return "yes" if node.node in reporting_now else silent_for(node)
 
 
 st.subheader("Nodes")
@@ -165,7 +186,7 @@ period_energy = f"energy ({ui.SHORT[label]})"
 node_frame = pd.DataFrame([{
     "node": n.node,
     fmt.ENERGY_IS: fmt.energy_is(node_sources.get(n.node, ())),
-    "reporting": reporting(n.node),
+    "reporting": reporting(n),
     period_energy: node_energy.get(n.node, 0.0),
     "CO2e (operational)": node_costs[n.node].operational_g,
     "cost": node_costs[n.node].cost_usd,

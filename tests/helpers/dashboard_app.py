@@ -32,6 +32,27 @@ def shown(markdown: str) -> str:
     return _ESCAPED.sub(r"\1", markdown).replace("\u2060", "")
 
 
+def hold_lease(engine: Engine, node: str, flush_interval_s: float | None,
+               lease_s: float = 3600.0) -> None:
+    """``node``'s row as a live writer flushing every ``flush_interval_s`` leaves it: its
+    lease taken and held ``lease_s`` from now (``None`` for ``flush_interval_s``: a
+    writer that does not say)."""
+    from joulestat.store.durability import LEASE_S, Writer, acquire
+
+    with engine.begin() as connection:  # acquire holds it LEASE_S from the time it is given
+        acquire(connection, node, Writer(f"test-boot:{node}", "test-host", "agent", None,
+                                         flush_interval_s), time.time() + lease_s - LEASE_S,
+                "test-boot", Path("/nonexistent"))
+
+
+def give_up_lease(engine: Engine, node: str) -> None:
+    """``node``'s writer gave its lease up, as a stopped agent does."""
+    from joulestat.store.durability import Writer, release
+
+    with engine.begin() as connection:
+        release(connection, node, Writer(f"test-boot:{node}", "test-host", "agent"))
+
+
 def run_page(url: str, page: str, monkeypatch: pytest.MonkeyPatch, **query: str) -> AppTest:
     """``page`` of the app over the store at ``url``, with ``query`` as its query
     parameters, run once; it must raise nothing."""

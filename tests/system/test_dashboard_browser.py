@@ -106,8 +106,8 @@ def pages(jobs: dict[str, JobSummary]) -> list[tuple[str, str, list[str]]]:
                            "inf2-1 (inf2.xlarge)", "kWh", "Power now", "CO2e (operational)",
                            "Imported nodes have no power now", f"Times in {VIEWER_TZ}",
                            # honest_store's nodes last ticked two hours ago
-                           "Silent nodes (no tick in 5 min) have no power now: gpu-1, "
-                           "laptop-1, vm-1."]),
+                           "Silent nodes (no tick in their last 3 flushes, or their "
+                           "agent stopped) have no power now: gpu-1, laptop-1, vm-1."]),
         ("jobs", "/jobs", [f"{len(jobs)} jobs", "Select a row to open the job",
                            "Open detail", "CO2e is operational"]),
         ("job-detail-cpu-bound", f"/job_detail?job={starved.id}", [

@@ -23,7 +23,7 @@ from streamlit.testing.v1 import AppTest
 from joulestat.store import migrate
 from joulestat.store.engine import make_engine
 from tests.helpers.compare_store import TICK_S, job, node, run_job
-from tests.helpers.dashboard_app import run_page
+from tests.helpers.dashboard_app import give_up_lease, hold_lease, run_page
 from tests.helpers.dashboard_app import shown as rendered
 from tests.helpers.honest_store import fill, new_store
 
@@ -114,29 +114,42 @@ def test_load_curve_dashes_and_names_an_estimated_line(store, monkeypatch):
 
 @pytest.fixture()
 def live_and_silent(tmp_path: Path) -> str:
-    """live-1's last tick ended 20 s ago; silent-1's two hours ago, though its agent's
-    heartbeat (``last_seen_s``, written when its writer registered) is fresh."""
+    """Four nodes' newest ticks and writers' leases: live-1 ticked 20 s ago and its
+    writer flushes every 10 min (so it reports, however slow this test runs); quiet-1
+    ticked 40 s ago with a writer at the default 10 s (three flushes are 30 s: silent);
+    silent-1 two hours ago, though its agent's heartbeat (``last_seen_s``) is fresh;
+    stopped-1 20 s ago, but its agent gave up the lease (stopped)."""
     url = f"sqlite:///{tmp_path / 'fleet.db'}"
     engine = make_engine(url)
     migrate.upgrade(engine)
     now = time.time()
-    run_job(engine, node("live-1", "g5.xlarge"),
-            job("j-live", "serve", "inference", now - TICK_S - 20, TICK_S), 1, 90_000.0)
-    run_job(engine, node("silent-1", "g5.xlarge"),
-            job("j-old", "serve", "inference", now - 7200 - TICK_S, TICK_S), 1, 90_000.0)
+    for name, ago_s in (("live-1", 20), ("quiet-1", 40), ("silent-1", 7200), ("stopped-1", 20)):
+        run_job(engine, node(name, "g5.xlarge"),
+                job(f"j-{name}", "serve", "inference", now - TICK_S - ago_s, TICK_S), 1,
+                90_000.0)
+    hold_lease(engine, "live-1", 600.0)
+    hold_lease(engine, "quiet-1", 10.0)
+    hold_lease(engine, "stopped-1", 10.0)
+    give_up_lease(engine, "stopped-1")
     engine.dispose()
     return url
 
 
 def test_a_node_without_a_recent_tick_is_silent_and_has_no_power_now(live_and_silent,
                                                                       monkeypatch):
+    """Issue 46: a node is silent once its newest tick is three of its writer's flushes
+    old (at most 30 s at the default), and at once when its agent stopped."""
     at = run_page(live_and_silent, "pages/overview.py", monkeypatch)
     nodes = at.dataframe[0].value.set_index("node")
     assert nodes.at["live-1", "reporting"] == "yes"
     assert nodes.at["live-1", "power now"] > 0
+    assert nodes.at["quiet-1", "reporting"].startswith("no: last tick ")
     assert nodes.at["silent-1", "reporting"] in (  # 2 h, to the minute it ended in
-        "last tick 1 h 59 min ago", "last tick 2 h ago")
-    assert pd.isna(nodes.at["silent-1", "power now"])
+        "no: last tick 1 h 59 min ago", "no: last tick 2 h ago")
+    assert nodes.at["stopped-1", "reporting"].startswith("no: stopped, last tick ")
+    for name in ("quiet-1", "silent-1", "stopped-1"):
+        assert pd.isna(nodes.at[name, "power now"]), name
     [power] = [d for _s, d in charts(at) if "power_w" in d.columns]
     assert set(power["node"]) == {"live-1 (g5.xlarge)"}
-    assert "Silent nodes (no tick in 5 min) have no power now: silent-1." in captions(at)
+    assert ("Silent nodes (no tick in their last 3 flushes, or their agent stopped) have no "
+            "power now: quiet-1, silent-1, stopped-1.") in captions(at)
