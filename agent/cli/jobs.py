@@ -19,10 +19,10 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from joulestat.store.jobs import JobRef, JobSummary
 
 JOBS_OPTIONS = ("config", "db", "log_level")
-HEADERS = ("id", "name", "kind", "status", "started", "energy", "nodes")
-ENERGY_COLUMN = HEADERS.index("energy")
+HEADERS = ("id", "name", "kind", "status", "started", "duration", "energy", "units", "nodes")
+RIGHT = (HEADERS.index("energy"),)
 # The options that choose which jobs the list shows (`delete` takes none of them).
-FILTERS = ("running", "name", "kind", "since", "limit")
+FILTERS = ("running", "name", "kind", "since", "label", "limit")
 
 
 def _positive(text: str) -> int:
@@ -33,6 +33,15 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected 1 or more, got {value}")
     return value
+
+
+def _label(text: str) -> tuple[str, str | None]:
+    """``KEY=VALUE`` as ``(KEY, VALUE)``, ``KEY`` as ``(KEY, None)``; a label key as
+    `joulestat run --label` takes it."""
+    key, sep, value = text.partition("=")
+    if not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE or KEY, got {text!r}")
+    return key.strip(), (value if sep else None)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -55,6 +64,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="only jobs running at or after T, an ISO date/time "
                         "(2024-05-01, 2024-05-01T12:00:00+02:00; no zone = local time) or "
                         "a duration back from now (36h, 7d), as `joulestat report --since`")
+    parser.add_argument("--label", metavar="KEY=VALUE", action="append", type=_label,
+                        help="only jobs with this label (KEY alone: with any value); "
+                        "may be repeated, every one must match")
     parser.add_argument("--limit", metavar="N", type=_positive,
                         help="only the newest N jobs that match [default: all]")
     parser.add_argument("--json", action="store_true",
@@ -95,7 +107,8 @@ def _run(args: argparse.Namespace) -> int:
     since_s = parse_since(args.since) if args.since is not None else None
     engine = open_reader_engine(settings["db"])
     jobs = list_jobs(engine, running=True if args.running else None, name=args.name,
-                     kind=args.kind, since_s=since_s, limit=args.limit)
+                     kind=args.kind, since_s=since_s, limit=args.limit,
+                     labels=args.label or ())
     jobs.sort(key=lambda j: j.started_s, reverse=True)
     if args.json:
         from joulestat.core import jsonout
@@ -122,6 +135,9 @@ def _filters_given(args: argparse.Namespace) -> list[str]:
         value = getattr(args, name, None)
         if value is True:
             given.append(f"--{name}")
+        elif isinstance(value, list):  # --label, repeated
+            given += [f"--{name} {shlex.quote(k if v is None else f'{k}={v}')}"
+                      for k, v in value]
         elif value not in (None, False):
             given.append(f"--{name} {shlex.quote(str(value))}")
     return given
@@ -136,15 +152,23 @@ def _nothing_listed(args: argparse.Namespace, stored: int) -> str:
 
 
 def _table(jobs: list[JobSummary]) -> list[str]:
+    import time
+
     from joulestat.core import units
     from joulestat.core.columns import table
+    from joulestat.core.model_units import is_model_key
     from joulestat.store.jobs import started_text
 
+    now_s = time.time()
     rows = [(job.id, job.name, job.kind, job.status, started_text(job.started_s),
+             units.duration((job.ended_s if job.ended_s is not None else now_s)
+                            - job.started_s),
              units.energy(job.total_j),
+             ", ".join(f"{units.count(n)} {unit}" for unit, n in sorted(job.units.items())
+                       if n > 0 and not is_model_key(unit)) or "-",
              ", ".join(f"{node} ({itype})" for node, itype in job.nodes))
             for job in jobs]
-    return table(HEADERS, rows, right=(ENERGY_COLUMN,))
+    return table(HEADERS, rows, right=RIGHT)
 
 
 # -- joulestat jobs delete ---------------------------------------------------------------

@@ -221,11 +221,8 @@ def matching(where: JobFilter) -> list[ColumnElement[bool]]:
         found.append(or_(jobs.ended_s.is_(None), jobs.ended_s > where.since_s))
     if where.job_ids is not None:
         found.append(one_of(jobs.id, list(where.job_ids)))
-    if where.label_key is not None:
-        # labels is JSON text written with sort_keys: '{"concurrency": "8", ...}'. A
-        # quoted key followed by ':' cannot occur inside a value, where quotes are
-        # escaped; callers still read the parsed labels.
-        found.append(jobs.labels.contains(f'"{where.label_key}":', autoescape=True))
+    if where.label_key is not None:  # callers still read the parsed labels
+        found.append(has_label(jobs.labels, where.label_key, None))
     if where.node is not None or where.instance_type is not None:
         on_node = select(parts.job_id)
         if where.node is not None:
@@ -527,16 +524,17 @@ def _as_summary(detail: JobDetail) -> JobSummary:
 def list_jobs(
     engine: Engine, running: bool | None = None, node: str | None = None, *,
     name: str | None = None, kind: str | None = None, since_s: float | None = None,
-    limit: int | None = None,
+    limit: int | None = None, labels: Sequence[tuple[str, str | None]] = (),
 ) -> list[JobSummary]:
     """Jobs by start time, with energy and units summed over all their nodes.
 
     ``running`` keeps only running (True) or ended (False) jobs; ``node`` keeps the
     jobs that ran on that node (their totals still cover every node); ``name`` (exact)
     and ``kind`` keep the jobs so named or of that kind; ``since_s`` keeps the jobs that
-    ran at some point after it (:func:`job_ids_active_since`'s rule); ``limit`` keeps
-    the newest ``limit`` of those that match (still listed by start time). Every filter
-    is a clause of one id query, so only the matching jobs are read.
+    ran at some point after it (:func:`job_ids_active_since`'s rule); ``labels`` keeps
+    the jobs with every (key, value) label given (value None: the key, any value);
+    ``limit`` keeps the newest ``limit`` of those that match (still listed by start
+    time). Every filter is a clause of one id query, so only the matching jobs are read.
     """
     jobs = JOBS.c
     job_ids = select(jobs.id)
@@ -551,11 +549,28 @@ def list_jobs(
         job_ids = job_ids.where(jobs.kind == kind)
     if since_s is not None:
         job_ids = job_ids.where(_ran_since(since_s))
+    for key, value in labels:
+        job_ids = job_ids.where(has_label(jobs.labels, key, value))
     if limit is not None:
         # Newest first, ties by id as a newest-first list shows them.
         job_ids = job_ids.order_by(jobs.created_s.desc(), jobs.id).limit(limit)
     with engine.connect() as connection:
         return [_as_summary(d) for d in _summaries(connection, job_ids)]
+
+
+def has_label(column: Any, key: str, value: str | None) -> ColumnElement[bool]:
+    """SQL: the JSON ``labels`` ``column`` holds the label ``key`` (with ``value``; None:
+    any). The column is JSON with sorted keys, compact (``{"threads":"2"}``, the
+    writer's) or spaced (``{"threads": "2"}``, an import's), so the text sought is
+    ``"threads":"2"`` or ``"threads": "2"`` (closing quote included: not ``"20"``), or
+    ``"threads":`` for the key alone. A quote or a backslash inside a key or value is
+    escaped in the column, never bare, so the text cannot match across labels; callers
+    that need more read the parsed labels."""
+    text = json.dumps(key) + ":"
+    if value is None:
+        return column.contains(text, autoescape=True)
+    return or_(*(column.contains(f"{text}{gap}{json.dumps(value)}", autoescape=True)
+                 for gap in ("", " ")))
 
 
 def job_detail(engine: Engine, job_id: str) -> JobDetail:

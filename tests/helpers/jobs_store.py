@@ -49,6 +49,11 @@ TICKS = 40  # 80 tick rows: assert_conserved wants over 30
 FLUSH_EVERY = 10  # ticks: a flush a second, a job window each
 # (first tick, last tick) each job runs: started one after another, about half a second
 SPANS = {"训练-α": (8, 13), "plain": (9, 14), "cafe\u0301": (9, 14)}
+# Their labels (`jobs --label`): threads=1 must not match threads=10.
+LABELS = {"训练-α": {"threads": "1", "team": "nlp"}, "plain": {"threads": "10"},
+          "cafe\u0301": {"threads": "1"}}
+# What the training run counted, at its last tick.
+UNITS = {"训练-α": {"sample": 1500.0, "step": 50.0}}
 
 
 def emissions_csv(path: Path) -> Path:
@@ -65,7 +70,7 @@ def measure(db_url: str, start_s: float) -> None:
     :data:`MEASURED`'s jobs running over their :data:`SPANS` (and ended)."""
     engine = make_engine(db_url)
     writer = StoreWriter(engine, N1, DEVICES, raw_retention_s=3600)
-    jobs = {name: JobRecord(id=uuid.uuid4().hex, name=name, kind=kind, labels={},
+    jobs = {name: JobRecord(id=uuid.uuid4().hex, name=name, kind=kind, labels=LABELS[name],
                             pids=frozenset({1000 + n}),
                             started_s=start_s + SPANS[name][0] * TICK_S + 0.01 * n,
                             origin="run",
@@ -78,6 +83,8 @@ def measure(db_url: str, start_s: float) -> None:
             first, last = SPANS[name]
             if i == first:
                 writer.save_job(job)
+            elif i == last and name in UNITS:
+                writer.add_units(job.id, t0 + TICK_S, UNITS[name])
             elif i == last + 1:
                 writer.save_job(replace(job, ended_s=t0 + 0.01))
         running = tuple(job.id for name, job in jobs.items()

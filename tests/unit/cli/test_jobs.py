@@ -103,17 +103,23 @@ def test_jobs_lists_si_figures_in_columns_that_hold(store: str) -> None:
     done = jobs_cli(store)
     assert done.returncode == 0, done.stderr
     names, rows = table_of(done.stdout)
-    assert names == ["id", "name", "kind", "status", "started", "energy", "nodes"]
+    assert names == ["id", "name", "kind", "status", "started", "duration", "energy", "units",
+                     "nodes"]
     by_id = {row[0]: row for row in rows}
     assert [row[0] for row in rows] == [job["id"] for job in sorted(
         jobs, key=lambda j: j["started_s"], reverse=True)]  # newest first
     for job in jobs:
         started = datetime.fromtimestamp(job["started_s"]).strftime("%Y-%m-%d %H:%M:%S")
         nodes = ", ".join(f"{node} ({itype})" for node, itype in job["nodes"])
+        counted = ", ".join(f"{units.count(n)} {unit}" for unit, n in
+                            sorted(job["units"].items())) or "-"
         assert by_id[job["id"]] == [job["id"], job["name"], job["kind"], job["status"],
-                                    started, units.energy(job["total_j"]), nodes]
+                                    started, units.duration(job["ended_s"] - job["started_s"]),
+                                    units.energy(job["total_j"]), counted, nodes]
     # The CodeCarbon ids (47 characters) fit their column; energies carry their prefix.
-    energy = {row[1]: row[5] for row in rows}
+    energy = {row[1]: row[6] for row in rows}
+    assert {row[1]: row[7] for row in rows}["训练-α"] == "1.50 k sample, 50 step"
+    assert {row[1]: row[5] for row in rows}["codecarbon:big"] == "1 h"
     assert (energy["codecarbon:tiny"], energy["codecarbon:mid"], energy["codecarbon:big"]) \
         == ("45.0 mJ", "1.20 kJ", "3.40 MJ")
     for name in MEASURED:  # a lone job on 0.1 W for about a second
@@ -144,6 +150,16 @@ def test_filters_combine_in_the_list_and_in_json(store: str) -> None:
     assert others[:2] == ["plain", "codecarbon:big"]
     assert names("--kind", "other", "--since", "2024-05-01T13:30", "--limit", "1") == ["plain"]
     assert names("--running") == []
+    # --label KEY=VALUE (exact: threads=1 is not threads=10), KEY alone, repeated = all
+    assert sorted(names("--label", "threads=1")) == sorted(["训练-α", "cafe\u0301"])
+    assert names("--label", "threads=10") == ["plain"]
+    assert names("--label", "team") == ["训练-α"]
+    assert names("--label", "threads=1", "--label", "team=nlp") == ["训练-α"]
+    assert names("--label", "threads=1", "--kind", "inference") == ["cafe\u0301"]
+    assert names("--label", "threads=2") == []
+    none = jobs_cli(store, "--label", "threads=2")
+    assert none.returncode == 0 and "--label threads=2" in none.stdout
+    assert jobs_cli(store, "--label", "=1").returncode == 2
     table = jobs_cli(store, "--kind", "inference", "--limit", "5")
     assert [row[1] for row in table_of(table.stdout)[1]] == ["cafe\u0301"]
     bad = jobs_cli(store, "--since", "yesterday")
