@@ -3,21 +3,25 @@
 upgrade --revision`` in this process (tests/helpers/cli.py), and read without opening
 them for writing.
 
-There is one revision so far (the baseline, ``0001``), so no store is older than the
-head: a store without joulestat's schema is the one a reader must leave for ``joulestat
-db upgrade``. With the next revision, an older store (``0001``) is one again
-(docs/migrations.md)."""
+There are two revisions so far: the baseline (``0001``) and the head (``0002``, the
+writer's flush interval). A store at the baseline (:data:`OLDER`) is older than the
+head: a reader or the agent must leave it as it is for ``joulestat db upgrade``, as a
+reader must a store without joulestat's schema (:data:`BASE`); a store at a revision no
+script has (:data:`NEWER`) is one a newer joulestat made (docs/migrations.md)."""
 
 from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
 
-from joulestat.store.migrate import HEAD_REVISION
+from joulestat.store.migrate import HEAD_REVISION, known_revisions
 from tests.helpers.cli import invoke
 
 BASE = "base"  # Alembic's version table, holding no revision: no joulestat schema yet
+OLDER = "0001"  # the baseline: a revision this code knows, before the head
 NEWER = "0099"  # a revision no joulestat of this version knows
+
+assert OLDER in known_revisions() and OLDER != HEAD_REVISION
 
 
 def revision_of(path: Path) -> list[str]:
@@ -27,11 +31,11 @@ def revision_of(path: Path) -> list[str]:
 
 
 def store_at(path: Path, revision: str) -> str:
-    """A store made by `joulestat db upgrade --revision` (:data:`BASE`, or the head), or
-    relabelled from the head when the revision is one no script has (what a newer
-    joulestat would have left); its URL."""
+    """A store made by `joulestat db upgrade --revision` (:data:`BASE`, :data:`OLDER`,
+    any revision a script has), or relabelled from the head when the revision is one no
+    script has (what a newer joulestat would have left); its URL."""
     url = f"sqlite:///{path}"
-    known = revision if revision in (BASE, HEAD_REVISION) else HEAD_REVISION
+    known = revision if revision == BASE or revision in known_revisions() else HEAD_REVISION
     done = invoke("db", "upgrade", "--db", url, "--revision", known)
     assert done.returncode == 0, done.stderr
     if known != revision:

@@ -1,10 +1,9 @@
 """`joulestat db` and the readers' refusal, on SQLite and on PostgreSQL, through the CLI's
 own entry point: `db upgrade` makes or migrates a store and `db current` says its
 revision; `joulestat jobs` (and `jobs delete`) on a database without joulestat's schema
-stops with a message naming `joulestat db upgrade`, and leaves the database as it was (on
-a shared store a reader's migration would change it under agents still running the old
-code). A store one revision behind comes with the first revision after the baseline
-(docs/migrations.md)."""
+or at a revision before the head (the baseline, ``0001``) stops with a message naming
+`joulestat db upgrade`, and leaves the database as it was (on a shared store a reader's
+migration would change it under agents still running the old code)."""
 
 from __future__ import annotations
 
@@ -12,8 +11,10 @@ from pathlib import Path
 
 from sqlalchemy import text
 
+from joulestat.core.redact import redact_url
 from joulestat.store import migrate
 from tests.helpers.cli import cli_env, invoke
+from tests.helpers.store_revisions import OLDER
 from tests.helpers.stores import Backend, Store
 
 
@@ -69,3 +70,35 @@ def test_readers_never_create_or_migrate_a_store(empty_store: Store) -> None:
         assert done.returncode == 2, done.stdout
         assert "not a joulestat store" in done.stderr and "joulestat db upgrade" in done.stderr
     assert migrate.current_revision(engine) is None
+
+    # A store a revision behind the head, as `joulestat db upgrade --revision` leaves it:
+    # refused, naming both revisions and who may migrate it; left at its revision.
+    done = invoke("db", "upgrade", "--db", url, "--revision", OLDER)
+    assert done.returncode == 0, done.stderr
+    assert migrate.current_revision(engine) == OLDER != migrate.HEAD_REVISION
+    shown = redact_url(url)
+    for command in (jobs, delete):
+        done = invoke(*command)
+        assert done.returncode == 2, done.stdout
+        assert shown in done.stderr, done.stderr
+        said = done.stderr.replace(shown, "URL")  # the revisions, not digits of the URL
+        assert "joulestat db upgrade" in said, done.stderr
+        assert OLDER in said and migrate.HEAD_REVISION in said, done.stderr
+    assert migrate.current_revision(engine) == OLDER
+    done = invoke("db", "current", "--db", url)
+    assert done.returncode == 0, done.stderr
+    [line] = done.stdout.strip().splitlines()
+    assert line.startswith(f"{shown}: schema at revision {OLDER} "), line
+    said = line.removeprefix(f"{shown}: schema at revision {OLDER} ")
+    assert migrate.HEAD_REVISION in said and "joulestat db upgrade" in said, line
+    assert "(head)" not in said, line
+    assert migrate.current_revision(engine) == OLDER
+
+    # Who may: db upgrade; then the readers read it.
+    done = invoke("db", "upgrade", "--db", url)
+    assert done.returncode == 0, done.stderr
+    assert f"schema at revision {migrate.HEAD_REVISION} (head)" in done.stdout
+    assert migrate.is_at_head(engine)
+    done = invoke("jobs", "--json", "--db", url)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -1,11 +1,10 @@
 """Who may create and migrate a store, where a process is what is tested: the agent
-never opens a store newer than this code, and says so in one line (as it does for a
-config file that is not UTF-8); a store a process creates is private to its
+never migrates an older store nor opens a newer one, and says so in one line (as it
+does for a config file that is not UTF-8); a store a process creates is private to its
 owner whatever the umask it inherits (0600 files, a 0700 data dir); and the agent
 creates a new store's schema once and says so (docs/store.md, "Who creates and migrates
-the store"). That the agent never migrates an older store comes back with the first
-revision after the baseline (docs/migrations.md): there is no older store yet. What the
-other commands do with such stores runs in process: tests/unit/cli/test_store_access.py."""
+the store"). What the other commands do with such stores runs in process:
+tests/unit/cli/test_store_access.py."""
 
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ from pathlib import Path
 from joulestat.store.migrate import HEAD_REVISION
 from tests.helpers.agent_process import JOULESTAT, agent_env, free_port, running_agent
 from tests.helpers.cli import cli_env, invoke
-from tests.helpers.store_revisions import NEWER, revision_of, store_at
+from tests.helpers.store_revisions import NEWER, OLDER, revision_of, store_at
 
 
 def joulestat(*args: str, env: dict[str, str] | None = None, timeout_s: float = 120,
@@ -29,6 +28,25 @@ def agent_argv(url: str, tmp_path: Path) -> list[str]:
     return ["agent", "--db", url, "--sysfs-root", str(tmp_path), "--nvml", "false",
             "--metrics-port", str(free_port()), "--api-port", str(free_port()),
             "--spool-dir", str(tmp_path / "spool")]
+
+
+def test_the_agent_leaves_an_older_store_as_it_was(tmp_path: Path) -> None:
+    """The agent does not migrate an existing store: that is the operator's step. It
+    stops, the store still at its revision, its error one line (after the log of what it
+    found on the node) naming both revisions and `joulestat db upgrade`. (The readers
+    leave it so too: tests/unit/cli/test_store_access.py.)"""
+    path = tmp_path / "old.db"
+    url = store_at(path, OLDER)
+    done = joulestat(*agent_argv(url, tmp_path), timeout_s=60)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    [error] = [line for line in done.stderr.splitlines()
+               if line.startswith("joulestat agent:")]
+    assert done.stderr.strip().splitlines()[-1] == error, done.stderr
+    said = error.replace(url, "URL")  # the revisions, not digits of the path
+    assert url in error and "joulestat db upgrade" in said, done.stderr
+    assert OLDER in said and HEAD_REVISION in said, done.stderr
+    assert revision_of(path) == [OLDER]
 
 
 def test_the_agent_names_a_newer_store_with_the_revision_this_code_knows(tmp_path: Path

@@ -14,7 +14,7 @@ import pytest
 
 from joulestat.store.migrate import HEAD_REVISION
 from tests.helpers.cli import CliResult, cli_env, invoke
-from tests.helpers.store_revisions import BASE, NEWER, revision_of, store_at
+from tests.helpers.store_revisions import BASE, NEWER, OLDER, revision_of, store_at
 
 # Every command that only reads the store, with what it needs to get that far.
 READERS = {
@@ -51,11 +51,46 @@ def test_a_reader_on_a_missing_store_creates_nothing(tmp_path: Path, reader: str
     assert not (tmp_path / "xdg").exists()
 
 
+def test_readers_leave_an_older_store_as_it_was(tmp_path: Path) -> None:
+    """A store at a revision before the head (made by `joulestat db upgrade --revision
+    0001`): every reader refuses it naming both revisions and `joulestat db upgrade`,
+    `db current` says so, and only `db upgrade` migrates it. (The agent leaves it so
+    too: tests/system/test_store_access.py.)"""
+    path = tmp_path / "old.db"
+    url = store_at(path, OLDER)
+    for reader, argv in NEVER_CREATE.items():
+        if reader == "db current":
+            continue
+        done = joulestat(*argv, "--db", url)
+        assert done.returncode == 2, (reader, done.stdout)
+        said = done.stderr.replace(url, "URL")  # the revisions, not digits of the path
+        assert url in done.stderr and "joulestat db upgrade" in said, reader
+        assert OLDER in said and HEAD_REVISION in said, reader
+        assert "Traceback" not in said, reader
+        assert revision_of(path) == [OLDER], reader
+
+    done = joulestat("db", "current", "--db", url)
+    assert done.returncode == 0, done.stderr
+    [line] = done.stdout.strip().splitlines()
+    assert line.startswith(f"{url}: schema at revision {OLDER} "), line
+    said = line.removeprefix(f"{url}: schema at revision {OLDER} ")
+    assert HEAD_REVISION in said and "joulestat db upgrade" in said and "(head)" not in said
+    assert revision_of(path) == [OLDER]
+
+    # Who may: db upgrade; then the readers read it.
+    done = joulestat("db", "upgrade", "--db", url)
+    assert done.returncode == 0, done.stderr
+    assert f"schema at revision {HEAD_REVISION} (head)" in done.stdout
+    assert revision_of(path) == [HEAD_REVISION]
+    done = joulestat("jobs", "--json", "--db", url)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
 def test_readers_leave_a_store_without_schema_as_it_was(tmp_path: Path) -> None:
     """A store whose schema was never made (Alembic's version table, holding no
     revision): the readers leave it for `joulestat db upgrade`. (The agent creates its
-    schema: tests/system/test_store_access.py.) There is no revision older than the
-    head yet; the next one brings back a store at 0001 here (docs/migrations.md)."""
+    schema: tests/system/test_store_access.py.)"""
     path = tmp_path / "unmigrated.db"
     url = store_at(path, BASE)
     for reader, argv in NEVER_CREATE.items():

@@ -35,6 +35,7 @@ from tests.helpers.dashboard_app import (
     sample_store_url,
     shown,
 )
+from tests.helpers.store_revisions import OLDER, revision_of, store_at
 
 
 @pytest.fixture(scope="module")
@@ -335,9 +336,24 @@ def test_a_missing_or_unmigrated_store_explains_and_is_not_created(tmp_path, pag
     assert blank.stat().st_size == 0
 
 
+@pytest.mark.parametrize("page", ("pages/overview.py", "pages/jobs.py"))
+def test_an_older_store_is_named_on_the_page_and_left_as_it_is(tmp_path, page, monkeypatch):
+    """A store at a revision before the head (`joulestat db upgrade --revision 0001`):
+    the page stops with a warning naming both revisions and `joulestat db upgrade`, and
+    the read-only dashboard leaves the store at its revision. (A newer store is below, a
+    store without schema above.)"""
+    path = tmp_path / "old.db"
+    url = store_at(path, OLDER)
+    at = run_page(url, page, monkeypatch)
+    [warning] = [w.value for w in at.warning]
+    assert f"`{OLDER}`" in warning and f"`{migrate.HEAD_REVISION}`" in warning, warning
+    assert "joulestat db upgrade --db" in warning, warning
+    assert not at.dataframe and not at.info and not at.error  # stopped at the warning
+    assert revision_of(path) == [OLDER]
+
+
 def test_a_newer_store_is_named_on_the_page_and_left_as_it_is(tmp_path, monkeypatch):
-    """(One revision so far: a store older than the head comes with the next one,
-    docs/migrations.md; a store without schema is above.)"""
+    """(An older store is above, a store without schema above that.)"""
     revision = "0099"
     path = tmp_path / "other.db"
     engine = make_engine(f"sqlite:///{path}")
