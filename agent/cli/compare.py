@@ -125,6 +125,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "per unit among them; repeat for several")
     parser.add_argument("--json", action="store_true",
                         help='one JSON object: {"unit", "baseline", "rows", ...}')
+    parser.add_argument("--wide", action="store_true",
+                        help="every column of the text table (bounds, spread, accelerators, "
+                        "each delta), however wide; by default the columns that matter, "
+                        "in lines of at most 100 characters")
     add_options(parser, COMPARE_OPTIONS)
     parser.set_defaults(func=_run)
 
@@ -207,7 +211,7 @@ def _print_table(args: argparse.Namespace, table: Any, notes: list[str], prices:
     from joulestat.reports.compare.latency import latency_text
     from joulestat.reports.compare.words import render_text
 
-    print(render_text(table, notes, prices))
+    print(render_text(table, notes, prices, wide=args.wide))
     block = latency_text(table, outcome)
     if block:
         print("\n" + block)
@@ -315,6 +319,12 @@ def _runs_notes(engine: Engine, refs: Sequence[str] | None, kind: str | None) ->
 
 def _say(flag: str, notes: list[str]) -> None:
     """How a job reference was read, when it could have meant another job: on stderr,
-    so ``--json`` output stays one object."""
+    so ``--json`` output stays one object; in lines a terminal holds, as the table's."""
+    import textwrap
+
+    from joulestat.reports.compare.words import WIDTH
+
     for note in notes:
-        print(f"joulestat compare: {flag}: {note}", file=sys.stderr)
+        print("\n".join(textwrap.wrap(f"joulestat compare: {flag}: {note}", WIDTH,
+                                      subsequent_indent="  ", break_long_words=False,
+                                      break_on_hyphens=False)), file=sys.stderr)

@@ -123,6 +123,29 @@ def test_overview_after_the_demo_prices_it_and_says_unknown_not_zero(demo_store,
 
 
 @DEMO_STORE
+def test_compare_fits_a_terminal_by_default_and_wide_shows_every_column(demo_store):
+    """Issue 46: `joulestat compare` on the demo's store prints no line over 100
+    characters by default (the sentences, prices and notes wrapped); --wide gives the
+    whole table (bounds, spread, accelerators, every delta)."""
+    url = demo_store[0]
+    for by in (("--jobs", "demo-train", "--by", "label:setup"),
+               ("--jobs", "demo-serve", "--by", "label:concurrency")):
+        narrow = subprocess.run([JOULESTAT, "compare", *by, "--db", url],
+                                capture_output=True, text=True, env=agent_env())
+        assert narrow.returncode == 0, narrow.stderr
+        lines = narrow.stdout.splitlines()
+        assert max(len(line) for line in lines) <= 100, max(lines, key=len)
+        assert any(" vs " in line for line in lines)
+        wide = subprocess.run([JOULESTAT, "compare", *by, "--wide", "--db", url],
+                              capture_output=True, text=True, env=agent_env())
+        assert wide.returncode == 0, wide.stderr
+        header = next(line for line in wide.stdout.splitlines()
+                      if line.startswith(("setup ", "concurrency ")))
+        assert {"bounds", "spread", "accelerators", "throughput"} <= set(header.split())
+        assert "bounds" not in narrow.stdout.split("\n\n")[1]  # the narrow table's
+
+
+@DEMO_STORE
 def test_load_curve_page_shows_the_three_concurrencies(demo_store, monkeypatch):
     url = demo_store[0]
     engine = make_engine(url)

@@ -147,7 +147,8 @@ def test_compare_pools_runs_and_says_which_differences_are_real(tmp_path: Path) 
     assert f"{words.format_pct(p4d['energy_pct'])} energy per inference" in (
         texts["p4d.24xlarge"]["text"])
     # the text table says the same: n.d. in the energy delta column
-    text = compare_invoke(url, "--by", "instance_type", "--baseline", "g5.xlarge", *PINNED)
+    text = compare_invoke(url, "--by", "instance_type", "--baseline", "g5.xlarge", "--wide",
+                          *PINNED)
     assert text.returncode == 0, text.stderr
     line = next(x for x in text.stdout.splitlines() if x.startswith("inf2.xlarge "))
     assert f" {words.ND} " in line
@@ -271,7 +272,7 @@ def test_one_estimator_on_one_node_tells_a_2x_difference_by_its_runs(
     headline = next(h for h in answer["headlines"] if h["row"] == "threads=2")
     assert headline["energy_distinguishable"] is True
     assert "not distinguishable" not in headline["text"]
-    text = compare_invoke(url, *by)
+    text = compare_invoke(url, *by, "--wide")  # the sentence on one line
     assert text.returncode == 0, text.stderr
     said = next(x for x in text.stdout.splitlines() if x.startswith("threads=2 vs threads=1: "))
     assert said == f"threads=2 vs threads=1: {headline['text']}"

@@ -200,6 +200,7 @@ def row_names(rows: Sequence[ComparisonRow], when: Callable[[float], str] | None
 
 NOT_APPLICABLE = "-"
 UNKNOWN = "unknown"
+WIDTH = 100  # a terminal's columns the default text keeps to (--wide: every column)
 
 
 def as_json(table: Any, notes: list[str], prices: list[Any] | None = None
@@ -315,8 +316,9 @@ def few_runs(table: Any, min_runs: int) -> list[str]:
             for row in table.rows if row.runs < min_runs]
 
 
-def _price_lines(prices: list[Any]) -> list[str]:
-    """``prices ...:`` and one line per instance type: its USD/h and where that came from."""
+def _price_lines(prices: list[Any], wide: bool = True) -> list[str]:
+    """``prices ...:`` and one line per instance type: its USD/h and where that came from
+    (wrapped to :data:`WIDTH` unless ``wide``)."""
     if not prices:
         return []
     width = max(len(p.instance_type or "unknown") for p in prices)
@@ -324,15 +326,19 @@ def _price_lines(prices: list[Any]) -> list[str]:
     usd_width = max(len(u) for u in usds)
     lines = ["prices (USD per instance-hour):"]
     for p, usd in zip(prices, usds, strict=True):
-        lines.append(f"  {(p.instance_type or 'unknown').ljust(width)}  {usd.rjust(usd_width)}"
-                     f"  {p.source}: {p.note}")
+        lines += _wrapped(f"{(p.instance_type or 'unknown').ljust(width)}  "
+                          f"{usd.rjust(usd_width)}  {p.source}: {p.note}", wide, indent="  ")
     return [*lines, ""]
 
 
-def render_text(table: Any, notes: list[str], prices: list[Any] | None = None) -> str:
+def render_text(table: Any, notes: list[str], prices: list[Any] | None = None,
+                wide: bool = False) -> str:
     """The tables (per unit, then per run), headlines, SLA sizing, the price of each
     instance type with its source, and notes. Figures are :mod:`joulestat.core.units`' (``2.05
-    mJ``, ``158 ng``, ``$12.03``), as the dashboard and the reports print them."""
+    mJ``, ``158 ng``, ``$12.03``), as the dashboard and the reports print them. By
+    default the columns that matter, every line at most :data:`WIDTH` characters (the
+    sentences under the table carry the deltas and their intervals); ``wide``: every
+    column (bounds, spread, accelerators, each delta), whatever the width."""
     if not table.rows:
         return "no jobs to compare: run some with `joulestat run --name NAME -- CMD`"
     base = table.baseline_row
@@ -342,70 +348,98 @@ def render_text(table: Any, notes: list[str], prices: list[Any] | None = None) -
     by_job = table.by == "job"
     first = ("job" if by_job else "instance type" if table.by == "instance_type"
              else table.by.removeprefix("label:"))
-    lead = [first] if table.by == "instance_type" else [first, "instance types"]
-    grouped = table.by != "instance_type"
+    lead = [first] if table.by == "instance_type" or not wide else [first, "instance types"]
+    grouped = table.by != "instance_type" and wide
     per_unit = [(i, r) for i, r in enumerate(table.rows) if r.basis == PER_UNIT]
     per_run = [(i, r) for i, r in enumerate(table.rows) if r.basis != PER_UNIT]
-    out = [f"{len(table.rows)} row(s) by {table.by.replace('_', ' ')}, baseline (*) "
-           f"{base_label}: throughput per instance-hour, CO2e operational (location-based), "
-           "cost = hourly price x hours held (prices below)",
-           "energy = what the jobs were attributed; dynamic = its part above the node's "
-           f"idle power; {policy_words(table.idle_policy, jobs=True)}",
-           "bounds = where the energy lies given its sources' accuracy; spread = the runs' "
-           f"mean \u00b1 standard deviation; {ND} = not distinguishable from the baseline "
-           "(the change's 95 % interval, in the lines below, holds no change)", ""]
+    legend = (["bounds = where the energy lies given its sources' accuracy; spread = the "
+               f"runs' mean \u00b1 standard deviation; {ND} = not distinguishable from the "
+               "baseline (the change's 95 % interval, in the lines below, holds no change)"]
+              if wide else ["--wide adds bounds, spread, accelerators and every delta; "
+                            "--json has every figure"])
+    out = [*_wrapped(f"{len(table.rows)} row(s) by {table.by.replace('_', ' ')}, baseline "
+                     f"(*) {base_label}: throughput per instance-hour, CO2e operational "
+                     "(location-based), cost = hourly price x hours held (prices below)", wide),
+           *_wrapped("energy = what the jobs were attributed; dynamic = its part above the "
+                     f"node's idle power; {policy_words(table.idle_policy, jobs=True)}", wide),
+           *(line for text in legend for line in _wrapped(text, wide)), ""]
     mixed = table.idle_policy == MIXED  # else the line above says the one policy
     policy_head = ["idle policy"] if mixed else []
     if per_unit:
         unit = table.unit
         out.append(f"per {unit}:")
-        headers = [*lead, "accelerators", "runs", f"{plural(unit)}/instance-h",
-                   f"energy/{unit}", "bounds", "spread", f"dynamic/{unit}",
-                   f"accelerator energy/{unit}",
-                   f"CO2e/{unit}", f"USD/1M {plural(unit)}", "energy/run",
-                   "throughput", f"energy/{unit}", f"dynamic/{unit}", f"CO2e/{unit}",
-                   f"cost/{unit}", *policy_head, "energy is"]
         same = base.basis == PER_UNIT
-        out += _grid(headers, [[
-            *_lead(labels[i], r, grouped), _accelerators(r), str(r.runs),
-            _figure(units.count(r.units_per_hour)), _figure(units.energy(r.energy_per_unit_j)),
-            bounds_text(r.energy_bounds_per_unit_j), spread_text(r),
-            _figure(units.energy(r.dynamic_per_unit_j)),
-            _figure(units.energy(r.accelerator_per_unit_j)),
-            _figure(units.mass(r.co2e_per_unit_g)),
-            _figure(units.usd(r.cost_per_million_usd)), units.energy(r.energy_per_run_j),
-            _delta(r.throughput_x, same, "x"),
-            _delta(r.energy_pct, same, real=r.energy_distinguishable),
-            _delta(r.dynamic_pct, same, real=r.energy_distinguishable),
-            _delta(r.co2e_pct, same, real=co2e_distinguishable(r, base)),
-            _delta(r.cost_pct, same),
-            *_policy(r, mixed), r.energy_class or UNKNOWN,
-        ] for i, r in per_unit], left=len(lead) + 1)
+        if wide:
+            headers = [*lead, "accelerators", "runs", f"{plural(unit)}/instance-h",
+                       f"energy/{unit}", "bounds", "spread", f"dynamic/{unit}",
+                       f"accelerator energy/{unit}",
+                       f"CO2e/{unit}", f"USD/1M {plural(unit)}", "energy/run",
+                       "throughput", f"energy/{unit}", f"dynamic/{unit}", f"CO2e/{unit}",
+                       f"cost/{unit}", *policy_head, "energy is"]
+            cells = [[
+                *_lead(labels[i], r, grouped), _accelerators(r), str(r.runs),
+                _figure(units.count(r.units_per_hour)),
+                _figure(units.energy(r.energy_per_unit_j)),
+                bounds_text(r.energy_bounds_per_unit_j), spread_text(r),
+                _figure(units.energy(r.dynamic_per_unit_j)),
+                _figure(units.energy(r.accelerator_per_unit_j)),
+                _figure(units.mass(r.co2e_per_unit_g)),
+                _figure(units.usd(r.cost_per_million_usd)), units.energy(r.energy_per_run_j),
+                _delta(r.throughput_x, same, "x"),
+                _delta(r.energy_pct, same, real=r.energy_distinguishable),
+                _delta(r.dynamic_pct, same, real=r.energy_distinguishable),
+                _delta(r.co2e_pct, same, real=co2e_distinguishable(r, base)),
+                _delta(r.cost_pct, same),
+                *_policy(r, mixed), r.energy_class or UNKNOWN,
+            ] for i, r in per_unit]
+        else:
+            headers = [*lead, "runs", f"{_short(unit)}/inst-h", f"energy/{_short(unit)}",
+                       "dynamic", "CO2e", "USD/1M", *policy_head, "energy is"]
+            cells = [[
+                labels[i], str(r.runs), _figure(units.count(r.units_per_hour)),
+                _figure(units.energy(r.energy_per_unit_j)),
+                _figure(units.energy(r.dynamic_per_unit_j)),
+                _figure(units.mass(r.co2e_per_unit_g)),
+                _figure(units.usd(r.cost_per_million_usd)),
+                *_policy(r, mixed), r.energy_class or UNKNOWN,
+            ] for i, r in per_unit]
+        out += _grid(headers, cells, left=len(lead) + (1 if wide else 0))
         out.append("")
     if per_run:
         counted = f" (no {plural(table.unit)} counted)" if table.unit else ""
         out.append(f"per run{counted}:")
-        headers = [*lead, "accelerators", "runs", "energy/run", "bounds", "spread",
-                   "dynamic/run", "CO2e/run",
-                   "cost/run", "energy/run", "dynamic/run", "CO2e/run", "cost/run",
-                   *policy_head, "energy is"]
         same = base.basis != PER_UNIT
-        out += _grid(headers, [[
-            *_lead(labels[i], r, grouped), _accelerators(r), str(r.runs),
-            units.energy(r.energy_per_run_j), bounds_text(r.energy_bounds_per_run_j),
-            spread_text(r), _figure(units.energy(r.dynamic_per_run_j)),
-            units.mass(r.co2e_per_run_g), _figure(units.usd(r.cost_per_run_usd)),
-            _delta(r.energy_pct, same, real=r.energy_distinguishable),
-            _delta(r.dynamic_pct, same, real=r.energy_distinguishable),
-            _delta(r.co2e_pct, same, real=co2e_distinguishable(r, base)),
-            _delta(r.cost_pct, same),
-            *_policy(r, mixed), r.energy_class or UNKNOWN,
-        ] for i, r in per_run], left=len(lead) + 1)
+        if wide:
+            headers = [*lead, "accelerators", "runs", "energy/run", "bounds", "spread",
+                       "dynamic/run", "CO2e/run",
+                       "cost/run", "energy/run", "dynamic/run", "CO2e/run", "cost/run",
+                       *policy_head, "energy is"]
+            cells = [[
+                *_lead(labels[i], r, grouped), _accelerators(r), str(r.runs),
+                units.energy(r.energy_per_run_j), bounds_text(r.energy_bounds_per_run_j),
+                spread_text(r), _figure(units.energy(r.dynamic_per_run_j)),
+                units.mass(r.co2e_per_run_g), _figure(units.usd(r.cost_per_run_usd)),
+                _delta(r.energy_pct, same, real=r.energy_distinguishable),
+                _delta(r.dynamic_pct, same, real=r.energy_distinguishable),
+                _delta(r.co2e_pct, same, real=co2e_distinguishable(r, base)),
+                _delta(r.cost_pct, same),
+                *_policy(r, mixed), r.energy_class or UNKNOWN,
+            ] for i, r in per_run]
+        else:
+            headers = [*lead, "runs", "energy/run", "dynamic", "CO2e", "cost",
+                       *policy_head, "energy is"]
+            cells = [[
+                labels[i], str(r.runs), units.energy(r.energy_per_run_j),
+                _figure(units.energy(r.dynamic_per_run_j)), units.mass(r.co2e_per_run_g),
+                _figure(units.usd(r.cost_per_run_usd)),
+                *_policy(r, mixed), r.energy_class or UNKNOWN,
+            ] for i, r in per_run]
+        out += _grid(headers, cells, left=len(lead) + (1 if wide else 0))
         out.append("")
     lines = [f"{labels[i].removesuffix(' *')} vs {base_label}: {headline(r, base)}"
              for i, r in enumerate(table.rows) if not r.is_baseline and r.basis == base.basis]
     if lines:
-        out += [*lines, ""]
+        out += [*(wrapped for line in lines for wrapped in _wrapped(line, wide)), ""]
     if table.sla_units_per_hour is not None and per_unit:
         out.append(f"to serve {_sig(table.sla_units_per_hour, 6)} {plural(table.unit)}/h:")
         out += _grid([first, "instances", "fleet power", "fleet cost/h"], [[
@@ -414,7 +448,25 @@ def render_text(table: Any, notes: list[str], prices: list[Any] | None = None) -
             else f"${format_usd(r.fleet_cost_per_hour_usd)}",
         ] for i, r in per_unit if r.instances_needed is not None], left=1)
         out.append("")
-    out += _price_lines(prices or [])
+    out += _price_lines(prices or [], wide)
     if notes:
-        out += ["notes:", *(f"  {note}" for note in notes)]
+        out += ["notes:", *(wrapped for note in notes
+                            for wrapped in _wrapped(note, wide, indent="  "))]
     return "\n".join(out).rstrip()
+
+
+def _wrapped(text: str, wide: bool, indent: str = "") -> list[str]:
+    """``text`` as lines of at most :data:`WIDTH` characters (a word longer than that, a
+    URL, alone on its line), continued two spaces further in; one line when ``wide``."""
+    if wide:
+        return [indent + text]
+    import textwrap
+
+    return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent + "  ",
+                         break_long_words=False, break_on_hyphens=False)
+
+
+def _short(unit: str | None) -> str:
+    """A unit's name as a narrow column's heading says it (``output_token`` -> ``token``:
+    the part after the last underscore, which the table's title names in full)."""
+    return (unit or "unit").rsplit("_", 1)[-1]

@@ -134,7 +134,8 @@ def test_by_instance_type_with_per_run_and_unknown_cost(store: str) -> None:
 
 
 def test_text_table(store: str) -> None:
-    result = compare_invoke(store, "--kind", "inference", "--sla", "100000", *PINNED)
+    result = compare_invoke(store, "--kind", "inference", "--sla", "100000", "--wide",
+                            *PINNED)
     assert result.returncode == 0, result.stderr
     text = result.stdout
     print(text)
@@ -167,7 +168,12 @@ def test_a_name_compares_every_run_and_says_which(store: str) -> None:
     assert result.returncode == 0, result.stderr
     assert [r["job_id"] for r in json.loads(result.stdout)["rows"]] == [
         "j-g5", "j-g5-again", "j-inf2"]
-    [note] = [line for line in result.stderr.splitlines() if "bert-g5" in line]
+    # one note, wrapped to 100 columns as the table is: its lines joined back
+    lines = result.stderr.splitlines()
+    assert max(len(line) for line in lines) <= 100
+    start = next(i for i, line in enumerate(lines) if "bert-g5" in line)
+    note = lines[start] + "".join(" " + line.strip() for line in lines[start + 1:]
+                                  if line.startswith("  "))
     assert note.startswith("joulestat compare: --jobs: 'bert-g5' names 2 runs: j-g5 "
                            "(started "), note
     assert "j-g5-again (started " in note

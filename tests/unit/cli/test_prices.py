@@ -103,7 +103,7 @@ def test_compare_prices_an_imported_two_node_sagemaker_job_per_step(
     assert compare_json(url)["rows"][0]["cost_usd"] == pytest.approx(catalog)
     assert catalog != pytest.approx(EXPECTED_COST)
 
-    text = compare_invoke(url, "--prices", str(prices), *PINNED)
+    text = compare_invoke(url, "--prices", str(prices), "--wide", *PINNED)  # a line each
     assert text.returncode == 0, text.stderr
     assert "prices (USD per instance-hour):" in text.stdout
     [p4d_line] = [line for line in text.stdout.splitlines()

@@ -342,16 +342,17 @@ def test_the_idle_policy_of_rows_and_tables() -> None:
     assert [r["idle_policy"] for r in out["rows"]] == ["share", "exclude"]
     assert [r["dynamic_per_unit_j"] for r in out["rows"]] == [pytest.approx(3.6),
                                                               pytest.approx(2.0)]
-    text = render_text(table, [])
+    text = render_text(table, [], wide=True)
     assert policy_words("mixed", jobs=True) in text.splitlines()[1]
     header = next(line for line in text.splitlines() if line.startswith("job "))
     assert "dynamic/inference" in header and "idle policy" in header
     one = compare([share])
-    assert one.idle_policy == "share" and policy_words("share") in render_text(one, [])
+    assert one.idle_policy == "share" and policy_words("share") in render_text(one, [],
+                                                                               wide=True)
     assert "idle policy" not in next(line for line in render_text(one, []).splitlines()
                                      if line.startswith("job "))
     assert compare([ON_G5]).idle_policy is None
-    assert policy_words(None) in render_text(compare([ON_G5]), [])
+    assert policy_words(None) in render_text(compare([ON_G5]), [], wide=True)
 
 
 # -- by model ----------------------------------------------------------------------------
