@@ -19,12 +19,21 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip -c $(CONSTRAINTS)
 
-$(VENV)/.installed: pyproject.toml $(CONSTRAINTS) | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[$(RUN_EXTRAS)]' -c $(CONSTRAINTS)
+# Editable installs in setuptools' strict mode: a tree of links to the sources
+# (build/__editable__.*) on sys.path, so that a folder named joulestat in the current
+# directory (the checkout itself, seen from its parent) cannot shadow the package, as it
+# did under the default mode's import hook (issue 46). A module added or removed needs
+# the tree made again: the installs depend on the package's folders, whose times change
+# then (tests/conftest.py stops a run whose tree misses a module).
+STRICT = --config-settings editable_mode=strict
+PACKAGE_DIRS := $(shell find agent dashboard migrations -type d -not -name __pycache__)
+
+$(VENV)/.installed: pyproject.toml $(CONSTRAINTS) $(PACKAGE_DIRS) | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[$(RUN_EXTRAS)]' $(STRICT) -c $(CONSTRAINTS)
 	touch $@
 
-$(VENV)/.installed-dev: pyproject.toml $(CONSTRAINTS) | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[dev]' -c $(CONSTRAINTS)
+$(VENV)/.installed-dev: pyproject.toml $(CONSTRAINTS) $(PACKAGE_DIRS) | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[dev]' $(STRICT) -c $(CONSTRAINTS)
 	touch $@ $(VENV)/.installed
 
 install: $(VENV)/.installed
@@ -91,4 +100,4 @@ lock:
 	rm -rf .lock-venv
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info build

@@ -32,6 +32,28 @@ from tests.helpers.pg import PostgresServer, running_postgres
 pytest_plugins = ["pytester", "tests.helpers.xdist_groups", "tests.helpers.store_fixtures"]
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Stop at once when the editable install's tree of links (``make dev``, strict mode:
+    the Makefile) misses a module of the checkout: one added since, which would fail
+    as an ImportError deep in some test."""
+    from pathlib import Path
+
+    import joulestat
+
+    tree = Path(joulestat.__file__).parent
+    if "__editable__" not in str(tree):
+        return  # a plain or default-mode install: nothing to compare
+    root = Path(__file__).resolve().parents[1]
+    folders = {"agent": tree, "dashboard": tree / "dashboard", "migrations": tree / "migrations"}
+    missing = [str(path.relative_to(root)) for folder, linked in folders.items()
+               for path in (root / folder).rglob("*.py")
+               if "__pycache__" not in path.parts
+               and not (linked / path.relative_to(root / folder)).exists()]
+    if missing:
+        pytest.exit(f"the editable install misses {', '.join(sorted(missing)[:5])}: run "
+                    "`make dev` (a module added since it was made)", returncode=4)
+
+
 @pytest.fixture(scope="session")
 def pg() -> Iterator[PostgresServer]:
     """One real PostgreSQL server for the whole session (each xdist worker has its own);

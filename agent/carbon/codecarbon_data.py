@@ -36,6 +36,8 @@ from importlib.resources import files
 from importlib.resources.abc import Traversable
 from typing import Any
 
+from joulestat.core.package_data import missing_data_advice
+
 # CodeCarbon's release the files were copied from (agent/data/codecarbon/README.md).
 CODECARBON_VERSION = "3.3.2"
 
@@ -130,8 +132,8 @@ def _read_json(root: Traversable, relative: tuple[str, ...]) -> Any:
         with path.open(encoding="utf-8") as fh:
             return json.load(fh)
     except OSError as exc:
-        raise CarbonDataError(f"{path}: cannot read ({exc.strerror}); joulestat's package "
-                              "data is incomplete: reinstall joulestat") from None
+        raise CarbonDataError(f"{path}: cannot read ({exc.strerror}); "
+                              f"{missing_data_advice()}") from None
     except ValueError as exc:
         raise CarbonDataError(f"{path}: not valid JSON: {exc}") from None
 

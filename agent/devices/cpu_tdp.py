@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from importlib.resources import files
 from importlib.resources.abc import Traversable
 
+from joulestat.core.package_data import missing_data_advice
+
 log = logging.getLogger(__name__)
 
 # Inside the joulestat package: as under codecarbon/data, below data/codecarbon.
@@ -84,8 +86,7 @@ def lookup_tdp(cpu_name: str, table_path: Traversable | None = None) -> TdpMatch
         return None
     path = table_path if table_path is not None else bundled_table()
     if not path.is_file():
-        log.warning("%s not found (joulestat's package data is incomplete: reinstall "
-                    "joulestat); no TDP lookup possible", path)
+        log.warning("%s not found (%s); no TDP lookup possible", path, missing_data_advice())
         return None
     key = normalise_cpu_name(wanted)
     usable_key = _identifies_a_part(key)

@@ -175,8 +175,9 @@ def stop(process: subprocess.Popen, wait_s: float) -> None:
 
 
 @contextlib.contextmanager
-def serve(url: str, data_home: Path | None = None) -> Iterator[str]:
-    """``joulestat dashboard`` on ``url`` and a free port; yields its base URL.
+def serve(url: str, data_home: Path | None = None, cwd: Path | None = None) -> Iterator[str]:
+    """``joulestat dashboard`` on ``url`` and a free port, started in ``cwd`` (default
+    this process's); yields its base URL.
 
     ``data_home`` is its XDG_DATA_HOME, where it announces its URL (dashboard.json); by
     default a temporary one, so no test writes into the developer's own data directory."""
@@ -188,13 +189,14 @@ def serve(url: str, data_home: Path | None = None) -> Iterator[str]:
             data_home = Path(cleanup.enter_context(tempfile.TemporaryDirectory(
                 prefix="joulestat-dashboard-", ignore_cleanup_errors=True)))
         env = {**os.environ, "XDG_DATA_HOME": str(data_home)}
-        yield from _served(command, url, port, env)
+        yield from _served(command, url, port, env, cwd)
 
 
-def _served(command: list[str], url: str, port: int, env: dict[str, str]) -> Iterator[str]:
+def _served(command: list[str], url: str, port: int, env: dict[str, str],
+            cwd: Path | None = None) -> Iterator[str]:
     process = subprocess.Popen([*command, "dashboard", "--db", url, "--port", str(port)],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               start_new_session=True, env=env)
+                               start_new_session=True, env=env, cwd=cwd)
     base = f"http://127.0.0.1:{port}"
     try:
         assert process.stdout is not None
