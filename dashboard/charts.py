@@ -83,14 +83,15 @@ def stacked_area(frame: pd.DataFrame, *, time: str, value: str, stack: str,
 
 def with_band(chart: alt.Chart, band: pd.DataFrame, *, time: str, low: str, high: str,
               text: str) -> alt.LayerChart:
-    """``chart`` with a grey band from ``low`` to ``high`` over ``time``: where the total
-    lies given its sources' accuracy (the job's bounds), drawn under the figures."""
-    shade = alt.Chart(band).mark_area(interpolate="step-before", opacity=0.25,
-                                      color="#555555").encode(
-        x=alt.X(f"{time}:T"), y=alt.Y(f"{low}:Q"), y2=alt.Y2(f"{high}:Q"),
-        tooltip=[alt.Tooltip("when:N", title="time"),
-                 alt.Tooltip(f"{text}:N", title="total within")])
-    return alt.layer(chart, shade)
+    """``chart`` with two dashed grey lines at ``low`` and ``high`` over ``time``: where the
+    total lies given its sources' accuracy (the job's bounds). Lines, not a shaded band:
+    an estimate's bounds can be three times the figure, and a band that wide covered and
+    tinted the stack it bounds (issue 46)."""
+    tips = [alt.Tooltip("when:N", title="time"), alt.Tooltip(f"{text}:N", title="total within")]
+    edges = [alt.Chart(band).mark_line(interpolate="step-before", strokeDash=[4, 3],
+                                       strokeWidth=1, color="#555555").encode(
+        x=alt.X(f"{time}:T"), y=alt.Y(f"{edge}:Q"), tooltip=tips) for edge in (low, high)]
+    return alt.layer(chart, *edges)
 
 
 def lines(frame: pd.DataFrame, *, x: str, y: str, color: str, x_title: str, y_title: str,

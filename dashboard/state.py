@@ -85,12 +85,13 @@ from joulestat.store.provenance import (
 from joulestat.store.series import (
     SeriesPoint,
     choose_bucket_s,
+    job_energy_series,
     job_min_bucket_s,
     job_power_series,
-    job_unit_series,
     node_power_range,
     node_power_series,
 )
+from joulestat.store.series import job_unit_rows as store_unit_rows
 
 # The store's records the pages and modules use, taken from here (see the docstring).
 __all__ = ["HEAD_REVISION", "JobDetail", "JobRef", "JobSummary", "JobTotals", "ModelSplit",
@@ -417,13 +418,25 @@ def detail(url: str, job_id: str) -> JobDetail | None:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def job_series(url: str, job_id: str, span_s: float) -> tuple[
-        int, list[SeriesPoint], list[tuple[float, str, str, float]]]:
-    """(bucket_s, power points, unit points) for a job lasting ``span_s``."""
+def job_series(url: str, job_id: str, span_s: float) -> tuple[int, list[SeriesPoint]]:
+    """(bucket_s, power points) for a job lasting ``span_s``."""
     eng = engine(url)
     bucket_s = choose_bucket_s(span_s, 300, job_min_bucket_s(eng, job_id))
-    return (bucket_s, job_power_series(eng, job_id, bucket_s),
-            job_unit_series(eng, job_id, bucket_s))
+    return bucket_s, job_power_series(eng, job_id, bucket_s)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def job_energy_rows(url: str, job_id: str) -> list[tuple[float, str, float, float]]:
+    """``(t_end_s, component, dynamic_j, idle_j)``: a job's energy rows over its nodes
+    (:func:`joulestat.store.series.job_energy_series`)."""
+    return job_energy_series(engine(url), job_id)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def job_unit_rows(url: str, job_id: str) -> list[tuple[str, float, str, float]]:
+    """``(node, t_end_s, unit, count)``: a job's unit rows
+    (:func:`joulestat.store.series.job_unit_rows`)."""
+    return store_unit_rows(engine(url), job_id)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

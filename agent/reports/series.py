@@ -174,3 +174,76 @@ def unit_series(units: Iterable[UnitRow], energy_rows: Iterable[EnergyRow], star
     return {node: [{"t_end_s": bins.end(i), "unit": u, "count": n}
                    for (i, u), n in sorted(cells.items()) if n]
             for node, cells in sorted(found.items())}
+
+
+# -- A job's work so far, for the per-unit and rate charts of its page ------------------
+
+# The unit a job's figures are per by default, by kind: what its users count it in, before
+# what merely outnumbers it (a trainer counting samples and tokens is per sample).
+USUAL_UNITS = {"training": ("sample", "step", "epoch", "token"),
+               "inference": ("inference", "request", "output_token", "token")}
+
+
+def headline_unit(kind: str, counts: dict[str, float]) -> str | None:
+    """The unit ``counts`` (a job's units) is read per by default: its kind's usual one
+    it counted, else the one it counted most; None where it counted none."""
+    counted = {unit: n for unit, n in counts.items() if n > 0}
+    for unit in USUAL_UNITS.get(kind, ()):
+        if unit in counted:
+            return unit
+    return max(counted, key=lambda unit: (counted[unit], unit), default=None)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkSoFar:
+    """A job's work from its start to ``t_s``: its units of one kind, its energy (all of
+    it, as its headline's), and the time it ran."""
+
+    t_s: float
+    units: float
+    energy_j: float
+    elapsed_s: float
+
+    @property
+    def rate(self) -> float:
+        return self.units / self.elapsed_s
+
+    @property
+    def energy_per_unit_j(self) -> float:
+        return self.energy_j / self.units
+
+
+def work_so_far(energy_rows: Iterable[tuple[float, str, float, float]],
+                unit_rows: Iterable[tuple[str, float, str, float]], unit: str,
+                start_s: float, end_s: float, bucket_s: float) -> list[WorkSoFar]:
+    """Per ``bucket_s`` bucket: the job's ``unit`` count and energy since ``start_s``,
+    from its energy rows ``(t_end_s, component, dynamic_j, idle_j)`` and unit rows
+    ``(node, t_end_s, unit, count)``, at the end of the last row the bucket holds (rows
+    cover the time up to their end: a point at the bucket's end would divide them by
+    time they do not cover yet). A row past ``end_s`` (the job's end or now: the units a
+    job counted at its end reach the store with the flush after it) counts at ``end_s``,
+    so the last point is the job's whole energy over its whole count and time: its
+    headline. Buckets before its first unit have no point (nothing to divide by)."""
+    def clipped(t_s: float) -> float:
+        return min(end_s, max(t_s, start_s))
+
+    energy: defaultdict[float, float] = defaultdict(float)
+    counted: defaultdict[float, float] = defaultdict(float)
+    last_s: dict[float, float] = {}  # bucket end -> its last row's end
+    for t_s, _component, dynamic_j, idle_j in energy_rows:
+        bucket = math.ceil(clipped(t_s) / bucket_s) * bucket_s
+        energy[bucket] += dynamic_j + idle_j
+        last_s[bucket] = max(last_s.get(bucket, start_s), clipped(t_s))
+    for _node, t_s, row_unit, count in unit_rows:
+        if row_unit == unit:
+            bucket = math.ceil(clipped(t_s) / bucket_s) * bucket_s
+            counted[bucket] += count
+            last_s[bucket] = max(last_s.get(bucket, start_s), clipped(t_s))
+    points, units_so_far, energy_so_far = [], 0.0, 0.0
+    for bucket in sorted(last_s):
+        units_so_far += counted.get(bucket, 0.0)
+        energy_so_far += energy.get(bucket, 0.0)
+        t_s = last_s[bucket]
+        if units_so_far > 0 and t_s > start_s:
+            points.append(WorkSoFar(t_s, units_so_far, energy_so_far, t_s - start_s))
+    return points

@@ -279,21 +279,6 @@ def node_power_series(engine: Engine, node: str, since_s: float, until_s: float,
             raw_and_rolled(raw, TICK_ENERGY, rolled, MINUTE_ENERGY)), bucket_ms)
 
 
-def job_unit_series(engine: Engine, job_id: str,
-                    bucket_s: int) -> list[tuple[float, str, str, float]]:
-    """``(bucket_end_s, node, unit, count)``: units a job counted per bucket."""
-    bucket_ms = int(bucket_s * 1000)
-    units = every_unit_row().c
-    bucket = _bucket(units.t_end_ms, bucket_ms)
-    query = (select(bucket, units.node, units.unit, func.sum(units.count))
-             .where(units.job_id == job_id, ordinary_units(units.unit))
-             .group_by(bucket, units.node, units.unit)
-             .order_by(bucket, units.node, units.unit))
-    with engine.connect() as connection:
-        return [((int(b) + 1) * bucket_ms / 1000, n, u, float(c))
-                for b, n, u, c in connection.execute(query)]
-
-
 def job_min_bucket_s(engine: Engine, job_id: str) -> float:
     """The finest bucket a job's series can use: its mean tick length, and a whole
     minute where any of its rows that count are minute rollups."""

@@ -24,10 +24,12 @@ import streamlit as st
 from joulestat.carbon.footprint import METHODOLOGY
 from joulestat.core import units
 from joulestat.core.csv_cells import text_cell
+from joulestat.core.model_units import is_model_key
 from joulestat.core.redact import redact_labels
 from joulestat.dashboard import analysis, charts, costing, downloads, fmt, state, ui
 from joulestat.reports.external import comparison_note, external_figures, shown_labels
 from joulestat.reports.idle import job_idle_policy, policy_words
+from joulestat.reports.series import headline_unit, work_so_far
 from joulestat.reports.sources import WHY, sources_class
 
 BADGE_COLORS = {"measured": "green", "estimated": "orange", "unstated": "red",
@@ -74,7 +76,14 @@ if job is None:
     st.stop()
 
 cost = costing.job_cost(job, now)
-unit, count = max(job.units.items(), key=lambda kv: kv[1], default=("", 0.0))
+counted_units = [u for u, n in job.units.items() if n > 0 and not is_model_key(u)]
+# Per which unit: the one the user picks, by default the kind's usual one (a training
+# run's samples, not the tokens it also counted and which outnumber them).
+default_unit = headline_unit(job.kind, {u: job.units[u] for u in counted_units})
+unit = (st.selectbox("Per", counted_units, index=counted_units.index(default_unit),
+                     key="detail_unit", format_func=fmt.md)
+        if len(counted_units) > 1 else default_unit or "")
+count = job.units.get(unit, 0.0) if unit else 0.0
 span_s = job.held_s(now)
 imported_nodes = state.imported(url) & {p.node for p in job.per_node}
 # Names, labels, node names and units are users' text: fmt.md shows them as typed
@@ -147,7 +156,10 @@ for component, by_source in sorted(provenance.items()):
                  color=BADGE_COLORS.get(verdict, "gray"), help=WHY.get(verdict))
 
 # CPU bottleneck, per node that has accelerators and an agent.
-bucket_s, series, unit_series = state.job_series(url, job.id, span_s)
+bucket_s, series = state.job_series(url, job.id, span_s)
+# A bucket the job fits in is the whole job, not "1 min" of a 12-second job.
+bucket_words = ("one point: the whole job" if bucket_s >= span_s
+                else f"{fmt.duration(bucket_s)} buckets")
 for part in job.per_node:
     if part.node in imported_nodes:
         continue
@@ -192,7 +204,7 @@ for p in series:
                                          "power_w": p.power_w}
 power_rows = [*firsts.values(), *power_rows]
 divisor, power_unit = units.scale_for([r["power_w"] for r in power_rows], "W")
-st.subheader(f"Power over time ({power_unit}, {fmt.duration(bucket_s)} buckets)")
+st.subheader(f"Power over time ({power_unit}, {bucket_words})")
 if power_rows:
     frame = pd.DataFrame(power_rows).groupby(["time", "component"], as_index=False)[
         "power_w"].sum()
@@ -218,8 +230,8 @@ if power_rows:
                         for lo, hi in zip(band["low_w"], band["high_w"], strict=True)]
         st.altair_chart(charts.with_band(area, band, time="time", low="low", high="high",
                                          text="text"), width="stretch")
-        st.caption("The grey band: where the total power lies given its sources' accuracy "
-                   "(the job's bounds, component by component).")
+        st.caption("The dashed lines: where the total power lies given its sources' "
+                   "accuracy (the job's bounds, component by component).")
     else:
         st.altair_chart(area, width="stretch")
 else:
@@ -243,46 +255,40 @@ if len(job.per_node) > 1:
                  hide_index=True, width="stretch", placeholder=fmt.UNKNOWN,
                  column_config=ui.named_columns("node"))
 
-# Work: unit rate and energy per unit over time, each bucket over the same rows' time.
-if unit_series:
-    energy_at: defaultdict[float, float] = defaultdict(float)
-    covered_at: dict[float, float] = {}
-    for p in series:
-        energy_at[p.bucket_end_s] += p.dynamic_j + p.idle_j
-        covered_at[p.bucket_end_s] = max(covered_at.get(p.bucket_end_s, 0.0), p.covered_s)
-    work: defaultdict[tuple[float, str], float] = defaultdict(float)
-    for t, _node, u, n in unit_series:
-        work[(t, u)] += n
-    rows = [{"time": ui.to_local(min(t, shown_end_s), tz),
-             "when": fmt.local_time(min(t, shown_end_s), tz), "unit": u,
-             "rate": n / covered_at[t], "energy_per_unit_j": energy_at[t] / n}
-            for (t, u), n in sorted(work.items()) if n > 0 and covered_at.get(t)]
-    if rows:
-        frame = pd.DataFrame(rows)
-        counted = sorted(frame["unit"].unique())
-        rate_unit = f"{fmt.plural(counted[0])}/s" if len(counted) == 1 else "units/s"
-        per_unit = counted[0] if len(counted) == 1 else "unit"
-        divisor, energy_unit = units.scale_for(list(frame["energy_per_unit_j"]), "J")
-        frame["energy_per_unit"] = frame["energy_per_unit_j"] / divisor
-        frame["energy_text"] = frame["energy_per_unit_j"].map(fmt.energy)
-        frame["rate_text"] = frame["rate"].map(lambda r: f"{units.sig(r)} {rate_unit}")
-        left, right = st.columns(2)
-        with left:
-            st.subheader(f"Work rate ({fmt.md(rate_unit)})")
-            st.altair_chart(charts.lines(frame, x="time", y="rate", color="unit",
-                                         x_title=f"time ({ui.tz_label(tz)})",
-                                         y_title=f"rate ({rate_unit})", temporal=True,
-                                         text="rate_text",
-                                         axis_format=charts.time_format(span_s)),
-                            width="stretch")
-        with right:
-            st.subheader(f"Energy per {fmt.md(per_unit)} ({energy_unit})")
-            st.altair_chart(charts.lines(frame, x="time", y="energy_per_unit", color="unit",
-                                         x_title=f"time ({ui.tz_label(tz)})",
-                                         y_title=f"energy per {per_unit} ({energy_unit})",
-                                         temporal=True, text="energy_text",
-                                         axis_format=charts.time_format(span_s)),
-                            width="stretch")
+# Work over time: the headline's figures so far (its energy, all of it, over its unit's
+# count, and that count over the time the job ran), at each bucket's end: the last
+# point is the headline. Per bucket they would jitter, as the units arrive a flush after
+# the energy they cost.
+work_points = work_so_far(state.job_energy_rows(url, job.id), state.job_unit_rows(url, job.id),
+                     unit, job.started_s, shown_end_s, bucket_s) if unit else []
+if work_points:
+    frame = pd.DataFrame([{"time": ui.to_local(p.t_s, tz), "when": fmt.local_time(p.t_s, tz),
+                           "unit": unit, "rate": p.rate, "energy_per_unit_j": p.energy_per_unit_j}
+                          for p in work_points])
+    rate_unit = f"{fmt.plural(unit)}/s"
+    divisor, energy_unit = units.scale_for(list(frame["energy_per_unit_j"]), "J")
+    frame["energy_per_unit"] = frame["energy_per_unit_j"] / divisor
+    frame["energy_text"] = frame["energy_per_unit_j"].map(fmt.energy)
+    frame["rate_text"] = frame["rate"].map(lambda r: f"{units.sig(r)} {rate_unit}")
+    left, right = st.columns(2)
+    with left:
+        st.subheader(f"Work rate so far ({fmt.md(rate_unit)})")
+        st.altair_chart(charts.lines(frame, x="time", y="rate", color="unit",
+                                     x_title=f"time ({ui.tz_label(tz)})",
+                                     y_title=f"rate ({rate_unit})", temporal=True,
+                                     text="rate_text",
+                                     axis_format=charts.time_format(span_s)),
+                        width="stretch")
+    with right:
+        st.subheader(f"Energy per {fmt.md(unit)} so far ({energy_unit})")
+        st.altair_chart(charts.lines(frame, x="time", y="energy_per_unit", color="unit",
+                                     x_title=f"time ({ui.tz_label(tz)})",
+                                     y_title=f"energy per {unit} ({energy_unit})",
+                                     temporal=True, text="energy_text",
+                                     axis_format=charts.time_format(span_s)),
+                        width="stretch")
+    st.caption(f"Each point: the job's {fmt.md(fmt.plural(unit))} and energy from its start "
+               f"to then ({bucket_words}), so the last is the headline's.")
 
 # Downloads: joulestat's report in every format, else the JSON of this page.
 st.subheader("Download")

@@ -26,6 +26,7 @@ from joulestat.core.records import DeviceInfo, JobRecord, NodeInfo
 from joulestat.core.tick import Tick, TickEntry
 from joulestat.dashboard import analysis, costing, downloads
 from joulestat.demo import sample_store as sample
+from joulestat.reports.series import work_so_far
 from joulestat.store.engine import make_engine, open_readonly_engine
 from joulestat.store.jobs import (
     JobFilter,
@@ -44,7 +45,7 @@ from joulestat.store.series import (
     job_energy_series,
     job_min_bucket_s,
     job_power_series,
-    job_unit_series,
+    job_unit_rows,
     node_power_range,
     node_power_series,
 )
@@ -173,8 +174,12 @@ def test_series_add_up_to_the_job_total_across_rollups_and_raw_rows(sample_url, 
     assert sum(p.dynamic_j + p.idle_j for p in points) == pytest.approx(multi.total_j)
     reference = sum(d + i for _t, _c, d, i in job_energy_series(ro, multi.id))
     assert reference == pytest.approx(multi.total_j)
-    units = job_unit_series(ro, multi.id, bucket)
-    assert sum(n for *_rest, n in units) == pytest.approx(multi.units["sample"])
+    # the page's work so far: its last point is the job's whole count and energy
+    work = work_so_far(job_energy_series(ro, multi.id), job_unit_rows(ro, multi.id),
+                       "sample", multi.started_s, multi.ended_s, bucket)
+    assert work[-1].units == pytest.approx(multi.units["sample"])
+    assert work[-1].energy_j == pytest.approx(multi.total_j)
+    assert work[-1].t_s == multi.ended_s and len(work) > 2
     by_source = job_energy_by_source(ro, multi.id)
     assert sum(r.energy_j for r in by_source) == pytest.approx(multi.total_j)
     assert {(r.node, r.component, r.source) for r in by_source} >= {
@@ -203,8 +208,11 @@ def test_power_is_energy_over_covered_time_summed_over_devices(store: Store):
         gpu = [p for p in points if p.component == "accelerator"]
         assert {round(p.power_w, 9) for p in gpu} == {150.0}
         assert {round(p.power_w, 9) for p in points if p.component == "cpu"} == {40.0}
-    units = job_unit_series(engine, "steady", 60)
-    assert [n for *_rest, n in units] == [600.0] * 5
+    # 600 requests a minute at 190 W: so far, 10 a second and 19 J each, minute by minute
+    work = work_so_far(job_energy_series(engine, "steady"), job_unit_rows(engine, "steady"),
+                       "request", T0, T0 + 300, 60)
+    assert [round(p.rate, 9) for p in work] == [10.0] * 5
+    assert [round(p.energy_per_unit_j, 9) for p in work] == [19.0] * 5
     node = node_power_series(engine, "box", T0, T0 + 300, 30)
     assert {round(p.power_w, 9) for p in node if p.component == "accelerator"} == {150.0}
     # Its shares older than the job totals' boundary are minute rollups (migration 0009).
