@@ -82,6 +82,12 @@ def si(value: float | None, unit: str, digits: int = DIGITS) -> str:
     return _scaled(value, unit, _SI, digits)
 
 
+def seconds(value: float | None) -> str:
+    """A short time with an SI prefix: ``3.06 ms``, ``412 µs``, ``1.20 s`` (a latency;
+    :func:`duration` writes a job's length)."""
+    return si(value, "s")
+
+
 def energy(joules: float | None) -> str:
     """``2.05 mJ``, ``312 J``, ``4.51 kJ``, ``30.6 MJ``."""
     return si(joules, "J")

@@ -10,7 +10,7 @@ from sqlalchemy.engine import Engine
 
 from joulestat.store.jobs import job_detail, job_units_by_kind, list_jobs
 from joulestat.store.model_split import model_splits, split_energy, split_rows
-from joulestat.store.series import job_unit_rows, job_unit_series
+from joulestat.store.series import job_unit_rows
 from tests.helpers.model_split_store import (
     assert_rows_conserved,
     fill,
@@ -35,7 +35,6 @@ def test_per_model_keys_are_not_listed_as_units(engine):
     assert job_detail(engine, "svc").units == {"inference": 40.0}
     assert job_units_by_kind(engine) == {"training": ["inference"]}
     assert {unit for _n, _t, unit, _c in job_unit_rows(engine, "svc")} == {"inference"}
-    assert {unit for _t, _n, unit, _c in job_unit_series(engine, "svc", 60)} == {"inference"}
 
 
 def test_a_job_without_models_has_no_split(engine):

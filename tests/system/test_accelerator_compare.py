@@ -97,7 +97,7 @@ def test_compare_by_instance_type_shows_accelerator_energy_per_inference_and_mod
     for row in (t4, inf2):  # a part of the row's energy, which the CPU estimate adds to
         assert 0 < row["accelerator_j"] < row["energy_j"]
 
-    text = read_cli("compare", "--by", "instance_type", env=env)
+    text = read_cli("compare", "--by", "instance_type", "--wide", env=env)
     assert text.returncode == 0, text.stderr
     lines = text.stdout.splitlines()
     header = next(line for line in lines if line.startswith("instance type"))

@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 
 from joulestat.dashboard import fmt
+from joulestat.demo import sample_store as sample
 from joulestat.reports.html_report import render_html
 from joulestat.reports.importer import import_file
 from joulestat.reports.model import build_report
@@ -39,7 +40,7 @@ from joulestat.store.jobs import JobSummary, list_jobs
 from tests.helpers import honest_store
 from tests.helpers.browser import VIEWER_TZ, Browser, chromium, serve
 from tests.helpers.codecarbon_run import codecarbon_script
-from tests.helpers.dashboard_app import sample_store
+from tests.helpers.dashboard_app import hold_lease, sample_store
 
 # One worker fills the store, serves it and starts Chromium once for the module
 # (pytest-xdist --dist loadgroup).
@@ -65,6 +66,10 @@ def codecarbon_csv(folder: Path) -> Path:
 def filled(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, JobSummary]]:
     folder = tmp_path_factory.mktemp("browser")
     url, engine = sample_store(folder)
+    # The sample's agents as live ones flushing every 10 min: their nodes report (and
+    # have power now) for half an hour after their newest tick, a minute ago.
+    for name in sample.NODES:
+        hold_lease(engine, name, 600.0)
     honest_store.fill(engine, folder, start_s=time.time() - 2 * 3600)
     result = import_file(engine, codecarbon_csv(folder))
     assert result.kind == "codecarbon" and result.nodes == 1
@@ -115,7 +120,7 @@ def pages(jobs: dict[str, JobSummary]) -> list[tuple[str, str, list[str]]]:
         ("job-detail-steady", "/job_detail?job=steady", [
             "steady · training · ended", "Energy per sample", "300 mJ",
             "Idle policy not recorded",  # honest_store writes no agent labels
-            "Embodied CO2e", "Work rate (samples/s)"]),
+            "Embodied CO2e", "Work rate so far (samples/s)"]),
         ("job-detail-imported", "/job_detail?job=vm-ramp", [
             "vm-ramp · training · ended", "cpu: estimated (import:joulestat/model:ccf-vcpu)",
             "Imported from a file"]),

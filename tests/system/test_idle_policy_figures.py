@@ -100,7 +100,7 @@ def test_compare_gives_both_figures_and_each_rows_policy(measured):
     assert exclude["dynamic_pct"] == pytest.approx(
         (exclude["dynamic_per_unit_j"] / share["dynamic_per_unit_j"] - 1) * 100)
     # the text table says each row's policy where they differ
-    text = read_cli("compare", "--db", url, "--jobs", "job-share", "job-exclude")
+    text = read_cli("compare", "--db", url, "--jobs", "job-share", "job-exclude", "--wide")
     assert text.returncode == 0, text.stderr
     lines = text.stdout.splitlines()
     assert policy_words("mixed", jobs=True) in lines[1]

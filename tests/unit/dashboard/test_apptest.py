@@ -466,13 +466,13 @@ def test_load_curve_draws_energy_per_token_with_served_latency(tmp_path, monkeyp
     at = run_page(url, "pages/load_curve.py", monkeypatch)
     assert not at.error
     assert any("ttft p99" in s.value for s in at.subheader)  # the two-axis chart's title
-    [frame] = [d.value for d in at.dataframe if "ttft p99 (s)" in d.value.columns]
+    [frame] = [d.value for d in at.dataframe if "ttft p99" in d.value.columns]
     frame = frame.set_index("concurrency")
     for level, j_per_token, ttft_s in LEVELS:
         assert frame.at[level, "energy per output_token"] == pytest.approx(j_per_token,
                                                                           rel=0.01)
         upper = next(b for b in (0.1, 0.25, 0.5, 1.0) if ttft_s <= b)
-        assert frame.at[level, "ttft p99 (s)"] <= upper
+        assert frame.at[level, "ttft p99"] <= upper
 
 
 def _store_of_jobs(tmp_path: Path, count: int, id_format: str) -> str:
