@@ -277,6 +277,14 @@ def _policy(row: Any, shown: bool) -> list[str]:
     return [row.idle_policy or "not recorded"] if shown else []
 
 
+def _deltas(row: Any, base: Any, same: bool) -> list[str]:
+    """A row's energy, dynamic energy, CO2e and cost delta cells against ``base``."""
+    return [_delta(row.energy_pct, same, real=row.energy_distinguishable),
+            _delta(row.dynamic_pct, same, real=row.energy_distinguishable),
+            _delta(row.co2e_pct, same, real=co2e_distinguishable(row, base)),
+            _delta(row.cost_pct, same)]
+
+
 def _delta(value: float | None, comparable: bool, kind: str = "pct",
            real: bool | None = None) -> str:
     """A delta cell: ``−92 %``, ``×6.3``, ``n.d.`` within the intervals (``real`` False),
@@ -386,10 +394,7 @@ def render_text(table: Any, notes: list[str], prices: list[Any] | None = None,
                 _figure(units.mass(r.co2e_per_unit_g)),
                 _figure(units.usd(r.cost_per_million_usd)), units.energy(r.energy_per_run_j),
                 _delta(r.throughput_x, same, "x"),
-                _delta(r.energy_pct, same, real=r.energy_distinguishable),
-                _delta(r.dynamic_pct, same, real=r.energy_distinguishable),
-                _delta(r.co2e_pct, same, real=co2e_distinguishable(r, base)),
-                _delta(r.cost_pct, same),
+                *_deltas(r, base, same),
                 *_policy(r, mixed), r.energy_class or UNKNOWN,
             ] for i, r in per_unit]
         else:
@@ -419,10 +424,7 @@ def render_text(table: Any, notes: list[str], prices: list[Any] | None = None,
                 units.energy(r.energy_per_run_j), bounds_text(r.energy_bounds_per_run_j),
                 spread_text(r), _figure(units.energy(r.dynamic_per_run_j)),
                 units.mass(r.co2e_per_run_g), _figure(units.usd(r.cost_per_run_usd)),
-                _delta(r.energy_pct, same, real=r.energy_distinguishable),
-                _delta(r.dynamic_pct, same, real=r.energy_distinguishable),
-                _delta(r.co2e_pct, same, real=co2e_distinguishable(r, base)),
-                _delta(r.cost_pct, same),
+                *_deltas(r, base, same),
                 *_policy(r, mixed), r.energy_class or UNKNOWN,
             ] for i, r in per_run]
         else:
