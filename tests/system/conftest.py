@@ -7,14 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-
-@pytest.fixture
-def mlflow_file_store(monkeypatch):
-    """MLflow 3 refuses its local file store unless told (it is in maintenance mode);
-    the system tests log to one, as issue 25 asks, and read it back here."""
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-
-
 # -- Moved from tests/unit/conftest.py with the tests that need a port (imports are
 # local so this block stands alone at the end of the file).
 

@@ -17,7 +17,7 @@ from tests.helpers.agent_process import agent_env, agent_on_fake_rapl, free_port
 
 pytest.importorskip("transformers", reason="the hf extra is not installed")
 pytest.importorskip("mlflow", reason="the mlflow extra is not installed")
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("mlflow_file_store")]
+pytestmark = pytest.mark.slow
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "huggingface" / "trainer.py"
 NAME = "tiny-bert-finetune"  # the example's default --name
@@ -29,12 +29,12 @@ def _stored_report(env: dict[str, str], name: str) -> dict:
     return json.loads(result.stdout)
 
 
-def _mlflow_metric(store: Path, key: str) -> list[tuple[int, float]]:
-    """(step, value) of ``key`` in the one run of MLflow's file store, read back with
-    MLflow's own client."""
+def _mlflow_metric(store: str, key: str) -> list[tuple[int, float]]:
+    """(step, value) of ``key`` in the one run of MLflow's store (its database backend),
+    read back with MLflow's own client."""
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=store.as_uri())
+    client = MlflowClient(tracking_uri=store)
     runs = client.search_runs(experiment_ids=["0"])
     assert len(runs) == 1, runs
     return [(m.step, m.value) for m in client.get_metric_history(runs[0].info.run_id, key)]
@@ -42,9 +42,8 @@ def _mlflow_metric(store: Path, key: str) -> list[tuple[int, float]]:
 
 def test_trainer_logs_the_agents_figures_to_mlflow_and_the_store_agrees(tmp_path):
     with agent_on_fake_rapl(tmp_path, at_head=True) as agent:
-        store = tmp_path / "mlruns"
-        env = agent.client_env(MLFLOW_TRACKING_URI=store.as_uri(),
-                               MLFLOW_ALLOW_FILE_STORE="true", OMP_NUM_THREADS="1")
+        store = f"sqlite:///{tmp_path / 'mlflow.db'}"  # MLflow's database backend
+        env = agent.client_env(MLFLOW_TRACKING_URI=store, OMP_NUM_THREADS="1")
         result = subprocess.run(
             [sys.executable, str(EXAMPLE), "--samples", "160", "--batch-size", "8",
              "--logging-steps", "5", "--report-to", "mlflow",
@@ -85,7 +84,7 @@ def test_trainer_logs_the_agents_figures_to_mlflow_and_the_store_agrees(tmp_path
     assert len(_mlflow_metric(store, "joulestat/energy_j")) == len(logged)
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=store.as_uri())
+    client = MlflowClient(tracking_uri=store)
     run = client.search_runs(experiment_ids=["0"])[0]
     assert run.data.params["joulestat.job_id"] == report["job"]["id"]
     assert run.data.params["joulestat.energy_is"].startswith("measured")

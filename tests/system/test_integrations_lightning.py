@@ -16,7 +16,7 @@ from tests.helpers.agent_process import agent_on_fake_rapl, read_cli
 from tests.helpers.wandb_offline import read_run
 
 pytest.importorskip("lightning", reason="the lightning extra is not installed")
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("mlflow_file_store")]
+pytestmark = pytest.mark.slow
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "lightning" / "fit.py"
 NAME = "tiny-transformer-fit"  # the example's job name
@@ -67,12 +67,11 @@ def test_lightning_fit_logs_the_agents_figures_to_wandb_offline(tmp_path):
 
 def test_lightning_fit_logs_the_same_to_mlflow(tmp_path):
     pytest.importorskip("mlflow", reason="the mlflow extra is not installed")
-    store = tmp_path / "mlruns"
-    report = _fit(tmp_path, "mlflow", MLFLOW_TRACKING_URI=store.as_uri(),
-                  MLFLOW_ALLOW_FILE_STORE="true")
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"  # MLflow's database backend
+    report = _fit(tmp_path, "mlflow", MLFLOW_TRACKING_URI=store)
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=store.as_uri())
+    client = MlflowClient(tracking_uri=store)
     experiment = client.get_experiment_by_name("joulestat-example")
     (run,) = client.search_runs(experiment_ids=[experiment.experiment_id])
     history = client.get_metric_history(run.info.run_id, "joulestat/energy_j")

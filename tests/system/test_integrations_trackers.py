@@ -15,7 +15,7 @@ import pytest
 from tests.helpers.agent_process import agent_on_fake_rapl, free_port, read_cli
 from tests.helpers.wandb_offline import read_run
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("mlflow_file_store")]
+pytestmark = pytest.mark.slow
 LOOP = Path(__file__).resolve().parents[1] / "helpers" / "custom_loop.py"
 
 
@@ -37,14 +37,13 @@ def _run_loop(tmp_path: Path, tracker: str, **env_extra: str) -> tuple[dict, dic
 
 def test_mlflow_helpers_log_figures_at_steps_and_the_report_at_the_end(tmp_path):
     pytest.importorskip("mlflow", reason="the mlflow extra is not installed")
-    store = tmp_path / "mlruns"
-    printed, report = _run_loop(tmp_path, "mlflow", MLFLOW_TRACKING_URI=store.as_uri(),
-                                MLFLOW_ALLOW_FILE_STORE="true")
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"  # MLflow's database backend
+    printed, report = _run_loop(tmp_path, "mlflow", MLFLOW_TRACKING_URI=store)
     assert printed["logged"] == [True] * 5 and printed["attached"] is True
     assert report["work_units"] == {"step": 20, "sample": 80}
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=store.as_uri())
+    client = MlflowClient(tracking_uri=store)
     (run,) = client.search_runs(experiment_ids=["0"])
     history = client.get_metric_history(run.info.run_id, "joulestat/energy_j")
     assert [m.step for m in history] == [5, 10, 15, 20, 20]
@@ -96,7 +95,7 @@ def test_helpers_without_a_run_or_a_measured_job_say_so_once_and_go_on(
     monkeypatch.setenv("JOULESTAT_AGENT_URL", f"http://127.0.0.1:{free_port()}")
     # An in-process measurement that cannot open its store: the job is not measured.
     monkeypatch.setenv("JOULESTAT_DB", f"sqlite:///{tmp_path / 'missing' / 'dir' / 'x.db'}")
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", (tmp_path / "mlruns").as_uri())
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     caplog.set_level(logging.WARNING, logger="joulestat")
     with track("nowhere") as job:
         for step in range(3):
