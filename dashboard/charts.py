@@ -126,7 +126,9 @@ def compare_bars(frame: pd.DataFrame, *, group: str, value: str, title: str,
     roles = ["baseline" if g == baseline else "compared" for g in frame[group]]
     bars = alt.Chart(frame.assign(role=roles)).mark_bar().encode(
         y=alt.Y(f"{group}:N", title=None, sort=None, axis=alt.Axis(labelLimit=0)),
-        x=alt.X(f"{value}:Q", title=title),
+        # SI-prefixed ticks (60M, not 60,000,000) where the figures run to tens of thousands
+        x=alt.X(f"{value}:Q", title=title, axis=alt.Axis(format="~s")
+                if frame[value].abs().max() >= 1e4 else alt.Axis()),
         color=alt.Color("role:N", legend=None, scale=alt.Scale(
             domain=["baseline", "compared"], range=["#9E9E9E", "#4C78A8"])),
         tooltip=[alt.Tooltip(f"{group}:N", title="group"), _value_tip(value, title, text)],

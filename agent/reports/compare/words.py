@@ -99,7 +99,8 @@ def interval_words(difference: Difference, with_change: bool = False) -> str:
     if bounds is None:
         said = "1 run, spread unknown" if difference.one_run else "bounds unknown"
         return f"{change}, {said}" if with_change else said
-    if abs(difference.ratio - 1.0) * 100.0 > FACTOR_PAST_PCT:  # said as the change is
+    if max(abs(v) for v in (*bounds, (difference.ratio - 1.0) * 100.0)) > FACTOR_PAST_PCT:
+        # past ±99 % a percentage hides the size: both ends as factors, as the change is
         low, high = (format_factor(v) for v in difference.interval or bounds)
     else:
         low, high = (format_pct(v).removesuffix(" %") for v in bounds)
