@@ -32,6 +32,9 @@ get a leading ``'`` (:mod:`joulestat.core.csv_cells`); numeric columns never do.
     dynamic_energy_j_per_unit             unit=J above idle per unit; ... (beside
                                           energy_j_per_unit, which includes the idle share)
     idle_policy                           share | exclude; empty: not recorded
+    latency_{ttft,itl,e2e}_{p50,p99}_s    served latency, seconds, one figure a cell
+                                          (--serving-metrics; empty where not served, or
+                                          where several models were: see the JSON)
 """
 
 from __future__ import annotations
@@ -81,6 +84,22 @@ def _sources(report: Report) -> str:
 
 def _energy(component: str) -> Callable[[Report], str]:
     return lambda r: _number(r["energy_j"][component])
+
+
+LATENCY_CELLS = tuple((kind, quantile) for kind in ("ttft", "itl", "e2e")
+                      for quantile in ("p50", "p99"))
+
+
+def _latency(kind: str, quantile: str) -> Callable[[Report], str]:
+    """One served-latency figure of a job that served one model (or none by name);
+    empty otherwise (the JSON's ``latency`` has them per model)."""
+    def cell(report: Report) -> str:
+        served = report.get("latency") or {}
+        if len(served) != 1:
+            return ""
+        [per_kind] = served.values()
+        return _number((per_kind.get(kind) or {}).get(f"{quantile}_s"))
+    return cell
 
 
 _Column = tuple[str, Callable[[Report], Any]]
@@ -133,6 +152,8 @@ COLUMNS: tuple[_Column, ...] = (
     ("dynamic_energy_j_per_unit", lambda r: _pairs({
         unit: figures.get("dynamic_energy_j") for unit, figures in r["per_unit"].items()})),
     ("idle_policy", lambda r: r.get("idle_policy") or ""),
+    *((f"latency_{kind}_{quantile}_s", _latency(kind, quantile))
+      for kind, quantile in LATENCY_CELLS),
 )
 COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _ in COLUMNS)
 # Columns that hold one number (or nothing): written as they are, so ``-1.5`` stays a
@@ -141,7 +162,8 @@ COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _ in COLUMNS)
 NUMERIC_COLUMNS: frozenset[str] = frozenset({
     "duration_s", "nodes", *(f"energy_{c}_j" for c in ENERGY_COMPONENTS), "energy_kwh",
     "dynamic_energy_j", "idle_energy_j", "co2e_g", "embodied_co2e_g", "total_co2e_g",
-    "carbon_intensity_g_per_kwh", "pue", "cost_usd"})
+    "carbon_intensity_g_per_kwh", "pue", "cost_usd",
+    *(f"latency_{kind}_{quantile}_s" for kind, quantile in LATENCY_CELLS)})
 
 
 def csv_row(report: Report) -> list[str]:

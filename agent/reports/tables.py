@@ -225,6 +225,25 @@ def units(report: Report) -> Table:
                                 "energy/M units", "cost/M units"), tuple(rows))
 
 
+# How a served latency kind reads in a table (the JSON keeps ttft, itl, e2e).
+LATENCY_KINDS = {"ttft": "time to first token", "itl": "inter-token latency",
+                 "e2e": "end to end"}
+
+
+def latency(report: Report) -> Table:
+    """A serving job's latency (``--serving-metrics``, the JSON's ``latency``): per
+    model served and kind, p50, p99 and mean with their SI prefix, and how many requests
+    or tokens they are over."""
+    rows = tuple(
+        (model or "(unnamed)", LATENCY_KINDS.get(kind, kind),
+         _known(fmt.seconds(figures.get("p50_s"))), _known(fmt.seconds(figures.get("p99_s"))),
+         _known(fmt.seconds(figures.get("mean_s"))), _known(fmt.count(figures.get("count"))))
+        for model, per_kind in report["latency"].items()
+        for kind, figures in per_kind.items())
+    return Table("Served latency", ("model", "latency", "p50", "p99", "mean", "observed"),
+                 rows)
+
+
 def provenance(report: Report) -> Table:
     rows = tuple(
         (p["node"], p["region"] or UNKNOWN, p["region_resolution"],
@@ -244,5 +263,7 @@ def all_tables(report: Report) -> list[Table]:
     found = [energy_by_component(report), nodes(report)]
     if report["work_units"]:
         found.append(units(report))
+    if report.get("latency"):
+        found.append(latency(report))
     found.append(provenance(report))
     return found

@@ -8,6 +8,8 @@ setup a latency target allows. The server is a process of its own, as a real one
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import subprocess
 import sys
@@ -15,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from joulestat.core import units as fmt
 from tests.helpers.agent_process import (
     JOULESTAT,
     agent_on_fake_rapl,
@@ -73,6 +76,10 @@ def test_units_from_the_servers_metrics_within_15_percent(tmp_path, engine_name)
                                        env=agent.client_env()).stdout)
         report = json.loads(read_cli("report", "--format", "json", f"llm-{engine_name}",
                                      env=agent.client_env()).stdout)
+        csv_text = read_cli("report", "--format", "csv", f"llm-{engine_name}",
+                            env=agent.client_env()).stdout
+        html = read_cli("report", "--format", "html", f"llm-{engine_name}",
+                        env=agent.client_env()).stdout
     assert summary["final"] is True
     units = job["units"]
     for unit, per_s in (("output_token", 200.0), ("prompt_token", 50.0), ("request", 2.0)):
@@ -95,6 +102,15 @@ def test_units_from_the_servers_metrics_within_15_percent(tmp_path, engine_name)
     assert served["e2e"]["count"] == pytest.approx(units["request"], rel=TOLERANCE)
     if engine_name != "tgi":
         assert 0.1 < served["ttft"]["p99_s"] <= 0.25  # TTFT 0.12 s: the (0.1, 0.25] bucket
+    # Every format says it (issue 46): CSV one figure a cell, HTML a table with units.
+    [cells] = list(csv.DictReader(io.StringIO(csv_text)))
+    for kind in ("ttft", "itl", "e2e"):
+        for quantile in ("p50", "p99"):
+            value = served.get(kind, {}).get(f"{quantile}_s")
+            cell = cells[f"latency_{kind}_{quantile}_s"]
+            assert (float(cell) == pytest.approx(value)) if value is not None else cell == ""
+    assert "<h2>Served latency</h2>" in html
+    assert f"<td>{fmt.seconds(served['e2e']['p50_s'])}</td>" in html
 
 
 def test_a_restart_and_an_outage_of_the_server_lose_no_tokens(tmp_path):

@@ -46,6 +46,9 @@ EXPECTED_COLUMNS = (
     # appended for issue 24: what joulestat recorded, apart from the user's labels;
     # energy per unit above idle, and the idle policy
     "agent_labels", "dynamic_energy_j_per_unit", "idle_policy",
+    # appended for issue 46: served latency, one figure a cell
+    "latency_ttft_p50_s", "latency_ttft_p99_s", "latency_itl_p50_s", "latency_itl_p99_s",
+    "latency_e2e_p50_s", "latency_e2e_p99_s",
 )
 
 
