@@ -112,14 +112,17 @@ def source_models(engine: Engine, nodes: Iterable[str]) -> dict[tuple[str, str],
 
 def node_accelerators(engine: Engine, nodes: Iterable[str]) -> dict[str, dict[str, int]]:
     """node -> {accelerator model: how many} as its agent registered them at its last
-    start (one row per device, whatever number of series it has); a node with no named
-    accelerator (none, a sensor that gave no model, or known only from imports) is
-    absent. What Compare labels its rows with: the models measured, not the ones a
-    catalog expects."""
+    start (one row per device, whatever number of series it has); ``{}`` for a node
+    whose agent registered devices but no named accelerator (it looked and found none,
+    or a sensor gave no model); a node known only from imports is absent. What Compare
+    labels its rows with: the models measured, not the ones a catalog expects."""
     wanted = sorted(set(nodes))
     found: dict[str, dict[str, int]] = {}
     if not wanted:
         return found
+    registered = select(NodeDevice.node).where(NodeDevice.node.in_(wanted)).distinct()
+    with engine.connect() as connection:
+        found = {str(node): {} for node in connection.execute(registered).scalars()}
     query = (select(NodeDevice.node, NodeDevice.model, func.count())
              .where(NodeDevice.node.in_(wanted),
                     NodeDevice.component == Component.ACCELERATOR, NodeDevice.model != "")

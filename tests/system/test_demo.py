@@ -9,6 +9,7 @@ an agent the test starts, never at one a developer may have running.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from collections.abc import Iterator
@@ -143,6 +144,12 @@ def test_compare_fits_a_terminal_by_default_and_wide_shows_every_column(demo_sto
                       if line.startswith(("setup ", "concurrency ")))
         assert {"bounds", "spread", "accelerators", "throughput"} <= set(header.split())
         assert "bounds" not in narrow.stdout.split("\n\n")[1]  # the narrow table's
+        # the demo's VM: its agent looked for accelerators and found none; its placeholder
+        # type is in no catalog, so "none" comes from the agent, not "unknown"
+        answer = subprocess.run([JOULESTAT, "compare", *by, "--json", "--db", url],
+                                capture_output=True, text=True, env=agent_env())
+        assert {tuple(r["accelerators"]) for r in json.loads(answer.stdout)["rows"]} == {
+            ("none",)}
 
 
 @DEMO_STORE

@@ -118,14 +118,19 @@ def accelerator_names(nodes: Sequence[tuple[str, str]],
                       models: Mapping[str, Mapping[str, int]]) -> tuple[str, ...]:
     """What a job's ``nodes`` ((node, instance type)) compute on, each named once: per
     node the models its agent registered (``models``, :func:`node_accelerators`) as
-    "1 x Tesla T4", else the catalog's for its type ("1 x NVIDIA T4", "none", "unknown")."""
+    "1 x Tesla T4", else the catalog's for its type ("1 x NVIDIA T4", "none"); "none"
+    for a type the catalog does not know whose agent registered no accelerator (a VM,
+    a laptop: it looked and found none), "unknown" only where nobody can say."""
     names: dict[str, None] = {}
     for node, instance_type in nodes:
         found = models.get(node)
+        catalog = accelerators_of(instance_type)
         if found:
             names.update(dict.fromkeys(f"{n} x {m}" for m, n in sorted(found.items())))
+        elif found is not None and catalog == "unknown":
+            names["none"] = None
         else:
-            names[accelerators_of(instance_type)] = None
+            names[catalog] = None
     return tuple(names)
 
 
