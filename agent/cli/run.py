@@ -57,6 +57,9 @@ log = logging.getLogger("joulestat.run")
 # (restarting after a crash, or overloaded): the job's end, with the command's exit
 # time, must reach it; past this the summary says the job could not be ended.
 END_RETRY_S = 60.0
+# How long `joulestat run` waits for an agent that answered its health check to answer a
+# registration, a count or an end (finding one takes the client's 2 s at most).
+AGENT_ANSWER_TIMEOUT_S = 10.0
 
 RUN_OPTIONS = tuple(dict.fromkeys(("agent_url", "api_token", "log_level",
                                    *EMBEDDED_OPTIONS)))
@@ -291,6 +294,10 @@ class _Tracker:
             except AgentError as exc:
                 raise ConfigError(f"--agent-url {url}: {exc}") from None
             else:
+                # It answered: wait longer for its answers than to find it. A loaded
+                # node's agent took over 2 s to register a job, and a timeout here stops
+                # CMD from running at all.
+                client.timeout_s = AGENT_ANSWER_TIMEOUT_S
                 self.client = client
                 self._register_first()
                 return
