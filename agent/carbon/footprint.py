@@ -34,7 +34,7 @@ from joulestat.carbon.units import j_to_kwh, s_to_hours
 
 METHODOLOGY = """\
 Operational emissions (SCI's E x I, GHG Protocol Scope 2 location-based): each energy
-reading in kWh (J / 3.6e6) x the node's PUE x the node's grid intensity in gCO2e/kWh.
+reading in kWh (J / 3,600,000) x the node's PUE x the node's grid intensity in gCO2e/kWh.
 Intensity: an override if set; else the GCP region's published figure, the US state's
 EPA eGRID2023 rate (lb/MWh x 0.45359237), the Canadian province's generation mix x
 lifecycle factors, the country's figure (Our World in Data / Ember) or the world average,
