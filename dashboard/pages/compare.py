@@ -28,10 +28,10 @@ import streamlit as st
 
 from joulestat.core import units
 from joulestat.dashboard import charts, comparison, costing, fmt, state, ui
+from joulestat.reports.compare.difference import Difference
 from joulestat.reports.compare.groups import LABEL_BY, SETUP_SEPARATOR
 from joulestat.reports.compare.table import (
     ComparisonRow,
-    Difference,
     co2e_difference,
     energy_difference,
 )

@@ -286,7 +286,7 @@ def test_one_estimator_on_one_node_tells_a_2x_difference_by_its_runs(
 
 def _difference(row: dict, base: dict):
     """The row's difference from its JSON, as the words module says it."""
-    from joulestat.reports.compare.table import Difference
+    from joulestat.reports.compare.difference import Difference
 
     ratio = 1 + row["energy_pct"] / 100
     low, high = row["energy_change_interval_pct"]

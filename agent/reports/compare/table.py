@@ -110,6 +110,7 @@ from joulestat.carbon.units import S_PER_HOUR
 from joulestat.core.redact import redact_labels
 from joulestat.core.spread import Spread
 from joulestat.host.serving_metrics import histogram_add
+from joulestat.reports.compare.difference import Difference, Judged, difference
 from joulestat.reports.compare.groups import (
     BY_CHOICES,
     UNKNOWN_TYPE,
@@ -126,7 +127,7 @@ from joulestat.reports.sources import sources_class
 
 __all__ = ["ComparisonRow", "ComparisonTable", "JobFigures", "PER_MILLION", "PER_RUN",
            "PER_UNIT", "Pool", "choose_unit", "choose_unit_of", "compare", "distinguishable",
-           "Difference", "energy_difference", "co2e_difference",
+           "energy_difference", "co2e_difference",
            "pct_change", "pool_of", "ratio_of", "rebase", "row_of"]
 
 # -- Compare measured jobs the way published comparisons are written, from plain numb ----
@@ -569,110 +570,24 @@ def _sized(row: ComparisonRow, sla_units_per_hour: float) -> ComparisonRow:
     )
 
 
-# Two-sided 95 % quantiles of Student's t by degrees of freedom; past the table, the
-# next smaller key's (a wider interval), and 1.96 past 120.
-_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-        9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131,
-        16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086, 25: 2.060, 30: 2.042,
-        40: 2.021, 60: 2.000, 120: 1.980}
-
-
-def t95(dof: float) -> float:
-    """Student's t for a two-sided 95 % interval at ``dof`` degrees of freedom,
-    rounded down to a tabulated one (GUM G.4.1: truncate the effective degrees of
-    freedom), so never narrower than the exact quantile."""
-    if dof > max(_T95):
-        return 1.960
-    return _T95[max(k for k in _T95 if k <= max(1.0, dof))]
-
-
-@dataclass(frozen=True, slots=True)
-class Difference:
-    """A row's energy per unit (per run for per-run rows) against the baseline's, as a
-    ratio (1.0 the same) with the 95 % interval of that ratio (see
-    :func:`energy_difference`). ``shared``: both rows' energy comes from the same
-    sources on the same instance types, whose error cancels in the ratio; ``one_run``:
-    a row of one run, whose spread across runs is unknown."""
-
-    ratio: float
-    interval: tuple[float, float] | None  # None: cannot say
-    shared: bool
-    one_run: bool
-
-    @property
-    def real(self) -> bool | None:
-        """Whether the interval leaves out "no difference" (a ratio of 1); None when
-        there is no interval."""
-        if self.interval is None:
-            return None
-        return self.interval[0] > 1.0 or self.interval[1] < 1.0
-
-    @property
-    def pct_interval(self) -> tuple[float, float] | None:
-        """The interval as a change in percent, ``(-55.0, -43.0)``."""
-        if self.interval is None:
-            return None
-        return (self.interval[0] - 1.0) * 100.0, (self.interval[1] - 1.0) * 100.0
-
-    def scaled(self, factor: float) -> Difference:
-        """The difference of a figure ``factor`` times this one's ratio (CO2e: energy
-        times each row's known CO2e per joule)."""
-        interval = (None if self.interval is None
-                    else (self.interval[0] * factor, self.interval[1] * factor))
-        return replace(self, ratio=self.ratio * factor, interval=interval)
-
-
-def _figure_of(row: ComparisonRow) -> tuple[float | None, tuple[float, float] | None]:
-    if row.basis == PER_UNIT:
-        return row.energy_per_unit_j, row.energy_bounds_per_unit_j
-    return row.energy_per_run_j, row.energy_bounds_per_run_j
-
-
-def _relative_se(row: ComparisonRow) -> tuple[float, int] | None:
-    """The relative standard error of a row's mean over its runs and its degrees of
-    freedom; None with one run."""
-    if row.runs_spread_j is None or not row.runs_mean_j or row.runs < 2:
-        return None
-    return row.runs_spread_j / row.runs_mean_j / math.sqrt(row.runs), row.runs - 1
+def _judged(row: ComparisonRow) -> Judged:
+    """What :mod:`~joulestat.reports.compare.difference` judges of a row: its energy
+    per unit (per run for per-run rows) with its bounds, its runs' spread, and where
+    its energy comes from."""
+    per_unit = row.basis == PER_UNIT
+    return Judged(row.energy_per_unit_j if per_unit else row.energy_per_run_j,
+                  row.energy_bounds_per_unit_j if per_unit else row.energy_bounds_per_run_j,
+                  row.runs, row.runs_mean_j, row.runs_spread_j, row.sources,
+                  row.instance_types)
 
 
 def energy_difference(row: ComparisonRow, base: ComparisonRow) -> Difference | None:
-    """``row``'s energy against ``base``'s: the one rule of whether a difference is
-    real (docs/methodology.md, "Is a difference real?"). None when they are not
-    comparable (different bases, a figure unknown or 0).
-
-    The uncertainty of the ratio splits into what the two rows share and what they do
-    not (the GUM's correlated inputs, JCGM 100:2008 5.2): a systematic error of the
-    same sources on the same instance types scales both figures alike and cancels in
-    the ratio (correlation 1); bounds of different sources, models or hardware do not,
-    and widen the ratio to its extremes (``low_a / high_b`` to ``high_a / low_b``).
-    Across runs, each row's relative standard error (spread / mean / sqrt(runs)) adds
-    in quadrature, times Student's t at the Welch-Satterthwaite degrees of freedom
-    (JCGM 100:2008 G.4) for 95 %. A row of one run has no spread: its difference is
-    judged on unshared bounds alone, and with shared ones it cannot be judged.
-    """
+    """``row``'s energy against ``base``'s by the one rule
+    (:func:`joulestat.reports.compare.difference.difference`); None when they are not
+    comparable (different bases, a figure unknown or 0)."""
     if row.basis != base.basis:
         return None
-    (mine, my_bounds), (theirs, their_bounds) = _figure_of(row), _figure_of(base)
-    if not mine or not theirs or mine < 0 or theirs < 0:
-        return None
-    ratio = mine / theirs
-    shared = bool(row.sources) and (row.sources, row.instance_types) == (
-        base.sources, base.instance_types)
-    low, high = ratio, ratio
-    bounded = my_bounds is not None and their_bounds is not None
-    if bounded and not shared and their_bounds[0] > 0:
-        low, high = my_bounds[0] / their_bounds[1], my_bounds[1] / their_bounds[0]
-    errors = [e for e in (_relative_se(row), _relative_se(base)) if e is not None]
-    one_run = len(errors) < 2
-    if one_run:
-        if shared or not bounded:
-            return Difference(ratio, None, shared, True)
-        return Difference(ratio, (low, high), shared, True)
-    u = math.sqrt(sum(e * e for e, _dof in errors))
-    dof = (u ** 4 / sum(e ** 4 / dof for e, dof in errors)) if u > 0 else math.inf
-    widen = math.exp(t95(dof) * u)
-    return Difference(ratio, (low / widen, high * widen), shared, False)
+    return difference(_judged(row), _judged(base))
 
 
 def co2e_difference(row: ComparisonRow, base: ComparisonRow) -> Difference | None:

@@ -24,10 +24,10 @@ from dataclasses import asdict
 from typing import Any
 
 from joulestat.core import units
+from joulestat.reports.compare.difference import Difference
 from joulestat.reports.compare.table import (
     PER_UNIT,
     ComparisonRow,
-    Difference,
     co2e_difference,
     energy_difference,
     pct_change,

@@ -10,7 +10,8 @@ import pytest
 
 from joulestat.carbon.pricing import NodeFigures
 from joulestat.reports.compare import words
-from joulestat.reports.compare.table import JobFigures, compare, energy_difference, t95
+from joulestat.reports.compare.difference import t95
+from joulestat.reports.compare.table import JobFigures, compare, energy_difference
 from joulestat.reports.compare.words import NOT_DISTINGUISHABLE, as_json, headline
 
 ESTIMATED = (0.45, 2.93)  # a VM's estimator: -55 % / +193 % around the figure
