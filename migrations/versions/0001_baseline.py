@@ -295,7 +295,7 @@ def _pool_days(postgresql: bool) -> None:
                                 name="fk_job_pool_sources_node_nodes", **cascade),
     )
     op.create_index("ix_job_pool_sources_node_day_s", "job_pool_sources", ["node", "day_s"])
-    for statement in (_postgresql_triggers() if postgresql else _sqlite_triggers()):
+    for statement in _triggers(postgresql):
         op.execute(statement)
 
 
@@ -334,29 +334,25 @@ def _unsum(table: str, job_id: str, day: str) -> str:
     return body
 
 
-def _sqlite_triggers() -> list[str]:
-    day = f"(CAST(({{}}) / {DAY_S} AS INTEGER) * {DAY_S})"
+def _triggers(postgresql: bool) -> list[str]:
+    """POOL_TRIGGERS as statements: SQLite's triggers hold their body; PostgreSQL's
+    call a function of their own that does (and returns the row)."""
+    day = (f"(floor(({{}}) / {DAY_S}) * {DAY_S})::bigint" if postgresql
+           else f"(CAST(({{}}) / {DAY_S} AS INTEGER) * {DAY_S})")
     statements = []
     for table, event, job_id in POOL_TRIGGERS:
         when, what = event.split()
         name = f"tr_{table}_unsum_{what.lower()}"
-        statements.append(f"CREATE TRIGGER {name} {when} {what} ON {table} "
-                          f"FOR EACH ROW BEGIN {_unsum(table, job_id, day)}; END")
-    return statements
-
-
-def _postgresql_triggers() -> list[str]:
-    day = f"(floor(({{}}) / {DAY_S}) * {DAY_S})::bigint"
-    statements = []
-    for table, event, job_id in POOL_TRIGGERS:
-        when, what = event.split()
-        name = f"tr_{table}_unsum_{what.lower()}"
-        function = f"{name}_f"
+        body = _unsum(table, job_id, day)
+        if not postgresql:
+            statements.append(f"CREATE TRIGGER {name} {when} {what} ON {table} "
+                              f"FOR EACH ROW BEGIN {body}; END")
+            continue
         back = "OLD" if what == "DELETE" else "NEW"
-        statements.append(f"CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS "
-                          f"$$ BEGIN {_unsum(table, job_id, day)}; RETURN {back}; END $$")
+        statements.append(f"CREATE FUNCTION {name}_f() RETURNS trigger LANGUAGE plpgsql AS "
+                          f"$$ BEGIN {body}; RETURN {back}; END $$")
         statements.append(f"CREATE TRIGGER {name} {when} {what} ON {table} "
-                          f"FOR EACH ROW EXECUTE FUNCTION {function}()")
+                          f"FOR EACH ROW EXECUTE FUNCTION {name}_f()")
     return statements
 
 

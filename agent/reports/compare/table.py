@@ -126,7 +126,7 @@ from joulestat.reports.idle import common_policy
 from joulestat.reports.sources import sources_class
 
 __all__ = ["ComparisonRow", "ComparisonTable", "JobFigures", "PER_MILLION", "PER_RUN",
-           "PER_UNIT", "Pool", "choose_unit", "choose_unit_of", "compare", "distinguishable",
+           "PER_UNIT", "Pool", "choose_unit", "choose_unit_of", "compare",
            "energy_difference", "co2e_difference",
            "pct_change", "pool_of", "ratio_of", "rebase", "row_of"]
 
@@ -606,13 +606,6 @@ def _co2e_per_j(row: ComparisonRow) -> float | None:
     energy = row.energy_per_unit_j if per_unit else row.energy_per_run_j
     co2e = row.co2e_per_unit_g if per_unit else row.co2e_per_run_g
     return None if not energy or co2e is None else co2e / energy
-
-
-def distinguishable(row: ComparisonRow, base: ComparisonRow) -> bool | None:
-    """Whether ``row``'s energy differs from ``base``'s (:func:`energy_difference`);
-    None when that cannot be said."""
-    difference = energy_difference(row, base)
-    return None if difference is None else difference.real
 
 
 def _against(row: ComparisonRow, base: ComparisonRow) -> ComparisonRow:

@@ -72,3 +72,27 @@ def test_a_short_job_is_one_point_named_so(tmp_path, monkeypatch) -> None:
     at = run_page(url, "pages/job_detail.py", monkeypatch, job="short")
     titles = " ".join(h.value for h in at.subheader)
     assert "one point: the whole job" in titles and "buckets" not in titles
+
+
+def test_per_picks_the_unit_and_defaults_to_the_kinds_usual_one(tmp_path, monkeypatch) -> None:
+    """The page's "Per" (docs/dashboard.md): an inference job counting requests and the
+    tokens that outnumber them reads per request; picking token reads per token, the
+    headline and the work charts alike."""
+    from joulestat.store import migrate
+    from tests.helpers.compare_store import T0, TICK_S, job, node, run_job
+
+    url = f"sqlite:///{tmp_path / 'two-units.db'}"
+    engine = make_engine(url)
+    migrate.upgrade(engine)
+    run_job(engine, node("g5-1", "g5.xlarge"), job("two", "serve", "inference", T0, TICK_S),
+            ticks=1, gpu_j=900.0, units={"request": 100, "output_token": 9_000})
+    [two] = list_jobs(engine)
+    engine.dispose()
+    at = run_page(url, "pages/job_detail.py", monkeypatch, job="two")
+    assert at.selectbox(key="detail_unit").value == "request"
+    assert [m.label for m in at.metric if m.label.startswith("Energy per ")] == [
+        "Energy per request"]
+    at.selectbox(key="detail_unit").set_value("output_token").run()
+    [per_token] = [m for m in at.metric if m.label == "Energy per output_token"]
+    assert per_token.value == units.energy(two.total_j / 9_000)
+    assert _work_frame(at).iloc[-1]["unit"] == "output_token"
