@@ -18,6 +18,10 @@ job's registrant credential; the job is registered just before CMD starts, so it
 and, where needed, ``JOULESTAT_API_TOKEN`` (:mod:`joulestat.client.context`): a
 ``track()`` or ``count()`` inside it adds to this job, through the agent or, in
 embedded mode, through the wrapper's own loopback API, and the node is measured once.
+It also gets ``JOULESTAT_RUN_TRACKERS``, a file in a private directory where the
+integrations hand over the MLflow runs they log to: once the job's last tick is
+stored, the wrapper logs the job's final figures and report to them
+(:mod:`joulestat.integrations.run_trackers`), since only it sees the job end.
 """
 
 from __future__ import annotations
@@ -25,11 +29,14 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from joulestat.attribution.agent_labels import (
@@ -48,6 +55,7 @@ from joulestat.core.validation import (
     validate_name,
 )
 from joulestat.host.cgroup_jobs import Placement
+from joulestat.integrations.run_trackers import ENV_RUN_TRACKERS
 from joulestat.runtime.embedded import EMBEDDED_OPTIONS
 from joulestat.runtime.settings import ResolvedSettings, add_options, resolve
 
@@ -75,7 +83,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "registers through its API; without one, joulestat samples in-process and "
         "writes the same store (--db), and says so. CMD gets JOULESTAT_JOB_ID, "
         "JOULESTAT_AGENT_URL, JOULESTAT_JOB_TOKEN (and JOULESTAT_API_TOKEN): track() and "
-        "count() in it add to this job; to join or reopen a job with --job-id, "
+        "count() in it add to this job; and JOULESTAT_RUN_TRACKERS, where the "
+        "integrations hand over the MLflow runs they log to: once the job has ended, "
+        "they get its final figures and report. To join or reopen a job with --job-id, "
         "JOULESTAT_JOB_TOKEN must hold that job's token. If the agent does not answer "
         "when CMD exits (restarting), the "
         f"job's end, with CMD's exit time, is retried for up to {END_RETRY_S:g} s.",
@@ -178,10 +188,12 @@ def _run(args: argparse.Namespace) -> int:
         raise ConfigError(str(exc)) from None
     tracker = _Tracker(args, settings, labels)
     tracker.place()
+    handed = Path(tempfile.mkdtemp(prefix="joulestat-run-")) / "trackers.jsonl"
     try:
         tracker.prepare()
         try:
-            child = _spawn(cmd, {**os.environ, **tracker.child_env()}, tracker)
+            child = _spawn(cmd, {**os.environ, **tracker.child_env(),
+                                 ENV_RUN_TRACKERS: str(handed)}, tracker)
         except OSError as exc:
             tracker.abandon()
             print(f"joulestat run: cannot start {cmd[0]!r}: {exc.strerror or exc}",
@@ -200,7 +212,9 @@ def _run(args: argparse.Namespace) -> int:
         finally:
             forwarder.restore()
         summary = tracker.end(cpu_s, exited_s)
+        tracker.deliver(handed, summary)
     finally:
+        shutil.rmtree(handed.parent, ignore_errors=True)
         if tracker.placement.cgroup is not None:
             tracker.placement.cgroup.release()
     _print_summary(summary, cmd, code, args.json)
@@ -401,6 +415,56 @@ class _Tracker:
         summary["mode"] = "agent"
         return summary
 
+    def deliver(self, handed: Path, summary: dict[str, Any]) -> None:
+        """The ended job's final figures and report to the tracker runs CMD handed over
+        (:mod:`joulestat.integrations.run_trackers`); what was done goes into the
+        summary as ``trackers``. Only once the job is final: figures of a job still
+        being stored would be the very disagreement this is for."""
+        from joulestat.integrations.run_trackers import handed_over
+
+        runs = handed_over(handed, self.job_id)
+        if not runs:
+            return
+        if not summary.get("final", True):
+            log.warning("job %s: its final figures were not stored in time; MLflow runs "
+                        "%s keep the figures of the end of training", self.job_id,
+                        ", ".join(run.run_id for run in runs))
+            return
+        try:
+            if self.embedded is not None:
+                service = self.embedded.figures()
+                figures, report = service.figures(self.job_id), service.report(self.job_id)
+            else:
+                figures, report = self.client.figures(self.job_id), self.client.report(
+                    self.job_id)
+        except Exception as exc:  # the agent or the store: the command's code stands
+            log.warning("job %s: its final figures could not be read for MLflow runs %s: %s",
+                        self.job_id, ", ".join(run.run_id for run in runs), exc)
+            return
+        summary["trackers"] = _deliver(runs, figures, report)
+
+
+def _deliver(runs: list[Any], figures: dict[str, Any], report: dict[str, Any]) -> list[str]:
+    """Log the ended job's figures and report to each run; one phrase per run done. A
+    run that cannot take them is said and skipped: CMD's exit code and the job's
+    figures in the store do not depend on it."""
+    from joulestat.integrations.training import write_report
+
+    done: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="joulestat-report-") as directory:
+        files = write_report(report, directory)
+        for run in runs:
+            try:
+                from joulestat.integrations.mlflow import log_final
+
+                step = log_final(run, figures, files)
+            except Exception as exc:  # ImportError, MLflow's own, its store away
+                log.warning("job %s: the final figures could not be logged to MLflow run "
+                            "%s: %r", run.job_id, run.run_id, exc)
+                continue
+            done.append(f"final figures logged to MLflow run {run.run_id} at step {step}")
+    return done
+
 
 def _print_summary(summary: dict[str, Any], cmd: list[str], code: int, as_json: bool) -> None:
     """The job's summary on stderr; figures through :mod:`joulestat.core.units`, the formatter of
@@ -431,4 +495,5 @@ def _print_summary(summary: dict[str, Any], cmd: list[str], code: int, as_json: 
             per = summary.get("total_energy_j", 0) / count
             lines.append(f"  {units.count(count)} {unit}: "
                          f"{units.per(units.energy(per), unit)}")
+    lines.extend(f"  {done}" for done in summary.get("trackers") or ())
     print("\n".join(lines), file=sys.stderr)

@@ -86,10 +86,19 @@ def metrics_of(figures: Mapping[str, Any], units: Iterable[str] = (STEP, SAMPLE,
 def params_of(figures: Mapping[str, Any] | None, job: TrackedJob | None) -> dict[str, str]:
     """What a tracker records once, as parameters: the job's id and how its energy was
     obtained (``joulestat.energy_is``: "measured", "estimated (model: ...)", ...)."""
+    measured = job is not None and job.mode is not None
+    return run_params(figures, job.id if measured else None,
+                      str(job.mode) if measured else None)
+
+
+def run_params(figures: Mapping[str, Any] | None, job_id: str | None,
+               measured_by: str | None) -> dict[str, str]:
+    """:func:`params_of` from the job's id and who measured it (``agent``,
+    ``embedded``): how the ``joulestat run`` wrapper names its job."""
     params: dict[str, str] = {}
-    if job is not None and job.mode is not None:
-        params["joulestat.job_id"] = job.id
-        params["joulestat.measured_by"] = str(job.mode)
+    if job_id is not None and measured_by is not None:
+        params["joulestat.job_id"] = job_id
+        params["joulestat.measured_by"] = measured_by
     if figures is not None:
         params["joulestat.energy_is"] = str(figures.get("energy_is"))
     return params
@@ -192,14 +201,18 @@ def report_files(job: TrackedJob | None, directory: str) -> list[str]:
     """The job's report written as ``joulestat-report-<id>.json`` and ``.html`` in
     ``directory`` (what the trackers attach as artifacts); [] where there is no report,
     said once by the job."""
+    report = job.report() if job is not None else None
+    return [] if report is None else write_report(report, directory)
+
+
+def write_report(report: Mapping[str, Any], directory: str) -> list[str]:
+    """``report`` written as ``joulestat-report-<id>.json`` and ``.html`` in
+    ``directory``; the paths."""
     from pathlib import Path
 
     from joulestat.reports.html_report import render_html
     from joulestat.reports.json_report import render_json
 
-    report = job.report() if job is not None else None
-    if report is None:
-        return []
     stem = Path(directory) / f"joulestat-report-{report['job']['id']}"
     written = []
     for suffix, text in ((".json", render_json(report)), (".html", render_html(report))):

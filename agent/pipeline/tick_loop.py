@@ -16,6 +16,7 @@ loop. Keeping the schedule in one place keeps the two modes' ticks identical.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -60,6 +61,54 @@ class Every:
         if now_s >= self.next_s or (self.asked is not None and self.asked()):
             self.action(now_s)
             self.next_s = now_s + self.period_s
+
+
+# The closest a tick asked for on demand follows the last: readers asking in a loop get
+# five ticks (and store commits) a second at most, not one per ask.
+ON_DEMAND_GAP_S = 0.2
+
+
+class SharedTick:
+    """The pipeline's tick, taken by the loop on schedule and by a reader on demand.
+
+    Why: a job's figures asked for now (the Trainer callback's, at a logging step) must
+    hold the units its program counted up to the ask and the energy up to the same
+    moment. Counts reach the agent when sent and go into the next tick, so the last
+    stored tick holds energy up to its end but only the counts that arrived before it:
+    read then, energy per step is the energy of one moment over the steps of an earlier
+    one. :meth:`since` runs a tick after the counts arrived (or waits for the loop's, if
+    one began meanwhile), so both are of the same moment. The tick contract allows it:
+    a tick integrates cumulative counters over ``(t0, t1]`` whatever its length.
+    Ticks never overlap (one lock); on-demand ticks are at least
+    :data:`ON_DEMAND_GAP_S` apart.
+    """
+
+    def __init__(self, tick: Callable[[], object], *, gap_s: float = ON_DEMAND_GAP_S,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], object] = time.sleep) -> None:
+        self._tick, self._gap_s, self._clock, self._sleep = tick, gap_s, clock, sleep
+        self._lock = threading.Lock()
+        self._began_s: float | None = None  # when the last tick began
+        self.on_demand = 0  # ticks run by since(), for tests and benchmarks
+
+    def __call__(self) -> object:
+        with self._lock:
+            self._began_s = self._clock()
+            return self._tick()
+
+    def since(self, asked_s: float) -> None:
+        """Return once a tick that began at or after ``asked_s`` (this clock's time) has
+        run: the loop's, if one began meanwhile, else one run here."""
+        with self._lock:
+            if self._began_s is not None and self._began_s >= asked_s:
+                return
+            if self._began_s is not None:
+                wait_s = self._began_s + self._gap_s - self._clock()
+                if wait_s > 0:
+                    self._sleep(wait_s)
+            self._began_s = self._clock()
+            self.on_demand += 1
+            self._tick()
 
 
 @dataclass

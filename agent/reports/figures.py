@@ -25,11 +25,14 @@ from joulestat.reports.provenance import energy_is
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from sqlalchemy.engine import Engine
 
+    from joulestat.pipeline.tick_loop import SharedTick
+
 __all__ = ["FIGURES_FORMAT", "FiguresFromStore", "figures_of"]
 
 FIGURES_FORMAT = "joulestat-figures"
-# A caller asking more often than this reads the store as it is: a flush per request
-# would let any client on the node turn the writer's batches into one commit each.
+# Without a tick on demand, a caller asking more often than this reads the store as it
+# is: a flush per request would let any client on the node turn the writer's batches
+# into one commit each (with one, the ticks' gap bounds the commits).
 FLUSH_AT_MOST_EVERY_S = 1.0
 PER_UNIT_KEYS = ("energy_j", "dynamic_energy_j", "co2e_g", "cost_usd")
 
@@ -66,21 +69,33 @@ def figures_of(report: Mapping[str, Any]) -> dict[str, Any]:
 
 class FiguresFromStore:
     """What the job API calls for ``GET /v1/jobs/{id}/figures`` and ``.../report``:
-    writes what the agent still buffers (at most once a second), then builds the report
-    from the store. ``flush``: the store writer's (None: nothing buffered elsewhere)."""
+    brings the store up to the moment asked, then builds the report from it.
+
+    ``flush``: the store writer's (None: nothing buffered elsewhere). ``ticks``: the
+    pipeline's tick (:class:`~joulestat.pipeline.tick_loop.SharedTick`), given by a
+    running agent or embedded measurement: a tick is taken after the ask (at most five
+    a second) and written, so the figures hold every unit counted before the ask and
+    the energy up to the same moment. Without it (a store read after the measurement
+    ended), what is buffered is written at most once a second."""
 
     def __init__(self, engine: Engine, flush: Callable[[], bool] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 ticks: SharedTick | None = None) -> None:
         self._engine, self._flush, self._clock = engine, flush, clock
+        self._ticks = ticks
         self._lock = threading.Lock()
         self._flushed_at: float | None = None
 
     def _written(self) -> None:
         if self._flush is None:
             return
+        asked_s = self._clock()
+        if self._ticks is not None:
+            self._ticks.since(asked_s)  # the same clock: time.monotonic
         with self._lock:
             now = self._clock()
-            if self._flushed_at is not None and now - self._flushed_at < FLUSH_AT_MOST_EVERY_S:
+            if self._ticks is None and self._flushed_at is not None \
+                    and now - self._flushed_at < FLUSH_AT_MOST_EVERY_S:
                 return
             self._flushed_at = now
             self._flush()  # False (store away): the report says what is stored

@@ -35,7 +35,7 @@ from joulestat.outputs.prometheus import (
     serve,
 )
 from joulestat.pipeline.pipeline import Pipeline
-from joulestat.pipeline.tick_loop import Every, TickHook, TickLoop
+from joulestat.pipeline.tick_loop import Every, SharedTick, TickHook, TickLoop
 from joulestat.runtime.assembly import PipelineSettings, build_pipeline
 from joulestat.runtime.serving import ServingUnits
 
@@ -125,6 +125,8 @@ class Daemon:
     node_metrics: NodeMetrics | None = None
     late_jobs: TickHook | None = None  # joulestat.runtime.assembly.LateJobs
     serving: ServingUnits | None = None  # tokens from serving engines' metrics
+    # The pipeline's tick as the job API also takes it on demand (None: the pipeline's).
+    ticks: SharedTick | None = None
 
     def run(self) -> None:
         worker = None
@@ -132,7 +134,8 @@ class Daemon:
             worker = StoreWorker(self.writer, self.stop)
             worker.start()
         log.info("ticking every %.3g s", self.interval_s)
-        TickLoop(self.pipeline.tick, self.interval_s, self.stop, self.hooks()).run()
+        tick = self.ticks if self.ticks is not None else self.pipeline.tick
+        TickLoop(tick, self.interval_s, self.stop, self.hooks()).run()
         if worker is not None:
             self.writer.wake.set()
             worker.join()
@@ -228,6 +231,7 @@ def run_agent(settings: AgentSettings) -> int:
                            api_url=_api_url(api_settings.api_host, api_settings.api_port))
     interval_s = settings.pipeline.tick.interval_s
     pipeline, writer = built.pipeline, built.writer
+    ticks = SharedTick(pipeline.tick)  # the loop's, and the job API's for figures now
     servers: list[Any] = []
     apis: list[Any] = []
 
@@ -263,7 +267,8 @@ def run_agent(settings: AgentSettings) -> int:
                             job_secret=secret,
                             procfs_root=settings.pipeline.host.procfs_root,
                             store_state=lambda: _store_state(writer, built.late_jobs),
-                            figures=FiguresFromStore(writer.engine, writer.flush))
+                            figures=FiguresFromStore(writer.engine, writer.flush,
+                                                     ticks=ticks))
             try:
                 api.start()
             except ValueError as exc:
@@ -285,7 +290,7 @@ def run_agent(settings: AgentSettings) -> int:
     serving.start()
     Daemon(pipeline, interval_s, metrics.job_retention_s, stop,
            writer=writer, node_metrics=built.node_metrics, late_jobs=built.late_jobs,
-           serving=serving).run()
+           serving=serving, ticks=ticks).run()
     serving.close()
     for server in servers:
         _close(server)

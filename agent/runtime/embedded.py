@@ -33,7 +33,7 @@ from joulestat.core.validation import (
     validate_name,
     validate_pids,
 )
-from joulestat.pipeline.tick_loop import Every, TickLoop
+from joulestat.pipeline.tick_loop import Every, SharedTick, TickLoop
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from joulestat.reports.figures import FiguresFromStore
@@ -94,6 +94,7 @@ class EmbeddedJob:
         self._reason = reason
         self._api: Any = None
         self._figures: FiguresFromStore | None = None
+        self._ticks: SharedTick | None = None
         self.api_url: str | None = None
         self.api_token = secrets.token_urlsafe(24)
 
@@ -127,7 +128,9 @@ class EmbeddedJob:
         name, kind, pids, labels, job_id = self._fields
         self.job = self._registry.register(name, kind, pids, labels, job_id, origin="embedded",
                                            agent_labels=self._agent_labels)
-        self._figures = FiguresFromStore(self._writer.engine, self._writer.flush)
+        self._ticks = SharedTick(self._pipeline.tick)  # the loop's, and figures' now
+        self._figures = FiguresFromStore(self._writer.engine, self._writer.flush,
+                                         ticks=self._ticks)
         self._api = ApiServer(self._registry, "127.0.0.1", 0, token=self.api_token,
                               node=self._pipeline.node.node,
                               interval_s=self._settings.tick.interval_s, mode="embedded",
@@ -170,7 +173,8 @@ class EmbeddedJob:
         serving = ServingUnits(self._registry, self._settings.tick.interval_s)
         serving.start()
         try:
-            TickLoop(self._pipeline.tick, self._settings.tick.interval_s, self._stop,
+            assert self._ticks is not None, "the loop runs after start()"
+            TickLoop(self._ticks, self._settings.tick.interval_s, self._stop,
                      [flush_hook, serving]).run()
         finally:
             serving.close()

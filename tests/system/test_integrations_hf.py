@@ -20,6 +20,7 @@ pytest.importorskip("mlflow", reason="the mlflow extra is not installed")
 pytestmark = pytest.mark.slow
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "huggingface" / "trainer.py"
+JOULESTAT = str(Path(sys.executable).with_name("joulestat"))
 NAME = "tiny-bert-finetune"  # the example's default --name
 
 
@@ -126,24 +127,75 @@ def test_two_ranks_of_one_run_make_one_job_counted_once(tmp_path):
     assert final["joulestat/energy_j"] == pytest.approx(report["energy_j"]["total"], rel=0.10)
 
 
-def test_under_joulestat_run_the_callback_joins_the_runs_job(tmp_path):
-    with agent_on_fake_rapl(tmp_path, at_head=True) as agent:
+@pytest.mark.parametrize("measured_by", ["agent", "embedded"])
+def test_under_joulestat_run_mlflow_ends_with_the_jobs_final_stored_figures(
+        tmp_path, measured_by):
+    """Issue 46, acceptance 3: the Trainer's job is the wrapper's and goes on after
+    training (until the script exits), so MLflow's last figures are the ones the wrapper
+    logs once the job ended: the store's, with the report attached saying ended; and
+    at each logging step the units and the energy are of the same moment."""
+    mlflow_db = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    script = [sys.executable, str(EXAMPLE), "--report-to", "mlflow",
+              "--output-dir", str(tmp_path / "out")]
+    if measured_by == "agent":
+        with agent_on_fake_rapl(tmp_path, at_head=True) as agent:
+            env = agent.client_env(MLFLOW_TRACKING_URI=mlflow_db, OMP_NUM_THREADS="1")
+            result = subprocess.run(
+                [JOULESTAT, "run", "--name", "hf-run", "--kind", "training", "--json", "--",
+                 *script], env=env, cwd=tmp_path, capture_output=True, text=True,
+                timeout=600)
+            assert result.returncode == 0, result.stderr[-4000:]
+            jobs = json.loads(read_cli("jobs", "--json", env=agent.client_env()).stdout)
+            assert [job["name"] for job in jobs] == ["hf-run"], "joined, not its own"
+            report = _stored_report(agent.client_env(), "hf-run")
+    else:
+        env = agent_env(JOULESTAT_AGENT_URL=f"http://127.0.0.1:{free_port()}",
+                        JOULESTAT_DB=f"sqlite:///{tmp_path / 'embedded.db'}",
+                        MLFLOW_TRACKING_URI=mlflow_db, OMP_NUM_THREADS="1")
         result = subprocess.run(
-            [str(Path(sys.executable).with_name("joulestat")), "run", "--name", "hf-run",
-             "--kind", "training", "--json", "--", sys.executable, str(EXAMPLE),
-             "--output-dir", str(tmp_path / "out")],
-            env=agent.client_env(OMP_NUM_THREADS="1"), cwd=tmp_path, capture_output=True,
-            text=True, timeout=600)
+            [JOULESTAT, "run", "--name", "hf-run", "--kind", "training", "--json",
+             "--interval", "0.25", "--", *script], env=env, cwd=tmp_path,
+            capture_output=True, text=True, timeout=600)
         assert result.returncode == 0, result.stderr[-4000:]
-        jobs = json.loads(read_cli("jobs", "--json", env=agent.client_env()).stdout)
+        report = _stored_report(env, "hf-run")
     summary = json.loads([x for x in result.stderr.splitlines() if x.startswith("{")][-1])
-    assert [job["name"] for job in jobs] == ["hf-run"], "joined, not a job of its own"
-    assert summary["units"]["step"] == 20 and summary["units"]["sample"] == 160
-    state = json.loads((tmp_path / "out" / "trainer_state.json").read_text())
-    final = next(entry for entry in state["log_history"] if "train_runtime" in entry)
-    # The run's job goes on after training (until its command exits): the figures
-    # logged are those so far, never more than the job's total.
-    assert 0 < final["joulestat/energy_j"] <= summary["total_energy_j"]
+    assert summary["mode"] == measured_by and summary["final"] is True
+    assert report["job"]["status"] == "ended"
+    assert report["work_units"]["step"] == 20 and report["work_units"]["sample"] == 160
+    stored_j = report["energy_j"]["total"]
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=mlflow_db)
+    (run,) = client.search_runs(experiment_ids=["0"])
+    assert summary["trackers"] == [
+        f"final figures logged to MLflow run {run.info.run_id} at step 20"]
+    last = run.data.metrics  # MLflow's latest value of each: by step, then time
+    print(f"{measured_by}: store {stored_j:.3f} J, MLflow last "
+          f"{last['joulestat/energy_j']:.3f} J, {last['joulestat/steps']:g} steps")
+    assert last["joulestat/energy_j"] == pytest.approx(stored_j, rel=0.01)
+    assert last["joulestat/steps"] == 20 and last["joulestat/samples"] == 160
+    assert last["joulestat/energy_j_per_step"] == pytest.approx(stored_j / 20, rel=0.01)
+    assert last["joulestat/co2e_g"] == pytest.approx(report["co2e_g"], rel=0.01)
+    assert run.data.params["joulestat.job_id"] == report["job"]["id"]
+    assert run.data.params["joulestat.measured_by"] == measured_by
+    job_id = report["job"]["id"]
+    attached = json.loads(Path(client.download_artifacts(
+        run.info.run_id, f"joulestat/joulestat-report-{job_id}.json", str(tmp_path))
+    ).read_text())
+    assert attached["job"]["status"] == "ended"
+    assert attached["energy_j"]["total"] == pytest.approx(stored_j, rel=1e-9)
+
+    # At every logging step: energy per step is the energy over the steps of one moment,
+    # and those steps are every one counted up to the figures' moment (the first log, at
+    # step 5, has them: a tick is taken after the counts arrive).
+    history = json.loads((tmp_path / "out" / "trainer_state.json").read_text())["log_history"]
+    logged = [entry for entry in history if "joulestat/energy_j" in entry]
+    assert logged[0]["step"] == 5 and logged[0]["joulestat/steps"] == 5
+    for entry in logged:
+        assert entry["joulestat/steps"] <= entry["step"]
+        assert entry["joulestat/energy_j_per_step"] * entry["joulestat/steps"] == \
+            pytest.approx(entry["joulestat/energy_j"], rel=1e-9)
 
 
 def test_without_an_agent_training_goes_on_measured_in_process(tmp_path):

@@ -60,6 +60,42 @@ def test_mlflow_helpers_log_figures_at_steps_and_the_report_at_the_end(tmp_path)
                      f"joulestat/joulestat-report-{printed['job_id']}.html"}
 
 
+def test_under_joulestat_run_the_report_and_last_figures_are_the_ended_jobs(tmp_path):
+    """Inside a `joulestat run` job, log_report hands the run over and the wrapper, once
+    the job ended (after the script's own exit), logs the final figures and report."""
+    pytest.importorskip("mlflow", reason="the mlflow extra is not installed")
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    with agent_on_fake_rapl(tmp_path, at_head=True) as agent:
+        env = agent.client_env(PYTHONPATH=str(Path(__file__).resolve().parents[2]),
+                               MLFLOW_TRACKING_URI=store)
+        result = subprocess.run(
+            [str(Path(sys.executable).with_name("joulestat")), "run", "--name", "loop-run",
+             "--", sys.executable, str(LOOP), "--tracker", "mlflow"],
+            env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr[-4000:]
+        printed = json.loads(result.stdout.strip().splitlines()[-1])
+        report = json.loads(read_cli("report", "--format", "json", printed["job_id"],
+                                     env=agent.client_env()).stdout)
+    assert printed["attached"] is True  # handed over
+    assert report["job"]["name"] == "loop-run" and report["job"]["status"] == "ended"
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=store)
+    (run,) = client.search_runs(experiment_ids=["0"])
+    assert f"final figures logged to MLflow run {run.info.run_id} at step 20" in result.stderr
+    history = client.get_metric_history(run.info.run_id, "joulestat/energy_j")
+    assert [m.step for m in history] == [5, 10, 15, 20, 20, 20]
+    # The loop's own last figures were the job's so far; the wrapper's, the final ones.
+    assert history[-2].value < history[-1].value
+    assert run.data.metrics["joulestat/energy_j"] == pytest.approx(
+        report["energy_j"]["total"], rel=1e-9)
+    assert run.data.params["joulestat.job_id"] == printed["job_id"]
+    attached = json.loads(Path(client.download_artifacts(
+        run.info.run_id, f"joulestat/joulestat-report-{printed['job_id']}.json",
+        str(tmp_path))).read_text())
+    assert attached["job"]["status"] == "ended"
+
+
 def test_wandb_helpers_log_the_same_in_offline_mode(tmp_path):
     pytest.importorskip("wandb", reason="the wandb extra is not installed")
     printed, report = _run_loop(tmp_path, "wandb", WANDB_MODE="offline", WANDB_SILENT="true",

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import pytest
 
-from joulestat.pipeline.tick_loop import Every, TickLoop
+from joulestat.pipeline.tick_loop import Every, SharedTick, TickLoop
 
 START = 100.0
 
@@ -143,3 +144,63 @@ def test_with_a_real_event_a_stop_ends_the_loop_with_a_final_tick() -> None:
     thread.join(5.0)
     assert not thread.is_alive()
     assert len(ticks) >= 4  # three scheduled, at least, and the final one
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_a_tick_asked_for_runs_after_the_ask_unless_the_loops_began_since() -> None:
+    clock, began = _Clock(), []
+    ticks = SharedTick(lambda: began.append(clock.now), clock=clock, sleep=clock.sleep)
+    ticks()  # the loop's, at 100.0
+    clock.now = 101.0
+    ticks.since(100.5)  # asked after the loop's tick began: one more, now
+    assert began == [100.0, 101.0] and ticks.on_demand == 1
+    ticks.since(101.0)  # a tick began at the ask: it holds what came before
+    assert began == [100.0, 101.0] and ticks.on_demand == 1
+    clock.now = 102.0
+    ticks()  # the loop's
+    ticks.since(101.5)
+    assert began == [100.0, 101.0, 102.0], "the loop's tick began after the ask"
+
+
+def test_ticks_asked_for_in_a_row_are_spaced_by_the_gap() -> None:
+    clock, began = _Clock(), []
+    ticks = SharedTick(lambda: began.append(clock.now), gap_s=0.2, clock=clock,
+                       sleep=clock.sleep)
+    for _ in range(3):
+        ticks.since(clock.now + 1e-9)  # each ask after the last tick began
+    assert began == pytest.approx([100.0, 100.2, 100.4])
+    assert ticks.on_demand == 3
+
+
+def test_the_loop_and_a_reader_never_tick_at_once() -> None:
+    inside, overlaps = [0], []
+    lock = threading.Lock()
+
+    def tick() -> None:
+        with lock:
+            inside[0] += 1
+            overlaps.append(inside[0])
+        time.sleep(0.001)
+        with lock:
+            inside[0] -= 1
+
+    ticks = SharedTick(tick, gap_s=0.0)
+    readers = [threading.Thread(target=lambda: [ticks.since(time.monotonic())
+                                                 for _ in range(20)]) for _ in range(3)]
+    for thread in readers:
+        thread.start()
+    for _ in range(20):
+        ticks()
+    for thread in readers:
+        thread.join()
+    assert max(overlaps) == 1 and len(overlaps) >= 20

@@ -11,8 +11,10 @@ The layers, lowest first, are the pipeline's stages (docs/architecture.md draws 
     5. reports                       figures, comparisons and reports read from the store
     6. api, outputs                  the job API; Prometheus, OTLP (neither imports the other)
     7. runtime                       what puts the layers below together
-    8. cli, client, demo, dashboard  what a person runs or imports
+    8. client, demo, dashboard       what a person imports or looks at
     9. integrations                  the client inside ML frameworks
+   10. cli                           the commands, over everything (`joulestat run`
+                                     gives trackers their final figures)
 
 The rule is over package prefixes: ``joulestat.<dir>.…`` is in ``<dir>``'s layer. The
 ``joulestat`` package itself (``__init__``, ``__main__``) is the public face, above
@@ -46,8 +48,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("reports", ("reports",)),
     ("api, outputs", ("api", "outputs")),
     ("runtime", ("runtime",)),
-    ("cli, client, demo, dashboard", ("cli", "client", "demo", "dashboard")),
+    ("client, demo, dashboard", ("client", "demo", "dashboard")),
     ("integrations", ("integrations",)),
+    ("cli", ("cli",)),
 )
 # Within a layer, these directories may not import each other: the job API and the
 # exporters are two servers side by side (their HTTP admission is core's).
@@ -216,7 +219,7 @@ def test_the_checker_reports_an_upward_import(tmp_path: Path) -> None:
         "agent/devices/factory.py:3: joulestat.devices.factory (devices, host, carbon) "
         "imports joulestat.runtime.settings (runtime)",
         "agent/devices/factory.py:6: joulestat.devices.factory (devices, host, carbon) "
-        "imports joulestat.cli (cli, client, demo, dashboard)",
+        "imports joulestat.cli (cli)",
         "agent/devices/factory.py:7: joulestat.devices.factory (devices, host, carbon) "
         "imports joulestat.runtime (runtime)",
         "agent/devices/factory.py:8: joulestat.devices.factory (devices, host, carbon) "
@@ -238,7 +241,7 @@ def test_docs_architecture_shows_these_layers_and_names_only_real_paths() -> Non
     """docs/architecture.md draws the layers for a newcomer: the same layers in the same
     order, and every path it names exists."""
     text = (ROOT / "docs" / "architecture.md").read_text()
-    rows = re.findall(r"^\| (\d)\. ([^|]+?) \|", text, flags=re.MULTILINE)
+    rows = re.findall(r"^\| (\d+)\. ([^|]+?) \|", text, flags=re.MULTILINE)
     assert [(int(n), name.strip()) for n, name in rows] == [
         (i, name) for i, (name, _) in enumerate(LAYERS)]
     paths = set(re.findall(r"`((?:agent|dashboard|migrations|tests)/[\w/.]*)`", text))
