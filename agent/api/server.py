@@ -486,6 +486,14 @@ class _Handler(GatedHandler):
         pid_set = check_claimable_pids(pids, self.server.agent_pid, taken)
         if not pid_set:
             return
+        # A pid with no process yet is claimed by nobody: claiming it would take the
+        # energy of whoever's process is given that pid later (issue 47: 10,001 future
+        # pids registered by one user made another's `joulestat run` refused).
+        missing = sorted(pid for pid in pid_set if not self.server.peers.exists(pid))
+        if missing:
+            shown = ", ".join(map(str, missing[:5])) + (" ..." if len(missing) > 5 else "")
+            raise JobError(f"pids: no process {shown} on this node; a job claims running "
+                           "processes only (register them once they have started)")
         caller = self.server.peers.caller_uid(self.client_address, self.server_sockname())
         if caller is None or caller == 0:
             return

@@ -200,18 +200,23 @@ def _run(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 127 if isinstance(exc, FileNotFoundError) else 126
         forwarder = _Forwarder(child)
+        unmeasured = None
         try:
             tracker.start(child.pid)
         except JobError as exc:
-            child.terminate()
-            child.wait()
-            raise ConfigError(str(exc)) from None
+            # CMD is the user's work: the agent refusing its process is no reason to stop
+            # it (issue 47). It runs on, unmeasured, and the summary says so.
+            unmeasured = str(exc)
+            log.warning("job %s: %s; CMD runs on, unmeasured (the job holds no process)",
+                        tracker.job_id, unmeasured)
         try:
             code, cpu_s = _wait(child)
             exited_s = time.time()  # the job's end, however late the agent hears of it
         finally:
             forwarder.restore()
         summary = tracker.end(cpu_s, exited_s)
+        if unmeasured is not None:
+            summary["unmeasured"] = unmeasured
         tracker.deliver(handed, summary)
     finally:
         shutil.rmtree(handed.parent, ignore_errors=True)
@@ -484,6 +489,8 @@ def _print_summary(summary: dict[str, Any], cmd: list[str], code: int, as_json: 
     if summary.get("final") is False:
         lines.append("  not final: the agent had not stored the job's last tick yet; "
                      "`joulestat jobs` will show the complete figures")
+    if summary.get("unmeasured"):
+        lines.append(f"  unmeasured: {summary['unmeasured']}")
     energy = summary.get("energy_j") or {}
     if energy:
         parts = ", ".join(f"{c} {units.energy(j)}" for c, j in sorted(energy.items()))

@@ -67,6 +67,10 @@ class PeerLookup:
                         return None
         return None
 
+    def exists(self, pid: int) -> bool:
+        """Whether process ``pid`` runs now (a zombie counts: it still holds the pid)."""
+        return (self.root / str(pid)).is_dir()
+
     def process_uid(self, pid: int) -> int | None:
         """The real uid of process ``pid``, or None (gone, or unreadable)."""
         try:

@@ -17,10 +17,12 @@ later revision is written, and tested, is in docs/migrations.md. Each one sets
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import importlib.util
 import logging
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -106,7 +108,10 @@ def upgrade(url_or_engine: str | URL | Engine, revision: str = "head") -> str | 
     assert isinstance(engine, Engine)
     config = alembic_config()
     try:
-        with engine.begin() as connection:
+        with _one_migration_at_a_time(engine), engine.begin() as connection:
+            if engine.dialect.name == "postgresql":
+                connection.execute(text("SELECT pg_advisory_xact_lock(:key)"),
+                                   {"key": MIGRATION_LOCK_KEY})
             config.attributes["connection"] = connection
             command.upgrade(config, revision)
         now = current_revision(engine)
@@ -119,6 +124,40 @@ def upgrade(url_or_engine: str | URL | Engine, revision: str = "head") -> str | 
             engine.dispose()
     log.info("%s: schema at revision %s", redact_url(engine.url), now)
     return now
+
+
+# pg_advisory_xact_lock's key for migrations: any constant the store uses for nothing
+# else ("joulestat" in ASCII, truncated to 63 bits).
+MIGRATION_LOCK_KEY = 0x6A6F756C65737461
+
+
+@contextlib.contextmanager
+def _one_migration_at_a_time(engine: Engine) -> Iterator[None]:
+    """Hold the store's migration lock for one :func:`upgrade`.
+
+    Why: agents started at once on a new store each see no schema and each create it
+    (issue 47: one of three died with "table nodes already exists"). Alembic reads the
+    revision after the lock is held, so the later ones find the store at head and do
+    nothing. PostgreSQL takes an advisory lock in the migration's own transaction (its
+    DDL is transactional); SQLite's driver commits DDL as it goes, so a file SQLite
+    store is locked with ``flock`` on ``<database>.migrate-lock`` beside it (SQLite
+    stores are local files: docs/store.md). In-memory databases have one connection
+    and need none.
+    """
+    database = engine.url.database or ""
+    if engine.dialect.name != "sqlite" or database in ("", ":memory:") or \
+            database.startswith("file:"):
+        yield
+        return
+    import fcntl
+
+    lock_path = Path(database).expanduser().with_name(Path(database).name + ".migrate-lock")
+    with os.fdopen(os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600), "r+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def current_revision(engine: Engine) -> str | None:
