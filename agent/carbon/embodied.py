@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from joulestat.carbon.catalog import InstanceSpec
 from joulestat.carbon.units import kg_to_g, years_to_s
+from joulestat.core import units
 
 METHOD = "sci-m:ccf-vcpu-share"
 
@@ -46,7 +47,7 @@ def embodied_g(spec: InstanceSpec | None, reserved_s: float) -> Embodied:
     time_share = reserved_s / lifetime_s
     resource_share = spec.vcpus / spec.family_max_vcpus
     grams = kg_to_g(spec.embodied_kgco2e) * time_share * resource_share
-    note = (f"{spec.embodied_kgco2e} kgCO2e server x ({reserved_s:.0f} s / "
+    note = (f"{units.sig(spec.embodied_kgco2e)} kgCO2e server x ({units.duration(reserved_s)} / "
             f"{spec.lifetime_years:g} years) x ({spec.vcpus} / {spec.family_max_vcpus} vCPUs); "
             f"TE from {spec.embodied_source}")
     if spec.accelerator_count:

@@ -36,12 +36,12 @@ METHODOLOGY = """\
 Operational emissions (SCI's E x I, GHG Protocol Scope 2 location-based): each energy
 reading in kWh (J / 3,600,000) x the node's PUE x the node's grid intensity in gCO2e/kWh.
 Intensity: an override if set; else the GCP region's published figure, the US state's
-EPA eGRID2023 rate (lb/MWh x 0.45359237), the Canadian province's generation mix x
+EPA eGRID2023 rate (lb/MWh x 454 g per lb), the Canadian province's generation mix x
 lifecycle factors, the country's figure (Our World in Data / Ember) or the world average,
 all from codecarbon 3.3.2's bundled data; with an Electricity Maps token, energy measured
 within the cache TTL of now uses the zone's latest live value instead.
-PUE: override, else Cloud Carbon Footprint's per-provider average (AWS 1.135, GCP 1.1,
-Azure 1.185), else 1.0 for unknown/on-prem facilities.
+PUE: override, else Cloud Carbon Footprint's per-provider average (AWS 1.14, GCP 1.10,
+Azure 1.19, each to 3 digits), else 1.0 for unknown/on-prem facilities.
 Embodied emissions (SCI's M, reported apart): the whole server's manufacturing emissions
 (CCF method) x reserved time / 4-year life x instance vCPUs / family's largest vCPUs.
 Cost: USD per hour x reserved hours; the hourly price is --price-per-hour if set (one

@@ -33,6 +33,7 @@ from joulestat.carbon.codecarbon_data import (
 )
 from joulestat.carbon.regions import find_region
 from joulestat.carbon.units import lbs_per_mwh_to_g_per_kwh
+from joulestat.core import units
 
 _ISO3 = re.compile(r"^[A-Z]{3}$")
 _US_OR_CA_SUBDIVISION = re.compile(r"^(US|CA)-([A-Z]{2})$")
@@ -98,7 +99,8 @@ def _subdivision(grid: GridData, code: str) -> Intensity | None:
         return Intensity(
             lbs_per_mwh_to_g_per_kwh(state.lbs_per_mwh),
             f"codecarbon:usa-egrid{grid.us_year or ''}:{part}", grid.us_year, code,
-            f"US state {part} ({state.name}): {state.lbs_per_mwh} lb/MWh from {grid.us_source}")
+            f"US state {part} ({state.name}): {units.sig(state.lbs_per_mwh)} lb/MWh from "
+            f"{grid.us_source}")
     province = CANADA_PROVINCES.get(part)
     mix = grid.canada_mix.get(province) if province else None
     if mix is None:
