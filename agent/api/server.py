@@ -43,6 +43,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from joulestat.attribution.agent_labels import SERVING_METRICS, validate_serving_url
 from joulestat.attribution.registry import Job, JobRegistry
 from joulestat.core import jsonout
+from joulestat.core.errors import ConfigError
 from joulestat.core.http_gate import GatedHandler, HttpGate, Limits, busy_response
 from joulestat.core.redact import redact_labels
 from joulestat.core.validation import (
@@ -142,6 +143,7 @@ def load_job_secret(path: Path | None) -> bytes:
             return secrets.token_bytes(JOB_SECRET_BYTES)
         finally:
             temporary.unlink(missing_ok=True)
+    _check_secret_file(path)
     try:
         secret = path.read_bytes()
     except OSError as exc:
@@ -154,6 +156,25 @@ def load_job_secret(path: Path | None) -> bytes:
                     "restart", path, reason)
         return secrets.token_bytes(JOB_SECRET_BYTES)
     return secret
+
+
+def _check_secret_file(path: Path) -> None:
+    """Stop the agent (:class:`ConfigError` naming the file) when the job-token secret
+    is not its user's own private file: another user who wrote it (issue 47: an
+    all-zero key in a spool directory they made) knows every job's token."""
+    from joulestat.store.durability import NotOurs, check_ours
+
+    try:
+        found = check_ours(path)
+    except NotOurs as exc:
+        raise ConfigError(f"job-token secret: {exc.strerror}") from None
+    except OSError:
+        return  # gone meanwhile: the read below says so
+    if found.st_mode & 0o077:
+        raise ConfigError(f"job-token secret {path} is readable or writable by other users "
+                          f"(mode {found.st_mode & 0o777:o}); whoever could read or write it "
+                          "knows every job's token: remove it (the agent makes a new one, "
+                          "and running jobs' tokens change) or chmod 600 it")
 
 
 def is_loopback(host: str) -> bool:

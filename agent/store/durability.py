@@ -53,11 +53,13 @@ restart can tell "nothing saved" from "store away".
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import math
 import os
 import socket
+import stat
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -273,9 +275,33 @@ def _lock_directory(directory: Path) -> int:
     return fd
 
 
+class NotOurs(OSError):
+    """A directory or file the agent would trust is another user's, or a link."""
+
+
+def check_ours(path: Path) -> os.stat_result:
+    """``path``'s status, once it is known to be the agent's user's own and not a
+    symbolic link; :class:`NotOurs` naming the owner otherwise.
+
+    Why: the spool holds what the agent has measured and not yet stored, and the
+    secret every job token derives from (``job-token.key``). A directory another user
+    made (a world-writable one, an all-zero key in it: issue 47) would let that user
+    plant the key and so end or count into root's jobs, or swap segments."""
+    found = os.lstat(path)
+    if stat.S_ISLNK(found.st_mode):
+        raise NotOurs(errno.EPERM, f"{path} is a symbolic link; the agent uses only a "
+                      "directory and files of its own")
+    if found.st_uid != os.geteuid():
+        raise NotOurs(errno.EPERM, f"{path} is owned by uid {found.st_uid}, not by the "
+                      f"agent's user (uid {os.geteuid()}); another user may have made it: "
+                      "give the agent a directory of its own")
+    return found
+
+
 def make_private_dir(directory: Path) -> None:
     """``directory`` and any missing parents, created 0700 whatever the umask; the
-    directory itself set to 0700 if it existed (it is this agent's own)."""
+    directory itself set to 0700 if it existed, once it is known to be this agent's
+    user's own (:class:`NotOurs` otherwise: it is refused, never taken over)."""
     directory = Path(directory)
     missing = []
     for parent in (directory, *directory.parents):
@@ -288,12 +314,8 @@ def make_private_dir(directory: Path) -> None:
         except FileExistsError:
             pass
         os.chmod(path, 0o700)  # mkdir's mode is masked by the umask
-    if not missing and directory.stat().st_mode & 0o077:
-        try:
-            os.chmod(directory, 0o700)
-        except PermissionError as exc:  # not ours: say so, keep going
-            log.warning("spool directory %s is readable by others and cannot be made "
-                        "private (%s)", directory, exc)
+    if not missing and check_ours(directory).st_mode & 0o077:
+        os.chmod(directory, 0o700)  # ours: readable by others no longer
 
 
 def _encode(batch: RowBuffer, pending: PendingJobs) -> dict[str, Any]:
