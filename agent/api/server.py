@@ -550,16 +550,24 @@ class _Handler(GatedHandler):
                                     instance_type=data.get("instance_type"),
                                     agent_labels=_with_serving(data))
             answer = {**_answer(job), "job_token": self.server.job_token(job.id)}
-            if self.server.persist is not None and not existed:
-                # On disk before the 201, or the answer says it is not (yet): the
+            if self.server.persist is not None and (
+                    not existed or data.get("pids") or data.get("labels")):
+                # On disk before the answer, or the answer says it is not (yet): the
                 # client registers again (same job_id) if the agent restarts without it.
-                # The store is handed a snapshot, taken under the registry's lock (a
-                # tick or discovery may change the job meanwhile), and the lock let go
-                # before the write.
-                with registry.lock:
-                    record = job.record()
-                answer["durable"] = bool(self.server.persist(record))
+                # A re-registration that adds processes is saved too: `joulestat run`
+                # registers its command's pid so, and a crash before the next flush
+                # lost it (issue 47).
+                answer["durable"] = self._persist(job)
         return (200 if existed else 201), answer
+
+    def _persist(self, job: Job) -> bool:
+        """Write ``job`` to the store now (False: it could not). The store is handed a
+        snapshot, taken under the registry's lock (a tick or discovery may change the
+        job meanwhile), and the lock let go before the write."""
+        assert self.server.persist is not None
+        with self.server.registry.lock:
+            record = job.record()
+        return bool(self.server.persist(record))
 
     def _units(self, job_id: str) -> tuple[int, Any]:
         data = self._read_object(UNIT_FIELDS)
@@ -573,7 +581,14 @@ class _Handler(GatedHandler):
         if data.get("ended_at") is not None:
             at_s = validate_end_time(data["ended_at"], registry.get(job_id).started_s,
                                      time.time())
-        return 200, _answer(registry.end(job_id, at_s=at_s, cpu_s=data.get("cpu_s")))
+        answer = _answer(registry.end(job_id, at_s=at_s, cpu_s=data.get("cpu_s")))
+        if self.server.persist is not None:
+            # An acknowledged end is on disk before the answer (issue 47: an agent
+            # killed 6 ms after answering 200 brought the job back running); "durable"
+            # false: it could not be, and `joulestat run` sends the end again should
+            # it see the job running after a restart.
+            answer["durable"] = self._persist(registry.get(job_id))
+        return 200, answer
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """http.server's own refusals (bad request line, huge headers) as JSON 4xx too."""

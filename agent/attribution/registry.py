@@ -284,6 +284,8 @@ class JobRegistry:
                 self._changed[job.id] = job
                 if job.ended_s is None:
                     self._live.add(job.id)
+                else:  # ended after the last stored tick: its last ticks are still due
+                    self._unsettled[job.id] = job
                 if job.pids:
                     self._measured[job.id] = job
 

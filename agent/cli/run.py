@@ -411,10 +411,20 @@ class _Tracker:
             return {"id": job_id, "mode": "agent", "final": False}
         try:
             timeout_s = client.final_timeout_s()
-            if timeout_s is not None:
-                summary = retrying(lambda: client.wait_final(job_id, timeout_s),
+            while timeout_s is not None:
+                summary = retrying(lambda wait_s=timeout_s: client.wait_final(job_id, wait_s),
                                    max(0.0, deadline - time.monotonic()),
                                    f"waiting for job {job_id}'s final tick")
+                if summary.get("status") != "running" or time.monotonic() >= deadline:
+                    break
+                # An agent restarted since it answered the end, without it: the end is
+                # sent again (idempotent: the same exit time), never left for the job to
+                # run on forever (issue 47).
+                log.warning("job %s is running again at the agent (restarted since it "
+                            "took the end?); ending it again", job_id)
+                summary = retrying(lambda: client.end(job_id, cpu_s=cpu_s, ended_at=exited_s),
+                                   max(0.0, deadline - time.monotonic()), f"ending job {job_id}")
+                timeout_s = client.final_timeout_s()
         except (AgentError, AgentUnavailable) as exc:  # ended: the summary says not final
             log.warning("job %s ended; its final figures could not be read: %s", job_id, exc)
         summary["mode"] = "agent"

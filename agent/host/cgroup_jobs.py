@@ -73,6 +73,28 @@ class JobWant(NamedTuple):
     final_cpu_s: float | None = None  # the wrapper's wait4() total, once it has ended
 
 
+def pids_in_run_cgroup(cgroup_root: Path, job_id: str, cpu_source: str) -> set[int]:
+    """The processes in the cgroup ``joulestat run`` made for ``job_id``, which its
+    ``cpu_source`` agent label names; empty when the label names none (or another job's),
+    or the cgroup is gone.
+
+    Why: a job restored after a restart must be found again by its cgroup. A command
+    started in the seconds before a ``kill -9`` of the agent may have no stored pid
+    (issue 47: after the restart ``"pids": []`` and 0 J, "final"), but its cgroup,
+    named for the job, still holds it and everything it started."""
+    ref = CgroupRef.from_text(cpu_source)
+    if ref is None or not ref.path.rstrip("/").endswith("/" + run_cgroup_name(job_id)):
+        return set()
+    directory = CgroupFs(cgroup_root).directory(ref)
+    if directory is None:
+        return set()
+    try:
+        text = read_bytes(str(directory / "cgroup.procs")).decode()
+    except (OSError, UnicodeDecodeError):
+        return set()
+    return {int(word) for word in text.split() if word.isdigit()}
+
+
 # -- A cgroup of its own for a command ``joulestat run`` starts, where the node allow ----
 
 @dataclass

@@ -107,6 +107,15 @@ class CgroupRef:
     def __str__(self) -> str:
         return f"cgroup v2 {self.path}" if self.version == V2 else f"cgroup v1 cpuacct {self.path}"
 
+    @classmethod
+    def from_text(cls, text: str) -> CgroupRef | None:
+        """The cgroup :meth:`__str__` wrote (a job's ``cpu_source`` label), or None for
+        any other text ("process tree")."""
+        for prefix, version in (("cgroup v2 ", V2), ("cgroup v1 cpuacct ", V1_CPUACCT)):
+            if text.startswith(prefix) and text[len(prefix):].startswith("/"):
+                return cls(version, text[len(prefix):])
+        return None
+
 
 def parse_proc_cgroup(text: str) -> dict[int, str]:
     """{2: the v2 path, 1: the cpuacct path} from a ``/proc/<pid>/cgroup`` text."""

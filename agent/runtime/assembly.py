@@ -20,6 +20,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from joulestat.attribution.accounting import JobAccounting
@@ -122,8 +123,8 @@ class LateJobs:
     """
 
     def __init__(self, engine: Engine, node: str, registry: JobRegistry,
-                 accounting: JobAccounting) -> None:
-        self.engine, self.node = engine, node
+                 accounting: JobAccounting, cgroup_root: Path) -> None:
+        self.engine, self.node, self.cgroup_root = engine, node, cgroup_root
         self.registry, self.accounting = registry, accounting
         self._lock = threading.Lock()
         self._loaded: list[StoredJob] | None = None
@@ -157,12 +158,31 @@ class LateJobs:
             # A checkpoint resumed from the spool may hold this job's CPU counters of
             # before the start: its first tick must not take all that time as one tick's.
             self.accounting.forget([record.id])
-            self.registry.restore(Job.from_stored(stored))
+            self.registry.restore(restored_job(stored, self.cgroup_root))
             self.restored += 1
             log.info("job %s (%s) was running before the restart; tracking it again now "
                      "that the store answers (what it drew while the store was away is "
                      "the node's unattributed energy)", record.name, record.id)
         self._done = True
+
+
+def restored_job(stored: StoredJob, cgroup_root: Path) -> Job:
+    """A job that was running before this start, to put back in the registry, with the
+    processes now in the cgroup ``joulestat run`` made for it added to its stored pids:
+    a command started just before a crash may have none stored yet, and its cgroup is
+    where it is found again (:func:`joulestat.host.cgroup_jobs.pids_in_run_cgroup`)."""
+    from joulestat.attribution.agent_labels import CPU_SOURCE
+    from joulestat.host.cgroup_jobs import pids_in_run_cgroup
+
+    job = Job.from_stored(stored)
+    source = job.agent_labels.get(CPU_SOURCE)
+    if job.ended_s is None and source:
+        found = pids_in_run_cgroup(cgroup_root, job.id, source) - job.pids
+        if found:
+            log.info("job %s: processes %s found again in its cgroup (%s)", job.id,
+                     ", ".join(map(str, sorted(found)[:5])), source)
+            job.pids |= found
+    return job
 
 
 def build_pipeline(settings: PipelineSettings, registry: JobRegistry, *,
@@ -195,6 +215,7 @@ def build_pipeline(settings: PipelineSettings, registry: JobRegistry, *,
 
         check_settings(otlp)  # a missing extra or a bad endpoint stops the start here
     procfs_root = settings.host.procfs_root
+    cgroup_root = Path(settings.host.sysfs_root) / "fs" / "cgroup"  # as `joulestat run`'s
     sensors = build_sensors(settings.devices, time.monotonic(),
                             detect_cloud(settings.devices.sysfs_root))
     sampler = Sampler(sensors)
@@ -233,7 +254,7 @@ def build_pipeline(settings: PipelineSettings, registry: JobRegistry, *,
         boot_id, procfs_root)
     late_jobs = None
     if wait is not None and accounting is not None:
-        late_jobs = LateJobs(engine, node.node, registry, accounting)
+        late_jobs = LateJobs(engine, node.node, registry, accounting, cgroup_root)
     try:
         spool = _open_spool(store, node.node) if with_metrics else None
         writer = StoreWriter(engine, node, devices, raw_retention_s=store.raw_retention_s,
@@ -268,7 +289,7 @@ def build_pipeline(settings: PipelineSettings, registry: JobRegistry, *,
     if writer.spool:  # rows from an outage before the last stop: into the store first, so
         writer.flush()  # the checkpoint and running jobs read below are the latest
     for stored in load_running_jobs(engine, node.node):
-        registry.restore(Job.from_stored(stored))
+        registry.restore(restored_job(stored, cgroup_root))
         log.info("job %s (%s) was running before the restart; still tracking it",
                  stored.record.name, stored.record.id)
     metrics = _node_metrics(node, sampler, sensors, devices) if with_metrics else None

@@ -66,7 +66,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from sqlalchemy import select, update
+from sqlalchemy import and_, or_, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -547,21 +547,30 @@ class Checkpoint(NamedTuple):
 
 
 def load_running_jobs(engine: Engine, node: str) -> list[StoredJob]:
-    """This node's running jobs, for a restart: each one's record as ``node`` saved it
+    """This node's running jobs (and those ended after its last checkpoint), for a
+    restart: each one's record as ``node`` saved it
     and the energy and units ``node`` recorded for it (the registry rebuilds its jobs
     from them: :meth:`joulestat.attribution.registry.Job.from_stored`). Pids, start and
     instance type are this node's too; latency is not read back. Raises
     :class:`~joulestat.store.engine.StoreError` when the store cannot be read.
     """
     jobs, parts = JOBS.c, JOB_NODES.c
+    # Running, or ended after the node's last checkpoint: an end the API acknowledged
+    # (saved before its answer) whose last ticks a crash kept from the store. Restored
+    # ended, such a job takes its share of the ticks up to its end and is then final,
+    # as it would have been without the crash (issue 47).
+    last_saved = (select(NODE_CHECKPOINTS.c.saved_s)
+                  .where(NODE_CHECKPOINTS.c.node == node).scalar_subquery())
+    unsettled = and_(parts.node == node,
+                     or_(parts.ended_s.is_(None), parts.ended_s > last_saved))
     query = (
         select(jobs.id, jobs.name, jobs.kind, jobs.labels, jobs.origin, parts.pids,
-               parts.started_s, parts.instance_type, jobs.agent_labels)
+               parts.started_s, parts.instance_type, jobs.agent_labels, parts.ended_s)
         .select_from(JOBS.join(JOB_NODES, parts.job_id == jobs.id))
-        .where(parts.node == node, parts.ended_s.is_(None))
+        .where(unsettled)
         .order_by(parts.started_s, jobs.id)
     )
-    job_ids = select(parts.job_id).where(parts.node == node, parts.ended_s.is_(None))
+    job_ids = select(parts.job_id).where(unsettled)
     try:
         with engine.connect() as connection:
             rows = connection.execute(query).all()
@@ -571,12 +580,13 @@ def load_running_jobs(engine: Engine, node: str) -> list[StoredJob]:
         raise StoreError(f"{redact_url(engine.url)}: cannot load the running jobs of node "
                          f"{node!r}: {describe_error(exc)}") from exc
     result = []
-    for job_id, name, kind, labels, origin, pids, started_s, instance_type, agent_labels in rows:
+    for (job_id, name, kind, labels, origin, pids, started_s, instance_type, agent_labels,
+         ended_s) in rows:
         dynamic, idle = by_component(energy, job_id, node)
         record = JobRecord(  # the type it ran as stays, if the node's changed since
             id=job_id, name=name, kind=kind, labels=json.loads(labels),
             pids=frozenset(json.loads(pids)), started_s=started_s, origin=origin,
-            ended_s=None, instance_type=instance_type,
+            ended_s=ended_s, instance_type=instance_type,
             agent_labels=json.loads(agent_labels))
         result.append(StoredJob(record, dynamic_j=dynamic, idle_j=idle,
                                 units=by_unit(units, job_id, node)))

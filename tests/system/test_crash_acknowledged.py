@@ -1,0 +1,130 @@
+"""Issue 47, item 2: what the agent acknowledged survives a `kill -9` of it. Before: a
+`joulestat run` job started seconds before the kill came back with `"pids": []` and
+0 J, "final" (its pid was saved only at the next flush); a job whose end was answered
+200 six milliseconds before the kill came back running and kept growing. Fake RAPL at a
+known wattage and the real agent, restarted as a supervisor would."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from contextlib import closing
+from pathlib import Path
+
+from tests.fakes.powercap import FakePowercap
+from tests.helpers.agent_process import (
+    agent_at_head,
+    agent_env,
+    in_memory,
+    jobs_in_store,
+    start_run,
+    summary_of,
+    wait_for,
+)
+from tests.helpers.job_api import call, register
+
+POWER_W = 50.0
+INTERVAL_S = 0.25
+# Flushes far apart: only what the agent saves before it answers can survive the kill.
+SLOW_FLUSH = agent_env(JOULESTAT_FLUSH_INTERVAL="5")
+
+
+def _args(tmp_path: Path) -> tuple[str, ...]:
+    return ("--sysfs-root", str(tmp_path / "sys"), "--interval", str(INTERVAL_S),
+            "--node", "n1")
+
+
+def _kill_9(agent) -> None:
+    agent.proc.send_signal(signal.SIGKILL)
+    agent.proc.wait()
+
+
+def _checkpointed(db_path: Path) -> bool:
+    with closing(sqlite3.connect(db_path, timeout=30)) as connection:
+        (saved_s,) = connection.execute("SELECT max(saved_s) FROM node_checkpoints").fetchone()
+    return saved_s is not None
+
+
+def _settled(agent) -> None:
+    """The agent has learned the node's idle power and stored a checkpoint (a restart
+    resumes from it), however slowly a loaded machine runs it."""
+    db_path = Path(agent.db_url.removeprefix("sqlite:///"))
+    wait_for(lambda: agent.value("joulestat_agent_ticks_total") >= 15
+             and _checkpointed(db_path), timeout_s=120, every_s=0.1)
+
+
+def _job_energy_j(stored: dict) -> float:
+    return stored["dynamic_j"].get("cpu", 0.0) + stored["idle_j"].get("cpu", 0.0)
+
+
+def test_a_run_job_started_just_before_a_kill_9_is_found_again(tmp_path: Path) -> None:
+    fake = FakePowercap(in_memory(tmp_path / "sys"))
+    fake.add_zone("intel-rapl:0", "package-0")
+    done = tmp_path / "done"
+    code = ("import os, time\nend = time.time() + 120\n"
+            f"while time.time() < end and not os.path.exists({str(done)!r}): time.sleep(0.05)")
+    with fake.drive("intel-rapl:0", power_w=POWER_W, hz=500):
+        with agent_at_head(tmp_path, *_args(tmp_path), env=SLOW_FLUSH) as agent:
+            api_port, env = agent.api_port, agent.client_env()
+            _settled(agent)
+            run = start_run("just-before", code, env)
+            # The agent has the command's process: killed at once, before a flush.
+            job = wait_for(lambda: next((j for j in call(api_port, "GET", "/v1/jobs")[2]["jobs"]
+                                         if j["name"] == "just-before" and j["pids"]), None),
+                           timeout_s=30, every_s=0.02)
+            _kill_9(agent)
+        with agent_at_head(tmp_path, *_args(tmp_path), env=SLOW_FLUSH,
+                           api_port=api_port) as agent:
+            status, _, restored = call(api_port, "GET", f"/v1/jobs/{job['id']}")
+            assert status == 200 and restored["status"] == "running", restored
+            assert restored["pids"], restored  # its process, found again
+            wait_for(lambda: agent.value("joulestat_agent_ticks_total") >= 8, timeout_s=60)
+            done.touch()
+            summary = summary_of(run)
+            assert summary["final"] is True and summary["status"] == "ended", summary
+            assert agent.stop() == 0
+    stored = jobs_in_store(agent_env(JOULESTAT_DB=agent.db_url))["just-before"]
+    lifetime_s = stored["ended_s"] - stored["started_s"]
+    # A lone job under the idle policy "share" holds all of a constant-power node's
+    # energy over its life: within a tick of the truth at each end and one for the crash.
+    assert abs(_job_energy_j(stored) - POWER_W * lifetime_s) <= 3 * POWER_W * INTERVAL_S, (
+        _job_energy_j(stored), lifetime_s)
+
+
+def test_an_end_answered_just_before_a_kill_9_holds(tmp_path: Path) -> None:
+    fake = FakePowercap(in_memory(tmp_path / "sys"))
+    fake.add_zone("intel-rapl:0", "package-0")
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    try:
+        with fake.drive("intel-rapl:0", power_w=POWER_W, hz=500):
+            with agent_at_head(tmp_path, *_args(tmp_path), env=SLOW_FLUSH) as agent:
+                api_port = agent.api_port
+                _settled(agent)
+                job = register(api_port, name="ends-then-crash", pids=[sleeper.pid])
+                wait_for(lambda: agent.value("joulestat_agent_ticks_total") >= 25,
+                         timeout_s=60)
+                status, _, ended = call(api_port, "POST", f"/v1/jobs/{job['id']}/end", {})
+                _kill_9(agent)  # milliseconds after the 200
+                assert status == 200 and ended["durable"] is True, ended
+            with agent_at_head(tmp_path, *_args(tmp_path), env=SLOW_FLUSH,
+                               api_port=api_port) as agent:
+                path = f"/v1/jobs/{job['id']}"
+                final = wait_for(lambda: (lambda j: j if j.get("final") else None)(
+                    call(api_port, "GET", path)[2]), timeout_s=60, every_s=0.1)
+                assert final["status"] == "ended", final
+                assert final["ended_at"] == ended["ended_at"], (final, ended)
+                running_s = time.time()
+                wait_for(lambda: agent.value("joulestat_agent_ticks_total") >= 8, timeout_s=60)
+                assert agent.stop() == 0
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    stored = jobs_in_store(agent_env(JOULESTAT_DB=agent.db_url))["ends-then-crash"]
+    assert stored["status"] == "ended" and stored["ended_s"] < running_s
+    lifetime_s = stored["ended_s"] - stored["started_s"]
+    # Charged to its end and not past it: within a tick at each end and one for the crash.
+    assert abs(_job_energy_j(stored) - POWER_W * lifetime_s) <= 3 * POWER_W * INTERVAL_S, (
+        _job_energy_j(stored), lifetime_s)
