@@ -88,6 +88,8 @@ def test_a_run_job_started_just_before_a_kill_9_is_found_again(tmp_path: Path) -
             assert agent.stop() == 0
     stored = jobs_in_store(agent_env(JOULESTAT_DB=agent.db_url))["just-before"]
     lifetime_s = stored["ended_s"] - stored["started_s"]
+    print(f"run job: {_job_energy_j(stored):.1f} J stored, {POWER_W * lifetime_s:.1f} J = "
+          f"{POWER_W} W x {lifetime_s:.2f} s")
     # A lone job under the idle policy "share" holds all of a constant-power node's
     # energy over its life: within a tick of the truth at each end and one for the crash.
     assert abs(_job_energy_j(stored) - POWER_W * lifetime_s) <= 3 * POWER_W * INTERVAL_S, (
@@ -125,6 +127,8 @@ def test_an_end_answered_just_before_a_kill_9_holds(tmp_path: Path) -> None:
     stored = jobs_in_store(agent_env(JOULESTAT_DB=agent.db_url))["ends-then-crash"]
     assert stored["status"] == "ended" and stored["ended_s"] < running_s
     lifetime_s = stored["ended_s"] - stored["started_s"]
+    print(f"ended job: {_job_energy_j(stored):.1f} J stored, {POWER_W * lifetime_s:.1f} J = "
+          f"{POWER_W} W x {lifetime_s:.2f} s")
     # Charged to its end and not past it: within a tick at each end and one for the crash.
     assert abs(_job_energy_j(stored) - POWER_W * lifetime_s) <= 3 * POWER_W * INTERVAL_S, (
         _job_energy_j(stored), lifetime_s)
