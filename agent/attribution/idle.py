@@ -71,6 +71,11 @@ class IdleBaselines:
         ordered = sorted(power for _, power in samples)
         return ordered[int(len(ordered) * IDLE_PERCENTILE / 100)]
 
+    def carried_power_w(self) -> float:
+        """The node's idle power as learned before this start (0 W: none learned), the
+        floor of what it drew through a gap no tick covers."""
+        return sum(self._carried_w.values())
+
     def current(self) -> dict[tuple[str, str], float]:
         return {**self._learned_w, **self._fixed_w}
 

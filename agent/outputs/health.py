@@ -40,6 +40,12 @@ class AgentHealth(Collector):
             yield CounterMetricFamily(mc.AGENT_SPOOL_WRITE_FAILURES.family_name,
                                       mc.AGENT_SPOOL_WRITE_FAILURES.help,
                                       value=writer.spool_write_failures)
+            lost = CounterMetricFamily(mc.AGENT_LOST_ENERGY.family_name,
+                                       mc.AGENT_LOST_ENERGY.help,
+                                       labels=mc.AGENT_LOST_ENERGY.labels)
+            for reason, joules in writer.losses.joules().items():
+                lost.add_metric([reason.value], joules)
+            yield lost
             yield GaugeMetricFamily(mc.AGENT_STORE_UP.family_name, mc.AGENT_STORE_UP.help,
                                     value=0 if writer.failing else 1)
             yield SummaryMetricFamily(mc.AGENT_STORE_FLUSH_SECONDS.family_name,

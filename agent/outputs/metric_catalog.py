@@ -144,6 +144,18 @@ AGENT_SPOOL_WRITE_FAILURES = MetricSpec(
     "their rows stay in memory up to the buffer's bound (docs/jobs.md, Back-pressure), then "
     "the oldest are dropped and counted in joulestat_agent_store_rows_total{outcome=\"dropped\"}.",
 )
+AGENT_LOST_ENERGY = MetricSpec(
+    "joulestat_agent_lost_energy_joules_total",
+    "counter",
+    ("reason",),
+    "Energy no job was given beyond the ticks' own unattributed share, by reason, each also "
+    "said at WARNING with its joules and seconds: unmeasured_gap (no tick covers the time "
+    "since an unusable checkpoint; a floor, at the node's idle power), jobs_restored_late "
+    "(the node's energy while the jobs of before a restart waited for the store), "
+    "spool_dropped (batches a full spool dropped, never stored), buffer_folded (jobs' "
+    "shares folded into unattributed by a full row buffer), buffer_dropped (rows a full "
+    "buffer dropped, never stored).",
+)
 AGENT_STORE_UP = MetricSpec(
     "joulestat_agent_store_up",
     "gauge",
@@ -196,6 +208,7 @@ METRICS: tuple[MetricSpec, ...] = (
     AGENT_STORE_SPOOLED,
     AGENT_STORE_ROWS,
     AGENT_SPOOL_WRITE_FAILURES,
+    AGENT_LOST_ENERGY,
     AGENT_STORE_UP,
     AGENT_STORE_FLUSH_SECONDS,
     AGENT_API_REJECTIONS,

@@ -27,6 +27,7 @@ from joulestat.attribution.accounting import JobAccounting
 from joulestat.attribution.idle import IdleBaselines
 from joulestat.attribution.registry import Job, JobRegistry
 from joulestat.core.errors import ConfigError
+from joulestat.core.losses import LossReason
 from joulestat.core.redact import redact_url
 from joulestat.core.version import __version__
 from joulestat.devices.factory import (
@@ -130,6 +131,8 @@ class LateJobs:
         self._loaded: list[StoredJob] | None = None
         self._done = False
         self.restored = 0
+        self.pipeline: Pipeline | None = None  # whose energy since start the wait cost
+        self._since_s = time.time()
 
     @property
     def pending(self) -> bool:
@@ -151,6 +154,17 @@ class LateJobs:
         if jobs is None:
             return
         known = {job.id for job in self.registry.jobs()}
+        waited = [stored for stored in jobs if stored.record.id not in known]
+        if waited and self.pipeline is not None:
+            # Until now the node's energy went to unattributed: the jobs that ran were
+            # not in the registry. Said with its amount, and counted (issue 47).
+            lost_j, waited_s = self.pipeline.node_energy_j, time.time() - self._since_s
+            if self.pipeline.losses is not None:
+                self.pipeline.losses.add(LossReason.JOBS_RESTORED_LATE, lost_j, waited_s)
+            log.warning("%d job(s) running before the restart restored only now, %.1f s "
+                        "after the start, once the store answered: the node's %.1f J "
+                        "since the start are unattributed, those jobs' shares of it "
+                        "included", len(waited), waited_s, lost_j)
         for stored in jobs:
             record = stored.record
             if record.id in known:
@@ -284,8 +298,10 @@ def build_pipeline(settings: PipelineSettings, registry: JobRegistry, *,
                         "checkpoint is in the store)", CHECKPOINT_MAX_AGE_S)
         metrics = _node_metrics(node, sampler, sensors, devices) if with_metrics else None
         exporter = _otlp_exporter(otlp, node, metrics, accounting)
-        return Assembly(Pipeline(sampler, node, accounting, _sinks(metrics, exporter, writer),
-                                 boot_id), writer, metrics, checkpoint, late_jobs, exporter)
+        pipeline = Pipeline(sampler, node, accounting, _sinks(metrics, exporter, writer),
+                            boot_id, losses=writer.losses)
+        late_jobs.pipeline = pipeline
+        return Assembly(pipeline, writer, metrics, checkpoint, late_jobs, exporter)
     if writer.spool:  # rows from an outage before the last stop: into the store first, so
         writer.flush()  # the checkpoint and running jobs read below are the latest
     for stored in load_running_jobs(engine, node.node):
@@ -294,7 +310,8 @@ def build_pipeline(settings: PipelineSettings, registry: JobRegistry, *,
                  stored.record.name, stored.record.id)
     metrics = _node_metrics(node, sampler, sensors, devices) if with_metrics else None
     exporter = _otlp_exporter(otlp, node, metrics, accounting)
-    pipeline = Pipeline(sampler, node, accounting, _sinks(metrics, exporter, writer), boot_id)
+    pipeline = Pipeline(sampler, node, accounting, _sinks(metrics, exporter, writer), boot_id,
+                        losses=writer.losses)
     checkpoint = load_checkpoint(engine, node.node)
     if checkpoint is not None and lease.replaced is not None \
             and lease.replaced.writer.mode == "embedded":

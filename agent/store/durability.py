@@ -70,6 +70,7 @@ from sqlalchemy import and_, or_, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from joulestat.core.losses import EnergyLosses, LossReason
 from joulestat.core.records import JobRecord, StoredJob
 from joulestat.core.tick import Component, is_component
 from joulestat.store.engine import StoreError, describe_error, redact_url
@@ -112,6 +113,7 @@ class Spool:
         self.bytes = sum(s.size_bytes for s in segments)
         self.dropped_batches = 0
         self.dropped_rows = 0  # rows in the segments dropped over max_bytes
+        self.losses = EnergyLosses()  # its writer's, once it has one
         self._said_full = False  # the over-max_bytes error is said once per outage
 
     def segments(self) -> list[Segment]:
@@ -223,10 +225,11 @@ class Spool:
             if len(segments) <= 1:
                 return
             oldest = segments[0]
-            rows = 0
+            rows, node_j, jobs_j, seconds = 0, 0.0, 0.0, 0.0
             try:
                 batch, _ = _decode(json.loads(oldest.path.read_bytes()))
                 rows = len(batch)
+                node_j, jobs_j, seconds = batch.energy_j()
                 span = (f"ticks ending {batch.t_end_ms[0] / 1000:.3f}.."
                         f"{batch.t_end_ms[-1] / 1000:.3f}" if len(batch) else "no rows")
             except (OSError, ValueError, KeyError, TypeError, IndexError):
@@ -234,13 +237,15 @@ class Spool:
             self._forget(oldest)
             self.dropped_batches += 1
             self.dropped_rows += rows
-            level = logging.DEBUG if self._said_full else logging.ERROR
+            self.losses.add(LossReason.SPOOL_DROPPED, node_j, seconds)
+            # Every drop is energy lost from the store: said each time with its amount.
+            level = logging.WARNING if self._said_full else logging.ERROR
             self._said_full = True
             log.log(level, "spool %s over its %d bytes (--spool-max): dropped its oldest "
-                    "batch (%d rows, %s); %d rows dropped from the spool in total; the "
-                    "store has been away too long (said once until the store takes rows "
-                    "again)", self.directory, self.max_bytes, rows, span,
-                    self.dropped_rows)
+                    "batch (%d rows, %s): %.1f J of the node's energy over %.1f s "
+                    "(%.1f J of it jobs') will never be stored; %d rows dropped from the "
+                    "spool in total; the store has been away too long", self.directory,
+                    self.max_bytes, rows, span, node_j, seconds, jobs_j, self.dropped_rows)
 
 
 class SpoolInUse(OSError):

@@ -52,6 +52,7 @@ from sqlalchemy import Table, case, exists, func, literal_column, select, update
 from sqlalchemy.engine import Connection, Engine
 
 from joulestat.attribution.agent_labels import IDLE_POLICY, MIXED
+from joulestat.core.losses import EnergyLosses, LossReason
 from joulestat.core.records import DeviceInfo, NodeInfo
 from joulestat.store.schema import (
     JOB_ENERGY,
@@ -180,6 +181,21 @@ class RowBuffer:
         self.dynamic_j.extend(array("d", [total[0] for total in sums]))
         self.idle_j.extend(array("d", [total[1] for total in sums]))
         return bad
+
+    def energy_j(self) -> tuple[float, float, float]:
+        """(node joules, jobs' joules, seconds of ticks) in these rows: what a drop or a
+        fold of them costs, for the WARNING and the lost-energy metric
+        (:mod:`joulestat.core.losses`). A pass over the rows: overflow paths only."""
+        keys, node_j, jobs_j = self.keys, 0.0, 0.0
+        spans: dict[int, int] = {}  # tick end -> its start, from the node's tick rows
+        for r in range(len(self)):
+            key = keys[self.key[r]]
+            if key[0] == TICK:
+                node_j += self.dynamic_j[r]
+                spans[self.t_end_ms[r]] = self.t_start_ms[r]
+            elif key[0] == SHARE and key[1] != UNATTRIBUTED:
+                jobs_j += self.dynamic_j[r] + self.idle_j[r]
+        return node_j, jobs_j, sum(end - start for end, start in spans.items()) / 1000
 
     def append_units(self, job_id: str, t_end_s: float, deltas: Mapping[str, float]) -> int:
         """Units ``job_id`` counted in the tick ending at ``t_end_s``; returns how many
@@ -637,6 +653,7 @@ class RowQueue:
         self.folded_rows = 0
         self.dropped_rows = 0
         self.said_dropping = False  # the drop error is said once until a write succeeds
+        self.losses = EnergyLosses()  # the writer's, shared with its spool and pipeline
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -697,9 +714,14 @@ class RowQueue:
             return
         count = len(rows) - self.max_rows + self.max_rows // 10
         cause = self._cause()
+        node_before, jobs_before, seconds_before = rows.energy_j()
         folded, first_s, last_s = rows.fold_jobs(count)
         if folded:
             self.folded_rows += folded
+            jobs_lost = jobs_before - rows.energy_j()[1]
+            self.losses.add(LossReason.BUFFER_FOLDED, jobs_lost, last_s - first_s)
+            log.warning("%.1f J of jobs' energy over %.1f s went to unattributed: the row "
+                        "buffer was full", jobs_lost, last_s - first_s)
             log.error(
                 "row buffer full (%d rows; %s): folded the job shares of the ticks ending "
                 "%.3f..%.3f into their unattributed rows and dropped their unit counts "
@@ -710,6 +732,12 @@ class RowQueue:
             return
         count, first_s, last_s = rows.drop_oldest(count)
         self.dropped_rows += count
+        node_after, _jobs, seconds_after = rows.energy_j()
+        node_lost = node_before - node_after
+        self.losses.add(LossReason.BUFFER_DROPPED, node_lost, seconds_before - seconds_after)
+        log.warning("%.1f J of the node's energy over %.1f s dropped unstored (its jobs' "
+                    "shares with it): the row buffer was full", node_lost,
+                    seconds_before - seconds_after)
         level = logging.DEBUG if self.said_dropping else logging.ERROR
         self.said_dropping = True
         log.log(level,

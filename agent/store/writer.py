@@ -190,6 +190,9 @@ class StoreWriter:
         self._statements = insert_statements(engine)
         self._io_lock = threading.Lock()  # one flush or maintain at a time
         self.queue = RowQueue(node, max_buffered_rows, self._full_cause)
+        self.losses = self.queue.losses  # energy no job got: one tally, read by the metric
+        if spool is not None:
+            spool.losses = self.losses
         self.outage = Outage(self._url, self.queue, spool)
         self._next_flush_s: float | None = None
         self._next_probe_s = -math.inf  # while failing: when to ask if the store is back

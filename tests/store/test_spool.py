@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
+from joulestat.core.losses import LossReason
 from joulestat.core.records import DeviceInfo, NodeInfo, Share
 from joulestat.core.tick import Tick, TickEntry
 from joulestat.store.durability import Spool
@@ -92,9 +93,15 @@ def test_the_spool_is_bounded_and_says_what_it_dropped(store: Store, tmp_path: P
     assert "dropped its oldest batch (" in caplog.text and "ticks ending" in caplog.text
     # The rows of the dropped batches are the writer's dropped figure, said once.
     assert writer.dropped_rows == spool.dropped_rows == 9 * spool.dropped_batches
-    errors = [r for r in caplog.records if "dropped its oldest batch" in r.getMessage()
-              and r.levelname == "ERROR"]
-    assert len(errors) == 1
+    said = [r for r in caplog.records if "dropped its oldest batch" in r.getMessage()]
+    assert [r.levelname for r in said] == ["ERROR"] + ["WARNING"] * (len(said) - 1)
+    assert len(said) == spool.dropped_batches
+    # Each drop says, and the lost-energy metric counts, what it cost: 3 ticks of 10 J,
+    # 18 J of them the job's (issue 47).
+    assert all("30.0 J of the node's energy over 3.0 s (18.0 J of it jobs')"
+               in r.getMessage() for r in said), [r.getMessage() for r in said]
+    assert writer.losses.joules()[LossReason.SPOOL_DROPPED] == 30.0 * spool.dropped_batches
+    assert writer.losses.seconds()[LossReason.SPOOL_DROPPED] == 3.0 * spool.dropped_batches
     assert writer.flush()
     with engine.connect() as connection:
         first = connection.execute(text("SELECT min(t_end_ms) FROM tick_energy")).scalar()

@@ -10,6 +10,7 @@ import sqlite3
 
 import pytest
 
+from joulestat.core.losses import LossReason
 from joulestat.store import migrate
 from joulestat.store.engine import make_engine
 from joulestat.store.nodes import list_nodes, minute_energy_rows, node_devices, node_energy_j
@@ -100,6 +101,9 @@ def test_full_buffer_drops_oldest_rows_and_says_how_many(engine, caplog):
     assert raw_count(engine) == 90
     energy = node_energy_j(engine, "node-a", T0 + 30, T0 + 75)
     assert energy == {("cpu", "0"): 450.0, ("accelerator", "0"): 4500.0}  # the newest survived
+    # What was dropped is counted with its amount: 30 ticks of 110 J (issue 47).
+    assert writer.losses.joules()[LossReason.BUFFER_DROPPED] == pytest.approx(3300.0)
+    assert writer.losses.seconds()[LossReason.BUFFER_DROPPED] == pytest.approx(30.0)
 
 
 def test_full_buffer_folds_job_rows_before_dropping_any_node_row(engine, caplog):
@@ -119,6 +123,9 @@ def test_full_buffer_folds_job_rows_before_dropping_any_node_row(engine, caplog)
             writer.add_units(jobs[0], t.t1_s, {"sample": 1.0})
     assert writer.dropped_rows == 0 and writer.folded_rows > 0
     assert "folded the job shares of the ticks ending" in caplog.text
+    # The jobs' energy folded into unattributed is counted: whole ticks of 20 x 0.5 J.
+    folded_j = writer.losses.joules()[LossReason.BUFFER_FOLDED]
+    assert folded_j > 0 and folded_j == pytest.approx(10.0 * round(folded_j / 10.0))
     assert "node energy is kept whole" in caplog.text
     assert "job rows arrive faster than the store thread writes them" in caplog.text
     assert writer.flush()

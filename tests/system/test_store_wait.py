@@ -35,6 +35,7 @@ from tests.helpers.agent_process import (
     read_cli,
     wait_for,
 )
+from tests.helpers.job_api import register
 
 POWER_W = 50.0
 INTERVAL_S = 0.25
@@ -147,10 +148,13 @@ def test_a_crash_during_an_outage_restarted_while_the_store_is_away_resumes_from
     db_path, spool = tmp_path / "agent.db", tmp_path / "spool"
     args = ("--sysfs-root", str(tmp_path / "sys"), "--interval", str(INTERVAL_S),
             "--node", "n1")
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
     with fake.drive("intel-rapl:0", power_w=POWER_W, hz=500):
         with agent_at_head(tmp_path, *args) as agent:
             api_port = agent.api_port
             wait_for(lambda: db_path.exists() and _ticks(db_path), timeout_s=30)
+            # A job running across the crash: restored only once the store answers.
+            assert register(api_port, name="waits", pids=[sleeper.pid])["durable"] is True
             writes_refused = sqlite3.connect(db_path, timeout=30, isolation_level=None)
             writes_refused.execute("BEGIN EXCLUSIVE")  # an outage: rows go to the spool
             wait_for(lambda: len(list(spool.glob("*.json"))) >= 2, timeout_s=60, every_s=0.2)
@@ -166,9 +170,20 @@ def test_a_crash_during_an_outage_restarted_while_the_store_is_away_resumes_from
                 blocker.close()
                 wait_for(lambda: agent.value("joulestat_agent_store_up") == 1
                          and not list(spool.glob("*.json")), timeout_s=60, every_s=0.2)
+                # What the wait cost the job is said at WARNING with its joules, and
+                # counted in the lost-energy metric (issue 47).
+                said = wait_for(lambda: re.search(
+                    r"WARNING.*restored only now, ([0-9.]+) s after the start.*the node's "
+                    r"([0-9.]+) J since the start are unattributed", agent.log()),
+                    timeout_s=30)
+                lost = agent.value("joulestat_agent_lost_energy_joules_total",
+                                   reason="jobs_restored_late")
+                assert lost == pytest.approx(float(said.group(2)), abs=0.1) and lost > 0
                 assert agent.stop() == 0
         finally:
             blocker.close()
+            sleeper.kill()
+            sleeper.wait()
     log = (tmp_path / "agent.log").read_text()
     assert "checkpoint not usable" not in log and "no checkpoint in the spool" not in log
     ages = [float(a) for a in re.findall(r"resumed from the checkpoint of ([0-9.]+) s ago", log)]

@@ -17,6 +17,7 @@ from prometheus_client import generate_latest
 from joulestat.attribution.accounting import JobAccounting
 from joulestat.attribution.idle import IdleBaselines
 from joulestat.attribution.registry import JobRegistry
+from joulestat.core.losses import EnergyLosses, LossReason
 from joulestat.core.records import NodeInfo
 from joulestat.core.tick import Tick, TickEntry
 from joulestat.outputs.health import AgentHealth
@@ -25,6 +26,13 @@ from joulestat.pipeline.sink import TickRecord
 
 NODE = NodeInfo("n1", "g5.xlarge", "us-east-1", "Xeon", "0.1.0")
 TICK = TickRecord(Tick(0.0, 2.0, (TickEntry("cpu", "package-0", "rapl", 50.0),)))
+
+
+
+def _losses() -> EnergyLosses:
+    losses = EnergyLosses()
+    losses.add(LossReason.SPOOL_DROPPED, 18_684.0, 373.7)
+    return losses
 
 
 def job_metrics(registry: JobRegistry, retention_s: float = 300, max_jobs: int = 500,
@@ -58,12 +66,14 @@ def test_health_reads_the_writer_counters() -> None:
     writer = SimpleNamespace(buffered_rows=7, spool=SimpleNamespace(bytes=4096),
                              written_rows=100, spooled_rows=20, folded_rows=3, dropped_rows=1,
                              failing=True, flushes=4, flush_seconds_sum=0.2,
-                             spool_write_failures=2)
+                             spool_write_failures=2, losses=_losses())
     text = scrape(AgentHealth(writer, lambda: {"busy": 5, "max_jobs": 2}))
     assert "joulestat_agent_store_spooled_bytes 4096.0" in text
     assert "joulestat_agent_spool_write_failures_total 2.0" in text
     assert 'joulestat_agent_store_rows_total{outcome="folded"} 3.0' in text
     assert "joulestat_agent_store_up 0.0" in text
+    assert 'joulestat_agent_lost_energy_joules_total{reason="spool_dropped"} 18684.0' in text
+    assert 'joulestat_agent_lost_energy_joules_total{reason="unmeasured_gap"} 0.0' in text
     assert "joulestat_agent_store_flush_seconds_count 4.0" in text
     assert 'joulestat_agent_api_rejections_total{reason="max_jobs"} 2.0' in text
 

@@ -209,3 +209,38 @@ def test_the_store_writer_stores_each_tick_with_its_checkpoint(tmp_path: Path) -
     assert saved is not None
     assert (saved.saved_s, saved.boot_id) == (T0 + 2, "boot-1")
     assert saved.state["sampler"] == {"t": T0 + 2}
+
+
+class IdleAccounting(FakeAccounting):
+    """FakeAccounting with the real idle baselines a checkpoint restores."""
+
+    def __init__(self, procfs_root: Path) -> None:
+        from joulestat.attribution.idle import IdleBaselines
+
+        super().__init__()
+        self.idle, self.procfs_root = IdleBaselines(), procfs_root
+
+
+@pytest.mark.parametrize(("boot_id", "age_s", "gap_s"),
+                         [("boot-1", 400.0, 400.0),   # this boot, older than 300 s
+                          ("boot-0", 10.0, 10.0)])    # another boot, 10 s ago
+def test_a_gap_no_tick_covers_is_said_at_warning_and_counted(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, boot_id: str, age_s: float,
+        gap_s: float) -> None:
+    """Issue 47: a 373.7 s hole was said at INFO. Now the WARNING gives its seconds and
+    its floor in joules (the learned idle power over it), and the lost-energy metric's
+    tally counts it."""
+    from joulestat.core.losses import EnergyLosses, LossReason
+
+    losses = EnergyLosses()
+    pipeline = Pipeline(FakeSampler(), NODE, IdleAccounting(tmp_path),  # type: ignore[arg-type]
+                        [], boot_id="boot-1", losses=losses)
+    state = {"sampler": {}, "accounting": {"idle": [["cpu", "0", 12.5]]}}
+    with caplog.at_level("WARNING", logger="joulestat.pipeline.pipeline"):
+        assert pipeline.start((T0 - age_s, boot_id, state), now_s=T0) is False
+    [said] = [r for r in caplog.records if "not measured" in r.getMessage()]
+    assert said.levelname == "WARNING"
+    assert f"{gap_s:.1f} s" in said.getMessage()
+    assert f"{gap_s * 12.5:.1f} J" in said.getMessage()
+    assert losses.joules()[LossReason.UNMEASURED_GAP] == pytest.approx(gap_s * 12.5)
+    assert losses.seconds()[LossReason.UNMEASURED_GAP] == pytest.approx(gap_s)

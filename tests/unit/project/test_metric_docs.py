@@ -12,6 +12,7 @@ from prometheus_client import generate_latest
 from joulestat.attribution.accounting import JobAccounting
 from joulestat.attribution.idle import IdleBaselines
 from joulestat.attribution.registry import JobRegistry
+from joulestat.core.losses import EnergyLosses, LossReason
 from joulestat.core.records import NodeInfo
 from joulestat.core.tick import Tick, TickEntry
 from joulestat.outputs.health import AgentHealth
@@ -20,6 +21,13 @@ from joulestat.outputs.prometheus import JobMetrics, NodeMetrics, make_registry
 from joulestat.pipeline.sink import TickRecord
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "metrics.md"
+
+
+
+def _losses() -> EnergyLosses:
+    losses = EnergyLosses()
+    losses.add(LossReason.SPOOL_DROPPED, 18_684.0, 373.7)
+    return losses
 
 
 def test_docs_metrics_md_is_generated_from_the_catalog() -> None:
@@ -42,7 +50,7 @@ def test_scrape_exposes_exactly_the_catalog() -> None:
     writer = SimpleNamespace(buffered_rows=7, spool=SimpleNamespace(bytes=4096),
                              written_rows=100, spooled_rows=20, folded_rows=3, dropped_rows=1,
                              failing=True, flushes=4, flush_seconds_sum=0.2,
-                             spool_write_failures=2)
+                             spool_write_failures=2, losses=_losses())
     health = AgentHealth(writer, lambda: {"busy": 5, "max_jobs": 2})
     text = generate_latest(make_registry(metrics, exported, health)).decode()
     exposed = {
