@@ -53,7 +53,12 @@ from joulestat.core.setting_parsers import (
 )
 from joulestat.host.kube import PodNames
 
+log = logging.getLogger(__name__)
+
 ENV_PREFIX = "JOULESTAT_"
+# Secrets: the environment or the config file is the way to give them; a flag shows them
+# to every user of the node in /proc/<pid>/cmdline, and is said so (issue 47).
+SECRET_OPTIONS = frozenset({"api_token", "electricity_maps_token"})
 # Environment variables earlier versions read, and what replaced them: still set, they
 # would otherwise be ignored without a word and a job would miss its agent.
 RETIRED_ENV = {"JOULESTAT_AGENT": "JOULESTAT_AGENT_URL"}
@@ -332,6 +337,10 @@ def resolve(
         opt = OPTIONS[name]
         if name in given and given[name] is not None:
             raw, origin = given[name], opt.flag
+            if name in SECRET_OPTIONS:
+                log.warning("%s on the command line can be read by every user of the node "
+                            "(/proc/<pid>/cmdline, ps): give it as %s or as %s in the "
+                            "--config file (mode 0600)", opt.flag, opt.env, name)
         elif opt.env in env and env[opt.env] != "":
             raw, origin = env[opt.env], opt.env
         elif name in file_values:

@@ -170,3 +170,26 @@ def test_a_section_takes_the_commands_value_else_the_tables_default() -> None:
             not_an_option: int
 
         resolve({}, [], env={}).section(Stray)
+
+
+def test_a_secret_on_the_command_line_is_said_and_the_env_or_file_is_not(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 47: `--api-token` on the command line is readable by every user in
+    /proc/PID/cmdline. The documented ways (JOULESTAT_API_TOKEN, api_token in the
+    --config file) are taken quietly; the flag works, with a WARNING naming them."""
+    config = tmp_path / "agent.toml"
+    config.write_text('api_token = "from-the-file"\n')
+    parser = argparse.ArgumentParser()
+    add_options(parser, ["api_token", "config"])
+    with caplog.at_level("WARNING", logger="joulestat.runtime.settings"):
+        from_file = resolve(parser.parse_args(["--config", str(config)]), ["api_token"], env={})
+        from_env = resolve(parser.parse_args([]), ["api_token"],
+                           env={"JOULESTAT_API_TOKEN": "from-the-env"})
+        assert not caplog.records
+        from_flag = resolve(parser.parse_args(["--api-token", "on-argv"]), ["api_token"],
+                            env={})
+    assert (from_file["api_token"], from_env["api_token"], from_flag["api_token"]) == (
+        "from-the-file", "from-the-env", "on-argv")
+    [said] = caplog.records
+    assert "JOULESTAT_API_TOKEN" in said.getMessage() and "/proc" in said.getMessage()
+    assert "on-argv" not in said.getMessage()
