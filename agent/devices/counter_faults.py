@@ -13,8 +13,11 @@ every view classes as estimated. When the counter reads normally again:
 * after a freeze or an unreadable stretch whose counter *caught up* (the hardware kept
   counting: the delta over the gap is about the gap times the recent power, not one
   tick's worth), the gap's true energy is known, so what was filled is reconciled
-  against it: the tick that closes the fault adds ``delta - filled`` (never less than
-  0), again as fill, and the gap's total is exact;
+  against it: the tick that closes the fault adds ``delta - filled``, again as fill,
+  and the gap's total is exact. Never less than 0: fills above the counter's delta
+  stand (said in the fault's end line), since each filled tick was already split
+  among the jobs and the unattributed remainder, so jobs + unattributed = node on
+  every tick either way;
 * after a freeze whose counter did not catch up (it resumed from the frozen value, the
   hardware's energy of the gap is gone), the fills stand and the delta counts as
   measured;
@@ -126,6 +129,15 @@ class CounterRepair:
             rest_j = max(delta_j - self.gap_filled_j, 0.0)
             outcome = (f"the counter caught up with {delta_j:.1f} J over the gap, so "
                        f"{rest_j:.1f} J more were added as fill")
+            if delta_j < self.gap_filled_j:
+                # Never a negative correction: the filled ticks were split among the
+                # jobs and the unattributed remainder already (some jobs may have
+                # ended since), and a tick's energy is never below 0 (the sampler
+                # counts a series going back as 0 J). The fills stand, balanced on
+                # every tick; the overshoot is said here, once.
+                outcome = (f"the counter caught up with {delta_j:.1f} J over the gap, "
+                           f"{self.gap_filled_j - delta_j:.1f} J less than was filled; "
+                           f"the fills stand (no tick takes joules back)")
             self._add_fill(rest_j)
             measured = False
         elif self.gap_filled_j == 0:

@@ -312,7 +312,14 @@ class RowBuffer:
         window sum to the node's ticks since the previous window). A window also ends
         at a cut (:attr:`cuts`): a batch put back after a failed write comes out as it
         did then, so a retry whose first commit did reach the server collides with
-        the stored rows instead of counting them twice.
+        the stored rows instead of counting them twice. And a window ends where a
+        device's source changes (:meth:`_source_changes`): ``job_energy`` is keyed
+        without the source, so a window holding a job's ``rapl`` and ``fill:rapl`` rows
+        of one device (a counter fault starting or ending inside it) would store one of
+        the two and drop the other at the conflict, silently, its energy attributed to
+        nobody (issue 47: 920 J in 7 windows of a 66 s run through six faults,
+        tests/store/test_counter_fault_windows.py). Cut there instead, every row of a
+        window still ends at one time, and each keeps its provenance.
 
         Rows ending at or before ``floor_ms`` (the node's totals boundary) are stale:
         the job totals already cover that time and its raw rows may be pruned, so
@@ -330,8 +337,13 @@ class RowBuffer:
         window_shares: dict[int, list[float]] = {}  # key index -> [t_start, dyn, idle]
         window_units: dict[int, float] = {}
         seen: set[tuple[int, int]] = set()  # (key, tick): a repeated row counts once
+        # (component, device) -> the source of its shares in the open window, and per key
+        # index the (component, device) of a share key (None for other keys).
+        sources: dict[tuple[str, str], str] = {}
+        devices = [(key[2], key[3]) if key[0] == SHARE else None for key in keys]
         share_end = unit_end = 0
         cell: int | None = None
+        tick_end: int | None = None  # the tick whose rows are being read
 
         def close() -> None:
             for index, (t_start, dynamic_j, idle_j) in window_shares.items():
@@ -343,6 +355,7 @@ class RowBuffer:
             window_shares.clear()
             window_units.clear()
             seen.clear()
+            sources.clear()
 
         for i in range(start, end):
             t_end_ms = t_end_all[i]
@@ -353,6 +366,11 @@ class RowBuffer:
             if floor_ms is not None and t_end_ms <= floor_ms:
                 stale += 1
                 continue
+            if t_end_ms != tick_end:  # a tick's first row: its shares all go, or none
+                tick_end = t_end_ms
+                if sources and self._source_changes(i, end, window_shares, devices, sources):
+                    close()
+                    share_end = unit_end = 0
             index = key_all[i]
             kind = keys[index][0]
             if kind == TICK:
@@ -365,7 +383,10 @@ class RowBuffer:
                 seen.add((index, t_end_ms))
                 share_end = max(share_end, t_end_ms)
                 total = window_shares.get(index)
-                if total is None:
+                if total is None:  # a key new to the window: its device's source
+                    slot = devices[index]
+                    if slot is not None:
+                        sources[slot] = keys[index][4]
                     window_shares[index] = [t_start_all[i], dynamic_all[i], idle_all[i]]
                 else:
                     total[0] = min(total[0], t_start_all[i])
@@ -377,6 +398,31 @@ class RowBuffer:
                 window_units[index] = window_units.get(index, 0.0) + dynamic_all[i]
         close()
         return ticks, shares, units, stale
+
+    def _source_changes(self, i: int, end: int, window: Mapping[int, object],
+                        devices: Sequence[tuple[str, str] | None],
+                        sources: Mapping[tuple[str, str], str]) -> bool:
+        """Whether the tick whose rows start at ``i`` has a share of a device whose
+        source differs from that device's shares earlier in the open window
+        (``sources``): a counter fault's fill starting or ending. Read ahead over the
+        tick's rows before any is summed, so the window is cut between two ticks, never
+        inside one. Only a key new to the window (not in ``window``) can bring another
+        source, as the window never holds two of one device: a row of a key already
+        there (a repeated row too) costs one lookup. On the store thread, at flush: the
+        tick path does not see it."""
+        t_end_all, key_all, keys = self.t_end_ms, self.key, self.keys
+        t_end_ms = t_end_all[i]
+        while i < end and t_end_all[i] == t_end_ms:
+            index = key_all[i]
+            i += 1
+            if index in window:
+                continue
+            slot = devices[index]
+            if slot is not None:
+                known = sources.get(slot)
+                if known is not None and known != keys[index][4]:
+                    return True
+        return False
 
 
 def tick_key(component: str, device: str, source: str) -> Key:

@@ -17,7 +17,9 @@ Times:
 Per-job tables follow the same rules: ``job_energy`` holds the
 shares keyed like ``tick_energy`` plus ``job_id``, where ``job_id = ''`` is the
 unattributed remainder. A ``job_energy`` row is a **window**: a
-job's share of one device summed over the ticks of one flush within one minute
+job's share of one device summed over the ticks of one flush within one minute, cut
+where a device's source changes (the key has no source: a counter fault's ``fill:``
+rows and the measured ones of one window would collide)
 (``(t_start_ms, t_end_ms]`` spans them; :meth:`joulestat.store.rows.RowBuffer.params`),
 so the job rows of a window (the unattributed one included) sum to the node's tick
 rows since the previous window, and every minute's job rows sum to its ticks.

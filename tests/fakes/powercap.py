@@ -78,6 +78,21 @@ class FakePowercap:
     def zone_dir(self, zone_id: str) -> Path:
         return self._zones[zone_id]
 
+    def vanish(self, zone_id: str) -> None:
+        """The zone leaves the tree (a package taken offline, a driver unbound): its
+        directory and its ``class/powercap`` link go, as on a real machine, until
+        :meth:`reappear` puts both back with the files as they were."""
+        aside = self.root / ".vanished" / zone_id
+        aside.parent.mkdir(exist_ok=True)
+        os.replace(self._zones[zone_id], aside)
+        (self.class_dir / zone_id).unlink()
+
+    def reappear(self, zone_id: str) -> None:
+        """Undo :meth:`vanish`: the same zone, at the same path, under the same id."""
+        os.replace(self.root / ".vanished" / zone_id, self._zones[zone_id])
+        (self.class_dir / zone_id).symlink_to(
+            os.path.relpath(self._zones[zone_id], self.class_dir))
+
     def set_energy_uj(self, zone_id: str, value: int) -> None:
         atomic_write(self._zones[zone_id] / "energy_uj", f"{value}\n")
 

@@ -404,6 +404,33 @@ def test_a_frozen_counter_is_filled_and_reconciled_when_it_catches_up(
     assert len(said) == 2 and "frozen" in said[0] and "(6.0 s)" in said[1]
 
 
+def test_a_catch_up_below_the_fills_never_takes_joules_back(
+    tree: FakePowercap, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The power fell during a freeze: the counter catches up with less than was filled.
+    No tick goes below 0 J (the filled ticks were split among jobs already): the fills
+    stand, the closing tick holds 0 J of fill, and the fault's end line says by how much
+    the fills overshot."""
+    tree.add_zone("intel-rapl:0", "package-0")
+    sensor = _opened(tree, now_s=100.0)
+    sampler, clock = _ticking(tree, sensor)
+    truth_uj, energies, sources = 0, [], []
+    for second in range(1, 19):
+        clock["t"] = 100.0 + second
+        truth_uj += 40_000_000 if second <= 10 else 25_000_000  # 40 W, then 25 W
+        if not 11 <= second < 15:  # frozen for four ticks, then the true value again
+            tree.set_energy_uj("intel-rapl:0", truth_uj)
+        (entry,) = sampler.tick().entries
+        energies.append(entry.energy_j)
+        sources.append(entry.source)
+    # 4 ticks filled at 40 W = 160 J; the counter says 5 x 25 = 125 J over the gap.
+    assert energies[10:15] == pytest.approx([40.0] * 4 + [0.0])
+    assert sources[10:15] == ["fill:rapl"] * 5 and min(energies) >= 0.0
+    assert sum(energies) == pytest.approx(10 * 40.0 + 160.0 + 3 * 25.0)
+    said = [r.getMessage() for r in _warnings(caplog)]
+    assert "35.0 J less than was filled; the fills stand" in said[-1], said
+
+
 def test_a_frozen_counter_that_never_catches_up_keeps_its_fill(tree: FakePowercap) -> None:
     tree.add_zone("intel-rapl:0", "package-0")
     sensor = _opened(tree, now_s=100.0)
