@@ -1,5 +1,6 @@
 """``joulestat report``: one job's energy, carbon and cost as JSON, CSV, HTML or PDF;
-``--all`` for every job of a period as CSV rows or a JSON array."""
+``--all`` for every job of a period as CSV rows or a JSON array, or (``--by KEY``)
+their sums by team, label, month, kind, instance type or region in any format."""
 
 from __future__ import annotations
 
@@ -37,6 +38,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--all", action="store_true",
                         help="every job (that ran after --since), one CSV row or JSON "
                         "array entry each")
+    parser.add_argument("--by", metavar="KEY",
+                        help="with --all: one summary row per group instead of one per "
+                        "job, in any format: label:KEY (team: label:team), month, kind, "
+                        "instance_type or region (a job split by its nodes)")
     parser.add_argument("--since", metavar="T",
                         help="with --all: jobs running at or after T, an ISO date/time "
                         "(2024-05-01, 2024-05-01T12:00:00+02:00; no zone = local time) or "
@@ -82,8 +87,11 @@ def _check_usage(args: argparse.Namespace, fmt: str) -> None:
         raise ConfigError("give either a JOB (id, id prefix or name) or --all")
     if args.since is not None and not args.all:
         raise ConfigError("--since goes with --all")
-    if args.all and fmt not in ALL_FORMATS:
-        raise ConfigError(f"--all writes csv or json, not {fmt} (report one JOB for {fmt})")
+    if args.by is not None and not args.all:
+        raise ConfigError("--by goes with --all (a summary of every job of a period)")
+    if args.all and args.by is None and fmt not in ALL_FORMATS:
+        raise ConfigError(f"--all writes csv or json, not {fmt} (report one JOB for {fmt}, "
+                          f"or a summary of them with --by KEY)")
     if fmt == "pdf" and args.output is None and sys.stdout.isatty():
         raise ConfigError("a PDF is binary: write it to a file with -o FILE (or pipe it)")
     if fmt == "pdf":  # before the store is opened: the answer does not depend on it
@@ -106,6 +114,37 @@ def _render(reports: list[dict[str, Any]], fmt: str, many: bool) -> str | bytes:
     from joulestat.reports.pdf_report import render_pdf
 
     return render_pdf(reports[0])
+
+
+def _group_by(text: str) -> Any:
+    from joulestat.reports.summary import GroupBy
+
+    return GroupBy.parse(text)
+
+
+def _render_summary(reports: list[dict[str, Any]], by: Any, fmt: str, since: str | None,
+                    now_s: float) -> str | bytes:
+    """The jobs' reports summed by ``by`` (:mod:`joulestat.reports.summary`)."""
+    from joulestat.reports.summary import (
+        render_summary_csv,
+        render_summary_json,
+        summarize,
+    )
+
+    period = f"jobs running since {since}" if since else "every job in the store"
+    generated = datetime.fromtimestamp(now_s).astimezone().isoformat(timespec="seconds")
+    summary = summarize(reports, by, period, generated)
+    if fmt == "csv":
+        return render_summary_csv(summary)
+    if fmt == "json":
+        return render_summary_json(summary)
+    if fmt == "html":
+        from joulestat.reports.html_report import render_summary_html
+
+        return render_summary_html(summary)
+    from joulestat.reports.pdf_report import render_summary_pdf
+
+    return render_summary_pdf(summary)
 
 
 def _write(content: str | bytes, output: str | None) -> None:
@@ -142,6 +181,7 @@ def _run(args: argparse.Namespace) -> int:
     settings = resolve(args, REPORT_OPTIONS)
     carbon = settings.section(CarbonSettings)
     since_s = parse_since(args.since) if args.since is not None else None
+    by = _group_by(args.by) if args.by is not None else None
     engine = open_reader_engine(settings["db"])
     now_s = time.time()
     if args.all:
@@ -166,7 +206,10 @@ def _run(args: argparse.Namespace) -> int:
             print(f"joulestat report: no job with id {job_id!r} in the store "
                   "(joulestat jobs lists them)", file=sys.stderr)
             return 2
-    _write(_render(reports, fmt, many=args.all), args.output)
+    if args.by is not None:
+        _write(_render_summary(reports, by, fmt, args.since, now_s), args.output)
+    else:
+        _write(_render(reports, fmt, many=args.all), args.output)
     if args.output is not None:
         print(f"wrote {fmt} report of {len(reports)} job(s) to {args.output}", file=sys.stderr)
     return 0

@@ -15,6 +15,8 @@ from typing import Any
 
 from joulestat.reports import tables
 from joulestat.reports.chart import svg_chart
+from joulestat.reports.summary import NOTE, Summary, headline, summary_table
+from joulestat.reports.summary import title as summary_title
 
 CSS = """
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto;
@@ -79,4 +81,20 @@ def render_html(report: Mapping[str, Any]) -> str:
     ]
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             f"<title>{escape(tables.title(report))}</title>\n<style>{CSS}</style>\n"
+            "</head>\n<body>\n" + "\n".join(body) + "\n</body>\n</html>\n")
+
+
+def render_summary_html(summary: Summary) -> str:
+    """A summary of many jobs (:mod:`joulestat.reports.summary`) as one page, in the
+    job report's style; every group name is escaped (a label value is user input)."""
+    body = [
+        f"<h1>{escape(summary_title(summary))}</h1>",
+        f'<p class="headline">{escape(headline(summary))}</p>',
+        f'<p class="meta">{escape(summary.period.capitalize())}; generated '
+        f"{escape(summary.generated_at)} by joulestat.</p>",
+        _table(summary_table(summary)),
+        f'<p class="meta">{escape(NOTE)}</p>',
+    ]
+    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+            f"<title>{escape(summary_title(summary))}</title>\n<style>{CSS}</style>\n"
             "</head>\n<body>\n" + "\n".join(body) + "\n</body>\n</html>\n")

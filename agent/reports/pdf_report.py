@@ -28,6 +28,8 @@ from reportlab.platypus import Table as PdfTable
 
 from joulestat.reports import tables
 from joulestat.reports.chart import axis_ticks, color, lines, nice_ticks
+from joulestat.reports.summary import NOTE, Summary, headline, summary_table
+from joulestat.reports.summary import title as summary_title
 
 PAGE = landscape(A4)
 MARGIN = 15 * mm
@@ -123,5 +125,28 @@ def render_pdf(report: Mapping[str, Any]) -> bytes:
               *(Paragraph(escape(text), method, bulletText="\u2022")
                 for text in tables.methodology_paragraphs(report["methodology"])),
               Spacer(1, 4 * mm)]
+    document.build(story)
+    return buffer.getvalue()
+
+
+def render_summary_pdf(summary: Summary) -> bytes:
+    """A summary of many jobs (:mod:`joulestat.reports.summary`) as a PDF page."""
+    styles = getSampleStyleSheet()
+    cell_style = ParagraphStyle("cell", parent=styles["BodyText"], fontSize=7.5, leading=9)
+    buffer = io.BytesIO()
+    document = SimpleDocTemplate(
+        buffer, pagesize=PAGE, leftMargin=MARGIN, rightMargin=MARGIN, topMargin=MARGIN,
+        bottomMargin=MARGIN, title=summary_title(summary), author="joulestat",
+        subject="energy, carbon and cost of many jobs")
+    story: list[Any] = [
+        Paragraph(escape(summary_title(summary)), styles["Title"]),
+        Paragraph(f"<b>{escape(headline(summary))}</b>", styles["BodyText"]),
+        Paragraph(escape(f"{summary.period.capitalize()}; generated "
+                         f"{summary.generated_at} by joulestat."), styles["Italic"]),
+        Spacer(1, 3 * mm),
+        _pdf_table(summary_table(summary), cell_style),
+        Spacer(1, 3 * mm),
+        Paragraph(escape(NOTE), styles["Italic"]),
+    ]
     document.build(story)
     return buffer.getvalue()

@@ -126,3 +126,77 @@ def test_all_since(report_env: Env) -> None:
     assert [r["job"]["id"] for r in json.loads(since.stdout)] == ["solo", "secretive"]
     recent = report_ok(env, "--all", "--since", "7d", "--format", "csv")
     assert [r["job_id"] for r in csv.DictReader(io.StringIO(recent.stdout))] == ["solo"]
+
+
+def _all_reports(env: dict[str, str]) -> list[dict]:
+    return json.loads(report_ok(env, "--all").stdout)
+
+
+def test_a_summary_by_team_is_its_jobs_reports_added_up(report_env: Env,
+                                                        tmp_path: Path) -> None:
+    """Issue 46: a summary a sustainability team hands on (kg CO2e per team, label,
+    month or instance type), in every format; each group's figures are its jobs'
+    reports summed, one value per CSV cell."""
+    env, _ = report_env
+    reports = {r["job"]["id"]: r for r in _all_reports(env)}
+    rows = list(csv.DictReader(io.StringIO(
+        report_ok(env, "--all", "--by", "team", "--format", "csv").stdout)))
+    by_group = {row["group"]: row for row in rows}
+    assert set(by_group) == {"nlp", "(none)", "total"}
+    assert int(by_group["nlp"]["jobs"]) == 2 and int(by_group["(none)"]["jobs"]) == 1
+    nlp = [reports["dist-1"], reports["secretive"]]
+    assert float(by_group["nlp"]["energy_j"]) == pytest.approx(
+        sum(r["energy_j"]["total"] for r in nlp))
+    assert float(by_group["nlp"]["total_co2e_kg"]) == pytest.approx(
+        sum(r["total_co2e_g"] for r in nlp) / 1000)
+    total_j = sum(r["energy_j"]["total"] for r in reports.values())
+    assert float(by_group["total"]["energy_j"]) == pytest.approx(total_j)
+    assert float(by_group["total"]["energy_kwh"]) == pytest.approx(total_j / 3.6e6)
+    for row in rows:  # one value a cell: a number, or empty for unknown
+        for column, cell in row.items():
+            if column != "group" and cell:
+                float(cell)
+    # By instance type a job is split by its nodes; the parts add up to the same total.
+    parts = json.loads(report_ok(env, "--all", "--by", "instance_type").stdout)
+    assert {g["group"] for g in parts["groups"]} == {"c5.4xlarge", "p4d.24xlarge", "homebuilt"}
+    assert sum(g["energy_j"] for g in parts["groups"]) == pytest.approx(total_j)
+    assert parts["total"]["jobs"] == 3
+    for by in ("kind", "region", "label:run"):  # the other documented keys
+        groups = json.loads(report_ok(env, "--all", "--by", by).stdout)["groups"]
+        assert sum(g["energy_j"] for g in groups) == pytest.approx(total_j), by
+    # HTML and PDF, as a reader gets them.
+    report_ok(env, "--all", "--by", "label:team", "-o", str(tmp_path / "teams.html"))
+    text = html_text((tmp_path / "teams.html").read_text()).text
+    assert "joulestat summary by label team" in text and "nlp" in text and "CO2e total" in text
+    report_ok(env, "--all", "--by", "month", "-o", str(tmp_path / "months.pdf"))
+    page = PdfReader(str(tmp_path / "months.pdf")).pages[0].extract_text()
+    assert "joulestat summary by month" in page and "2023-11" in page
+
+
+def test_a_summary_escapes_and_neutralises_label_values() -> None:
+    """A label value is user input: escaped in HTML, never a formula in CSV."""
+    from joulestat.reports.html_report import render_summary_html
+    from joulestat.reports.summary import GroupBy, render_summary_csv, summarize
+
+    def report(job_id: str, team: str) -> dict:
+        return {"job": {"id": job_id, "labels": {"team": team}, "started_at": "2026-12-01",
+                        "kind": "training"}, "nodes": [], "energy_j": {"total": 3.6e6},
+                "co2e_g": 100.0, "embodied_co2e_g": 10.0, "cost_usd": None}
+
+    summary = summarize([report("a", "=HYPERLINK(1)"), report("b", "<script>x</script>")],
+                        GroupBy.parse("team"), "every job", "now")
+    rows = list(csv.DictReader(io.StringIO(render_summary_csv(summary))))
+    assert sorted(row["group"] for row in rows) == ["'=HYPERLINK(1)", "<script>x</script>",
+                                                    "total"]
+    assert rows[-1]["cost_usd"] == "" and rows[-1]["unpriced_jobs"] == "2"  # unknown, not 0
+    assert float(rows[-1]["energy_kwh"]) == 2.0
+    page = render_summary_html(summary)
+    assert "<script>x" not in page and "&lt;script&gt;x&lt;/script&gt;" in page
+
+
+def test_summary_usage_errors_exit_2(report_env: Env) -> None:
+    env, _ = report_env
+    for args, message in ((("dist-1", "--by", "team"), "--by goes with --all"),
+                          (("--all", "--by", "colour"), "--by: expected label:KEY")):
+        result = invoke("report", *args, env=env)
+        assert result.returncode == 2 and message in result.stderr, (args, result.stderr)
