@@ -45,7 +45,7 @@ from joulestat.attribution.registry import Job, JobRegistry
 from joulestat.core import jsonout
 from joulestat.core.errors import ConfigError
 from joulestat.core.http_gate import GatedHandler, HttpGate, Limits, busy_response
-from joulestat.core.redact import redact_labels
+from joulestat.core.redact import redact_labels, redact_text
 from joulestat.core.validation import (
     JobError,
     JobNotFound,
@@ -56,6 +56,7 @@ from joulestat.core.validation import (
     validate_pids,
 )
 from joulestat.host.peers import PeerLookup
+from joulestat.host.serving_address import AddressRefused, ServingAddressRule
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from joulestat.core.records import JobRecord
@@ -224,16 +225,29 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
-def _with_serving(data: Mapping[str, Any]) -> Any:
-    """The registration's agent labels, with its ``serving_metrics`` field among them."""
+def _with_serving(data: Mapping[str, Any], rule: ServingAddressRule) -> Any:
+    """The registration's agent labels, with its ``serving_metrics`` field among them,
+    the URL (given either way) checked against ``rule``: the agent fetches it every
+    tick and anyone reads what it counts, so it must be one the agent may fetch."""
     agent_labels = data.get("agent_labels")
     url = data.get("serving_metrics")
-    if url is None:
-        return agent_labels
-    validate_serving_url(url, "serving_metrics")
-    if agent_labels is not None and not isinstance(agent_labels, Mapping):
-        return agent_labels  # the registry says what is wrong with it
-    return {**(agent_labels or {}), SERVING_METRICS: url}
+    field = "serving_metrics"
+    if url is not None:
+        validate_serving_url(url, field)
+        if agent_labels is None or isinstance(agent_labels, Mapping):
+            agent_labels = {**(agent_labels or {}), SERVING_METRICS: url}
+    elif isinstance(agent_labels, Mapping) and isinstance(
+            agent_labels.get(SERVING_METRICS), str):
+        url, field = agent_labels[SERVING_METRICS], f"agent_labels.{SERVING_METRICS}"
+        validate_serving_url(url, field)
+    if url is not None:
+        parts = urlsplit(url)
+        assert parts.hostname is not None  # validate_serving_url said so
+        try:
+            rule.resolve(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
+        except AddressRefused as exc:
+            raise JobError(f"{field}: {redact_text(url)}: {exc}") from None
+    return agent_labels  # anything else wrong with it, the registry says
 
 
 def _answer(job: Job) -> dict[str, Any]:
@@ -536,6 +550,8 @@ class _Handler(GatedHandler):
         if origin not in API_ORIGINS:
             raise _HttpError(400, f"origin: expected one of {', '.join(API_ORIGINS)}")
         registry = self.server.registry
+        # Checked before the lock: the serving URL's name may take a lookup to resolve.
+        agent_labels = _with_serving(data, self.server.serving_rule)
         with self.server.register_lock:  # so exactly one of two racing registrations gets 201
             existed = job_id is not None and _known(registry, job_id)
             if job_id is not None and not existed and self._store_waiting():
@@ -548,7 +564,7 @@ class _Handler(GatedHandler):
             job = registry.register(data["name"], data["kind"], data.get("pids"),
                                     data.get("labels"), job_id, origin=origin,
                                     instance_type=data.get("instance_type"),
-                                    agent_labels=_with_serving(data))
+                                    agent_labels=agent_labels)
             answer = {**_answer(job), "job_token": self.server.job_token(job.id)}
             if self.server.persist is not None and (
                     not existed or data.get("pids") or data.get("labels")):
@@ -639,6 +655,7 @@ class _Server:
         self.agent_pid = api.agent_pid
         self.store_state = api.store_state
         self.figures = api.figures
+        self.serving_rule = api.serving_rule
 
 
 @dataclass(frozen=True, slots=True)
@@ -679,8 +696,12 @@ class ApiServer:
         agent_pid: int | None | ThisProcess = ThisProcess.PID,
         store_state: Callable[[], str] | None = None,
         figures: FiguresFromStore | None = None,
+        serving_rule: ServingAddressRule | None = None,
     ) -> None:
         self.registry, self.host, self.requested_port = registry, host, port
+        # Where a registration's serving_metrics URL may point (the agent fetches it):
+        # by default this node only (joulestat.host.serving_address).
+        self.serving_rule = serving_rule or ServingAddressRule(procfs_root=procfs_root)
         # The process no job may claim (the one measuring: a job holding it would be
         # charged the agent's own draw). By default the process serving this API, as
         # the daemon and embedded mode are; a test that embeds the API in the very

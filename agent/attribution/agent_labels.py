@@ -29,7 +29,8 @@ reader can trust that each one means what this module says:
   job every tick (``joulestat run --serving-metrics``, ``track(serving_metrics=...)``,
   the API's ``serving_metrics``; :mod:`joulestat.runtime.serving`): how the job's
   ``output_token``, ``prompt_token`` and ``request`` units were counted, and why its
-  energy is split among its models by their tokens. An ``http(s)://`` URL.
+  energy is split among its models by their tokens. An ``http(s)://`` URL, on the job's
+  node unless the agent allows more (:mod:`joulestat.host.serving_address`).
 
 Read the policy with :func:`idle_policy_of`; ``None`` means unknown (jobs stored before
 joulestat recorded it, CodeCarbon imports, reports made before it).
@@ -86,8 +87,12 @@ def validate_agent_labels(agent_labels: Any, keys: tuple[str, ...] = REGISTERED_
 
 def validate_serving_url(url: Any, field: str = f"{FIELD}.{SERVING_METRICS}") -> str:
     """``url`` when it is an ``http(s)://host[:port]/path`` URL, else :class:`JobError`
-    naming ``field`` (the agent fetches it, so nothing else may pass)."""
+    naming ``field`` (the agent fetches it, so nothing else may pass). A link-local
+    address is refused here already; the rest of the address rule needs the agent's
+    settings, so the agent checks it (:mod:`joulestat.host.serving_address`)."""
     from urllib.parse import urlsplit
+
+    from joulestat.host.serving_address import link_local_literal
 
     if not isinstance(url, str):
         raise JobError(f"{field}: expected a URL string, got {type(url).__name__}")
@@ -100,6 +105,10 @@ def validate_serving_url(url: Any, field: str = f"{FIELD}.{SERVING_METRICS}") ->
         raise JobError(f"{field}: expected http(s)://HOST[:PORT]/PATH (the server's "
                        f"Prometheus endpoint, e.g. http://127.0.0.1:8000/metrics), got "
                        f"{url[:100]!r}")
+    if link_local_literal(parts.hostname):
+        raise JobError(f"{field}: {parts.hostname} is a link-local address (169.254.0.0/16, "
+                       "fe80::/10, where cloud metadata services answer): serving metrics "
+                       "are never fetched from one")
     return url
 
 

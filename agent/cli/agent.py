@@ -31,6 +31,7 @@ AGENT_OPTIONS = (
     "api_token",
     "idle_policy",
     "discover",
+    "serving_metrics_allow",
     "kube_pods",
     "job_retention",
     "spool_dir",

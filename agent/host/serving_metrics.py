@@ -26,24 +26,31 @@ Counters and histograms reset when the server restarts; :func:`counter_delta` an
 from __future__ import annotations
 
 import base64
+import http.client
 import math
-import urllib.error
+import socket
+import threading
+import time
 import urllib.parse
-import urllib.request
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from http import HTTPStatus
 from types import MappingProxyType
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.parser import text_fd_to_metric_families
 
 from joulestat.core.redact import redact_text
+from joulestat.host.serving_address import AddressRefused, ServingAddressRule
 
 # A vLLM scrape with a few models is some 100 KiB, TGI's (a 1024-bucket batch-size
 # histogram) a few hundred KiB; anything past this is not a metrics page to read every tick.
 MAX_RESPONSE_BYTES = 8 << 20
+# The whole of one fetch (connect, headers, body): a poll of one endpoint every tick
+# cannot keep one fetch going for longer.
+FETCH_TIMEOUT_S = 2.0
 # The model name given to TGI's counters: TGI serves one model and labels no metric with
 # it (its /info endpoint has model_id; the agent may rename).
 DEFAULT_MODEL = "default"
@@ -185,10 +192,15 @@ class _Scrape:
     """One exposition text's samples by exact sample name, and the names it declares."""
 
     def __init__(self, text: str) -> None:
+        lines = _Lines(text)
         try:
-            families = list(text_string_to_metric_families(text))
-        except Exception as exc:  # the parser raises ValueError, and others on odd input
-            raise ServingMetricsError(f"not Prometheus text exposition: {exc}") from exc
+            families = list(text_fd_to_metric_families(lines))
+        except Exception:  # the parser raises ValueError, and others on odd input
+            # By line number only: the parser's message quotes the line, and the page is
+            # whatever the URL answered (another service's page, a secret).
+            raise ServingMetricsError(
+                f"not Prometheus text exposition: line {lines.taken} is not a sample, a "
+                "comment or blank") from None
         self.family_names = sorted({f.name for f in families})
         self.samples: dict[str, list[_Series]] = defaultdict(list)
         names: set[str] = set()
@@ -207,6 +219,23 @@ class _Scrape:
     def declares(self, name: str) -> bool:
         return name in self.names or any(
             f"{name}{suffix}" in self.names for suffix in ("_bucket", "_sum", "_count"))
+
+
+class _Lines:
+    """The page's lines, counted as the parser takes them: where it stops is the line it
+    found wrong."""
+
+    def __init__(self, text: str) -> None:
+        self._lines = iter(text.splitlines(keepends=True))
+        self.taken = 0
+
+    def __iter__(self) -> _Lines:
+        return self
+
+    def __next__(self) -> str:
+        line = next(self._lines)
+        self.taken += 1
+        return line
 
 
 def _strip_total(name: str) -> str:
@@ -234,12 +263,10 @@ def _recognise(scrape: _Scrape) -> _EngineSpec:
         raise ServingMetricsError(
             "metrics of more than one engine (" + ", ".join(s.label for s in found)
             + "): point joulestat at one server's endpoint")
-    if not found:
-        shown = ", ".join(scrape.family_names[:5])
-        more = ", ..." if len(scrape.family_names) > 5 else ""
+    if not found:  # counted, not named: the page may be anything the URL answered
         raise ServingMetricsError(
             f"no vLLM, TGI or SGLang metrics: found {len(scrape.family_names)} families, "
-            f"none known" + (f" ({shown}{more})" if shown else ""))
+            "none known")
     return found[0]
 
 
@@ -250,11 +277,11 @@ def _sum_by_model(spec: _EngineSpec, series: Iterable[_Series]) -> dict[str, flo
     return dict(totals)
 
 
-def _le(text: str) -> float:
+def _le(name: str, text: str) -> float:
     try:
         return float(text)  # float() reads "+Inf"
-    except ValueError as exc:
-        raise ServingMetricsError(f"a histogram bucket with le={text!r}") from exc
+    except ValueError:
+        raise ServingMetricsError(f"{name}: a bucket whose le is not a number") from None
 
 
 def _histograms(spec: _EngineSpec, scrape: _Scrape, name: str) -> dict[str, Histogram]:
@@ -266,17 +293,17 @@ def _histograms(spec: _EngineSpec, scrape: _Scrape, name: str) -> dict[str, Hist
         if "le" not in item.labels:
             continue
         model = _model_of(spec, item.labels)
-        le = _le(item.labels["le"])
+        le = _le(name, item.labels["le"])
         buckets[model][le] += item.value
         rest = frozenset((k, v) for k, v in item.labels.items() if k != "le")
         bounds_of_series[(model, rest)].add(le)
     bounds_by_model: dict[str, set[frozenset[float]]] = defaultdict(set)
     for (model, _rest), bounds in bounds_of_series.items():
         bounds_by_model[model].add(frozenset(bounds))
-    for model, shapes in bounds_by_model.items():
+    for shapes in bounds_by_model.values():
         if len(shapes) > 1:
-            raise ServingMetricsError(
-                f"{name} for model {model!r}: series with different bucket bounds")
+            raise ServingMetricsError(  # the model's name is the page's: not repeated
+                f"{name}: one model's series with different bucket bounds")
     sums = _sum_by_model(spec, scrape.samples.get(f"{name}_sum", []))
     counts = _sum_by_model(spec, scrape.samples.get(f"{name}_count", []))
     result = {}
@@ -334,51 +361,173 @@ def parse_serving_metrics(text: str) -> ServingSample:
         for model in sorted(models)}))
 
 
-def fetch_serving_metrics(url: str, timeout_s: float = 2.0) -> str:
+def fetch_serving_metrics(url: str, timeout_s: float = FETCH_TIMEOUT_S, *,
+                          rule: ServingAddressRule | None = None) -> str:
     """The text of ``url`` (an http(s) metrics endpoint), for :func:`parse_serving_metrics`.
 
     Credentials in the URL (``http://user:pass@host/metrics``) go as HTTP basic auth.
-    Raises :class:`ServingMetricsError` naming the URL, its password hidden, and the
-    cause: the agent logs it and tries again next tick.
+    The host is resolved and each address checked against ``rule`` (this node only, by
+    default: :mod:`joulestat.host.serving_address`), and the connection goes to an
+    address that passed. The whole fetch (connect, headers, body) ends within
+    ``timeout_s``, however slowly the server sends; a redirect is an error, never
+    followed (it could lead anywhere the rule forbids). Raises
+    :class:`ServingMetricsError` naming the URL, its password hidden, and the cause
+    (never what the server sent): the agent logs it and tries again next tick.
     """
     shown = redact_text(url)
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ServingMetricsError(f"{shown}: not an http(s) URL")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise ServingMetricsError(f"{shown}: not a valid port") from None
+    deadline = _Deadline(timeout_s)
+    try:
+        try:
+            addresses = (rule or ServingAddressRule()).resolve(parts.hostname, port)
+        except AddressRefused as exc:
+            raise ServingMetricsError(f"{shown}: {exc}") from None
+        return _get(shown, parts, port, addresses, deadline)
+    finally:
+        deadline.cancel()
+
+
+def _get(shown: str, parts: urllib.parse.SplitResult, port: int,
+         addresses: list[tuple[int, tuple[Any, ...]]], deadline: _Deadline) -> str:
+    """GET ``parts`` from the first of ``addresses`` that connects, by http.client (which
+    follows nothing), within ``deadline``."""
     headers = {"Accept": "text/plain;version=0.0.4", "User-Agent": "joulestat"}
     if parts.username is not None:
         user = urllib.parse.unquote(parts.username)
         password = urllib.parse.unquote(parts.password or "")
         token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
         headers["Authorization"] = f"Basic {token}"
-        netloc = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
-        if parts.port is not None:
-            netloc += f":{parts.port}"
-        url = urllib.parse.urlunsplit(parts._replace(netloc=netloc))
-    request = urllib.request.Request(url, headers=headers)
+    assert parts.hostname is not None
+    host = parts.hostname
+    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    # Host: and TLS (SNI, the certificate's name) say the URL's host; the socket goes to
+    # the address the rule passed, not to a second lookup that might answer otherwise.
+    connection = kind(host, port, timeout=deadline.total_s)
+    connection._create_connection = (  # type: ignore[attr-defined]
+        lambda _address, _timeout, _source: deadline.watch(_connect(addresses, deadline)))
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            length = response.headers.get("Content-Length")
-            if length is not None and length.isdigit() and int(length) > MAX_RESPONSE_BYTES:
-                raise ServingMetricsError(
-                    f"{shown}: a response of {int(length)} bytes, over the "
-                    f"{MAX_RESPONSE_BYTES} joulestat reads")
-            body = response.read(MAX_RESPONSE_BYTES + 1)
-    except urllib.error.HTTPError as exc:
-        raise ServingMetricsError(f"{shown}: HTTP {exc.code} {exc.reason}") from None
-    except urllib.error.URLError as exc:
-        reason = exc.reason
-        if isinstance(reason, TimeoutError):
-            raise ServingMetricsError(f"{shown}: no answer within {timeout_s:g} s") from None
-        raise ServingMetricsError(f"{shown}: {redact_text(str(reason))}") from None
-    except TimeoutError:
-        raise ServingMetricsError(f"{shown}: no answer within {timeout_s:g} s") from None
-    except OSError as exc:
+        connection.request("GET", path, headers=headers)
+        response = connection.getresponse()
+        status = response.status
+        if 300 <= status < 400:
+            raise ServingMetricsError(
+                f"{shown}: HTTP {status}, a redirect: redirects are not followed (give the "
+                "URL the metrics are served at)")
+        if status != 200:
+            raise ServingMetricsError(f"{shown}: HTTP {status} {_phrase(status)}".rstrip())
+        length = response.getheader("Content-Length")
+        if length is not None and length.isdigit() and int(length) > MAX_RESPONSE_BYTES:
+            raise ServingMetricsError(
+                f"{shown}: a response of {int(length)} bytes, over the "
+                f"{MAX_RESPONSE_BYTES} joulestat reads")
+        body = response.read(MAX_RESPONSE_BYTES + 1)
+    except ServingMetricsError:
+        if deadline.expired:
+            raise deadline.error(shown) from None
+        raise
+    except (TimeoutError, http.client.HTTPException, OSError) as exc:
+        if deadline.expired or isinstance(exc, TimeoutError):
+            raise deadline.error(shown) from None
+        if isinstance(exc, http.client.HTTPException):
+            # Their text can be what the server sent (a bad status line): never shown.
+            raise ServingMetricsError(
+                f"{shown}: not a valid HTTP answer ({type(exc).__name__})") from None
         raise ServingMetricsError(f"{shown}: {redact_text(str(exc))}") from None
+    finally:
+        connection.close()
+    if deadline.expired:  # the deadline cut the body short: what came is not the page
+        raise deadline.error(shown)
     if len(body) > MAX_RESPONSE_BYTES:
         raise ServingMetricsError(
             f"{shown}: a response over the {MAX_RESPONSE_BYTES} bytes joulestat reads")
     return body.decode("utf-8", errors="replace")
+
+
+def _phrase(status: int) -> str:
+    """The standard phrase of ``status``; the server's own reason text is not shown."""
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return ""
+
+
+def _connect(addresses: list[tuple[int, tuple[Any, ...]]], deadline: _Deadline) -> socket.socket:
+    """A TCP connection to the first of ``addresses`` that takes one before the deadline."""
+    error: OSError = TimeoutError()
+    for family, address in addresses:
+        left = deadline.left_s()
+        if left <= 0:
+            raise TimeoutError()
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(left)
+            sock.connect(address)
+        except OSError as exc:
+            sock.close()
+            error = exc
+            continue
+        # Each read waits at most this long; the whole fetch, the deadline's watchdog.
+        sock.settimeout(max(deadline.left_s(), 0.001))
+        return sock
+    raise error
+
+
+class _Deadline:
+    """A fetch's deadline: a socket timeout bounds one read, so a server sending a byte
+    a second would hold a fetch for ever; at the deadline a timer shuts the connection's
+    socket down, which ends whatever read (headers, TLS, body) is waiting."""
+
+    def __init__(self, total_s: float) -> None:
+        self.total_s = total_s
+        self._end_s = time.monotonic() + total_s
+        self._lock = threading.Lock()
+        self._socket: socket.socket | None = None  # a dup: shutdown() reaches the TLS one too
+        self.expired = False
+        self._timer = threading.Timer(total_s, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def left_s(self) -> float:
+        return self._end_s - time.monotonic()
+
+    def watch(self, sock: socket.socket) -> socket.socket:
+        """``sock``, which the deadline shuts down (at once if it has passed)."""
+        with self._lock:
+            self._socket = sock.dup()
+            if self.expired:
+                _shut(self._socket)
+        return sock
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            if self._socket is not None:
+                _shut(self._socket)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+        with self._lock:
+            if self._socket is not None:
+                self._socket.close()
+                self._socket = None
+
+    def error(self, shown: str) -> ServingMetricsError:
+        self.expired = True
+        return ServingMetricsError(f"{shown}: no complete answer within {self.total_s:g} s")
+
+
+def _shut(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # not connected (yet, or any more): nothing to end
 
 
 def counter_delta(now: float, then: float | None) -> float:
@@ -486,7 +635,7 @@ def histogram_quantile(q: float, histogram: Histogram) -> float | None:
 
 
 __all__ = [
-    "DEFAULT_MODEL", "ENGINES", "MAX_RESPONSE_BYTES", "Histogram", "Latency",
+    "DEFAULT_MODEL", "ENGINES", "FETCH_TIMEOUT_S", "MAX_RESPONSE_BYTES", "Histogram", "Latency",
     "ModelCounters", "ServingEngine", "ServingMetricsError", "ServingSample",
     "counter_delta", "fetch_serving_metrics", "histogram_add", "histogram_delta",
     "histogram_quantile", "parse_serving_metrics",

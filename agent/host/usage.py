@@ -72,10 +72,12 @@ class UsageSnapshot:
 class HostSettings:
     """Where this layer reads, from the options of the same names: procfs (processes,
     node busy time) and sysfs (the cgroup filesystem at ``<sysfs>/fs/cgroup``); a fake
-    tree of each in tests."""
+    tree of each in tests. And where it may fetch a job's serving metrics from besides
+    this node (:mod:`joulestat.host.serving_address`)."""
 
     procfs_root: Path
     sysfs_root: Path
+    serving_metrics_allow: tuple[str, ...]
 
 
 class HostUsage:

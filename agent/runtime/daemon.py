@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from joulestat.attribution.registry import JobRegistry
 from joulestat.core.errors import ConfigError
+from joulestat.host.serving_address import ServingAddressRule
+from joulestat.host.usage import HostSettings
 from joulestat.outputs.health import AgentHealth
 from joulestat.outputs.prometheus import (
     JobMetrics,
@@ -215,6 +217,15 @@ def _api_url(host: str, port: int) -> str | None:
     return f"http://{shown}:{port}"
 
 
+def _serving_rule(host: HostSettings) -> ServingAddressRule:
+    """Where jobs' serving metrics may be fetched from: one rule for the job API, which
+    refuses a registration that breaks it, and for every fetch."""
+    rule = ServingAddressRule(host.serving_metrics_allow, host.procfs_root)
+    if rule.allow:
+        log.info("serving metrics may be fetched from this node and %s", ", ".join(rule.allow))
+    return rule
+
+
 def run_agent(settings: AgentSettings) -> int:
     from joulestat.api.server import JOB_SECRET_FILE, ApiServer, load_job_secret
     from joulestat.reports.figures import FiguresFromStore
@@ -231,6 +242,7 @@ def run_agent(settings: AgentSettings) -> int:
                            api_url=_api_url(api_settings.api_host, api_settings.api_port))
     interval_s = settings.pipeline.tick.interval_s
     pipeline, writer = built.pipeline, built.writer
+    serving_rule = _serving_rule(settings.pipeline.host)
     ticks = SharedTick(pipeline.tick)  # the loop's, and the job API's for figures now
     servers: list[Any] = []
     apis: list[Any] = []
@@ -268,7 +280,8 @@ def run_agent(settings: AgentSettings) -> int:
                             procfs_root=settings.pipeline.host.procfs_root,
                             store_state=lambda: _store_state(writer, built.late_jobs),
                             figures=FiguresFromStore(writer.engine, writer.flush,
-                                                     ticks=ticks))
+                                                     ticks=ticks),
+                            serving_rule=serving_rule)
             try:
                 api.start()
             except ValueError as exc:
@@ -286,7 +299,7 @@ def run_agent(settings: AgentSettings) -> int:
         raise
 
     pipeline.start(built.checkpoint, now_s=time.time())
-    serving = ServingUnits(registry, interval_s)
+    serving = ServingUnits(registry, interval_s, rule=serving_rule)
     serving.start()
     Daemon(pipeline, interval_s, metrics.job_retention_s, stop,
            writer=writer, node_metrics=built.node_metrics, late_jobs=built.late_jobs,

@@ -87,6 +87,12 @@ class EmbeddedJob:
         self.id = self._fields[4]
         self.job: Job | None = None
         self._settings = settings if settings is not None else embedded_settings()
+        # Where serving metrics may be fetched from: this node only (an embedded run
+        # offers no allowlist; an agent does, --serving-metrics-allow).
+        from joulestat.host.serving_address import ServingAddressRule
+
+        host = self._settings.host
+        self._serving_rule = ServingAddressRule(host.serving_metrics_allow, host.procfs_root)
         self._pipeline: Any = None
         self._writer: Any = None
         self._stop = threading.Event()
@@ -134,7 +140,7 @@ class EmbeddedJob:
         self._api = ApiServer(self._registry, "127.0.0.1", 0, token=self.api_token,
                               node=self._pipeline.node.node,
                               interval_s=self._settings.tick.interval_s, mode="embedded",
-                              figures=self._figures)
+                              figures=self._figures, serving_rule=self._serving_rule)
         self._api.start()
         self.api_url = f"http://127.0.0.1:{self._api.port}"
         self._thread = threading.Thread(target=self._loop, name="joulestat-embedded",
@@ -170,7 +176,8 @@ class EmbeddedJob:
         # Flush every flush interval, or at once when the writer asks (a job ended and
         # its final figures should be stored before anyone reads them).
         flush_hook = Every(writer.flush_interval_s, flush, asked=writer.wake.is_set)
-        serving = ServingUnits(self._registry, self._settings.tick.interval_s)
+        serving = ServingUnits(self._registry, self._settings.tick.interval_s,
+                               rule=self._serving_rule)
         serving.start()
         try:
             assert self._ticks is not None, "the loop runs after start()"

@@ -8,8 +8,15 @@ and latency histograms per model (:mod:`joulestat.host.serving_metrics` reads th
 
 Two halves, so no HTTP request ever runs on the tick thread:
 
-* a poller thread fetches each endpoint every ``interval_s`` and keeps the latest
-  sample with the time it was taken;
+* a poller thread starts a fetch of each endpoint every ``interval_s``, each on a
+  thread of its own, and keeps the latest sample with the time it was taken. One
+  endpoint never delays another's samples: a fetch of a URL starts only once its
+  previous one has ended, and every fetch ends within :data:`FETCH_TIMEOUT_S` however
+  slowly its server answers, so a hanging or dripping endpoint costs its own samples
+  and its own fetch's threads, nothing else (fetches in flight are at most the
+  endpoints measured). Each
+  fetch goes only where :class:`~joulestat.host.serving_address.ServingAddressRule`
+  lets it (this node, unless the agent's allowlist says more);
 * a tick hook (:meth:`ServingUnits.__call__`) takes, per job, the samples that arrived
   since the last tick and counts their differences into the registry: per model,
   ``output_token@<model>``, ``prompt_token@<model>`` and ``request@<model>`` (the
@@ -32,6 +39,7 @@ added up (TTFT, inter-token latency, end-to-end), which the store keeps with the
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -43,7 +51,9 @@ from joulestat.attribution.registry import JobRegistry
 from joulestat.core.model_units import BUSY, MAX_MODELS_PER_JOB, model_key, validate_model
 from joulestat.core.redact import redact_text
 from joulestat.core.validation import JobError
+from joulestat.host.serving_address import ServingAddressRule
 from joulestat.host.serving_metrics import (
+    FETCH_TIMEOUT_S,
     Histogram,
     Latency,
     ServingMetricsError,
@@ -58,10 +68,9 @@ from joulestat.host.serving_metrics import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["OUTPUT_TOKEN", "PROMPT_TOKEN", "REQUEST", "ServingUnits"]
+__all__ = ["FETCH_TIMEOUT_S", "OUTPUT_TOKEN", "PROMPT_TOKEN", "REQUEST", "ServingUnits"]
 
 OUTPUT_TOKEN, PROMPT_TOKEN, REQUEST = "output_token", "prompt_token", "request"
-FETCH_TIMEOUT_S = 2.0
 
 
 @dataclass
@@ -79,17 +88,22 @@ class ServingUnits:
     """Counts serving engines' tokens and requests into the jobs that name them.
 
     Call it after each tick (a tick hook); :meth:`start` the poller, :meth:`close` it.
-    ``fetch`` and ``clock`` are parameters for tests.
+    ``rule``: where fetches may go (default: this node only). ``fetch`` and ``clock``
+    are parameters for tests.
     """
 
     def __init__(self, registry: JobRegistry, interval_s: float = 1.0, *,
-                 fetch: Callable[[str, float], str] = fetch_serving_metrics,
+                 rule: ServingAddressRule | None = None,
+                 fetch: Callable[[str, float], str] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._registry, self._interval_s = registry, interval_s
+        if fetch is None:
+            fetch = functools.partial(fetch_serving_metrics, rule=rule or ServingAddressRule())
         self._fetch, self._clock = fetch, clock
         self._lock = threading.Lock()
         self._latest: dict[str, tuple[ServingSample, float]] = {}  # by job id
         self._jobs: dict[str, _JobState] = {}
+        self._fetching: dict[str, threading.Thread] = {}  # by URL: at most one each
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -101,9 +115,15 @@ class ServingUnits:
         self._thread.start()
 
     def close(self) -> None:
+        """Stop polling and wait for the fetches under way (each ends by its deadline)."""
         self._stop.set()
+        deadline = time.monotonic() + FETCH_TIMEOUT_S + 1
         if self._thread is not None:
-            self._thread.join(timeout=FETCH_TIMEOUT_S + 1)
+            self._thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            fetching = list(self._fetching.values())
+        for thread in fetching:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval_s):
@@ -112,19 +132,52 @@ class ServingUnits:
             except Exception:  # never kill the thread: the next round tries again
                 log.exception("serving metrics: polling failed")
 
-    def poll(self) -> None:
-        """Fetch every running job's endpoint once (one fetch per URL)."""
+    def poll(self, wait_s: float = 0.0) -> None:
+        """Start a fetch of every running job's endpoint (one per URL), each on a thread
+        of its own; a URL whose previous fetch is still under way is left to it, so a
+        slow endpoint delays nobody else's. ``wait_s``: wait up to that long for the
+        fetches started (tests, which then tick)."""
         wanted: dict[str, list[str]] = {}
         for job in self._registry.jobs(running_only=True):
             url = job.agent_labels.get(SERVING_METRICS)
             if url:
                 wanted.setdefault(url, []).append(job.id)
-        for url, job_ids in wanted.items():
+        started: list[tuple[str, threading.Thread]] = []
+        with self._lock:
+            if self._stop.is_set():
+                return
+            for url, job_ids in wanted.items():
+                if url in self._fetching:
+                    continue  # its last fetch is still going (at most FETCH_TIMEOUT_S)
+                thread = threading.Thread(target=self._fetch_one, args=(url, job_ids),
+                                          name="joulestat-serving-fetch", daemon=True)
+                self._fetching[url] = thread
+                started.append((url, thread))
+        for url, thread in started:
             try:
-                sample = parse_serving_metrics(self._fetch(url, FETCH_TIMEOUT_S))
+                thread.start()
+            except RuntimeError as exc:  # no thread to be had: this round skips it
+                log.warning("serving metrics: cannot start a fetch: %s", exc)
+                with self._lock:
+                    self._fetching.pop(url, None)
+        if wait_s > 0:
+            deadline = time.monotonic() + wait_s
+            for _url, thread in started:
+                if thread.ident is not None:
+                    thread.join(timeout=max(0.0, deadline - time.monotonic()))
+
+    def _fetch_one(self, url: str, job_ids: list[str]) -> None:
+        try:
+            try:
+                text = self._fetch(url, FETCH_TIMEOUT_S)  # its errors name the URL
             except ServingMetricsError as exc:
                 self._failed(url, job_ids, str(exc))
-                continue
+                return
+            try:
+                sample = parse_serving_metrics(text)
+            except ServingMetricsError as exc:  # says what is wrong, never the page
+                self._failed(url, job_ids, f"{redact_text(url)}: {exc}")
+                return
             taken_s = self._clock()
             with self._lock:
                 for job_id in job_ids:
@@ -134,6 +187,11 @@ class ServingUnits:
                         state.failing = False
                         log.info("serving metrics of job %s answer again at %s", job_id,
                                  redact_text(url))
+        except Exception:  # a fetch's thread ends quietly otherwise: say it
+            log.exception("serving metrics: fetching %s failed", redact_text(url))
+        finally:
+            with self._lock:
+                self._fetching.pop(url, None)
 
     def _failed(self, url: str, job_ids: list[str], why: str) -> None:
         with self._lock:
@@ -169,7 +227,9 @@ class ServingUnits:
             try:
                 validate_model(model)
             except ValueError:
-                log.debug("serving metrics: model name %r cannot be counted", model)
+                # Not quoted: the name is the page's, and the page is what the URL said.
+                log.debug("serving metrics of job %s: a model name of %d characters cannot "
+                          "be counted", job_id, len(model))
                 continue
             before = previous.models.get(model)
             deltas = {

@@ -113,6 +113,13 @@ def _discover(value: Any) -> frozenset[str]:
     return parse_discover_option(str(value))
 
 
+def _serving_allow(value: Any) -> tuple[str, ...]:
+    """``--serving-metrics-allow``, checked now (imported late, like ``_discover``)."""
+    from joulestat.host.serving_address import parse_serving_allow
+
+    return parse_serving_allow(value)
+
+
 def _prices(value: Any) -> Any:
     """A ``--prices`` file, read and checked now (imported late, like ``_discover``)."""
     from joulestat.carbon.prices import prices_option
@@ -185,6 +192,11 @@ OPTIONS: dict[str, Option] = {
                "pod list: apiserver (needs RBAC list on pods), kubelet (its port 10250, "
                "needs nodes/proxy; else read-only 10255), auto (apiserver when running in "
                "a pod with a service account) or off (pod-<uid8>)", "MODE"),
+        Option("serving_metrics_allow", _serving_allow, (),
+               "where a job's serving_metrics URL may point besides this node (loopback "
+               "and the node's own addresses, the default): host names, IP addresses or "
+               "CIDR networks, comma-separated; link-local addresses (169.254.0.0/16, "
+               "fe80::/10) never (docs/llm-serving.md)", "HOSTS", "none"),
         Option("job_retention", parse_duration_s, 300.0,
                "how long ended jobs stay exported to Prometheus", "AGE", "5m",
                field="job_retention_s"),

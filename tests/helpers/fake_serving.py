@@ -6,7 +6,13 @@ Each model's counters grow linearly with wall time at the rates given (output an
 tokens, requests a second), so the truth over any window is rate x its length; every
 request is observed once in the latency histograms at the model's fixed TTFT, ITL and
 end-to-end latency. ``restart()`` zeroes the counters as a server restart does (the
-truth goes on), ``down()``/``up()`` stop and resume answering.
+truth goes on), ``down()``/``up()`` stop and resume answering; ``hits`` counts the
+answers it gave.
+
+:class:`RawServer` is an endpoint that misbehaves below HTTP, as the issue's adversarial
+test found them (issue 47): :func:`dripping` sends its answer one byte every 1.5 s,
+:func:`hanging` accepts and never answers, or any bytes at all (a status line that is
+no HTTP).
 
 :class:`ServingEngineProcess` is the same engine in a process of its own, as a real
 server is: its answers do not wait on the test process (which polls the store, scrapes
@@ -17,11 +23,13 @@ job's tokens before its first sample and after its last are not its own.
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -50,6 +58,7 @@ class FakeServingEngine:
         self._lock = threading.Lock()
         self._since = time.monotonic()  # counters count from here (a restart resets it)
         self._answering = True
+        self.hits = 0
         engine_self = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -58,6 +67,8 @@ class FakeServingEngine:
                     self.send_error(503, "down")
                     return
                 body = engine_self.render().encode()
+                with engine_self._lock:
+                    engine_self.hits += 1
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
                 self.send_header("Content-Length", str(len(body)))
@@ -165,6 +176,110 @@ class FakeServingEngine:
                             ("tgi_request_duration", rates.e2e_s)):
             lines.append(f"# TYPE {name} histogram")
             self._histogram(lines, name, "", value, requests)
+
+
+Answer = Callable[[socket.socket, threading.Event], None]
+
+
+class RawServer:
+    """``with RawServer(dripping()) as server: server.url``: a loopback TCP server that
+    hands each connection to ``answer(connection, stopping)`` on a thread of its own and
+    counts them (``connections``); ``stopping`` is set when the server closes."""
+
+    def __init__(self, answer: Answer, path: str = "/metrics") -> None:
+        self._answer = answer
+        self._listener = socket.create_server(("127.0.0.1", 0), backlog=64)
+        self._listener.settimeout(0.1)  # so the accept loop sees the server closing
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}{path}"
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self.connections = 0
+        self._open: list[socket.socket] = []
+        self._threads: list[threading.Thread] = []
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+
+    def __enter__(self) -> RawServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stopping.set()
+        self._thread.join(10)
+        with self._lock:
+            for connection in self._open:
+                connection.close()
+        for thread in self._threads:
+            thread.join(10)
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                connection, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            with self._lock:
+                self.connections += 1
+                self._open.append(connection)
+            thread = threading.Thread(target=self._serve, args=(connection,), daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def _serve(self, connection: socket.socket) -> None:
+        try:
+            self._answer(connection, self._stopping)
+        except OSError:
+            pass  # the client went away: what a misbehaving server outlives
+
+
+def _read_request(connection: socket.socket) -> None:
+    connection.settimeout(10)
+    received = b""
+    while b"\r\n\r\n" not in received:
+        chunk = connection.recv(65536)
+        if not chunk:
+            return
+        received += chunk
+
+
+def dripping(every_s: float = 1.5, head_first: bool = False,
+             page: bytes = b"vllm:generation_tokens_total 1\n" * 64) -> Answer:
+    """An answer sent one byte every ``every_s`` (``head_first``: the status line and
+    headers at once, then the body so), until the client hangs up: a socket timeout
+    longer than ``every_s`` never fires on it."""
+    head = (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(page))
+
+    def answer(connection: socket.socket, stopping: threading.Event) -> None:
+        _read_request(connection)
+        rest = head + page
+        if head_first:
+            connection.sendall(head)
+            rest = page
+        for index in range(len(rest)):
+            if stopping.wait(every_s):
+                return
+            connection.sendall(rest[index:index + 1])
+
+    return answer
+
+
+def hanging(connection: socket.socket, stopping: threading.Event) -> None:
+    """Accepts, reads nothing, answers nothing, until the server closes."""
+    stopping.wait()
+
+
+def sending(data: bytes) -> Answer:
+    """``data`` as the whole answer, whatever was asked, then the connection closed."""
+
+    def answer(connection: socket.socket, _stopping: threading.Event) -> None:
+        _read_request(connection)
+        connection.sendall(data)
+        connection.close()
+
+    return answer
 
 
 class ServingEngineProcess:

@@ -150,11 +150,13 @@ vllm:request_success_total{model_name="m",engine="0",finished_reason="stop"} 2
     assert (counters.output_tokens, counters.prompt_tokens, counters.requests) == (7.0, 9.0, 2.0)
 
 
-def test_unknown_text_says_what_it_found() -> None:
+def test_unknown_text_says_what_it_found_by_count_never_by_name() -> None:
+    """The page is whatever the URL answered: its names are counted, not repeated."""
     text = "".join(f"# TYPE node_thing_{i} gauge\nnode_thing_{i} {i}\n" for i in range(12))
     with pytest.raises(ServingMetricsError, match=r"no vLLM, TGI or SGLang metrics: found 12 "
-                                                  r"families, none known \(node_thing_0"):
+                                                  r"families, none known") as caught:
         parse_serving_metrics(text)
+    assert "node_thing" not in str(caught.value)
     with pytest.raises(ServingMetricsError, match="found 0 families"):
         parse_serving_metrics("")
 
@@ -170,9 +172,23 @@ def test_two_engines_in_one_scrape_are_refused() -> None:
         parse_serving_metrics(text)
 
 
-def test_text_that_is_not_exposition_format() -> None:
-    with pytest.raises(ServingMetricsError, match="not Prometheus text"):
-        parse_serving_metrics('vllm:prompt_tokens_total{model_name="m" 1 2 3\n')
+@pytest.mark.parametrize("bad", ['vllm:prompt_tokens_total{model_name="m" 1 2 3',
+                                 "<p>api-key hunter2</p>", "hunter2 is not a number"])
+def test_text_that_is_not_exposition_format_says_where_never_what(bad: str) -> None:
+    text = ('# TYPE vllm:prompt_tokens counter\n'
+            f'vllm:prompt_tokens_total{{model_name="m"}} 1\n{bad}\n')
+    with pytest.raises(ServingMetricsError) as caught:
+        parse_serving_metrics(text)
+    assert str(caught.value) == ("not Prometheus text exposition: line 3 is not a sample, "
+                                 "a comment or blank")
+
+
+def test_a_bucket_bound_that_is_no_number_is_not_quoted() -> None:
+    text = ('# TYPE vllm:e2e_request_latency_seconds histogram\n'
+            'vllm:e2e_request_latency_seconds_bucket{model_name="m",le="hunter2"} 1\n')
+    with pytest.raises(ServingMetricsError, match="le is not a number") as caught:
+        parse_serving_metrics(text)
+    assert "hunter2" not in str(caught.value)
 
 
 def test_counter_delta() -> None:
