@@ -29,8 +29,6 @@ import base64
 import http.client
 import math
 import socket
-import threading
-import time
 import urllib.parse
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -43,6 +41,7 @@ from typing import Any
 from prometheus_client.parser import text_fd_to_metric_families
 
 from joulestat.core.redact import redact_text
+from joulestat.core.socket_deadline import SocketDeadline
 from joulestat.host.serving_address import AddressRefused, ServingAddressRule
 
 # A vLLM scrape with a few models is some 100 KiB, TGI's (a 1024-bucket batch-size
@@ -382,7 +381,7 @@ def fetch_serving_metrics(url: str, timeout_s: float = FETCH_TIMEOUT_S, *,
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
         raise ServingMetricsError(f"{shown}: not a valid port") from None
-    deadline = _Deadline(timeout_s)
+    deadline = SocketDeadline(timeout_s)
     try:
         try:
             addresses = (rule or ServingAddressRule()).resolve(parts.hostname, port)
@@ -394,7 +393,7 @@ def fetch_serving_metrics(url: str, timeout_s: float = FETCH_TIMEOUT_S, *,
 
 
 def _get(shown: str, parts: urllib.parse.SplitResult, port: int,
-         addresses: list[tuple[int, tuple[Any, ...]]], deadline: _Deadline) -> str:
+         addresses: list[tuple[int, tuple[Any, ...]]], deadline: SocketDeadline) -> str:
     """GET ``parts`` from the first of ``addresses`` that connects, by http.client (which
     follows nothing), within ``deadline``."""
     headers = {"Accept": "text/plain;version=0.0.4", "User-Agent": "joulestat"}
@@ -430,11 +429,11 @@ def _get(shown: str, parts: urllib.parse.SplitResult, port: int,
         body = response.read(MAX_RESPONSE_BYTES + 1)
     except ServingMetricsError:
         if deadline.expired:
-            raise deadline.error(shown) from None
+            raise ServingMetricsError(deadline.message(shown)) from None
         raise
     except (TimeoutError, http.client.HTTPException, OSError) as exc:
         if deadline.expired or isinstance(exc, TimeoutError):
-            raise deadline.error(shown) from None
+            raise ServingMetricsError(deadline.message(shown)) from None
         if isinstance(exc, http.client.HTTPException):
             # Their text can be what the server sent (a bad status line): never shown.
             raise ServingMetricsError(
@@ -443,7 +442,7 @@ def _get(shown: str, parts: urllib.parse.SplitResult, port: int,
     finally:
         connection.close()
     if deadline.expired:  # the deadline cut the body short: what came is not the page
-        raise deadline.error(shown)
+        raise ServingMetricsError(deadline.message(shown))
     if len(body) > MAX_RESPONSE_BYTES:
         raise ServingMetricsError(
             f"{shown}: a response over the {MAX_RESPONSE_BYTES} bytes joulestat reads")
@@ -458,7 +457,8 @@ def _phrase(status: int) -> str:
         return ""
 
 
-def _connect(addresses: list[tuple[int, tuple[Any, ...]]], deadline: _Deadline) -> socket.socket:
+def _connect(addresses: list[tuple[int, tuple[Any, ...]]], deadline: SocketDeadline
+             ) -> socket.socket:
     """A TCP connection to the first of ``addresses`` that takes one before the deadline."""
     error: OSError = TimeoutError()
     for family, address in addresses:
@@ -477,57 +477,6 @@ def _connect(addresses: list[tuple[int, tuple[Any, ...]]], deadline: _Deadline) 
         sock.settimeout(max(deadline.left_s(), 0.001))
         return sock
     raise error
-
-
-class _Deadline:
-    """A fetch's deadline: a socket timeout bounds one read, so a server sending a byte
-    a second would hold a fetch for ever; at the deadline a timer shuts the connection's
-    socket down, which ends whatever read (headers, TLS, body) is waiting."""
-
-    def __init__(self, total_s: float) -> None:
-        self.total_s = total_s
-        self._end_s = time.monotonic() + total_s
-        self._lock = threading.Lock()
-        self._socket: socket.socket | None = None  # a dup: shutdown() reaches the TLS one too
-        self.expired = False
-        self._timer = threading.Timer(total_s, self._expire)
-        self._timer.daemon = True
-        self._timer.start()
-
-    def left_s(self) -> float:
-        return self._end_s - time.monotonic()
-
-    def watch(self, sock: socket.socket) -> socket.socket:
-        """``sock``, which the deadline shuts down (at once if it has passed)."""
-        with self._lock:
-            self._socket = sock.dup()
-            if self.expired:
-                _shut(self._socket)
-        return sock
-
-    def _expire(self) -> None:
-        with self._lock:
-            self.expired = True
-            if self._socket is not None:
-                _shut(self._socket)
-
-    def cancel(self) -> None:
-        self._timer.cancel()
-        with self._lock:
-            if self._socket is not None:
-                self._socket.close()
-                self._socket = None
-
-    def error(self, shown: str) -> ServingMetricsError:
-        self.expired = True
-        return ServingMetricsError(f"{shown}: no complete answer within {self.total_s:g} s")
-
-
-def _shut(sock: socket.socket) -> None:
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass  # not connected (yet, or any more): nothing to end
 
 
 def counter_delta(now: float, then: float | None) -> float:

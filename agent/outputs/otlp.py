@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from joulestat.core.errors import ConfigError
 from joulestat.core.otlp_options import OtlpProtocol, parse_endpoint, parse_headers
 from joulestat.core.redact import redact_text
+from joulestat.core.socket_deadline import SocketDeadline
 from joulestat.core.tick import Component
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -338,20 +339,40 @@ class HttpTransport:
         self.timeout_s = timeout_s
 
     def send(self, request: Any) -> int:
-        import urllib.error
-        import urllib.request
+        """POST within :attr:`timeout_s` in all (connect, headers and body), however
+        slowly the collector answers (:class:`~joulestat.core.socket_deadline.SocketDeadline`:
+        a per-read timeout let a dripping collector hold one export 85 s, issue 47)."""
+        import http.client
+        import socket
+        import urllib.parse
 
         body = request.SerializeToString()
-        post = urllib.request.Request(self.url, data=body, headers=self.headers,
-                                      method="POST")
+        parts = urllib.parse.urlsplit(self.url)
+        https = parts.scheme == "https"
+        kind = http.client.HTTPSConnection if https else http.client.HTTPConnection
+        deadline = SocketDeadline(self.timeout_s)
+        connection = kind(parts.hostname or "", parts.port or (443 if https else 80),
+                          timeout=self.timeout_s)
+        connection._create_connection = (  # type: ignore[attr-defined]
+            lambda address, _timeout, source: deadline.watch(socket.create_connection(
+                address, max(deadline.left_s(), 0.001), source)))
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         try:
-            with urllib.request.urlopen(post, timeout=self.timeout_s) as response:
-                answer = response.read()
-        except urllib.error.HTTPError as exc:
-            raise ExportError(f"HTTP {exc.code} {exc.reason}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise ExportError(str(reason)) from None
+            connection.request("POST", path, body=body, headers=self.headers)
+            response = connection.getresponse()
+            status, reason = response.status, response.reason
+            answer = response.read()
+        except (TimeoutError, http.client.HTTPException, OSError) as exc:
+            if deadline.expired or isinstance(exc, TimeoutError):
+                raise ExportError(deadline.message(self.url)) from None
+            raise ExportError(str(exc) or type(exc).__name__) from None
+        finally:
+            connection.close()
+            deadline.cancel()
+        if deadline.expired:  # the deadline cut the answer short
+            raise ExportError(deadline.message(self.url))
+        if not 200 <= status < 300:
+            raise ExportError(f"HTTP {status} {reason}")
         _log_partial_success(answer)
         return len(body)
 

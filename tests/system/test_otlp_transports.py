@@ -39,3 +39,36 @@ def test_a_collector_that_is_down_is_an_export_error() -> None:
         pass  # closed: nothing listens there now
     with pytest.raises(ExportError):
         HttpTransport(url, (), timeout_s=2).send(encode(export_state()[0], (), START_S, "x"))
+
+
+def test_a_collector_that_drips_its_answer_is_cut_at_the_export_deadline() -> None:
+    """Issue 47: a collector answering a byte every half second held one export 85 s
+    (the timeout was per read). The export now ends at its deadline, whatever drips."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def drip() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(65536)  # the request (small: one read takes it)
+            for byte in b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n" * 20:
+                if stop.wait(0.5):
+                    return
+                try:
+                    connection.sendall(bytes([byte]))
+                except OSError:
+                    return
+
+    thread = threading.Thread(target=drip, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1/metrics"
+    try:
+        with pytest.raises(ExportError, match="no complete answer within 1 s"):
+            HttpTransport(url, (), timeout_s=1.0).send(encode(export_state()[0], (), START_S, "x"))
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+        listener.close()
