@@ -63,6 +63,9 @@ class FakeProc:
             for path in self.root.iterdir():
                 if path.name.isdigit() and int(path.name) not in self.procs:
                     shutil.rmtree(path)
+        kids_of: dict[int, list[int]] = {}  # once, not a pass over every process per pid
+        for child, proc in self.procs.items():
+            kids_of.setdefault(proc.ppid, []).append(child)
         for pid, proc in self.procs.items():
             if self.watch is not None and pid not in self.watch:
                 continue
@@ -75,7 +78,7 @@ class FakeProc:
             if self.children_files:
                 task = directory / "task" / str(pid)
                 task.mkdir(parents=True, exist_ok=True)
-                kids = " ".join(str(c) for c, p in self.procs.items() if p.ppid == pid)
+                kids = " ".join(str(c) for c in kids_of.get(pid, ()))
                 (task / "children").write_text(kids + (" " if kids else ""))
 
 
