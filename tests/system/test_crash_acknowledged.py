@@ -56,6 +56,19 @@ def _settled(agent) -> None:
              and _checkpointed(db_path), timeout_s=120, every_s=0.1)
 
 
+def _stored_pids(db_path: Path, name: str) -> tuple[str, list[int]] | None:
+    """The job named ``name`` and its pids as the store holds them, once it holds any."""
+    import json
+
+    with closing(sqlite3.connect(db_path, timeout=30)) as connection:
+        row = connection.execute(
+            "SELECT j.id, n.pids FROM jobs j JOIN job_nodes n ON n.job_id = j.id "
+            "WHERE j.name = ?", (name,)).fetchone()
+    if row is None or not json.loads(row[1]):
+        return None
+    return row[0], json.loads(row[1])
+
+
 def _job_energy_j(stored: dict) -> float:
     return stored["dynamic_j"].get("cpu", 0.0) + stored["idle_j"].get("cpu", 0.0)
 
@@ -71,10 +84,12 @@ def test_a_run_job_started_just_before_a_kill_9_is_found_again(tmp_path: Path) -
             api_port, env = agent.api_port, agent.client_env()
             _settled(agent)
             run = start_run("just-before", code, env)
-            # The agent has the command's process: killed at once, before a flush.
-            job = wait_for(lambda: next((j for j in call(api_port, "GET", "/v1/jobs")[2]["jobs"]
-                                         if j["name"] == "just-before" and j["pids"]), None),
-                           timeout_s=30, every_s=0.02)
+            # The agent has acknowledged the command's process (its registration answered:
+            # then it is in the store): killed at once.
+            db_path = Path(agent.db_url.removeprefix("sqlite:///"))
+            job_id, _pids = wait_for(lambda: _stored_pids(db_path, "just-before"),
+                                     timeout_s=30, every_s=0.02)
+            job = {"id": job_id}
             _kill_9(agent)
         with agent_at_head(tmp_path, *_args(tmp_path), env=SLOW_FLUSH,
                            api_port=api_port) as agent:
@@ -132,3 +147,28 @@ def test_an_end_answered_just_before_a_kill_9_holds(tmp_path: Path) -> None:
     # Charged to its end and not past it: within a tick at each end and one for the crash.
     assert abs(_job_energy_j(stored) - POWER_W * lifetime_s) <= 3 * POWER_W * INTERVAL_S, (
         _job_energy_j(stored), lifetime_s)
+
+
+def test_a_pid_a_registration_adds_is_stored_before_the_answer(tmp_path: Path) -> None:
+    """What `joulestat run` does, by hand: register the job, then its command's pid; the
+    200 to the second says "durable", and a kill -9 right after it loses nothing (before:
+    the pid waited for the next flush, and the restarted agent had none)."""
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    try:
+        args = ("--sysfs-root", str(tmp_path), "--interval", "0.2", "--node", "n1")
+        slow = agent_env(JOULESTAT_FLUSH_INTERVAL="60")  # only the API's saves reach the store
+        with agent_at_head(tmp_path, *args, env=slow) as agent:
+            api_port = agent.api_port
+            job = register(api_port, name="two-steps")
+            status, _, again = call(api_port, "POST", "/v1/jobs",
+                                    {"name": "two-steps", "kind": "training",
+                                     "job_id": job["id"], "pids": [sleeper.pid]})
+            _kill_9(agent)
+            assert status == 200 and again["durable"] is True, again
+        with agent_at_head(tmp_path, *args, env=slow, api_port=api_port) as agent:
+            restored = call(api_port, "GET", f"/v1/jobs/{job['id']}")[2]
+            assert restored["pids"] == [sleeper.pid] and restored["status"] == "running"
+            assert agent.stop() == 0
+    finally:
+        sleeper.kill()
+        sleeper.wait()
