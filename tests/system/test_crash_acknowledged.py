@@ -69,8 +69,15 @@ def _stored_pids(db_path: Path, name: str) -> tuple[str, list[int]] | None:
     return row[0], json.loads(row[1])
 
 
-def _job_energy_j(stored: dict) -> float:
-    return stored["dynamic_j"].get("cpu", 0.0) + stored["idle_j"].get("cpu", 0.0)
+def _charged_its_life(stored: dict) -> None:
+    """A lone job under the idle policy "share" holds all of a constant-power node's
+    energy over its life: within a tick of the truth at each end and one for the crash."""
+    energy_j = stored["dynamic_j"].get("cpu", 0.0) + stored["idle_j"].get("cpu", 0.0)
+    lifetime_s = stored["ended_s"] - stored["started_s"]
+    print(f"{stored['name']}: {energy_j:.1f} J stored, {POWER_W * lifetime_s:.1f} J = "
+          f"{POWER_W} W x {lifetime_s:.2f} s")
+    assert abs(energy_j - POWER_W * lifetime_s) <= 3 * POWER_W * INTERVAL_S, (
+        energy_j, lifetime_s)
 
 
 def test_a_run_job_started_just_before_a_kill_9_is_found_again(tmp_path: Path) -> None:
@@ -101,14 +108,7 @@ def test_a_run_job_started_just_before_a_kill_9_is_found_again(tmp_path: Path) -
             summary = summary_of(run)
             assert summary["final"] is True and summary["status"] == "ended", summary
             assert agent.stop() == 0
-    stored = jobs_in_store(agent_env(JOULESTAT_DB=agent.db_url))["just-before"]
-    lifetime_s = stored["ended_s"] - stored["started_s"]
-    print(f"run job: {_job_energy_j(stored):.1f} J stored, {POWER_W * lifetime_s:.1f} J = "
-          f"{POWER_W} W x {lifetime_s:.2f} s")
-    # A lone job under the idle policy "share" holds all of a constant-power node's
-    # energy over its life: within a tick of the truth at each end and one for the crash.
-    assert abs(_job_energy_j(stored) - POWER_W * lifetime_s) <= 3 * POWER_W * INTERVAL_S, (
-        _job_energy_j(stored), lifetime_s)
+    _charged_its_life(jobs_in_store(agent_env(JOULESTAT_DB=agent.db_url))["just-before"])
 
 
 def test_an_end_answered_just_before_a_kill_9_holds(tmp_path: Path) -> None:
@@ -141,12 +141,7 @@ def test_an_end_answered_just_before_a_kill_9_holds(tmp_path: Path) -> None:
         sleeper.wait()
     stored = jobs_in_store(agent_env(JOULESTAT_DB=agent.db_url))["ends-then-crash"]
     assert stored["status"] == "ended" and stored["ended_s"] < running_s
-    lifetime_s = stored["ended_s"] - stored["started_s"]
-    print(f"ended job: {_job_energy_j(stored):.1f} J stored, {POWER_W * lifetime_s:.1f} J = "
-          f"{POWER_W} W x {lifetime_s:.2f} s")
-    # Charged to its end and not past it: within a tick at each end and one for the crash.
-    assert abs(_job_energy_j(stored) - POWER_W * lifetime_s) <= 3 * POWER_W * INTERVAL_S, (
-        _job_energy_j(stored), lifetime_s)
+    _charged_its_life(stored)  # to its end and not past it
 
 
 def test_a_pid_a_registration_adds_is_stored_before_the_answer(tmp_path: Path) -> None:
