@@ -227,7 +227,8 @@ def _serving_rule(host: HostSettings) -> ServingAddressRule:
 
 
 def run_agent(settings: AgentSettings) -> int:
-    from joulestat.api.server import JOB_SECRET_FILE, ApiServer, load_job_secret
+    from joulestat.api.job_tokens import JOB_SECRET_FILE, load_job_secret
+    from joulestat.api.server import ApiServer
     from joulestat.reports.figures import FiguresFromStore
 
     _limit_malloc_arenas()

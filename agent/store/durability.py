@@ -79,7 +79,7 @@ from joulestat.store.rows import SHARE, TICK, Key, PendingJobs, RowBuffer
 from joulestat.store.schema import JOB_NODES, JOBS, NODE_CHECKPOINTS, NODES
 
 if TYPE_CHECKING:  # pragma: no cover - typing only: the writer's queue
-    from joulestat.store.rows import RowQueue
+    from joulestat.store.row_queue import RowQueue
 
 log = logging.getLogger(__name__)
 

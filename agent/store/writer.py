@@ -76,10 +76,10 @@ from joulestat.store.access import StoreAway, StoreWait
 from joulestat.store.durability import RECONNECT_EVERY_S, NodeLease, NodeLeaseError, Outage, Spool
 from joulestat.store.engine import StoreError, describe_error, dialect_insert, redact_url
 from joulestat.store.maintenance import MaintainResult, PartitionKeeper, maintain_node
+from joulestat.store.row_queue import RowQueue
 from joulestat.store.rows import (
     PendingJobs,
     RowBuffer,
-    RowQueue,
     insert_rows,
     insert_statements,
     upsert_node,

@@ -393,3 +393,15 @@ def agent_on_fake_rapl(tmp_path: Path, *args: str, power_w: float = 60.0,
     with fake.drive("intel-rapl:0", power_w=power_w, hz=500), \
             running_agent(tmp_path, *node, *args, env=env, at_head=at_head) as agent:
         yield agent
+
+
+@contextmanager
+def idle_process() -> Iterator[subprocess.Popen]:
+    """A process of this user that runs (asleep) until the block ends: one a test's job
+    can claim (a registration claims only processes that run)."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()

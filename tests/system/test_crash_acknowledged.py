@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import signal
 import sqlite3
-import subprocess
-import sys
 import time
 from contextlib import closing
 from pathlib import Path
@@ -18,6 +16,7 @@ from tests.fakes.powercap import FakePowercap
 from tests.helpers.agent_process import (
     agent_at_head,
     agent_env,
+    idle_process,
     in_memory,
     jobs_in_store,
     start_run,
@@ -114,8 +113,7 @@ def test_a_run_job_started_just_before_a_kill_9_is_found_again(tmp_path: Path) -
 def test_an_end_answered_just_before_a_kill_9_holds(tmp_path: Path) -> None:
     fake = FakePowercap(in_memory(tmp_path / "sys"))
     fake.add_zone("intel-rapl:0", "package-0")
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
-    try:
+    with idle_process() as sleeper:
         with fake.drive("intel-rapl:0", power_w=POWER_W, hz=500):
             with agent_at_head(tmp_path, *_args(tmp_path), env=SLOW_FLUSH) as agent:
                 api_port = agent.api_port
@@ -136,9 +134,6 @@ def test_an_end_answered_just_before_a_kill_9_holds(tmp_path: Path) -> None:
                 running_s = time.time()
                 wait_for(lambda: agent.value("joulestat_agent_ticks_total") >= 8, timeout_s=60)
                 assert agent.stop() == 0
-    finally:
-        sleeper.kill()
-        sleeper.wait()
     stored = jobs_in_store(agent_env(JOULESTAT_DB=agent.db_url))["ends-then-crash"]
     assert stored["status"] == "ended" and stored["ended_s"] < running_s
     _charged_its_life(stored)  # to its end and not past it
@@ -148,8 +143,7 @@ def test_a_pid_a_registration_adds_is_stored_before_the_answer(tmp_path: Path) -
     """What `joulestat run` does, by hand: register the job, then its command's pid; the
     200 to the second says "durable", and a kill -9 right after it loses nothing (before:
     the pid waited for the next flush, and the restarted agent had none)."""
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
-    try:
+    with idle_process() as sleeper:
         args = ("--sysfs-root", str(tmp_path), "--interval", "0.2", "--node", "n1")
         slow = agent_env(JOULESTAT_FLUSH_INTERVAL="60")  # only the API's saves reach the store
         with agent_at_head(tmp_path, *args, env=slow) as agent:
@@ -164,6 +158,3 @@ def test_a_pid_a_registration_adds_is_stored_before_the_answer(tmp_path: Path) -
             restored = call(api_port, "GET", f"/v1/jobs/{job['id']}")[2]
             assert restored["pids"] == [sleeper.pid] and restored["status"] == "running"
             assert agent.stop() == 0
-    finally:
-        sleeper.kill()
-        sleeper.wait()

@@ -10,7 +10,8 @@ import time
 import pytest
 
 from joulestat.api.agent_client import AgentClient, retrying
-from joulestat.api.server import ApiServer, job_token
+from joulestat.api.job_tokens import job_token
+from joulestat.api.server import ApiServer
 from joulestat.attribution.registry import JobRegistry
 from tests.helpers.agent_process import free_port
 

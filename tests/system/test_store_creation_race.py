@@ -6,12 +6,17 @@ nodes already exists"."""
 from __future__ import annotations
 
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.agent_process import JOULESTAT, RunningAgent, agent_env, free_port
+from tests.helpers.agent_process import (
+    JOULESTAT,
+    RunningAgent,
+    agent_env,
+    free_port,
+    wait_for,
+)
 
 TRIALS, AGENTS = 5, 3
 
@@ -27,17 +32,15 @@ def _start(tmp_path: Path, db_url: str, index: int) -> RunningAgent:
     return RunningAgent(proc, port, db_url, log_path, api_port)
 
 
-def _serving(agent: RunningAgent, deadline: float) -> bool:
-    """True once the agent answers a scrape; False if it exited first."""
-    while time.monotonic() < deadline:
-        if agent.proc.poll() is not None:
-            return False
-        try:
-            agent.text()
-            return True
-        except OSError:
-            time.sleep(0.1)
-    raise AssertionError(f"agent never became ready:\n{agent.log()}")
+def _started(agent: RunningAgent) -> bool:
+    """Whether ``agent`` is done starting: it answers a scrape, or it exited."""
+    if agent.proc.poll() is not None:
+        return True
+    try:
+        agent.text()
+        return True
+    except OSError:
+        return False
 
 
 @pytest.mark.parametrize("trial", range(TRIALS))
@@ -45,8 +48,8 @@ def test_agents_started_at_once_on_a_new_sqlite_store_all_start(tmp_path, trial)
     db_url = f"sqlite:///{tmp_path / 'new.db'}"
     agents = [_start(tmp_path, db_url, index) for index in range(AGENTS)]
     try:
-        deadline = time.monotonic() + 90
-        died = [(a.proc.returncode, a.log()) for a in agents if not _serving(a, deadline)]
+        wait_for(lambda: all(_started(a) for a in agents), timeout_s=90)
+        died = [(a.proc.returncode, a.log()) for a in agents if a.proc.poll() is not None]
         assert not died, died
         assert all("already exists" not in a.log() for a in agents)
     finally:

@@ -30,6 +30,7 @@ from tests.helpers.agent_process import (
     agent_at_head,
     agent_env,
     free_port,
+    idle_process,
     in_memory,
     jobs_in_store,
     read_cli,
@@ -148,8 +149,7 @@ def test_a_crash_during_an_outage_restarted_while_the_store_is_away_resumes_from
     db_path, spool = tmp_path / "agent.db", tmp_path / "spool"
     args = ("--sysfs-root", str(tmp_path / "sys"), "--interval", str(INTERVAL_S),
             "--node", "n1")
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
-    with fake.drive("intel-rapl:0", power_w=POWER_W, hz=500):
+    with idle_process() as sleeper, fake.drive("intel-rapl:0", power_w=POWER_W, hz=500):
         with agent_at_head(tmp_path, *args) as agent:
             api_port = agent.api_port
             wait_for(lambda: db_path.exists() and _ticks(db_path), timeout_s=30)
@@ -182,8 +182,6 @@ def test_a_crash_during_an_outage_restarted_while_the_store_is_away_resumes_from
                 assert agent.stop() == 0
         finally:
             blocker.close()
-            sleeper.kill()
-            sleeper.wait()
     log = (tmp_path / "agent.log").read_text()
     assert "checkpoint not usable" not in log and "no checkpoint in the spool" not in log
     ages = [float(a) for a in re.findall(r"resumed from the checkpoint of ([0-9.]+) s ago", log)]

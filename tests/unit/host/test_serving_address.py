@@ -6,6 +6,7 @@ sockets: tests/system/test_serving_metrics_fetch.py.)"""
 
 from __future__ import annotations
 
+import argparse
 import ipaddress
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from joulestat.host.serving_address import (
     node_networks,
     parse_serving_allow,
 )
-from joulestat.runtime.settings import resolve
+from joulestat.runtime.settings import add_options, resolve
 
 # A node with 10.1.2.3 on eth0 and 172.17.0.1 on docker0, as /proc/net/fib_trie shows
 # it (both tables; a BROADCAST and a link route that are not the node's addresses).
@@ -126,6 +127,11 @@ def test_the_setting_is_parsed_as_documented() -> None:
     assert resolve({}, ["serving_metrics_allow"], env={})["serving_metrics_allow"] == ()
     assert parse_serving_allow(["a.example", "192.0.2.0/24"]) == ("a.example", "192.0.2.0/24")
     assert parse_serving_allow("10.1.2.3/24") == ("10.1.2.0/24",)
+    parser = argparse.ArgumentParser()
+    add_options(parser, ["serving_metrics_allow"])
+    args = parser.parse_args(["--serving-metrics-allow", "gpu-7.example.com,10.0.0.0/8"])
+    assert resolve(args, ["serving_metrics_allow"], env={})["serving_metrics_allow"] == (
+        "gpu-7.example.com", "10.0.0.0/8")
 
 
 @pytest.mark.parametrize(("value", "said"), [

@@ -17,7 +17,8 @@ import pytest
 
 from joulestat.core.records import JobRecord, NodeInfo
 from joulestat.store.durability import Outage, Spool
-from joulestat.store.rows import SHARE, TICK, UNIT, PendingJobs, RowBuffer, RowQueue
+from joulestat.store.row_queue import RowQueue
+from joulestat.store.rows import SHARE, TICK, UNIT, PendingJobs, RowBuffer
 
 NODE = NodeInfo("node-a", "g5.xlarge", "us-east-1", "Xeon", "0.1.0")
 Segment = dict[str, Any]
