@@ -148,6 +148,9 @@ def test_a_pid_a_registration_adds_is_stored_before_the_answer(tmp_path: Path) -
         slow = agent_env(JOULESTAT_FLUSH_INTERVAL="60")  # only the API's saves reach the store
         with agent_at_head(tmp_path, *args, env=slow) as agent:
             api_port = agent.api_port
+            # Until the writer has its store (seconds on a loaded machine) the API says
+            # "durable": false, honestly; the test is about what it says once it has it.
+            wait_for(lambda: agent.value("joulestat_agent_store_up") == 1, timeout_s=60)
             job = register(api_port, name="two-steps")
             status, _, again = call(api_port, "POST", "/v1/jobs",
                                     {"name": "two-steps", "kind": "training",
