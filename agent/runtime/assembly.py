@@ -142,9 +142,9 @@ class LateJobs:
 
     def load(self) -> None:
         """Read them (StoreError when the store cannot be read: the writer retries)."""
-        from joulestat.store.durability import load_running_jobs
+        from joulestat.store.durability import load_unsettled_jobs
 
-        jobs = load_running_jobs(self.engine, self.node)
+        jobs = load_unsettled_jobs(self.engine, self.node)
         with self._lock:
             self._loaded = jobs
 
@@ -219,7 +219,7 @@ def build_pipeline(settings: PipelineSettings, registry: JobRegistry, *,
         NodeLeaseError,
         Writer,
         load_checkpoint,
-        load_running_jobs,
+        load_unsettled_jobs,
     )
     from joulestat.store.writer import StoreWriter
 
@@ -304,7 +304,7 @@ def build_pipeline(settings: PipelineSettings, registry: JobRegistry, *,
         return Assembly(pipeline, writer, metrics, checkpoint, late_jobs, exporter)
     if writer.spool:  # rows from an outage before the last stop: into the store first, so
         writer.flush()  # the checkpoint and running jobs read below are the latest
-    for stored in load_running_jobs(engine, node.node):
+    for stored in load_unsettled_jobs(engine, node.node):
         registry.restore(restored_job(stored, cgroup_root))
         log.info("job %s (%s) was running before the restart; still tracking it",
                  stored.record.name, stored.record.id)

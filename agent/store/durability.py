@@ -44,7 +44,7 @@ it with every flush and gives it up at a clean stop.
   answers; refused then, it stops, and what it measured meanwhile is not written (its
   spooled segments are set aside, :meth:`Spool.set_aside_own`).
 
-**What a restart reads back**: its running jobs (:func:`load_running_jobs`) and its
+**What a restart reads back**: its running jobs (:func:`load_unsettled_jobs`) and its
 last checkpoint (:func:`load_checkpoint`), with Core table clauses only, within the
 agent's memory budget (``test_agent_path_imports_neither_alembic_nor_the_orm``). Both
 raise :class:`~joulestat.store.engine.StoreError` when the store cannot be read, so a
@@ -557,7 +557,7 @@ class Checkpoint(NamedTuple):
     state: dict[str, Any]
 
 
-def load_running_jobs(engine: Engine, node: str) -> list[StoredJob]:
+def load_unsettled_jobs(engine: Engine, node: str) -> list[StoredJob]:
     """This node's running jobs (and those ended after its last checkpoint), for a
     restart: each one's record as ``node`` saved it
     and the energy and units ``node`` recorded for it (the registry rebuilds its jobs

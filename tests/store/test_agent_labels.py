@@ -6,7 +6,7 @@ filter, read back after a restart, merged key by key across nodes (two idle poli
 from __future__ import annotations
 
 from joulestat.store import migrate
-from joulestat.store.durability import load_running_jobs
+from joulestat.store.durability import load_unsettled_jobs
 from joulestat.store.jobs import JobFilter, job_totals
 from tests.helpers.agent_labels_store import RUN_CGROUP, apart, job
 from tests.helpers.store_jobs import LOADER, T0, TRAINER, feed, writer_for
@@ -31,7 +31,7 @@ def test_the_store_keeps_agent_labels_apart_and_merges_them(empty_store: Store) 
     assert [t.id for t in job_totals(engine, JobFilter(label_key="team"))] == ["multi"]
     for key in ("cpu_source", "idle_policy"):
         assert job_totals(engine, JobFilter(label_key=key)) == [], key
-    [restored] = [j.record for j in load_running_jobs(engine, TRAINER.node)
+    [restored] = [j.record for j in load_unsettled_jobs(engine, TRAINER.node)
                   if j.record.id == "multi"]
     assert restored.agent_labels == {"cpu_source": "process tree", "idle_policy": "share"}
 

@@ -17,7 +17,7 @@ from sqlalchemy.engine import Engine
 
 from joulestat.attribution.registry import Job, JobRegistry
 from joulestat.core.records import Share
-from joulestat.store.durability import Checkpoint, load_checkpoint, load_running_jobs
+from joulestat.store.durability import Checkpoint, load_checkpoint, load_unsettled_jobs
 from joulestat.store.engine import dialect_insert, make_engine
 from joulestat.store.jobs import UnknownJobError, job_detail, list_jobs
 from joulestat.store.maintenance import SETTLE_MS
@@ -173,7 +173,7 @@ def test_a_running_job_adds_its_recent_rows_to_its_settled_totals(engine):
     found = summary(engine, "live")
     assert found.total_j == pytest.approx(job_total(totals, "live"), rel=1e-12)
     assert found.units == {"tokens": 2.0 * 390}
-    [restored] = load_running_jobs(engine, TRAINER.node)
+    [restored] = load_unsettled_jobs(engine, TRAINER.node)
     assert sum(restored.dynamic_j.values()) + sum(restored.idle_j.values()) == pytest.approx(
         job_total(totals, "live"), rel=1e-12)
     assert restored.units == {"tokens": 2.0 * 390}
@@ -324,7 +324,7 @@ def test_running_jobs_survive_a_restart(engine: Engine) -> None:
     totals = feed(writer, T0, 20, ("keep", "done"), units={"images": 32.0})
     assert writer.flush()
 
-    [job] = load_running_jobs(engine, TRAINER.node)
+    [job] = load_unsettled_jobs(engine, TRAINER.node)
     record = job.record
     assert (record.id, record.name, record.kind, record.origin) == (
         "keep", "name-keep", "training", "api")
@@ -338,11 +338,11 @@ def test_running_jobs_survive_a_restart(engine: Engine) -> None:
     registry = JobRegistry()
     registry.restore(Job.from_stored(job))
     assert registry.get("keep").energy_j == pytest.approx(job_total(totals, "keep"))
-    assert load_running_jobs(engine, "no-such-node") == []
+    assert load_unsettled_jobs(engine, "no-such-node") == []
 
     # After pruning the cumulative figures are the same.
     writer.maintain(T0 + 20 + RETENTION_S + 60)
-    [reloaded] = load_running_jobs(engine, TRAINER.node)
+    [reloaded] = load_unsettled_jobs(engine, TRAINER.node)
     assert reloaded.energy_j == pytest.approx(job.energy_j, rel=1e-12)
     assert reloaded.units == job.units
 

@@ -23,7 +23,7 @@ from joulestat.store.writer import StoreWriter
 from joulestat.core.tick import Tick, TickEntry
 from joulestat.core.records import Share
 from joulestat.core.records import JobRecord
-from joulestat.store.durability import load_checkpoint, load_running_jobs
+from joulestat.store.durability import load_checkpoint, load_unsettled_jobs
 engine = make_engine("sqlite:///{db}")
 assert is_at_head(engine)
 writer = StoreWriter(engine, NodeInfo("n", "t", "r", "c", "v"), [], raw_retention_s=600)
@@ -39,7 +39,7 @@ writer.save_checkpoint({{"c": 1}}, "boot", 1e9)
 writer.maybe_flush(0.0)
 writer.maintain(1e9 + 5001)
 assert load_checkpoint(engine, "n") is not None
-assert load_running_jobs(engine, "n")[0].units == {{"tokens": 5000.0}}
+assert load_unsettled_jobs(engine, "n")[0].units == {{"tokens": 5000.0}}
 heavy = sorted(m for m in sys.modules if m.startswith(("alembic", "sqlalchemy.orm")))
 # VmHWM, not ru_maxrss: that one carries the parent's peak across fork + exec.
 with open("/proc/self/status") as status:
