@@ -66,7 +66,11 @@ def test_a_running_job_goes_only_with_force(tmp_path: Path) -> None:
         env = agent.client_env()
         run = start_run("long", "import time; time.sleep(120)", env)
         try:
-            [job] = wait_for(lambda: listed(agent.db_url, "--running", "--name", "long"),
+            # Registered whole (its command's pid too, which the agent stores before it
+            # answers; the job has energy once it has its process): a delete between the
+            # two registrations would see the second bring the job back.
+            [job] = wait_for(lambda: [j for j in listed(agent.db_url, "--running", "--name",
+                                                        "long") if j.get("dynamic_j")],
                              timeout_s=30, every_s=0.2)
             refused = invoke("jobs", "delete", job["id"], "--yes", "--db", agent.db_url)
             assert refused.returncode == 2 and "--force" in refused.stderr
