@@ -19,6 +19,7 @@ from typing import Any
 from joulestat.attribution.agent_labels import merge_agent_labels, validate_agent_labels
 from joulestat.core.model_units import BUSY, MAX_MODELS_PER_JOB, split_key
 from joulestat.core.records import JobRecord, StoredJob
+from joulestat.core.serving_trace import ServingTrace
 from joulestat.core.validation import (
     MAX_LABELS,
     MAX_UNIT_COUNT,
@@ -84,6 +85,9 @@ class Job:
     # A serving job's latency on this node, per model and kind (ttft, itl, e2e): JSON-able
     # histograms (joulestat.runtime.serving), stored on its job_nodes row.
     latency: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    # A serving job's load over time on this node (joulestat.runtime.serving), stored
+    # on its job_nodes row; replaced whole, never changed in place.
+    serving_trace: ServingTrace | None = None
 
     @property
     def status(self) -> str:
@@ -102,7 +106,8 @@ class Job:
             id=self.id, name=self.name, kind=self.kind, labels=dict(self.labels),
             pids=frozenset(self.pids), started_s=self.started_s, origin=self.origin,
             ended_s=self.ended_s, instance_type=self.instance_type,
-            agent_labels=dict(self.agent_labels), latency=self.latency)
+            agent_labels=dict(self.agent_labels), latency=self.latency,
+            serving_trace=self.serving_trace)
 
     @classmethod
     def from_stored(cls, stored: StoredJob) -> Job:
@@ -116,7 +121,7 @@ class Job:
             ended_s=record.ended_s, instance_type=record.instance_type,
             units=dict(stored.units), dynamic_j=dict(stored.dynamic_j),
             idle_j=dict(stored.idle_j), agent_labels=dict(record.agent_labels),
-            latency=dict(record.latency))
+            latency=dict(record.latency), serving_trace=record.serving_trace)
 
     def to_json(self) -> dict[str, Any]:
         components = sorted(set(self.dynamic_j) | set(self.idle_j))
@@ -306,6 +311,16 @@ class JobRegistry:
             if job.latency != latency:
                 job.latency = latency
                 self._changed[job_id] = job
+
+    def set_serving_trace(self, job_id: str, trace: ServingTrace) -> None:
+        """Replace a serving job's trace; stored with the job's next save. JobNotFound
+        for an unknown id."""
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None:
+                raise JobNotFound(f"no job with id {job_id!r}")
+            job.serving_trace = trace
+            self._changed[job_id] = job
 
     def count(self, job_id: str, unit: Any, count: Any) -> Job:
         """Add ``count`` of ``unit`` to a running job. A per-model unit

@@ -210,11 +210,12 @@ def _print_table(args: argparse.Namespace, table: Any, notes: list[str], prices:
         return
     from joulestat.reports.compare.latency import latency_text
     from joulestat.reports.compare.words import render_text
+    from joulestat.reports.serving_figures import steady_text
 
     print(render_text(table, notes, prices, wide=args.wide))
-    block = latency_text(table, outcome)
-    if block:
-        print("\n" + block)
+    for block in (steady_text(table.rows), latency_text(table, outcome)):
+        if block:
+            print("\n" + block)
 
 
 def _pooled(engine: Engine, args: argparse.Namespace, carbon: Any) -> int | None:

@@ -1,4 +1,5 @@
-"""``joulestat estimate cpu|dram``: what the estimators say, and why.
+"""``joulestat estimate cpu|dram``: what the estimators say, and why; ``joulestat estimate
+request``: the energy of a request of given lengths on a measured serving job.
 
 The agent falls back to these models on nodes without energy counters; this command
 lets a user see the exact number and its derivation (method, TDP row or coefficient,
@@ -121,6 +122,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     dram.add_argument("--json", action="store_true", help="print one JSON object")
     add_options(dram, ["config", "procfs_root"])
     dram.set_defaults(func=run_dram)
+
+    request = components.add_parser(
+        "request",
+        help="energy of one request of given lengths on a measured serving job",
+        description="The energy of a request with --prompt-tokens prompt tokens and "
+        "--output-tokens output tokens, from a serving job's energy per prefill (prompt) "
+        "token and per decode (output) token: a fit of how the job's energy varied with "
+        "its prompt and output token rates tick by tick (docs/llm-serving.md). Bounds are "
+        "two standard errors of the fit either side. Fails, saying why, when the job's "
+        "rates moved together too closely to tell the two costs apart.",
+    )
+    request.add_argument("--job", required=True, metavar="ID",
+                         help="the serving job: an id, a unique id prefix or a name (its "
+                         "latest run)")
+    request.add_argument("--prompt-tokens", type=_bounded(float, 0), required=True,
+                         metavar="N", help="the request's prompt length in tokens")
+    request.add_argument("--output-tokens", type=_bounded(float, 0), required=True,
+                         metavar="M", help="the request's output length in tokens")
+    request.add_argument("--json", action="store_true", help="print one JSON object")
+    add_options(request, ["config", "db", "log_level"])
+    request.set_defaults(func=run_request)
 
 
 def _procfs_root(args: argparse.Namespace) -> Path:
@@ -291,4 +313,50 @@ def run_dram(args: argparse.Namespace) -> int:
         f"  formula       {formula}",
         f"  source        {cite.source} ({cite.date}) {cite.url}",
     ]))
+    return 0
+
+
+def run_request(args: argparse.Namespace) -> int:
+    from joulestat.reports.serving_figures import job_analysis
+    from joulestat.reports.steady_state import estimate_request_j
+    from joulestat.store.access import open_reader_engine
+    from joulestat.store.job_refs import JobRefError, resolve_job
+
+    settings = resolve(args, ["config", "db", "log_level"])
+    engine = open_reader_engine(settings["db"])
+    try:
+        found = resolve_job(engine, args.job)
+    except JobRefError as exc:
+        raise ConfigError(str(exc)) from None
+    job = found.latest
+    analysis = job_analysis(engine, job.id)
+    if analysis is None:
+        raise ConfigError(f"--job {args.job}: job {job.id} has no serving trace (a job "
+                          "measured with --serving-metrics has one)")
+    split = analysis.split
+    try:
+        estimate = estimate_request_j(split, args.prompt_tokens, args.output_tokens)
+    except ValueError as exc:
+        raise ConfigError(f"--job {args.job}: {exc}") from None
+    answer = {
+        "job_id": job.id, "prompt_tokens": args.prompt_tokens,
+        "output_tokens": args.output_tokens, "energy_j": estimate.energy_j,
+        "low_j": estimate.low_j, "high_j": estimate.high_j,
+        "j_per_prefill_token": split.j_per_prefill_token,
+        "j_per_prefill_token_se": split.j_per_prefill_token_se,
+        "j_per_decode_token": split.j_per_decode_token,
+        "j_per_decode_token_se": split.j_per_decode_token_se,
+    }
+    if args.json:
+        print(jsonout.dumps(answer))
+        return 0
+    from joulestat.core import units as fmt
+
+    print(f"a request of {fmt.count(args.prompt_tokens)} prompt and "
+          f"{fmt.count(args.output_tokens)} output tokens on job {job.id}: "
+          f"{fmt.energy(estimate.energy_j)} "
+          f"({fmt.energy_range(estimate.low_j, estimate.high_j)})")
+    print(f"  = {fmt.count(args.prompt_tokens)} x {fmt.energy(split.j_per_prefill_token)} "
+          f"per prefill token + {fmt.count(args.output_tokens)} x "
+          f"{fmt.energy(split.j_per_decode_token)} per decode token")
     return 0

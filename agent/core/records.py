@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from joulestat.core.serving_trace import ServingTrace
+
 __all__ = ["DeviceInfo", "JobRecord", "NodeInfo", "Share", "StoredJob"]
 
 
@@ -90,6 +92,8 @@ class JobRecord:
     agent_labels: Mapping[str, str] = field(default_factory=dict)
     # A serving job's latency histograms on this node, per model and kind (JSON-able).
     latency: Mapping[str, Any] = field(default_factory=dict)
+    # A serving job's load over time on this node (joulestat.core.serving_trace).
+    serving_trace: ServingTrace | None = None
 
     @property
     def status(self) -> str:

@@ -15,6 +15,10 @@ the demo's jobs should go through exactly that path, not through ``count()``:
   ``vllm:e2e_request_latency_seconds``, with vLLM's buckets (vllm/v1/metrics/loggers.py)
   and a few finer ones below them: the tiny model answers in milliseconds, under vLLM's
   first bounds, where every percentile would read as the first bucket's interpolation;
+* gauges ``vllm:num_requests_running`` and ``vllm:num_requests_waiting`` (always 0: each
+  stream runs its requests itself, nothing queues) and the per-request length histograms
+  ``vllm:request_prompt_tokens`` and ``vllm:request_generation_tokens``: where a serving
+  job's steady-state window is found and its energy per request read from;
 
 each labelled ``model_name="demo-gpt2-tiny"``, in a registry of the server's own (never
 the process's default one), served at ``/metrics`` on 127.0.0.1 on a free port.
@@ -41,7 +45,7 @@ from enum import StrEnum
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 
 log = logging.getLogger(__name__)
@@ -54,6 +58,9 @@ PROMPT_TOKENS, NEW_TOKENS = 32, 64  # within n_positions (128)
 VOCAB_SIZE = 1000
 SEED = 0
 METRICS_PATH = "/metrics"
+# vLLM's request_prompt_tokens / request_generation_tokens bounds are 1-2-5 steps up to
+# the model's length (vllm/v1/metrics/loggers.py build_1_2_5_buckets).
+LENGTH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
 
 # vLLM's bounds (vllm/v1/metrics/loggers.py, as tests/fixtures/serving/vllm.prom shows
 # them) with finer ones prepended for a model that answers in milliseconds.
@@ -145,6 +152,19 @@ class _VllmMetrics:
             "vllm:e2e_request_latency_seconds",
             "Histogram of e2e request latency in seconds.", model, registry=self.registry,
             buckets=E2E_BUCKETS_S).labels(MODEL_NAME)
+        self.running = Gauge(
+            "vllm:num_requests_running", "Number of requests in model execution batches.",
+            model, registry=self.registry).labels(MODEL_NAME)
+        self.waiting = Gauge(
+            "vllm:num_requests_waiting", "Number of requests waiting to be processed.",
+            model, registry=self.registry).labels(MODEL_NAME)
+        self.waiting.set(0)
+        self.prompt_lengths = Histogram(
+            "vllm:request_prompt_tokens", "Number of prefill tokens processed.", model,
+            registry=self.registry, buckets=LENGTH_BUCKETS).labels(MODEL_NAME)
+        self.output_lengths = Histogram(
+            "vllm:request_generation_tokens", "Number of generation tokens processed.",
+            model, registry=self.registry, buckets=LENGTH_BUCKETS).labels(MODEL_NAME)
 
     def observe(self, timing: RequestTiming) -> None:
         self.prompt_tokens.inc(timing.prompt_tokens)
@@ -153,6 +173,8 @@ class _VllmMetrics:
         for gap_s in timing.itl_s:
             self.itl.observe(gap_s)
         self.e2e.observe(timing.e2e_s)
+        self.prompt_lengths.observe(timing.prompt_tokens)
+        self.output_lengths.observe(timing.output_tokens)
         self.request_success.inc()
 
 
@@ -282,10 +304,15 @@ class TinyLLMServer:
         ids = torch.tensor([prompt_ids], dtype=torch.long)
         streamer = _Streamer()
         started_s = time.perf_counter()
-        with torch.inference_mode():
-            self._model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                                 max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                                 pad_token_id=VOCAB_SIZE - 1, streamer=streamer)
+        self._metrics.running.inc()
+        try:
+            with torch.inference_mode():
+                self._model.generate(ids, attention_mask=torch.ones_like(ids),
+                                     do_sample=False, max_new_tokens=new_tokens,
+                                     min_new_tokens=new_tokens, pad_token_id=VOCAB_SIZE - 1,
+                                     streamer=streamer)
+        finally:
+            self._metrics.running.dec()
         ended_s = time.perf_counter()
         tokens_s = streamer.calls_s[1:]  # the first call is the prompt
         timing = RequestTiming(

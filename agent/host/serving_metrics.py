@@ -99,6 +99,15 @@ class ModelCounters:
     prompt_tokens: float | None
     requests: float | None
     latency: Mapping[Latency, Histogram]
+    # The engine's load at the scrape: requests in the running batch and waiting in the
+    # queue (gauges; None where the engine exposes none): where a steady-state window
+    # opens and closes (joulestat.reports.steady_state).
+    running: float | None = None
+    waiting: float | None = None
+    # Per-request prompt and output lengths in tokens, cumulative histograms (None where
+    # the engine keeps none): the energy per request's percentiles.
+    prompt_lengths: Histogram | None = None
+    output_lengths: Histogram | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +143,12 @@ class _EngineSpec:
     # True where the exporter creates a metric at its first use (TGI's metrics-rs): a
     # known figure missing from the scrape is then 0 so far, not unexposed.
     lazy: bool = False
+    # Gauges of the requests in the running batch and in the queue, and histograms of
+    # each request's prompt and output lengths (None: the engine has no such metric).
+    running: str | None = None
+    waiting: str | None = None
+    prompt_lengths: str | None = None
+    output_lengths: str | None = None
 
     def names(self) -> frozenset[str]:
         sources = [self.output_tokens, self.prompt_tokens, self.requests]
@@ -153,7 +168,10 @@ ENGINES: tuple[_EngineSpec, ...] = (
             Latency.ITL: ("vllm:inter_token_latency_seconds",
                           "vllm:time_per_output_token_seconds"),
             Latency.E2E: ("vllm:e2e_request_latency_seconds",),
-        })),
+        }),
+        running="vllm:num_requests_running", waiting="vllm:num_requests_waiting",
+        prompt_lengths="vllm:request_prompt_tokens",
+        output_lengths="vllm:request_generation_tokens"),
     _EngineSpec(
         ServingEngine.SGLANG, "SGLang", "sglang:", MODEL_LABEL,
         output_tokens=_Source("sglang:generation_tokens"),
@@ -164,7 +182,9 @@ ENGINES: tuple[_EngineSpec, ...] = (
             Latency.ITL: ("sglang:inter_token_latency_seconds",
                           "sglang:time_per_output_token_seconds"),
             Latency.E2E: ("sglang:e2e_request_latency_seconds",),
-        })),
+        }),
+        # python/sglang/srt/metrics/collector.py (SchedulerMetricsCollector)
+        running="sglang:num_running_reqs", waiting="sglang:num_queue_reqs"),
     _EngineSpec(
         ServingEngine.TGI, "TGI", "tgi_", None,
         # Per-request histograms of token counts: their _sum is the tokens so far.
@@ -177,7 +197,11 @@ ENGINES: tuple[_EngineSpec, ...] = (
             Latency.ITL: ("tgi_request_mean_time_per_token_duration",),
             Latency.E2E: ("tgi_request_duration",),
         }),
-        lazy=True),
+        lazy=True,
+        # router/src/server.rs (metrics::gauge!): the batch being decoded, the queue
+        running="tgi_batch_current_size", waiting="tgi_queue_size",
+        prompt_lengths="tgi_request_input_length",
+        output_lengths="tgi_request_generated_tokens"),
 )
 
 
@@ -354,10 +378,27 @@ def parse_serving_metrics(text: str) -> ServingSample:
     if spec.lazy and not models:
         models.add(DEFAULT_MODEL)  # TGI up, nothing served yet: zeros
     output, prompt, requests = (_figure(spec, scrape, s, models) for s in sources)
+    running, waiting = (_gauge(spec, scrape, name, models)
+                        for name in (spec.running, spec.waiting))
+    prompt_lengths, output_lengths = (
+        _histograms(spec, scrape, name) if name else {}
+        for name in (spec.prompt_lengths, spec.output_lengths))
     return ServingSample(spec.engine, MappingProxyType({
         model: ModelCounters(output[model], prompt[model], requests[model],
-                             MappingProxyType(dict(latency.get(model, {}))))
+                             MappingProxyType(dict(latency.get(model, {}))),
+                             running[model], waiting[model],
+                             prompt_lengths.get(model), output_lengths.get(model))
         for model in sorted(models)}))
+
+
+def _gauge(spec: _EngineSpec, scrape: _Scrape, name: str | None,
+           models: Iterable[str]) -> dict[str, float | None]:
+    """A gauge per model, summed over every other label (vLLM's data-parallel engines);
+    None for a model without a sample: not exposed (or not yet, for TGI's lazy ones)."""
+    if name is None:
+        return dict.fromkeys(models)
+    values = _sum_by_model(spec, scrape.samples.get(name, []))
+    return {model: values.get(model) for model in models}
 
 
 def fetch_serving_metrics(url: str, timeout_s: float = FETCH_TIMEOUT_S, *,

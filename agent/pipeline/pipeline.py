@@ -61,6 +61,9 @@ class Pipeline:
     save_checkpoints: bool = True  # embedded mode leaves the node's checkpoint alone
     losses: EnergyLosses | None = None  # energy no job got, by reason (the store writer's)
     node_energy_j: float = 0.0  # every tick's energy since start (what a late restore cost)
+    # The newest tick: whether its energy was measured is what a serving job's trace
+    # counts as power coverage (joulestat.runtime.serving).
+    last_tick: Tick | None = None
 
     def start(self, checkpoint: tuple[float, str, dict] | None = None, now_s: float = 0.0
               ) -> bool:
@@ -112,6 +115,7 @@ class Pipeline:
     def tick(self) -> tuple[Tick, TickResult | None]:
         """Sample, attribute, and hand the tick to every sink once, in order."""
         tick = self.sampler.tick()
+        self.last_tick = tick
         for entry in tick.entries:
             self.node_energy_j += entry.energy_j
         result = self.accounting.on_tick(tick) if self.accounting is not None else None

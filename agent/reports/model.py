@@ -50,6 +50,7 @@ from joulestat.reports.external import external_figures
 from joulestat.reports.idle import job_idle_policy
 from joulestat.reports.provenance import node_provenance
 from joulestat.reports.series import COMPONENT_ORDER, node_series, power_series, unit_series
+from joulestat.reports.serving_figures import job_analysis, serving_json
 from joulestat.reports.sources import energy_by_class
 from joulestat.store.jobs import JobDetail, JobNodePart, job_detail
 from joulestat.store.nodes import node_devices, source_models
@@ -279,6 +280,7 @@ def report_from_detail(engine: Engine, detail: JobDetail,
         "notes": list(result.notes),
         "power_series": power_series(rows, detail.started_s, end_s),
         "latency": served_latency(detail.per_node),
+        "serving": serving_json(job_analysis(engine, detail.id)),
         "methodology": METHODOLOGY,
         "agent_version": __version__,
         "generated_at": iso_time(now),

@@ -244,6 +244,78 @@ def latency(report: Report) -> Table:
                  rows)
 
 
+def steady_state(report: Report) -> Table:
+    """A serving job's steady-state window beside the whole job (the JSON's ``serving``,
+    :mod:`joulestat.reports.steady_state`): which window, whether it is valid and why
+    not, and energy per output, prompt and total token and per request in each."""
+    serving = report["serving"]
+    window, whole = serving.get("steady_window"), serving["whole_job"]
+
+    def per(span: Mapping[str, Any] | None, key: str) -> str:
+        return _known(fmt.energy(span.get(key))) if span else UNKNOWN
+
+    if window is not None:
+        start = window["offset_s"]
+        where = (f"{fmt.duration(start)} to {fmt.duration(start + window['length_s'])} "
+                 f"after the first sample ({window['rule']})")
+        verdict = window["verdict"] + (f": {window['reason']}" if window.get("reason") else "")
+        cv = fmt.share(window.get("cv"))
+        coverage = (f"power {fmt.share(window['power_coverage'])}, metrics "
+                    f"{fmt.share(window['metrics_coverage'])}")
+    else:
+        where, verdict, cv, coverage = (UNKNOWN, serving.get("no_window_reason") or UNKNOWN,
+                                        UNKNOWN, UNKNOWN)
+    rows = (
+        ("window", where, fmt.duration(whole["length_s"])),
+        ("verdict", verdict, ""),
+        ("coverage", coverage, f"power {fmt.share(whole['power_coverage'])}, metrics "
+                               f"{fmt.share(whole['metrics_coverage'])}"),
+        ("variation of J per output token", cv, ""),
+        ("energy per output token", per(window, "j_per_output_token"),
+         per(whole, "j_per_output_token")),
+        ("energy per prompt token", per(window, "j_per_prompt_token"),
+         per(whole, "j_per_prompt_token")),
+        ("energy per token (prompt + output)", per(window, "j_per_total_token"),
+         per(whole, "j_per_total_token")),
+        ("energy per request", per(window, "j_per_request"), per(whole, "j_per_request")),
+    )
+    return Table("Serving: steady state", ("figure", "steady-state window", "whole job"),
+                 rows)
+
+
+def request_energy(report: Report) -> Table:
+    """Energy per prefill and per decode token (a fit over the job's ticks) and per
+    request at the engine's p50 and p99 lengths, with bounds (the JSON's
+    ``serving.token_split`` and ``serving.request_energy``)."""
+    split = report["serving"]["token_split"]
+    requests = report["serving"]["request_energy"]
+    if split["separable"]:
+        rows = [("energy per prefill (prompt) token",
+                 f"{fmt.energy(split['j_per_prefill_token'])} "
+                 f"± {fmt.energy(split['j_per_prefill_token_se'])}"),
+                ("energy per decode (output) token",
+                 f"{fmt.energy(split['j_per_decode_token'])} "
+                 f"± {fmt.energy(split['j_per_decode_token_se'])}"),
+                ("power at no load", _known(fmt.power(split.get("base_w"))))]
+    else:
+        rows = [("prefill vs decode", f"not separable: {split.get('reason') or UNKNOWN}")]
+    for name in ("p50", "p99"):
+        value = requests.get(f"{name}_j")
+        if value is None:
+            continue
+        lengths = (f"{fmt.count(requests[f'{name}_prompt_tokens'])} prompt + "
+                   f"{fmt.count(requests[f'{name}_output_tokens'])} output tokens")
+        low, high = requests[f"{name}_low_j"], requests[f"{name}_high_j"]
+        rows.append((f"{name} request ({lengths})",
+                     f"{fmt.energy(value)} ({fmt.energy_range(low, high)})"))
+    if requests.get("ml_energy_j") is not None:
+        rows.append(("request at the window's J per output token x mean output length",
+                     fmt.energy(requests["ml_energy_j"])))
+    if requests.get("reason"):
+        rows.append(("request percentiles", requests["reason"]))
+    return Table("Serving: energy per token and request", ("figure", "value"), tuple(rows))
+
+
 def provenance(report: Report) -> Table:
     rows = tuple(
         (p["node"], p["region"] or UNKNOWN, p["region_resolution"],
@@ -265,5 +337,7 @@ def all_tables(report: Report) -> list[Table]:
         found.append(units(report))
     if report.get("latency"):
         found.append(latency(report))
+    if report.get("serving"):
+        found += [steady_state(report), request_energy(report)]
     found.append(provenance(report))
     return found

@@ -300,7 +300,8 @@ def run_agent(settings: AgentSettings) -> int:
         raise
 
     pipeline.start(built.checkpoint, now_s=time.time())
-    serving = ServingUnits(registry, interval_s, rule=serving_rule)
+    serving = ServingUnits(registry, interval_s, rule=serving_rule,
+                           last_tick=lambda: pipeline.last_tick)
     serving.start()
     Daemon(pipeline, interval_s, metrics.job_retention_s, stop,
            writer=writer, node_metrics=built.node_metrics, late_jobs=built.late_jobs,

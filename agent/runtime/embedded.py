@@ -176,8 +176,10 @@ class EmbeddedJob:
         # Flush every flush interval, or at once when the writer asks (a job ended and
         # its final figures should be stored before anyone reads them).
         flush_hook = Every(writer.flush_interval_s, flush, asked=writer.wake.is_set)
+        pipeline = self._pipeline
         serving = ServingUnits(self._registry, self._settings.tick.interval_s,
-                               rule=self._serving_rule)
+                               rule=self._serving_rule,
+                               last_tick=lambda: pipeline.last_tick if pipeline else None)
         serving.start()
         try:
             assert self._ticks is not None, "the loop runs after start()"

@@ -35,6 +35,14 @@ keeps the units it has, and the next sample's difference covers the outage.
 Latency: per job and model, the histograms' differences since the job's first sample,
 added up (TTFT, inter-token latency, end-to-end), which the store keeps with the job
 (:meth:`ServingUnits.latency`).
+
+Load over time: after every tick, each serving job gets a point in its trace
+(:mod:`joulestat.core.serving_trace`): its energy and counted tokens and requests so
+far, the engine's running and waiting requests at its latest answer, and whether the
+tick's power was measured (no counter-fault fill) and the engine had answered within
+two intervals; with the per-request length histograms since the job's first sample.
+The reports find the job's steady-state window in it
+(:mod:`joulestat.reports.steady_state`).
 """
 
 from __future__ import annotations
@@ -50,6 +58,8 @@ from joulestat.attribution.agent_labels import SERVING_METRICS
 from joulestat.attribution.registry import JobRegistry
 from joulestat.core.model_units import BUSY, MAX_MODELS_PER_JOB, model_key, validate_model
 from joulestat.core.redact import redact_text
+from joulestat.core.serving_trace import LengthHistogram, TraceBuilder, TracePoint
+from joulestat.core.tick import FILL_PREFIX, Tick
 from joulestat.core.validation import JobError
 from joulestat.host.serving_address import ServingAddressRule
 from joulestat.host.serving_metrics import (
@@ -82,21 +92,32 @@ class _JobState:
     last_s: float | None = None
     latency: dict[str, dict[Latency, Histogram]] = field(default_factory=dict)
     failing: bool = False
+    trace: TraceBuilder | None = None
+    answered_s: float | None = None  # wall time of the latest sample counted
+    running: float | None = None  # the engine's gauges at that sample, over its models
+    waiting: float | None = None
+    prompt_lengths: Histogram | None = None  # per-request lengths since the baseline
+    output_lengths: Histogram | None = None
 
 
 class ServingUnits:
     """Counts serving engines' tokens and requests into the jobs that name them.
 
     Call it after each tick (a tick hook); :meth:`start` the poller, :meth:`close` it.
-    ``rule``: where fetches may go (default: this node only). ``fetch`` and ``clock``
-    are parameters for tests.
+    ``rule``: where fetches may go (default: this node only). ``last_tick``: the
+    pipeline's newest tick (its power counts as measured unless a counter fault filled
+    it; None: every tick does). ``fetch``, ``clock`` and ``wall_clock`` are parameters
+    for tests.
     """
 
     def __init__(self, registry: JobRegistry, interval_s: float = 1.0, *,
                  rule: ServingAddressRule | None = None,
+                 last_tick: Callable[[], Tick | None] | None = None,
                  fetch: Callable[[str, float], str] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 wall_clock: Callable[[], float] = time.time) -> None:
         self._registry, self._interval_s = registry, interval_s
+        self._last_tick, self._wall_clock = last_tick, wall_clock
         if fetch is None:
             fetch = functools.partial(fetch_serving_metrics, rule=rule or ServingAddressRule())
         self._fetch, self._clock = fetch, clock
@@ -212,6 +233,48 @@ class ServingUnits:
                 self._count(job_id, sample, taken_s)
             except JobError as exc:  # the job ended or was forgotten meanwhile
                 log.debug("serving metrics of job %s not counted: %s", job_id, exc)
+        self._trace()
+
+    def _trace(self) -> None:
+        """A point per serving job that has its baseline, at the newest tick's end."""
+        with self._lock:
+            states = [(job_id, state) for job_id, state in self._jobs.items()
+                      if state.answered_s is not None]
+        if not states:
+            return  # no serving job: nothing per tick
+        tick = self._last_tick() if self._last_tick is not None else None
+        t_s = tick.t1_s if tick is not None else self._wall_clock()
+        measured = tick is None or not any(
+            entry.source.startswith(FILL_PREFIX) for entry in tick.entries)
+        for job_id, state in states:
+            try:
+                job = self._registry.get(job_id)
+            except JobError:
+                continue
+            if job.ended_s is not None:
+                continue  # its last point was taken while it ran
+            if state.trace is None:
+                state.trace = TraceBuilder(self._interval_s)
+                if job.serving_trace is not None:  # restored: go on from what was stored
+                    state.trace.points.extend(job.serving_trace.points)
+            points = state.trace.points
+            before = points[-1] if points else None
+            dt_s = max(0.0, t_s - before.t_s) if before is not None else 0.0
+            answered = state.answered_s is not None and (
+                t_s - state.answered_s <= 2 * self._interval_s + 0.5)
+            units = job.units
+            state.trace.append(TracePoint(
+                t_s, job.energy_j, units.get(OUTPUT_TOKEN, 0.0),
+                units.get(PROMPT_TOKEN, 0.0), units.get(REQUEST, 0.0),
+                state.running, state.waiting,
+                (before.power_s if before else 0.0) + (dt_s if measured else 0.0),
+                (before.answered_s if before else 0.0) + (dt_s if answered else 0.0)))
+            state.trace.prompt_lengths = _lengths(state.prompt_lengths)
+            state.trace.output_lengths = _lengths(state.output_lengths)
+            try:
+                self._registry.set_serving_trace(job_id, state.trace.trace())
+            except JobError:
+                continue
 
     def _count(self, job_id: str, sample: ServingSample, taken_s: float) -> None:
         job = self._registry.get(job_id)
@@ -220,8 +283,20 @@ class ServingUnits:
             state = self._jobs.setdefault(job_id, _JobState(url))
         previous, previous_s = state.last, state.last_s
         state.last, state.last_s = sample, taken_s
+        state.answered_s = self._wall_clock()
+        state.running, state.waiting = (
+            _summed([getattr(c, name) for c in sample.models.values()])
+            for name in ("running", "waiting"))
         if previous is None or previous_s is None:
             return  # the job's baseline: what the server served before it is not its
+        for name in ("prompt_lengths", "output_lengths"):
+            for model, counters in sample.models.items():
+                now = getattr(counters, name)
+                before_model = previous.models.get(model)
+                then = getattr(before_model, name) if before_model is not None else None
+                if now is not None and then is not None:
+                    setattr(state, name, histogram_add(getattr(state, name),
+                                                       histogram_delta(now, then)))
         tokens: dict[str, float] = {}
         for model, counters in sorted(sample.models.items())[:MAX_MODELS_PER_JOB]:
             try:
@@ -284,6 +359,18 @@ class ServingUnits:
             for job_id in job_ids:
                 self._jobs.pop(job_id, None)
                 self._latest.pop(job_id, None)
+
+
+def _summed(values: list[float | None]) -> float | None:
+    """A gauge over a server's models: None when no model exposes it."""
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def _lengths(histogram: Histogram | None) -> LengthHistogram | None:
+    if histogram is None:
+        return None
+    return LengthHistogram(histogram.buckets, histogram.sum, histogram.count)
 
 
 def _increase(now: float | None, then: float | None) -> float:

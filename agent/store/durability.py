@@ -74,7 +74,13 @@ from joulestat.core.losses import EnergyLosses, LossReason
 from joulestat.core.records import JobRecord, StoredJob
 from joulestat.core.tick import Component, is_component
 from joulestat.store.engine import StoreError, describe_error, redact_url
-from joulestat.store.jobs import by_component, by_unit, part_energy, part_units
+from joulestat.store.jobs import (
+    by_component,
+    by_unit,
+    part_energy,
+    part_units,
+    stored_serving_trace,
+)
 from joulestat.store.rows import SHARE, TICK, Key, PendingJobs, RowBuffer
 from joulestat.store.schema import JOB_NODES, JOBS, NODE_CHECKPOINTS, NODES
 
@@ -562,7 +568,8 @@ def load_unsettled_jobs(engine: Engine, node: str) -> list[StoredJob]:
     restart: each one's record as ``node`` saved it
     and the energy and units ``node`` recorded for it (the registry rebuilds its jobs
     from them: :meth:`joulestat.attribution.registry.Job.from_stored`). Pids, start and
-    instance type are this node's too; latency is not read back. Raises
+    instance type are this node's too, and its serving trace (so it goes on); latency is
+    not read back. Raises
     :class:`~joulestat.store.engine.StoreError` when the store cannot be read.
     """
     jobs, parts = JOBS.c, JOB_NODES.c
@@ -576,7 +583,8 @@ def load_unsettled_jobs(engine: Engine, node: str) -> list[StoredJob]:
                      or_(parts.ended_s.is_(None), parts.ended_s > last_saved))
     query = (
         select(jobs.id, jobs.name, jobs.kind, jobs.labels, jobs.origin, parts.pids,
-               parts.started_s, parts.instance_type, jobs.agent_labels, parts.ended_s)
+               parts.started_s, parts.instance_type, jobs.agent_labels, parts.ended_s,
+               parts.serving_trace)
         .select_from(JOBS.join(JOB_NODES, parts.job_id == jobs.id))
         .where(unsettled)
         .order_by(parts.started_s, jobs.id)
@@ -592,13 +600,14 @@ def load_unsettled_jobs(engine: Engine, node: str) -> list[StoredJob]:
                          f"{node!r}: {describe_error(exc)}") from exc
     result = []
     for (job_id, name, kind, labels, origin, pids, started_s, instance_type, agent_labels,
-         ended_s) in rows:
+         ended_s, serving_trace) in rows:
         dynamic, idle = by_component(energy, job_id, node)
         record = JobRecord(  # the type it ran as stays, if the node's changed since
             id=job_id, name=name, kind=kind, labels=json.loads(labels),
             pids=frozenset(json.loads(pids)), started_s=started_s, origin=origin,
             ended_s=ended_s, instance_type=instance_type,
-            agent_labels=json.loads(agent_labels))
+            agent_labels=json.loads(agent_labels),
+            serving_trace=stored_serving_trace(serving_trace))
         result.append(StoredJob(record, dynamic_j=dynamic, idle_j=idle,
                                 units=by_unit(units, job_id, node)))
     return result

@@ -128,11 +128,13 @@ def multi_node_ids(engine: Engine, where: JobFilter) -> list[str]:
 
 
 def has_latency(engine: Engine, where: JobFilter) -> bool:
-    """Whether a matching job holds served latency histograms (which :func:`job_pools`
-    does not add up: a comparison with them reads its jobs one by one)."""
+    """Whether a matching job holds served latency histograms or a serving trace (which
+    :func:`job_pools` does not add up: a comparison with them reads its jobs one by
+    one)."""
     parts = JOB_NODES.c
     query = select(parts.job_id).where(parts.job_id.in_(job_id_select(where)),
-                                       parts.latency.is_not(None)).limit(1)
+                                       or_(parts.latency.is_not(None),
+                                           parts.serving_trace.is_not(None))).limit(1)
     with engine.connect() as connection:
         return connection.execute(query).first() is not None
 

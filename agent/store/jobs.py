@@ -35,6 +35,7 @@ What job a user means (an id, a unique id prefix or a name) is resolved in
 from __future__ import annotations
 
 import json
+import logging
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -45,6 +46,7 @@ from sqlalchemy import ColumnElement, Select, case, func, or_, select, union, un
 from sqlalchemy.engine import Connection, Engine
 
 from joulestat.carbon.held import Held
+from joulestat.core.serving_trace import ServingTrace, trace_from_json
 from joulestat.core.tick import Component
 from joulestat.store.model_split import ordinary_units
 from joulestat.store.read_rule import recent_rows, totals_rows
@@ -57,6 +59,8 @@ from joulestat.store.schema import (
     JOBS,
     one_of,
 )
+
+log = logging.getLogger(__name__)
 
 # -- Per-job totals --------------------------------------------------------------------
 
@@ -641,6 +645,38 @@ def job_units_by_kind(engine: Engine) -> dict[str, list[str]]:
         for kind, unit, jobs in connection.execute(query):
             found[kind].append((-int(jobs), unit))
     return {kind: [unit for _n, unit in sorted(units)] for kind, units in sorted(found.items())}
+
+
+def stored_serving_trace(text: str | None) -> ServingTrace | None:
+    """A ``job_nodes.serving_trace`` read back; None where there is none, or where it
+    cannot be read (said: the job's steady-state figures are then left out, its whole-job
+    figures stay)."""
+    if not text:
+        return None
+    try:
+        return trace_from_json(json.loads(text))
+    except ValueError as exc:  # json's errors are ValueErrors too
+        log.warning("a stored serving trace cannot be read (%s): its steady-state figures "
+                    "are left out", exc)
+        return None
+
+
+def job_serving_traces(engine: Engine, job_ids: Sequence[str]
+                       ) -> dict[str, list[ServingTrace]]:
+    """The serving traces of ``job_ids``, one per node part that holds one."""
+    found: dict[str, list[ServingTrace]] = defaultdict(list)
+    if not job_ids:
+        return found
+    parts = JOB_NODES.c
+    query = (select(parts.job_id, parts.serving_trace)
+             .where(one_of(parts.job_id, list(job_ids)), parts.serving_trace.is_not(None))
+             .order_by(parts.job_id, parts.node))
+    with engine.connect() as connection:
+        for job_id, text in connection.execute(query):
+            trace = stored_serving_trace(text)
+            if trace is not None:
+                found[job_id].append(trace)
+    return found
 
 
 def job_node_latency(engine: Engine, job_ids: Sequence[str]

@@ -52,6 +52,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from joulestat.attribution.agent_labels import IDLE_POLICY, MIXED
 from joulestat.core.records import DeviceInfo, NodeInfo
+from joulestat.core.serving_trace import trace_to_json
 from joulestat.store.schema import (
     JOB_ENERGY,
     JOB_NODES,
@@ -572,7 +573,10 @@ class PendingJobs:
              "instance_type": job.instance_type or node.instance_type,
              "region": node.region, "started_s": float(job.started_s),
              "ended_s": job.ended_s, "pids": json.dumps(sorted(job.pids)),
-             "latency": json.dumps(job.latency, sort_keys=True) if job.latency else None},
+             "latency": json.dumps(job.latency, sort_keys=True) if job.latency else None,
+             "serving_trace": (json.dumps(trace_to_json(job.serving_trace),
+                                          separators=(",", ":"))
+                               if job.serving_trace is not None else None)},
         )
 
     def save_checkpoint(self, state: Mapping[str, Any], boot_id: str, saved_s: float) -> None:
@@ -674,7 +678,8 @@ def _job_nodes_upsert(insert: Any) -> Any:
     return statement.on_conflict_do_update(
         index_elements=["job_id", "node"],
         set_={name: statement.excluded[name] for name in (
-            "instance_type", "region", "started_s", "ended_s", "pids", "latency")},
+            "instance_type", "region", "started_s", "ended_s", "pids", "latency",
+            "serving_trace")},
     )
 
 

@@ -190,6 +190,9 @@ JOB_NODES = Table(
     _col("ended_s", Double, null=True), _col("pids", String),
     # A serving job's latency histograms on this node, JSON; else null.
     _col("latency", Text, null=True),
+    # A serving job's load over time on this node (joulestat.core.serving_trace), JSON:
+    # where its steady-state window is found; else null.
+    _col("serving_trace", Text, null=True),
     # A node's parts by end: what its maintain pass sums per day (pool_days.py).
     Index("ix_job_nodes_node_ended_s", "node", "ended_s"),
 )

@@ -254,6 +254,25 @@ if served:
         energy_col: fmt.energy,
         **{c: fmt.seconds for c in latency_table.columns if c not in ("group", energy_col)}}),
         hide_index=True, width="stretch", placeholder=fmt.UNKNOWN, column_config=NAMED)
+steady_rows = [r for r in result.per_unit if r.steady_state is not None]
+if steady_rows:
+    # Serving jobs with a trace: the energy per unit inside their steady-state windows
+    # (ML.ENERGY's way), beside the whole-job figure above (docs/llm-serving.md).
+    st.caption(f"Steady state: the energy {per} inside each run's steady-state window (the "
+               "batch full, before the drain), from the valid windows only; the table above "
+               "is the whole job, warm-up and drain included. A window is valid when power "
+               "and the engine's metrics cover 95 % of it and its J per token varies under 3 %.")
+    steady_table = pd.DataFrame([{
+        "group": names[comparison.row_key(r)],
+        "whole job": r.energy_per_unit_j,
+        "steady state": r.steady_state.energy_per_unit_j,
+        "valid windows": f"{r.steady_state.valid_runs} of {r.steady_state.runs}",
+        "window time": r.steady_state.window_s,
+        "why not": r.steady_state.note or "",
+    } for r in steady_rows if r.steady_state is not None])
+    st.dataframe(fmt.styled(steady_table, {
+        "whole job": fmt.energy, "steady state": fmt.energy, "window time": fmt.duration}),
+        hide_index=True, width="stretch", placeholder=fmt.UNKNOWN, column_config=NAMED)
 if any(r.energy_class and r.energy_class != "measured" for r in result.per_unit):
     st.caption("Rows whose energy is not all measured rest on the estimate they name "
                "(docs/methodology.md): compare them with measured rows with care.")

@@ -153,6 +153,10 @@ with left:
           f"energy per {unit} ({energy_unit})", "energy_text")
 with right:
     curve(f"Rate ({rate_name})", "rate_per_s", f"rate ({rate_name})", "rate_text")
+st.caption(f"Energy per {fmt.md(unit)} here is over each whole job, its warm-up, ramp and "
+           "drain included. A serving job measured with `--serving-metrics` also has a "
+           "steady-state figure (the batch full, before the drain, as ML.ENERGY measures): "
+           "in its report and on the Compare page (docs/llm-serving.md).")
 
 # What users wait for first: time to first token, else the whole request.
 served_p99 = next((key for key in (load_table.served_key("ttft", "p99"),

@@ -15,6 +15,7 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -107,9 +108,14 @@ class FakePowercap:
         return int((self._zones[zone_id] / "max_energy_range_uj").read_text())
 
     def drive(
-        self, zone_id: str, power_w: float, wrap_uj: int | None = None, hz: float = 200
+        self, zone_id: str, power_w: float, wrap_uj: int | None = None, hz: float = 200,
+        energy_now: Callable[[], float] | None = None,
     ) -> Driver:
         """Start advancing ``zone_id`` in real time at ``power_w``; see :class:`Driver`.
+
+        ``energy_now``: the energy drawn so far, in J, when power is not constant (a
+        server whose power follows its load): the counter advances by what it gained
+        since the driver started.
 
         ``wrap_uj`` replaces the zone's ``max_energy_range_uj`` (so tests can force
         frequent wraps); the counter wraps there, as the hardware counter does.
@@ -118,7 +124,7 @@ class FakePowercap:
             atomic_write(self._zones[zone_id] / "max_energy_range_uj", f"{wrap_uj}\n")
         if zone_id in self._drivers:
             self._drivers[zone_id].stop()
-        driver = Driver(self, zone_id, power_w, self.max_range_uj(zone_id), hz)
+        driver = Driver(self, zone_id, power_w, self.max_range_uj(zone_id), hz, energy_now)
         self._drivers[zone_id] = driver
         driver.start()
         return driver
@@ -144,9 +150,12 @@ class Driver:
     """
 
     def __init__(
-        self, tree: FakePowercap, zone_id: str, power_w: float, max_range_uj: int, hz: float
+        self, tree: FakePowercap, zone_id: str, power_w: float, max_range_uj: int, hz: float,
+        energy_now: Callable[[], float] | None = None,
     ) -> None:
         self._tree = tree
+        self._energy_now = energy_now
+        self._energy_at_start_j = 0.0
         self._zone_id = zone_id
         self._power_w = power_w
         self._max_range_uj = max_range_uj
@@ -163,10 +172,15 @@ class Driver:
 
     def start(self) -> None:
         self._start_s = time.monotonic()
+        if self._energy_now is not None:
+            self._energy_at_start_j = self._energy_now()
         self._thread.start()
 
     def _step(self) -> None:
-        advanced_uj = int(self._power_w * (time.monotonic() - self._start_s) * 1e6)
+        if self._energy_now is not None:
+            advanced_uj = int((self._energy_now() - self._energy_at_start_j) * 1e6)
+        else:
+            advanced_uj = int(self._power_w * (time.monotonic() - self._start_s) * 1e6)
         with self._lock:
             self._advanced_uj = advanced_uj
             if self._frozen_at_uj is not None:

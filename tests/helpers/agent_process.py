@@ -16,10 +16,11 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -381,17 +382,23 @@ def agent_at_head(tmp_path: Path, *args: str, **kwargs) -> AbstractContextManage
 @contextmanager
 def agent_on_fake_rapl(tmp_path: Path, *args: str, power_w: float = 60.0,
                        interval_s: float = 0.25, env: dict[str, str] | None = None,
-                       at_head: bool = False) -> Iterator[RunningAgent]:
-    """The real agent, node ``n1``, on a fake RAPL package drawing ``power_w``, ticking
-    every ``interval_s``: the node the system tests measure jobs on."""
+                       at_head: bool = False,
+                       energy_now: Callable[[], float] | None = None,
+                       drivers: list[Any] | None = None) -> Iterator[RunningAgent]:
+    """The real agent, node ``n1``, on a fake RAPL package drawing ``power_w`` (or, with
+    ``energy_now``, whatever that says was drawn so far), ticking every ``interval_s``:
+    the node the system tests measure jobs on. ``drivers`` gets the package's driver
+    (to freeze its counter)."""
     from tests.fakes.powercap import FakePowercap
 
     fake = FakePowercap(in_memory(tmp_path / "sys"))
     fake.add_zone("intel-rapl:0", "package-0", max_energy_range_uj=10**13)
     node = ("--sysfs-root", str(tmp_path / "sys"), "--interval", str(interval_s),
             "--node", "n1")
-    with fake.drive("intel-rapl:0", power_w=power_w, hz=500), \
+    with fake.drive("intel-rapl:0", power_w=power_w, hz=500, energy_now=energy_now) as driver, \
             running_agent(tmp_path, *node, *args, env=env, at_head=at_head) as agent:
+        if drivers is not None:
+            drivers.append(driver)
         yield agent
 
 

@@ -35,6 +35,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0)
+LENGTH_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 
 
 @dataclass(frozen=True)
@@ -47,14 +48,76 @@ class ModelRates:
     e2e_s: float = 2.0
 
 
+@dataclass(frozen=True)
+class LoadSchedule:
+    """A load test's shape in wall time, as ML.ENERGY's benchmark drives a server: from
+    ``start_s`` (Unix seconds) the load ramps up linearly for ``ramp_s`` while the batch
+    fills, holds for ``steady_s`` with the batch full (``max_running``) and requests
+    waiting, then drains for ``drain_s`` (the queue empty, the batch emptying). Each
+    model's rates (:class:`ModelRates`) are its rates at full load; ``level(t)`` scales
+    them. ``prompt_length`` and ``output_length``: every request's, in tokens (what the
+    engine's length histograms observe)."""
+
+    start_s: float
+    ramp_s: float = 30.0
+    steady_s: float = 60.0
+    drain_s: float = 30.0
+    max_running: float = 16.0
+    waiting: float = 8.0
+    prompt_length: float = 50.0
+    output_length: float = 200.0
+
+    @property
+    def steady_bounds_s(self) -> tuple[float, float]:
+        """The true steady-state window, Unix seconds."""
+        opens = self.start_s + self.ramp_s
+        return opens, opens + self.steady_s
+
+    @property
+    def end_s(self) -> float:
+        return self.start_s + self.ramp_s + self.steady_s + self.drain_s
+
+    def level(self, t_s: float) -> float:
+        """Load at wall time ``t_s``, 0 to 1."""
+        x = t_s - self.start_s
+        if x <= 0 or x >= self.ramp_s + self.steady_s + self.drain_s:
+            return 0.0
+        if x < self.ramp_s:
+            return x / self.ramp_s
+        if x <= self.ramp_s + self.steady_s:
+            return 1.0
+        return 1.0 - (x - self.ramp_s - self.steady_s) / self.drain_s
+
+    def full_load_s(self, t_s: float) -> float:
+        """The integral of :meth:`level` up to ``t_s``: seconds of full load so far (a
+        counter at full rate r reads r times this)."""
+        x = min(max(t_s - self.start_s, 0.0), self.ramp_s + self.steady_s + self.drain_s)
+        done = min(x, self.ramp_s) ** 2 / (2 * self.ramp_s)
+        if x > self.ramp_s:
+            done += min(x - self.ramp_s, self.steady_s)
+        if x > self.ramp_s + self.steady_s:
+            d = x - self.ramp_s - self.steady_s
+            done += d - d * d / (2 * self.drain_s)
+        return done
+
+    def running(self, t_s: float) -> float:
+        return round(self.max_running * self.level(t_s))
+
+    def queued(self, t_s: float) -> float:
+        start, end = self.steady_bounds_s
+        return self.waiting if start <= t_s < end else 0.0
+
+
 class FakeServingEngine:
     """``with FakeServingEngine("vllm", {"m": ModelRates()}) as engine: engine.url``."""
 
     def __init__(self, engine: str, models: dict[str, ModelRates],
-                 controlled: bool = False) -> None:
+                 controlled: bool = False, schedule: LoadSchedule | None = None) -> None:
         """``controlled``: ``POST /control/restart`` (``down``, ``up``) does what the
-        method of that name does (:class:`ServingEngineProcess` calls them so)."""
-        self.engine, self.models = engine, models
+        method of that name does (:class:`ServingEngineProcess` calls them so).
+        ``schedule``: the load follows it (counters, running and waiting gauges, length
+        histograms) instead of constant rates."""
+        self.engine, self.models, self.schedule = engine, models, schedule
         self._lock = threading.Lock()
         self._since = time.monotonic()  # counters count from here (a restart resets it)
         self._answering = True
@@ -117,6 +180,8 @@ class FakeServingEngine:
     def render(self) -> str:
         with self._lock:
             elapsed = time.monotonic() - self._since
+        if self.schedule is not None:  # counters count full-load seconds
+            elapsed = self.schedule.full_load_s(time.time())
         lines: list[str] = []
         render = {"vllm": self._vllm, "sglang": self._sglang, "tgi": self._tgi}[self.engine]
         render(lines, elapsed)
@@ -157,6 +222,25 @@ class FakeServingEngine:
 
     def _vllm(self, lines: list[str], elapsed: float) -> None:
         self._prefixed(lines, elapsed, "vllm", "request_success", ',finished_reason="stop"')
+        if self.schedule is None:
+            return
+        now = time.time()
+        for name, value in (("vllm:num_requests_running", self.schedule.running(now)),
+                            ("vllm:num_requests_waiting", self.schedule.queued(now))):
+            lines.append(f"# TYPE {name} gauge")
+            for model in self.models:
+                lines.append(f'{name}{{model_name="{model}"}} {value}')
+        for name, length in (("vllm:request_prompt_tokens", self.schedule.prompt_length),
+                             ("vllm:request_generation_tokens", self.schedule.output_length)):
+            lines.append(f"# TYPE {name} histogram")
+            for model, rates in self.models.items():
+                requests = rates.requests_per_s * elapsed
+                for bound in LENGTH_BUCKETS:
+                    count = requests if length <= bound else 0.0
+                    lines.append(f'{name}_bucket{{model_name="{model}",le="{bound}"}} {count}')
+                lines.append(f'{name}_bucket{{model_name="{model}",le="+Inf"}} {requests}')
+                lines.append(f'{name}_sum{{model_name="{model}"}} {requests * length}')
+                lines.append(f'{name}_count{{model_name="{model}"}} {requests}')
 
     def _sglang(self, lines: list[str], elapsed: float) -> None:
         self._prefixed(lines, elapsed, "sglang", "num_requests", "")
@@ -287,8 +371,9 @@ class ServingEngineProcess:
     :class:`FakeServingEngine` served by a process of its own, with the same
     ``restart()``, ``down()`` and ``up()``."""
 
-    def __init__(self, engine: str, models: dict[str, ModelRates]) -> None:
-        self.engine, self.models = engine, models
+    def __init__(self, engine: str, models: dict[str, ModelRates],
+                 schedule: LoadSchedule | None = None) -> None:
+        self.engine, self.models, self.schedule = engine, models, schedule
         self._proc: subprocess.Popen[str] | None = None
         self._port = 0
 
@@ -297,7 +382,9 @@ class ServingEngineProcess:
         return f"http://127.0.0.1:{self._port}/metrics"
 
     def __enter__(self) -> ServingEngineProcess:
-        spec = json.dumps({model: asdict(rates) for model, rates in self.models.items()})
+        spec = json.dumps({"models": {model: asdict(rates)
+                                      for model, rates in self.models.items()},
+                           "schedule": asdict(self.schedule) if self.schedule else None})
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "tests.helpers.fake_serving", self.engine, spec],
             cwd=Path(__file__).resolve().parents[2], stdin=subprocess.PIPE,
@@ -335,8 +422,10 @@ class ServingEngineProcess:
 
 
 def _serve_until_stdin_closes(engine: str, spec: str) -> None:
-    models = {model: ModelRates(**rates) for model, rates in json.loads(spec).items()}
-    with FakeServingEngine(engine, models, controlled=True) as served:
+    given = json.loads(spec)
+    models = {model: ModelRates(**rates) for model, rates in given["models"].items()}
+    schedule = LoadSchedule(**given["schedule"]) if given["schedule"] else None
+    with FakeServingEngine(engine, models, controlled=True, schedule=schedule) as served:
         print(f"port {served.url.split(':')[2].split('/')[0]}", flush=True)
         sys.stdin.read()
 

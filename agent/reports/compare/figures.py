@@ -38,6 +38,8 @@ from joulestat.reports.compare.groups import CompareError
 from joulestat.reports.compare.latency import job_latency, latency_by_job
 from joulestat.reports.compare.table import JobFigures
 from joulestat.reports.idle import job_idle_policy
+from joulestat.reports.serving_figures import job_analyses, job_steady
+from joulestat.reports.steady_state import ServingAnalysis
 from joulestat.store.job_refs import JobRefError, resolve_job
 from joulestat.store.jobs import (
     JobDetail,
@@ -152,7 +154,8 @@ def job_figures(job: JobTotals | JobDetail, price: JobPrice, now_s: float,
                 sources: Sequence[str] = (),
                 models: Mapping[str, Mapping[str, int]] | None = None,
                 bounds: Bounds | None = None,
-                latency: Mapping[Latency, Histogram] | None = None) -> JobFigures:
+                latency: Mapping[Latency, Histogram] | None = None,
+                serving: ServingAnalysis | None = None) -> JobFigures:
     """The job as :func:`~joulestat.reports.compare.table.compare` takes it: energy is the job's
     attributed energy (and its part above idle), CO2e operational with embodied apart, cost
     and held time per node (``price``, from :meth:`Pricer.job`), ``duration_s`` its
@@ -162,7 +165,8 @@ def job_figures(job: JobTotals | JobDetail, price: JobPrice, now_s: float,
     (:func:`joulestat.reports.idle.job_idle_policy`); ``bounds`` its energy's in total
     (:func:`joulestat.reports.bounds.total_bounds`; None: unknown); ``latency`` its
     served latency histograms (:func:`~joulestat.reports.compare.latency.latency_by_job`;
-    None: a detail's own, as totals carry none)."""
+    None: a detail's own, as totals carry none); ``serving`` its serving trace's
+    analysis (:func:`~joulestat.reports.serving_figures.job_analyses`; None: not traced)."""
     if latency is None:
         latency = job_latency(job.per_node) if isinstance(job, JobDetail) else {}
     return JobFigures(
@@ -175,7 +179,8 @@ def job_figures(job: JobTotals | JobDetail, price: JobPrice, now_s: float,
         accelerators=accelerator_names(job.nodes, models or {}),
         dynamic_j=dynamic_j_of(job), idle_policy=job_idle_policy(job),
         latency=dict(latency),
-        energy_bounds_j=None if bounds is None else (bounds.low, bounds.high))
+        energy_bounds_j=None if bounds is None else (bounds.low, bounds.high),
+        steady=job_steady(serving), traced=serving is not None)
 
 
 def sources_of(job: JobTotals | JobDetail, by_node: Mapping[str, Sequence[str]]
@@ -215,13 +220,15 @@ def totals_figures(engine: Engine, jobs: Sequence[JobTotals], pricer: Pricer,
     models = node_accelerators(engine, nodes)
     served: dict[str, dict[Latency, Histogram]] = {}
     bounds: dict[str, Bounds | None] = {}
+    analyses: dict[str, ServingAnalysis] = {}
     for start in range(0, len(ids), BATCH):  # a page's "All time" of a fleet: 10^5 jobs
         batch = ids[start:start + BATCH]
         served.update(latency_by_job(job_node_latency(engine, batch)))
         bounds.update(stored_total_bounds(engine, batch))
+        analyses.update(job_analyses(engine, batch))
     return [job_figures(job, pricer.job(job.per_node, now_s, series_of(engine, job)), now_s,
                         sources_of(job, sources), models, bounds.get(job.id),
-                        served.get(job.id, {}))
+                        served.get(job.id, {}), analyses.get(job.id))
             for job in jobs]
 
 

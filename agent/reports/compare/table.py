@@ -123,6 +123,7 @@ from joulestat.reports.compare.groups import (
 )
 from joulestat.reports.compare.latency import row_latency
 from joulestat.reports.idle import common_policy
+from joulestat.reports.serving_figures import JobSteady, SteadyRow, steady_row
 from joulestat.reports.sources import sources_class
 
 __all__ = ["ComparisonRow", "ComparisonTable", "JobFigures", "PER_MILLION", "PER_RUN",
@@ -174,6 +175,10 @@ class JobFigures:
     latency: Mapping[Any, Any] = field(default_factory=dict)
     # [low, high] around energy_j (joulestat.reports.bounds); None: unknown
     energy_bounds_j: tuple[float, float] | None = None
+    # a serving job's steady-state window (joulestat.reports.serving_figures); traced:
+    # whether it has a serving trace at all (one without a window says so)
+    steady: JobSteady | None = None
+    traced: bool = False
 
     def __post_init__(self) -> None:
         # Checked without names first: the dashboard builds ten thousand of these a page.
@@ -294,6 +299,9 @@ class ComparisonRow:
     energy_change_interval_pct: tuple[float, float] | None = None
     # whether the two rows' systematic error is shared (cancels in their ratio)
     energy_error_shared: bool | None = None
+    # a serving row's energy per unit inside its runs' valid steady-state windows
+    # (joulestat.reports.serving_figures); None for any other row
+    steady_state: SteadyRow | None = None
 
     @property
     def label(self) -> str:
@@ -402,6 +410,8 @@ class Pool:
     bounds_j: tuple[float, float] | None  # the jobs' bounds summed; None: one unknown
     spread: Spread
     first: JobFigures | None = None
+    steady: tuple[JobSteady | None, ...] = ()  # the traced runs' windows
+    traced: int = 0
 
     def merged(self, other: Pool) -> Pool:
         """The two pools as one (the jobs of ``other`` after these): sums added, an
@@ -426,7 +436,8 @@ class Pool:
             bounds_j=None if self.bounds_j is None or other.bounds_j is None
             else (self.bounds_j[0] + other.bounds_j[0], self.bounds_j[1] + other.bounds_j[1]),
             spread=self.spread.merged(other.spread),
-            first=self.first)
+            first=self.first, steady=self.steady + other.steady,
+            traced=self.traced + other.traced)
 
 
 def pool_of(members: Sequence[JobFigures], unit: str | None, group: str) -> Pool:
@@ -455,7 +466,9 @@ def pool_of(members: Sequence[JobFigures], unit: str | None, group: str) -> Pool
         bounds_j=(sum(job.energy_bounds_j[0] for job in members if job.energy_bounds_j),
                   sum(job.energy_bounds_j[1] for job in members if job.energy_bounds_j))
         if bounded else None,
-        spread=Spread.of(values), first=members[0])
+        spread=Spread.of(values), first=members[0],
+        steady=tuple(job.steady for job in members if job.traced),
+        traced=sum(1 for job in members if job.traced))
 
 
 def _added_latency(members: Iterable[Mapping[Any, Any]]) -> dict[Any, Any]:
@@ -540,6 +553,7 @@ def row_of(pool: Pool, unit: str | None, by: str) -> ComparisonRow:
         dynamic_per_run_j=_per(dynamic_j, runs),
         idle_policy=common_policy(pool.idle_policies),
         latency_s=row_latency([pool.latency]),
+        steady_state=steady_row(pool.steady, unit, pool.traced),
         **_uncertainty(pool, _per(energy_j, count) if unit is not None else energy_j / runs),
     )
 

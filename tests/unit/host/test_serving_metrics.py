@@ -260,3 +260,42 @@ def test_histogram_quantile_edges() -> None:
 def test_fetch_refuses_other_schemes() -> None:
     with pytest.raises(ServingMetricsError, match="not an http"):
         fetch_serving_metrics("file:///etc/passwd")
+
+
+def test_the_engines_load_gauges_per_model() -> None:
+    """Running and waiting requests (where a steady-state window opens and closes, issue
+    49): summed over vLLM's data-parallel engines; None where the engine has none."""
+    vllm = parse_serving_metrics(fixture("vllm.prom"))
+    assert (vllm.models[LLAMA].running, vllm.models[LLAMA].waiting) == (2.0, 0.0)
+    assert (vllm.models[QWEN].running, vllm.models[QWEN].waiting) == (1.0, 0.0)
+    sglang = parse_serving_metrics(fixture("sglang.prom")).models[LLAMA]
+    assert sglang.running == 2.0
+    tgi = parse_serving_metrics(fixture("tgi.prom")).models["default"]
+    assert tgi.running == 0.0
+    bare = parse_serving_metrics("# TYPE vllm:generation_tokens counter\n"
+                                 'vllm:generation_tokens_total{model_name="m"} 5\n')
+    assert bare.models["m"].running is None and bare.models["m"].prompt_lengths is None
+
+
+def test_vllm_request_length_histograms() -> None:
+    page = "\n".join([
+        "# TYPE vllm:generation_tokens counter",
+        'vllm:generation_tokens_total{model_name="m"} 600',
+        "# TYPE vllm:request_prompt_tokens histogram",
+        *(f'vllm:request_prompt_tokens_bucket{{model_name="m",engine="{e}",le="{le}"}} {n}'
+          for e in ("0", "1") for le, n in (("50", 1), ("100", 2), ("+Inf", 2))),
+        'vllm:request_prompt_tokens_sum{model_name="m",engine="0"} 120',
+        'vllm:request_prompt_tokens_sum{model_name="m",engine="1"} 140',
+        'vllm:request_prompt_tokens_count{model_name="m",engine="0"} 2',
+        'vllm:request_prompt_tokens_count{model_name="m",engine="1"} 2',
+        "# TYPE vllm:request_generation_tokens histogram",
+        'vllm:request_generation_tokens_bucket{model_name="m",le="200"} 4',
+        'vllm:request_generation_tokens_bucket{model_name="m",le="+Inf"} 4',
+        'vllm:request_generation_tokens_sum{model_name="m"} 600',
+        'vllm:request_generation_tokens_count{model_name="m"} 4',
+    ]) + "\n"
+    model = parse_serving_metrics(page).models["m"]
+    assert model.prompt_lengths is not None and model.output_lengths is not None
+    assert model.prompt_lengths.buckets == ((50.0, 2.0), (100.0, 4.0), (INF, 4.0))
+    assert (model.prompt_lengths.sum, model.prompt_lengths.count) == (260.0, 4.0)
+    assert model.output_lengths.sum == 600.0

@@ -49,3 +49,54 @@ def test_a_fetch_that_never_ends_delays_no_other_endpoint() -> None:
         units.close()
     units.poll()  # closed: nothing starts
     assert calls == {GOOD: 10, HUNG: 1}
+
+
+def test_each_tick_adds_a_point_to_the_jobs_trace() -> None:
+    """A serving job's trace (issue 49): a point per tick with its energy and tokens so
+    far and the engine's gauges; a tick whose power a counter fault filled is not
+    counted as measured, and a tick without a recent answer not as answered."""
+    from joulestat.core.tick import Tick, TickEntry
+
+    registry = JobRegistry()
+    clock = {"wall": 1000.0, "tokens": 0.0, "running": 4.0}
+    ticks: list[Tick] = []
+
+    def fetch(_url: str, _timeout_s: float) -> str:
+        return ("# TYPE vllm:generation_tokens counter\n"
+                f'vllm:generation_tokens_total{{model_name="m"}} {clock["tokens"]}\n'
+                "# TYPE vllm:num_requests_running gauge\n"
+                f'vllm:num_requests_running{{model_name="m"}} {clock["running"]}\n')
+
+    units = ServingUnits(registry, interval_s=1.0, fetch=fetch,
+                         last_tick=lambda: ticks[-1] if ticks else None,
+                         wall_clock=lambda: clock["wall"])
+    job = registry.register("served", "inference", agent_labels={"serving_metrics": GOOD})
+
+    def tick(source: str, answer: bool) -> None:
+        clock["wall"] += 1.0
+        clock["tokens"] += 100.0
+        ticks.append(Tick(clock["wall"] - 1, clock["wall"],
+                          (TickEntry("cpu", "package-0", source, 10.0),)))
+        registry.get(job.id).dynamic_j["cpu"] = registry.get(job.id).dynamic_j.get(
+            "cpu", 0.0) + 10.0
+        if answer:
+            units.poll(wait_s=30)
+        units()
+
+    try:
+        for source, answer in [("rapl", True)] * 4 + [("fill:rapl", True)] * 2 \
+                + [("rapl", False)] * 4 + [("rapl", True)]:
+            tick(source, answer)
+    finally:
+        units.close()
+    trace = registry.get(job.id).serving_trace
+    assert trace is not None
+    points = trace.points
+    assert len(points) == 11 and [p.t_s for p in points] == [1001.0 + i for i in range(11)]
+    assert points[-1].energy_j == 110.0
+    # the first answer is the baseline: 10 differences of 100 tokens after it
+    assert points[-1].output_tokens == registry.get(job.id).units["output_token"] == 1000.0
+    assert points[-1].running == 4.0 and points[-1].waiting is None
+    assert points[-1].power_s == 8.0  # 10 s, 2 of them filled
+    # 4 ticks without an answer: the first 2 still within two intervals of the last
+    assert points[-1].answered_s == 8.0

@@ -1,0 +1,179 @@
+"""Serving energy in the steady-state window (issue 49), as a user meets it: the real
+agent on a fake RAPL package whose power follows a fake vLLM server's load, the server
+ramping up for 30 s, holding for 60 s and draining for 30 s
+(:class:`tests.helpers.fake_serving.LoadSchedule`), measured by ``joulestat run
+--serving-metrics``; then ``joulestat report``, ``joulestat compare`` and ``joulestat
+estimate request``.
+
+The truth in the window: the job's energy there as the store's raw rows hold it (the
+agent flushes every second, so rows are a second long), over the tokens the server
+generated in it (its full rate times the window).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from joulestat.store.engine import make_engine
+from joulestat.store.series import job_energy_rows
+from tests.helpers.agent_process import (
+    JOULESTAT,
+    agent_on_fake_rapl,
+    jobs_in_store,
+    read_cli,
+    summary_of,
+    wait_for,
+)
+from tests.helpers.fake_serving import LoadSchedule, ModelRates, ServingEngineProcess
+
+pytestmark = pytest.mark.slow
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+# At full load: 400 output and 100 prompt tokens a second, 2 requests of 50 + 200 tokens.
+RATES = ModelRates(output_tokens_per_s=400.0, prompt_tokens_per_s=100.0, requests_per_s=2.0)
+BASE_W, J_PER_OUTPUT, J_PER_PROMPT = 40.0, 0.1, 0.05
+LEAD_S = 25.0  # the agent starts and the job registers before the load does
+
+
+def _energy_now(schedule: LoadSchedule):
+    """The fake package's energy so far: a base power plus each token's cost."""
+    origin = time.time()
+
+    def energy_j() -> float:
+        now = time.time()
+        full_s = schedule.full_load_s(now)
+        return (BASE_W * (now - origin) + full_s * (J_PER_OUTPUT * RATES.output_tokens_per_s
+                                                    + J_PER_PROMPT * RATES.prompt_tokens_per_s))
+
+    return energy_j
+
+
+def _serve(agent, engine: ServingEngineProcess, schedule: LoadSchedule, name: str,
+           tmp_path: Path, during=None) -> dict:
+    """A `joulestat run --serving-metrics` job from before the load starts to after it
+    ends; ``during()`` runs in the steady window. The run's summary."""
+    done = tmp_path / f"{name}.done"
+    code = ("import os, time\n"
+            f"while not os.path.exists({str(done)!r}): time.sleep(0.05)\n")
+    proc = subprocess.Popen(
+        [JOULESTAT, "run", "--name", name, "--kind", "inference", "--json",
+         "--serving-metrics", engine.url, "--", sys.executable, "-c", code],
+        env=agent.client_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: name in jobs_in_store(agent.client_env()), timeout_s=60, every_s=0.5)
+        assert time.time() < schedule.start_s, "the job registered after the load began"
+        if during is not None:
+            wait_for(lambda: time.time() >= schedule.steady_bounds_s[0] + 15,
+                     timeout_s=schedule.end_s - time.time() + 5, every_s=0.2)
+            during()
+        wait_for(lambda: time.time() >= schedule.end_s + 3,
+                 timeout_s=schedule.end_s - time.time() + 30, every_s=0.5)
+    finally:
+        done.touch()
+    return summary_of(proc, timeout_s=120)
+
+
+def _energy_within(db_url: str, job_id: str, start_s: float, end_s: float) -> float:
+    """The job's stored energy in [start_s, end_s], rows cut where they overlap it."""
+    total = 0.0
+    for _node, t0, t1, _component, energy_j in job_energy_rows(make_engine(db_url), job_id):
+        overlap = min(t1, end_s) - max(t0, start_s)
+        if overlap > 0 and t1 > t0:
+            total += energy_j * overlap / (t1 - t0)
+    return total
+
+
+def test_steady_window_of_a_ramped_vllm_server(tmp_path):
+    schedule = LoadSchedule(start_s=time.time() + LEAD_S, prompt_length=50.0,
+                            output_length=200.0)
+    with agent_on_fake_rapl(tmp_path, "--flush-interval", "1",
+                            energy_now=_energy_now(schedule)) as agent, \
+            ServingEngineProcess("vllm", {MODEL: RATES}, schedule=schedule) as engine:
+        summary = _serve(agent, engine, schedule, "llm-ramped", tmp_path)
+        env = agent.client_env()
+        job_id = summary["id"]
+        report = json.loads(read_cli("report", "--format", "json", job_id, env=env).stdout)
+        compared = json.loads(read_cli("compare", "--jobs", job_id, "--unit", "output_token",
+                                       "--json", env=env).stdout)
+        estimated = read_cli("estimate", "request", "--job", job_id, "--prompt-tokens",
+                             "300", "--output-tokens", "120", "--json", env=env)
+        estimate = json.loads(estimated.stdout) if estimated.returncode == 0 else None
+        truth_start, truth_end = schedule.steady_bounds_s
+        truth_j = _energy_within(agent.db_url, job_id, truth_start, truth_end)
+    serving = report["serving"]
+    window = serving["steady_window"]
+    assert window["rule"] == "batch_full"
+    # The window's bounds within 3 s of the true ones.
+    assert abs(window["start_s"] - truth_start) <= 3.0, (window["start_s"] - truth_start)
+    assert abs(window["end_s"] - truth_end) <= 3.0, (window["end_s"] - truth_end)
+    # Its J per output token within 5 % of the truth in the true window...
+    truth_per_token = truth_j / (RATES.output_tokens_per_s * schedule.steady_s)
+    assert window["j_per_output_token"] == pytest.approx(truth_per_token, rel=0.05)
+    # ... while the whole job's differs from it by more than 15 %.
+    whole = report["per_unit"]["output_token"]["energy_j"]
+    assert abs(whole / truth_per_token - 1) > 0.15
+    assert serving["whole_job"]["j_per_output_token"] == pytest.approx(whole, rel=0.02)
+    # compare says the same of the window, or says why it cannot.
+    (row,) = compared["rows"]
+    steady = row["steady_state"]
+    assert steady["unit"] == "output_token" and steady["runs"] == 1
+    if window["verdict"] == "valid":
+        assert steady["valid_runs"] == 1
+        assert steady["energy_per_unit_j"] == pytest.approx(window["j_per_output_token"],
+                                                            rel=1e-6)
+    else:
+        assert steady["valid_runs"] == 0 and steady["energy_per_unit_j"] is None
+        assert steady["note"] and window["reason"]
+    # Per request: the engine's length histograms (every request 50 + 200 tokens).
+    requests = serving["request_energy"]
+    split = serving["token_split"]
+    if split["separable"]:
+        assert requests["p50_j"] == pytest.approx(
+            requests["p50_prompt_tokens"] * split["j_per_prefill_token"]
+            + requests["p50_output_tokens"] * split["j_per_decode_token"], rel=1e-6)
+        assert estimate["energy_j"] == pytest.approx(
+            300 * split["j_per_prefill_token"] + 120 * split["j_per_decode_token"],
+            rel=1e-6)
+    else:  # one schedule scales both rates alike: they move together
+        assert split["reason"] and estimate is None
+    assert requests["ml_energy_j"] == pytest.approx(
+        window["j_per_output_token"] * requests["mean_output_tokens"], rel=1e-6)
+    assert requests["mean_output_tokens"] == pytest.approx(200.0, rel=0.02)
+
+
+def test_a_window_with_power_missing_is_flagged(tmp_path):
+    """The counter freezes for 12 s of a 50 s steady window (24 %): the window is flagged
+    in the report and in compare, with the reason."""
+    schedule = LoadSchedule(start_s=time.time() + LEAD_S, ramp_s=5.0, steady_s=50.0,
+                            drain_s=5.0)
+    drivers: list = []
+    with agent_on_fake_rapl(tmp_path, "--flush-interval", "1", drivers=drivers,
+                            energy_now=_energy_now(schedule)) as agent, \
+            ServingEngineProcess("vllm", {MODEL: RATES}, schedule=schedule) as engine:
+        (driver,) = drivers
+
+        def freeze_for_12_s() -> None:
+            driver.freeze()
+            time.sleep(12)  # the fault's length is what is measured here
+            driver.thaw(catch_up=True)
+
+        summary = _serve(agent, engine, schedule, "llm-frozen", tmp_path,
+                         during=freeze_for_12_s)
+        env = agent.client_env()
+        job_id = summary["id"]
+        report = json.loads(read_cli("report", "--format", "json", job_id, env=env).stdout)
+        compared = json.loads(read_cli("compare", "--jobs", job_id, "--unit", "output_token",
+                                       "--json", env=env).stdout)
+    window = report["serving"]["steady_window"]
+    assert window["verdict"] != "valid"
+    assert window["power_coverage"] < 0.9
+    assert "power" in window["reason"]
+    (row,) = compared["rows"]
+    assert row["steady_state"]["valid_runs"] == 0
+    assert row["steady_state"]["energy_per_unit_j"] is None
+    assert "power" in row["steady_state"]["note"]
