@@ -127,20 +127,23 @@ def steady_text(rows: Iterable[Any]) -> str:
     """The rows' steady-state figures as ``joulestat compare`` prints them under its
     table ("" when no row has a serving trace): each row's energy per unit inside its
     runs' valid windows, or why it has none."""
+    import textwrap
+
     from joulestat.core import units as fmt
 
-    lines = []
+    lines: list[str] = []
     for row in rows:
         steady = row.steady_state
         if steady is None:
             continue
         if steady.energy_per_unit_j is None:
-            lines.append(f"  {row.label}: {steady.note}")
-            continue
-        lines.append(f"  {row.label}: {fmt.energy(steady.energy_per_unit_j)} per "
-                     f"{steady.unit} ({steady.valid_runs} of {steady.runs} runs valid, "
-                     f"{fmt.duration(steady.window_s)} of windows; whole job "
-                     f"{fmt.energy(row.energy_per_unit_j)})")
+            text = f"{row.label}: {steady.note}"
+        else:
+            text = (f"{row.label}: {fmt.energy(steady.energy_per_unit_j)} per {steady.unit} "
+                    f"({steady.valid_runs} of {steady.runs} runs valid, "
+                    f"{fmt.duration(steady.window_s)} of windows; whole job "
+                    f"{fmt.energy(row.energy_per_unit_j)})")
+        lines += textwrap.wrap(text, 100, initial_indent="  ", subsequent_indent="    ")
     if not lines:
         return ""
     return "\n".join(["steady state (the batch full, before the drain; valid windows only):",

@@ -311,7 +311,7 @@ def request_energy(report: Report) -> Table:
     if requests.get("ml_energy_j") is not None:
         rows.append(("request at the window's J per output token x mean output length",
                      fmt.energy(requests["ml_energy_j"])))
-    if requests.get("reason"):
+    if requests.get("reason") and split["separable"]:  # else said in the split's row
         rows.append(("request percentiles", requests["reason"]))
     return Table("Serving: energy per token and request", ("figure", "value"), tuple(rows))
 
