@@ -11,6 +11,7 @@ import pytest
 
 from joulestat.api.server import ApiServer
 from joulestat.attribution.registry import JobRegistry
+from tests.helpers.agent_process import idle_process
 from tests.helpers.job_api import JOB, call, register
 
 
@@ -45,11 +46,14 @@ def test_register_count_end_list_get_and_health(api: ApiServer, registry: JobReg
 
 def test_same_job_id_joins_up_and_a_different_job_under_it_conflicts(api: ApiServer) -> None:
     port = api.port
-    first = register(port, job_id="run-7", pids=[10], origin="run")
-    assert first["id"] == "run-7" and first["origin"] == "run"
-    status, _, again = call(port, "POST", "/v1/jobs",
-                            {"name": "bert", "kind": "training", "job_id": "run-7", "pids": [11]})
-    assert status == 200 and again["pids"] == [10, 11]
+    # Two processes that run (a job claims no other: issue 47); a fixed pid such as 11
+    # is a kernel thread on one machine and nothing on the next.
+    with idle_process() as one, idle_process() as two:
+        first = register(port, job_id="run-7", pids=[one.pid], origin="run")
+        assert first["id"] == "run-7" and first["origin"] == "run"
+        status, _, again = call(port, "POST", "/v1/jobs", {
+            "name": "bert", "kind": "training", "job_id": "run-7", "pids": [two.pid]})
+        assert status == 200 and again["pids"] == sorted([one.pid, two.pid])
     status, _, answer = call(port, "POST", "/v1/jobs",
                              {"name": "other", "kind": "training", "job_id": "run-7"})
     assert status == 409 and "run-7" in answer["error"]
