@@ -64,6 +64,7 @@ class SteadyRow:
     window_s: float
     verdicts: Mapping[str, int]
     note: str | None
+    reasons: tuple[str, ...] = ()  # why its runs' windows are not valid, distinct
 
 
 def trace_analysis(traces: Sequence[ServingTrace]) -> ServingAnalysis | None:
@@ -115,12 +116,14 @@ def steady_row(members: Iterable[JobSteady | None], unit: str | None,
         verdicts["no_window"] = traced - len(windows)
     units = sum(m.counted(unit) for m in valid)
     energy_j = sum(m.energy_j for m in valid)
+    reasons = tuple(sorted({m.reason for m in windows if m.reason and m not in valid}))
+    if traced > len(windows):
+        reasons += ("no steady-state window found",)
     note = None
     if not valid:
-        reasons = sorted({m.reason for m in windows if m.reason})
         note = "no valid steady-state window" + (f": {'; '.join(reasons)}" if reasons else "")
     return SteadyRow(unit, energy_j / units if valid and units > 0 else None, len(valid),
-                     traced, sum(m.end_s - m.start_s for m in valid), verdicts, note)
+                     traced, sum(m.end_s - m.start_s for m in valid), verdicts, note, reasons)
 
 
 def steady_text(rows: Iterable[Any]) -> str:

@@ -267,8 +267,8 @@ if steady_rows:
         "whole job": r.energy_per_unit_j,
         "steady state": r.steady_state.energy_per_unit_j,
         "valid windows": f"{r.steady_state.valid_runs} of {r.steady_state.runs}",
-        "window time": r.steady_state.window_s,
-        "why not": r.steady_state.note or "",
+        "window time": r.steady_state.window_s if r.steady_state.valid_runs else None,
+        "why not": "; ".join(r.steady_state.reasons),
     } for r in steady_rows if r.steady_state is not None])
     st.dataframe(fmt.styled(steady_table, {
         "whole job": fmt.energy, "steady state": fmt.energy, "window time": fmt.duration}),
