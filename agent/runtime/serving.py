@@ -81,6 +81,9 @@ log = logging.getLogger(__name__)
 __all__ = ["FETCH_TIMEOUT_S", "OUTPUT_TOKEN", "PROMPT_TOKEN", "REQUEST", "ServingUnits"]
 
 OUTPUT_TOKEN, PROMPT_TOKEN, REQUEST = "output_token", "prompt_token", "request"
+# Between two points of a trace, more than this many intervals is a gap (the agent was
+# down), not a late tick: its seconds count as neither measured nor answered.
+GAP_TICKS = 5
 
 
 @dataclass
@@ -260,6 +263,9 @@ class ServingUnits:
             points = state.trace.points
             before = points[-1] if points else None
             dt_s = max(0.0, t_s - before.t_s) if before is not None else 0.0
+            # A gap of many ticks (the agent down, its job restored from the store) was
+            # neither measured nor answered tick by tick: no coverage for it.
+            covered_s = dt_s if dt_s <= GAP_TICKS * self._interval_s else 0.0
             answered = state.answered_s is not None and (
                 t_s - state.answered_s <= 2 * self._interval_s + 0.5)
             units = job.units
@@ -267,8 +273,8 @@ class ServingUnits:
                 t_s, job.energy_j, units.get(OUTPUT_TOKEN, 0.0),
                 units.get(PROMPT_TOKEN, 0.0), units.get(REQUEST, 0.0),
                 state.running, state.waiting,
-                (before.power_s if before else 0.0) + (dt_s if measured else 0.0),
-                (before.answered_s if before else 0.0) + (dt_s if answered else 0.0)))
+                (before.power_s if before else 0.0) + (covered_s if measured else 0.0),
+                (before.answered_s if before else 0.0) + (covered_s if answered else 0.0)))
             state.trace.prompt_lengths = _lengths(state.prompt_lengths)
             state.trace.output_lengths = _lengths(state.output_lengths)
             try:

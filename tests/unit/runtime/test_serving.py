@@ -87,15 +87,21 @@ def test_each_tick_adds_a_point_to_the_jobs_trace() -> None:
         for source, answer in [("rapl", True)] * 4 + [("fill:rapl", True)] * 2 \
                 + [("rapl", False)] * 4 + [("rapl", True)]:
             tick(source, answer)
+        covered = registry.get(job.id).serving_trace.points[-1]
+        clock["wall"] += 19.0  # the agent was down: a 20 s gap to the next point
+        tick("rapl", True)
     finally:
         units.close()
+    after_gap = registry.get(job.id).serving_trace.points[-1]
+    assert after_gap.t_s - covered.t_s == 20.0
+    assert (after_gap.power_s, after_gap.answered_s) == (covered.power_s, covered.answered_s)
     trace = registry.get(job.id).serving_trace
     assert trace is not None
-    points = trace.points
+    points = trace.points[:-1]  # before the gap
     assert len(points) == 11 and [p.t_s for p in points] == [1001.0 + i for i in range(11)]
     assert points[-1].energy_j == 110.0
     # the first answer is the baseline: 10 differences of 100 tokens after it
-    assert points[-1].output_tokens == registry.get(job.id).units["output_token"] == 1000.0
+    assert points[-1].output_tokens == 1000.0
     assert points[-1].running == 4.0 and points[-1].waiting is None
     assert points[-1].power_s == 8.0  # 10 s, 2 of them filled
     # 4 ticks without an answer: the first 2 still within two intervals of the last
