@@ -559,8 +559,10 @@ def test_a_comparison_is_built_once_a_minute_and_says_of_when(sample_url, monkey
     at.selectbox(key="cmp_base").set_value(at.selectbox(key="cmp_base").options[0]).run()
     at.run()
     assert not at.exception, [e.value for e in at.exception]
+    # The minute may turn during the test (then a second build, or none yet if it
+    # turned after the last run): one build when it did not.
     same_minute = state.now_s(state.COMPARE_PERIOD_S) == minute
-    assert len(built) == (1 if same_minute else 2)  # the minute may turn during the test
+    assert len(built) == 1 if same_minute else len(built) in (1, 2)
     captions = " ".join(c.value for c in at.caption)
     assert re.search(r"Figures as of \d\d:\d\d \(rebuilt once a minute", captions)
     # The sample store's running jobs count to their last flush, as on their own page:
