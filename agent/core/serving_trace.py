@@ -25,28 +25,16 @@ the first point and figures rounded to what a meter resolves.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from joulestat.core.histogram import Histogram, histogram_from_json, histogram_to_json
 
 # Points kept per job and node: about 90 KB of JSON, rewritten with the job's row once
 # a flush while it runs.
 MAX_POINTS = 1024
 FORMAT = 1
-
-LengthBuckets = tuple[tuple[float, float], ...]  # (le, cumulative count), +inf last
-
-
-@dataclass(frozen=True, slots=True)
-class LengthHistogram:
-    """Per-request token counts as the engine buckets them: cumulative ``(le, count)``
-    pairs ascending (``le`` +inf last), their sum and count."""
-
-    buckets: LengthBuckets
-    sum: float
-    count: float
-
 
 @dataclass(frozen=True, slots=True)
 class TracePoint:
@@ -72,8 +60,8 @@ class ServingTrace:
 
     interval_s: float
     points: tuple[TracePoint, ...]
-    prompt_lengths: LengthHistogram | None = None
-    output_lengths: LengthHistogram | None = None
+    prompt_lengths: Histogram | None = None
+    output_lengths: Histogram | None = None
 
     @property
     def span_s(self) -> float:
@@ -87,8 +75,8 @@ class TraceBuilder:
     interval_s: float
     max_points: int = MAX_POINTS
     points: list[TracePoint] = field(default_factory=list)
-    prompt_lengths: LengthHistogram | None = None
-    output_lengths: LengthHistogram | None = None
+    prompt_lengths: Histogram | None = None
+    output_lengths: Histogram | None = None
 
     def append(self, point: TracePoint) -> None:
         """Add the newest point; past ``max_points``, keep every other one (the newest
@@ -127,18 +115,12 @@ def trace_to_json(trace: ServingTrace) -> dict[str, Any]:
     for name in ("prompt_lengths", "output_lengths"):
         histogram = getattr(trace, name)
         if histogram is not None:
-            out[name] = {"buckets": [["+Inf" if math.isinf(le) else le, count]
-                                     for le, count in histogram.buckets],
-                         "sum": histogram.sum, "count": histogram.count}
+            out[name] = histogram_to_json(histogram)
     return out
 
 
-def _length_histogram(stored: Mapping[str, Any] | None) -> LengthHistogram | None:
-    if stored is None:
-        return None
-    buckets = tuple((math.inf if le == "+Inf" else float(le), float(count))
-                    for le, count in stored["buckets"])
-    return LengthHistogram(buckets, float(stored["sum"]), float(stored["count"]))
+def _length_histogram(stored: Mapping[str, Any] | None) -> Histogram | None:
+    return None if stored is None else histogram_from_json(stored)
 
 
 def trace_from_json(stored: Mapping[str, Any]) -> ServingTrace:

@@ -40,6 +40,7 @@ from typing import Any
 
 from prometheus_client.parser import text_fd_to_metric_families
 
+from joulestat.core.histogram import Histogram, histogram_from_json, histogram_to_json
 from joulestat.core.redact import redact_text
 from joulestat.core.socket_deadline import SocketDeadline
 from joulestat.host.serving_address import AddressRefused, ServingAddressRule
@@ -74,20 +75,6 @@ class Latency(StrEnum):
 
 class ServingMetricsError(ValueError):
     """A scrape that cannot be read: unreachable, too large, or no known engine in it."""
-
-
-@dataclass(frozen=True, slots=True)
-class Histogram:
-    """A cumulative histogram as the server exposes it, in the observed unit (seconds for
-    latency). ``buckets``: (upper bound ``le``, cumulative count), ascending, ``+inf`` last."""
-
-    buckets: tuple[tuple[float, float], ...]
-    sum: float
-    count: float
-
-    @property
-    def bounds(self) -> tuple[float, ...]:
-        return tuple(le for le, _ in self.buckets)
 
 
 @dataclass(frozen=True, slots=True)
@@ -628,24 +615,5 @@ __all__ = [
     "DEFAULT_MODEL", "ENGINES", "FETCH_TIMEOUT_S", "MAX_RESPONSE_BYTES", "Histogram", "Latency",
     "ModelCounters", "ServingEngine", "ServingMetricsError", "ServingSample",
     "counter_delta", "fetch_serving_metrics", "histogram_add", "histogram_delta",
-    "histogram_quantile", "parse_serving_metrics",
+    "histogram_from_json", "histogram_quantile", "histogram_to_json", "parse_serving_metrics",
 ]
-
-
-def histogram_to_json(histogram: Histogram) -> dict[str, Any]:
-    """``{"buckets": [[le, count], ...], "sum": s, "count": n}``, ``le`` of the +Inf bucket
-    written ``"+Inf"`` as Prometheus writes it (JSON has no infinity): how a job's latency
-    is stored (``job_nodes.latency``)."""
-    return {"buckets": [["+Inf" if math.isinf(le) else le, count]
-                        for le, count in histogram.buckets],
-            "sum": histogram.sum, "count": histogram.count}
-
-
-def histogram_from_json(stored: Mapping[str, Any]) -> Histogram:
-    """:func:`histogram_to_json` read back; ValueError, KeyError or TypeError when it is
-    not one."""
-    buckets = tuple((_INF if le == "+Inf" else float(le), float(count))
-                    for le, count in stored["buckets"])
-    if any(b[0] <= a[0] for a, b in zip(buckets, buckets[1:], strict=False)):
-        raise ValueError("histogram bounds are not ascending")
-    return Histogram(buckets, float(stored["sum"]), float(stored["count"]))

@@ -88,9 +88,28 @@ def job_analysis(engine: Engine, job_id: str) -> ServingAnalysis | None:
     return job_analyses(engine, [job_id]).get(job_id)
 
 
-def serving_json(analysis: ServingAnalysis | None) -> dict[str, Any] | None:
-    """The report's and the API's ``serving`` section (None: not a traced serving job)."""
-    return None if analysis is None else analysis_to_json(analysis)
+def serving_json(analysis: ServingAnalysis | None, energy_j: float,
+                 units: Mapping[str, float]) -> dict[str, Any] | None:
+    """The report's ``serving`` section (None: not a traced serving job). Its
+    ``whole_job`` figures are the job's own, ``energy_j`` and ``units`` as the store
+    reads them for the report, ``jobs`` and ``compare``, so the whole job reads the
+    same there as everywhere; the trace gives its span and coverage."""
+    if analysis is None:
+        return None
+    out = analysis_to_json(analysis)
+    output, prompt = units.get("output_token", 0.0), units.get("prompt_token", 0.0)
+    requests = units.get("request", 0.0)
+
+    def per(count: float) -> float | None:
+        return energy_j / count if count > 0 else None
+
+    out["whole_job"] = {
+        **out["whole_job"], "energy_j": energy_j, "output_tokens": output,
+        "prompt_tokens": prompt, "total_tokens": output + prompt, "requests": requests,
+        "j_per_output_token": per(output), "j_per_prompt_token": per(prompt),
+        "j_per_total_token": per(output + prompt), "j_per_request": per(requests),
+        "mean_power_w": None}
+    return out
 
 
 def job_steady(analysis: ServingAnalysis | None) -> JobSteady | None:

@@ -85,8 +85,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from joulestat.core.serving_trace import LengthHistogram, ServingTrace, TracePoint
-from joulestat.host.serving_metrics import Histogram
+from joulestat.core.histogram import Histogram
+from joulestat.core.serving_trace import ServingTrace, TracePoint
 from joulestat.host.serving_metrics import histogram_quantile as served_quantile
 
 __all__ = [
@@ -536,11 +536,11 @@ def estimate_request_j(split: TokenSplit, prompt_tokens: float,
     return RequestEstimate(energy, max(energy - spread, 0.0), energy + spread)
 
 
-def histogram_quantile(q: float, histogram: LengthHistogram) -> float | None:
+def histogram_quantile(q: float, histogram: Histogram) -> float | None:
     """The q-quantile of a length histogram as Prometheus' ``histogram_quantile`` reads
     it (:func:`joulestat.host.serving_metrics.histogram_quantile`, the one reading of a
     served histogram: latency percentiles use it too)."""
-    return served_quantile(q, Histogram(histogram.buckets, histogram.sum, histogram.count))
+    return served_quantile(q, histogram)
 
 
 def _request_energy(trace: ServingTrace, whole: Span, window: SteadyWindow | None,

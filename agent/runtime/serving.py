@@ -58,7 +58,7 @@ from joulestat.attribution.agent_labels import SERVING_METRICS
 from joulestat.attribution.registry import JobRegistry
 from joulestat.core.model_units import BUSY, MAX_MODELS_PER_JOB, model_key, validate_model
 from joulestat.core.redact import redact_text
-from joulestat.core.serving_trace import LengthHistogram, TraceBuilder, TracePoint
+from joulestat.core.serving_trace import TraceBuilder, TracePoint
 from joulestat.core.tick import FILL_PREFIX, Tick
 from joulestat.core.validation import JobError
 from joulestat.host.serving_address import ServingAddressRule
@@ -275,8 +275,8 @@ class ServingUnits:
                 state.running, state.waiting,
                 (before.power_s if before else 0.0) + (covered_s if measured else 0.0),
                 (before.answered_s if before else 0.0) + (covered_s if answered else 0.0)))
-            state.trace.prompt_lengths = _lengths(state.prompt_lengths)
-            state.trace.output_lengths = _lengths(state.output_lengths)
+            state.trace.prompt_lengths = state.prompt_lengths
+            state.trace.output_lengths = state.output_lengths
             try:
                 self._registry.set_serving_trace(job_id, state.trace.trace())
             except JobError:
@@ -371,12 +371,6 @@ def _summed(values: list[float | None]) -> float | None:
     """A gauge over a server's models: None when no model exposes it."""
     known = [v for v in values if v is not None]
     return sum(known) if known else None
-
-
-def _lengths(histogram: Histogram | None) -> LengthHistogram | None:
-    if histogram is None:
-        return None
-    return LengthHistogram(histogram.buckets, histogram.sum, histogram.count)
 
 
 def _increase(now: float | None, then: float | None) -> float:

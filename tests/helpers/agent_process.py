@@ -404,11 +404,12 @@ def agent_on_fake_rapl(tmp_path: Path, *args: str, power_w: float = 60.0,
 
 @contextmanager
 def idle_process() -> Iterator[subprocess.Popen]:
-    """A process of this user that runs (asleep) until the block ends: one a test's job
-    can claim (a registration claims only processes that run)."""
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    """A process of this user that runs (blocked on its standard input) until the block
+    ends: one a test's job can claim (a registration claims only processes that run)."""
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                            stdin=subprocess.PIPE)
     try:
         yield proc
     finally:
         proc.kill()
-        proc.wait()
+        proc.communicate()

@@ -16,11 +16,11 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from joulestat.store.engine import make_engine
+from joulestat.store.jobs import job_serving_traces
 from joulestat.store.series import job_energy_rows
 from tests.helpers.agent_process import (
     JOULESTAT,
@@ -54,28 +54,40 @@ def _energy_now(schedule: LoadSchedule):
 
 
 def _serve(agent, engine: ServingEngineProcess, schedule: LoadSchedule, name: str,
-           tmp_path: Path, during=None) -> dict:
+           during=None) -> dict:
     """A `joulestat run --serving-metrics` job from before the load starts to after it
-    ends; ``during()`` runs in the steady window. The run's summary."""
-    done = tmp_path / f"{name}.done"
-    code = ("import os, time\n"
-            f"while not os.path.exists({str(done)!r}): time.sleep(0.05)\n")
+    ends; ``during(job_id)`` runs in the steady window. The run's summary. The job's
+    command runs until its standard input closes, which reading the summary does."""
+    code = "import sys; sys.stdin.read()"
     proc = subprocess.Popen(
         [JOULESTAT, "run", "--name", name, "--kind", "inference", "--json",
          "--serving-metrics", engine.url, "--", sys.executable, "-c", code],
-        env=agent.client_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        env=agent.client_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: name in jobs_in_store(agent.client_env()), timeout_s=60, every_s=0.5)
+        job = wait_for(lambda: jobs_in_store(agent.client_env()).get(name), timeout_s=60,
+                       every_s=0.5)
         assert time.time() < schedule.start_s, "the job registered after the load began"
         if during is not None:
             wait_for(lambda: time.time() >= schedule.steady_bounds_s[0] + 15,
                      timeout_s=schedule.end_s - time.time() + 5, every_s=0.2)
-            during()
+            during(job["id"])
         wait_for(lambda: time.time() >= schedule.end_s + 3,
                  timeout_s=schedule.end_s - time.time() + 30, every_s=0.5)
-    finally:
-        done.touch()
-    return summary_of(proc, timeout_s=120)
+    except BaseException:
+        proc.kill()
+        proc.communicate()
+        raise
+    return summary_of(proc, timeout_s=120)  # closes its stdin: the command ends
+
+
+def _missing_power_s(db_url: str, job_id: str) -> float:
+    """The seconds of the job's stored serving trace that had no measured power tick."""
+    traces = job_serving_traces(make_engine(db_url), [job_id]).get(job_id, [])
+    if not traces or len(traces[0].points) < 2:
+        return 0.0
+    first, last = traces[0].points[0], traces[0].points[-1]
+    return (last.t_s - first.t_s) - (last.power_s - first.power_s)
 
 
 def _energy_within(db_url: str, job_id: str, start_s: float, end_s: float) -> float:
@@ -94,7 +106,7 @@ def test_steady_window_of_a_ramped_vllm_server(tmp_path):
     with agent_on_fake_rapl(tmp_path, "--flush-interval", "1",
                             energy_now=_energy_now(schedule)) as agent, \
             ServingEngineProcess("vllm", {MODEL: RATES}, schedule=schedule) as engine:
-        summary = _serve(agent, engine, schedule, "llm-ramped", tmp_path)
+        summary = _serve(agent, engine, schedule, "llm-ramped")
         env = agent.client_env()
         job_id = summary["id"]
         report = json.loads(read_cli("report", "--format", "json", job_id, env=env).stdout)
@@ -157,13 +169,17 @@ def test_a_window_with_power_missing_is_flagged(tmp_path):
             ServingEngineProcess("vllm", {MODEL: RATES}, schedule=schedule) as engine:
         (driver,) = drivers
 
-        def freeze_for_12_s() -> None:
+        def freeze_for_12_s(job_id: str) -> None:
+            """The counter frozen until the agent's trace of the job (flushed every
+            second) holds 12 s without a measured power tick."""
             driver.freeze()
-            time.sleep(12)  # the fault's length is what is measured here
-            driver.thaw(catch_up=True)
+            try:
+                wait_for(lambda: _missing_power_s(agent.db_url, job_id) >= 12.0,
+                         timeout_s=60, every_s=0.2)
+            finally:
+                driver.thaw(catch_up=True)
 
-        summary = _serve(agent, engine, schedule, "llm-frozen", tmp_path,
-                         during=freeze_for_12_s)
+        summary = _serve(agent, engine, schedule, "llm-frozen", during=freeze_for_12_s)
         env = agent.client_env()
         job_id = summary["id"]
         report = json.loads(read_cli("report", "--format", "json", job_id, env=env).stdout)

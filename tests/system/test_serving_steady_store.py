@@ -37,8 +37,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from joulestat.core import units as fmt
+from joulestat.core.histogram import Histogram
 from joulestat.core.records import DeviceInfo, JobRecord, NodeInfo, Share
-from joulestat.core.serving_trace import LengthHistogram, ServingTrace, TracePoint
+from joulestat.core.serving_trace import ServingTrace, TracePoint
 from joulestat.core.tick import Tick, TickEntry
 from joulestat.store import migrate
 from joulestat.store.engine import make_engine
@@ -76,9 +77,9 @@ class Synthetic:
     trace: ServingTrace | None = None
 
 
-def _histogram(lengths: list[float], bounds: tuple[float, ...]) -> LengthHistogram:
+def _histogram(lengths: list[float], bounds: tuple[float, ...]) -> Histogram:
     buckets = tuple((le, float(sum(1 for n in lengths if n <= le))) for le in bounds)
-    return LengthHistogram(buckets, float(sum(lengths)), float(len(lengths)))
+    return Histogram(buckets, float(sum(lengths)), float(len(lengths)))
 
 
 def quantile(q: float, lengths: list[float], bounds: tuple[float, ...]) -> float:

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from joulestat.core.histogram import Histogram
 from joulestat.core.serving_trace import (
-    LengthHistogram,
     ServingTrace,
     TraceBuilder,
     TracePoint,
@@ -35,10 +35,10 @@ from joulestat.reports.steady_state import (
 )
 
 T0_S = 1_700_000_000.0
-PROMPT_LENGTHS = LengthHistogram(
+PROMPT_LENGTHS = Histogram(
     ((128.0, 30.0), (512.0, 70.0), (1024.0, 95.0), (2048.0, 100.0), (math.inf, 100.0)),
     sum=52_000.0, count=100.0)
-OUTPUT_LENGTHS = LengthHistogram(
+OUTPUT_LENGTHS = Histogram(
     ((64.0, 10.0), (256.0, 60.0), (1024.0, 98.0), (4096.0, 100.0), (math.inf, 100.0)),
     sum=30_000.0, count=100.0)
 
@@ -329,9 +329,9 @@ def test_histogram_quantile_interpolates_like_prometheus() -> None:
     assert histogram_quantile(0.99, PROMPT_LENGTHS) == pytest.approx(1843.2)
     # rank 5 in the first bucket, from 0
     assert histogram_quantile(0.05, OUTPUT_LENGTHS) == pytest.approx(32.0)
-    beyond = LengthHistogram(((10.0, 50.0), (math.inf, 100.0)), 0.0, 100.0)
+    beyond = Histogram(((10.0, 50.0), (math.inf, 100.0)), 0.0, 100.0)
     assert histogram_quantile(0.9, beyond) == 10.0
-    assert histogram_quantile(0.5, LengthHistogram(((math.inf, 0.0),), 0.0, 0.0)) is None
+    assert histogram_quantile(0.5, Histogram(((math.inf, 0.0),), 0.0, 0.0)) is None
     with pytest.raises(ValueError):
         histogram_quantile(1.5, PROMPT_LENGTHS)
 
