@@ -24,7 +24,7 @@ ends with a pass, so the store ends as the agents' would.
 
     .venv/bin/python benchmarks/fleet.py [--nodes 1000] [--days 7] [--jobs 50]
         [--tick 60] [--job-hours 24] [--maintain 600] [--processes 1] [--runs 3]
-        [--db URL]   # an existing --db is reused
+        [--end HH:MM] [--db URL]   # an existing --db is reused
 
 Prints figures only; no assertions.
 """
@@ -136,8 +136,26 @@ def _fill_nodes(url: str, first: int, nodes: int, step: int, jobs: int, start_s:
     engine.dispose()
 
 
+def last_end_s(end_utc: str | None) -> float:
+    """When the fill's simulated time ends: the last whole minute but one, or the last
+    time of day ``end_utc`` (``HH:MM``, UTC) has passed. A comparison reads the current
+    UTC day's ended jobs one by one until its node's maintain pass sums them, so the day
+    the data ends in, and how far into it, matters: ``--end 23:30`` is the late hour."""
+    now_s = float(int(time.time()) // 60 * 60 - 60)
+    if end_utc is None:
+        return now_s
+    try:
+        hours, minutes = (int(part) for part in end_utc.split(":"))
+    except ValueError:
+        raise SystemExit(f"--end {end_utc!r}: expected HH:MM (UTC)") from None
+    if not (0 <= hours < 24 and 0 <= minutes < 60):
+        raise SystemExit(f"--end {end_utc!r}: expected HH:MM (UTC)")
+    end_s = now_s // 86400 * 86400 + hours * 3600 + minutes * 60
+    return end_s if end_s <= now_s else end_s - 86400
+
+
 def fill(url: str, nodes: int, days: float, jobs: int, tick_s: float, job_hours: float,
-         maintain_s: float, processes: int = 1) -> None:
+         maintain_s: float, processes: int = 1, end_utc: str | None = None) -> None:
     engine = make_engine(url)
     migrate.upgrade(engine)
     with engine.connect() as connection:
@@ -146,7 +164,7 @@ def fill(url: str, nodes: int, days: float, jobs: int, tick_s: float, job_hours:
         print(f"reusing the store: {existing:,} jobs already there")
         engine.dispose()
         return
-    end_s = float(int(time.time()) // 60 * 60 - 60)
+    end_s = last_end_s(end_utc)
     start_s = end_s - days * 86400
     if engine.dialect.name == "postgresql":
         # The agents would have made each day's partition days before its rows came
@@ -217,6 +235,9 @@ def main() -> int:
     parser.add_argument("--processes", type=int, default=1,
                         help="fill the nodes in this many processes [default: 1]")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--end", metavar="HH:MM",
+                        help="end the simulated time at this UTC time of day, the last "
+                             "one passed [default: now]")
     parser.add_argument("--db", help="PostgreSQL URL (default: a throwaway server)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -224,7 +245,7 @@ def main() -> int:
 
     with given_or_throwaway_database(args.db, "fleet") as url:
         fill(url, args.nodes, args.days, args.jobs, args.tick, args.job_hours, args.maintain,
-             args.processes)
+             args.processes, args.end)
         print_jobs(url)
         os.environ["JOULESTAT_DB"] = url
         logging.disable(logging.WARNING)  # AppTest's "missing ScriptRunContext" chatter
