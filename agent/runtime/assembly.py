@@ -19,6 +19,7 @@ import logging
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -200,12 +201,17 @@ def restored_job(stored: StoredJob, cgroup_root: Path) -> Job:
 
 
 def build_pipeline(settings: PipelineSettings, registry: JobRegistry, *,
-                   with_metrics: bool, api_url: str | None = None) -> Assembly:
+                   with_metrics: bool, api_url: str | None = None,
+                   monotonic: Callable[[], float] = time.monotonic,
+                   wall: Callable[[], float] = time.time) -> Assembly:
     """The node's pipeline with its store; shared by the daemon and embedded mode.
 
     ``with_metrics``: the node agent's build (Prometheus node metrics, a spool for store
     outages, the lease taken as ``agent``); else embedded mode's (neither, ``embedded``).
     ``api_url``: where the agent's job API will answer, recorded with its lease.
+    ``monotonic`` and ``wall``: the clocks the sensors open and the sampler ticks on
+    (a test's fake clock: one clock for both, or a counter's first read would lie on
+    another time line than its ticks).
     """
     # Imported here: the store and prometheus_client cost start-up time that a command
     # importing this module for its names alone should not pay.
@@ -230,9 +236,9 @@ def build_pipeline(settings: PipelineSettings, registry: JobRegistry, *,
         check_settings(otlp)  # a missing extra or a bad endpoint stops the start here
     procfs_root = settings.host.procfs_root
     cgroup_root = Path(settings.host.sysfs_root) / "fs" / "cgroup"  # as `joulestat run`'s
-    sensors = build_sensors(settings.devices, time.monotonic(),
+    sensors = build_sensors(settings.devices, monotonic(),
                             detect_cloud(settings.devices.sysfs_root))
-    sampler = Sampler(sensors)
+    sampler = Sampler(sensors, monotonic, wall)
     node = detect_node_info(settings.node, read_cpu_model(procfs_root), __version__)
     devices = sampler.describe()
     log.info(

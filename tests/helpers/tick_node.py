@@ -172,11 +172,11 @@ def fake_node(tmp: Path, jobs: int, unrelated: int,
                         "spool_dir": str(tmp / "spool")}, AGENT_OPTIONS, env={})
     node: FakeNode | None = None
     registry = JobRegistry(clock=lambda: WALL_S + (node.now_s if node else 1000.0))
-    built = build_pipeline(PipelineSettings.of(settings), registry, with_metrics=True)
+    built = build_pipeline(PipelineSettings.of(settings), registry, with_metrics=True,
+                           monotonic=lambda: node.now_s if node else 1000.0,
+                           wall=lambda: WALL_S + (node.now_s if node else 1000.0))
     node = FakeNode(built.pipeline, built, registry, proc, cgroups, powercap, tree_jobs,
                     cgroup_jobs, roots, energy_uj=energy)
-    built.pipeline.sampler._monotonic = lambda: node.now_s
-    built.pipeline.sampler._wall = lambda: WALL_S + node.now_s
     try:
         built.pipeline.start()
         for job_id, root in roots.items():

@@ -93,11 +93,16 @@ def make_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
                             "cloud_metadata": False, "spool_dir": str(tmp_path / "spool"),
                             **overrides}, AGENT_OPTIONS, env={})
         registry = JobRegistry()
-        built = build_pipeline(PipelineSettings.of(settings), registry, with_metrics=True)
+        # One fake clock for the sensors' first reads and the ticks: on a machine up for
+        # less than the fake clock's start (1000 s) a real one at open made the first
+        # tick span the difference and the fill's recent power a fraction of the truth.
+        made: list[Node] = []
+        built = build_pipeline(PipelineSettings.of(settings), registry, with_metrics=True,
+                               monotonic=lambda: made[0].now_s if made else 1000.0,
+                               wall=lambda: 1.7e9 + (made[0].now_s if made else 1000.0))
         pipeline = built.pipeline
         node = Node(pipeline, proc, registry, built)
-        pipeline.sampler._monotonic = lambda: node.now_s
-        pipeline.sampler._wall = lambda: 1.7e9 + node.now_s
+        made.append(node)
         pipeline.start()
         nodes.append(node)
         return node
