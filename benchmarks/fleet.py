@@ -24,7 +24,7 @@ ends with a pass, so the store ends as the agents' would.
 
     .venv/bin/python benchmarks/fleet.py [--nodes 1000] [--days 7] [--jobs 50]
         [--tick 60] [--job-hours 24] [--maintain 600] [--processes 1] [--runs 3]
-        [--end HH:MM] [--db URL]   # an existing --db is reused
+        [--end HH:MM] [--db URL]   # an existing --db is reused, its day sums made again
 
 Prints figures only; no assertions.
 """
@@ -44,7 +44,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from sqlalchemy import text  # noqa: E402
+from sqlalchemy import select, text  # noqa: E402
 from sqlalchemy.engine import Engine  # noqa: E402
 
 from benchmarks.dashboard import time_page  # noqa: E402
@@ -54,6 +54,8 @@ from joulestat.core.tick import Tick, TickEntry  # noqa: E402
 from joulestat.store import migrate  # noqa: E402
 from joulestat.store.engine import make_engine  # noqa: E402
 from joulestat.store.maintenance import ensure_partitions  # noqa: E402
+from joulestat.store.pool_days import sum_days  # noqa: E402
+from joulestat.store.schema import NODES  # noqa: E402
 from joulestat.store.writer import StoreWriter  # noqa: E402
 
 COMPONENTS = (("cpu", "package-0"), ("dram", "package-0"), ("accelerator", "0"),
@@ -162,6 +164,7 @@ def fill(url: str, nodes: int, days: float, jobs: int, tick_s: float, job_hours:
         existing = connection.execute(text("SELECT count(*) FROM jobs")).scalar_one()
     if existing:
         print(f"reusing the store: {existing:,} jobs already there")
+        sum_days_again(engine)
         engine.dispose()
         return
     end_s = last_end_s(end_utc)
@@ -192,6 +195,22 @@ def fill(url: str, nodes: int, days: float, jobs: int, tick_s: float, job_hours:
     print(f"filled {nodes} nodes x {days:g} days x {jobs} jobs ({tick_s:g} s ticks) in "
           f"{time.perf_counter() - began:.0f} s, {size / 2**30:.2f} GiB: "
           + ", ".join(f"{t} {n:,}" for t, n in counts.items()))
+
+
+def sum_days_again(engine: Engine) -> None:
+    """Each node's day sums as its next maintain pass makes them at its totals boundary
+    (which stays where the fill left it): a store filled by an older joulestat then
+    reads as this one's would. Prints what that pass step costs a node."""
+    with engine.connect() as connection:
+        nodes = connection.execute(select(NODES.c.node, NODES.c.totals_until_ms)).all()
+    began = time.perf_counter()
+    summed = 0
+    for node, totals_until_ms in nodes:
+        with engine.begin() as connection:
+            summed += sum_days(connection, node, totals_until_ms)
+    took = time.perf_counter() - began
+    print(f"summed {summed:,} node-days again in {took:.0f} s "
+          f"({took / max(len(nodes), 1) * 1000:.0f} ms a node)")
 
 
 def print_jobs(url: str) -> None:

@@ -88,7 +88,7 @@ from sqlalchemy.sql.expression import TableClause
 
 from joulestat.core.logs import LogOnce
 from joulestat.store.engine import describe_error
-from joulestat.store.pool_days import sum_settled_days
+from joulestat.store.pool_days import sum_days
 from joulestat.store.schema import (
     DAY_PARTITIONED,
     JOB_ENERGY,
@@ -512,8 +512,9 @@ def maintain_node(
     totals_until, job_rolled = advance_totals(
         connection, insert, node, _latest(totals_until, pruned_until),
         complete_until_ms - SETTLE_MS)
-    # Then the days that boundary settled, summed for a fleet's comparisons.
-    sum_settled_days(connection, node, totals_until)
+    # Then the days that boundary settled, and the day so far, summed for a fleet's
+    # comparisons.
+    sum_days(connection, node, totals_until)
     bound = min(complete_until_ms, keep_after_ms)
     if totals_until is not None:
         bound = min(bound, totals_until)

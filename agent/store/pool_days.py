@@ -1,4 +1,4 @@
-"""Settled days of a node's single-node jobs, summed for a fleet's comparison by setup.
+"""Days of a node's ended single-node jobs, summed for a fleet's comparison by setup.
 
 ``joulestat compare`` and the Compare page pool a fleet's jobs per setup
 (:mod:`joulestat.store.job_pools`). Read job by job from their totals, a week of
@@ -7,9 +7,16 @@ on a node (every job that ended on it that UTC day is behind the node's totals b
 so its totals no longer move), the node's maintain pass sums that day here, per what a
 comparison tells apart (kind, instance type, region, name, agent labels, the units the
 jobs counted): ``job_pool_sums`` and ``job_pool_sources`` (energy per component and
-source), and marks it done in ``job_pool_days``. A comparison then reads a settled
+source), and marks it done in ``job_pool_days``. A comparison then reads a summed
 day's few rows per node instead of its jobs, and the rest (running jobs, the days not
 summed yet, the edges of a window) job by job, in the same statement.
+
+The day that is not over is summed too, up to its settle line (``summed_until_s``: the
+node's totals boundary less :data:`SETTLE_S`), and summed again by the passes after
+whenever more of its jobs have ended: read job by job until the day was summed, late in
+a UTC day the day's ended jobs were half a fleet's comparison (48,000 of 98,000 parts
+over 1,000 nodes at 23:30). A job that ends after the line is not one of the day's
+members, so the triggers leave the day's row alone when it ends or its totals move.
 
 The sums are derived, never kept by the write paths: each is built here from the job
 totals through :mod:`joulestat.store.read_rule` (the one rule every reader uses), and
@@ -34,7 +41,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, delete, exists, func, insert, select
+from sqlalchemy import Connection, delete, exists, func, insert, or_, select
 
 from joulestat.core.spread import Spread
 from joulestat.core.tick import Component
@@ -50,7 +57,8 @@ from joulestat.store.schema import (
     day_of,
 )
 
-# A day is summed once the node's totals boundary is this far past its end: the
+# A day is summed whole once the node's totals boundary is this far past its end, and
+# the day not over up to the boundary less this (its settle line): the
 # writer's late windows of the day's last jobs are in their totals by then.
 SETTLE_S = 300.0
 # How far back a pass looks for days to sum: a week's comparison and a day more.
@@ -83,33 +91,61 @@ class _Group:
     first: tuple[float, str] = (math.inf, "")
 
 
-def days_to_sum(connection: Connection, node: str, totals_until_ms: int | None) -> list[int]:
-    """The settled days of ``node`` within :data:`LOOKBACK_S` that some part ended on
-    and that are not summed (oldest first, at most :data:`DAYS_PER_PASS`)."""
+@dataclass(frozen=True, slots=True)
+class DayToSum:
+    """A day of a node to sum: whole (``until_s`` None, the day settled) or its jobs
+    that ended up to ``until_s`` (the day not over, or not settled yet)."""
+
+    day_s: int
+    until_s: float | None
+
+
+def days_to_sum(connection: Connection, node: str, totals_until_ms: int | None
+                ) -> list[DayToSum]:
+    """What ``node``'s pass sums: the settled days within :data:`LOOKBACK_S` that some
+    part ended on and that are not summed whole (oldest first, at most
+    :data:`DAYS_PER_PASS`), then the day the settle line lies in, up to that line, when
+    a part ended in it since it was last summed."""
     if totals_until_ms is None:
         return []
     boundary_s = totals_until_ms / 1000
+    settled_s = boundary_s - SETTLE_S
     p, jobs, days = JOB_NODES.c, JOBS.c, JOB_POOL_DAYS.c
     day = day_of(jobs.ended_s)
     query = (select(day.label("day_s")).select_from(JOB_NODES.join(JOBS, jobs.id == p.job_id))
              .where(p.node == node, p.ended_s > boundary_s - LOOKBACK_S,
-                    jobs.ended_s.is_not(None), day + DAY_S + SETTLE_S <= boundary_s,
-                    ~exists().where(days.node == node, days.day_s == day))
+                    jobs.ended_s.is_not(None), day + DAY_S <= settled_s,
+                    ~exists().where(days.node == node, days.day_s == day,
+                                    days.summed_until_s.is_(None)))
              .distinct().order_by(day).limit(DAYS_PER_PASS))
-    return [int(d) for d in connection.execute(query).scalars()]
+    found = [DayToSum(int(d), None) for d in connection.execute(query).scalars()]
+    current_s = int(settled_s // DAY_S * DAY_S)
+    summed = connection.execute(select(days.summed_until_s).where(
+        days.node == node, days.day_s == current_s)).first()
+    if summed is not None and summed.summed_until_s is None:
+        return found  # summed whole (the settle line at midnight)
+    since = p.ended_s >= current_s if summed is None else p.ended_s > summed.summed_until_s
+    ended = select(p.job_id).where(p.node == node, since, p.ended_s <= settled_s).limit(1)
+    if connection.execute(ended).first() is not None:
+        found.append(DayToSum(current_s, settled_s))
+    return found
 
 
-def sum_day(connection: Connection, node: str, day_s: int, totals_until_ms: int) -> bool:
-    """Sum ``node``'s ``day_s`` (see the module's docstring) in the caller's
+def sum_day(connection: Connection, node: str, day: DayToSum, totals_until_ms: int) -> bool:
+    """Sum ``node``'s ``day`` (see the module's docstring) in the caller's
     transaction; False (nothing written) while one of its parts is still running or
     not settled."""
+    day_s = day.day_s
     p, jobs = JOB_NODES.c, JOBS.c
     other = JOB_NODES.alias("other_part")
+    ends = [jobs.ended_s >= day_s, jobs.ended_s < day_s + DAY_S]
+    if day.until_s is not None:
+        ends.append(jobs.ended_s <= day.until_s)
     members = (job_parts(None, node)
                .add_columns(p.instance_type, p.region, p.started_s, p.ended_s, jobs.created_s,
                             jobs.kind, jobs.name, jobs.agent_labels)
                .join(JOBS, jobs.id == p.job_id)
-               .where(jobs.ended_s >= day_s, jobs.ended_s < day_s + DAY_S,
+               .where(*ends,
                       ~exists().where(other.c.job_id == p.job_id, other.c.node != p.node))
                .cte("members").prefix_with("MATERIALIZED"))
     m = members.c
@@ -144,7 +180,7 @@ def sum_day(connection: Connection, node: str, day_s: int, totals_until_ms: int)
             summed = sources[(row.kind, row.instance_type, key, component, source)]
             summed[0] += e
             summed[1] += d
-    _replace(connection, node, day_s, len(rows), groups, sources)
+    _replace(connection, node, day, len(rows), groups, sources)
     return True
 
 
@@ -173,10 +209,12 @@ def _counts(connection: Connection, members: Any) -> dict[str, dict[str, float]]
     return found
 
 
-def _replace(connection: Connection, node: str, day_s: int, parts: int,
+def _replace(connection: Connection, node: str, day: DayToSum, parts: int,
              groups: dict[tuple[Any, ...], _Group],
              sources: dict[tuple[Any, ...], list[float]]) -> None:
-    """The day's rows, replacing any left from before a change took it out of use."""
+    """The day's rows, replacing any left from before a change took it out of use or
+    from the pass before (a day not over)."""
+    day_s = day.day_s
     for table in (JOB_POOL_SUMS, JOB_POOL_SOURCES, JOB_POOL_DAYS):
         connection.execute(delete(table).where(table.c.node == node, table.c.day_s == day_s))
     if groups:
@@ -195,16 +233,17 @@ def _replace(connection: Connection, node: str, day_s: int, parts: int,
              "units_key": key, "component": component, "source": source,
              "energy_j": e, "dynamic_j": d}
             for (kind, itype, key, component, source), (e, d) in sources.items()])
-    connection.execute(insert(JOB_POOL_DAYS).values(node=node, day_s=day_s, parts=parts))
+    connection.execute(insert(JOB_POOL_DAYS).values(node=node, day_s=day_s, parts=parts,
+                                                    summed_until_s=day.until_s))
 
 
-def sum_settled_days(connection: Connection, node: str, totals_until_ms: int | None) -> int:
+def sum_days(connection: Connection, node: str, totals_until_ms: int | None) -> int:
     """Sum the days :func:`days_to_sum` finds (the maintain pass's last step); returns
     how many were summed."""
     summed = 0
-    for day_s in days_to_sum(connection, node, totals_until_ms):
+    for day in days_to_sum(connection, node, totals_until_ms):
         assert totals_until_ms is not None
-        summed += sum_day(connection, node, day_s, totals_until_ms)
+        summed += sum_day(connection, node, day, totals_until_ms)
     return summed
 
 
@@ -212,9 +251,12 @@ def summed_day_in(node: Any, ended_s: Any, since_s: float | None, until_s: float
                   ) -> Any:
     """SQL: a single-node part on ``node`` whose job ended at ``ended_s`` lies in a
     summed day wholly inside the window ``(since_s, until_s]`` (each of its jobs
-    overlaps the window), so it is read from the sums, not job by job."""
+    overlaps the window), and up to the day's ``summed_until_s`` where it is summed only
+    so far, so it is read from the sums, not job by job."""
     days = JOB_POOL_DAYS.c
-    return _in_window(exists().where(days.node == node, days.day_s == day_of(ended_s)),
+    return _in_window(exists().where(days.node == node, days.day_s == day_of(ended_s),
+                                     or_(days.summed_until_s.is_(None),
+                                         ended_s <= days.summed_until_s)),
                       since_s, until_s)
 
 
@@ -236,10 +278,12 @@ def summed_days(since_s: float | None, until_s: float | None) -> Any:
 
 
 def _in_window(query: Any, since_s: float | None, until_s: float | None) -> Any:
-    """``query`` kept to the summed days wholly inside ``(since_s, until_s]``."""
+    """``query`` kept to the summed days wholly inside ``(since_s, until_s]``: the day
+    after ``since_s``, and its last summed end (the day's end, or ``summed_until_s``) at
+    or before ``until_s``."""
     days = JOB_POOL_DAYS.c
     if since_s is not None:
         query = query.where(days.day_s > since_s)
     if until_s is not None:
-        query = query.where(days.day_s + DAY_S <= until_s)
+        query = query.where(func.coalesce(days.summed_until_s, days.day_s + DAY_S) <= until_s)
     return query

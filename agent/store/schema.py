@@ -284,20 +284,23 @@ JOB_UNIT_TOTALS = Table(
     _job_key(), _node_key(), _key("unit", String),
     _col("count", Double),
 )
-# -- Derived for a fleet's comparisons: settled days of single-node jobs, summed ---------
+# -- Derived for a fleet's comparisons: days of ended single-node jobs, summed ----------
 # A comparison by setup over a fleet's week reads these instead of 10^5 jobs' totals
 # (agent/store/pool_days.py). A (node, day) is summed when job_pool_days holds it: its
 # single-node parts whose job ended that UTC day (day_s, epoch seconds of its first
-# second), all settled behind the node's totals boundary. Rebuilt by the node's maintain
-# pass from the job totals, never written by a write path: triggers of the baseline
-# migration delete a (node, day)'s job_pool_days row whenever a job in it changes (its
-# job row, a part, its energy or unit totals), so a reader that joins a day's sums to
-# job_pool_days never reads sums that no longer hold; the next pass sums it again. On
-# node deletion the database deletes them too (ON DELETE CASCADE).
+# second), or up to summed_until_s in a day not over, all settled behind the node's
+# totals boundary. Rebuilt by the node's maintain pass from the job totals, never
+# written by a write path: triggers (revisions 0001 and 0004) delete a (node, day)'s
+# job_pool_days row whenever a job in it changes (its job row, a part, its energy or
+# unit totals), so a reader that joins a day's sums to job_pool_days never reads sums
+# that no longer hold; the next pass sums it again. On node deletion the database
+# deletes them too (ON DELETE CASCADE).
 JOB_POOL_DAYS = Table(
     "job_pool_days", METADATA,
     _key("node", String), _key("day_s", BigInteger),
     _col("parts", Integer),  # how many parts it sums (0: none single-node that day)
+    # NULL: the whole day; else its jobs that ended up to this time (a day not over).
+    _col("summed_until_s", Double, null=True),
     ForeignKeyConstraint(["node"], ["nodes.node"], ondelete="CASCADE"),
 )
 # Per (node, day) and what a comparison by setup tells apart (kind, instance type,

@@ -3,8 +3,8 @@
 upgrade --revision`` in this process (tests/helpers/cli.py), and read without opening
 them for writing.
 
-There are two revisions so far: the baseline (``0001``) and the head (``0002``, the
-writer's flush interval). A store at the baseline (:data:`OLDER`) is older than the
+The baseline (``0001``) and the revisions after it, up to the head
+(``migrate.HEAD_REVISION``). A store at the baseline (:data:`OLDER`) is older than the
 head: a reader or the agent must leave it as it is for ``joulestat db upgrade``, as a
 reader must a store without joulestat's schema (:data:`BASE`); a store at a revision no
 script has (:data:`NEWER`) is one a newer joulestat made (docs/migrations.md)."""

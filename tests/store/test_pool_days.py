@@ -5,8 +5,9 @@ comparison by setup reads a summed day's rows instead of its jobs, the rest job 
 Checked on SQLite and PostgreSQL: the pooled table from the sums is the per-job one
 (every row, figure, mean and spread across runs), the sums are what is read, and any
 change to a summed day's job (written again, deleted, a part on another node) takes the
-day out of use at once (the baseline migration's triggers) until a later pass sums it
-again.
+day out of use at once (the triggers of revisions 0001 and 0004) until a later pass
+sums it again. The day not over is summed up to its settle line, and a job ending after
+that line leaves it summed.
 """
 
 from __future__ import annotations
@@ -14,14 +15,15 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select, text, update
 from sqlalchemy.engine import Engine
 
 from joulestat.carbon.pricing import Pricer
 from joulestat.reports.compare.setups import compare_setups
+from joulestat.store import migrate
 from joulestat.store.job_delete import delete_jobs
 from joulestat.store.jobs import JobFilter, job_totals
-from joulestat.store.schema import DAY_S, JOB_POOL_DAYS, JOB_POOL_SUMS
+from joulestat.store.schema import DAY_S, JOB_POOL_DAYS, JOB_POOL_SUMS, NODES
 from tests.helpers.compare_store import (
     SETTINGS,
     T0,
@@ -32,6 +34,7 @@ from tests.helpers.compare_store import (
     run_job,
     runs_store,
 )
+from tests.helpers.store_jobs import downgrade
 from tests.helpers.stores import Store
 
 RUNS = 60  # an hour apart from T0: three UTC days
@@ -149,3 +152,134 @@ def test_a_change_to_a_summed_jobs_day_takes_it_out_of_use(store: Store) -> None
         runs = connection.execute(select(func.sum(JOB_POOL_SUMS.c.runs))
                                   .where(JOB_POOL_SUMS.c.unit == "")).scalar_one()
     assert runs == RUNS - 2  # j-010 deleted, j-030 on two nodes
+
+
+def _days(engine: Engine) -> dict[tuple[str, int], tuple[int, float | None]]:
+    """(node, day) -> (parts summed, summed until: None for the whole day)."""
+    days = JOB_POOL_DAYS.c
+    with engine.connect() as connection:
+        return {(n, int(d)): (int(p), u) for n, d, p, u in connection.execute(
+            select(days.node, days.day_s, days.parts, days.summed_until_s))}
+
+
+def test_the_day_not_over_is_summed_up_to_its_settle_line(store: Store) -> None:
+    runs = 24  # j-000... an hour apart from T0 (22:14 UTC), on g5-0 and g5-1 in turn
+    engine = runs_store(store.url, runs)
+    ends = {f"j-{i:03d}": (f"g5-{i % 2}", T0 + i * 3600 + 900) for i in range(runs)}
+    day = int((T0 + DAY_S) // DAY_S * DAY_S)  # the day after T0's
+    now_s = day + 6 * 3600 + 30
+    # The pass moves the totals boundary to the last whole minute less 2 minutes; the day
+    # is summed up to 5 minutes before that.
+    line_s = (now_s // 60 * 60 - 120) - 300
+    maintain_every_node(engine, now_s)
+
+    def members(name: str) -> int:
+        """The single-node jobs of ``name`` that ended in the day up to the line."""
+        return sum(1 for where, end in ends.values() if where == name and day <= end <= line_s)
+
+    found = _days(engine)
+    assert {key for key in found if key[1] == day} == {("g5-0", day), ("g5-1", day)}
+    for name in ("g5-0", "g5-1"):
+        assert found[(name, day)] == (members(name), line_s)
+        assert found[(name, day - DAY_S)][1] is None  # T0's day: over and settled, whole
+    assert 0 < members("g5-0") + members("g5-1") < sum(
+        1 for _where, end in ends.values() if end >= day)  # later jobs read one by one
+    assert_all_windows(engine, now_s)
+    assert_pooled_is_per_job(engine, "inference", unit="inference", now_s=now_s,
+                             with_ids=False)
+
+    # The comparison reads the day so far from its sums: doubled, they add its members'
+    # energy once more.
+    def energy_j() -> float:
+        found = compare_setups(engine, JobFilter(kind="inference"), Pricer(SETTINGS), now_s,
+                               with_ids=False)
+        assert found is not None
+        return found.table.rows[0].energy_j
+
+    member_ids = [job_id for job_id, (_n, end) in ends.items() if day <= end <= line_s]
+    member_j = sum(j.total_j for j in job_totals(engine, JobFilter(job_ids=member_ids)))
+    before_j = energy_j()
+    sums = JOB_POOL_SUMS.c
+    with engine.begin() as connection:
+        connection.execute(update(JOB_POOL_SUMS).where(sums.day_s == day)
+                           .values(energy_j=sums.energy_j * 2))
+    assert energy_j() == pytest.approx(before_j + member_j, rel=1e-12)
+    with engine.begin() as connection:
+        connection.execute(update(JOB_POOL_SUMS).where(sums.day_s == day)
+                           .values(energy_j=sums.energy_j / 2))
+
+    # A job that ends after the line is not one of the day's: its end, units and totals
+    # leave the day summed. A pass 12 minutes on moves the totals boundary past its end,
+    # its line not (and no other job ended in between, so the day is not summed again).
+    late = job("j-late", "bert-g5", "inference", line_s + 60, 900)
+    run_job(engine, node("g5-0", "g5.xlarge"), late, ticks=1, gpu_j=9_000.0,
+            units={"inference": 100})
+    ends["j-late"] = ("g5-0", line_s + 960)
+    assert _days(engine)[("g5-0", day)] == (members("g5-0"), line_s)
+    maintain_every_node(engine, now_s + 720)
+    with engine.connect() as connection:
+        boundary_ms = connection.execute(select(NODES.c.totals_until_ms)
+                                         .where(NODES.c.node == "g5-0")).scalar_one()
+    assert boundary_ms / 1000 >= line_s + 960 > boundary_ms / 1000 - 300
+    assert _days(engine)[("g5-0", day)] == (members("g5-0"), line_s)
+    assert_pooled_is_per_job(engine, "inference", unit="inference", now_s=now_s + 720,
+                             with_ids=False)
+
+    # A job written late that ended before the line, and a member deleted, take their
+    # node's day out of use at once.
+    early = job("j-early", "bert-g5", "inference", line_s - 1_000, 500)
+    run_job(engine, node("g5-1", "g5.xlarge"), early, ticks=0, gpu_j=0.0)
+    ends["j-early"] = ("g5-1", line_s - 500)
+    assert ("g5-1", day) not in _days(engine) and ("g5-0", day) in _days(engine)
+    deleted = next(job_id for job_id in member_ids if ends[job_id][0] == "g5-0")
+    delete_jobs(engine, [deleted])
+    del ends[deleted]
+    assert ("g5-0", day) not in _days(engine)
+    assert_pooled_is_per_job(engine, "inference", unit="inference", now_s=now_s + 720,
+                             with_ids=False)
+
+    # The next pass sums them again, to its own line (past j-late's end now).
+    maintain_every_node(engine, now_s + 1_020)
+    line_s += 1_020
+    found = _days(engine)
+    assert found[("g5-0", day)] == (members("g5-0"), line_s)
+    assert found[("g5-1", day)] == (members("g5-1"), line_s)
+    assert_all_windows(engine, now_s + 1_020)
+
+    # Once the day is over and settled, it is summed whole.
+    later_s = day + DAY_S + 900
+    _sum_every_day(engine, later_s)
+    found = _days(engine)
+    assert found[("g5-0", day)][1] is None and found[("g5-1", day)][1] is None
+    assert_all_windows(engine, later_s)
+    assert_pooled_is_per_job(engine, "inference", unit="inference", now_s=later_s,
+                             with_ids=False)
+
+
+def test_revision_0004_down_drops_the_days_summed_so_far_and_up_again_sums_them(
+        store: Store) -> None:
+    engine = runs_store(store.url, 24)
+    day = int((T0 + DAY_S) // DAY_S * DAY_S)
+    now_s = day + 6 * 3600 + 30
+    maintain_every_node(engine, now_s)
+    whole = {key for key, (_parts, until) in _days(engine).items() if until is None}
+    assert whole and set(_days(engine)) - whole  # both kinds of day
+
+    downgrade(engine, "0003")  # what joulestat before 0004 reads: whole days only
+    with engine.connect() as connection:
+        days = {(n, int(d)) for n, d in connection.execute(
+            text("SELECT node, day_s FROM job_pool_days"))}
+        sums = {int(d) for d in connection.execute(
+            text("SELECT DISTINCT day_s FROM job_pool_sums")).scalars()}
+    assert days == whole and day not in sums
+    # Its triggers take a whole day out of use for any change to a job ending in it.
+    delete_jobs(engine, ["j-000"])
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT count(*) FROM job_pool_days")
+                                  ).scalar_one() == len(whole) - 1
+
+    assert migrate.upgrade(engine) == migrate.HEAD_REVISION
+    maintain_every_node(engine, now_s)
+    assert {key for key, (_p, until) in _days(engine).items() if until is not None} == {
+        ("g5-0", day), ("g5-1", day)}
+    assert_all_windows(engine, now_s)
