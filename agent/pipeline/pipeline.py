@@ -64,6 +64,10 @@ class Pipeline:
     # The newest tick: whether its energy was measured is what a serving job's trace
     # counts as power coverage (joulestat.runtime.serving).
     last_tick: Tick | None = None
+    # Parts of the checkpoint that live outside the pipeline, by name: what a tick hook
+    # must find again after a restart (the serving engines' counters a job's tokens are
+    # counted from), saved with the sensors' counters and under the same conditions.
+    checkpoint_parts: dict[str, Callable[[], dict[str, Any]]] = field(default_factory=dict)
 
     def start(self, checkpoint: tuple[float, str, dict] | None = None, now_s: float = 0.0
               ) -> bool:
@@ -137,6 +141,8 @@ class Pipeline:
         state: dict[str, Any] = {"sampler": self.sampler.checkpoint()}
         if self.accounting is not None:
             state["accounting"] = self.accounting.checkpoint()
+        for name, part in self.checkpoint_parts.items():
+            state[name] = part()
         return state
 
     def close(self) -> None:

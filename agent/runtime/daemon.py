@@ -39,7 +39,7 @@ from joulestat.outputs.prometheus import (
 from joulestat.pipeline.pipeline import Pipeline
 from joulestat.pipeline.tick_loop import Every, SharedTick, TickHook, TickLoop
 from joulestat.runtime.assembly import PipelineSettings, build_pipeline
-from joulestat.runtime.serving import ServingUnits
+from joulestat.runtime.serving import SERVING_CHECKPOINT, ServingUnits
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from joulestat.api.server import ApiSettings
@@ -299,9 +299,14 @@ def run_agent(settings: AgentSettings) -> int:
             _close(server)
         raise
 
-    pipeline.start(built.checkpoint, now_s=time.time())
+    resumed = pipeline.start(built.checkpoint, now_s=time.time())
     serving = ServingUnits(registry, interval_s, rule=serving_rule,
                            last_tick=lambda: pipeline.last_tick)
+    if resumed and built.checkpoint is not None:
+        # Resumed: the first tick covers the time the agent was down, and a serving job's
+        # tokens of that time are counted from the engine's counters it last saw.
+        serving.restore(built.checkpoint.state.get(SERVING_CHECKPOINT, {}))
+    pipeline.checkpoint_parts[SERVING_CHECKPOINT] = serving.checkpoint
     serving.start()
     Daemon(pipeline, interval_s, metrics.job_retention_s, stop,
            writer=writer, node_metrics=built.node_metrics, late_jobs=built.late_jobs,

@@ -53,6 +53,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from joulestat.attribution.agent_labels import SERVING_METRICS
 from joulestat.attribution.registry import JobRegistry
@@ -66,6 +67,8 @@ from joulestat.host.serving_metrics import (
     FETCH_TIMEOUT_S,
     Histogram,
     Latency,
+    ModelCounters,
+    ServingEngine,
     ServingMetricsError,
     ServingSample,
     counter_delta,
@@ -78,9 +81,12 @@ from joulestat.host.serving_metrics import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FETCH_TIMEOUT_S", "OUTPUT_TOKEN", "PROMPT_TOKEN", "REQUEST", "ServingUnits"]
+__all__ = ["FETCH_TIMEOUT_S", "OUTPUT_TOKEN", "PROMPT_TOKEN", "REQUEST", "SERVING_CHECKPOINT",
+           "ServingUnits"]
 
 OUTPUT_TOKEN, PROMPT_TOKEN, REQUEST = "output_token", "prompt_token", "request"
+# The part of the agent's checkpoint that holds each serving job's last sample.
+SERVING_CHECKPOINT = "serving"
 # Between two points of a trace, more than this many intervals is a gap (the agent was
 # down), not a late tick: its seconds count as neither measured nor answered.
 GAP_TICKS = 5
@@ -360,11 +366,57 @@ class ServingUnits:
                 return {}
             return {model: dict(hists) for model, hists in state.latency.items() if hists}
 
+    # -- a restart's continuity ----------------------------------------------------------
+
+    def checkpoint(self) -> dict[str, Any]:
+        """Per serving job, the engine's counters at the last sample counted and when
+        (monotonic seconds): kept with the agent's checkpoint (every tick), so that an
+        agent restarted from it counts what the engine served while it was down, as the
+        checkpoint lets it charge the energy of that time to the job. Empty, at once,
+        with no serving job."""
+        with self._lock:
+            states = [(job_id, state.last, state.last_s) for job_id, state in self._jobs.items()
+                      if state.last is not None and state.last_s is not None]
+        return {job_id: {"engine": sample.engine.value, "taken_s": taken_s,
+                         "models": {model: [c.output_tokens, c.prompt_tokens, c.requests]
+                                    for model, c in sample.models.items()}}
+                for job_id, sample, taken_s in states}
+
+    def restore(self, saved: Mapping[str, Any]) -> None:
+        """Take the samples :meth:`checkpoint` kept as the restored jobs' last ones: each
+        job's next sample counts from them (the engine restarted meanwhile: from zero, as
+        any restart). A job no longer running, or a part that cannot be read (said), starts
+        from its next sample as a new one would."""
+        for job_id, part in saved.items():
+            try:
+                job = self._registry.get(job_id)
+            except JobError:
+                continue  # ended, or not restored
+            if job.ended_s is not None:
+                continue
+            try:
+                models = {str(model): ModelCounters(*(_number(v) for v in values), latency={})
+                          for model, values in part["models"].items()}
+                sample = ServingSample(ServingEngine(part["engine"]), models)
+                taken_s = float(part["taken_s"])
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                log.warning("serving metrics of job %s: the checkpoint's last sample cannot "
+                            "be read (%s); counting from the next answer", job_id, exc)
+                continue
+            url = job.agent_labels.get(SERVING_METRICS, "")
+            with self._lock:
+                self._jobs[job_id] = _JobState(url, sample, taken_s)
+
     def forget(self, job_ids: list[str]) -> None:
         with self._lock:
             for job_id in job_ids:
                 self._jobs.pop(job_id, None)
                 self._latest.pop(job_id, None)
+
+
+def _number(value: Any) -> float | None:
+    """A saved counter: a number, or None where the engine exposes none."""
+    return None if value is None else float(value)
 
 
 def _summed(values: list[float | None]) -> float | None:

@@ -13,6 +13,7 @@ generated in it (its full rate times the window).
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -22,9 +23,12 @@ import pytest
 from joulestat.store.engine import make_engine
 from joulestat.store.jobs import job_serving_traces
 from joulestat.store.series import job_energy_rows
+from tests.fakes.powercap import FakePowercap
 from tests.helpers.agent_process import (
     JOULESTAT,
+    agent_at_head,
     agent_on_fake_rapl,
+    in_memory,
     jobs_in_store,
     read_cli,
     summary_of,
@@ -193,3 +197,71 @@ def test_a_window_with_power_missing_is_flagged(tmp_path):
     assert row["steady_state"]["valid_runs"] == 0
     assert row["steady_state"]["energy_per_unit_j"] is None
     assert "power" in row["steady_state"]["note"]
+
+
+def _stored_trace(db_url: str, job_id: str):
+    traces = job_serving_traces(make_engine(db_url), [job_id]).get(job_id, [])
+    return traces[0] if traces else None
+
+
+def test_a_serving_jobs_trace_survives_a_kill_9_of_the_agent(tmp_path):
+    """The trace is stored with the job and read back when the agent restarts: after a
+    `kill -9` and a restart, the stored trace keeps every point of before, goes on from
+    them with energy and tokens still counted since the job began, and the seconds the
+    agent was down count as neither measured power nor an engine's answer."""
+    fake = FakePowercap(in_memory(tmp_path / "sys"))
+    fake.add_zone("intel-rapl:0", "package-0", max_energy_range_uj=10**13)
+    args = ("--sysfs-root", str(tmp_path / "sys"), "--interval", "0.25", "--node", "n1",
+            "--flush-interval", "1")
+    code = "import sys; sys.stdin.read()"
+    with fake.drive("intel-rapl:0", power_w=60.0, hz=500), \
+            ServingEngineProcess("vllm", {MODEL: RATES}) as engine:
+        with agent_at_head(tmp_path, *args) as agent:
+            api_port = agent.api_port
+            run = subprocess.Popen(
+                [JOULESTAT, "run", "--name", "llm-crash", "--kind", "inference", "--json",
+                 "--serving-metrics", engine.url, "--", sys.executable, "-c", code],
+                env=agent.client_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, text=True)
+            try:
+                job_id = wait_for(lambda: jobs_in_store(agent.client_env())
+                                  .get("llm-crash", {}).get("id"), timeout_s=60, every_s=0.5)
+                before = wait_for(lambda: (trace := _stored_trace(agent.db_url, job_id))
+                                  and len(trace.points) >= 20 and trace, timeout_s=60,
+                                  every_s=0.5)
+                agent.proc.send_signal(signal.SIGKILL)
+                agent.proc.wait()
+                killed_s = time.time()
+            except BaseException:
+                run.kill()
+                run.communicate()
+                raise
+        # Down for a while (more than 5 ticks: a gap), then restarted as a supervisor would.
+        wait_for(lambda: time.time() >= killed_s + 3, timeout_s=10, every_s=0.2)
+        with agent_at_head(tmp_path, *args, api_port=api_port) as agent:
+            after = wait_for(lambda: (trace := _stored_trace(agent.db_url, job_id))
+                             and sum(p.t_s > killed_s for p in trace.points) >= 20 and trace,
+                             timeout_s=60, every_s=0.5)
+            summary = summary_of(run)  # its stdin closed: the job's command ends
+            assert summary["final"] is True and summary["status"] == "ended", summary
+    # Every point of before is still there, unchanged (fewer than 1,024: none halved).
+    assert after.points[:len(before.points)] == before.points
+    resumed = [p for p in after.points if p.t_s > killed_s]
+    first_after = resumed[0]
+    last_before = after.points[after.points.index(first_after) - 1]
+    # Counted on from where it was: cumulative, never back to zero.
+    for field in ("energy_j", "output_tokens", "prompt_tokens", "requests", "power_s",
+                  "answered_s"):
+        values = [getattr(p, field) for p in after.points]
+        assert values == sorted(values), field
+    assert after.points[-1].output_tokens > last_before.output_tokens > 0
+    # The tokens over the restart are the server's (its counters ran on): their rate
+    # over the whole trace is the server's rate.
+    span_s = after.points[-1].t_s - after.points[0].t_s
+    rate = (after.points[-1].output_tokens - after.points[0].output_tokens) / span_s
+    assert rate == pytest.approx(RATES.output_tokens_per_s, rel=0.1)
+    # The gap counts as neither measured nor answered.
+    gap_s = first_after.t_s - last_before.t_s
+    assert gap_s >= 3
+    assert first_after.power_s - last_before.power_s < gap_s / 2
+    assert first_after.answered_s - last_before.answered_s < gap_s / 2

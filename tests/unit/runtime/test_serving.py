@@ -106,3 +106,47 @@ def test_each_tick_adds_a_point_to_the_jobs_trace() -> None:
     assert points[-1].power_s == 8.0  # 10 s, 2 of them filled
     # 4 ticks without an answer: the first 2 still within two intervals of the last
     assert points[-1].answered_s == 8.0
+
+
+def test_a_restart_counts_what_the_engine_served_while_the_agent_was_down() -> None:
+    """The last sample of each serving job goes into the agent's checkpoint (as JSON);
+    an agent restored from it counts the next sample from there, not as a new baseline;
+    a part it cannot read is said and skipped, never raised."""
+    import json
+
+    served = {"tokens": 1000.0}
+
+    def fetch(_url: str, _timeout_s: float) -> str:
+        return page(served["tokens"])
+
+    registry = JobRegistry()
+    job = registry.register("llm", "inference", agent_labels={"serving_metrics": GOOD})
+    units = ServingUnits(registry, fetch=fetch)
+    for tokens in (1000.0, 1500.0):  # the baseline, then 500 tokens
+        served["tokens"] = tokens
+        units.poll(wait_s=30)
+        units()
+    assert registry.get(job.id).units["output_token"] == 500.0
+    saved = json.loads(json.dumps(units.checkpoint()))
+    assert saved[job.id]["models"] == {"m": [1500.0, None, None]}
+    units.close()
+
+    # The agent down while the engine served 700 more; restarted from the checkpoint.
+    served["tokens"] = 2200.0
+    other = registry.register("llm-b", "inference", agent_labels={"serving_metrics": GOOD})
+    restarted = ServingUnits(registry, fetch=fetch)
+    restarted.restore({**saved, "gone": saved[job.id], other.id: {"models": "?"}})
+    restarted.poll(wait_s=30)
+    restarted()
+    assert registry.get(job.id).units["output_token"] == 1200.0
+    assert registry.get(other.id).units.get("output_token", 0.0) == 0.0  # its baseline
+    restarted.close()
+
+    # Without it (no usable checkpoint), the first sample is a baseline again.
+    served["tokens"] = 3000.0
+    fresh = ServingUnits(registry, fetch=fetch)
+    fresh.poll(wait_s=30)
+    fresh()
+    assert registry.get(job.id).units["output_token"] == 1200.0
+    fresh.close()
+    assert ServingUnits(JobRegistry(), fetch=fetch).checkpoint() == {}
