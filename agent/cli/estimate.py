@@ -125,13 +125,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     request = components.add_parser(
         "request",
-        help="energy of one request of given lengths on a measured serving job",
+        help="energy of one request of given lengths on a recorded serving job",
         description="The energy of a request with --prompt-tokens prompt tokens and "
         "--output-tokens output tokens, from a serving job's energy per prefill (prompt) "
         "token and per decode (output) token: a fit of how the job's energy varied with "
         "its prompt and output token rates tick by tick (docs/llm-serving.md). Bounds are "
-        "two standard errors of the fit either side. Fails, saying why, when the job's "
-        "rates moved together too closely to tell the two costs apart.",
+        "two standard errors of the fit either side; the answer is an estimate, and says "
+        "whether the job's energy it is fitted to was measured or estimated. Fails, saying "
+        "why, when the job's rates moved together too closely to tell the two costs apart.",
     )
     request.add_argument("--job", required=True, metavar="ID",
                          help="the serving job: an id, a unique id prefix or a name (its "
@@ -338,8 +339,9 @@ def run_request(args: argparse.Namespace) -> int:
         estimate = estimate_request_j(split, args.prompt_tokens, args.output_tokens)
     except ValueError as exc:
         raise ConfigError(f"--job {args.job}: {exc}") from None
+    energy_class = _energy_class(engine, job.id)
     answer = {
-        "job_id": job.id, "prompt_tokens": args.prompt_tokens,
+        "job_id": job.id, "energy_class": energy_class, "prompt_tokens": args.prompt_tokens,
         "output_tokens": args.output_tokens, "energy_j": estimate.energy_j,
         "low_j": estimate.low_j, "high_j": estimate.high_j,
         "j_per_prefill_token": split.j_per_prefill_token,
@@ -359,4 +361,17 @@ def run_request(args: argparse.Namespace) -> int:
     print(f"  = {fmt.count(args.prompt_tokens)} x {fmt.energy(split.j_per_prefill_token)} "
           f"per prefill token + {fmt.count(args.output_tokens)} x "
           f"{fmt.energy(split.j_per_decode_token)} per decode token")
+    print(f"  an estimate from a fit to the job's energy, which is {energy_class}")
     return 0
+
+
+def _energy_class(engine: Any, job_id: str) -> str:
+    """The job's energy class (measured, estimated...) as ``compare`` classes a row's:
+    the sources of the nodes it ran on (:func:`joulestat.reports.sources.sources_class`)."""
+    from joulestat.reports.compare.figures import sources_of
+    from joulestat.reports.sources import sources_class
+    from joulestat.store.jobs import JobFilter, job_totals
+    from joulestat.store.provenance import node_sources
+
+    [totals] = job_totals(engine, JobFilter(job_ids=(job_id,)))
+    return sources_class(sources_of(totals, node_sources(engine, [n for n, _ in totals.nodes])))

@@ -26,6 +26,10 @@ import re
 
 SEPARATOR = "@"
 BUSY = "busy_s"  # the reserved unit of a model's busy seconds
+# The units a serving engine's metrics count per model (joulestat.runtime.serving), and
+# which the reports read a serving job's steady-state figures per
+# (joulestat.reports.serving_figures).
+OUTPUT_TOKEN, PROMPT_TOKEN, REQUEST = "output_token", "prompt_token", "request"
 MAX_MODEL_CHARS = 64
 MAX_MODELS_PER_JOB = 32
 # Letters, digits and . _ : / + - (Hugging Face "org/name", Ollama "llama3:8b"); no "@",

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from joulestat.attribution.accounting import JobAccounting, TickResult
 from joulestat.attribution.registry import JobRegistry
@@ -49,6 +49,19 @@ def read_boot_id(procfs_root: Path) -> str:
         return ""
 
 
+class CheckpointPart(Protocol):
+    """Something outside the pipeline whose state a restart must find again, kept in the
+    node's checkpoint under its name (:attr:`Pipeline.checkpoint_parts`)."""
+
+    def checkpoint(self) -> dict[str, Any]:
+        """Its state now, JSON-able (taken every tick a store keeps)."""
+        ...
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Take back what :meth:`checkpoint` gave, when the pipeline resumes from it."""
+        ...
+
+
 @dataclass
 class Pipeline:
     """One node's sampler and accounting, feeding ``sinks`` in list order."""
@@ -66,8 +79,8 @@ class Pipeline:
     last_tick: Tick | None = None
     # Parts of the checkpoint that live outside the pipeline, by name: what a tick hook
     # must find again after a restart (the serving engines' counters a job's tokens are
-    # counted from), saved with the sensors' counters and under the same conditions.
-    checkpoint_parts: dict[str, Callable[[], dict[str, Any]]] = field(default_factory=dict)
+    # counted from), saved with the sensors' counters and restored with them.
+    checkpoint_parts: dict[str, CheckpointPart] = field(default_factory=dict)
 
     def start(self, checkpoint: tuple[float, str, dict] | None = None, now_s: float = 0.0
               ) -> bool:
@@ -80,6 +93,8 @@ class Pipeline:
                 if resumed and self.accounting is not None:
                     self.accounting.restore(state.get("accounting", {}))
                 if resumed:
+                    for name, part in self.checkpoint_parts.items():
+                        part.restore(state.get(name, {}))
                     log.info("resumed from the checkpoint of %.1f s ago: the first tick "
                              "covers the gap", now_s - saved_s)
             else:
@@ -142,7 +157,7 @@ class Pipeline:
         if self.accounting is not None:
             state["accounting"] = self.accounting.checkpoint()
         for name, part in self.checkpoint_parts.items():
-            state[name] = part()
+            state[name] = part.checkpoint()
         return state
 
     def close(self) -> None:

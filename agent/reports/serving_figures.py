@@ -23,14 +23,15 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
+from joulestat.core.model_units import OUTPUT_TOKEN, PROMPT_TOKEN, REQUEST
 from joulestat.core.serving_trace import ServingTrace
 from joulestat.reports.steady_state import ServingAnalysis, Verdict, analyse, analysis_to_json
 from joulestat.store.jobs import job_serving_traces
 
 # The units a serving engine's metrics count (joulestat.runtime.serving), and what a
 # window's span holds of each.
-STEADY_UNITS: Mapping[str, str] = {"output_token": "output_tokens",
-                                   "prompt_token": "prompt_tokens", "request": "requests"}
+STEADY_UNITS: Mapping[str, str] = {OUTPUT_TOKEN: "output_tokens",
+                                   PROMPT_TOKEN: "prompt_tokens", REQUEST: "requests"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +98,8 @@ def serving_json(analysis: ServingAnalysis | None, energy_j: float,
     if analysis is None:
         return None
     out = analysis_to_json(analysis)
-    output, prompt = units.get("output_token", 0.0), units.get("prompt_token", 0.0)
-    requests = units.get("request", 0.0)
+    output, prompt = units.get(OUTPUT_TOKEN, 0.0), units.get(PROMPT_TOKEN, 0.0)
+    requests = units.get(REQUEST, 0.0)
 
     def per(count: float) -> float | None:
         return energy_j / count if count > 0 else None

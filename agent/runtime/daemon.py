@@ -299,14 +299,12 @@ def run_agent(settings: AgentSettings) -> int:
             _close(server)
         raise
 
-    resumed = pipeline.start(built.checkpoint, now_s=time.time())
     serving = ServingUnits(registry, interval_s, rule=serving_rule,
                            last_tick=lambda: pipeline.last_tick)
-    if resumed and built.checkpoint is not None:
-        # Resumed: the first tick covers the time the agent was down, and a serving job's
-        # tokens of that time are counted from the engine's counters it last saw.
-        serving.restore(built.checkpoint.state.get(SERVING_CHECKPOINT, {}))
-    pipeline.checkpoint_parts[SERVING_CHECKPOINT] = serving.checkpoint
+    # Resumed from the checkpoint, the first tick covers the time the agent was down, and
+    # a serving job's tokens of that time count from the engine's counters it last saw.
+    pipeline.checkpoint_parts[SERVING_CHECKPOINT] = serving
+    pipeline.start(built.checkpoint, now_s=time.time())
     serving.start()
     Daemon(pipeline, interval_s, metrics.job_retention_s, stop,
            writer=writer, node_metrics=built.node_metrics, late_jobs=built.late_jobs,

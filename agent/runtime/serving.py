@@ -57,7 +57,15 @@ from typing import Any
 
 from joulestat.attribution.agent_labels import SERVING_METRICS
 from joulestat.attribution.registry import JobRegistry
-from joulestat.core.model_units import BUSY, MAX_MODELS_PER_JOB, model_key, validate_model
+from joulestat.core.model_units import (
+    BUSY,
+    MAX_MODELS_PER_JOB,
+    OUTPUT_TOKEN,
+    PROMPT_TOKEN,
+    REQUEST,
+    model_key,
+    validate_model,
+)
 from joulestat.core.redact import redact_text
 from joulestat.core.serving_trace import TraceBuilder, TracePoint
 from joulestat.core.tick import FILL_PREFIX, Tick
@@ -84,7 +92,6 @@ log = logging.getLogger(__name__)
 __all__ = ["FETCH_TIMEOUT_S", "OUTPUT_TOKEN", "PROMPT_TOKEN", "REQUEST", "SERVING_CHECKPOINT",
            "ServingUnits"]
 
-OUTPUT_TOKEN, PROMPT_TOKEN, REQUEST = "output_token", "prompt_token", "request"
 # The part of the agent's checkpoint that holds each serving job's last sample.
 SERVING_CHECKPOINT = "serving"
 # Between two points of a trace, more than this many intervals is a gap (the agent was

@@ -299,10 +299,15 @@ def test_estimate_request_is_the_split_times_the_lengths(store, reports):
     assert 0 <= found["low_j"] <= found["energy_j"] <= found["high_j"]
     assert found["low_j"] <= truth <= found["high_j"]  # two standard errors hold it
 
+    # its provenance is the job's, classed as compare classes the job's row
+    [row] = cli_json(store.url, "compare", "--jobs", "separable", "--unit", "output_token",
+                     "--json")["rows"]
+    assert found["energy_class"] == row["energy_class"] != ""
+
     text = estimate(store.url, "separable")
     assert text.returncode == 0, text.stderr
     assert fmt.energy(found["energy_j"]) in text.stdout
-    assert "separable" in text.stdout
+    assert "separable" in text.stdout and found["energy_class"] in text.stdout
 
 
 # -- 2. estimate request refuses what it cannot say -----------------------------------
