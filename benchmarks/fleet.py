@@ -24,7 +24,8 @@ ends with a pass, so the store ends as the agents' would.
 
     .venv/bin/python benchmarks/fleet.py [--nodes 1000] [--days 7] [--jobs 50]
         [--tick 60] [--job-hours 24] [--maintain 600] [--processes 1] [--runs 3]
-        [--end HH:MM] [--db URL]   # an existing --db is reused, its day sums made again
+        [--end HH:MM] [--db URL]   # an existing --db is reused, its day sums and
+        # open parts' copies made again
 
 Prints figures only; no assertions.
 """
@@ -54,6 +55,7 @@ from joulestat.core.tick import Tick, TickEntry  # noqa: E402
 from joulestat.store import migrate  # noqa: E402
 from joulestat.store.engine import make_engine  # noqa: E402
 from joulestat.store.maintenance import ensure_partitions  # noqa: E402
+from joulestat.store.open_parts import copy_open_parts  # noqa: E402
 from joulestat.store.pool_days import sum_days  # noqa: E402
 from joulestat.store.schema import NODES  # noqa: E402
 from joulestat.store.writer import StoreWriter  # noqa: E402
@@ -198,19 +200,26 @@ def fill(url: str, nodes: int, days: float, jobs: int, tick_s: float, job_hours:
 
 
 def sum_days_again(engine: Engine) -> None:
-    """Each node's day sums as its next maintain pass makes them at its totals boundary
-    (which stays where the fill left it): a store filled by an older joulestat then
-    reads as this one's would. Prints what that pass step costs a node."""
+    """Each node's day sums and open parts' copies as its next maintain pass makes them
+    at its totals boundary (which stays where the fill left it): a store filled by an
+    older joulestat then reads as this one's would. Prints what those pass steps cost
+    a node."""
     with engine.connect() as connection:
         nodes = connection.execute(select(NODES.c.node, NODES.c.totals_until_ms)).all()
-    began = time.perf_counter()
-    summed = 0
+    summing = copying = 0.0
+    summed = copied = 0
     for node, totals_until_ms in nodes:
         with engine.begin() as connection:
+            began = time.perf_counter()
             summed += sum_days(connection, node, totals_until_ms)
-    took = time.perf_counter() - began
-    print(f"summed {summed:,} node-days again in {took:.0f} s "
-          f"({took / max(len(nodes), 1) * 1000:.0f} ms a node)")
+            middle = time.perf_counter()
+            copied += copy_open_parts(connection, node, totals_until_ms)
+            summing += middle - began
+            copying += time.perf_counter() - middle
+    each = max(len(nodes), 1) / 1000
+    print(f"summed {summed:,} node-days again in {summing:.0f} s ({summing / each:.0f} ms a "
+          f"node); copied {copied:,} open parts in {copying:.0f} s "
+          f"({copying / each:.1f} ms a node)")
 
 
 def print_jobs(url: str) -> None:

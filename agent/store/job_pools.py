@@ -18,7 +18,8 @@ A node's settled days of ended jobs are read as the day sums its maintain pass k
 (:mod:`joulestat.store.pool_days`), when the comparison asks for a kind and a window at
 most and no job ids: a few rows per node and day instead of its jobs. Running jobs, the
 days not summed yet and those the window cuts are read job by job, in the same
-statement.
+statement: a running job from the copy of its row and totals that the node's pass keeps
+(:mod:`joulestat.store.open_parts`), unless it changed since.
 
 Every job is read by the store's one rule (:mod:`joulestat.store.jobs`): its settled
 totals plus the raw rows after its node's totals boundary, a running job as of its last
@@ -52,7 +53,7 @@ from sqlalchemy.engine import Engine
 
 from joulestat.core.spread import Spread
 from joulestat.core.tick import Component
-from joulestat.store.jobs import JobFilter, job_id_select, matching
+from joulestat.store.jobs import JobFilter, job_id_select, kind_and_window, matching
 from joulestat.store.model_split import ordinary_units
 from joulestat.store.pool_days import counted_unit, summed_day_in, summed_days, summed_job
 from joulestat.store.read_rule import (
@@ -60,15 +61,18 @@ from joulestat.store.read_rule import (
     part_energy_rows,
     part_unit_rows,
     recent_rows,
+    settled_until_ms,
     totals_rows,
 )
 from joulestat.store.schema import (
     JOB_NODES,
+    JOB_OPEN_PARTS,
     JOB_POOL_SOURCES,
     JOB_POOL_SUMS,
     JOB_UNIT_TOTALS,
     JOB_UNITS,
     JOBS,
+    NODES,
 )
 
 
@@ -235,18 +239,8 @@ def job_pools(engine: Engine, where: JobFilter, unit: str | None, now_s: float,
     once the summed days are out (a fleet's running jobs, not every part).
     """
     summed = sums_stand_in(where) and not with_ids
-    p, jobs = JOB_NODES.c, JOBS.c
-    parts_query = (job_parts(None, None)
-                   .add_columns(p.instance_type, p.region, p.started_s, p.ended_s,
-                                jobs.created_s, jobs.name, jobs.agent_labels)
-                   .join(JOBS, jobs.id == p.job_id)
-                   .where(*matching(where)))
-    if summed:
-        # The part's end: a single-node job's own (rows.py derives a job's end from its
-        # parts'), and it lets PostgreSQL drop the summed parts before joining ``jobs``.
-        parts_query = parts_query.where(~summed_day_in(p.node, p.ended_s, where.since_s,
-                                                       where.until_s))
-    parts = parts_query.cte("parts").prefix_with("MATERIALIZED")
+    parts = (_open_parts(where) if summed else _parts(where).add_columns(
+        literal(0, Integer).label("copied"))).cte("parts").prefix_with("MATERIALIZED")
     k = parts.c
     units: Any = literal(0.0, Double)
     joined: Any = parts
@@ -257,9 +251,10 @@ def job_pools(engine: Engine, where: JobFilter, unit: str | None, now_s: float,
         units = func.coalesce(counts.c.count, 0.0)
     other = JOB_NODES.alias("other_part")
     keyed = (select(*k, units.label("units"), case((units > 0, 1), else_=0).label("counted"))
-             .select_from(joined)
-             .where(~exists().where(other.c.job_id == k.job_id, other.c.node != k.node))
-             .cte("keyed").prefix_with("MATERIALIZED"))
+             .select_from(joined))
+    if not summed:  # the open parts are single-node already
+        keyed = keyed.where(~exists().where(other.c.job_id == k.job_id, other.c.node != k.node))
+    keyed = keyed.cte("keyed").prefix_with("MATERIALIZED")
     live_sources = _sources(keyed)
     s = live_sources.c
     part_j = s.dynamic_j + s.idle_j
@@ -321,6 +316,40 @@ def job_pools(engine: Engine, where: JobFilter, unit: str | None, now_s: float,
             for setting in ("jit = off", "work_mem = '64MB'", "enable_sort = off"):
                 connection.exec_driver_sql(f"SET LOCAL {setting}")
         return _added_up(connection.execute(union_all(*branches)).all(), with_ids)
+
+
+def _parts(where: JobFilter) -> Select[Any]:
+    """The matching parts, with their node's totals boundary (:func:`job_parts`) and
+    what a comparison keeps of them."""
+    p, jobs = JOB_NODES.c, JOBS.c
+    return (job_parts(None, None)
+            .add_columns(p.instance_type, p.region, p.started_s, p.ended_s, jobs.created_s,
+                         jobs.name, jobs.agent_labels)
+            .join(JOBS, jobs.id == p.job_id)
+            .where(*matching(where)))
+
+
+def _open_parts(where: JobFilter) -> Any:
+    """The matching single-node parts on no summed day in ``where``'s window, as
+    :func:`_parts`' columns and ``copied``: 1 for the parts whose copy
+    (:mod:`joulestat.store.open_parts`) holds, read from it, their totals too; 0 for the
+    others (changed since their node's last pass), read from ``job_nodes`` and
+    ``jobs``. Both exclude the summed parts by the part's end: a single-node job's own
+    (rows.py derives a job's end from its parts'), which lets PostgreSQL drop them
+    before joining ``jobs``."""
+    p, o = JOB_NODES.c, JOB_OPEN_PARTS.c
+    other = JOB_NODES.alias("other_part")
+    copied = (select(o.job_id, o.node, settled_until_ms().label("after_ms"), o.instance_type,
+                     o.region, o.started_s, o.ended_s, o.created_s, o.name, o.agent_labels,
+                     literal(1, Integer).label("copied"))
+              .join_from(JOB_OPEN_PARTS, NODES, NODES.c.node == o.node)
+              .where(*kind_and_window(where, o.kind, o.created_s, o.ended_s),
+                     ~summed_day_in(o.node, o.ended_s, where.since_s, where.until_s)))
+    others = (_parts(where).add_columns(literal(0, Integer).label("copied"))
+              .where(~summed_day_in(p.node, p.ended_s, where.since_s, where.until_s),
+                     ~exists().where(o.job_id == p.job_id, o.node == p.node),
+                     ~exists().where(other.c.job_id == p.job_id, other.c.node != p.node)))
+    return union_all(copied, others)
 
 
 def _counted_in(unit: str | None, units_key: Any, row_unit: Any) -> tuple[Any, Any]:

@@ -207,6 +207,21 @@ def job_id_select(where: JobFilter) -> Select[Any]:
             .order_by(jobs.created_s.desc(), jobs.id).limit(where.newest))
 
 
+def kind_and_window(where: JobFilter, kind: Any, created_s: Any, ended_s: Any
+                    ) -> list[ColumnElement[bool]]:
+    """``where``'s kind and window as conditions on a job's ``kind``, ``created_s`` and
+    ``ended_s`` columns, of ``jobs`` (:func:`matching`) or of a copy of its row
+    (:mod:`joulestat.store.open_parts`): a job overlaps ``(since_s, until_s]``."""
+    found: list[ColumnElement[bool]] = []
+    if where.kind is not None:
+        found.append(kind == where.kind)
+    if where.until_s is not None:
+        found.append(created_s <= where.until_s)
+    if where.since_s is not None:
+        found.append(or_(ended_s.is_(None), ended_s > where.since_s))
+    return found
+
+
 def matching(where: JobFilter) -> list[ColumnElement[bool]]:
     """``where`` as conditions on the ``jobs`` row, for a statement that joins it
     anyway: :func:`job_id_select`'s, without a second read of ``jobs``. Every filter
@@ -214,15 +229,9 @@ def matching(where: JobFilter) -> list[ColumnElement[bool]]:
     if where.newest is not None:
         return [JOBS.c.id.in_(job_id_select(where))]
     jobs, parts = JOBS.c, JOB_NODES.c
-    found: list[ColumnElement[bool]] = []
-    if where.kind is not None:
-        found.append(jobs.kind == where.kind)
+    found = kind_and_window(where, jobs.kind, jobs.created_s, jobs.ended_s)
     if where.status is not None:
         found.append(jobs.status == where.status)
-    if where.until_s is not None:
-        found.append(jobs.created_s <= where.until_s)
-    if where.since_s is not None:
-        found.append(or_(jobs.ended_s.is_(None), jobs.ended_s > where.since_s))
     if where.job_ids is not None:
         found.append(one_of(jobs.id, list(where.job_ids)))
     if where.label_key is not None:  # callers still read the parsed labels

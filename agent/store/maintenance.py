@@ -88,6 +88,7 @@ from sqlalchemy.sql.expression import TableClause
 
 from joulestat.core.logs import LogOnce
 from joulestat.store.engine import describe_error
+from joulestat.store.open_parts import copy_open_parts
 from joulestat.store.pool_days import sum_days
 from joulestat.store.schema import (
     DAY_PARTITIONED,
@@ -513,8 +514,9 @@ def maintain_node(
         connection, insert, node, _latest(totals_until, pruned_until),
         complete_until_ms - SETTLE_MS)
     # Then the days that boundary settled, and the day so far, summed for a fleet's
-    # comparisons.
+    # comparisons, and the parts left open copied for them.
     sum_days(connection, node, totals_until)
+    copy_open_parts(connection, node, totals_until)
     bound = min(complete_until_ms, keep_after_ms)
     if totals_until is not None:
         bound = min(bound, totals_until)

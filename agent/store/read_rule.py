@@ -25,7 +25,9 @@ A job's figures (energy per component and source, units) are its node's job tota
 :func:`part_unit_rows` for a statement that joins more to the parts): the same for a
 running job as for an ended one, to its last flush, in every view (report, jobs,
 compare, the pages, the job API). Every reader builds its statements from the functions
-here; none restates a boundary.
+here; none restates a boundary. Where the maintain pass has copied a part's totals
+(:mod:`joulestat.store.open_parts`), a reader that marks the part ``copied`` reads them
+from the copy: the same rows, in a table of the open parts only.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ from joulestat.store.schema import (
     JOB_MINUTE_ENERGY,
     JOB_MINUTE_UNITS,
     JOB_NODES,
+    JOB_OPEN_ENERGY,
+    JOB_OPEN_UNITS,
     JOB_UNIT_TOTALS,
     JOB_UNITS,
     MINUTE_MS,
@@ -213,29 +217,48 @@ def totals_of(parts: Any, table: Any) -> Any:
                                   table.c.node == parts.c.node))
 
 
+# The copies of the totals tables that a copied open part is read from
+# (:mod:`joulestat.store.open_parts`): the same columns, for the open parts only.
+_COPIES = {JOB_ENERGY_TOTALS.name: JOB_OPEN_ENERGY, JOB_UNIT_TOTALS.name: JOB_OPEN_UNITS}
+
+
+def _settled_halves(parts: Any, table: Any) -> list[tuple[Any, Any, list[Any]]]:
+    """Where ``parts``' totals are read, as (FROM, the totals table, conditions): the
+    totals ``table``; or, when ``parts`` has a ``copied`` column (1 where its part's
+    copy holds, :mod:`joulestat.store.open_parts`), the copy for those parts and
+    ``table`` for the others."""
+    if "copied" not in parts.c:
+        return [(totals_of(parts, table), table, [])]
+    copy = _COPIES[table.name]
+    return [(totals_of(parts, copy), copy, [parts.c.copied == 1]),
+            (totals_of(parts, table), table, [parts.c.copied == 0])]
+
+
 def part_energy_rows(parts: Any, carry: list[Any]) -> CompoundSelect:
     """The energy rows of ``parts`` (:func:`job_parts`' columns): the raw rows after each
     part's totals boundary and its totals, as (``carry``..., component, source,
     dynamic_j, idle_j), summed by whoever reads them."""
-    raw, totals = JOB_ENERGY.c, JOB_ENERGY_TOTALS.c
+    raw = JOB_ENERGY.c
     recent, after = after_totals(parts, JOB_ENERGY)
     return union_all(
         select(*carry, raw.component, raw.source, raw.dynamic_j, raw.idle_j)
         .select_from(recent).where(after),
-        select(*carry, totals.component, totals.source, totals.dynamic_j, totals.idle_j)
-        .select_from(totals_of(parts, JOB_ENERGY_TOTALS)))
+        *(select(*carry, t.c.component, t.c.source, t.c.dynamic_j, t.c.idle_j)
+          .select_from(joined).where(*conditions)
+          for joined, t, conditions in _settled_halves(parts, JOB_ENERGY_TOTALS)))
 
 
 def part_unit_rows(parts: Any, carry: list[Any], wanted: Any) -> CompoundSelect:
     """The unit rows of ``parts`` whose unit ``wanted`` keeps (a function of a unit
     column to a condition): raw after each part's boundary and totals, as
     (``carry``..., unit, count)."""
-    raw, totals = JOB_UNITS.c, JOB_UNIT_TOTALS.c
+    raw = JOB_UNITS.c
     recent, after = after_totals(parts, JOB_UNITS)
     return union_all(
         select(*carry, raw.unit, raw.count).select_from(recent).where(after, wanted(raw.unit)),
-        select(*carry, totals.unit, totals.count)
-        .select_from(totals_of(parts, JOB_UNIT_TOTALS)).where(wanted(totals.unit)))
+        *(select(*carry, t.c.unit, t.c.count).select_from(joined)
+          .where(*conditions, wanted(t.c.unit))
+          for joined, t, conditions in _settled_halves(parts, JOB_UNIT_TOTALS)))
 
 
 def recent_rows(table: Any, keys: list[Any], sums: list[Any],

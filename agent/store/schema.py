@@ -330,6 +330,45 @@ JOB_POOL_SOURCES = Table(
     ForeignKeyConstraint(["node"], ["nodes.node"], ondelete="CASCADE"),
     Index("ix_job_pool_sources_node_day_s", "node", "day_s"),
 )
+# -- Derived for a fleet's comparisons: the open parts' totals, copied -----------------
+# The parts a comparison by setup reads one by one (a fleet's running jobs: 50,000 of
+# 400,000 parts over 1,000 nodes x 7 days), each with its job's row and its totals,
+# copied out of the 400,000-part tables (agent/store/open_parts.py). A part is copied
+# when job_open_parts holds it: a single-node part on no summed day, with its job's
+# attributes; job_open_energy and job_open_units hold its totals rows as
+# job_energy_totals and job_unit_totals do. Rebuilt by the node's maintain pass from
+# the job totals, never written by a write path: triggers (revision 0005) delete a part's
+# job_open_parts row, and the database its copied totals with it (ON DELETE CASCADE),
+# whenever its job row, one of its job's parts, or its totals change, so a reader never
+# reads a copy that no longer holds; such a part is read from the totals themselves
+# until the next pass, which replaces the node's rows (keyed by node first: it deletes
+# them by node). On node deletion the database deletes them too.
+JOB_OPEN_PARTS = Table(
+    "job_open_parts", METADATA,
+    _key("node", String), _job_key(),
+    _col("kind", String), _col("name", String), _col("agent_labels", String),
+    _col("created_s", Double), _col("instance_type", String), _col("region", String),
+    _col("started_s", Double), _col("ended_s", Double, null=True),
+    ForeignKeyConstraint(["node"], ["nodes.node"], ondelete="CASCADE"),
+    # What the triggers delete by: every part of a changed job.
+    Index("ix_job_open_parts_job_id", "job_id"),
+)
+JOB_OPEN_ENERGY = Table(
+    "job_open_energy", METADATA,
+    _key("node", String), _job_key(), _key("component", String), _key("source", String),
+    _col("dynamic_j", Double), _col("idle_j", Double),
+    ForeignKeyConstraint(["node", "job_id"], ["job_open_parts.node", "job_open_parts.job_id"],
+                         ondelete="CASCADE"),
+    **_NO_ROWID,
+)
+JOB_OPEN_UNITS = Table(
+    "job_open_units", METADATA,
+    _key("node", String), _job_key(), _key("unit", String),
+    _col("count", Double),
+    ForeignKeyConstraint(["node", "job_id"], ["job_open_parts.node", "job_open_parts.job_id"],
+                         ondelete="CASCADE"),
+    **_NO_ROWID,
+)
 # The agent's counters at saved_s, so a restart after ``kill -9`` can attribute the
 # gap. state is JSON text; boot_id tells whether the machine rebooted since (then the
 # counters restarted and the state must not be diffed against).
