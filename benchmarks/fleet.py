@@ -45,7 +45,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from sqlalchemy import select, text  # noqa: E402
+from sqlalchemy import func, select, text  # noqa: E402
 from sqlalchemy.engine import Engine  # noqa: E402
 
 from benchmarks.dashboard import time_page  # noqa: E402
@@ -57,7 +57,7 @@ from joulestat.store.engine import make_engine  # noqa: E402
 from joulestat.store.maintenance import ensure_partitions  # noqa: E402
 from joulestat.store.open_parts import copy_open_parts  # noqa: E402
 from joulestat.store.pool_days import sum_days  # noqa: E402
-from joulestat.store.schema import NODES  # noqa: E402
+from joulestat.store.schema import JOB_OPEN_PARTS, NODES  # noqa: E402
 from joulestat.store.writer import StoreWriter  # noqa: E402
 
 COMPONENTS = (("cpu", "package-0"), ("dram", "package-0"), ("accelerator", "0"),
@@ -207,15 +207,18 @@ def sum_days_again(engine: Engine) -> None:
     with engine.connect() as connection:
         nodes = connection.execute(select(NODES.c.node, NODES.c.totals_until_ms)).all()
     summing = copying = 0.0
-    summed = copied = 0
+    summed = 0
     for node, totals_until_ms in nodes:
         with engine.begin() as connection:
             began = time.perf_counter()
             summed += sum_days(connection, node, totals_until_ms)
             middle = time.perf_counter()
-            copied += copy_open_parts(connection, node, totals_until_ms)
+            copy_open_parts(connection, node, totals_until_ms)
             summing += middle - began
             copying += time.perf_counter() - middle
+    with engine.connect() as connection:
+        copied = connection.execute(select(func.count()).select_from(JOB_OPEN_PARTS)
+                                    ).scalar_one()
     each = max(len(nodes), 1) / 1000
     print(f"summed {summed:,} node-days again in {summing:.0f} s ({summing / each:.0f} ms a "
           f"node); copied {copied:,} open parts in {copying:.0f} s "

@@ -36,9 +36,9 @@ from joulestat.store.schema import (
 )
 
 
-def copy_open_parts(connection: Connection, node: str, totals_until_ms: int | None) -> int:
+def copy_open_parts(connection: Connection, node: str, totals_until_ms: int | None) -> None:
     """Replace ``node``'s copied open parts and totals in the caller's transaction (the
-    maintain pass's, after its days are summed); returns how many parts it copied.
+    maintain pass's, after its days are summed).
 
     Open: running, or ended within :data:`~joulestat.store.pool_days.LOOKBACK_S` of the
     node's totals boundary on no summed day (the day's last minutes, a day a change
@@ -46,7 +46,7 @@ def copy_open_parts(connection: Connection, node: str, totals_until_ms: int | No
     for table in (JOB_OPEN_UNITS, JOB_OPEN_ENERGY, JOB_OPEN_PARTS):
         connection.execute(delete(table).where(table.c.node == node))
     if totals_until_ms is None:
-        return 0
+        return
     p, jobs = JOB_NODES.c, JOBS.c
     other = JOB_NODES.alias("other_part")
     names = ["node", "job_id", "kind", "name", "agent_labels", "created_s",
@@ -59,7 +59,7 @@ def copy_open_parts(connection: Connection, node: str, totals_until_ms: int | No
                         and_(p.ended_s > totals_until_ms / 1000 - LOOKBACK_S,
                              ~summed_day_in(p.node, p.ended_s, None, None))),
                     ~exists().where(other.c.job_id == p.job_id, other.c.node != p.node)))
-    copied = connection.execute(insert(JOB_OPEN_PARTS).from_select(names, parts)).rowcount
+    connection.execute(insert(JOB_OPEN_PARTS).from_select(names, parts))
     for copy, totals, columns in (
             (JOB_OPEN_ENERGY, JOB_ENERGY_TOTALS, ("component", "source", "dynamic_j", "idle_j")),
             (JOB_OPEN_UNITS, JOB_UNIT_TOTALS, ("unit", "count"))):
@@ -70,5 +70,4 @@ def copy_open_parts(connection: Connection, node: str, totals_until_ms: int | No
             .join_from(JOB_OPEN_PARTS, totals, and_(t.job_id == JOB_OPEN_PARTS.c.job_id,
                                                     t.node == JOB_OPEN_PARTS.c.node))
             .where(JOB_OPEN_PARTS.c.node == node)))
-    return int(copied)
 
