@@ -166,7 +166,7 @@ def fill(url: str, nodes: int, days: float, jobs: int, tick_s: float, job_hours:
         existing = connection.execute(text("SELECT count(*) FROM jobs")).scalar_one()
     if existing:
         print(f"reusing the store: {existing:,} jobs already there")
-        sum_days_again(engine)
+        derive_again(engine)
         engine.dispose()
         return
     end_s = last_end_s(end_utc)
@@ -199,7 +199,7 @@ def fill(url: str, nodes: int, days: float, jobs: int, tick_s: float, job_hours:
           + ", ".join(f"{t} {n:,}" for t, n in counts.items()))
 
 
-def sum_days_again(engine: Engine) -> None:
+def derive_again(engine: Engine) -> None:
     """Each node's day sums and open parts' copies as its next maintain pass makes them
     at its totals boundary (which stays where the fill left it): a store filled by an
     older joulestat then reads as this one's would. Prints what those pass steps cost

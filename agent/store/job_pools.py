@@ -251,10 +251,10 @@ def job_pools(engine: Engine, where: JobFilter, unit: str | None, now_s: float,
         joined = parts.outerjoin(counts, and_(counts.c.job_id == k.job_id,
                                               counts.c.node == k.node))
         units = func.coalesce(counts.c.count, 0.0)
-    other = JOB_NODES.alias("other_part")
     keyed = (select(*k, units.label("units"), case((units > 0, 1), else_=0).label("counted"))
              .select_from(joined))
     if not summed:  # the open parts are single-node already
+        other = JOB_NODES.alias("other_part")
         keyed = keyed.where(~exists().where(other.c.job_id == k.job_id, other.c.node != k.node))
     keyed = keyed.cte("keyed").prefix_with("MATERIALIZED")
     live_sources = _sources(keyed)
@@ -342,17 +342,18 @@ def _open_parts(where: JobFilter) -> Any:
     :func:`_parts`' columns and ``copied``: 1 for the parts whose copy
     (:mod:`joulestat.store.open_parts`) holds, read from it, their totals too; 0 for the
     others (changed since their node's last pass), read from ``job_nodes`` and
-    ``jobs``. Both exclude the summed parts by the part's end: a single-node job's own
+    ``jobs``, which exclude the summed parts by the part's end: a single-node job's own
     (rows.py derives a job's end from its parts'), which lets PostgreSQL drop them
     before joining ``jobs``."""
     p, o = JOB_NODES.c, JOB_OPEN_PARTS.c
     other = JOB_NODES.alias("other_part")
+    # A copied part is on no summed day: the pass copies after summing, and a part whose
+    # day a later pass sums has ended since, which took its copy out of use.
     copied = (select(o.job_id, o.node, settled_until_ms().label("after_ms"), o.instance_type,
                      o.region, o.started_s, o.ended_s, o.created_s, o.name, o.agent_labels,
                      literal(1, Integer).label("copied"))
               .join_from(JOB_OPEN_PARTS, NODES, NODES.c.node == o.node)
-              .where(*kind_and_window(where, o.kind, o.created_s, o.ended_s),
-                     ~summed_day_in(o.node, o.ended_s, where.since_s, where.until_s)))
+              .where(*kind_and_window(where, o.kind, o.created_s, o.ended_s)))
     # Which parts are neither summed nor copied, before anything is joined to them: a
     # few (changed since their node's last pass) of 400,000 parts over a fleet's week.
     left = (select(p.job_id, p.node)
