@@ -31,6 +31,7 @@ to rounding (tests/store/test_compare_pools.py checks the rows against it).
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,13 +50,13 @@ from sqlalchemy import (
     select,
     union_all,
 )
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 from joulestat.core.spread import Spread
 from joulestat.core.tick import Component
 from joulestat.store.jobs import JobFilter, job_id_select, kind_and_window, matching
 from joulestat.store.model_split import ordinary_units
-from joulestat.store.pool_days import counted_unit, summed_day_in, summed_days, summed_job
+from joulestat.store.pool_days import counted_unit, summed_day_in, summed_days
 from joulestat.store.read_rule import (
     job_parts,
     part_energy_rows,
@@ -162,46 +163,44 @@ def _summed_in(where: JobFilter) -> Select[Any]:
     return query
 
 
-def units_by_kind(engine: Engine, where: JobFilter) -> dict[str, dict[str, int]]:
-    """Per kind and unit, how many matching jobs (on any number of nodes) counted some
-    of it: which unit a comparison is per when none is asked. A summed day's jobs are
-    counted from its sums, the others job by job."""
-    job_ids = job_id_select(where)
+def units_counted(engine: Engine, where: JobFilter, multi_node: Sequence[str]
+                  ) -> dict[str, int]:
+    """Per unit, how many matching jobs (on any number of nodes) counted some of it:
+    which unit a comparison is per when none is asked. ``multi_node`` lists the
+    matching jobs on several nodes (:func:`multi_node_ids`). Where the day sums stand
+    in (:func:`sums_stand_in`), a summed day's jobs are counted from its sums, the
+    other single-node parts as :func:`job_pools` reads them (from their copies where
+    these hold), the jobs on several nodes by id; else every matching job by id."""
     summed = sums_stand_in(where)
-    if summed:
-        job_ids = job_ids.where(~summed_job(JOBS.c.id, JOBS.c.ended_s, where.since_s,
-                                            where.until_s))
-    raw, totals = JOB_UNITS.c, JOB_UNIT_TOTALS.c
-    both = union_all(
-        recent_rows(JOB_UNITS, [raw.unit], [func.sum(raw.count).label("count")], job_ids,
-                    None).where(ordinary_units(raw.unit)),
-        totals_rows(JOB_UNIT_TOTALS, [totals.unit, totals.count.label("count")], job_ids,
-                    None).where(ordinary_units(totals.unit))).subquery("all_units")
-    per_job = (select(both.c.job_id, both.c.unit).group_by(both.c.job_id, both.c.unit)
+    if not summed:
+        rows = _unit_rows(job_id_select(where))
+    else:
+        parts = _open_parts(where).cte("open_parts").prefix_with("MATERIALIZED")
+        rows = [*part_unit_rows(parts, [parts.c.job_id, parts.c.node], ordinary_units).selects]
+        if multi_node:
+            rows += _unit_rows(list(multi_node))
+    both = union_all(*rows).subquery("all_units")  # flat: SQLite nests no UNION
+    per_job = (select(both.c.unit).group_by(both.c.job_id, both.c.unit)
                .having(func.sum(both.c.count) > 0).subquery("counted"))
-    counted: Any = (select(JOBS.c.kind, per_job.c.unit, func.count().label("jobs"))
-                    .join_from(per_job, JOBS, JOBS.c.id == per_job.c.job_id)
-                    .group_by(JOBS.c.kind, per_job.c.unit))
+    counted: Any = select(per_job.c.unit, func.count().label("jobs")).group_by(per_job.c.unit)
     if summed:
-        rows = _summed_in(where).where(JOB_POOL_SUMS.c.unit != "").subquery("summed_units")
-        every = union_all(counted, select(rows.c.kind, rows.c.unit, func.sum(rows.c.runs))
-                          .group_by(rows.c.kind, rows.c.unit)).subquery("units_jobs")
-        counted = (select(every.c.kind, every.c.unit, func.sum(every.c.jobs))
-                   .group_by(every.c.kind, every.c.unit))
-    found: dict[str, dict[str, int]] = defaultdict(dict)
+        days = _summed_in(where).where(JOB_POOL_SUMS.c.unit != "").subquery("summed_units")
+        every = union_all(counted, select(days.c.unit, func.sum(days.c.runs))
+                          .group_by(days.c.unit)).subquery("units_jobs")
+        counted = select(every.c.unit, func.sum(every.c.jobs)).group_by(every.c.unit)
     with engine.connect() as connection:
-        for kind, unit, jobs in connection.execute(counted):
-            found[str(kind)][str(unit)] = int(jobs)
-    return dict(found)
+        _plan_for_fleet(connection, summed)
+        return {str(unit): int(jobs) for unit, jobs in connection.execute(counted)}
 
 
-def units_counted(engine: Engine, where: JobFilter) -> dict[str, int]:
-    """:func:`units_by_kind` over every kind."""
-    counts: dict[str, int] = defaultdict(int)
-    for units in units_by_kind(engine, where).values():
-        for unit, jobs in units.items():
-            counts[unit] += jobs
-    return dict(counts)
+def _unit_rows(job_ids: Select[Any] | list[str]) -> list[Select[Any]]:
+    """The ordinary unit rows of ``job_ids`` as (job, node, unit, count): the raw ones
+    after their node's totals boundary, summed, and the totals."""
+    raw, totals = JOB_UNITS.c, JOB_UNIT_TOTALS.c
+    return [recent_rows(JOB_UNITS, [raw.unit], [func.sum(raw.count).label("count")], job_ids,
+                        None).where(ordinary_units(raw.unit)),
+            totals_rows(JOB_UNIT_TOTALS, [totals.unit, totals.count.label("count")], job_ids,
+                        None).where(ordinary_units(totals.unit))]
 
 
 # What each branch of the one statement of job_pools() is about, its first column.
@@ -308,22 +307,28 @@ def job_pools(engine: Engine, where: JobFilter, unit: str | None, now_s: float,
         .group_by(o.instance_type, o.counted, o.node, o.component, o.source),
     ]
     with engine.connect() as connection:
-        if connection.dialect.name == "postgresql":
-            # For this transaction only. Its plan costs enough for PostgreSQL to compile
-            # it (JIT), 0.15 s of 1.3 that the run does not win back. PostgreSQL keeps no
-            # statistics of a common table expression and expects a few hundred rows of
-            # 10^5 (a fleet's running jobs): it sorted them for merges and groups, and
-            # spilled its hashes to disk at the default 4 MB; hashed in memory, the
-            # week's fleet (benchmarks/fleet.py) reads in 1.6 s instead of 2.8. Expecting
-            # one row of each step, it also looped over the 50,000 copied parts to seek
-            # their copies one by one (2.4 s against 1.95 hashed); a comparison that reads
-            # no summed day reads a few jobs, where those seeks are right.
-            settings = ["jit = off", "work_mem = '64MB'", "enable_sort = off"]
-            if summed:
-                settings.append("enable_nestloop = off")
-            for setting in settings:
-                connection.exec_driver_sql(f"SET LOCAL {setting}")
+        _plan_for_fleet(connection, summed)
         return _added_up(connection.execute(union_all(*branches)).all(), with_ids)
+
+
+def _plan_for_fleet(connection: Connection, summed: bool) -> None:
+    """Settings for this transaction only, on PostgreSQL, for a statement over a
+    fleet's parts (:func:`job_pools`, :func:`units_counted`). Its plan costs enough for
+    PostgreSQL to compile it (JIT), 0.15 s of 1.3 that the run does not win back.
+    PostgreSQL keeps no statistics of a common table expression and expects a few
+    hundred rows of 10^5 (a fleet's running jobs): it sorted them for merges and groups,
+    and spilled its hashes to disk at the default 4 MB; hashed in memory, the week's
+    fleet (benchmarks/fleet.py) reads in 1.6 s instead of 2.8. Expecting one row of each
+    step, it also looped over the 50,000 copied parts to seek their copies one by one
+    (2.4 s against 1.95 hashed); a statement that reads no summed day (``summed``
+    False) reads a few jobs, where those seeks are right."""
+    if connection.dialect.name != "postgresql":
+        return
+    settings = ["jit = off", "work_mem = '64MB'", "enable_sort = off"]
+    if summed:
+        settings.append("enable_nestloop = off")
+    for setting in settings:
+        connection.exec_driver_sql(f"SET LOCAL {setting}")
 
 
 def _parts(where: JobFilter) -> Select[Any]:

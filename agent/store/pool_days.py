@@ -260,16 +260,6 @@ def summed_day_in(node: Any, ended_s: Any, since_s: float | None, until_s: float
                       since_s, until_s)
 
 
-def summed_job(job_id: Any, ended_s: Any, since_s: float | None, until_s: float | None
-               ) -> Any:
-    """SQL: the job ``job_id`` (ended at ``ended_s``) is one of a summed day's members
-    in the window: its one part lies in such a day (:func:`summed_day_in`)."""
-    part, other = JOB_NODES.alias("summed_part"), JOB_NODES.alias("other_part")
-    return exists().where(
-        part.c.job_id == job_id, summed_day_in(part.c.node, ended_s, since_s, until_s),
-        ~exists().where(other.c.job_id == job_id, other.c.node != part.c.node))
-
-
 def summed_days(since_s: float | None, until_s: float | None) -> Any:
     """The summed (node, day) pairs wholly inside ``(since_s, until_s]``, a select of
     ``job_pool_days`` (:func:`summed_day_in`)."""

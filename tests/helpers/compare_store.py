@@ -28,6 +28,7 @@ from joulestat.reports.compare.setups import compare_setups
 from joulestat.reports.compare.table import compare
 from joulestat.store import migrate
 from joulestat.store.engine import dialect_insert, make_engine
+from joulestat.store.job_pools import multi_node_ids, units_counted
 from joulestat.store.jobs import JobFilter, job_totals
 from joulestat.store.maintenance import advance_totals, maintain_node
 from joulestat.store.schema import NODES
@@ -158,6 +159,14 @@ def assert_pooled_is_per_job(engine: Engine, kind: str | None, unit: str | None 
         refs = [ref for ref in refs if ref.id in wanted]
     figures = figures_for(engine, refs, settings, now_s=now_s)
     expected = compare(figures, by="instance_type", unit=unit, **options)
+    # Which unit a comparison is per when none is asked: per unit, the jobs that
+    # counted some of it, each once (a summed day's from its sums, the others by id).
+    counted: dict[str, int] = {}
+    for totals in job_totals(engine, where):
+        for name, count in totals.units.items():
+            counted[name] = counted.get(name, 0) + (count > 0)
+    assert units_counted(engine, where, multi_node_ids(engine, where)) == {
+        name: jobs for name, jobs in counted.items() if jobs}
     found = compare_setups(engine, where, Pricer(settings), now_s, unit=unit,
                            with_ids=with_ids, **options)
     assert found is not None

@@ -87,12 +87,14 @@ def compare_setups(engine: Engine, where: JobFilter, pricer: Pricer, now_s: floa
         return None
     # A unit asked for is checked once the pools are read (a pool or a job on several
     # nodes counted it); counting every unit's jobs first is only needed to pick one.
-    chosen = unit if unit is not None else choose_unit_of(units_counted(engine, where))
+    several_ids = multi_node_ids(engine, where)
+    chosen = (unit if unit is not None
+              else choose_unit_of(units_counted(engine, where, several_ids)))
     found = job_pools(engine, where, chosen, now_s, with_ids)
-    several = _several_nodes(engine, where, pricer, now_s)
+    several = _several_nodes(engine, several_ids, pricer, now_s)
     if unit is not None and not any(key.counted for key in found.sums) and not any(
             job.counted(unit) > 0 for job in several):
-        choose_unit_of(units_counted(engine, where), unit)  # raises, naming the units
+        choose_unit_of(units_counted(engine, where, several_ids), unit)  # raises, naming the units
     pools: dict[tuple[str, bool], tuple[tuple[float, str], Pool]] = {}
     notes: set[tuple[float, str]] = set()
     types: set[str] = set()
@@ -185,9 +187,8 @@ def _notes(found: JobPools, key: PoolKey, pricer: Pricer) -> list[tuple[float, s
     return said
 
 
-def _several_nodes(engine: Engine, where: JobFilter, pricer: Pricer, now_s: float
+def _several_nodes(engine: Engine, ids: list[str], pricer: Pricer, now_s: float
                    ) -> list[JobFigures]:
-    """The figures of the matching jobs that ran on several nodes, one by one."""
-    ids = multi_node_ids(engine, where)
+    """The figures of the jobs ``ids`` (those on several nodes), one by one."""
     refs = [JobRef(job_id, "", "", "", 0.0, None) for job_id in ids]
     return figures_for(engine, refs, pricer.settings, now_s=now_s) if refs else []
