@@ -67,7 +67,11 @@ from joulestat.store.read_rule import (
 )
 from joulestat.store.schema import (
     JOB_NODES,
+    JOB_OPEN_ENERGY,
+    JOB_OPEN_KINDS,
     JOB_OPEN_PARTS,
+    JOB_OPEN_SOURCES,
+    JOB_OPEN_SUMS,
     JOB_POOL_SOURCES,
     JOB_POOL_SUMS,
     JOB_UNIT_TOTALS,
@@ -237,7 +241,9 @@ def job_pools(engine: Engine, where: JobFilter, unit: str | None, now_s: float,
     single-node when no part of its job is on another node, asked of the parts left
     once the summed days are out (a fleet's running jobs, not every part); with the
     summed days, those parts are read from their copies where these hold
-    (:func:`_open_parts`), which are single-node already.
+    (:func:`_open_parts`), which are single-node already, and a copied part's totals
+    from what its node's pass added up of them (a row per part, a few per node and
+    source) where that still holds (:func:`_fresh`), else from its copied totals.
     """
     summed = sums_stand_in(where) and not with_ids
     parts = (_open_parts(where) if summed else _parts(where)
@@ -250,21 +256,38 @@ def job_pools(engine: Engine, where: JobFilter, unit: str | None, now_s: float,
         joined = parts.outerjoin(counts, and_(counts.c.job_id == k.job_id,
                                               counts.c.node == k.node))
         units = func.coalesce(counts.c.count, 0.0)
-    keyed = (select(*k, units.label("units"), case((units > 0, 1), else_=0).label("counted"))
-             .select_from(joined))
-    if not summed:  # the open parts are single-node already
+    counted = case((units > 0, 1), else_=0)
+    keyed = select(*k, units.label("units"), counted.label("counted")).select_from(joined)
+    if summed:  # the open parts are single-node already
+        keyed = keyed.add_columns(_flipped(k, unit, counted).label("flipped"))
+    else:
         other = JOB_NODES.alias("other_part")
         keyed = keyed.where(~exists().where(other.c.job_id == k.job_id, other.c.node != k.node))
     keyed = keyed.cte("keyed").prefix_with("MATERIALIZED")
-    live_sources = _sources(keyed)
+    c = keyed.c
+    fresh = _fresh(keyed) if summed else None
+    # A copied part on a node and kind whose copies' sums hold is read from those sums;
+    # every other copied part from its copied totals.
+    added_up = (None if fresh is None else
+                exists().where(fresh.c.node == c.node, fresh.c.kind == c.kind))
+    live_sources = part_energy_rows(
+        keyed, [c.job_id, c.node, c.instance_type, c.counted],
+        None if fresh is None else _stale(fresh, added_up)
+    ).cte("sources").prefix_with("MATERIALIZED")
     s = live_sources.c
     part_j = s.dynamic_j + s.idle_j
-    energy = (select(s.job_id, s.node, func.sum(part_j).label("energy_j"),
-                     func.sum(case((s.component == Component.ACCELERATOR, part_j), else_=0.0))
-                     .label("accelerator_j"),
-                     func.sum(s.dynamic_j).label("dynamic_j"))
-              .group_by(s.job_id, s.node).subquery("energy"))
-    c = keyed.c
+    part_rows: Any = select(s.job_id, s.node, part_j.label("energy_j"),
+                            case((s.component == Component.ACCELERATOR, part_j), else_=0.0)
+                            .label("accelerator_j"), s.dynamic_j)
+    if added_up is not None:
+        part_rows = union_all(part_rows, select(
+            c.job_id, c.node, c.copied_energy_j, c.copied_accelerator_j, c.copied_dynamic_j
+        ).where(c.copied == 1, added_up))
+    rows = part_rows.subquery("part_rows")
+    energy = (select(rows.c.job_id, rows.c.node, func.sum(rows.c.energy_j).label("energy_j"),
+                     func.sum(rows.c.accelerator_j).label("accelerator_j"),
+                     func.sum(rows.c.dynamic_j).label("dynamic_j"))
+              .group_by(rows.c.job_id, rows.c.node).subquery("energy"))
     energy_j = func.coalesce(energy.c.energy_j, 0.0)
     # Held as joulestat.carbon.held.Held holds a part: to its end, or now while it runs.
     held = func.coalesce(c.ended_s, literal(now_s, Double)) - c.started_s
@@ -282,9 +305,10 @@ def job_pools(engine: Engine, where: JobFilter, unit: str | None, now_s: float,
                                                energy.c.node == c.node)))
     sources: Any = select(s.instance_type, s.counted, s.node, s.component, s.source,
                           part_j.label("energy_j"), s.dynamic_j)
-    if summed:
+    if fresh is not None:
         single = union_all(single, _summed_rows(where, unit))
-        sources = union_all(sources, _summed_sources(where, unit))
+        sources = union_all(sources, _copies_sources(fresh, unit),
+                            *_moved_sources(keyed, added_up), _summed_sources(where, unit))
     pooled = single.cte("pooled").prefix_with("MATERIALIZED")
     j = pooled.c
     sourced = sources.subquery("sourced")
@@ -309,6 +333,76 @@ def job_pools(engine: Engine, where: JobFilter, unit: str | None, now_s: float,
     with engine.connect() as connection:
         _plan_for_fleet(connection, summed)
         return _added_up(connection.execute(union_all(*branches)).all(), with_ids)
+
+
+def _flipped(k: Any, unit: str | None, counted: Any) -> Any:
+    """1 for a copied part whose pool (``counted``: its count of ``unit`` now, raw rows
+    after the boundary included) is not the one its copy's units put it in: it counted
+    ``unit`` only after its node's last pass (on a fleet, the jobs that started since).
+    Its copied sources are then in its node's sums under the other pool
+    (:func:`_moved_sources`)."""
+    if unit is None:
+        return literal(0, Integer)
+    by_copy = case((counted_unit(k.copied_units_key, unit), 1), else_=0)
+    return case((and_(k.copied == 1, by_copy != counted), 1), else_=0)
+
+
+def _fresh(keyed: Any) -> Any:
+    """The (node, kind) pairs whose copies' sums (:mod:`joulestat.store.open_parts`)
+    hold for this comparison: every copied part they add up is one of ``keyed``'s (none
+    was taken out of use since the pass, none left out by the window)."""
+    c, kinds = keyed.c, JOB_OPEN_KINDS.c
+    copied = (select(c.node, c.kind, func.count().label("parts"))
+              .where(c.copied == 1).group_by(c.node, c.kind).subquery("copied_kinds"))
+    return (select(kinds.node, kinds.kind)
+            .join_from(JOB_OPEN_KINDS, copied, and_(copied.c.node == kinds.node,
+                                                    copied.c.kind == kinds.kind,
+                                                    copied.c.parts == kinds.parts))
+            .cte("fresh").prefix_with("MATERIALIZED"))
+
+
+def _stale(fresh: Any, added_up: Any) -> Any:
+    """For :func:`~joulestat.store.read_rule.part_energy_rows`: the copied totals
+    rows of the parts on a (node, kind) not in ``fresh``, the copy table's rows kept
+    to those nodes first (a few, or none, of a fleet's)."""
+    kinds = JOB_OPEN_KINDS.c
+    nodes = select(kinds.node).where(~exists().where(fresh.c.node == kinds.node,
+                                                     fresh.c.kind == kinds.kind))
+    return lambda copy: and_(copy.c.node.in_(nodes), ~added_up)
+
+
+def _moved_sources(keyed: Any, added_up: Any) -> list[Select[Any]]:
+    """The flipped parts' (:func:`_flipped`) copied totals, as the live sources, moved
+    out of the pool their node's sums hold them in and into their own: a few rows, where
+    taking their node's sums out of use would read all its copied totals."""
+    c, e = keyed.c, JOB_OPEN_ENERGY.c
+    # The flipped parts first (none with copied energy: nothing to move), then their
+    # copied totals: on a fleet, the jobs that started since their node's last pass.
+    flipped = (select(c.job_id, c.node, c.instance_type, c.counted)
+               .where(c.flipped == 1, c.copied_energy_j > 0, added_up)
+               .cte("flipped").prefix_with("MATERIALIZED"))
+    f = flipped.c
+    moved = (select(f.instance_type, f.counted, f.node, e.component, e.source,
+                    (e.dynamic_j + e.idle_j).label("energy_j"), e.dynamic_j)
+             .join_from(flipped, JOB_OPEN_ENERGY, and_(e.node == f.node, e.job_id == f.job_id))
+             .cte("moved").prefix_with("MATERIALIZED"))
+    m = moved.c
+    return [select(m.instance_type, m.counted, m.node, m.component, m.source, m.energy_j,
+                   m.dynamic_j),
+            select(m.instance_type, literal(1, Integer) - m.counted, m.node, m.component,
+                   m.source, -m.energy_j, -m.dynamic_j)]
+
+
+def _copies_sources(fresh: Any, unit: str | None) -> Select[Any]:
+    """The copied parts' energy per (node, component, source) of the (node, kind)
+    pairs in ``fresh``, added up by their pass, as the live sources."""
+    sources = JOB_OPEN_SOURCES.c
+    counted = (literal(0, Integer) if unit is None else
+               case((counted_unit(sources.units_key, unit), 1), else_=0))
+    return (select(sources.instance_type, counted.label("counted"), sources.node,
+                   sources.component, sources.source, sources.energy_j, sources.dynamic_j)
+            .join_from(JOB_OPEN_SOURCES, fresh, and_(fresh.c.node == sources.node,
+                                                     fresh.c.kind == sources.kind)))
 
 
 def _plan_for_fleet(connection: Connection, summed: bool) -> None:
@@ -337,35 +431,45 @@ def _parts(where: JobFilter) -> Select[Any]:
     p, jobs = JOB_NODES.c, JOBS.c
     return (job_parts(None, None)
             .add_columns(p.instance_type, p.region, p.started_s, p.ended_s, jobs.created_s,
-                         jobs.name, jobs.agent_labels)
+                         jobs.name, jobs.agent_labels, jobs.kind)
             .join(JOBS, jobs.id == p.job_id)
             .where(*matching(where)))
 
 
 def _open_parts(where: JobFilter) -> Any:
     """The matching single-node parts on no summed day in ``where``'s window, as
-    :func:`_parts`' columns and ``copied``: 1 for the parts whose copy
-    (:mod:`joulestat.store.open_parts`) holds, read from it, their totals too; 0 for the
-    others (changed since their node's last pass), read from ``job_nodes`` and
-    ``jobs``, which exclude the summed parts by the part's end: a single-node job's own
-    (rows.py derives a job's end from its parts'), which lets PostgreSQL drop them
-    before joining ``jobs``."""
-    p, o = JOB_NODES.c, JOB_OPEN_PARTS.c
+    :func:`_parts`' columns, ``copied`` and the copy's sums (``copied_energy_j``,
+    ``copied_accelerator_j``, ``copied_dynamic_j``, ``copied_units_key``): 1 for the
+    parts whose copy (:mod:`joulestat.store.open_parts`) holds with its sums, read from
+    it, their totals too; 0 for the others (changed since their node's last pass),
+    read from ``job_nodes`` and ``jobs``, which exclude the summed parts by the part's
+    end: a single-node job's own (rows.py derives a job's end from its parts'), which
+    lets PostgreSQL drop them before joining ``jobs``."""
+    p, o, t = JOB_NODES.c, JOB_OPEN_PARTS.c, JOB_OPEN_SUMS.c
     other = JOB_NODES.alias("other_part")
     # A copied part is on no summed day: the pass copies after summing, and a part whose
     # day a later pass sums has ended since, which took its copy out of use.
     copied = (select(o.job_id, o.node, settled_until_ms().label("after_ms"), o.instance_type,
                      o.region, o.started_s, o.ended_s, o.created_s, o.name, o.agent_labels,
-                     literal(1, Integer).label("copied"))
+                     o.kind, literal(1, Integer).label("copied"),
+                     t.energy_j.label("copied_energy_j"),
+                     t.accelerator_j.label("copied_accelerator_j"),
+                     t.dynamic_j.label("copied_dynamic_j"),
+                     t.units_key.label("copied_units_key"))
               .join_from(JOB_OPEN_PARTS, NODES, NODES.c.node == o.node)
+              .join(JOB_OPEN_SUMS, and_(t.node == o.node, t.job_id == o.job_id))
               .where(*kind_and_window(where, o.kind, o.created_s, o.ended_s)))
     # Which parts are neither summed nor copied, before anything is joined to them: a
     # few (changed since their node's last pass) of 400,000 parts over a fleet's week.
+    # Copied means with its sums, which the pass makes with the copy.
     left = (select(p.job_id, p.node)
             .where(~summed_day_in(p.node, p.ended_s, where.since_s, where.until_s),
-                   ~exists().where(o.job_id == p.job_id, o.node == p.node))
+                   ~exists().where(t.job_id == p.job_id, t.node == p.node))
             .cte("uncopied").prefix_with("MATERIALIZED"))
-    others = (_parts(where).add_columns(literal(0, Integer).label("copied"))
+    others = (_parts(where).add_columns(
+        literal(0, Integer).label("copied"), _NUMBER.label("copied_energy_j"),
+        _NUMBER.label("copied_accelerator_j"), _NUMBER.label("copied_dynamic_j"),
+        _WORD.label("copied_units_key"))
               .join(left, and_(left.c.job_id == p.job_id, left.c.node == p.node))
               .where(~exists().where(other.c.job_id == p.job_id, other.c.node != p.node)))
     return union_all(copied, others)
@@ -414,14 +518,6 @@ def _counts(parts: Any, unit: str) -> Any:
     both = part_unit_rows(parts, [k.job_id, k.node], lambda u: u == unit).subquery("unit_parts")
     return (select(both.c.job_id, both.c.node, func.sum(both.c.count).label("count"))
             .group_by(both.c.job_id, both.c.node).subquery("counts"))
-
-
-def _sources(keyed: Any) -> Any:
-    """The energy rows of ``keyed``'s parts (:func:`part_energy_rows`), each carrying
-    its part's job, node and pool."""
-    k = keyed.c
-    return (part_energy_rows(keyed, [k.job_id, k.node, k.instance_type, k.counted])
-            .cte("sources").prefix_with("MATERIALIZED"))
 
 
 def _added_up(rows: Any, with_ids: bool) -> JobPools:

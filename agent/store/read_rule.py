@@ -222,22 +222,27 @@ def totals_of(parts: Any, table: Any) -> Any:
 _COPIES = {JOB_ENERGY_TOTALS.name: JOB_OPEN_ENERGY, JOB_UNIT_TOTALS.name: JOB_OPEN_UNITS}
 
 
-def _settled_halves(parts: Any, table: Any) -> list[tuple[Any, Any, list[Any]]]:
+def _settled_halves(parts: Any, table: Any, copies_where: Any = None
+                    ) -> list[tuple[Any, Any, list[Any]]]:
     """Where ``parts``' totals are read, as (FROM, the totals table, conditions): the
     totals ``table``; or, when ``parts`` has a ``copied`` column (1 where its part's
-    copy holds, :mod:`joulestat.store.open_parts`), the copy for those parts and
-    ``table`` for the others."""
+    copy holds, :mod:`joulestat.store.open_parts`), the copy for those parts (those of
+    them ``copies_where`` keeps, when given: the caller reads the others' copies added
+    up) and ``table`` for the others."""
     if "copied" not in parts.c:
         return [(totals_of(parts, table), table, [])]
     copy = _COPIES[table.name]
-    return [(totals_of(parts, copy), copy, [parts.c.copied == 1]),
+    copied = [parts.c.copied == 1] + ([] if copies_where is None else [copies_where(copy)])
+    return [(totals_of(parts, copy), copy, copied),
             (totals_of(parts, table), table, [parts.c.copied == 0])]
 
 
-def part_energy_rows(parts: Any, carry: list[Any]) -> CompoundSelect:
+def part_energy_rows(parts: Any, carry: list[Any], copies_where: Any = None
+                     ) -> CompoundSelect:
     """The energy rows of ``parts`` (:func:`job_parts`' columns): the raw rows after each
     part's totals boundary and its totals, as (``carry``..., component, source,
-    dynamic_j, idle_j), summed by whoever reads them."""
+    dynamic_j, idle_j), summed by whoever reads them. A copied part's totals are read
+    from its copy, where ``copies_where`` (if given) holds (:func:`_settled_halves`)."""
     raw = JOB_ENERGY.c
     recent, after = after_totals(parts, JOB_ENERGY)
     return union_all(
@@ -245,7 +250,8 @@ def part_energy_rows(parts: Any, carry: list[Any]) -> CompoundSelect:
         .select_from(recent).where(after),
         *(select(*carry, t.c.component, t.c.source, t.c.dynamic_j, t.c.idle_j)
           .select_from(joined).where(*conditions)
-          for joined, t, conditions in _settled_halves(parts, JOB_ENERGY_TOTALS)))
+          for joined, t, conditions in _settled_halves(parts, JOB_ENERGY_TOTALS,
+                                                       copies_where)))
 
 
 def part_unit_rows(parts: Any, carry: list[Any], wanted: Any) -> CompoundSelect:

@@ -369,6 +369,40 @@ JOB_OPEN_UNITS = Table(
                          ondelete="CASCADE"),
     **_NO_ROWID,
 )
+# What the open parts' copies add up to, made by the same pass (revision 0006), so a
+# fleet's comparison reads a copied part as one row and a node's copied parts' energy per
+# source as a few, not as every copied totals row. job_open_sums: per copied part, its
+# copied energy (all, accelerators, above idle) and the ordinary units it counted as
+# ",a,b,"; a part with no row here is read as not copied. job_open_kinds: per node and
+# job kind, how many copied parts job_open_sources adds up; job_open_sources: their
+# energy per (instance type, units counted, component, source). A reader takes a (node,
+# kind)'s sources only while it still has that many copied parts (a trigger that takes
+# a copy out of use deletes its part, and its sums with it) and none of them counted a
+# unit since that its copy did not: else that node and kind's copied totals themselves.
+JOB_OPEN_SUMS = Table(
+    "job_open_sums", METADATA,
+    _key("node", String), _job_key(),
+    _col("energy_j", Double), _col("accelerator_j", Double), _col("dynamic_j", Double),
+    _col("units_key", String),
+    ForeignKeyConstraint(["node", "job_id"], ["job_open_parts.node", "job_open_parts.job_id"],
+                         ondelete="CASCADE"),
+    **_NO_ROWID,
+)
+JOB_OPEN_KINDS = Table(
+    "job_open_kinds", METADATA,
+    _key("node", String), _key("kind", String),
+    _col("parts", Integer),
+    ForeignKeyConstraint(["node"], ["nodes.node"], ondelete="CASCADE"),
+)
+JOB_OPEN_SOURCES = Table(
+    "job_open_sources", METADATA,
+    _key("node", String), _key("kind", String), _key("instance_type", String),
+    _key("units_key", String), _key("component", String), _key("source", String),
+    _col("energy_j", Double), _col("dynamic_j", Double),
+    ForeignKeyConstraint(["node", "kind"], ["job_open_kinds.node", "job_open_kinds.kind"],
+                         ondelete="CASCADE"),
+    **_NO_ROWID,
+)
 # The agent's counters at saved_s, so a restart after ``kill -9`` can attribute the
 # gap. state is JSON text; boot_id tells whether the machine rebooted since (then the
 # counters restarted and the state must not be diffed against).

@@ -98,7 +98,8 @@ def test_every_table_is_on_the_one_metadata() -> None:
         "job_energy", "job_minute_energy", "job_units", "job_minute_units",
         "job_energy_totals", "job_unit_totals",
         "job_pool_days", "job_pool_sums", "job_pool_sources",
-        "job_open_parts", "job_open_energy", "job_open_units",
+        "job_open_parts", "job_open_energy", "job_open_units", "job_open_sums",
+        "job_open_kinds", "job_open_sources",
         "node_checkpoints"])
 
 
