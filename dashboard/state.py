@@ -48,6 +48,7 @@ from joulestat.store.engine import (
     open_readonly_engine,
     redact_url,
 )
+from joulestat.store.job_pools import units_by_kind as pooled_units_by_kind
 from joulestat.store.job_refs import JobRefError, resolve_job
 from joulestat.store.jobs import (
     JobDetail,
@@ -63,7 +64,6 @@ from joulestat.store.jobs import (
     job_detail,
     job_node_latency,
     job_totals,
-    job_units_by_kind,
     label_key_counts,
 )
 from joulestat.store.migrate import HEAD_REVISION, SchemaState, current_revision, schema_state
@@ -385,7 +385,10 @@ def choices(url: str) -> list[JobRef]:
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def units_by_kind(url: str) -> dict[str, list[str]]:
-    return job_units_by_kind(engine(url))
+    """Kind -> the units its jobs counted, most counted first: the first is the unit
+    ``joulestat compare`` picks for the kind when none is asked
+    (:func:`joulestat.store.job_pools.units_by_kind`)."""
+    return pooled_units_by_kind(engine(url))
 
 
 @dataclass(frozen=True)

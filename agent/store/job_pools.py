@@ -56,7 +56,12 @@ from joulestat.core.spread import Spread
 from joulestat.core.tick import Component
 from joulestat.store.jobs import JobFilter, job_id_select, kind_and_window, matching
 from joulestat.store.model_split import ordinary_units
-from joulestat.store.pool_days import counted_unit, summed_day_in, summed_days
+from joulestat.store.pool_days import (
+    counted_unit,
+    maybe_unsummed,
+    summed_day_in,
+    summed_days,
+)
 from joulestat.store.read_rule import (
     job_parts,
     part_energy_rows,
@@ -170,41 +175,77 @@ def _summed_in(where: JobFilter) -> Select[Any]:
 def units_counted(engine: Engine, where: JobFilter, multi_node: Sequence[str]
                   ) -> dict[str, int]:
     """Per unit, how many matching jobs (on any number of nodes) counted some of it:
-    which unit a comparison is per when none is asked. ``multi_node`` lists the
-    matching jobs on several nodes (:func:`multi_node_ids`). Where the day sums stand
-    in (:func:`sums_stand_in`), a summed day's jobs are counted from its sums, the
-    other single-node parts as :func:`job_pools` reads them (from their copies where
-    these hold), the jobs on several nodes by id; else every matching job by id."""
+    which unit a comparison is per when none is asked (:func:`units_by_kind`'s
+    counts, summed over the kinds). ``multi_node`` lists the matching jobs on several
+    nodes (:func:`multi_node_ids`)."""
+    counted: dict[str, int] = defaultdict(int)
+    for units in _units_counted_by_kind(engine, where, multi_node).values():
+        for unit, jobs in units.items():
+            counted[unit] += jobs
+    return dict(counted)
+
+
+def units_by_kind(engine: Engine) -> dict[str, list[str]]:
+    """Kind -> the units its jobs counted, most counted first, ties by name: the
+    Compare page's choices, its first the unit :func:`units_counted` makes
+    ``joulestat compare`` choose for the kind over all time. Counted as the comparison
+    reads jobs (a summed day from its sums), not from every job's unit rows (a fleet's
+    week: 445,000 rows, 1 s)."""
+    where = JobFilter()
+    found = _units_counted_by_kind(engine, where, multi_node_ids(engine, where))
+    return {kind: sorted(units, key=lambda unit: (-units[unit], unit))
+            for kind, units in sorted(found.items())}
+
+
+def _units_counted_by_kind(engine: Engine, where: JobFilter, multi_node: Sequence[str]
+                           ) -> dict[str, dict[str, int]]:
+    """Per kind and unit, how many matching jobs counted some of it. Where the day
+    sums stand in (:func:`sums_stand_in`), a summed day's jobs are counted from its
+    sums, the other single-node parts as :func:`job_pools` reads them (from their
+    copies where these hold), the jobs on several nodes by id; else every matching job
+    by id."""
     summed = sums_stand_in(where)
     if not summed:
         rows = _unit_rows(job_id_select(where))
     else:
         parts = _open_parts(where).cte("open_parts").prefix_with("MATERIALIZED")
-        rows = [*part_unit_rows(parts, [parts.c.job_id, parts.c.node], ordinary_units).selects]
+        rows = [*part_unit_rows(parts, [parts.c.job_id, parts.c.kind], ordinary_units).selects]
         if multi_node:
             rows += _unit_rows(list(multi_node))
     both = union_all(*rows).subquery("all_units")  # flat: SQLite nests no UNION
-    per_job = (select(both.c.unit).group_by(both.c.job_id, both.c.unit)
-               .having(func.sum(both.c.count) > 0).subquery("counted"))
-    counted: Any = select(per_job.c.unit, func.count().label("jobs")).group_by(per_job.c.unit)
+    b = both.c
+    per_job = (select(b.kind, b.unit).group_by(b.job_id, b.kind, b.unit)
+               .having(func.sum(b.count) > 0).subquery("counted"))
+    counted: Any = (select(per_job.c.kind, per_job.c.unit, func.count().label("jobs"))
+                    .group_by(per_job.c.kind, per_job.c.unit))
     if summed:
         days = _summed_in(where).where(JOB_POOL_SUMS.c.unit != "").subquery("summed_units")
-        every = union_all(counted, select(days.c.unit, func.sum(days.c.runs))
-                          .group_by(days.c.unit)).subquery("units_jobs")
-        counted = select(every.c.unit, func.sum(every.c.jobs)).group_by(every.c.unit)
+        every = union_all(counted, select(days.c.kind, days.c.unit, func.sum(days.c.runs))
+                          .group_by(days.c.kind, days.c.unit)).subquery("units_jobs")
+        counted = (select(every.c.kind, every.c.unit, func.sum(every.c.jobs))
+                   .group_by(every.c.kind, every.c.unit))
+    found: dict[str, dict[str, int]] = defaultdict(dict)
     with engine.connect() as connection:
         _plan_for_fleet(connection, summed)
-        return {str(unit): int(jobs) for unit, jobs in connection.execute(counted)}
+        for kind, unit, jobs in connection.execute(counted):
+            found[str(kind)][str(unit)] = int(jobs)
+    return found
 
 
 def _unit_rows(job_ids: Select[Any] | list[str]) -> list[Select[Any]]:
-    """The ordinary unit rows of ``job_ids`` as (job, node, unit, count): the raw ones
+    """The ordinary unit rows of ``job_ids`` as (job, kind, unit, count): the raw ones
     after their node's totals boundary, summed, and the totals."""
     raw, totals = JOB_UNITS.c, JOB_UNIT_TOTALS.c
-    return [recent_rows(JOB_UNITS, [raw.unit], [func.sum(raw.count).label("count")], job_ids,
-                        None).where(ordinary_units(raw.unit)),
-            totals_rows(JOB_UNIT_TOTALS, [totals.unit, totals.count.label("count")], job_ids,
-                        None).where(ordinary_units(totals.unit))]
+    halves = [recent_rows(JOB_UNITS, [raw.unit], [func.sum(raw.count).label("count")], job_ids,
+                          None).where(ordinary_units(raw.unit)),
+              totals_rows(JOB_UNIT_TOTALS, [totals.unit, totals.count.label("count")], job_ids,
+                          None).where(ordinary_units(totals.unit))]
+    out = []
+    for index, half in enumerate(halves):
+        rows = half.subquery(f"unit_rows_{index}")
+        out.append(select(rows.c.job_id, JOBS.c.kind, rows.c.unit, rows.c.count)
+                   .join_from(rows, JOBS, JOBS.c.id == rows.c.job_id))
+    return out
 
 
 # What each branch of the one statement of job_pools() is about, its first column.
@@ -463,7 +504,8 @@ def _open_parts(where: JobFilter) -> Any:
     # few (changed since their node's last pass) of 400,000 parts over a fleet's week.
     # Copied means with its sums, which the pass makes with the copy.
     left = (select(p.job_id, p.node)
-            .where(~summed_day_in(p.node, p.ended_s, where.since_s, where.until_s),
+            .where(maybe_unsummed(p.ended_s, where.since_s, where.until_s),
+                   ~summed_day_in(p.node, p.ended_s, where.since_s, where.until_s),
                    ~exists().where(t.job_id == p.job_id, t.node == p.node))
             .cte("uncopied").prefix_with("MATERIALIZED"))
     others = (_parts(where).add_columns(

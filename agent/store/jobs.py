@@ -42,7 +42,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, case, func, or_, select, union, union_all
+from sqlalchemy import ColumnElement, Select, case, func, or_, select, union_all
 from sqlalchemy.engine import Connection, Engine
 
 from joulestat.carbon.held import Held
@@ -634,26 +634,6 @@ def label_key_counts(engine: Engine, kind: str | None = None) -> dict[str, int]:
             for key in _json_map(labels):
                 counts[key] += int(jobs)
     return dict(counts)
-
-
-def job_units_by_kind(engine: Engine) -> dict[str, list[str]]:
-    """Kind -> the units its jobs counted, most used first: the Compare page's choices."""
-    # DISTINCT first, then join: five times faster than counting distinct ids per group.
-    # Every unit a job counted is in its unit totals (up to its nodes' boundaries) or in
-    # its raw unit rows (after them, and imported ones): a few rows per job, where its
-    # minutes would be one per minute.
-    raw, totals = JOB_UNITS.c, JOB_UNIT_TOTALS.c
-    pairs = union(select(raw.job_id, raw.unit).where(ordinary_units(raw.unit)),
-                  select(totals.job_id, totals.unit).where(ordinary_units(totals.unit))
-                  ).subquery()
-    query = (select(JOBS.c.kind, pairs.c.unit, func.count())
-             .select_from(pairs.join(JOBS, JOBS.c.id == pairs.c.job_id))
-             .group_by(JOBS.c.kind, pairs.c.unit))
-    found: defaultdict[str, list[tuple[int, str]]] = defaultdict(list)
-    with engine.connect() as connection:
-        for kind, unit, jobs in connection.execute(query):
-            found[kind].append((-int(jobs), unit))
-    return {kind: [unit for _n, unit in sorted(units)] for kind, units in sorted(found.items())}
 
 
 def stored_serving_trace(text: str | None) -> ServingTrace | None:

@@ -41,7 +41,19 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, delete, exists, func, insert, or_, select
+from sqlalchemy import (
+    Connection,
+    Double,
+    and_,
+    delete,
+    exists,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    union_all,
+)
 
 from joulestat.core.spread import Spread
 from joulestat.core.tick import Component
@@ -54,6 +66,7 @@ from joulestat.store.schema import (
     JOB_POOL_SOURCES,
     JOB_POOL_SUMS,
     JOBS,
+    NODES,
     day_of,
 )
 
@@ -258,6 +271,46 @@ def summed_day_in(node: Any, ended_s: Any, since_s: float | None, until_s: float
                                      or_(days.summed_until_s.is_(None),
                                          ended_s <= days.summed_until_s)),
                       since_s, until_s)
+
+
+def maybe_unsummed(ended_s: Any, since_s: float | None, until_s: float | None) -> Any:
+    """SQL: a part of ``job_nodes`` that ended at ``ended_s`` may lie on no summed day
+    of the window ``(since_s, until_s]`` (:func:`summed_day_in` says for sure): it runs,
+    or it ended at or after the earliest end that any node's summed days leave out.
+    Written on the end alone, before the exact test, so that finding a fleet's few
+    unsummed ended parts reads each part's end once instead of looking up its day
+    (0.1 s against 0.29 over a week of 1,000 nodes, 398,000 parts).
+
+    Per node, the ends its summed days leave out start at each summed stretch's end
+    (a day not followed by the next, or summed only up to its ``summed_until_s``) and,
+    before its first summed day, at its earliest ended part (one seek of
+    ``ix_job_nodes_node_ended_s`` a node); a node with no summed day leaves out all of
+    its ends. The bound is the least of these over the nodes; NULL (no ended part is
+    left out) keeps the running parts only. A part that ended at or before ``since_s``
+    overlaps no part of the window, so it is not looked for."""
+    days, parts, nodes = JOB_POOL_DAYS.c, JOB_NODES.alias("ended_part").c, NODES.c
+    day_end = func.coalesce(days.summed_until_s, days.day_s + DAY_S)
+    stretch = _in_window(select(
+        day_end.label("end_s"),
+        func.lead(days.day_s).over(partition_by=days.node, order_by=days.day_s).label("next_s"),
+    ), since_s, until_s).subquery("summed_stretches")
+    firsts = _in_window(select(days.node, func.min(days.day_s).label("first_s"))
+                        .group_by(days.node), since_s, until_s).subquery("first_summed")
+    first_s = func.coalesce(firsts.c.first_s, literal(1e18, Double))
+    earliest = (select(func.min(parts.ended_s))
+                .where(parts.node == nodes.node, parts.ended_s.is_not(None),
+                       parts.ended_s < first_s,
+                       *([] if since_s is None else [parts.ended_s > since_s]))
+                .scalar_subquery())
+    starts = union_all(
+        select(stretch.c.end_s.label("start_s")).where(or_(stretch.c.next_s.is_(None),
+                                                           stretch.c.next_s > stretch.c.end_s)),
+        select(earliest.label("start_s"))
+        .select_from(NODES.outerjoin(firsts, firsts.c.node == nodes.node)),
+    ).subquery("unsummed_starts")
+    bound = select(func.min(starts.c.start_s)).scalar_subquery()
+    after = [ended_s >= bound] if since_s is None else [ended_s >= bound, ended_s > since_s]
+    return or_(ended_s.is_(None), and_(*after))
 
 
 def summed_days(since_s: float | None, until_s: float | None) -> Any:

@@ -28,13 +28,13 @@ from joulestat.dashboard import analysis, costing, downloads
 from joulestat.demo import sample_store as sample
 from joulestat.reports.series import work_so_far
 from joulestat.store.engine import make_engine, open_readonly_engine
+from joulestat.store.job_pools import units_by_kind
 from joulestat.store.jobs import (
     JobFilter,
     count_matching,
     job_choices,
     job_detail,
     job_totals,
-    job_units_by_kind,
     label_key_counts,
     list_jobs,
 )
@@ -217,7 +217,7 @@ def test_power_is_energy_over_covered_time_summed_over_devices(store: Store):
     assert {round(p.power_w, 9) for p in node if p.component == "accelerator"} == {150.0}
     # Its shares older than the job totals' boundary are minute rollups (migration 0009).
     assert job_min_bucket_s(engine, "steady") == pytest.approx(60.0)
-    assert job_units_by_kind(engine) == {"inference": ["request"]}
+    assert units_by_kind(engine) == {"inference": ["request"]}
     assert [c.id for c in job_choices(engine)] == ["steady"]
     engine.dispose()
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy.engine import Engine
 
-from joulestat.store.jobs import job_detail, job_units_by_kind, list_jobs
+from joulestat.store.job_pools import units_by_kind
+from joulestat.store.jobs import job_detail, list_jobs
 from joulestat.store.model_split import model_splits, split_energy, split_rows
 from joulestat.store.series import job_unit_rows
 from tests.helpers.model_split_store import (
@@ -33,7 +34,7 @@ def test_per_model_keys_are_not_listed_as_units(engine):
     [job] = list_jobs(engine)
     assert job.units == {"inference": 40.0}
     assert job_detail(engine, "svc").units == {"inference": 40.0}
-    assert job_units_by_kind(engine) == {"training": ["inference"]}
+    assert units_by_kind(engine) == {"training": ["inference"]}
     assert {unit for _n, _t, unit, _c in job_unit_rows(engine, "svc")} == {"inference"}
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from sqlalchemy import func, select, text, update
+from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.engine import Engine
 
 from joulestat.carbon.pricing import Pricer
@@ -23,7 +23,8 @@ from joulestat.reports.compare.setups import compare_setups
 from joulestat.store import migrate
 from joulestat.store.job_delete import delete_jobs
 from joulestat.store.jobs import JobFilter, job_totals
-from joulestat.store.schema import DAY_S, JOB_POOL_DAYS, JOB_POOL_SUMS, NODES
+from joulestat.store.pool_days import maybe_unsummed, summed_day_in
+from joulestat.store.schema import DAY_S, JOB_NODES, JOB_POOL_DAYS, JOB_POOL_SUMS, NODES
 from tests.helpers.compare_store import (
     SETTINGS,
     T0,
@@ -152,6 +153,64 @@ def test_a_change_to_a_summed_jobs_day_takes_it_out_of_use(store: Store) -> None
         runs = connection.execute(select(func.sum(JOB_POOL_SUMS.c.runs))
                                   .where(JOB_POOL_SUMS.c.unit == "")).scalar_one()
     assert runs == RUNS - 2  # j-010 deleted, j-030 on two nodes
+
+
+def _unsummed(engine: Engine, since_s: float | None, until_s: float | None
+              ) -> tuple[set[str], set[str]]:
+    """The jobs whose part lies on no summed day of the window (exact), and those whose
+    end alone may lie on none (``maybe_unsummed``, what the comparison looks at first)."""
+    p = JOB_NODES.c
+    with engine.connect() as connection:
+        exact = set(connection.execute(select(p.job_id).where(
+            ~summed_day_in(p.node, p.ended_s, since_s, until_s))).scalars())
+        maybe = set(connection.execute(select(p.job_id).where(
+            maybe_unsummed(p.ended_s, since_s, until_s))).scalars())
+    return exact, maybe
+
+
+def test_the_parts_on_no_summed_day_are_found_by_their_end(store: Store) -> None:
+    engine = runs_store(store.url, RUNS)
+    _sum_every_day(engine)
+    day = T0 // DAY_S * DAY_S
+    windows = ((None, None), (day - 1, None), (day, None), (T0 + 4_000, None),
+               (day + DAY_S - 1, LATER), (None, day + 2 * DAY_S), (day - DAY_S, day + DAY_S + 1))
+
+    def assert_found(fewer: bool) -> None:
+        for since_s, until_s in windows:
+            exact, maybe = _unsummed(engine, since_s, until_s)
+            # Every part on no summed day that may overlap the window is looked at...
+            ended = {f"j-{i:03d}" for i in range(RUNS) if since_s is None
+                     or T0 + i * 3600 + 900 > since_s}
+            assert exact & ended <= maybe, (since_s, until_s)
+        # ...and over all time, with the days summed in a row, no summed one.
+        exact, maybe = _unsummed(engine, None, None)
+        assert (maybe == exact) if fewer else (exact <= maybe)
+
+    assert _unsummed(engine, None, None) == (set(), set())  # every run ended and summed
+    assert_found(fewer=True)
+    # A day taken out between two summed ones, then a node's first day: their parts.
+    days = sorted({d for _n, d in _summed(engine)})
+    with engine.begin() as connection:
+        connection.execute(delete(JOB_POOL_DAYS).where(JOB_POOL_DAYS.c.node == "g5-1",
+                                                       JOB_POOL_DAYS.c.day_s == days[1]))
+    exact, maybe = _unsummed(engine, None, None)
+    first_day = {f"j-{i:03d}" for i in range(RUNS) if T0 + i * 3600 + 900 < days[1]}
+    assert exact and not maybe & first_day  # the stretch before the gap is not looked at
+    assert_found(fewer=False)
+    with engine.begin() as connection:
+        connection.execute(delete(JOB_POOL_DAYS).where(JOB_POOL_DAYS.c.node == "g5-0",
+                                                       JOB_POOL_DAYS.c.day_s == days[0]))
+    assert_found(fewer=False)
+    # A node with an ended part and no summed day at all, and a running part.
+    run_job(engine, node("g5-9", "g5.xlarge"), job("j-new", "bert-g5", "inference", T0, 900),
+            ticks=1, gpu_j=5_000.0)
+    run_job(engine, node("g5-0", "g5.xlarge"),
+            replace(job("j-run", "bert-g5", "inference", LATER, 900), ended_s=None),
+            ticks=1, gpu_j=5_000.0)
+    exact, maybe = _unsummed(engine, None, None)
+    assert {"j-new", "j-run"} <= exact
+    assert_found(fewer=False)
+    assert_all_windows(engine, LATER)
 
 
 def _days(engine: Engine) -> dict[tuple[str, int], tuple[int, float | None]]:
