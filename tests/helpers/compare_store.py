@@ -28,7 +28,7 @@ from joulestat.reports.compare.setups import compare_setups
 from joulestat.reports.compare.table import compare
 from joulestat.store import migrate
 from joulestat.store.engine import dialect_insert, make_engine
-from joulestat.store.job_pools import multi_node_ids, units_counted
+from joulestat.store.job_pools import multi_node_ids, units_by_kind, units_counted
 from joulestat.store.jobs import JobFilter, job_totals
 from joulestat.store.maintenance import advance_totals, maintain_node
 from joulestat.store.schema import NODES
@@ -167,6 +167,12 @@ def assert_pooled_is_per_job(engine: Engine, kind: str | None, unit: str | None 
             counted[name] = counted.get(name, 0) + (count > 0)
     assert units_counted(engine, where, multi_node_ids(engine, where)) == {
         name: jobs for name, jobs in counted.items() if jobs}
+    if kind is not None and (since_s, until_s) == (None, None):
+        # The Compare page's units of the kind, most counted first (its default the unit
+        # `joulestat compare` picks), ties by name.
+        assert units_by_kind(engine).get(kind, []) == sorted(
+            (name for name, jobs in counted.items() if jobs),
+            key=lambda name: (-counted[name], name))
     found = compare_setups(engine, where, Pricer(settings), now_s, unit=unit,
                            with_ids=with_ids, **options)
     assert found is not None
