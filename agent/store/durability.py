@@ -441,10 +441,13 @@ class Holder:
     until_s: float | None
 
     def describe(self) -> str:
+        """The writer in words, for a log line. A writer that stopped cleanly gave its
+        lease up (``until_s`` None) and is still named, as the node's last writer."""
         boot, _, pid = self.writer.writer_id.rpartition(":")
         api = f", job API at {self.writer.api_url}" if self.writer.api_url else ""
-        return (f"{self.writer.mode} pid {pid} on host {self.writer.host} "
-                f"(lease until {self.until_s:.0f}{api})")
+        lease = ("lease given up" if self.until_s is None
+                 else f"lease until {self.until_s:.0f}")
+        return f"{self.writer.mode} pid {pid} on host {self.writer.host} ({lease}{api})"
 
 
 def current_holder(connection: Connection, node: str) -> Holder | None:

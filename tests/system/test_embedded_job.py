@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, insert, select, update
 
 from joulestat.api.agent_client import AgentClient, AgentError
 from joulestat.runtime.embedded import EmbeddedJob
 from joulestat.store.durability import load_checkpoint
 from joulestat.store.jobs import job_detail
-from joulestat.store.schema import TICK_ENERGY
+from joulestat.store.schema import NODE_CHECKPOINTS, NODES, TICK_ENERGY
 from tests.helpers.embedded_node import PID, EmbeddedNode, embedded_node
 
 
@@ -81,3 +81,26 @@ def test_the_loop_flushes_the_store_while_the_job_runs(node: Any) -> None:
     finally:
         summary = job.end()
     assert summary["final"] is True
+
+
+def test_runs_one_after_another_where_an_agent_left_its_checkpoint(node: Any) -> None:
+    proc, settings, engine = node
+    # A first run, which gives the node's lease up when it ends; then a checkpoint, as
+    # an agent that ran on this node and stopped leaves one. A second run, another
+    # process, takes the node over from the first and used to fail naming it (a lease
+    # given up has no end to print).
+    for job_id in ("first", "second"):
+        job = EmbeddedJob("bert", "training", {}, {PID}, job_id=job_id,
+                          settings=settings(interval=60.0)).start()
+        summary = job.end()
+        assert summary["status"] == "ended" and summary["final"] is True
+        if job_id == "first":
+            with engine().begin() as connection:
+                assert connection.execute(select(NODES.c.writer_mode, NODES.c.lease_until_s)
+                                          ).one() == ("embedded", None)
+                connection.execute(update(NODES).values(  # the first run's own process
+                    writer_id=NODES.c.writer_id + "0"))
+                connection.execute(insert(NODE_CHECKPOINTS).values(
+                    node="n1", saved_s=time.time(), boot_id="another-boot", state="{}"))
+    store = engine()
+    assert [job_detail(store, j).status for j in ("first", "second")] == ["ended", "ended"]
