@@ -39,7 +39,6 @@ and to the quiet node (0 and 10) at faster rates. The default window (10 s warm-
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -58,6 +57,7 @@ from benchmarks.sidecars import (  # noqa: E402  (after the path insert)
     JOULESTAT,
     CpuMeter,
     agent_env,
+    api,
     cpu_meter,
     free_port,
     migrate_store,
@@ -65,6 +65,7 @@ from benchmarks.sidecars import (  # noqa: E402  (after the path insert)
     start_agent,
     start_codecarbon,
     stop,
+    wait_for_agent,
 )
 
 SLEEP_S = "1000000"
@@ -132,14 +133,6 @@ def kill_job_children(shell_pids: list[int]) -> None:
             pass
 
 
-def api(url: str, path: str, body: dict | None = None) -> dict:
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url + path, data=data, method="POST" if data else "GET",
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=10) as response:
-        return json.loads(response.read())
-
-
 def thread_cpu_s(pid: int) -> dict[str, float]:
     """CPU seconds of ``pid``'s tick loop (its main thread) and of its other threads (the
     store's, the HTTP ports'), from ``/proc/<pid>/task/<tid>/schedstat`` (nanoseconds on
@@ -153,20 +146,6 @@ def thread_cpu_s(pid: int) -> dict[str, float]:
             continue
         found["tick loop" if task.name == str(pid) else "other threads"] += on_cpu_ns / 1e9
     return found
-
-
-def wait_for_agent(api_url: str, agent: subprocess.Popen, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if agent.poll() is not None:
-            raise SystemExit(f"agent exited with {agent.returncode}: {agent.stderr.read()}")
-        try:
-            api(api_url, "/v1/health")
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise SystemExit("the agent's API never answered") from None
-            time.sleep(0.2)
 
 
 def scrape(metrics_url: str) -> dict[str, float]:

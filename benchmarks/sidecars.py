@@ -14,12 +14,14 @@ code before a change with the same instrument as after it.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
 import sys
 import textwrap
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -210,3 +212,25 @@ def stop(procs: list[subprocess.Popen], timeout_s: float = 30) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def api(url: str, path: str, body: dict | None = None) -> dict:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url + path, data=data, method="POST" if data else "GET",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def wait_for_agent(api_url: str, agent: subprocess.Popen, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if agent.poll() is not None:
+            raise SystemExit(f"agent exited with {agent.returncode}: {agent.stderr.read()}")
+        try:
+            api(api_url, "/v1/health")
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise SystemExit("the agent's API never answered") from None
+            time.sleep(0.2)
