@@ -28,7 +28,7 @@ from joulestat.core.records import JobRecord, Share
 from joulestat.core.tick import Tick
 from joulestat.host.cgroup_jobs import JobWant
 from joulestat.host.cgroups import own_cgroup_path
-from joulestat.host.kube import PodNames
+from joulestat.host.pod_names import PodNames
 from joulestat.host.procfs import CpuTimes
 from joulestat.host.usage import DeviceProcesses, HostUsage, UsageSnapshot
 

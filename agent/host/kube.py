@@ -48,12 +48,12 @@ import ssl
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote, urlsplit
 
 from joulestat.core.validation import LABEL_KEY_RE, MAX_LABELS
+from joulestat.host.pod_names import MODES, PodNames
 
 log = logging.getLogger(__name__)
 
@@ -223,18 +223,6 @@ def _url_host(host: str) -> str:
 # -- Kubernetes pods by UID: their namespace, name and labels, from a pod list ---------
 
 
-class PodNames(StrEnum):
-    """Where discovered pods' names come from (``--kube-pods``): the API server's pod
-    list, the kubelet's, ``auto`` (the API server when running in a pod), or ``off``
-    (``pod-<uid8>``)."""
-
-    AUTO = "auto"
-    APISERVER = "apiserver"
-    KUBELET = "kubelet"
-    OFF = "off"
-
-
-MODES = tuple(mode.value for mode in PodNames)
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 _LABEL_PREFIX = "label_"
 _NOT_A_KEY_CHAR = re.compile(r"[^A-Za-z0-9_]")

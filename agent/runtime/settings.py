@@ -51,7 +51,7 @@ from joulestat.core.setting_parsers import (
     parse_size_bytes,
     parse_text,
 )
-from joulestat.host.kube import PodNames
+from joulestat.host.pod_names import PodNames
 
 log = logging.getLogger(__name__)
 
