@@ -529,11 +529,6 @@ class _Handler(GatedHandler):
             # false: it could not be, and `joulestat run` sends the end again should
             # it see the job running after a restart.
             answer["durable"] = self._persist(registry.get(job_id))
-        if self.server.final_tick is not None:
-            try:
-                self.server.final_tick()
-            except Exception:  # the end stands; the next scheduled tick stores it
-                log.exception("job API: the tick after job %s's end failed", job_id)
         return 200, answer
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
@@ -584,7 +579,7 @@ class _Server:
         self.job_token, self.peers = api.job_token, api.peers
         self.agent_pid = api.agent_pid
         self.store_state = api.store_state
-        self.figures, self.final_tick = api.figures, api.final_tick
+        self.figures = api.figures
         self.serving_rule = api.serving_rule
 
 
@@ -627,7 +622,6 @@ class ApiServer:
         store_state: Callable[[], str] | None = None,
         figures: FiguresFromStore | None = None,
         serving_rule: ServingAddressRule | None = None,
-        final_tick: Callable[[], object] | None = None,
     ) -> None:
         self.registry, self.host, self.requested_port = registry, host, port
         # Where a registration's serving_metrics URL may point (the agent fetches it):
@@ -657,10 +651,6 @@ class ApiServer:
         # GET /v1/jobs/{id}/figures and /report: a job's figures from the store, as
         # `joulestat report` gives them (None: this API answers 501).
         self.figures = figures
-        # Takes a tick now, after a job's end (None: the next scheduled tick does): the
-        # ended job's last tick is attributed and stored at once, so `joulestat run`,
-        # which waits for it, is not held up to an interval after its command exited.
-        self.final_tick = final_tick
         self.max_in_flight, self.request_timeout_s = max_in_flight, request_timeout_s
         self.max_connections = max_connections
         self._gate: HttpGate | None = None

@@ -282,8 +282,7 @@ def run_agent(settings: AgentSettings) -> int:
                             store_state=lambda: _store_state(writer, built.late_jobs),
                             figures=FiguresFromStore(writer.engine, writer.flush,
                                                      ticks=ticks),
-                            serving_rule=serving_rule,
-                            final_tick=lambda: ticks.since(time.monotonic()))
+                            serving_rule=serving_rule)
             try:
                 api.start()
             except ValueError as exc:
