@@ -279,7 +279,7 @@ def maybe_unsummed(ended_s: Any, since_s: float | None, until_s: float | None) -
     or it ended at or after the earliest end that any node's summed days leave out.
     Written on the end alone, before the exact test, so that finding a fleet's few
     unsummed ended parts reads each part's end once instead of looking up its day
-    (0.1 s against 0.29 over a week of 1,000 nodes, 398,000 parts).
+    (95 ms against 150 over a week of 1,000 nodes, 398,000 parts, timed in psql).
 
     Per node, the ends its summed days leave out start at each summed stretch's end
     (a day not followed by the next, or summed only up to its ``summed_until_s``) and,
