@@ -361,7 +361,24 @@ class _Handler(GatedHandler):
         return 200, {"jobs": [_answer(job) for job in jobs]}
 
     def _get(self, job_id: str) -> tuple[int, Any]:
-        return 200, _answer(self.server.registry.get(job_id))
+        try:
+            return 200, _answer(self.server.registry.get(job_id))
+        except JobNotFound:
+            return 200, _answer(self._ended_in_store(job_id))
+
+    def _ended_in_store(self, job_id: str) -> Job:
+        """A job this registry does not hold that ended on this node and is stored, so
+        final (JobNotFound: none such, or no store to ask). A restarted agent puts back
+        only the jobs it must go on measuring: one whose end and last tick were stored
+        before the crash is answered from the store, not as unknown (a client waiting
+        for it to be final would give up on a 404)."""
+        found = self.server.ended_job
+        if found is None or self._store_waiting():
+            raise JobNotFound(f"no job with id {job_id!r}")
+        job = found(job_id)
+        if job is None:
+            raise JobNotFound(f"no job with id {job_id!r}")
+        return job
 
     def _figures(self, job_id: str) -> tuple[int, Any]:
         return 200, self._from_store(job_id, lambda figures: figures.figures(job_id))
@@ -518,6 +535,12 @@ class _Handler(GatedHandler):
     def _end(self, job_id: str) -> tuple[int, Any]:
         data = self._read_object(END_FIELDS, required=False)
         registry, at_s = self.server.registry, None
+        if not _known(registry, job_id):
+            # Ended and stored before a restart: ending it again changes nothing (as for
+            # an ended job the registry holds), and its end is on disk.
+            stored = self._ended_in_store(job_id)
+            self._owned(stored, "end")
+            return 200, {**_answer(stored), "durable": True}
         self._owned(registry.get(job_id), "end")
         if data.get("ended_at") is not None:
             at_s = validate_end_time(data["ended_at"], registry.get(job_id).started_s,
@@ -529,6 +552,11 @@ class _Handler(GatedHandler):
             # false: it could not be, and `joulestat run` sends the end again should
             # it see the job running after a restart.
             answer["durable"] = self._persist(registry.get(job_id))
+        if self.server.final_tick is not None:
+            try:
+                self.server.final_tick()
+            except Exception:  # the end stands; the next scheduled tick stores it
+                log.exception("job API: the tick after job %s's end failed", job_id)
         return 200, answer
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
@@ -579,7 +607,8 @@ class _Server:
         self.job_token, self.peers = api.job_token, api.peers
         self.agent_pid = api.agent_pid
         self.store_state = api.store_state
-        self.figures = api.figures
+        self.figures, self.ended_job = api.figures, api.ended_job
+        self.final_tick = api.final_tick
         self.serving_rule = api.serving_rule
 
 
@@ -622,6 +651,8 @@ class ApiServer:
         store_state: Callable[[], str] | None = None,
         figures: FiguresFromStore | None = None,
         serving_rule: ServingAddressRule | None = None,
+        ended_job: Callable[[str], Job | None] | None = None,
+        final_tick: Callable[[], object] | None = None,
     ) -> None:
         self.registry, self.host, self.requested_port = registry, host, port
         # Where a registration's serving_metrics URL may point (the agent fetches it):
@@ -651,6 +682,16 @@ class ApiServer:
         # GET /v1/jobs/{id}/figures and /report: a job's figures from the store, as
         # `joulestat report` gives them (None: this API answers 501).
         self.figures = figures
+        # A job that ended on this node, read from the store (None: not there, or the
+        # store cannot say), for the ids the registry does not hold: see
+        # _Handler._ended_in_store.
+        self.ended_job = ended_job
+        # Takes a tick now, after a job's end (None: the next scheduled tick does): the
+        # ended job's last tick is attributed and stored at once, so `joulestat run`,
+        # which waits for it, is not held up to an interval after its command exited.
+        # Safe against a crash right after it because a restarted agent answers for a
+        # job ended before its checkpoint from the store (ended_job).
+        self.final_tick = final_tick
         self.max_in_flight, self.request_timeout_s = max_in_flight, request_timeout_s
         self.max_connections = max_connections
         self._gate: HttpGate | None = None

@@ -21,10 +21,11 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from joulestat.attribution.registry import JobRegistry
+from joulestat.attribution.registry import Job, JobRegistry
 from joulestat.core.errors import ConfigError
 from joulestat.host.serving_address import ServingAddressRule
 from joulestat.host.usage import HostSettings
@@ -282,7 +283,9 @@ def run_agent(settings: AgentSettings) -> int:
                             store_state=lambda: _store_state(writer, built.late_jobs),
                             figures=FiguresFromStore(writer.engine, writer.flush,
                                                      ticks=ticks),
-                            serving_rule=serving_rule)
+                            serving_rule=serving_rule,
+                            final_tick=lambda: ticks.since(time.monotonic()),
+                            ended_job=_ended_job(writer.engine, pipeline.node.node))
             try:
                 api.start()
             except ValueError as exc:
@@ -316,6 +319,27 @@ def run_agent(settings: AgentSettings) -> int:
         raise ConfigError(writer.fatal)
     log.info("stopped cleanly")
     return 0
+
+
+def _ended_job(engine: Any, node: str) -> Callable[[str], Job | None]:
+    """For the job API: a job that ended on this node, as stored, so final (None: not
+    there, or the store cannot be read now, which the API answers as unknown)."""
+    from joulestat.store.durability import load_ended_job
+    from joulestat.store.engine import StoreError
+
+    def ended_job(job_id: str) -> Job | None:
+        try:
+            stored = load_ended_job(engine, node, job_id)
+        except StoreError as exc:
+            log.debug("job API: job %s not read from the store: %s", job_id, exc)
+            return None
+        if stored is None:
+            return None
+        job = Job.from_stored(stored)
+        job.final = True  # ended and stored: its figures will not change
+        return job
+
+    return ended_job
 
 
 def _store_state(writer: Any, late_jobs: Any) -> str:

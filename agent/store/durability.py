@@ -575,31 +575,50 @@ def load_unsettled_jobs(engine: Engine, node: str) -> list[StoredJob]:
     not read back. Raises
     :class:`~joulestat.store.engine.StoreError` when the store cannot be read.
     """
-    jobs, parts = JOBS.c, JOB_NODES.c
+    parts = JOB_NODES.c
     # Running, or ended after the node's last checkpoint: an end the API acknowledged
     # (saved before its answer) whose last ticks a crash kept from the store. Restored
     # ended, such a job takes its share of the ticks up to its end and is then final,
     # as it would have been without the crash (issue 47).
     last_saved = (select(NODE_CHECKPOINTS.c.saved_s)
                   .where(NODE_CHECKPOINTS.c.node == node).scalar_subquery())
-    unsettled = and_(parts.node == node,
-                     or_(parts.ended_s.is_(None), parts.ended_s > last_saved))
+    return _load_parts(engine, node, or_(parts.ended_s.is_(None), parts.ended_s > last_saved),
+                       "the running jobs")
+
+
+def load_ended_job(engine: Engine, node: str, job_id: str) -> StoredJob | None:
+    """Job ``job_id`` as ``node`` stored it, if it ended there (else None): its figures
+    are final. For the job API of a restarted agent, which puts back only the jobs a
+    restart must go on measuring (:func:`load_unsettled_jobs`): a client that asks after
+    a job whose end and last tick were stored before the crash gets it from here, not a
+    404. Raises :class:`~joulestat.store.engine.StoreError` when the store cannot be read."""
+    parts = JOB_NODES.c
+    found = _load_parts(engine, node, and_(parts.job_id == job_id, parts.ended_s.is_not(None)),
+                        f"job {job_id!r}")
+    return found[0] if found else None
+
+
+def _load_parts(engine: Engine, node: str, which: Any, what: str) -> list[StoredJob]:
+    """``node``'s parts of the jobs ``which`` selects, with the energy and units it
+    recorded for them, oldest start first."""
+    jobs, parts = JOBS.c, JOB_NODES.c
+    chosen = and_(parts.node == node, which)
     query = (
         select(jobs.id, jobs.name, jobs.kind, jobs.labels, jobs.origin, parts.pids,
                parts.started_s, parts.instance_type, jobs.agent_labels, parts.ended_s,
                parts.serving_trace)
         .select_from(JOBS.join(JOB_NODES, parts.job_id == jobs.id))
-        .where(unsettled)
+        .where(chosen)
         .order_by(parts.started_s, jobs.id)
     )
-    job_ids = select(parts.job_id).where(unsettled)
+    job_ids = select(parts.job_id).where(chosen)
     try:
         with engine.connect() as connection:
             rows = connection.execute(query).all()
             energy = part_energy(connection, job_ids, node)
             units = part_units(connection, job_ids, node)
     except SQLAlchemyError as exc:
-        raise StoreError(f"{redact_url(engine.url)}: cannot load the running jobs of node "
+        raise StoreError(f"{redact_url(engine.url)}: cannot load {what} of node "
                          f"{node!r}: {describe_error(exc)}") from exc
     result = []
     for (job_id, name, kind, labels, origin, pids, started_s, instance_type, agent_labels,

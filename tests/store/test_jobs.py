@@ -17,7 +17,12 @@ from sqlalchemy.engine import Engine
 
 from joulestat.attribution.registry import Job, JobRegistry
 from joulestat.core.records import Share
-from joulestat.store.durability import Checkpoint, load_checkpoint, load_unsettled_jobs
+from joulestat.store.durability import (
+    Checkpoint,
+    load_checkpoint,
+    load_ended_job,
+    load_unsettled_jobs,
+)
 from joulestat.store.engine import dialect_insert, make_engine
 from joulestat.store.jobs import UnknownJobError, job_detail, list_jobs
 from joulestat.store.maintenance import SETTLE_MS
@@ -339,12 +344,25 @@ def test_running_jobs_survive_a_restart(engine: Engine) -> None:
     registry.restore(Job.from_stored(job))
     assert registry.get("keep").energy_j == pytest.approx(job_total(totals, "keep"))
     assert load_unsettled_jobs(engine, "no-such-node") == []
+    # A job that ended is not put back, but the job API answers for it from the store:
+    # only one that ended on this node, with the figures it recorded.
+    done = load_ended_job(engine, TRAINER.node, "done")
+    assert done is not None and done.record.ended_s == T0 + 20
+    assert done.energy_j == pytest.approx(job_total(totals, "done"), rel=1e-12)
+    assert done.units == {"images": 640.0}
+    assert load_ended_job(engine, TRAINER.node, "keep") is None  # running
+    assert load_ended_job(engine, TRAINER.node, "elsewhere") is None  # another node's
+    assert load_ended_job(engine, LOADER.node, "done") is None
+    assert load_ended_job(engine, TRAINER.node, "no-such-job") is None
 
     # After pruning the cumulative figures are the same.
     writer.maintain(T0 + 20 + RETENTION_S + 60)
     [reloaded] = load_unsettled_jobs(engine, TRAINER.node)
     assert reloaded.energy_j == pytest.approx(job.energy_j, rel=1e-12)
     assert reloaded.units == job.units
+    reloaded_done = load_ended_job(engine, TRAINER.node, "done")
+    assert reloaded_done is not None
+    assert reloaded_done.energy_j == pytest.approx(done.energy_j, rel=1e-12)
 
 
 def test_checkpoint_round_trip(engine: Engine) -> None:

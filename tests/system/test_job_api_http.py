@@ -133,3 +133,32 @@ def test_a_job_not_known_while_the_store_has_not_answered_is_503_not_404(
         state[0] = "up"  # the store answered and the jobs of before are back
         assert call(port, "GET", "/v1/health")[2]["store"] == "up"
         assert call(port, "GET", f"/v1/jobs/{unknown}")[0] == 404
+
+
+def test_a_jobs_end_takes_its_final_tick_at_once(registry: JobRegistry,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    # The agent passes its pipeline's tick (SharedTick.since): `joulestat run` waits for
+    # the ended job's last tick to be stored, which would otherwise wait up to an interval.
+    seen: list[tuple[str, str]] = []
+    failing = False
+
+    def final_tick() -> None:
+        if failing:
+            raise RuntimeError("sensor gone")
+        seen.extend((job.id, job.status) for job in registry.jobs())
+
+    with ApiServer(registry, "127.0.0.1", 0, final_tick=final_tick) as api:
+        first, second = register(api.port), register(api.port)
+        # Refused (not its registrant): no end, no tick.
+        status, _, _ = call(api.port, "POST", f"/v1/jobs/{first['id']}/end", {},
+                            as_owner=False)
+        assert status == 403 and seen == []
+        assert call(api.port, "POST", f"/v1/jobs/{first['id']}/end", {})[0] == 200
+        assert seen == [(first["id"], "ended"), (second["id"], "running")]  # after the end
+        # A tick that fails leaves the end acknowledged (the next scheduled tick stores it).
+        failing = True
+        with caplog.at_level(logging.ERROR, logger="joulestat.api.server"):
+            status, _, answer = call(api.port, "POST", f"/v1/jobs/{second['id']}/end", {})
+        assert status == 200 and answer["status"] == "ended"
+        assert registry.get(second["id"]).status == "ended"
+        assert any("sensor gone" in (r.exc_text or "") for r in caplog.records)
