@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import signal
 import sqlite3
+import subprocess
 import time
-from contextlib import closing
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 import pytest
@@ -119,30 +121,45 @@ def test_a_run_job_started_just_before_a_kill_9_is_found_again(tmp_path: Path) -
                       agent.log_path)
 
 
-def test_an_end_answered_just_before_a_kill_9_holds(tmp_path: Path) -> None:
+@contextmanager
+def _node_with_a_sleeper(tmp_path: Path) -> Iterator[subprocess.Popen]:
+    """Fake RAPL at POWER_W under ``tmp_path``, and an idle process to be a job."""
     fake = FakePowercap(in_memory(tmp_path / "sys"))
     fake.add_zone("intel-rapl:0", "package-0")
-    with idle_process() as sleeper:
-        with fake.drive("intel-rapl:0", power_w=POWER_W, hz=500):
-            with agent_at_head(tmp_path, *_args(tmp_path), env=SLOW_FLUSH) as agent:
-                api_port = agent.api_port
-                _settled(agent)
-                job = register(api_port, name="ends-then-crash", pids=[sleeper.pid])
-                wait_for(lambda: agent.value("joulestat_agent_ticks_total") >= 25,
-                         timeout_s=60)
-                status, _, ended = call(api_port, "POST", f"/v1/jobs/{job['id']}/end", {})
-                _kill_9(agent)  # milliseconds after the 200
-                assert status == 200 and ended["durable"] is True, ended
-            with agent_at_head(tmp_path, *_args(tmp_path), env=SLOW_FLUSH,
-                               api_port=api_port) as agent:
-                path = f"/v1/jobs/{job['id']}"
-                final = wait_for(lambda: (lambda j: j if j.get("final") else None)(
-                    call(api_port, "GET", path)[2]), timeout_s=60, every_s=0.1)
-                assert final["status"] == "ended", final
-                assert final["ended_at"] == ended["ended_at"], (final, ended)
-                running_s = time.time()
-                wait_for(lambda: agent.value("joulestat_agent_ticks_total") >= 8, timeout_s=60)
-                assert agent.stop() == 0
+    with idle_process() as sleeper, fake.drive("intel-rapl:0", power_w=POWER_W, hz=500):
+        yield sleeper
+
+
+def _a_settled_job(agent, name: str, pid: int) -> dict:
+    """``pid`` registered as job ``name`` once the agent has settled, 25 ticks on."""
+    _settled(agent)
+    job = register(agent.api_port, name=name, pids=[pid])
+    wait_for(lambda: agent.value("joulestat_agent_ticks_total") >= 25, timeout_s=60)
+    return job
+
+
+def _final(api_port: int, path: str) -> dict:
+    """The job at ``path`` once the API says it is final."""
+    return wait_for(lambda: (lambda j: j if j.get("final") else None)(
+        call(api_port, "GET", path)[2]), timeout_s=60, every_s=0.05)
+
+
+def test_an_end_answered_just_before_a_kill_9_holds(tmp_path: Path) -> None:
+    with _node_with_a_sleeper(tmp_path) as sleeper:
+        with agent_at_head(tmp_path, *_args(tmp_path), env=SLOW_FLUSH) as agent:
+            api_port = agent.api_port
+            job = _a_settled_job(agent, "ends-then-crash", sleeper.pid)
+            status, _, ended = call(api_port, "POST", f"/v1/jobs/{job['id']}/end", {})
+            _kill_9(agent)  # milliseconds after the 200
+            assert status == 200 and ended["durable"] is True, ended
+        with agent_at_head(tmp_path, *_args(tmp_path), env=SLOW_FLUSH,
+                           api_port=api_port) as agent:
+            final = _final(api_port, f"/v1/jobs/{job['id']}")
+            assert final["status"] == "ended", final
+            assert final["ended_at"] == ended["ended_at"], (final, ended)
+            running_s = time.time()
+            wait_for(lambda: agent.value("joulestat_agent_ticks_total") >= 8, timeout_s=60)
+            assert agent.stop() == 0
     stored = jobs_in_store(agent_env(JOULESTAT_DB=agent.db_url))["ends-then-crash"]
     assert stored["status"] == "ended" and stored["ended_s"] < running_s
     _charged_its_life(stored, agent.log_path)  # to its end and not past it
@@ -162,42 +179,35 @@ def test_a_job_ended_and_stored_before_a_kill_9_is_answered_from_the_store(
     for the job from the store all the same: ended, final, the figures it had. Before,
     a 404, and `joulestat run`, waiting for the job to be final, gave up on its figures
     (the CI failure that had the final tick reverted, 015a640)."""
-    fake = FakePowercap(in_memory(tmp_path / "sys"))
-    fake.add_zone("intel-rapl:0", "package-0")
-    with idle_process() as sleeper:
-        with fake.drive("intel-rapl:0", power_w=POWER_W, hz=500):
-            with agent_at_head(tmp_path, *_args(tmp_path), env=SLOW_FLUSH) as agent:
-                api_port = agent.api_port
-                _settled(agent)
-                job = register(api_port, name="stored-then-crash", pids=[sleeper.pid])
-                path = f"/v1/jobs/{job['id']}"
-                wait_for(lambda: agent.value("joulestat_agent_ticks_total") >= 25,
-                         timeout_s=60)
-                assert call(api_port, "POST", f"{path}/end", {})[0] == 200
-                final = wait_for(lambda: (lambda j: j if j.get("final") else None)(
-                    call(api_port, "GET", path)[2]), timeout_s=60, every_s=0.05)
-                db_path = Path(agent.db_url.removeprefix("sqlite:///"))
-                wait_for(lambda: _checkpoint_after(db_path, final["ended_at"]),
-                         timeout_s=60, every_s=0.1)
-                _kill_9(agent)
-            with agent_at_head(tmp_path, *_args(tmp_path), env=SLOW_FLUSH,
-                               api_port=api_port) as agent:
-                listed = call(api_port, "GET", "/v1/jobs")[2]["jobs"]
-                assert job["id"] not in {j["id"] for j in listed}  # not put back
-                status, _, answer = call(api_port, "GET", path)
-                assert status == 200, answer
-                assert answer["status"] == "ended" and answer["final"] is True, answer
-                assert answer["ended_at"] == final["ended_at"]
-                assert answer["total_energy_j"] == pytest.approx(final["total_energy_j"],
-                                                                 rel=1e-9)
-                assert answer["energy_j"].keys() == final["energy_j"].keys()
-                # Ending it again asks for its registrant's token, and changes nothing.
-                assert call(api_port, "POST", f"{path}/end", {}, as_owner=False)[0] == 403
-                status, _, again = call(api_port, "POST", f"{path}/end", {})
-                assert status == 200 and again["durable"] is True, again
-                assert again["ended_at"] == final["ended_at"] and again["final"] is True
-                assert call(api_port, "GET", f"/v1/jobs/{'0' * 32}")[0] == 404
-                assert agent.stop() == 0
+    with _node_with_a_sleeper(tmp_path) as sleeper:
+        with agent_at_head(tmp_path, *_args(tmp_path), env=SLOW_FLUSH) as agent:
+            api_port = agent.api_port
+            job = _a_settled_job(agent, "stored-then-crash", sleeper.pid)
+            path = f"/v1/jobs/{job['id']}"
+            assert call(api_port, "POST", f"{path}/end", {})[0] == 200
+            final = _final(api_port, path)
+            db_path = Path(agent.db_url.removeprefix("sqlite:///"))
+            wait_for(lambda: _checkpoint_after(db_path, final["ended_at"]),
+                     timeout_s=60, every_s=0.1)
+            _kill_9(agent)
+        with agent_at_head(tmp_path, *_args(tmp_path), env=SLOW_FLUSH,
+                           api_port=api_port) as agent:
+            listed = call(api_port, "GET", "/v1/jobs")[2]["jobs"]
+            assert job["id"] not in {j["id"] for j in listed}  # not put back
+            status, _, answer = call(api_port, "GET", path)
+            assert status == 200, answer
+            assert answer["status"] == "ended" and answer["final"] is True, answer
+            assert answer["ended_at"] == final["ended_at"]
+            assert answer["total_energy_j"] == pytest.approx(final["total_energy_j"],
+                                                             rel=1e-9)
+            assert answer["energy_j"].keys() == final["energy_j"].keys()
+            # Ending it again asks for its registrant's token, and changes nothing.
+            assert call(api_port, "POST", f"{path}/end", {}, as_owner=False)[0] == 403
+            status, _, again = call(api_port, "POST", f"{path}/end", {})
+            assert status == 200 and again["durable"] is True, again
+            assert again["ended_at"] == final["ended_at"] and again["final"] is True
+            assert call(api_port, "GET", f"/v1/jobs/{'0' * 32}")[0] == 404
+            assert agent.stop() == 0
 
 
 def test_a_pid_a_registration_adds_is_stored_before_the_answer(tmp_path: Path) -> None:
