@@ -11,8 +11,8 @@ import socket
 import pytest
 
 from joulestat.api.server import MAX_BODY_BYTES, ApiServer
-from joulestat.attribution.registry import JobRegistry
-from tests.helpers.job_api import JOB, call, post_head, raw, register
+from joulestat.attribution.registry import Job, JobRegistry
+from tests.helpers.job_api import JOB, JOB_TOKEN_HEADER, call, post_head, raw, register
 
 
 def test_oversized_bodies_are_413_before_being_read(api: ApiServer, registry: JobRegistry) -> None:
@@ -162,3 +162,36 @@ def test_a_jobs_end_takes_its_final_tick_at_once(registry: JobRegistry,
         assert status == 200 and answer["status"] == "ended"
         assert registry.get(second["id"]).status == "ended"
         assert any("sensor gone" in (r.exc_text or "") for r in caplog.records)
+
+
+def test_an_ended_job_it_does_not_hold_is_asked_of_the_store_once_it_answers(
+        registry: JobRegistry) -> None:
+    # The agent passes a lookup of this node's ended jobs in its store (load_ended_job):
+    # a job ended and stored before a restart is answered from there, final, and never
+    # while the store has not answered since start-up (503, as for any unknown job).
+    ended_id, asked = "b" * 32, []
+    stored = Job(id=ended_id, name="done-before", kind="training", labels={}, pids=set(),
+                 started_s=1000.0, ended_s=1060.0, idle_j={"cpu": 600.0}, final=True)
+
+    def ended_job(job_id: str) -> Job | None:
+        asked.append(job_id)
+        return stored if job_id == ended_id else None
+
+    state = ["waiting"]
+    with ApiServer(registry, "127.0.0.1", 0, node="node-a", store_state=lambda: state[0],
+                   ended_job=ended_job) as api:
+        path = f"/v1/jobs/{ended_id}"
+        assert call(api.port, "GET", path)[0] == 503 and asked == []
+        state[0] = "up"
+        status, _, answer = call(api.port, "GET", path)
+        assert status == 200 and asked == [ended_id]
+        assert (answer["status"], answer["final"], answer["total_energy_j"]) == (
+            "ended", True, 600.0)
+        # Its end again: its registrant's token, then 200 and nothing changes.
+        assert call(api.port, "POST", f"{path}/end", {})[0] == 403
+        token = {JOB_TOKEN_HEADER: api.job_token(ended_id)}
+        status, _, again = call(api.port, "POST", f"{path}/end", {"ended_at": 2000.0},
+                                headers=token)
+        assert status == 200 and again["ended_at"] == 1060.0 and again["durable"] is True
+        assert ended_id not in {job.id for job in registry.jobs()}
+        assert call(api.port, "GET", f"/v1/jobs/{'c' * 32}")[0] == 404
