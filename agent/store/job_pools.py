@@ -30,8 +30,10 @@ to rounding (tests/store/test_compare_pools.py checks the rows against it).
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +50,7 @@ from sqlalchemy import (
     null,
     or_,
     select,
+    true,
     union_all,
 )
 from sqlalchemy.engine import Connection, Engine
@@ -96,6 +99,23 @@ class PoolKey:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeRange:
+    """The nodes named from ``first`` (included) up to ``end`` (left out), None where
+    unbounded: the share of a fleet one of :func:`_read_by_node`'s statements reads."""
+
+    first: str | None = None
+    end: str | None = None
+
+    def holds(self, node: Any) -> Any:
+        """Whether ``node`` (a column) is one of these nodes, in SQL."""
+        return and_(true(), *([] if self.first is None else [node >= self.first]),
+                    *([] if self.end is None else [node < self.end]))
+
+
+ALL_NODES = NodeRange()
+
+
+@dataclass(frozen=True, slots=True)
 class PoolSums:
     """The sums of one pool's jobs (see the module's docstring)."""
 
@@ -104,6 +124,12 @@ class PoolSums:
     accelerator_j: float
     dynamic_j: float
     units: float
+
+    def plus(self, other: PoolSums) -> PoolSums:
+        """Both sets of jobs' sums as one."""
+        return PoolSums(self.runs + other.runs, self.energy_j + other.energy_j,
+                        self.accelerator_j + other.accelerator_j,
+                        self.dynamic_j + other.dynamic_j, self.units + other.units)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,12 +192,14 @@ def sums_stand_in(where: JobFilter) -> bool:
             and where.job_ids is None and where.label_key is None and where.newest is None)
 
 
-def _summed_in(where: JobFilter) -> Select[Any]:
-    """The sums rows of the summed days in ``where``'s window and of its kind."""
+def _summed_in(where: JobFilter, nodes: NodeRange) -> Select[Any]:
+    """The sums rows of the summed days on ``nodes`` in ``where``'s window and of its
+    kind."""
     sums = JOB_POOL_SUMS.c
     days = summed_days(where.since_s, where.until_s).subquery("summed")
-    query = select(JOB_POOL_SUMS).join(days, and_(days.c.node == sums.node,
-                                                  days.c.day_s == sums.day_s))
+    query = (select(JOB_POOL_SUMS).join(days, and_(days.c.node == sums.node,
+                                                   days.c.day_s == sums.day_s))
+             .where(nodes.holds(sums.node)))
     if where.kind is not None:
         query = query.where(sums.kind == where.kind)
     return query
@@ -210,11 +238,24 @@ def _units_counted_by_kind(engine: Engine, where: JobFilter, multi_node: Sequenc
     copies where these hold), the jobs on several nodes by id; else every matching job
     by id."""
     summed = sums_stand_in(where)
+    found: dict[str, dict[str, int]] = defaultdict(dict)
+    for kind, unit, jobs in _read_by_node(engine, summed, lambda nodes: _units_statement(
+            where, summed, multi_node if nodes.first is None else (), nodes)):
+        found[str(kind)][str(unit)] = found[str(kind)].get(str(unit), 0) + int(jobs)
+    return found
+
+
+def _units_statement(where: JobFilter, summed: bool, multi_node: Sequence[str],
+                     nodes: NodeRange) -> Any:
+    """:func:`_units_counted_by_kind`'s statement over the single-node parts and summed
+    days on ``nodes`` (every matching job by id when not ``summed``), and the jobs of
+    ``multi_node``: per kind and unit, how many jobs counted some."""
     if not summed:
         rows = _unit_rows(job_id_select(where))
     else:
-        parts = _open_parts(where).cte("open_parts").prefix_with("MATERIALIZED")
-        rows = [*part_unit_rows(parts, [parts.c.job_id, parts.c.kind], ordinary_units).selects]
+        parts = _open_parts(where, nodes).cte("open_parts").prefix_with("MATERIALIZED")
+        rows = [*part_unit_rows(parts, [parts.c.job_id, parts.c.kind], ordinary_units,
+                                nodes.holds).selects]
         if multi_node:
             rows += _unit_rows(list(multi_node))
     both = union_all(*rows).subquery("all_units")  # flat: SQLite nests no UNION
@@ -224,17 +265,13 @@ def _units_counted_by_kind(engine: Engine, where: JobFilter, multi_node: Sequenc
     counted: Any = (select(per_job.c.kind, per_job.c.unit, func.count().label("jobs"))
                     .group_by(per_job.c.kind, per_job.c.unit))
     if summed:
-        days = _summed_in(where).where(JOB_POOL_SUMS.c.unit != "").subquery("summed_units")
+        days = (_summed_in(where, nodes).where(JOB_POOL_SUMS.c.unit != "")
+                .subquery("summed_units"))
         every = union_all(counted, select(days.c.kind, days.c.unit, func.sum(days.c.runs))
                           .group_by(days.c.kind, days.c.unit)).subquery("units_jobs")
         counted = (select(every.c.kind, every.c.unit, func.sum(every.c.jobs))
                    .group_by(every.c.kind, every.c.unit))
-    found: dict[str, dict[str, int]] = defaultdict(dict)
-    with engine.connect() as connection:
-        _plan_for_fleet(connection, summed)
-        for kind, unit, jobs in connection.execute(counted):
-            found[str(kind)][str(unit)] = int(jobs)
-    return found
+    return counted
 
 
 def _unit_rows(job_ids: Select[Any] | list[str]) -> list[Select[Any]]:
@@ -292,13 +329,21 @@ def job_pools(engine: Engine, where: JobFilter, unit: str | None, now_s: float,
     source) where that still holds (:func:`_fresh`), else from its copied totals.
     """
     summed = sums_stand_in(where) and not with_ids
-    parts = (_open_parts(where) if summed else _parts(where)
+    return _added_up(_read_by_node(engine, summed, lambda nodes: _pools_statement(
+        where, unit, now_s, summed, nodes)), with_ids)
+
+
+def _pools_statement(where: JobFilter, unit: str | None, now_s: float, summed: bool,
+                     nodes: NodeRange) -> Any:
+    """:func:`job_pools`' one statement, over the parts on ``nodes`` (the summed days'
+    too, when ``summed``)."""
+    parts = (_open_parts(where, nodes) if summed else _parts(where)
              ).cte("parts").prefix_with("MATERIALIZED")
     k = parts.c
     units: Any = literal(0.0, Double)
     joined: Any = parts
     if unit is not None:
-        counts = _counts(parts, unit)
+        counts = _counts(parts, unit, nodes)
         joined = parts.outerjoin(counts, and_(counts.c.job_id == k.job_id,
                                               counts.c.node == k.node))
         units = func.coalesce(counts.c.count, 0.0)
@@ -318,7 +363,7 @@ def job_pools(engine: Engine, where: JobFilter, unit: str | None, now_s: float,
                 exists().where(fresh.c.node == c.node, fresh.c.kind == c.kind))
     live_sources = part_energy_rows(
         keyed, [c.job_id, c.node, c.instance_type, c.counted],
-        None if fresh is None else _stale(fresh, added_up)
+        None if fresh is None else _stale(fresh, added_up, nodes), nodes.holds
     ).cte("sources").prefix_with("MATERIALIZED")
     s = live_sources.c
     part_j = s.dynamic_j + s.idle_j
@@ -352,9 +397,10 @@ def job_pools(engine: Engine, where: JobFilter, unit: str | None, now_s: float,
     sources: Any = select(s.instance_type, s.counted, s.node, s.component, s.source,
                           part_j.label("energy_j"), s.dynamic_j)
     if fresh is not None:
-        single = union_all(single, _summed_rows(where, unit))
+        single = union_all(single, _summed_rows(where, unit, nodes))
         sources = union_all(sources, _copies_sources(fresh, unit),
-                            *_moved_sources(keyed, added_up), _summed_sources(where, unit))
+                            *_moved_sources(keyed, added_up),
+                            _summed_sources(where, unit, nodes))
     pooled = single.cte("pooled").prefix_with("MATERIALIZED")
     j = pooled.c
     sourced = sources.subquery("sourced")
@@ -376,9 +422,7 @@ def job_pools(engine: Engine, where: JobFilter, unit: str | None, now_s: float,
                 [func.sum(o.energy_j), func.sum(o.dynamic_j)])
         .group_by(o.instance_type, o.counted, o.node, o.component, o.source),
     ]
-    with engine.connect() as connection:
-        _plan_for_fleet(connection, summed)
-        return _added_up(connection.execute(union_all(*branches)).all(), with_ids)
+    return union_all(*branches)
 
 
 def _flipped(k: Any, unit: str | None, counted: Any) -> Any:
@@ -407,14 +451,15 @@ def _fresh(keyed: Any) -> Any:
             .cte("fresh").prefix_with("MATERIALIZED"))
 
 
-def _stale(fresh: Any, added_up: Any) -> Any:
+def _stale(fresh: Any, added_up: Any, nodes: NodeRange) -> Any:
     """For :func:`~joulestat.store.read_rule.part_energy_rows`: the copied totals
     rows of the parts on a (node, kind) not in ``fresh``, the copy table's rows kept
     to those nodes first (a few, or none, of a fleet's)."""
     kinds = JOB_OPEN_KINDS.c
-    nodes = select(kinds.node).where(~exists().where(fresh.c.node == kinds.node,
+    stale = select(kinds.node).where(nodes.holds(kinds.node),
+                                     ~exists().where(fresh.c.node == kinds.node,
                                                      fresh.c.kind == kinds.kind))
-    return lambda copy: and_(copy.c.node.in_(nodes), ~added_up)
+    return lambda copy: and_(copy.c.node.in_(stale), ~added_up)
 
 
 def _moved_sources(keyed: Any, added_up: Any) -> list[Select[Any]]:
@@ -451,6 +496,50 @@ def _copies_sources(fresh: Any, unit: str | None) -> Select[Any]:
                                                      fresh.c.kind == sources.kind)))
 
 
+def _read_by_node(engine: Engine, fleet: bool, statement: Callable[[NodeRange], Any]
+                  ) -> list[Any]:
+    """The rows of ``statement`` over every node. On PostgreSQL, a fleet's read
+    (``fleet``: the day sums stand in) is two statements, over the nodes named below and
+    from the middle one, run at once on two connections that share one snapshot
+    (``pg_export_snapshot``, as ``pg_dump --jobs`` does): each statement keeps one
+    server process busy, and a fleet's comparison waited 1.3 s on one of a server's
+    two cores (benchmarks/fleet.py). A single-node part, a summed day and their
+    energy rows are each on one node, so the halves' rows add up to the whole's, of one
+    moment. Else one statement."""
+    if not fleet or engine.dialect.name != "postgresql":
+        with engine.connect() as connection:
+            _plan_for_fleet(connection, fleet)
+            return list(connection.execute(statement(ALL_NODES)).all())
+    with engine.connect() as lower, engine.connect() as upper:
+        for connection in (lower, upper):
+            connection.execution_options(isolation_level="REPEATABLE READ")
+        snapshot = str(lower.exec_driver_sql("SELECT pg_export_snapshot()").scalar_one())
+        if not _SNAPSHOT_ID.fullmatch(snapshot):
+            raise ValueError(f"unexpected snapshot id from PostgreSQL: {snapshot!r}")
+        upper.exec_driver_sql(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
+        for connection in (lower, upper):
+            _plan_for_fleet(connection, fleet)
+        middle = _middle_node(lower)
+        if middle is None:
+            return list(lower.execute(statement(ALL_NODES)).all())
+        with ThreadPoolExecutor(1, thread_name_prefix="joulestat-pools") as pool:
+            later = pool.submit(lambda: upper.execute(statement(NodeRange(first=middle))).all())
+            rows = list(lower.execute(statement(NodeRange(end=middle))).all())
+            return rows + list(later.result())
+
+
+_SNAPSHOT_ID = re.compile(r"[0-9A-Fa-f-]+")
+
+
+def _middle_node(connection: Connection) -> str | None:
+    """The node name that splits the store's nodes in two halves (None: under two)."""
+    count = connection.execute(select(func.count()).select_from(NODES)).scalar_one()
+    if count < 2:
+        return None
+    return str(connection.execute(select(NODES.c.node).order_by(NODES.c.node)
+                                  .offset(count // 2).limit(1)).scalar_one())
+
+
 def _plan_for_fleet(connection: Connection, summed: bool) -> None:
     """Settings for this transaction only, on PostgreSQL, for a statement over a
     fleet's parts (:func:`job_pools`, :func:`units_counted`). Its plan costs enough for
@@ -482,8 +571,8 @@ def _parts(where: JobFilter) -> Select[Any]:
             .where(*matching(where)))
 
 
-def _open_parts(where: JobFilter) -> Any:
-    """The matching single-node parts on no summed day in ``where``'s window, as
+def _open_parts(where: JobFilter, nodes: NodeRange) -> Any:
+    """The matching single-node parts on ``nodes`` on no summed day in ``where``'s window, as
     :func:`_parts`' columns, ``copied`` and the copy's sums (``copied_energy_j``,
     ``copied_accelerator_j``, ``copied_dynamic_j``, ``copied_units_key``): 1 for the
     parts whose copy (:mod:`joulestat.store.open_parts`) holds with its sums, read from
@@ -504,12 +593,14 @@ def _open_parts(where: JobFilter) -> Any:
                      t.units_key.label("copied_units_key"))
               .join_from(JOB_OPEN_PARTS, NODES, NODES.c.node == o.node)
               .join(JOB_OPEN_SUMS, and_(t.node == o.node, t.job_id == o.job_id))
-              .where(*kind_and_window(where, o.kind, o.created_s, o.ended_s)))
+              .where(nodes.holds(o.node),
+                     *kind_and_window(where, o.kind, o.created_s, o.ended_s)))
     # Which parts are neither summed nor copied, before anything is joined to them: a
     # few (changed since their node's last pass) of 400,000 parts over a fleet's week.
     # Copied means with its sums, which the pass makes with the copy.
     left = (select(p.job_id, p.node)
-            .where(maybe_unsummed(p.ended_s, where.since_s, where.until_s),
+            .where(nodes.holds(p.node),
+                   maybe_unsummed(p.ended_s, where.since_s, where.until_s),
                    ~summed_day_in(p.node, p.ended_s, where.since_s, where.until_s),
                    ~exists().where(t.job_id == p.job_id, t.node == p.node))
             .cte("uncopied").prefix_with("MATERIALIZED"))
@@ -533,9 +624,9 @@ def _counted_in(unit: str | None, units_key: Any, row_unit: Any) -> tuple[Any, A
             case((row_unit == unit, 1), else_=0))
 
 
-def _summed_rows(where: JobFilter, unit: str | None) -> Select[Any]:
-    """The summed days' rows, as ``single``'s columns (:func:`job_pools`)."""
-    rows = _summed_in(where).subquery("summed_sums")
+def _summed_rows(where: JobFilter, unit: str | None, nodes: NodeRange) -> Select[Any]:
+    """The summed days' rows on ``nodes``, as ``single``'s columns (:func:`job_pools`)."""
+    rows = _summed_in(where, nodes).subquery("summed_sums")
     r = rows.c
     belongs, counted = _counted_in(unit, r.units_key, r.unit)
     return select(r.instance_type, counted.label("counted"), r.node, r.region, r.name,
@@ -544,25 +635,28 @@ def _summed_rows(where: JobFilter, unit: str | None) -> Select[Any]:
                   r.first_job_id).where(belongs)
 
 
-def _summed_sources(where: JobFilter, unit: str | None) -> Select[Any]:
-    """The summed days' energy per (node, component, source), as the live sources."""
+def _summed_sources(where: JobFilter, unit: str | None, nodes: NodeRange) -> Select[Any]:
+    """The summed days' energy per (node, component, source) on ``nodes``, as the live
+    sources."""
     sources = JOB_POOL_SOURCES.c
     days = summed_days(where.since_s, where.until_s).subquery("summed_source_days")
     counted = (literal(0, Integer) if unit is None else
                case((counted_unit(sources.units_key, unit), 1), else_=0))
     query = (select(sources.instance_type, counted.label("counted"), sources.node,
                     sources.component, sources.source, sources.energy_j, sources.dynamic_j)
-             .join(days, and_(days.c.node == sources.node, days.c.day_s == sources.day_s)))
+             .join(days, and_(days.c.node == sources.node, days.c.day_s == sources.day_s))
+             .where(nodes.holds(sources.node)))
     if where.kind is not None:
         query = query.where(sources.kind == where.kind)
     return query
 
 
-def _counts(parts: Any, unit: str) -> Any:
-    """Per part of ``parts``: its count of ``unit``, its totals plus its raw rows after
-    them (:mod:`joulestat.store.read_rule`)."""
+def _counts(parts: Any, unit: str, nodes: NodeRange) -> Any:
+    """Per part of ``parts`` (on ``nodes``): its count of ``unit``, its totals plus its
+    raw rows after them (:mod:`joulestat.store.read_rule`)."""
     k = parts.c
-    both = part_unit_rows(parts, [k.job_id, k.node], lambda u: u == unit).subquery("unit_parts")
+    both = part_unit_rows(parts, [k.job_id, k.node], lambda u: u == unit,
+                          nodes.holds).subquery("unit_parts")
     return (select(both.c.job_id, both.c.node, func.sum(both.c.count).label("count"))
             .group_by(both.c.job_id, both.c.node).subquery("counts"))
 
@@ -587,10 +681,12 @@ def _added_up(rows: Any, with_ids: bool) -> JobPools:
                 listed[key].append(start)
             continue
         pool = PoolKey(itype, bool(counted))
-        if kind == _SUMS:
-            result.sums[pool] = PoolSums(int(n[0]), *(float(v) for v in n[1:5]))
+        if kind == _SUMS:  # a pool's rows of each statement of _read_by_node add up
+            sums = PoolSums(int(n[0]), *(float(v) for v in n[1:5]))
+            result.sums[pool] = sums if pool not in result.sums else result.sums[pool].plus(sums)
         elif kind == _REGION:
-            result.regions[pool][w1] = (float(n[0]), float(n[1]))
+            energy_j, held_s = result.regions[pool].get(w1, (0.0, 0.0))
+            result.regions[pool][w1] = (energy_j + float(n[0]), held_s + float(n[1]))
         elif kind == _NODE:
             nodes[pool][w1] = float(n[0])
         elif kind == _LABELS:

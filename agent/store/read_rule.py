@@ -46,6 +46,7 @@ from sqlalchemy import (
     literal_column,
     or_,
     select,
+    true,
     union_all,
 )
 
@@ -237,34 +238,46 @@ def _settled_halves(parts: Any, table: Any, copies_where: Any = None
             (totals_of(parts, table), table, [parts.c.copied == 0])]
 
 
-def part_energy_rows(parts: Any, carry: list[Any], copies_where: Any = None
-                     ) -> CompoundSelect:
+def part_energy_rows(parts: Any, carry: list[Any], copies_where: Any = None,
+                     on_nodes: Any = None) -> CompoundSelect:
     """The energy rows of ``parts`` (:func:`job_parts`' columns): the raw rows after each
     part's totals boundary and its totals, as (``carry``..., component, source,
     dynamic_j, idle_j), summed by whoever reads them. A copied part's totals are read
-    from its copy, where ``copies_where`` (if given) holds (:func:`_settled_halves`)."""
+    from its copy, where ``copies_where`` (if given) holds (:func:`_settled_halves`).
+    ``on_nodes`` (a function of a node column to a condition), when ``parts`` keep to
+    some nodes: said of the rows too, so that the database keeps them to those nodes
+    before it joins them to the parts, not after."""
     raw = JOB_ENERGY.c
     recent, after = after_totals(parts, JOB_ENERGY)
+    kept = _on_nodes(on_nodes)
     return union_all(
         select(*carry, raw.component, raw.source, raw.dynamic_j, raw.idle_j)
-        .select_from(recent).where(after),
+        .select_from(recent).where(after, kept(raw.node)),
         *(select(*carry, t.c.component, t.c.source, t.c.dynamic_j, t.c.idle_j)
-          .select_from(joined).where(*conditions)
+          .select_from(joined).where(*conditions, kept(t.c.node))
           for joined, t, conditions in _settled_halves(parts, JOB_ENERGY_TOTALS,
                                                        copies_where)))
 
 
-def part_unit_rows(parts: Any, carry: list[Any], wanted: Any) -> CompoundSelect:
+def part_unit_rows(parts: Any, carry: list[Any], wanted: Any, on_nodes: Any = None
+                   ) -> CompoundSelect:
     """The unit rows of ``parts`` whose unit ``wanted`` keeps (a function of a unit
     column to a condition): raw after each part's boundary and totals, as
-    (``carry``..., unit, count)."""
+    (``carry``..., unit, count); ``on_nodes`` as :func:`part_energy_rows`'."""
     raw = JOB_UNITS.c
     recent, after = after_totals(parts, JOB_UNITS)
+    kept = _on_nodes(on_nodes)
     return union_all(
-        select(*carry, raw.unit, raw.count).select_from(recent).where(after, wanted(raw.unit)),
+        select(*carry, raw.unit, raw.count).select_from(recent)
+        .where(after, wanted(raw.unit), kept(raw.node)),
         *(select(*carry, t.c.unit, t.c.count).select_from(joined)
-          .where(*conditions, wanted(t.c.unit))
+          .where(*conditions, wanted(t.c.unit), kept(t.c.node))
           for joined, t, conditions in _settled_halves(parts, JOB_UNIT_TOTALS)))
+
+
+def _on_nodes(on_nodes: Any) -> Any:
+    """``on_nodes``, or a condition that keeps every row."""
+    return on_nodes if on_nodes is not None else (lambda _node: true())
 
 
 def recent_rows(table: Any, keys: list[Any], sums: list[Any],

@@ -20,9 +20,10 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import replace
+from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
 
 from joulestat.carbon.footprint import CarbonSettings
@@ -34,9 +35,10 @@ from joulestat.reports.compare.groups import CompareError
 from joulestat.reports.compare.setups import compare_setups
 from joulestat.store.engine import dialect_insert
 from joulestat.store.job_delete import delete_jobs
+from joulestat.store.job_pools import NodeRange, _read_by_node
 from joulestat.store.jobs import JobFilter, JobRef
 from joulestat.store.maintenance import maintain_node
-from joulestat.store.schema import NODES
+from joulestat.store.schema import JOB_NODES, NODES
 from tests.helpers.compare_store import (
     NOW,
     PINNED,
@@ -243,3 +245,46 @@ def test_written_again_and_deleted_jobs_compare_as_per_job(store: Store) -> None
     assert_all_windows(engine, now_s)
     maintain_every_node(engine, now_s + 1200)
     assert_all_windows(engine, now_s)
+
+
+def test_a_pool_on_nodes_either_side_of_the_middle_one_adds_up(store: Store) -> None:
+    """On PostgreSQL a fleet's read (the day sums stand in) is two statements, over the
+    nodes named below the middle one and from it (``_read_by_node``): a pool whose nodes
+    are on both sides (every g5 here, however the nodes split) adds its sums, regions
+    and spread of both, in every window, before and after the maintain passes."""
+    fill_compare_store(store.url)
+    engine = store.engine
+    for index, name in enumerate(("g5-a", "g5-m", "g5-x", "g5-z")):
+        run_job(engine, node(name, "g5.xlarge"),
+                job(f"j-{name}", "bert-g5", "inference", T0 + 1_000 * index, 1800), ticks=2,
+                gpu_j=60_000.0 + 7_000.0 * index, units={"inference": 1_000 + 300 * index})
+        running = replace(job(f"j-{name}-live", "bert-g5", "inference",
+                              T0 + 40_000 + index, 0), ended_s=None)
+        run_job(engine, node(name, "g5.xlarge"), running, ticks=1,
+                gpu_j=30_000.0 + 1_000.0 * index, units={"inference": 500 + index})
+    now_s = T0 + 2 * 86_400
+    assert_all_windows(engine, now_s)
+    maintain_every_node(engine, now_s)
+    assert_all_windows(engine, now_s)
+
+
+def test_the_halves_of_a_fleet_read_see_one_moment_on_postgresql(pg_store: Store) -> None:
+    """The two statements of a fleet's read share one snapshot: a part written after the
+    read began is in neither half, though the second half's statement starts after it
+    was committed."""
+    engine = pg_store.engine
+    for name in ("n-a", "n-b", "n-c", "n-d"):
+        run_job(engine, node(name, "g5.xlarge"), job(f"j-{name}", "bert", "inference", T0,
+                                                     600), ticks=1, gpu_j=1_000.0)
+    parts = JOB_NODES.c
+
+    def count_parts(nodes: NodeRange) -> Any:
+        if nodes.first is not None:  # the second half: a part on its nodes, committed now
+            run_job(engine, node("n-z", "g5.xlarge"), job("j-late", "bert", "inference",
+                                                          T0, 600), ticks=1, gpu_j=1_000.0)
+        return select(func.count()).select_from(JOB_NODES).where(nodes.holds(parts.node))
+
+    halves = [int(count) for (count,) in _read_by_node(engine, True, count_parts)]
+    assert len(halves) == 2 and sum(halves) == 4
+    with engine.connect() as connection:  # it was committed, and a new read sees it
+        assert connection.execute(select(func.count()).select_from(JOB_NODES)).scalar() == 5
