@@ -337,7 +337,8 @@ def job_pools(engine: Engine, where: JobFilter, unit: str | None, now_s: float,
     to its last flush and held up to ``now_s``; with each pool's job ids when
     ``with_ids``.
 
-    One statement (one snapshot, on SQLite too, while a maintain pass sums a day), its
+    One statement (one snapshot, on SQLite too, while a maintain pass sums a day; on
+    PostgreSQL two at once over halves of the nodes, sharing one: :func:`_read_by_node`), its
     steps MATERIALIZED common table expressions each read once. The jobs of the days
     the store has summed (:mod:`joulestat.store.pool_days`) come as those sums'
     rows; the others, job by job: the single-node parts with their node's totals
