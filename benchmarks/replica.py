@@ -63,8 +63,11 @@ def main() -> int:
         migrate.upgrade(engine)
         replica = start_replica(primary)
         try:
-            replica_url = replica.url("fleet")
+            replica_url = replica.url(url.rsplit("/", 1)[1])  # the name create_database gave
             start_s = float(int(time.time()) // 60 * 60 - 1800)
+            # Two nodes, so that a fleet's comparison reads them in two halves sharing one
+            # snapshot (pg_export_snapshot on a standby: PostgreSQL 10 and later).
+            drive(engine, "node-1", 10, start_s, 1200)
             writer = drive(engine, "node-0", 10, start_s, 1200)
             flushed = time.perf_counter()
             reader = make_engine(replica_url)
