@@ -27,6 +27,9 @@ from tests.helpers.agent_process import (
 from tests.helpers.workloads import looping
 
 POWER_W = 50.0
+# How near the models' energy ratio is to their busy-time ratio over a run, given the
+# fake RAPL driver's lag on a loaded machine (see the first test).
+BUSY_SPLIT_REL = 0.03
 
 
 def server(seconds: float) -> str:
@@ -89,10 +92,14 @@ def test_a_model_busy_three_times_as_long_gets_three_times_the_energy(served):
     print(f"model-a {a.busy_s:.3f} s busy, {a.energy_j:.2f} J; model-b {b.busy_s:.3f} s, "
           f"{b.energy_j:.2f} J; idle {split.idle_j:.2f} J of {job.total_j:.2f} J")
     # About three times as busy: how close to three is the machine's doing (a loaded one
-    # stretches blocks unevenly), so the bound is only that A is clearly the busier;
-    # what joulestat decides, the energy following the busy time, is exact.
+    # stretches blocks unevenly), so the bound is only that A is clearly the busier.
+    # The energy follows the busy time tick by tick; over the run, to within what the
+    # fake's driver thread, late on a loaded machine, moves from one tick to the next
+    # (each tick's energy is then not quite 50 W x its length): 1.5 % once on CI
+    # (3.041 against 3.087 beside three other workers on two cores), where splitting
+    # by units or evenly would be off by 67 % or more.
     assert a.busy_s > 2 * b.busy_s
-    assert a.energy_j / b.energy_j == pytest.approx(a.busy_s / b.busy_s, rel=0.01)
+    assert a.energy_j / b.energy_j == pytest.approx(a.busy_s / b.busy_s, rel=BUSY_SPLIT_REL)
     assert a.units == b.units == {"inference": job.units["inference"] / 2}
     assert job.units == {"inference": summary["units"]["inference"]}  # no per-model keys
     # Models + idle = the process's attributed energy, in all and on every stored tick.
@@ -128,9 +135,9 @@ def test_compare_by_model_prints_energy_per_inference_per_model(served):
     busy = split.model("model-a").busy_s / split.model("model-b").busy_s
     assert busy > 2
     ratio = a["energy_per_unit_j"] / b["energy_per_unit_j"]
-    assert ratio == pytest.approx(busy, rel=0.01)
-    # The difference printed is the rows' own ratio (the 1 % above is the busy split's
-    # tolerance, up to 3 points of energy_pct at this ratio).
+    assert ratio == pytest.approx(busy, rel=BUSY_SPLIT_REL)
+    # The difference printed is the rows' own ratio (the bound above is the busy split's
+    # tolerance, several points of energy_pct at this ratio).
     assert a["energy_pct"] == pytest.approx((ratio - 1) * 100, abs=0.01)
     # The models carry the whole job, the time between requests included ...
     assert a["energy_j"] + b["energy_j"] == pytest.approx(summary["total_energy_j"], rel=1e-6)
