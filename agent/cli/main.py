@@ -46,7 +46,9 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"joulestat {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    named = _MODULES.get(argv[0], argv[0]) if argv else None
+    # A command's name, not its module's (``import_`` is no command: all, to list them).
+    named = _MODULES.get(argv[0], None if argv[0] in _MODULES.values() else argv[0]
+                         ) if argv else None
     for name in (named,) if named in COMMANDS else COMMANDS:
         importlib.import_module(f"joulestat.cli.{name}").register(subparsers)
     return parser

@@ -229,11 +229,8 @@ def units_by_kind(engine: Engine) -> dict[str, list[str]]:
     # the single-node parts and summed days are (a third statement beside the halves of
     # _read_by_node, 0.12 s of the page's 2 s over a fleet's week no longer waited for).
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="joulestat-units") as beside:
-        several = beside.submit(lambda: _units_of_jobs(engine, multi_node_ids(engine, where)))
-        found = _units_counted_by_kind(engine, where, ())
-        for kind, units in several.result().items():
-            for unit, jobs in units.items():
-                found[kind][unit] = found[kind].get(unit, 0) + jobs
+        several = beside.submit(lambda: _jobs_units(engine, multi_node_ids(engine, where)))
+        found = _per_kind([*_matching_units(engine, where, ()), *several.result()])
     return {kind: sorted(units, key=lambda unit: (-units[unit], unit))
             for kind, units in sorted(found.items())}
 
@@ -245,10 +242,22 @@ def _units_counted_by_kind(engine: Engine, where: JobFilter, multi_node: Sequenc
     sums, the other single-node parts as :func:`job_pools` reads them (from their
     copies where these hold), the jobs on several nodes by id; else every matching job
     by id."""
+    return _per_kind(_matching_units(engine, where, multi_node))
+
+
+def _matching_units(engine: Engine, where: JobFilter, multi_node: Sequence[str]
+                    ) -> list[Any]:
+    """:func:`_units_counted_by_kind`'s rows (kind, unit, jobs), a kind and unit once
+    per statement of :func:`_read_by_node`."""
     summed = sums_stand_in(where)
+    return _read_by_node(engine, summed, lambda nodes: _units_statement(
+        where, summed, multi_node if nodes.first is None else (), nodes))
+
+
+def _per_kind(rows: Sequence[Any]) -> dict[str, dict[str, int]]:
+    """Rows (kind, unit, jobs) of disjoint sets of jobs as kind -> unit -> jobs."""
     found: dict[str, dict[str, int]] = defaultdict(dict)
-    for kind, unit, jobs in _read_by_node(engine, summed, lambda nodes: _units_statement(
-            where, summed, multi_node if nodes.first is None else (), nodes)):
+    for kind, unit, jobs in rows:
         found[str(kind)][str(unit)] = found[str(kind)].get(str(unit), 0) + int(jobs)
     return found
 
@@ -288,16 +297,13 @@ def _jobs_per_unit(rows: list[Select[Any]]) -> Select[Any]:
             .group_by(per_job.c.kind, per_job.c.unit))
 
 
-def _units_of_jobs(engine: Engine, job_ids: Sequence[str]) -> dict[str, dict[str, int]]:
-    """Per kind and unit, how many of the jobs ``job_ids`` counted some (any number of
-    nodes each)."""
-    found: dict[str, dict[str, int]] = defaultdict(dict)
+def _jobs_units(engine: Engine, job_ids: Sequence[str]) -> list[Any]:
+    """Rows (kind, unit, jobs): how many of the jobs ``job_ids`` (any number of nodes
+    each) counted some of each unit."""
     if not job_ids:
-        return found
+        return []
     with engine.connect() as connection:
-        for kind, unit, jobs in connection.execute(_jobs_per_unit(_unit_rows(list(job_ids)))):
-            found[str(kind)][str(unit)] = int(jobs)
-    return found
+        return list(connection.execute(_jobs_per_unit(_unit_rows(list(job_ids)))).all())
 
 
 def _unit_rows(job_ids: Select[Any] | list[str]) -> list[Select[Any]]:

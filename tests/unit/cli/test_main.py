@@ -36,7 +36,7 @@ def test_a_named_command_imports_its_module_alone(imported: list[str], argv: lis
 
 def test_a_line_naming_no_command_lists_them_all(imported: list[str],
                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    for argv in (["--help"], ["nope"]):
+    for argv in (["--help"], ["nope"], ["import_"]):
         imported.clear()
         with pytest.raises(SystemExit):
             cli_main.build_parser(argv).parse_args(argv)
