@@ -35,8 +35,8 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from joulestat.core.histogram import Histogram, Latency
 from joulestat.dashboard import analysis
-from joulestat.host.serving_metrics import Histogram, Latency
 from joulestat.reports.compare.latency import row_latency
 
 if TYPE_CHECKING:  # the store's records, taken from state as the pages take them

@@ -25,9 +25,6 @@ import math
 import re
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable
 
 from joulestat.carbon.intensity import Intensity
@@ -95,6 +92,13 @@ class ElectricityMapsClient:
             return value
 
     def _fetch(self, zone: str) -> Intensity | None:
+        # Imported here: urllib.request brings http.client, email and ssl (about 25 ms),
+        # which every report and `joulestat compare` would pay at start-up for a client
+        # that only a live intensity setting calls.
+        import urllib.error
+        import urllib.parse
+        import urllib.request
+
         query = urllib.parse.urlencode({"zone": zone})
         url = f"{self.base_url}/v3/carbon-intensity/latest?{query}"
         request = urllib.request.Request(url, headers={"auth-token": self._token,

@@ -86,8 +86,8 @@ from enum import StrEnum
 from typing import Any
 
 from joulestat.core.histogram import Histogram
+from joulestat.core.histogram import histogram_quantile as served_quantile
 from joulestat.core.serving_trace import ServingTrace, TracePoint
-from joulestat.host.serving_metrics import histogram_quantile as served_quantile
 
 __all__ = [
     "RequestEnergy", "RequestEstimate", "ServingAnalysis", "Span", "SteadyWindow", "TokenSplit",
@@ -538,7 +538,7 @@ def estimate_request_j(split: TokenSplit, prompt_tokens: float,
 
 def histogram_quantile(q: float, histogram: Histogram) -> float | None:
     """The q-quantile of a length histogram as Prometheus' ``histogram_quantile`` reads
-    it (:func:`joulestat.host.serving_metrics.histogram_quantile`, the one reading of a
+    it (:func:`joulestat.core.histogram.histogram_quantile`, the one reading of a
     served histogram: latency percentiles use it too)."""
     return served_quantile(q, histogram)
 

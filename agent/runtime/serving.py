@@ -57,6 +57,13 @@ from typing import Any
 
 from joulestat.attribution.agent_labels import SERVING_METRICS
 from joulestat.attribution.registry import JobRegistry
+from joulestat.core.histogram import (
+    Histogram,
+    Latency,
+    histogram_add,
+    histogram_delta,
+    histogram_to_json,
+)
 from joulestat.core.model_units import (
     BUSY,
     MAX_MODELS_PER_JOB,
@@ -73,17 +80,12 @@ from joulestat.core.validation import JobError
 from joulestat.host.serving_address import ServingAddressRule
 from joulestat.host.serving_metrics import (
     FETCH_TIMEOUT_S,
-    Histogram,
-    Latency,
     ModelCounters,
     ServingEngine,
     ServingMetricsError,
     ServingSample,
     counter_delta,
     fetch_serving_metrics,
-    histogram_add,
-    histogram_delta,
-    histogram_to_json,
     parse_serving_metrics,
 )
 

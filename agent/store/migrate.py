@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 # The newest revision in migrations/versions. Keep in step with the scripts
 # (tests/unit/store/test_engine.py checks it against Alembic's ScriptDirectory).
-HEAD_REVISION = "0006"
+HEAD_REVISION = "0007"
 
 VERSION_TABLE = "alembic_version"
 

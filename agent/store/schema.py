@@ -53,6 +53,7 @@ from sqlalchemy import (
     Text,
     any_,
     bindparam,
+    text,
 )
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.elements import ColumnElement
@@ -95,6 +96,10 @@ DAY_PARTITIONED: dict[str, str] = {"tick_energy": "t_end_ms", "job_energy": "t_e
 def _key(name: str, type_: object, foreign: str | None = None) -> Column:
     args = (ForeignKey(foreign),) if foreign else ()
     return Column(name, type_, *args, primary_key=True, autoincrement=False)
+
+
+# A part that holds served latency histograms or a serving trace.
+_SERVED = text("latency IS NOT NULL OR serving_trace IS NOT NULL")
 
 
 def _col(name: str, type_: object, *, null: bool = False) -> Column:
@@ -195,6 +200,10 @@ JOB_NODES = Table(
     _col("serving_trace", Text, null=True),
     # A node's parts by end: what its maintain pass sums per day (pool_days.py).
     Index("ix_job_nodes_node_ended_s", "node", "ended_s"),
+    # The served parts only (a few, or none): whether a comparison must read its jobs one
+    # by one is a seek (job_pools.has_latency), not a scan of a fleet's parts.
+    Index("ix_job_nodes_served_job_id", "job_id", sqlite_where=_SERVED,
+          postgresql_where=_SERVED),
 )
 # Raw job windows: what one job got of one device over the ticks of one flush within one
 # minute, (t_start_ms, t_end_ms], keyed like tick_energy plus job_id ('' for the

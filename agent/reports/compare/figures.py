@@ -31,8 +31,8 @@ from sqlalchemy.engine import Engine
 from joulestat.carbon.catalog import accelerators_of
 from joulestat.carbon.footprint import CarbonSettings, energy_points
 from joulestat.carbon.pricing import JobPrice, Pricer
+from joulestat.core.histogram import Histogram, Latency
 from joulestat.core.tick import Component
-from joulestat.host.serving_metrics import Histogram, Latency
 from joulestat.reports.bounds import Bounds, stored_total_bounds
 from joulestat.reports.compare.groups import CompareError
 from joulestat.reports.compare.latency import job_latency, latency_by_job

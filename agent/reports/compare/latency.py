@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from joulestat.host.serving_metrics import (
+from joulestat.core.histogram import (
     Histogram,
     Latency,
     histogram_add,

@@ -110,8 +110,13 @@ def compare_setups(engine: Engine, where: JobFilter, pricer: Pricer, now_s: floa
     notes: set[tuple[float, str]] = set()
     types: set[str] = set()
     nodes = {node for listed in found.nodes.values() for node in listed}
-    sources, models = node_sources(engine, nodes), node_accelerators(engine, nodes)
-    bound_models = source_models(engine, nodes)
+    # What the nodes registered, three statements at once on connections of their own
+    # (over a fleet's week, 0.07 s one after the other).
+    with ThreadPoolExecutor(max_workers=2) as beside:
+        reading_models = beside.submit(node_accelerators, engine, nodes)
+        reading_bound_models = beside.submit(source_models, engine, nodes)
+        sources = node_sources(engine, nodes)
+        models, bound_models = reading_models.result(), reading_bound_models.result()
     for key in found.sums:
         group = setup_name([key.instance_type])
         types.add(key.instance_type)

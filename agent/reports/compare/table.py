@@ -107,9 +107,9 @@ from typing import Any
 
 from joulestat.carbon.pricing import NodeFigures
 from joulestat.carbon.units import S_PER_HOUR
+from joulestat.core.histogram import histogram_add
 from joulestat.core.redact import redact_labels
 from joulestat.core.spread import Spread
-from joulestat.host.serving_metrics import histogram_add
 from joulestat.reports.compare.difference import Difference, Judged, difference
 from joulestat.reports.compare.groups import (
     BY_CHOICES,
