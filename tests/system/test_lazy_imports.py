@@ -7,8 +7,12 @@ tests/unit/devices/test_cpu_tdp.py, tests/unit/devices/test_nvidia.py.)"""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from pathlib import Path
+
+from tests.helpers.agent_process import agent_env, free_port
 
 
 def test_resolving_never_imports_codecarbon_or_pandas() -> None:
@@ -45,3 +49,45 @@ def test_no_driver_library_means_pynvml_is_never_imported() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+# The real agent on a SQLite store, in a fresh interpreter; once it has flushed a tick,
+# a thread beside it writes the modules loaded then.
+AGENT_MODULES = """
+import json, os, sqlite3, sys, threading, time
+from joulestat.cli.main import main
+db, out, *flags = sys.argv[1:]
+def flushed():
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as store:
+                if store.execute("SELECT count(*) FROM tick_energy").fetchone()[0]:
+                    break
+        except sqlite3.Error:
+            pass
+        time.sleep(0.1)
+    with open(out, "w") as written:
+        json.dump(sorted(sys.modules), written)
+    os._exit(0)
+threading.Thread(target=flushed, daemon=True).start()
+main(["agent", "--db", f"sqlite:///{db}", *flags])
+"""
+
+
+def test_an_agent_on_sqlite_loads_no_postgresql_code_and_no_reader_code(tmp_path: Path) -> None:
+    """The agent's memory (issue 48): on a SQLite store it never loads SQLAlchemy's
+    PostgreSQL dialect (2 MiB of RSS, loaded by any ``postgresql_*`` option in the schema),
+    psycopg, Alembic, or what only the readers use (the comparison, the dashboard)."""
+    out = tmp_path / "modules.json"
+    flags = ["--interval", "0.2", "--metrics-port", str(free_port()), "--api-port",
+             str(free_port()), "--nvml", "false", "--spool-dir", str(tmp_path / "spool")]
+    done = subprocess.run([sys.executable, "-c", AGENT_MODULES, str(tmp_path / "agent.db"),
+                           str(out), *flags], env=agent_env(), capture_output=True,
+                          text=True, timeout=180)
+    assert done.returncode == 0 and out.exists(), done.stderr[-2000:]
+    loaded = json.loads(out.read_text())
+    assert "joulestat.store.writer" in loaded  # it did store
+    forbidden = ("sqlalchemy.dialects.postgresql", "psycopg", "alembic", "streamlit",
+                 "pandas", "joulestat.reports.compare", "joulestat.store.job_pools")
+    assert [m for m in loaded if m.startswith(forbidden)] == []
