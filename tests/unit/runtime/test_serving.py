@@ -7,6 +7,7 @@ tests/system/test_serving_metrics_isolation.py."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 
 from joulestat.attribution.registry import JobRegistry
@@ -49,6 +50,43 @@ def test_a_fetch_that_never_ends_delays_no_other_endpoint() -> None:
         units.close()
     units.poll()  # closed: nothing starts
     assert calls == {GOOD: 10, HUNG: 1}
+
+
+def test_once_started_each_tick_starts_a_round_and_no_thread_waits_between() -> None:
+    """The agent polls from its tick hook (issue 48): no poller thread wakes once a second
+    on a node with no serving job. Started, each tick starts a fetch of every endpoint
+    named (one at a time per URL) and counts what the last round brought; closed, a
+    tick starts none."""
+    registry = JobRegistry()
+    calls: Counter[str] = Counter()
+    fetched = threading.Semaphore(0)
+
+    def fetch(url: str, _timeout_s: float) -> str:
+        calls[url] += 1
+        try:
+            return page(100.0 * calls[url])
+        finally:
+            fetched.release()
+
+    units = ServingUnits(registry, fetch=fetch)
+    before = {thread.ident for thread in threading.enumerate()}
+    units.start()
+    units()  # a tick with no serving job: nothing to fetch, no thread of its own
+    assert {thread.ident for thread in threading.enumerate()} <= before
+    job = registry.register("good", "inference", agent_labels={"serving_metrics": GOOD})
+    for _ in range(4):
+        units()  # counts the last round's sample, starts the next round
+        assert fetched.acquire(timeout=30)
+        deadline = time.monotonic() + 30
+        while units._fetching and time.monotonic() < deadline:  # the round's thread ends
+            time.sleep(0.01)
+    units()  # the fourth sample: three differences of 100 tokens after the baseline
+    assert registry.get(job.id).units["output_token"] == 300.0
+    assert fetched.acquire(timeout=30)  # the fifth round's fetch
+    assert calls == {GOOD: 5}
+    units.close()
+    units()
+    assert calls == {GOOD: 5}
 
 
 def test_each_tick_adds_a_point_to_the_jobs_trace() -> None:
