@@ -35,6 +35,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import (
@@ -696,23 +697,17 @@ def _counts(parts: Any, unit: str, nodes: NodeRange) -> Any:
 
 def _added_up(rows: Any, with_ids: bool) -> JobPools:
     """:class:`JobPools` from the statement's rows (a fleet's: one per running job,
-    10^5, so a run's row builds no object of its own)."""
+    10^5, so a run's row builds no object of its own: they are grouped per pool as they
+    come, and their columns taken out in C, :func:`operator.itemgetter`)."""
     result = JobPools({}, {}, defaultdict(Spread), defaultdict(list), defaultdict(dict),
                       defaultdict(dict), defaultdict(list), defaultdict(set), defaultdict(dict))
     nodes: dict[PoolKey, dict[str, float]] = defaultdict(dict)
-    runs: dict[tuple[str, int], list[tuple[int, float, float]]] = defaultdict(list)
-    first: dict[tuple[str, int], tuple[float, str]] = {}
-    listed: dict[tuple[str, int], list[tuple[float, str]]] = defaultdict(list)
-    for kind, itype, counted, w1, w2, w3, *n in rows:
-        if kind == _RUN:
-            key = (itype, counted)
-            start = (n[0], w1)
-            if key not in first or start < first[key]:
-                first[key] = start
-            runs[key].append((n[1], n[2], n[3]))
-            if with_ids:
-                listed[key].append(start)
+    run_rows: dict[tuple[str, int], list[Any]] = defaultdict(list)
+    for row in rows:
+        if row[0] == _RUN:
+            run_rows[(row[1], row[2])].append(row)
             continue
+        kind, itype, counted, w1, w2, w3, *n = row
         pool = PoolKey(itype, bool(counted))
         if kind == _SUMS:  # a pool's rows of each statement of _read_by_node add up
             sums = PoolSums(int(n[0]), *(float(v) for v in n[1:5]))
@@ -728,15 +723,22 @@ def _added_up(rows: Any, with_ids: bool) -> JobPools:
             result.names[pool][(w1, w2, w3)] = float(n[0])
         else:
             result.sources[pool][(w1, w2, w3)] = (float(n[0]), float(n[1]))
-    for (itype, counted), parts in runs.items():
+    for (itype, counted), listed in run_rows.items():
         pool = PoolKey(itype, bool(counted))
-        result.spread[pool] = Spread.of_parts(parts)
-        start_s, job_id = first[(itype, counted)]
+        result.spread[pool] = Spread.of_parts(map(_RUN_PART, listed))
+        starts = list(map(_RUN_START, listed))
+        start_s, job_id = min(starts)
         result.first[pool] = (float(start_s), job_id)
-    for (itype, counted), starts in listed.items():
-        result.job_ids[PoolKey(itype, bool(counted))] = sorted(
-            (float(start_s), job_id) for start_s, job_id in starts)
+        if with_ids:
+            result.job_ids[pool] = sorted((float(start_s), job_id)
+                                          for start_s, job_id in starts)
     for pool, found_nodes in nodes.items():
         result.nodes[pool] = [node for node, _first in sorted(
             found_nodes.items(), key=lambda item: (item[1], item[0]))]
     return result
+
+
+# A run row's columns (see _branch): its part (runs, value_mean, value_m2) and its start
+# (first_created_s, first_job_id).
+_RUN_PART = itemgetter(7, 8, 9)
+_RUN_START = itemgetter(6, 3)
