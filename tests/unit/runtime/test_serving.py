@@ -7,7 +7,6 @@ tests/system/test_serving_metrics_isolation.py."""
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
 
 from joulestat.attribution.registry import JobRegistry
@@ -77,9 +76,9 @@ def test_once_started_each_tick_starts_a_round_and_no_thread_waits_between() -> 
     for _ in range(4):
         units()  # counts the last round's sample, starts the next round
         assert fetched.acquire(timeout=30)
-        deadline = time.monotonic() + 30
-        while units._fetching and time.monotonic() < deadline:  # the round's thread ends
-            time.sleep(0.01)
+        for thread in threading.enumerate():  # the round's fetch keeps its sample, ends
+            if thread.name == "joulestat-serving-fetch":
+                thread.join(timeout=30)
     units()  # the fourth sample: three differences of 100 tokens after the baseline
     assert registry.get(job.id).units["output_token"] == 300.0
     assert fetched.acquire(timeout=30)  # the fifth round's fetch
