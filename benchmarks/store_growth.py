@@ -20,7 +20,12 @@ older layout beside today's, went with the revisions before the baseline migrati
 weigh a change of layout, run this on the commits before and after it.)
 
     .venv/bin/python benchmarks/store_growth.py [--minutes 60] [--jobs 0 10 50]
-        [--backends sqlite postgresql] [--nodes 1 4]
+        [--backends sqlite postgresql] [--nodes 1 4] [--start 2026-12-07T12:00Z]
+
+The simulated run starts now unless ``--start`` says when: an hour that crosses midnight
+UTC grows more on PostgreSQL (its raw rows move to the next day's partition, and the
+space the prune frees in the day before is reused only when that partition is dropped),
+so figures meant to be compared are best taken from the same start.
 
 PostgreSQL is a throwaway server (tests/helpers/pg.py). Prints figures; asserts nothing.
 """
@@ -33,6 +38,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -149,11 +155,21 @@ def postgres_size(engine: Engine) -> tuple[int, dict[str, int]]:
     return int(size), {name: int(value) for name, value in tables.items()}
 
 
+def _utc_start(text: str) -> float:
+    """``--start``: an ISO 8601 time (UTC where it names no offset) as Unix seconds."""
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not an ISO 8601 time: {text!r} (e.g. 2026-12-07T12:00Z)") from None
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+
+
 def measure(backend: str, url: str, size: Callable[[Engine], tuple[int, dict[str, int]]],
-            jobs: int, seconds: int, nodes: int = 1) -> None:
+            jobs: int, seconds: int, nodes: int = 1, start_s: float | None = None) -> None:
     engine = make_engine(url)
     revision = migrate.upgrade(engine)
-    start_s = float(int(time.time()) // 60 * 60)
+    start_s = float(int(time.time() if start_s is None else start_s) // 60 * 60)
     before, before_tables = size(engine)
     warm: list[tuple[int, dict[str, int]]] = []
     began = time.perf_counter()
@@ -195,6 +211,10 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, nargs="+", default=[0, 10, 50])
     parser.add_argument("--backends", nargs="+", default=["sqlite", "postgresql"],
                         choices=["sqlite", "postgresql"])
+    parser.add_argument("--start", type=_utc_start, default=None, metavar="ISO_TIME",
+                        help="when the simulated run starts, e.g. 2026-12-07T12:00Z "
+                             "[default: now]; a run across midnight UTC puts PostgreSQL's "
+                             "raw rows in two day partitions (see docs/store.md)")
     parser.add_argument("--nodes", type=int, nargs="+", default=[1],
                         help="nodes writing into one store, interleaved tick by tick; "
                              "several show a fleet's PostgreSQL, where each node's rows "
@@ -212,14 +232,14 @@ def main() -> None:
                 path = Path(tmp) / f"growth-{jobs}-{nodes}.db"
                 measure("sqlite", f"sqlite:///{path}",
                         lambda engine, path=path: sqlite_size(engine, path), jobs, seconds,
-                        nodes)
+                        nodes, args.start)
     if "postgresql" in args.backends:
         from tests.helpers.pg import running_postgres
 
         with running_postgres() as server:
             for jobs, nodes in runs:
                 url = server.create_database(f"growth_{jobs}_{nodes}")
-                measure("postgresql", url, postgres_size, jobs, seconds, nodes)
+                measure("postgresql", url, postgres_size, jobs, seconds, nodes, args.start)
 
 
 if __name__ == "__main__":
