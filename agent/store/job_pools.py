@@ -30,9 +30,8 @@ to rounding (tests/store/test_compare_pools.py checks the rows against it).
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from operator import itemgetter
@@ -51,13 +50,13 @@ from sqlalchemy import (
     null,
     or_,
     select,
-    true,
     union_all,
 )
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Engine
 
 from joulestat.core.spread import Spread
 from joulestat.core.tick import Component
+from joulestat.store.fleet_halves import NodeRange, read_by_node
 from joulestat.store.jobs import JobFilter, job_id_select, kind_and_window, matching
 from joulestat.store.model_split import ordinary_units
 from joulestat.store.pool_days import (
@@ -98,22 +97,6 @@ class PoolKey:
     instance_type: str
     counted: bool
 
-
-@dataclass(frozen=True, slots=True)
-class NodeRange:
-    """The nodes named from ``first`` (included) up to ``end`` (left out), None where
-    unbounded: the share of a fleet one of :func:`_read_by_node`'s statements reads."""
-
-    first: str | None = None
-    end: str | None = None
-
-    def holds(self, node: Any) -> Any:
-        """Whether ``node`` (a column) is one of these nodes, in SQL."""
-        return and_(true(), *([] if self.first is None else [node >= self.first]),
-                    *([] if self.end is None else [node < self.end]))
-
-
-ALL_NODES = NodeRange()
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +211,7 @@ def units_by_kind(engine: Engine) -> dict[str, list[str]]:
     where = JobFilter()
     # The jobs on several nodes are found and counted on a connection of their own while
     # the single-node parts and summed days are (a third statement beside the halves of
-    # _read_by_node, 0.12 s of the page's 2 s over a fleet's week no longer waited for).
+    # read_by_node, 0.12 s of the page's 2 s over a fleet's week no longer waited for).
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="joulestat-units") as beside:
         several = beside.submit(lambda: _jobs_units(engine, multi_node_ids(engine, where)))
         found = _per_kind([*_matching_units(engine, where, ()), *several.result()])
@@ -249,9 +232,9 @@ def _units_counted_by_kind(engine: Engine, where: JobFilter, multi_node: Sequenc
 def _matching_units(engine: Engine, where: JobFilter, multi_node: Sequence[str]
                     ) -> list[Any]:
     """:func:`_units_counted_by_kind`'s rows (kind, unit, jobs), a kind and unit once
-    per statement of :func:`_read_by_node`."""
+    per statement of :func:`~joulestat.store.fleet_halves.read_by_node`."""
     summed = sums_stand_in(where)
-    return _read_by_node(engine, summed, lambda nodes: _units_statement(
+    return read_by_node(engine, summed, lambda nodes: _units_statement(
         where, summed, multi_node if nodes.first is None else (), nodes))
 
 
@@ -345,25 +328,26 @@ def job_pools(engine: Engine, where: JobFilter, unit: str | None, now_s: float,
     ``with_ids``.
 
     One statement (one snapshot, on SQLite too, while a maintain pass sums a day; on
-    PostgreSQL two at once over halves of the nodes, sharing one: :func:`_read_by_node`), its
-    steps MATERIALIZED common table expressions each read once. The jobs of the days
-    the store has summed (:mod:`joulestat.store.pool_days`) come as those sums'
-    rows; the others, job by job: the single-node parts with their node's totals
-    boundary (``parts``), each with its count of ``unit`` and so its pool
-    (``keyed``), their energy rows, the raw ones after the boundary and the totals, each
-    carrying its part's pool (``sources``), per part its energy (``single``). Both kinds
-    of row then go through the same sums (``pooled``), each kind of sum a branch of a
-    ``UNION ALL``, its kind in the first column and the columns it does not use NULL;
-    a pool's spread is merged from its rows' (:class:`Spread`, in Python). A part is
-    single-node when no part of its job is on another node, asked of the parts left
-    once the summed days are out (a fleet's running jobs, not every part); with the
-    summed days, those parts are read from their copies where these hold
-    (:func:`_open_parts`), which are single-node already, and a copied part's totals
-    from what its node's pass added up of them (a row per part, a few per node and
-    source) where that still holds (:func:`_fresh`), else from its copied totals.
+    PostgreSQL two at once over halves of the nodes, sharing one:
+    :func:`~joulestat.store.fleet_halves.read_by_node`), its steps MATERIALIZED common
+    table expressions each read once. The jobs of the days the store has summed
+    (:mod:`joulestat.store.pool_days`) come as those sums' rows; the others, job by job:
+    the single-node parts with their node's totals boundary (``parts``), each with its
+    count of ``unit`` and so its pool (``keyed``), their energy rows, the raw ones after
+    the boundary and the totals, each carrying its part's pool (``sources``), per part
+    its energy (``single``). Both kinds of row then go through the same sums
+    (``pooled``), each kind of sum a branch of a ``UNION ALL``, its kind in the first
+    column and the columns it does not use NULL; a pool's spread is merged from its
+    rows' (:class:`Spread`, in Python). A part is single-node when no part of its job is
+    on another node, asked of the parts left once the summed days are out (a fleet's
+    running jobs, not every part); with the summed days, those parts are read from their
+    copies where these hold (:func:`_open_parts`), which are single-node already, and a
+    copied part's totals from what its node's pass added up of them (a row per part, a
+    few per node and source) where that still holds (:func:`_fresh`), else from its
+    copied totals.
     """
     summed = sums_stand_in(where) and not with_ids
-    return _added_up(_read_by_node(engine, summed, lambda nodes: _pools_statement(
+    return _added_up(read_by_node(engine, summed, lambda nodes: _pools_statement(
         where, unit, now_s, summed, nodes)), with_ids)
 
 
@@ -530,90 +514,6 @@ def _copies_sources(fresh: Any, unit: str | None) -> Select[Any]:
                                                      fresh.c.kind == sources.kind)))
 
 
-def _read_by_node(engine: Engine, fleet: bool, statement: Callable[[NodeRange], Any]
-                  ) -> list[Any]:
-    """The rows of ``statement`` over every node. On PostgreSQL, a fleet's read
-    (``fleet``: the day sums stand in) is two statements, over the nodes named below and
-    from the middle one, run at once on two connections that share one snapshot
-    (``pg_export_snapshot``, as ``pg_dump --jobs`` does): each statement keeps one
-    server process busy, and a fleet's comparison waited 1.3 s on one of a server's
-    two cores (benchmarks/fleet.py). A single-node part, a summed day and their
-    energy rows are each on one node, so the halves' rows add up to the whole's, of one
-    moment. Else one statement."""
-    if not fleet or engine.dialect.name != "postgresql":
-        with engine.connect() as connection:
-            _plan_for_fleet(connection, fleet)
-            return list(connection.execute(statement(ALL_NODES)).all())
-    with engine.connect() as lower, engine.connect() as upper:
-        for connection in (lower, upper):
-            connection.execution_options(isolation_level="REPEATABLE READ")
-        snapshot = str(lower.exec_driver_sql("SELECT pg_export_snapshot()").scalar_one())
-        if not _SNAPSHOT_ID.fullmatch(snapshot):
-            raise ValueError(f"unexpected snapshot id from PostgreSQL: {snapshot!r}")
-        upper.exec_driver_sql(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
-        for connection in (lower, upper):
-            _plan_for_fleet(connection, fleet)
-        middle = _middle_node(lower)
-        if middle is None:
-            return list(lower.execute(statement(ALL_NODES)).all())
-        with ThreadPoolExecutor(1, thread_name_prefix="joulestat-pools") as pool:
-            later = pool.submit(_tuples, upper, statement(NodeRange(first=middle)))
-            return _tuples(lower, statement(NodeRange(end=middle))) + later.result()
-
-
-def _tuples(connection: Connection, statement: Any) -> list[Any]:
-    """The rows of ``statement`` (one of a fleet's halves, on PostgreSQL) as the
-    driver's own tuples, in binary. SQLAlchemy's ``Row`` around each of a half's 47,500
-    rows took 0.04 s of the 0.07 s its fetch took, in the client after the server is
-    done, and :func:`_added_up` reads rows by position either way. The statement is
-    compiled for the connection's dialect and run on its DB-API cursor, in the
-    connection's transaction (SQLAlchemy's "Working with the DBAPI cursor directly";
-    ``binary`` is psycopg 3's ``Cursor.execute`` argument,
-    https://www.psycopg.org/psycopg3/docs/api/cursors.html#psycopg.Cursor.execute)."""
-    compiled = statement.compile(dialect=connection.dialect,
-                                 compile_kwargs={"render_postcompile": True})
-    cursor = connection.connection.cursor()
-    try:
-        cursor.execute(str(compiled), compiled.params, binary=True)
-        return list(cursor.fetchall())
-    finally:
-        cursor.close()
-
-
-_SNAPSHOT_ID = re.compile(r"[0-9A-Fa-f-]+")
-
-
-def _middle_node(connection: Connection) -> str | None:
-    """The node name that splits the store's nodes in two halves (None: under two)."""
-    count = connection.execute(select(func.count()).select_from(NODES)).scalar_one()
-    if count < 2:
-        return None
-    return str(connection.execute(select(NODES.c.node).order_by(NODES.c.node)
-                                  .offset(count // 2).limit(1)).scalar_one())
-
-
-def _plan_for_fleet(connection: Connection, summed: bool) -> None:
-    """Settings for this transaction only, on PostgreSQL, for a statement over a
-    fleet's parts (:func:`job_pools`, :func:`units_counted`). Its plan costs enough for
-    PostgreSQL to compile it (JIT), 0.15 s of 1.3 that the run does not win back.
-    PostgreSQL keeps no statistics of a common table expression and expects a few
-    hundred rows of 10^5 (a fleet's running jobs): it sorted them for merges and groups,
-    and spilled its hashes to disk at the default 4 MB; hashed in memory, the week's
-    fleet (benchmarks/fleet.py) reads in 1.6 s instead of 2.8. Expecting one row of each
-    step, it also looped over the 50,000 copied parts to seek their copies one by one
-    (2.4 s against 1.95 hashed); a statement that reads no summed day (``summed``
-    False) reads a few jobs, where those seeks are right."""
-    if connection.dialect.name != "postgresql":
-        return
-    settings = ["jit = off", "work_mem = '64MB'", "enable_sort = off"]
-    if summed:
-        # The halves of a fleet's read (_read_by_node) keep the server's cores busy
-        # already: workers of their own only compete with the other half (the week's
-        # fleet, job_pools: 1.05 to 1.09 s against 1.00 to 1.05 without, best of 9).
-        settings += ["enable_nestloop = off", "max_parallel_workers_per_gather = 0"]
-    for setting in settings:
-        connection.exec_driver_sql(f"SET LOCAL {setting}")
-
 
 def _parts(where: JobFilter) -> Select[Any]:
     """The matching parts, with their node's totals boundary (:func:`job_parts`) and
@@ -730,7 +630,7 @@ def _added_up(rows: Any, with_ids: bool) -> JobPools:
             continue
         kind, itype, counted, w1, w2, w3, *n = row
         pool = PoolKey(itype, bool(counted))
-        if kind == _SUMS:  # a pool's rows of each statement of _read_by_node add up
+        if kind == _SUMS:  # a pool's rows of each statement of read_by_node add up
             sums = PoolSums(int(n[0]), *(float(v) for v in n[1:5]))
             result.sums[pool] = sums if pool not in result.sums else result.sums[pool].plus(sums)
         elif kind == _REGION:

@@ -34,8 +34,8 @@ from joulestat.reports.compare.figures import figures_for
 from joulestat.reports.compare.groups import CompareError
 from joulestat.reports.compare.setups import compare_setups
 from joulestat.store.engine import dialect_insert
+from joulestat.store.fleet_halves import NodeRange, read_by_node
 from joulestat.store.job_delete import delete_jobs
-from joulestat.store.job_pools import NodeRange, _read_by_node
 from joulestat.store.jobs import JobFilter, JobRef
 from joulestat.store.maintenance import maintain_node
 from joulestat.store.schema import JOB_NODES, NODES
@@ -249,7 +249,7 @@ def test_written_again_and_deleted_jobs_compare_as_per_job(store: Store) -> None
 
 def test_a_pool_on_nodes_either_side_of_the_middle_one_adds_up(store: Store) -> None:
     """On PostgreSQL a fleet's read (the day sums stand in) is two statements, over the
-    nodes named below the middle one and from it (``_read_by_node``): a pool whose nodes
+    nodes named below the middle one and from it (``read_by_node``): a pool whose nodes
     are on both sides (every g5 here, however the nodes split) adds its sums, regions
     and spread of both, in every window, before and after the maintain passes."""
     fill_compare_store(store.url)
@@ -284,7 +284,7 @@ def test_the_halves_of_a_fleet_read_see_one_moment_on_postgresql(pg_store: Store
                                                           T0, 600), ticks=1, gpu_j=1_000.0)
         return select(func.count()).select_from(JOB_NODES).where(nodes.holds(parts.node))
 
-    halves = [int(count) for (count,) in _read_by_node(engine, True, count_parts)]
+    halves = [int(count) for (count,) in read_by_node(engine, True, count_parts)]
     assert len(halves) == 2 and sum(halves) == 4
     with engine.connect() as connection:  # it was committed, and a new read sees it
         assert connection.execute(select(func.count()).select_from(JOB_NODES)).scalar() == 5
